@@ -1,0 +1,34 @@
+# Two commands do all set-up on a fresh machine (Python 3.11, Node 20, npm):
+#   make run    synthesize every environment and print the derived parameters
+#   make test   run the whole test suite
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+PY_STAMP := $(VENV)/.installed
+CLI_STAMP := node_modules/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_CLI_TELEMETRY := true
+export AWS_EC2_METADATA_DISABLED := true
+
+.PHONY: run test synth clean
+
+run: $(PY_STAMP)
+	$(PY) -m infra.report
+
+test: $(PY_STAMP) $(CLI_STAMP)
+	$(PY) -m pytest
+
+synth: $(PY_STAMP) $(CLI_STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth -q --no-notices $(if $(ENV),-c env=$(ENV))
+
+$(PY_STAMP): requirements.txt requirements-dev.txt consumer/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(CLI_STAMP): package.json
+	npm install --no-audit --no-fund --loglevel=error
+	touch $@
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache

@@ -1,0 +1,14 @@
+"""An SQS consumer whose timings come from the handler's own declaration.
+
+Public names: :func:`worker` (declare a handler), :class:`Message` (what a
+handler receives), :class:`PoisonMessage` (raise it for a message that can
+never succeed), :class:`WorkerContract` (the derived timings).
+
+Importing this package imports the standard library only: the CDK app imports
+handlers to read their declaration, and must never pull in runtime code.
+"""
+
+from consumer.contract import ContractError, WorkerContract, worker
+from consumer.message import Message, PoisonMessage
+
+__all__ = ["ContractError", "Message", "PoisonMessage", "WorkerContract", "worker"]

@@ -1,0 +1,522 @@
+"""The worker contract: one declaration, every timing both halves need.
+
+A handler declares what only its author knows, next to its code::
+
+    from datetime import timedelta
+    from consumer import worker
+
+    @worker(max_duration=timedelta(seconds=90), concurrency=8)
+    def handle(message):
+        ...
+
+:class:`WorkerContract` turns that declaration into every value the queue, the
+alarms, the ECS task and the consumer need (visibility timeout, heartbeat,
+per-message timeout, stop timeout, redrive, retention, alarm thresholds and the
+scaling target), validated once, here. The CDK stack (``infra/``) and the
+consumer runtime both import this module; it uses the standard library only so
+that it stays importable from either side.
+
+The formulas (also in the README's configuration table, generated from
+:data:`DERIVED_FORMULAS`):
+
+* ``visibility_margin = clamp(ceil(max_duration / 10), 10, 300)``: room for the
+  receive-to-start delay, the batched delete's flush interval and clock skew.
+* ``attempt_timeout = max_duration + visibility_margin``: the longest one
+  receive may hold a message; the heartbeat never extends past it.
+* ``visibility_timeout = min(attempt_timeout, 900)``: short handlers are
+  covered by the queue's visibility alone, so a heartbeat failure cannot cause a
+  duplicate; longer handlers get a 15 min lease that the heartbeat extends, so
+  a crashed task's messages come back within 15 min, not hours later.
+* ``heartbeat_interval = clamp(visibility_timeout // 5, 1, 60)``; a message is
+  extended when its lease has at most ``2 * heartbeat_interval`` left, so one
+  failed heartbeat call still leaves a second chance before expiry.
+* ``message_timeout = max_duration``.
+* ``stop_timeout = min(120, max_duration + 5)`` unless declared; the consumer
+  drains in-flight work for ``stop_timeout - 5`` s and uses the last 5 s to
+  flush deletes and hand back what did not finish.
+* ``retry_backoff(n) = min(retry_backoff_max, retry_backoff_base * 2 ** (n - 1))``
+  after the n-th failed receive (the consumer adds jitter below this cap).
+* ``retry_horizon = max_receive_count * attempt_timeout + sum(retry_backoff(n)
+  for n < max_receive_count)``: the longest a failing message can take to reach
+  the DLQ; it must fit in the source retention or messages could expire
+  instead of reaching the DLQ.
+* ``dlq_age_alarm = (dlq_retention - source_retention) // 2``: for standard
+  queues a message's expiry counts from its original enqueue time, but the DLQ's
+  ``ApproximateAgeOfOldestMessage`` counts from the move, so a message can sit
+  in the DLQ for as little as the retention gap; the alarm fires with at least
+  half of that gap left.
+  https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html
+* ``backlog_age_alarm = acceptable_latency + sum(attempt_timeout +
+  retry_backoff(n) for n in 1..min(3, max_receive_count))``: SQS's age metric
+  skips messages received three times or more, so a message being retried
+  legitimately ages by at most three attempt cycles before it stops counting.
+* ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
+  messages of backlog per task (AWS's "acceptable backlog per task").
+* ``pollers = ceil(concurrency / batch_size)`` receive loops per process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+__all__ = [
+    "ContractDriftError",
+    "ContractError",
+    "DERIVED_FORMULAS",
+    "ENV_PREFIX",
+    "WorkerContract",
+    "contract_of",
+    "load_handler",
+    "worker",
+]
+
+# --- AWS limits -------------------------------------------------------------
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
+SQS_MAX_VISIBILITY_SECONDS = 43_200  # 12 h, counted from the receive
+SQS_MIN_RETENTION_SECONDS = 60
+SQS_MAX_RETENTION_SECONDS = 1_209_600  # 14 days
+SQS_MAX_BATCH = 10
+SQS_MAX_RECEIVE_COUNT = 1_000
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
+FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
+
+# --- Policy constants (documented in the module docstring) ------------------
+VISIBILITY_MARGIN_MIN_SECONDS = 10
+VISIBILITY_MARGIN_MAX_SECONDS = 300
+LEASE_CAP_SECONDS = 900
+HEARTBEAT_MAX_INTERVAL_SECONDS = 60
+SHUTDOWN_FLUSH_SECONDS = 5
+MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
+MIN_MAX_RECEIVE_COUNT = 2
+MAX_CONCURRENCY = 256
+MIN_RETENTION_GAP_SECONDS = 86_400
+MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECONDS
+AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
+
+ENV_PREFIX = "CONSUMER_"
+HANDLER_ATTRIBUTE = "__worker_contract__"
+
+DAY = 86_400
+
+DERIVED_FORMULAS: dict[str, str] = {
+    "visibility_margin_seconds": "clamp(ceil(max_duration / 10), 10, 300)",
+    "attempt_timeout_seconds": "max_duration + visibility_margin",
+    "visibility_timeout_seconds": "min(attempt_timeout, 900)",
+    "heartbeat_interval_seconds": "clamp(visibility_timeout // 5, 1, 60)",
+    "heartbeat_threshold_seconds": "2 * heartbeat_interval",
+    "message_timeout_seconds": "max_duration",
+    "drain_timeout_seconds": "stop_timeout - 5",
+    "retry_horizon_seconds": (
+        "max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"
+    ),
+    "dlq_age_alarm_seconds": "(dlq_retention - source_retention) // 2",
+    "backlog_age_alarm_seconds": (
+        "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
+    ),
+    "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
+    "pollers": "ceil(concurrency / batch_size)",
+}
+
+
+class ContractError(ValueError):
+    """A contract value breaks a rule; the message names the parameter, the rule and the value.
+
+    Example::
+
+        >>> WorkerContract(max_duration_seconds=90, max_receive_count=1)
+        Traceback (most recent call last):
+        ...
+        consumer.contract.ContractError: "max_receive_count" must be between 2 and 1000 ...: 1
+    """
+
+    def __init__(self, parameter: str, rule: str, value: object) -> None:
+        self.parameter = parameter
+        self.rule = rule
+        self.value = value
+        super().__init__(f'"{parameter}" {rule}: {value!r}')
+
+
+class ContractDriftError(ContractError):
+    """Two places that must agree on a contract value do not (e.g. the stack and the image)."""
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def seconds(parameter: str, value: object) -> int:
+    """Whole seconds from a ``timedelta`` or a number, rounded up (more time is the safe side).
+
+    >>> seconds("max_duration", timedelta(minutes=1, milliseconds=1))
+    61
+    """
+    if isinstance(value, timedelta):
+        return math.ceil(value.total_seconds())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ContractError(parameter, "must be a timedelta or a number of seconds", value)
+    if not math.isfinite(value):
+        raise ContractError(parameter, "must be a finite number of seconds", value)
+    return math.ceil(value)
+
+
+def check_int(parameter: str, value: object, low: int, high: int, why: str = "") -> int:
+    """Return ``value`` if it is an int within ``[low, high]``; raise :class:`ContractError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractError(parameter, "must be a whole number", value)
+    if not low <= value <= high:
+        raise ContractError(parameter, f"must be between {low} and {high}{why}", value)
+    return value
+
+
+def _check_bool(parameter: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ContractError(parameter, "must be true or false", value)
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerContract:
+    """Everything the queue, the alarms, the ECS task and the consumer must agree on.
+
+    Declared values are fields; everything else is derived (properties), so the
+    two halves cannot compute different timings from the same declaration.
+
+    Example::
+
+        >>> c = WorkerContract(max_duration_seconds=90, concurrency=8)
+        >>> c.visibility_timeout_seconds, c.stop_timeout_seconds, c.max_receive_count
+        (100, 95, 5)
+    """
+
+    #: Longest a single handler call may run; it is given up on after that.
+    max_duration_seconds: int
+    #: Messages processed at once by one consumer process.
+    concurrency: int = 1
+    #: Messages asked for per ReceiveMessage call (1..10).
+    batch_size: int = SQS_MAX_BATCH
+    #: Receives before SQS moves a message to the DLQ (redrive policy).
+    max_receive_count: int = 5
+    #: FIFO queue pair (order kept per message group).
+    fifo: bool = False
+    #: FIFO only: deduplicate on a hash of the body.
+    content_based_deduplication: bool = False
+    #: How long a message may wait before a handler starts on it (scaling and alarms).
+    acceptable_latency_seconds: int = 60
+    #: Typical handler duration; defaults to half the max duration.
+    average_duration_seconds: int | None = None
+    #: First retry delay; doubles per receive up to ``retry_backoff_max_seconds``.
+    retry_backoff_base_seconds: int = 2
+    #: Cap on the retry delay.
+    retry_backoff_max_seconds: int = 300
+    #: ECS container stop timeout; defaults to ``min(120, max_duration + 5)``.
+    stop_timeout_seconds: int | None = None
+    #: Source queue retention (an environment setting, not the handler's).
+    source_retention_seconds: int = 4 * DAY
+    #: DLQ retention; must exceed the source's by at least a day.
+    dlq_retention_seconds: int = 14 * DAY
+
+    def __post_init__(self) -> None:
+        check_int(
+            "max_duration_seconds",
+            self.max_duration_seconds,
+            1,
+            MAX_DURATION_SECONDS,
+            f" (SQS's {SQS_MAX_VISIBILITY_SECONDS} s visibility limit less the"
+            f" {VISIBILITY_MARGIN_MAX_SECONDS} s margin)",
+        )
+        check_int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        check_int("batch_size", self.batch_size, 1, SQS_MAX_BATCH, " (SQS receives at most 10 per call)")
+        check_int(
+            "max_receive_count",
+            self.max_receive_count,
+            MIN_MAX_RECEIVE_COUNT,
+            SQS_MAX_RECEIVE_COUNT,
+            " (1 would send a message to the DLQ on its first transient failure)",
+        )
+        _check_bool("fifo", self.fifo)
+        _check_bool("content_based_deduplication", self.content_based_deduplication)
+        if self.content_based_deduplication and not self.fifo:
+            raise ContractError(
+                "content_based_deduplication", "is only allowed on a FIFO pair (fifo=True)", True
+            )
+        check_int("acceptable_latency_seconds", self.acceptable_latency_seconds, 1, SQS_MAX_VISIBILITY_SECONDS)
+        if self.average_duration_seconds is None:
+            object.__setattr__(self, "average_duration_seconds", max(1, math.ceil(self.max_duration_seconds / 2)))
+        check_int(
+            "average_duration_seconds",
+            self.average_duration_seconds,
+            1,
+            self.max_duration_seconds,
+            " (it cannot exceed max_duration_seconds)",
+        )
+        check_int("retry_backoff_base_seconds", self.retry_backoff_base_seconds, 1, SQS_MAX_VISIBILITY_SECONDS)
+        check_int(
+            "retry_backoff_max_seconds",
+            self.retry_backoff_max_seconds,
+            self.retry_backoff_base_seconds,
+            SQS_MAX_VISIBILITY_SECONDS,
+            " (from retry_backoff_base_seconds to SQS's 12 h visibility limit)",
+        )
+        if self.stop_timeout_seconds is None:
+            object.__setattr__(
+                self,
+                "stop_timeout_seconds",
+                min(FARGATE_MAX_STOP_TIMEOUT_SECONDS, self.max_duration_seconds + SHUTDOWN_FLUSH_SECONDS),
+            )
+        check_int(
+            "stop_timeout_seconds",
+            self.stop_timeout_seconds,
+            MIN_STOP_TIMEOUT_SECONDS,
+            FARGATE_MAX_STOP_TIMEOUT_SECONDS,
+            f" (Fargate allows at most {FARGATE_MAX_STOP_TIMEOUT_SECONDS} s; the consumer needs"
+            f" {SHUTDOWN_FLUSH_SECONDS} s to flush plus 1 s to drain)",
+        )
+        for name in ("source_retention_seconds", "dlq_retention_seconds"):
+            check_int(
+                name,
+                getattr(self, name),
+                SQS_MIN_RETENTION_SECONDS,
+                SQS_MAX_RETENTION_SECONDS,
+                " (SQS retention is 60 s to 14 days)",
+            )
+        gap = self.dlq_retention_seconds - self.source_retention_seconds
+        if gap < MIN_RETENTION_GAP_SECONDS:
+            raise ContractError(
+                "dlq_retention_seconds",
+                f"must exceed source_retention_seconds ({self.source_retention_seconds}) by at least"
+                f" {MIN_RETENTION_GAP_SECONDS} s, because a standard queue's message expires from its"
+                " original enqueue time and would otherwise vanish from the DLQ before anyone acts",
+                self.dlq_retention_seconds,
+            )
+        if self.retry_horizon_seconds >= self.source_retention_seconds:
+            raise ContractError(
+                "source_retention_seconds",
+                f"must exceed the retry horizon ({self.retry_horizon_seconds} s = max_receive_count x"
+                " attempt_timeout + backoffs), or a failing message could expire before it reaches the DLQ",
+                self.source_retention_seconds,
+            )
+
+    # --- derived values ---------------------------------------------------
+    @property
+    def visibility_margin_seconds(self) -> int:
+        return _clamp(
+            math.ceil(self.max_duration_seconds / 10), VISIBILITY_MARGIN_MIN_SECONDS, VISIBILITY_MARGIN_MAX_SECONDS
+        )
+
+    @property
+    def attempt_timeout_seconds(self) -> int:
+        return self.max_duration_seconds + self.visibility_margin_seconds
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        return min(self.attempt_timeout_seconds, LEASE_CAP_SECONDS)
+
+    @property
+    def heartbeat_interval_seconds(self) -> int:
+        return _clamp(self.visibility_timeout_seconds // 5, 1, HEARTBEAT_MAX_INTERVAL_SECONDS)
+
+    @property
+    def heartbeat_threshold_seconds(self) -> int:
+        return 2 * self.heartbeat_interval_seconds
+
+    @property
+    def message_timeout_seconds(self) -> int:
+        return self.max_duration_seconds
+
+    @property
+    def drain_timeout_seconds(self) -> int:
+        assert self.stop_timeout_seconds is not None  # resolved in __post_init__
+        return self.stop_timeout_seconds - SHUTDOWN_FLUSH_SECONDS
+
+    def retry_backoff_seconds(self, receive_count: int) -> int:
+        """Cap of the delay after the ``receive_count``-th failed receive (1-based)."""
+        exponent = min(max(receive_count, 1) - 1, 32)  # 2**32 s already exceeds any cap
+        return min(self.retry_backoff_max_seconds, self.retry_backoff_base_seconds * 2**exponent)
+
+    @property
+    def retry_horizon_seconds(self) -> int:
+        backoffs = sum(self.retry_backoff_seconds(n) for n in range(1, self.max_receive_count))
+        return self.max_receive_count * self.attempt_timeout_seconds + backoffs
+
+    @property
+    def dlq_age_alarm_seconds(self) -> int:
+        return (self.dlq_retention_seconds - self.source_retention_seconds) // 2
+
+    @property
+    def backlog_age_alarm_seconds(self) -> int:
+        cycles = min(AGE_METRIC_SKIPPED_AFTER_RECEIVES, self.max_receive_count)
+        retries = sum(self.attempt_timeout_seconds + self.retry_backoff_seconds(n) for n in range(1, cycles + 1))
+        return self.acceptable_latency_seconds + retries
+
+    @property
+    def scaling_target_backlog_per_task(self) -> int:
+        assert self.average_duration_seconds is not None  # resolved in __post_init__
+        return max(1, self.acceptable_latency_seconds * self.concurrency // self.average_duration_seconds)
+
+    @property
+    def pollers(self) -> int:
+        return math.ceil(self.concurrency / self.batch_size)
+
+    @property
+    def uses_heartbeat_lease(self) -> bool:
+        """True when the queue's visibility is a lease shorter than a handler may run."""
+        return self.attempt_timeout_seconds > self.visibility_timeout_seconds
+
+    def derived(self) -> dict[str, int]:
+        """Every derived value by name (the keys of :data:`DERIVED_FORMULAS`)."""
+        return {name: getattr(self, name) for name in DERIVED_FORMULAS}
+
+    def declared(self) -> dict[str, Any]:
+        """Every declared field by name, defaults resolved."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    # --- environment round trip -------------------------------------------
+    def to_env(self) -> dict[str, str]:
+        """The container environment: declared fields, then derived values for the drift check.
+
+        >>> WorkerContract(max_duration_seconds=90).to_env()["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"]
+        '100'
+        """
+        env = {_env_name(name): _to_env_value(value) for name, value in self.declared().items()}
+        env.update({_env_name(name): str(value) for name, value in self.derived().items()})
+        return env
+
+    @classmethod
+    def env_keys(cls) -> frozenset[str]:
+        """Every variable :meth:`to_env` writes."""
+        names = [f.name for f in dataclasses.fields(cls)] + list(DERIVED_FORMULAS)
+        return frozenset(_env_name(name) for name in names)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> WorkerContract:
+        """Rebuild the contract written by :meth:`to_env`.
+
+        Derived values present in ``environ`` must equal the ones recomputed
+        here; a difference means the stack and this image derive timings
+        differently (redeploy both from the same commit).
+        """
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            key = _env_name(field.name)
+            if key not in environ:
+                if field.name == "max_duration_seconds":
+                    raise ContractError(key, "must be set (the stack writes it into the task)", None)
+                continue
+            values[field.name] = _from_env_value(key, environ[key], field.name in _BOOL_FIELDS)
+        contract = cls(**values)
+        for name, value in contract.derived().items():
+            key = _env_name(name)
+            if key in environ and environ[key] != str(value):
+                raise ContractDriftError(
+                    key,
+                    f"differs from the value this image derives ({value}); the stack and the image"
+                    " were built from different versions of consumer/contract.py, redeploy both",
+                    environ[key],
+                )
+        return contract
+
+
+_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication"})
+
+
+def _env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _to_env_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _from_env_value(key: str, raw: str, is_bool: bool) -> object:
+    if is_bool:
+        if raw not in ("true", "false"):
+            raise ContractError(key, 'must be "true" or "false"', raw)
+        return raw == "true"
+    try:
+        return int(raw)
+    except ValueError:
+        raise ContractError(key, "must be a whole number", raw) from None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def worker(
+    *,
+    max_duration: timedelta | float,
+    concurrency: int = 1,
+    batch_size: int = SQS_MAX_BATCH,
+    max_receive_count: int = 5,
+    fifo: bool = False,
+    content_based_deduplication: bool = False,
+    acceptable_latency: timedelta | float = 60,
+    average_duration: timedelta | float | None = None,
+    retry_backoff_base: timedelta | float = 2,
+    retry_backoff_max: timedelta | float = 300,
+    stop_timeout: timedelta | float | None = None,
+) -> Callable[[F], F]:
+    """Declare a handler's contract next to its code; the function itself is returned unchanged.
+
+    Durations take a ``timedelta`` or a number of seconds (rounded up).
+
+    Example::
+
+        @worker(max_duration=timedelta(seconds=90), concurrency=8)
+        def handle(message: Message) -> None: ...
+    """
+    contract = WorkerContract(
+        max_duration_seconds=seconds("max_duration", max_duration),
+        concurrency=concurrency,
+        batch_size=batch_size,
+        max_receive_count=max_receive_count,
+        fifo=fifo,
+        content_based_deduplication=content_based_deduplication,
+        acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
+        average_duration_seconds=None if average_duration is None else seconds("average_duration", average_duration),
+        retry_backoff_base_seconds=seconds("retry_backoff_base", retry_backoff_base),
+        retry_backoff_max_seconds=seconds("retry_backoff_max", retry_backoff_max),
+        stop_timeout_seconds=None if stop_timeout is None else seconds("stop_timeout", stop_timeout),
+    )
+
+    def declare(function: F) -> F:
+        setattr(function, HANDLER_ATTRIBUTE, contract)
+        return function
+
+    return declare
+
+
+def contract_of(handler: Callable[..., Any]) -> WorkerContract:
+    """The contract a handler declared with :func:`worker`."""
+    contract = getattr(handler, HANDLER_ATTRIBUTE, None)
+    if not isinstance(contract, WorkerContract):
+        name = getattr(handler, "__qualname__", repr(handler))
+        raise ContractError("handler", "must be decorated with @worker(max_duration=...)", name)
+    return contract
+
+
+def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
+    """Import ``package.module:function`` and return the function (it must carry a contract).
+
+    >>> load_handler("consumer.examples.notifications:handle").__name__
+    'handle'
+    """
+    module_name, sep, attribute = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not sep or not module_name or not attribute.isidentifier():
+        raise ContractError(parameter, 'must look like "package.module:function"', spec)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ContractError(parameter, f"names a module that cannot be imported ({error})", spec) from error
+    handler = getattr(module, attribute, None)
+    if not callable(handler):
+        raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)
+    contract_of(handler)
+    return handler

@@ -1,0 +1,95 @@
+"""Example handler: deliver a "notification requested" event to a downstream webhook.
+
+It shows the shape real handlers take: parse and schema-check the body (a
+failure is a :class:`~consumer.PoisonMessage`, never a retry), then make one
+downstream call that is safe to repeat (the event id is sent as an
+``Idempotency-Key`` header, because SQS delivers at least once).
+
+Set ``NOTIFY_WEBHOOK_URL`` to deliver for real; without it (local runs) the
+delivery is only logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from datetime import timedelta
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from consumer import Message, PoisonMessage, worker
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_URL_ENV = "NOTIFY_WEBHOOK_URL"
+DOWNSTREAM_TIMEOUT_SECONDS = 30
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["event_id", "type", "channel", "recipient", "template"],
+    "additionalProperties": False,
+    "properties": {
+        "event_id": {"type": "string", "minLength": 8, "maxLength": 128},
+        "type": {"const": "notification.requested"},
+        "channel": {"enum": ["email", "sms", "push"]},
+        "recipient": {"type": "string", "minLength": 1, "maxLength": 320},
+        "template": {"type": "string", "pattern": "^[a-z0-9_.-]{1,64}$"},
+        "data": {"type": "object"},
+        "occurred_at": {"type": "string"},
+    },
+}
+_VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+class DownstreamUnavailable(Exception):
+    """The webhook could not take the event now (timeout, 5xx, 429): retry later."""
+
+
+def parse(body: str) -> dict[str, Any]:
+    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema."""
+    try:
+        event = json.loads(body)
+    except json.JSONDecodeError as error:
+        raise PoisonMessage(f"body is not JSON: {error}") from error
+    errors = sorted(_VALIDATOR.iter_errors(event), key=lambda e: list(e.absolute_path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        raise PoisonMessage(f"schema check failed at {where}: {errors[0].message}")
+    return event
+
+
+def deliver(event: dict[str, Any], url: str | None) -> None:
+    """POST the event to ``url``; 4xx (but 408/429) is permanent, anything else transient."""
+    if not url:
+        log.info("notification_dry_run", extra={"event_id": event["event_id"], "channel": event["channel"]})
+        return
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(event).encode(),
+        headers={"Content-Type": "application/json", "Idempotency-Key": event["event_id"]},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=DOWNSTREAM_TIMEOUT_SECONDS):
+            return
+    except urllib.error.HTTPError as error:
+        if 400 <= error.code < 500 and error.code not in (408, 429):
+            raise PoisonMessage(f"webhook rejected the event with HTTP {error.code}") from error
+        raise DownstreamUnavailable(f"webhook answered HTTP {error.code}") from error
+    except (urllib.error.URLError, TimeoutError) as error:
+        raise DownstreamUnavailable(f"webhook unreachable: {error}") from error
+
+
+@worker(
+    max_duration=timedelta(seconds=90),
+    concurrency=8,
+    acceptable_latency=timedelta(seconds=60),
+    average_duration=timedelta(seconds=2),
+)
+def handle(message: Message) -> None:
+    """Validate one notification event and hand it to the webhook."""
+    deliver(parse(message.body), os.environ.get(WEBHOOK_URL_ENV))

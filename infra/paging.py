@@ -1,0 +1,52 @@
+"""The paging topic: where every alarm of one environment sends its ALARM and OK notifications."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
+
+
+class PagingTopic(Construct):
+    """An SNS topic encrypted with its own KMS key, TLS enforced, with email/HTTPS subscribers.
+
+    The key is a customer-managed one on purpose: CloudWatch alarms cannot
+    publish to a topic encrypted with the AWS-managed ``alias/aws/sns`` key,
+    because that key's policy cannot be changed to admit ``cloudwatch.amazonaws.com``.
+    https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger
+
+    Attributes: ``topic``, ``key``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        emails: Sequence[str] = (),
+        https_endpoints: Sequence[str] = (),
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "Key",
+            description="Encrypts the SQS worker's paging topic; CloudWatch alarms may use it",
+            enable_key_rotation=True,
+            removal_policy=removal_policy,
+        )
+        self.key.grant(iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL), "kms:Decrypt", "kms:GenerateDataKey*")
+        self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True)
+        for email in emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        for url in https_endpoints:
+            self.topic.add_subscription(
+                subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS)
+            )

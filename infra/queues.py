@@ -1,0 +1,125 @@
+"""The queue pair: source queue, dead-letter queue and the policies between them."""
+
+from __future__ import annotations
+
+import jsii
+from aws_cdk import Duration, RemovalPolicy, Stack, Token
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct, IValidation
+
+from consumer.contract import WorkerContract
+
+SQS_MAX_QUEUE_NAME = 80
+
+
+class WorkerQueues(Construct):
+    """Source queue + DLQ, wired and timed from a :class:`WorkerContract`.
+
+    * redrive policy: ``maxReceiveCount`` from the contract (never 1);
+    * redrive allow policy on the DLQ naming only the source (``byQueue``);
+    * retention from the contract (the DLQ keeps messages longer, validated);
+    * visibility timeout from the contract; SSE-SQS and TLS enforced on both;
+    * a FIFO pair (both FIFO) when the contract says ``fifo``.
+
+    Queue names are derived from the stack name (``<stack>-source``,
+    ``<stack>-dlq``): the DLQ's redrive allow policy must name the source's ARN,
+    and a name known at synth time avoids a source -> DLQ -> source reference
+    cycle. A named queue also cannot be silently replaced by a deploy
+    (CloudFormation refuses to replace a custom-named resource).
+
+    Attributes: ``queue`` (source), ``dead_letter_queue``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        contract: WorkerContract,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.contract = contract
+        stack = Stack.of(self)
+        suffix = ".fifo" if contract.fifo else ""
+        source_name = f"{stack.stack_name}-source{suffix}"
+        dlq_name = f"{stack.stack_name}-dlq{suffix}"
+        if len(source_name) > SQS_MAX_QUEUE_NAME:
+            raise ValueError(
+                f'"stack_name" must be short enough for a queue name of at most {SQS_MAX_QUEUE_NAME}'
+                f" characters: {stack.stack_name!r}"
+            )
+        fifo_props = (
+            {"fifo": True, "content_based_deduplication": contract.content_based_deduplication}
+            if contract.fifo
+            else {}
+        )
+        source_arn = stack.format_arn(service="sqs", resource=source_name)
+
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            queue_name=dlq_name,
+            retention_period=Duration.seconds(contract.dlq_retention_seconds),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            redrive_allow_policy=sqs.RedriveAllowPolicy(
+                redrive_permission=sqs.RedrivePermission.BY_QUEUE,
+                source_queues=[sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn)],
+            ),
+            removal_policy=removal_policy,
+            **fifo_props,
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            queue_name=source_name,
+            visibility_timeout=Duration.seconds(contract.visibility_timeout_seconds),
+            retention_period=Duration.seconds(contract.source_retention_seconds),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            dead_letter_queue=sqs.DeadLetterQueue(
+                max_receive_count=contract.max_receive_count, queue=self.dead_letter_queue
+            ),
+            removal_policy=removal_policy,
+            **fifo_props,
+        )
+        self.node.add_validation(_QueueInvariants(self))
+
+
+@jsii.implements(IValidation)
+class _QueueInvariants:
+    """Re-checks the contract's invariants on the synthesized resources.
+
+    The contract validates its own numbers; this catches a later edit of the
+    L1 resources (an escape hatch, an aspect) that breaks them.
+    """
+
+    def __init__(self, queues: WorkerQueues) -> None:
+        self._queues = queues
+
+    def validate(self) -> list[str]:
+        contract = self._queues.contract
+        source = self._queues.queue.node.default_child
+        dlq = self._queues.dead_letter_queue.node.default_child
+        stack = Stack.of(self._queues)
+        errors = []
+        source_retention = stack.resolve(source.message_retention_period)
+        dlq_retention = stack.resolve(dlq.message_retention_period)
+        if not (Token.is_unresolved(source_retention) or dlq_retention > source_retention):
+            errors.append(
+                f"DLQ retention ({dlq_retention} s) must exceed the source queue's ({source_retention} s)"
+            )
+        visibility = stack.resolve(source.visibility_timeout)
+        if visibility != contract.visibility_timeout_seconds:
+            errors.append(
+                f"source visibility timeout is {visibility} s but the worker contract derives"
+                f" {contract.visibility_timeout_seconds} s from max_duration {contract.max_duration_seconds} s"
+            )
+        redrive = stack.resolve(source.redrive_policy) or {}
+        if redrive.get("maxReceiveCount") != contract.max_receive_count:
+            errors.append(
+                f"redrive maxReceiveCount is {redrive.get('maxReceiveCount')} but the worker contract"
+                f" says {contract.max_receive_count}"
+            )
+        return errors

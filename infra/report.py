@@ -1,0 +1,129 @@
+"""The main job: synthesize every environment (cdk-nag included) and show what the contract derived.
+
+``python -m infra.report`` writes the cloud assembly to ``cdk.out`` and prints,
+per environment, the values both halves share. ``--markdown`` prints the
+README's configuration table instead (the README test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from consumer.contract import DERIVED_FORMULAS, WorkerContract, contract_of, load_handler
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTDIR = ROOT / "cdk.out"
+EXAMPLE_HANDLER = "consumer.examples.notifications:handle"
+
+#: Rows of the per-environment table: (label, attribute on the contract).
+ROWS = (
+    ("declared max duration", "max_duration_seconds"),
+    ("concurrency per task", "concurrency"),
+    ("queue visibility timeout", "visibility_timeout_seconds"),
+    ("attempt timeout (longest hold)", "attempt_timeout_seconds"),
+    ("heartbeat interval", "heartbeat_interval_seconds"),
+    ("heartbeat extends at", "heartbeat_threshold_seconds"),
+    ("per-message timeout", "message_timeout_seconds"),
+    ("ECS stop timeout", "stop_timeout_seconds"),
+    ("drain on shutdown", "drain_timeout_seconds"),
+    ("max receive count", "max_receive_count"),
+    ("retry horizon", "retry_horizon_seconds"),
+    ("source retention", "source_retention_seconds"),
+    ("DLQ retention", "dlq_retention_seconds"),
+    ("DLQ age alarm", "dlq_age_alarm_seconds"),
+    ("backlog age alarm", "backlog_age_alarm_seconds"),
+    ("scaling target (backlog/task)", "scaling_target_backlog_per_task"),
+)
+
+
+def human(name: str, value: object) -> str:
+    """``100 s``, ``345600 s (4 d)``: seconds with a readable unit once they get large."""
+    if not name.endswith("_seconds") or not isinstance(value, int):
+        return str(value)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if value >= size and value % size == 0:
+            return f"{value} s ({value // size} {unit})"
+        if value >= 10 * size:
+            return f"{value} s ({value / size:.1f} {unit})"
+    return f"{value} s"
+
+
+def formula_table(contract: WorkerContract) -> str:
+    """Markdown: every derived value, its formula and its value for ``contract``."""
+    lines = ["| derived value | formula | example handler |", "|---|---|---|"]
+    for name, formula in DERIVED_FORMULAS.items():
+        lines.append(f"| `{name}` | `{formula}` | {human(name, getattr(contract, name))} |")
+    return "\n".join(lines)
+
+
+def acknowledged_findings(outdir: Path, stack_name: str) -> list[str]:
+    """cdk-nag findings acknowledged in one stack (from the cloud assembly's metadata)."""
+    metadata = json.loads((outdir / f"{stack_name}.metadata.json").read_text())
+    found = []
+    for entries in metadata.values():
+        for entry in entries:
+            if entry["type"] == "aws:cdk:acknowledged-rules":
+                found += [rule for rule in entry["data"] if "AwsSolutions" in rule]
+    return sorted(found)
+
+
+def main(
+    outdir: Path = typer.Option(DEFAULT_OUTDIR, help="Where to write the cloud assembly."),
+    markdown: bool = typer.Option(False, help="Print the README's configuration table and exit."),
+) -> None:
+    """Synthesize every environment in cdk.json and print the derived parameters."""
+    console = Console()
+    if markdown:
+        print(formula_table(contract_of(load_handler(EXAMPLE_HANDLER))))
+        return
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    from infra.app import build_app  # imported late: loading the CDK takes seconds
+
+    started = time.monotonic()
+    app, stacks = build_app(outdir=str(outdir))
+    try:
+        app.synth()
+    except Exception as error:  # jsii raises RuntimeError for ValidationFailed
+        console.print(f"[red]synth failed[/red]: {error}")
+        report = outdir / "validation-report.json"
+        if report.exists():
+            console.print(f"cdk-nag report: {report}")
+        raise typer.Exit(1) from error
+    elapsed = time.monotonic() - started
+
+    table = Table(title="Worker contract per environment (derived once, used by the stack and the consumer)")
+    table.add_column("parameter")
+    for stack in stacks:
+        table.add_column(stack.settings.name, justify="right")
+    table.add_row("handler", *[s.settings.handler.rpartition(".")[2] for s in stacks])
+    table.add_row("tasks (min..max)", *[f"{s.settings.min_tasks}..{s.settings.max_tasks}" for s in stacks])
+    for label, attribute in ROWS:
+        table.add_row(label, *[human(attribute, getattr(s.contract, attribute)) for s in stacks])
+    table.add_row(
+        "paging subscriptions",
+        *[str(len(s.settings.paging_emails) + len(s.settings.paging_https)) for s in stacks],
+    )
+    console.print(table)
+    for stack in stacks:
+        acks = acknowledged_findings(outdir, stack.stack_name)
+        console.print(
+            f"[green]ok[/green] {stack.stack_name}: {outdir / (stack.stack_name + '.template.json')}"
+            f" - cdk-nag AwsSolutions: 0 open findings, {len(acks)} acknowledged with reasons"
+        )
+    console.print(f"synthesized {len(stacks)} environments in {elapsed:.1f} s")
+
+
+def run() -> None:
+    typer.run(main)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

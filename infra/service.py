@@ -1,0 +1,247 @@
+"""The consumer service: a Fargate task running ``python -m consumer run``, scaled on backlog per task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from consumer.contract import WorkerContract
+from infra.queues import WorkerQueues
+
+CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
+CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
+CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
+#: Variables the construct writes besides the contract's ``to_env()``.
+QUEUE_URL_ENV = "QUEUE_URL"
+DLQ_URL_ENV = "DLQ_URL"
+HANDLER_ENV = "CONSUMER_HANDLER"
+BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV})
+#: Exactly what the consumer calls. Batch calls need no separate action:
+#: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
+SOURCE_QUEUE_ACTIONS = (
+    "sqs:ChangeMessageVisibility",
+    "sqs:DeleteMessage",
+    "sqs:GetQueueAttributes",
+    "sqs:ReceiveMessage",
+)
+DEAD_LETTER_QUEUE_ACTIONS = ("sqs:SendMessage",)
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
+TASK_PROTECTION_ACTIONS = ("ecs:GetTaskProtection", "ecs:UpdateTaskProtection")
+SCALING_SERVICE = "ecs.application-autoscaling.amazonaws.com"
+SCALING_ROLE = "AWSServiceRoleForApplicationAutoScaling_ECSService"
+SCALE_OUT_COOLDOWN = Duration.minutes(1)
+SCALE_IN_COOLDOWN = Duration.minutes(5)
+
+
+class ConsumerService(Construct):
+    """Fargate service for the consumer, bound to a :class:`WorkerQueues` pair.
+
+    * image built from ``consumer/Dockerfile``; command ``python -m consumer run``;
+      non-root user; read-only root file system with a writable ``/tmp``;
+    * the contract's ``to_env()`` plus ``QUEUE_URL``, ``DLQ_URL`` and
+      ``CONSUMER_HANDLER`` in the environment (the construct, not the caller,
+      injects the binding), plus ``handler_environment``;
+    * ``stopTimeout`` from the contract, so SIGTERM leaves time to drain;
+    * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
+      :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ and task scale-in protection
+      on this cluster's tasks;
+    * Container Insights on a new cluster (needed for ``RunningTaskCount``);
+    * target tracking on backlog per task (metric math, an L1 policy because
+      the L2 rejects math expressions) between ``min_tasks`` and ``max_tasks``.
+      Scale-in does not stop busy tasks: the consumer holds ECS task scale-in
+      protection while it has messages in flight.
+
+    Attributes: ``service``, ``cluster``, ``task_definition``, ``container``,
+    ``task_role``, ``log_group``, ``scaling_policy``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        queues: WorkerQueues,
+        contract: WorkerContract,
+        handler: str,
+        cluster: ecs.ICluster,
+        min_tasks: int = 1,
+        max_tasks: int = 2,
+        cpu: int = 256,
+        memory_mib: int = 512,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        handler_environment: Mapping[str, str] | None = None,
+        log_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.cluster = cluster
+        bindings = {
+            QUEUE_URL_ENV: queues.queue.queue_url,
+            DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
+            HANDLER_ENV: handler,
+        }
+        environment = contract.to_env()
+        clashes = sorted(set(handler_environment or {}) & (set(environment) | BINDING_KEYS))
+        if clashes:
+            raise ValueError(
+                f'"handler_environment" must not set variables the construct owns: {", ".join(clashes)}'
+            )
+        environment.update(bindings)
+        environment.update(handler_environment or {})
+
+        self.task_role = iam.Role(
+            self,
+            "TaskRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description="SQS consumer: receive/delete/extend on the source, send poison messages to the DLQ",
+        )
+        self.task_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])
+        )
+        self.task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn]
+            )
+        )
+        self.task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=list(TASK_PROTECTION_ACTIONS),
+                resources=[
+                    stack.format_arn(service="ecs", resource="task", resource_name=f"{cluster.cluster_name}/*")
+                ],
+            )
+        )
+
+        self.task_definition = ecs.FargateTaskDefinition(
+            self,
+            "TaskDefinition",
+            cpu=cpu,
+            memory_limit_mib=memory_mib,
+            task_role=self.task_role,
+            runtime_platform=ecs.RuntimePlatform(
+                cpu_architecture=ecs.CpuArchitecture.X86_64,
+                operating_system_family=ecs.OperatingSystemFamily.LINUX,
+            ),
+        )
+        self.task_definition.add_volume(name="tmp")
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
+        )
+        self.container = self.task_definition.add_container(
+            "Consumer",
+            image=ecs.ContainerImage.from_asset(
+                str(CONSUMER_DIR), exclude=["**/__pycache__", "**/*.pyc", "**/.pytest_cache"]
+            ),
+            command=CONTAINER_COMMAND,
+            user=CONTAINER_USER,
+            readonly_root_filesystem=True,
+            environment=environment,
+            stop_timeout=Duration.seconds(contract.stop_timeout_seconds or 0),
+            logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
+        )
+        self.container.add_mount_points(
+            ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False)
+        )
+
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            cluster=cluster,
+            task_definition=self.task_definition,
+            min_healthy_percent=100,
+            max_healthy_percent=200,
+            circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
+            assign_public_ip=False,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+        )
+
+        target = appscaling.ScalableTarget(
+            self,
+            "ScalableTarget",
+            service_namespace=appscaling.ServiceNamespace.ECS,
+            resource_id=f"service/{cluster.cluster_name}/{self.service.service_name}",
+            scalable_dimension="ecs:service:DesiredCount",
+            min_capacity=min_tasks,
+            max_capacity=max_tasks,
+            # The service-linked role ECS scaling uses anyway; no extra IAM role to own.
+            role=iam.Role.from_role_arn(
+                self,
+                "ScalingRole",
+                stack.format_arn(
+                    service="iam",
+                    region="",
+                    resource="role",
+                    resource_name=f"aws-service-role/{SCALING_SERVICE}/{SCALING_ROLE}",
+                ),
+                mutable=False,
+            ),
+        )
+        target.node.add_dependency(self.service)
+        self.scaling_policy = appscaling.CfnScalingPolicy(
+            self,
+            "BacklogPerTaskScaling",
+            policy_name=f"{stack.stack_name}-backlog-per-task",
+            policy_type="TargetTrackingScaling",
+            scaling_target_id=target.scalable_target_id,
+            target_tracking_scaling_policy_configuration=_backlog_per_task_tracking(
+                queue_name=queues.queue.queue_name,
+                cluster_name=cluster.cluster_name,
+                service_name=self.service.service_name,
+                target=contract.scaling_target_backlog_per_task,
+            ),
+        )
+
+
+def _backlog_per_task_tracking(
+    *, queue_name: str, cluster_name: str, service_name: str, target: int
+) -> appscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty:
+    """Visible messages / running tasks, kept near ``target`` (AWS's backlog-per-task recipe).
+
+    https://docs.aws.amazon.com/autoscaling/application/userguide/application-auto-scaling-target-tracking-metric-math.html
+    """
+    policy = appscaling.CfnScalingPolicy
+
+    def metric(query_id: str, namespace: str, name: str, dimensions: dict[str, str], stat: str):
+        return policy.TargetTrackingMetricDataQueryProperty(
+            id=query_id,
+            return_data=False,
+            metric_stat=policy.TargetTrackingMetricStatProperty(
+                stat=stat,
+                metric=policy.TargetTrackingMetricProperty(
+                    namespace=namespace,
+                    metric_name=name,
+                    dimensions=[
+                        policy.TargetTrackingMetricDimensionProperty(name=k, value=v) for k, v in dimensions.items()
+                    ],
+                ),
+            ),
+        )
+
+    return policy.TargetTrackingScalingPolicyConfigurationProperty(
+        target_value=target,
+        scale_out_cooldown=SCALE_OUT_COOLDOWN.to_seconds(),
+        scale_in_cooldown=SCALE_IN_COOLDOWN.to_seconds(),
+        customized_metric_specification=policy.CustomizedMetricSpecificationProperty(
+            metrics=[
+                metric("backlog", "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": queue_name}, "Sum"),
+                metric(
+                    "tasks",
+                    "ECS/ContainerInsights",
+                    "RunningTaskCount",
+                    {"ClusterName": cluster_name, "ServiceName": service_name},
+                    "Average",
+                ),
+                policy.TargetTrackingMetricDataQueryProperty(
+                    id="backlogPerTask", expression="backlog / tasks", label="Backlog per task", return_data=True
+                ),
+            ]
+        ),
+    )

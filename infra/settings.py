@@ -1,0 +1,252 @@
+"""Per-environment settings from ``cdk.json`` (context key ``sqs-worker:environments``).
+
+Every key is checked: an unknown key, a wrong type or a value out of range
+fails synth with the setting's full path, the rule and the value, so a typo is
+never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumer.contract import DAY, ContractError, WorkerContract, check_int, contract_of, load_handler
+
+CONTEXT_KEY = "sqs-worker:environments"
+#: Environments that must page someone: they refuse to synth without a subscription.
+PAGING_REQUIRED_ENVIRONMENTS = frozenset({"prod"})
+#: Placeholder domains that may stand in cdk.json but earn a synth warning.
+PLACEHOLDER_DOMAINS = ("example.com", "example.org", "example.net")
+
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
+FARGATE_MEMORY_MIB: dict[int, range] = {
+    256: range(512, 2048 + 1, 512),
+    512: range(1024, 4096 + 1, 1024),
+    1024: range(2048, 8192 + 1, 1024),
+    2048: range(4096, 16384 + 1, 1024),
+    4096: range(8192, 30720 + 1, 1024),
+    8192: range(16384, 61440 + 1, 4096),
+    16384: range(32768, 122880 + 1, 8192),
+}
+# Values CloudWatch Logs accepts for a log group's retention.
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+MAX_TASKS_LIMIT = 100
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+class SettingsError(ContractError):
+    """A ``cdk.json`` setting breaks a rule (same message shape as :class:`ContractError`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExistingVpc:
+    """An existing VPC to run in, described without a lookup so synth stays offline."""
+
+    vpc_id: str
+    availability_zones: tuple[str, ...]
+    private_subnet_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentSettings:
+    """One environment's settings; see the README's "Deploy per environment" for each key."""
+
+    name: str
+    handler: str
+    account: str | None = None
+    region: str | None = None
+    min_tasks: int = 1
+    max_tasks: int = 2
+    cpu: int = 256
+    memory_mib: int = 512
+    source_retention_days: int = 4
+    dlq_retention_days: int = 14
+    log_retention_days: int = 30
+    retain_queues: bool = True
+    require_paging: bool = False
+    paging_emails: tuple[str, ...] = ()
+    paging_https: tuple[str, ...] = ()
+    nat_gateways: int = 1
+    vpc: ExistingVpc | None = None
+    cluster_name: str | None = None
+    handler_environment: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def stack_name(self) -> str:
+        return f"SqsWorker-{self.name}"
+
+    @property
+    def has_subscription(self) -> bool:
+        return bool(self.paging_emails or self.paging_https)
+
+    def contract(self) -> WorkerContract:
+        """The handler's declared contract with this environment's retention applied."""
+        declared = contract_of(load_handler(self.handler, parameter=self._path("handler")))
+        try:
+            return dataclasses.replace(
+                declared,
+                source_retention_seconds=self.source_retention_days * DAY,
+                dlq_retention_seconds=self.dlq_retention_days * DAY,
+            )
+        except ContractError as error:
+            setting = "source_retention_days" if "source" in error.parameter else "dlq_retention_days"
+            raise SettingsError(
+                self._path(setting), f"is rejected by the worker contract ({error})", getattr(self, setting)
+            ) from error
+
+    def _path(self, key: str) -> str:
+        return f"{CONTEXT_KEY}.{self.name}.{key}"
+
+
+_FIELDS = {f.name for f in dataclasses.fields(EnvironmentSettings)} - {"name", "paging_emails", "paging_https"}
+_KNOWN_KEYS = sorted(_FIELDS | {"paging"})
+
+
+def parse_environment(name: str, raw: object) -> EnvironmentSettings:
+    """Validate one environment's raw ``cdk.json`` mapping."""
+    prefix = f"{CONTEXT_KEY}.{name}"
+    if not _ENV_NAME.match(name):
+        raise SettingsError(prefix, "environment names must be lowercase letters, digits and '-', at most 20", name)
+    if not isinstance(raw, Mapping):
+        raise SettingsError(prefix, "must be an object of settings", raw)
+    unknown = sorted(set(raw) - set(_KNOWN_KEYS))
+    if unknown:
+        raise SettingsError(f"{prefix}.{unknown[0]}", f"is not a known setting (known: {', '.join(_KNOWN_KEYS)})", raw[unknown[0]])
+    if "handler" not in raw:
+        raise SettingsError(f"{prefix}.handler", 'must be set to "package.module:function"', None)
+
+    def path(key: str) -> str:
+        return f"{prefix}.{key}"
+
+    def text(key: str, default: str | None = None) -> str | None:
+        value = raw.get(key, default)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise SettingsError(path(key), "must be a non-empty string", value)
+        return value
+
+    def integer(key: str, default: int, low: int, high: int, why: str = "") -> int:
+        try:
+            return check_int(path(key), raw.get(key, default), low, high, why)
+        except ContractError as error:
+            raise SettingsError(error.parameter, error.rule, error.value) from None
+
+    def boolean(key: str, default: bool) -> bool:
+        value = raw.get(key, default)
+        if not isinstance(value, bool):
+            raise SettingsError(path(key), "must be true or false", value)
+        return value
+
+    def strings(key: str, value: object, pattern: re.Pattern[str] | None, rule: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SettingsError(path(key), "must be a list of strings", value)
+        for item in value:
+            if pattern is not None and not pattern.match(item):
+                raise SettingsError(path(key), rule, item)
+        return tuple(value)
+
+    min_tasks = integer(
+        "min_tasks",
+        1,
+        1,
+        MAX_TASKS_LIMIT,
+        " (backlog-per-task scaling divides by running tasks, so it cannot scale out from zero)",
+    )
+    max_tasks = integer("max_tasks", max(2, min_tasks), min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
+    cpu = raw.get("cpu", 256)
+    if cpu not in FARGATE_MEMORY_MIB or isinstance(cpu, bool):
+        raise SettingsError(path("cpu"), f"must be one of Fargate's CPU sizes {sorted(FARGATE_MEMORY_MIB)}", cpu)
+    memory = raw.get("memory_mib", FARGATE_MEMORY_MIB[cpu][0])
+    allowed = FARGATE_MEMORY_MIB[cpu]
+    if isinstance(memory, bool) or memory not in allowed:
+        raise SettingsError(
+            path("memory_mib"),
+            f"must be {allowed.start}..{allowed.stop - 1} in steps of {allowed.step} for cpu {cpu}",
+            memory,
+        )
+    log_retention = raw.get("log_retention_days", 30)
+    if isinstance(log_retention, bool) or log_retention not in LOG_RETENTION_DAYS:
+        raise SettingsError(path("log_retention_days"), f"must be one of CloudWatch's {LOG_RETENTION_DAYS}", log_retention)
+
+    paging = raw.get("paging", {})
+    if not isinstance(paging, Mapping) or set(paging) - {"emails", "https"}:
+        raise SettingsError(path("paging"), 'must be an object with "emails" and/or "https" lists', paging)
+    emails = strings("paging.emails", paging.get("emails", []), _EMAIL, "must be an email address")
+    https = strings("paging.https", paging.get("https", []), re.compile(r"^https://\S+$"), "must be an https:// URL")
+
+    vpc = _parse_vpc(path("vpc"), raw.get("vpc"))
+    cluster_name = text("cluster_name")
+    if cluster_name is not None and vpc is None:
+        raise SettingsError(path("cluster_name"), "needs an existing vpc too (the cluster lives in it)", cluster_name)
+    handler_environment = raw.get("handler_environment", {})
+    if not isinstance(handler_environment, Mapping) or not all(
+        isinstance(k, str) and _ENV_VAR.match(k) and isinstance(v, str) for k, v in handler_environment.items()
+    ):
+        raise SettingsError(
+            path("handler_environment"), "must map UPPER_CASE names to string values", handler_environment
+        )
+
+    settings = EnvironmentSettings(
+        name=name,
+        handler=text("handler") or "",
+        account=text("account"),
+        region=text("region"),
+        min_tasks=min_tasks,
+        max_tasks=max_tasks,
+        cpu=cpu,
+        memory_mib=memory,
+        source_retention_days=integer("source_retention_days", 4, 1, 13),
+        dlq_retention_days=integer("dlq_retention_days", 14, 2, 14),
+        log_retention_days=log_retention,
+        retain_queues=boolean("retain_queues", True),
+        require_paging=boolean("require_paging", False) or name in PAGING_REQUIRED_ENVIRONMENTS,
+        paging_emails=emails,
+        paging_https=https,
+        nat_gateways=integer("nat_gateways", 1, 0, 3),
+        vpc=vpc,
+        cluster_name=cluster_name,
+        handler_environment=dict(handler_environment),
+    )
+    if settings.require_paging and not settings.has_subscription:
+        raise SettingsError(
+            path("paging"),
+            "needs at least one email or https subscription: alarms in this environment must page someone",
+            paging,
+        )
+    settings.contract()  # fail here, with the setting's path, if retention and handler disagree
+    return settings
+
+
+def _parse_vpc(path: str, raw: object) -> ExistingVpc | None:
+    if raw is None:
+        return None
+    keys = {"vpc_id", "availability_zones", "private_subnet_ids"}
+    if not isinstance(raw, Mapping) or set(raw) != keys:
+        raise SettingsError(path, f"must be an object with exactly {sorted(keys)}", raw)
+    if not isinstance(raw["vpc_id"], str) or not raw["vpc_id"].startswith("vpc-"):
+        raise SettingsError(f"{path}.vpc_id", 'must be a VPC id ("vpc-...")', raw["vpc_id"])
+    zones, subnets = raw["availability_zones"], raw["private_subnet_ids"]
+    for key, value in (("availability_zones", zones), ("private_subnet_ids", subnets)):
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise SettingsError(f"{path}.{key}", "must be a non-empty list of strings", value)
+    if len(zones) != len(subnets):
+        raise SettingsError(
+            f"{path}.private_subnet_ids", f"must list one subnet per availability zone ({len(zones)})", subnets
+        )
+    return ExistingVpc(vpc_id=raw["vpc_id"], availability_zones=tuple(zones), private_subnet_ids=tuple(subnets))
+
+
+def load_environments(context: Mapping[str, Any], selected: str | None = None) -> list[EnvironmentSettings]:
+    """All environments from the context, or only ``selected`` (``cdk synth -c env=prod``)."""
+    raw = context.get(CONTEXT_KEY)
+    if not isinstance(raw, Mapping) or not raw:
+        raise SettingsError(CONTEXT_KEY, "must be an object with one entry per environment in cdk.json", raw)
+    if selected is not None:
+        if selected not in raw:
+            raise SettingsError("env", f"must be one of the environments in cdk.json ({', '.join(raw)})", selected)
+        return [parse_environment(selected, raw[selected])]
+    return [parse_environment(name, value) for name, value in raw.items()]

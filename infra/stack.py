@@ -1,0 +1,139 @@
+"""One environment's stack: queue pair, paging topic, alarms and the consumer service."""
+
+from __future__ import annotations
+
+from aws_cdk import Annotations, CfnOutput, Environment, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.alarms import QueueAlarms
+from infra.nag import acknowledge
+from infra.paging import PagingTopic
+from infra.queues import WorkerQueues
+from infra.service import ConsumerService
+from infra.settings import LOG_RETENTION_DAYS, PLACEHOLDER_DOMAINS, EnvironmentSettings
+
+# CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
+RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)]))
+
+
+class WorkerStack(Stack):
+    """Everything one environment needs, from its ``cdk.json`` settings.
+
+    Construct ids are a contract: renaming one replaces the resource (and a
+    replaced queue loses its messages). Attributes: ``settings``, ``contract``,
+    ``queues``, ``paging``, ``alarms``, ``consumer``.
+    """
+
+    def __init__(self, scope: Construct, *, settings: EnvironmentSettings) -> None:
+        env = (
+            Environment(account=settings.account, region=settings.region)
+            if settings.account or settings.region
+            else None
+        )
+        super().__init__(
+            scope,
+            settings.stack_name,
+            env=env,
+            description=f"SQS worker ({settings.name}): queue pair, alarms and consumer service",
+        )
+        self.settings = settings
+        self.contract = settings.contract()
+        removal = RemovalPolicy.RETAIN if settings.retain_queues else RemovalPolicy.DESTROY
+
+        self.queues = WorkerQueues(self, "Queues", contract=self.contract, removal_policy=removal)
+        self.paging = PagingTopic(
+            self,
+            "Paging",
+            emails=settings.paging_emails,
+            https_endpoints=settings.paging_https,
+            removal_policy=removal,
+        )
+        if not settings.has_subscription:
+            Annotations.of(self.paging).add_warning_v2(
+                "sqs-worker:no-paging-subscription",
+                f"{settings.name}: the paging topic has no subscription; alarms will notify nobody",
+            )
+        placeholders = [
+            s for s in (*settings.paging_emails, *settings.paging_https) if any(d in s for d in PLACEHOLDER_DOMAINS)
+        ]
+        if placeholders:
+            Annotations.of(self.paging).add_warning_v2(
+                "sqs-worker:placeholder-subscription",
+                f"{settings.name}: paging subscription {placeholders[0]} is a placeholder; set a real one in cdk.json",
+            )
+        self.alarms = QueueAlarms(self, "Alarms", queues=self.queues, contract=self.contract, topic=self.paging.topic)
+
+        cluster = self._cluster(settings)
+        self.consumer = ConsumerService(
+            self,
+            "Consumer",
+            queues=self.queues,
+            contract=self.contract,
+            handler=settings.handler,
+            cluster=cluster,
+            min_tasks=settings.min_tasks,
+            max_tasks=settings.max_tasks,
+            cpu=settings.cpu,
+            memory_mib=settings.memory_mib,
+            log_retention=RETENTION_DAYS[settings.log_retention_days],
+            handler_environment=settings.handler_environment,
+            log_removal_policy=removal,
+        )
+        acknowledge(
+            self.consumer.task_definition,
+            "AwsSolutions-ECS2",
+            "The environment holds only non-secret values: queue URLs, the handler path and the"
+            " worker contract's timings. Secrets, if a handler needs any, go through ECS secrets.",
+        )
+        acknowledge(
+            self.consumer.task_role,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/"
+            f"{self._cluster_name_in_finding(cluster)}/*]",
+            "Task scale-in protection is set by each task on itself; task ids are not known at deploy"
+            " time, so the resource is every task of this cluster only.",
+        )
+        execution_role = self.consumer.task_definition.obtain_execution_role()
+        acknowledge(
+            execution_role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken has no resource-level permissions; the ECR pull actions"
+            " themselves are scoped to the asset repository by CDK.",
+        )
+
+        for output_id, value, description in (
+            ("QueueUrl", self.queues.queue.queue_url, "Source queue URL (QUEUE_URL)"),
+            ("DeadLetterQueueUrl", self.queues.dead_letter_queue.queue_url, "Dead-letter queue URL (DLQ_URL)"),
+            ("QueueArn", self.queues.queue.queue_arn, "Source queue ARN"),
+            ("DeadLetterQueueArn", self.queues.dead_letter_queue.queue_arn, "Dead-letter queue ARN"),
+            ("PagingTopicArn", self.paging.topic.topic_arn, "SNS topic the alarms notify"),
+            ("ClusterName", cluster.cluster_name, "ECS cluster running the consumer"),
+            ("ServiceName", self.consumer.service.service_name, "ECS service running the consumer"),
+        ):
+            CfnOutput(self, output_id, value=value, description=description)
+
+    def _cluster(self, settings: EnvironmentSettings) -> ecs.ICluster:
+        if settings.vpc is not None:
+            vpc = ec2.Vpc.from_vpc_attributes(
+                self,
+                "Vpc",
+                vpc_id=settings.vpc.vpc_id,
+                availability_zones=list(settings.vpc.availability_zones),
+                private_subnet_ids=list(settings.vpc.private_subnet_ids),
+            )
+        else:
+            vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=settings.nat_gateways)
+            vpc.add_flow_log("FlowLog")
+        if settings.cluster_name is not None:
+            return ecs.Cluster.from_cluster_attributes(
+                self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]
+            )
+        return ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
+
+    def _cluster_name_in_finding(self, cluster: ecs.ICluster) -> str:
+        """How cdk-nag spells the cluster name inside a finding id (a Ref for a new cluster)."""
+        if self.settings.cluster_name is not None:
+            return self.settings.cluster_name
+        return f"<{self.get_logical_id(cluster.node.default_child)}>"
