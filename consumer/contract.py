@@ -66,6 +66,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 __all__ = [
+    "BINDING_KEYS",
     "ContractDriftError",
     "ContractError",
     "DERIVED_FORMULAS",
@@ -100,6 +101,11 @@ MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECOND
 AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
 
 ENV_PREFIX = "CONSUMER_"
+#: The queue binding the stack writes beside :meth:`WorkerContract.to_env` (the consumer reads them).
+QUEUE_URL_ENV = "QUEUE_URL"
+DLQ_URL_ENV = "DLQ_URL"
+HANDLER_ENV = "CONSUMER_HANDLER"
+BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV})
 HANDLER_ATTRIBUTE = "__worker_contract__"
 
 DAY = 86_400
@@ -493,12 +499,12 @@ def worker(
     return declare
 
 
-def contract_of(handler: Callable[..., Any]) -> WorkerContract:
+def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> WorkerContract:
     """The contract a handler declared with :func:`worker`."""
     contract = getattr(handler, HANDLER_ATTRIBUTE, None)
     if not isinstance(contract, WorkerContract):
         name = getattr(handler, "__qualname__", repr(handler))
-        raise ContractError("handler", "must be decorated with @worker(max_duration=...)", name)
+        raise ContractError(parameter, "must be decorated with @worker(max_duration=...)", name)
     return contract
 
 
@@ -518,5 +524,5 @@ def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     handler = getattr(module, attribute, None)
     if not callable(handler):
         raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)
-    contract_of(handler)
+    contract_of(handler, parameter)
     return handler

@@ -64,15 +64,19 @@ def formula_table(contract: WorkerContract) -> str:
     return "\n".join(lines)
 
 
-def acknowledged_findings(outdir: Path, stack_name: str) -> list[str]:
-    """cdk-nag findings acknowledged in one stack (from the cloud assembly's metadata)."""
-    metadata = json.loads((outdir / f"{stack_name}.metadata.json").read_text())
-    found = []
-    for entries in metadata.values():
-        for entry in entries:
-            if entry["type"] == "aws:cdk:acknowledged-rules":
-                found += [rule for rule in entry["data"] if "AwsSolutions" in rule]
-    return sorted(found)
+def nag_results(outdir: Path, stack_name: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(open findings, acknowledged (rule, reason) pairs) for one stack, from cdk-nag's validation report."""
+    report = json.loads((outdir / "validation-report.json").read_text())
+    open_findings: list[str] = []
+    acknowledged: list[tuple[str, str]] = []
+    for plugin in report["pluginReports"]:
+        for violation in plugin.get("violations", []):
+            if any(c["constructPath"].startswith(f"{stack_name}/") for c in violation["violatingConstructs"]):
+                open_findings.append(violation["ruleName"])
+        for violation in plugin.get("suppressedViolations", []):
+            if any(c["constructPath"].startswith(f"{stack_name}/") for c in violation["violatingConstructs"]):
+                acknowledged.append((violation["ruleName"], violation["reason"]))
+    return sorted(open_findings), sorted(acknowledged)
 
 
 def main(
@@ -113,10 +117,11 @@ def main(
     )
     console.print(table)
     for stack in stacks:
-        acks = acknowledged_findings(outdir, stack.stack_name)
+        open_findings, acknowledged = nag_results(outdir, stack.stack_name)
         console.print(
             f"[green]ok[/green] {stack.stack_name}: {outdir / (stack.stack_name + '.template.json')}"
-            f" - cdk-nag AwsSolutions: 0 open findings, {len(acks)} acknowledged with reasons"
+            f" - cdk-nag AwsSolutions: {len(open_findings)} open findings,"
+            f" {len(acknowledged)} acknowledged with reasons"
         )
     console.print(f"synthesized {len(stacks)} environments in {elapsed:.1f} s")
 

@@ -13,17 +13,12 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from consumer.contract import WorkerContract
+from consumer.contract import BINDING_KEYS, DLQ_URL_ENV, HANDLER_ENV, QUEUE_URL_ENV, WorkerContract
 from infra.queues import WorkerQueues
 
 CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
 CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
-#: Variables the construct writes besides the contract's ``to_env()``.
-QUEUE_URL_ENV = "QUEUE_URL"
-DLQ_URL_ENV = "DLQ_URL"
-HANDLER_ENV = "CONSUMER_HANDLER"
-BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV})
 #: Exactly what the consumer calls. Batch calls need no separate action:
 #: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
 SOURCE_QUEUE_ACTIONS = (

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumer.contract import DAY, ContractError, WorkerContract, check_int, contract_of, load_handler
+from consumer.contract import (
+    BINDING_KEYS,
+    DAY,
+    ContractError,
+    WorkerContract,
+    check_int,
+    contract_of,
+    load_handler,
+)
 
 CONTEXT_KEY = "sqs-worker:environments"
 #: Environments that must page someone: they refuse to synth without a subscription.
@@ -86,7 +94,10 @@ class EnvironmentSettings:
 
     def contract(self) -> WorkerContract:
         """The handler's declared contract with this environment's retention applied."""
-        declared = contract_of(load_handler(self.handler, parameter=self._path("handler")))
+        try:
+            declared = contract_of(load_handler(self.handler, parameter=self._path("handler")))
+        except ContractError as error:
+            raise SettingsError(error.parameter, error.rule, error.value) from error
         try:
             return dataclasses.replace(
                 declared,
@@ -188,6 +199,12 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
     ):
         raise SettingsError(
             path("handler_environment"), "must map UPPER_CASE names to string values", handler_environment
+        )
+
+    owned = sorted(set(handler_environment) & (WorkerContract.env_keys() | BINDING_KEYS))
+    if owned:
+        raise SettingsError(
+            path("handler_environment"), "must not set variables the stack writes itself", ", ".join(owned)
         )
 
     settings = EnvironmentSettings(

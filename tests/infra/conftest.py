@@ -1,0 +1,69 @@
+"""Shared fixtures for infra tests: the whole app is synthesized once per test module.
+
+Rule for this folder: synthesize, then assert template properties with
+``aws_cdk.assertions``; never a whole-template snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+from aws_cdk.assertions import Template  # noqa: E402
+
+from infra.app import build_app  # noqa: E402
+from infra.stack import WorkerStack  # noqa: E402
+
+
+@dataclass
+class Synthesized:
+    """One synthesized environment: its stack object and its template as written to disk."""
+
+    stack: WorkerStack
+    template: Template
+    json: dict[str, Any]
+    outdir: Path
+
+    def logical_id(self, construct: Any) -> str:
+        return self.stack.get_logical_id(construct.node.default_child)
+
+    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.json["Resources"].items() if v["Type"] == resource_type}
+
+
+def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str, Synthesized]:
+    """Run the real app (nag included) and load each stack's template from the cloud assembly."""
+    app, stacks = build_app(outdir=str(outdir), context=context)
+    app.synth()
+    result = {}
+    for stack in stacks:
+        data = json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
+        result[stack.settings.name] = Synthesized(stack, Template.from_json(data), data, outdir)
+    return result
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    """Every environment in cdk.json, synthesized once for the module."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture(scope="module")
+def dev(synthesized: dict[str, Synthesized]) -> Synthesized:
+    return synthesized["dev"]
+
+
+@pytest.fixture(scope="module")
+def prod(synthesized: dict[str, Synthesized]) -> Synthesized:
+    return synthesized["prod"]
+
+
+SynthFactory = Callable[..., dict[str, Synthesized]]

@@ -1,0 +1,20 @@
+"""Handlers used only by infra tests to synthesize contract variants."""
+
+from datetime import timedelta
+
+from consumer import worker
+
+
+@worker(max_duration=timedelta(minutes=5), concurrency=4, max_receive_count=3)
+def five_minutes(message):  # noqa: ANN001, ANN201
+    """A 5 min handler: visibility 330 s, three receives."""
+
+
+@worker(max_duration=timedelta(hours=2), concurrency=2)
+def two_hours(message):  # noqa: ANN001, ANN201
+    """A 2 h handler: the queue gets the 900 s heartbeat lease."""
+
+
+@worker(max_duration=30, fifo=True, content_based_deduplication=True)
+def ordered(message):  # noqa: ANN001, ANN201
+    """A FIFO handler."""

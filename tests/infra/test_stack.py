@@ -1,0 +1,314 @@
+"""Template properties of the synthesized stacks: queues, alarms, topic, task, IAM, scaling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match
+
+from consumer.contract import BINDING_KEYS, WorkerContract
+from infra.service import (
+    CONTAINER_COMMAND,
+    DEAD_LETTER_QUEUE_ACTIONS,
+    SOURCE_QUEUE_ACTIONS,
+    TASK_PROTECTION_ACTIONS,
+)
+from tests.infra.conftest import Synthesized
+
+
+def get_att(logical_id: str, attribute: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [logical_id, attribute]}
+
+
+def queue_props(env: Synthesized, construct: Any) -> dict[str, Any]:
+    return env.json["Resources"][env.logical_id(construct)]["Properties"]
+
+
+def container(env: Synthesized) -> dict[str, Any]:
+    (task,) = env.resources("AWS::ECS::TaskDefinition").values()
+    (definition,) = task["Properties"]["ContainerDefinitions"]
+    return definition
+
+
+def test_every_cdk_json_environment_synthesizes(synthesized: dict[str, Synthesized]) -> None:
+    """dev, staging and prod each produce a template with one source queue and one DLQ."""
+    assert list(synthesized) == ["dev", "staging", "prod"]
+    for env in synthesized.values():
+        env.template.resource_count_is("AWS::SQS::Queue", 2)
+        env.template.resource_count_is("AWS::ECS::Service", 1)
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
+def test_dlq_retention_exceeds_source_retention(synthesized: dict[str, Synthesized], name: str) -> None:
+    """The DLQ keeps messages longer than the source, with the retention from cdk.json."""
+    env = synthesized[name]
+    source = queue_props(env, env.stack.queues.queue)
+    dlq = queue_props(env, env.stack.queues.dead_letter_queue)
+    settings = env.stack.settings
+    assert source["MessageRetentionPeriod"] == settings.source_retention_days * 86_400
+    assert dlq["MessageRetentionPeriod"] == settings.dlq_retention_days * 86_400
+    assert dlq["MessageRetentionPeriod"] > source["MessageRetentionPeriod"]
+
+
+def test_redrive_policy_uses_contract_max_receive_count(dev: Synthesized) -> None:
+    """The source redrives to the DLQ after the contract's max receive count (5)."""
+    source = queue_props(dev, dev.stack.queues.queue)
+    assert source["RedrivePolicy"] == {
+        "deadLetterTargetArn": get_att(dev.logical_id(dev.stack.queues.dead_letter_queue), "Arn"),
+        "maxReceiveCount": 5,
+    }
+
+
+def test_dlq_redrive_allow_policy_names_only_the_source(dev: Synthesized) -> None:
+    """Only the source queue may use the DLQ (byQueue), named by its ARN."""
+    policy = queue_props(dev, dev.stack.queues.dead_letter_queue)["RedriveAllowPolicy"]
+    assert policy["redrivePermission"] == "byQueue"
+    (arn,) = policy["sourceQueueArns"]
+    assert arn["Fn::Join"][1][-1] == ":SqsWorker-dev-source"
+    assert queue_props(dev, dev.stack.queues.queue)["QueueName"] == "SqsWorker-dev-source"
+
+
+def test_visibility_timeout_is_the_contracts(dev: Synthesized) -> None:
+    """The example handler's 90 s max duration gives a 100 s visibility timeout."""
+    assert queue_props(dev, dev.stack.queues.queue)["VisibilityTimeout"] == 100
+
+
+def test_queues_encrypted_and_tls_enforced(dev: Synthesized) -> None:
+    """Both queues use SSE-SQS and deny any request not made over TLS."""
+    for construct in (dev.stack.queues.queue, dev.stack.queues.dead_letter_queue):
+        assert queue_props(dev, construct)["SqsManagedSseEnabled"] is True
+        dev.template.has_resource_properties(
+            "AWS::SQS::QueuePolicy",
+            {
+                "Queues": [{"Ref": dev.logical_id(construct)}],
+                "PolicyDocument": {
+                    "Statement": Match.array_with(
+                        [
+                            Match.object_like(
+                                {
+                                    "Effect": "Deny",
+                                    "Action": "sqs:*",
+                                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                                }
+                            )
+                        ]
+                    )
+                },
+            },
+        )
+
+
+def test_queue_removal_policy_per_environment(synthesized: dict[str, Synthesized]) -> None:
+    """dev may destroy its queues; prod retains them when the stack is deleted."""
+    for name, policy in (("dev", "Delete"), ("prod", "Retain")):
+        env = synthesized[name]
+        for construct in (env.stack.queues.queue, env.stack.queues.dead_letter_queue):
+            assert env.json["Resources"][env.logical_id(construct)]["DeletionPolicy"] == policy
+
+
+def alarm_on(env: Synthesized, metric: str, queue: Any) -> dict[str, Any]:
+    matches = [
+        a["Properties"]
+        for a in env.resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == metric
+        and a["Properties"]["Dimensions"] == [{"Name": "QueueName", "Value": get_att(env.logical_id(queue), "QueueName")}]
+    ]
+    assert len(matches) == 1, f"expected one {metric} alarm on {queue.node.path}, found {len(matches)}"
+    return matches[0]
+
+
+def test_dlq_depth_alarm_pages_on_one_message_within_a_minute(dev: Synthesized) -> None:
+    """Any visible DLQ message breaches over one 60 s period; ALARM and OK go to the topic."""
+    alarm = alarm_on(dev, "ApproximateNumberOfMessagesVisible", dev.stack.queues.dead_letter_queue)
+    topic = [{"Ref": dev.logical_id(dev.stack.paging.topic)}]
+    assert alarm["Namespace"] == "AWS/SQS"
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Maximum", 60, 1)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
+
+
+def test_dlq_age_alarm_fires_before_expiry(synthesized: dict[str, Synthesized]) -> None:
+    """The DLQ age threshold is half the retention gap, well below the time a message has left."""
+    for env in synthesized.values():
+        alarm = alarm_on(env, "ApproximateAgeOfOldestMessage", env.stack.queues.dead_letter_queue)
+        gap = (env.stack.settings.dlq_retention_days - env.stack.settings.source_retention_days) * 86_400
+        assert alarm["Threshold"] == env.stack.contract.dlq_age_alarm_seconds == gap // 2
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+        assert alarm["OKActions"] == [{"Ref": env.logical_id(env.stack.paging.topic)}]
+
+
+def test_backlog_age_alarm_detects_a_stalled_consumer(dev: Synthesized) -> None:
+    """The source's oldest message beyond the contract's threshold for 3 minutes pages."""
+    alarm = alarm_on(dev, "ApproximateAgeOfOldestMessage", dev.stack.queues.queue)
+    assert alarm["Threshold"] == dev.stack.contract.backlog_age_alarm_seconds == 374
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"], alarm["Period"]) == (3, 3, 60)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == [{"Ref": dev.logical_id(dev.stack.paging.topic)}]
+
+
+def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) -> None:
+    """The topic uses its own rotated KMS key whose policy admits CloudWatch; TLS is enforced."""
+    key_id = dev.logical_id(dev.stack.paging.key)
+    dev.template.has_resource_properties(
+        "AWS::SNS::Topic", {"KmsMasterKeyId": get_att(key_id, "Arn")}
+    )
+    dev.template.has_resource_properties(
+        "AWS::KMS::Key",
+        {
+            "EnableKeyRotation": True,
+            "KeyPolicy": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+                            "Effect": "Allow",
+                            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                            "Resource": "*",
+                        }
+                    ]
+                )
+            },
+        },
+    )
+    dev.template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                )
+            }
+        },
+    )
+
+
+def test_subscriptions_come_from_cdk_json(synthesized: dict[str, Synthesized]) -> None:
+    """prod subscribes its paging email; dev has no subscription."""
+    prod, dev = synthesized["prod"], synthesized["dev"]
+    prod.template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@example.com"}
+    )
+    dev.template.resource_count_is("AWS::SNS::Subscription", 0)
+
+
+def test_container_runs_the_consumer_as_non_root_with_read_only_root(dev: Synthesized) -> None:
+    """Command, user, read-only root file system and a writable /tmp."""
+    definition = container(dev)
+    assert definition["Command"] == CONTAINER_COMMAND == ["python", "-m", "consumer", "run"]
+    assert definition["User"] == "10001:10001"
+    assert definition["ReadonlyRootFilesystem"] is True
+    assert definition["MountPoints"] == [{"ContainerPath": "/tmp", "ReadOnly": False, "SourceVolume": "tmp"}]
+
+
+def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
+    """ECS waits the contract's stop timeout (95 s for a 90 s handler) before SIGKILL."""
+    assert container(dev)["StopTimeout"] == dev.stack.contract.stop_timeout_seconds == 95
+
+
+def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
+    """Keys equal the contract's to_env() keys plus QUEUE_URL, DLQ_URL and CONSUMER_HANDLER."""
+    environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
+    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS
+    for key, value in dev.stack.contract.to_env().items():
+        assert environment[key] == value
+    assert WorkerContract.from_env(environment) == dev.stack.contract
+    assert environment["QUEUE_URL"] == {"Ref": dev.logical_id(dev.stack.queues.queue)}
+    assert environment["DLQ_URL"] == {"Ref": dev.logical_id(dev.stack.queues.dead_letter_queue)}
+    assert environment["CONSUMER_HANDLER"] == "consumer.examples.notifications:handle"
+
+
+def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> None:
+    """The consumer's log group keeps logs as long as cdk.json says (7 d dev, 365 d prod)."""
+    for name, days in (("dev", 7), ("prod", 365)):
+        env = synthesized[name]
+        assert env.json["Resources"][env.logical_id(env.stack.consumer.log_group)]["Properties"][
+            "RetentionInDays"
+        ] == days
+
+
+def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
+    """Source: receive/delete/extend/get attributes; DLQ: send; tasks: scale-in protection. Nothing else."""
+    role_ref = {"Ref": dev.logical_id(dev.stack.consumer.task_role)}
+    policies = [p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]]
+    assert len(policies) == 1
+    role = dev.json["Resources"][dev.logical_id(dev.stack.consumer.task_role)]["Properties"]
+    assert "ManagedPolicyArns" not in role and "Policies" not in role
+    statements = policies[0]["PolicyDocument"]["Statement"]
+    actions = {}
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        granted = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        actions[str(statement["Resource"])] = sorted(granted)
+    source_arn = str(get_att(dev.logical_id(dev.stack.queues.queue), "Arn"))
+    dlq_arn = str(get_att(dev.logical_id(dev.stack.queues.dead_letter_queue), "Arn"))
+    assert actions.pop(source_arn) == sorted(SOURCE_QUEUE_ACTIONS) == [
+        "sqs:ChangeMessageVisibility",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:ReceiveMessage",
+    ]
+    assert actions.pop(dlq_arn) == list(DEAD_LETTER_QUEUE_ACTIONS) == ["sqs:SendMessage"]
+    ((protection_resource, protection_actions),) = actions.items()
+    assert protection_actions == sorted(TASK_PROTECTION_ACTIONS)
+    assert ":task/" in protection_resource and dev.logical_id(dev.stack.consumer.cluster) in protection_resource
+
+
+def test_cluster_has_container_insights(dev: Synthesized) -> None:
+    """Container Insights is on (RunningTaskCount feeds the scaling policy)."""
+    dev.template.has_resource_properties(
+        "AWS::ECS::Cluster", {"ClusterSettings": [{"Name": "containerInsights", "Value": "enabled"}]}
+    )
+
+
+def test_service_never_gets_a_public_ip_and_rolls_back(dev: Synthesized) -> None:
+    """Private subnets only, 100 % minimum healthy, deployment circuit breaker with rollback."""
+    dev.template.has_resource_properties(
+        "AWS::ECS::Service",
+        {
+            "NetworkConfiguration": {"AwsvpcConfiguration": Match.object_like({"AssignPublicIp": "DISABLED"})},
+            "DeploymentConfiguration": Match.object_like(
+                {"MinimumHealthyPercent": 100, "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True}}
+            ),
+        },
+    )
+
+
+@pytest.mark.parametrize("name", ["dev", "prod"])
+def test_scaling_tracks_backlog_per_task(synthesized: dict[str, Synthesized], name: str) -> None:
+    """Target tracking on visible messages / running tasks, target from the contract, bounds from cdk.json."""
+    env = synthesized[name]
+    (target,) = env.resources("AWS::ApplicationAutoScaling::ScalableTarget").values()
+    assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (
+        env.stack.settings.min_tasks,
+        env.stack.settings.max_tasks,
+    )
+    assert "AWSServiceRoleForApplicationAutoScaling_ECSService" in str(target["Properties"]["RoleARN"])
+    (policy,) = env.resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    config = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["Properties"]["PolicyType"] == "TargetTrackingScaling"
+    assert config["TargetValue"] == env.stack.contract.scaling_target_backlog_per_task == 240
+    metrics = {m["Id"]: m for m in config["CustomizedMetricSpecification"]["Metrics"]}
+    assert metrics["backlogPerTask"] == {
+        "Expression": "backlog / tasks",
+        "Id": "backlogPerTask",
+        "Label": "Backlog per task",
+        "ReturnData": True,
+    }
+    backlog = metrics["backlog"]["MetricStat"]["Metric"]
+    assert (backlog["Namespace"], backlog["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert backlog["Dimensions"] == [
+        {"Name": "QueueName", "Value": get_att(env.logical_id(env.stack.queues.queue), "QueueName")}
+    ]
+    tasks = metrics["tasks"]["MetricStat"]["Metric"]
+    assert (tasks["Namespace"], tasks["MetricName"]) == ("ECS/ContainerInsights", "RunningTaskCount")
+    assert {d["Name"] for d in tasks["Dimensions"]} == {"ClusterName", "ServiceName"}
+
+
+def test_outputs_expose_queue_urls(dev: Synthesized) -> None:
+    """Operators and the DLQ tooling find the queues from the stack's outputs."""
+    outputs = dev.json["Outputs"]
+    assert outputs["QueueUrl"]["Value"] == {"Ref": dev.logical_id(dev.stack.queues.queue)}
+    assert outputs["DeadLetterQueueUrl"]["Value"] == {"Ref": dev.logical_id(dev.stack.queues.dead_letter_queue)}
+    assert {"PagingTopicArn", "ClusterName", "ServiceName"} <= set(outputs)

@@ -1,0 +1,193 @@
+"""Contract and settings variants: the template follows the declaration, invariants hold at synth."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from consumer.contract import WorkerContract, contract_of, load_handler
+from infra.queues import WorkerQueues
+from infra.settings import CONTEXT_KEY, SettingsError
+from tests.infra.conftest import synthesize
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def queue_template(contract: WorkerContract) -> Template:
+    stack = cdk.Stack(cdk.App(), "QueuesOnly")
+    WorkerQueues(stack, "Queues", contract=contract)
+    return Template.from_stack(stack)
+
+
+def source_queue(template: Template) -> dict[str, Any]:
+    queues = template.find_resources("AWS::SQS::Queue")
+    (source,) = [q["Properties"] for q in queues.values() if "RedrivePolicy" in q["Properties"]]
+    return source
+
+
+@pytest.mark.parametrize(
+    ("handler", "visibility", "max_receives"),
+    [
+        ("consumer.examples.notifications:handle", 100, 5),
+        ("tests.infra.handlers:five_minutes", 330, 3),
+        ("tests.infra.handlers:two_hours", 900, 5),
+    ],
+)
+def test_visibility_changes_with_declared_max_duration(handler: str, visibility: int, max_receives: int) -> None:
+    """90 s -> 100 s, 5 min -> 330 s, 2 h -> the 900 s heartbeat lease; max receives follow too."""
+    source = source_queue(queue_template(contract_of(load_handler(handler))))
+    assert source["VisibilityTimeout"] == visibility
+    assert source["RedrivePolicy"]["maxReceiveCount"] == max_receives
+
+
+def test_fifo_contract_gives_a_fifo_pair() -> None:
+    """A FIFO declaration makes both queues FIFO, with content-based deduplication."""
+    template = queue_template(contract_of(load_handler("tests.infra.handlers:ordered")))
+    for queue in template.find_resources("AWS::SQS::Queue").values():
+        props = queue["Properties"]
+        assert props["FifoQueue"] is True and props["ContentBasedDeduplication"] is True
+        assert props["QueueName"].endswith(".fifo")
+
+
+def test_invariants_checked_at_synth_catch_an_escape_hatch() -> None:
+    """Overriding the L1 visibility or retention behind the contract's back fails synth."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Tampered")
+    queues = WorkerQueues(stack, "Queues", contract=WorkerContract(max_duration_seconds=90))
+    queues.queue.node.default_child.visibility_timeout = 30
+    queues.queue.node.default_child.message_retention_period = 14 * 86_400
+    with pytest.raises(RuntimeError) as raised:
+        app.synth()
+    message = str(raised.value)
+    assert "source visibility timeout is 30 s but the worker contract derives 100 s" in message
+    assert "DLQ retention (1209600 s) must exceed the source queue's (1209600 s)" in message
+
+
+def test_existing_vpc_and_cluster_are_used_without_lookups(tmp_path: Path) -> None:
+    """With vpc and cluster_name in cdk.json, no VPC or cluster is created and synth stays offline."""
+    context = {
+        CONTEXT_KEY: {
+            "shared": {
+                "handler": "consumer.examples.notifications:handle",
+                "vpc": {
+                    "vpc_id": "vpc-0123456789abcdef0",
+                    "availability_zones": ["eu-west-1a", "eu-west-1b"],
+                    "private_subnet_ids": ["subnet-aaaa", "subnet-bbbb"],
+                },
+                "cluster_name": "platform",
+            }
+        }
+    }
+    env = synthesize(tmp_path, context)["shared"]
+    env.template.resource_count_is("AWS::EC2::VPC", 0)
+    env.template.resource_count_is("AWS::ECS::Cluster", 0)
+    (service,) = env.resources("AWS::ECS::Service").values()
+    assert service["Properties"]["Cluster"] == "platform"
+    subnets = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
+    assert subnets == ["subnet-aaaa", "subnet-bbbb"]
+
+
+def test_handler_environment_cannot_override_the_binding(tmp_path: Path) -> None:
+    """handler_environment may add variables but never replace the contract's or the queue binding."""
+    context = {
+        CONTEXT_KEY: {
+            "dev": {
+                "handler": "consumer.examples.notifications:handle",
+                "handler_environment": {"QUEUE_URL": "https://elsewhere"},
+            }
+        }
+    }
+    with pytest.raises(SettingsError) as raised:
+        synthesize(tmp_path, context)
+    assert str(raised.value) == (
+        f'"{CONTEXT_KEY}.dev.handler_environment" must not set variables the stack writes itself: \'QUEUE_URL\''
+    )
+
+
+def test_nag_reports_zero_open_findings_with_reasoned_acknowledgements(tmp_path: Path) -> None:
+    """The real app passes AwsSolutions; exactly three findings are acknowledged, each with its reason."""
+    from infra.report import nag_results
+
+    env = synthesize(tmp_path, {"env": "prod"})["prod"]
+    open_findings, acknowledged = nag_results(tmp_path, env.stack.stack_name)
+    assert open_findings == []
+    rules = [rule.split("[")[0] for rule, _ in acknowledged]
+    assert rules == ["AwsSolutions-ECS2", "AwsSolutions-IAM5", "AwsSolutions-IAM5"]
+    assert any(rule.endswith("[Resource::*]") for rule, _ in acknowledged)
+    assert any(":task/<Cluster" in rule for rule, _ in acknowledged)
+    assert all(len(reason) >= 40 for _, reason in acknowledged)
+
+
+def test_nag_fails_synth_without_the_acknowledgements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cdk-nag really runs on the stack: dropping the acknowledgements makes synth fail on them."""
+    import infra.stack
+
+    monkeypatch.setattr(infra.stack, "acknowledge", lambda *args, **kwargs: None)
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        synthesize(tmp_path, {"env": "dev"})
+    report = (tmp_path / "validation-report.json").read_text()
+    for rule in ("AwsSolutions-ECS2", "AwsSolutions-IAM5"):
+        assert rule in report
+
+
+def test_acknowledgement_needs_a_real_reason() -> None:
+    """A placeholder reason is refused before it reaches cdk-nag."""
+    from infra.nag import acknowledge
+
+    with pytest.raises(ValueError, match='"reason" must be at least 40 characters'):
+        acknowledge(cdk.Stack(), "AwsSolutions-IAM5", "ok")
+
+
+def run_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDK_")}
+    env.update({"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true",
+                "AWS_EC2_METADATA_DISABLED": "true", "CI": "true"})
+    env.update(extra)
+    return env
+
+
+def test_python_app_py_synthesizes_all_environments_without_boto3(tmp_path: Path) -> None:
+    """`python app.py` writes every stack; synth never imports the consumer's boto3 runtime."""
+    probe = (
+        "import runpy, sys; runpy.run_path('app.py', run_name='__main__');"
+        "print('boto3 loaded' if 'boto3' in sys.modules else 'boto3 absent')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=run_env(CDK_OUTDIR=str(tmp_path)),
+        capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("boto3 absent")
+    assert sorted(p.name for p in tmp_path.glob("*.template.json")) == [
+        "SqsWorker-dev.template.json",
+        "SqsWorker-prod.template.json",
+        "SqsWorker-staging.template.json",
+    ]
+
+
+@pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(), reason="make test installs the CDK CLI")
+def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
+    """`cdk synth -c env=staging` (the pinned CLI) synthesizes only that stack."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    result = subprocess.run(
+        [str(ROOT / "node_modules" / ".bin" / "cdk"), "synth", "-q", "--no-notices", "-c", "env=staging",
+         "-o", str(tmp_path)],
+        cwd=ROOT, env=run_env(PATH=path), capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [p.name for p in tmp_path.glob("*.template.json")] == ["SqsWorker-staging.template.json"]
+
+
+def test_unknown_environment_fails_synth_with_a_clear_message(tmp_path: Path) -> None:
+    """-c env=qa names the environments that exist."""
+    with pytest.raises(Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod\): 'qa'"):
+        synthesize(tmp_path, {"env": "qa"})

@@ -1,0 +1,48 @@
+"""The tree keeps the architecture: the contract is stdlib-only, consumer/ never imports the CDK."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_contract_imports_standard_library_only() -> None:
+    """consumer/contract.py must import nothing outside the standard library."""
+    roots = imported_roots(ROOT / "consumer" / "contract.py") - {"__future__"}
+    assert sorted(roots - set(sys.stdlib_module_names)) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "consumer").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_consumer_never_imports_cdk(path: Path) -> None:
+    """No consumer module imports aws_cdk, constructs or cdk_nag."""
+    assert imported_roots(path) & {"aws_cdk", "constructs", "cdk_nag", "infra"} == set()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "infra").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_infra_never_imports_boto3(path: Path) -> None:
+    """No infra module imports the AWS runtime SDK."""
+    assert imported_roots(path) & {"boto3", "botocore"} == set()
+
+
+def test_consumer_package_import_is_stdlib_light() -> None:
+    """`import consumer` (what synth does to read a declaration) loads no boto3."""
+    import subprocess
+
+    code = "import consumer, sys; print(sorted(m for m in ('boto3', 'botocore', 'aws_cdk') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,289 @@
+"""Unit tests for the worker contract: every bound at both edges, every formula, the env round trip.
+
+Rule for this folder: no network, no CDK, no boto3 calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from consumer.contract import (
+    DAY,
+    DERIVED_FORMULAS,
+    ContractDriftError,
+    ContractError,
+    WorkerContract,
+    contract_of,
+    load_handler,
+    worker,
+)
+
+
+def make(**overrides: object) -> WorkerContract:
+    values: dict[str, object] = {"max_duration_seconds": 90}
+    values.update(overrides)
+    return WorkerContract(**values)  # type: ignore[arg-type]
+
+
+# (field, lowest valid, highest valid, extra fields that make the edges reachable)
+BOUNDS = [
+    ("max_duration_seconds", 1, 42_900, {}),
+    ("concurrency", 1, 256, {}),
+    ("batch_size", 1, 10, {}),
+    ("max_receive_count", 2, 1_000, {"max_duration_seconds": 1, "source_retention_seconds": 5 * DAY, "dlq_retention_seconds": 14 * DAY}),
+    ("acceptable_latency_seconds", 1, 43_200, {}),
+    ("average_duration_seconds", 1, 90, {}),
+    ("retry_backoff_base_seconds", 1, 300, {}),
+    ("retry_backoff_max_seconds", 2, 43_200, {}),
+    ("stop_timeout_seconds", 6, 120, {}),
+    ("source_retention_seconds", 60, 13 * DAY, {"max_duration_seconds": 1, "max_receive_count": 2}),
+    ("dlq_retention_seconds", 2 * DAY, 14 * DAY, {"source_retention_seconds": DAY}),
+]
+
+
+@pytest.mark.parametrize(("name", "low", "high", "extra"), BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_contract_accepts_both_edges(name: str, low: int, high: int, extra: dict) -> None:
+    """The lowest and highest allowed value of each field construct a contract."""
+    for value in (low, high):
+        assert getattr(make(**{**extra, name: value}), name) == value
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("max_duration_seconds", 0, '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 0'),
+        ("max_duration_seconds", 42_901, '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 42901'),
+        ("concurrency", 0, '"concurrency" must be between 1 and 256: 0'),
+        ("concurrency", 257, '"concurrency" must be between 1 and 256: 257'),
+        ("batch_size", 0, '"batch_size" must be between 1 and 10 (SQS receives at most 10 per call): 0'),
+        ("batch_size", 11, '"batch_size" must be between 1 and 10 (SQS receives at most 10 per call): 11'),
+        ("max_receive_count", 1, '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1'),
+        ("max_receive_count", 1_001, '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1001'),
+        ("acceptable_latency_seconds", 0, '"acceptable_latency_seconds" must be between 1 and 43200: 0'),
+        ("acceptable_latency_seconds", 43_201, '"acceptable_latency_seconds" must be between 1 and 43200: 43201'),
+        ("average_duration_seconds", 0, '"average_duration_seconds" must be between 1 and 90 (it cannot exceed max_duration_seconds): 0'),
+        ("average_duration_seconds", 91, '"average_duration_seconds" must be between 1 and 90 (it cannot exceed max_duration_seconds): 91'),
+        ("retry_backoff_base_seconds", 0, '"retry_backoff_base_seconds" must be between 1 and 43200: 0'),
+        ("retry_backoff_max_seconds", 1, '"retry_backoff_max_seconds" must be between 2 and 43200 (from retry_backoff_base_seconds to SQS\'s 12 h visibility limit): 1'),
+        ("retry_backoff_max_seconds", 43_201, '"retry_backoff_max_seconds" must be between 2 and 43200 (from retry_backoff_base_seconds to SQS\'s 12 h visibility limit): 43201'),
+        ("stop_timeout_seconds", 5, '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 5'),
+        ("stop_timeout_seconds", 121, '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 121'),
+        ("source_retention_seconds", 59, '"source_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 59'),
+        ("dlq_retention_seconds", 1_209_601, '"dlq_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 1209601'),
+    ],
+)
+def test_contract_rejects_out_of_bounds_with_exact_message(name: str, value: int, message: str) -> None:
+    """One past each edge fails, naming the parameter, the rule and the value."""
+    with pytest.raises(ContractError) as raised:
+        make(**{name: value})
+    assert str(raised.value) == message
+    assert (raised.value.parameter, raised.value.value) == (name, value)
+
+
+def test_contract_rejects_retention_gap_below_one_day() -> None:
+    """The DLQ must keep messages at least a day longer than the source (86400 s ok, 86399 s not)."""
+    assert make(source_retention_seconds=4 * DAY, dlq_retention_seconds=5 * DAY).dlq_retention_seconds == 5 * DAY
+    with pytest.raises(ContractError) as raised:
+        make(source_retention_seconds=4 * DAY, dlq_retention_seconds=5 * DAY - 1)
+    assert raised.value.parameter == "dlq_retention_seconds"
+    assert "must exceed source_retention_seconds (345600) by at least 86400 s" in str(raised.value)
+
+
+def test_contract_rejects_equal_retentions() -> None:
+    """A DLQ that keeps messages no longer than the source is refused."""
+    with pytest.raises(ContractError, match='"dlq_retention_seconds" must exceed'):
+        make(source_retention_seconds=14 * DAY, dlq_retention_seconds=14 * DAY)
+
+
+def test_contract_rejects_source_retention_not_above_retry_horizon() -> None:
+    """A message must be able to fail max_receive_count times before it could expire."""
+    horizon = make(max_duration_seconds=1, max_receive_count=5).retry_horizon_seconds
+    assert horizon == 5 * 11 + (2 + 4 + 8 + 16)
+    assert make(max_duration_seconds=1, max_receive_count=5, source_retention_seconds=horizon + 1)
+    with pytest.raises(ContractError) as raised:
+        make(max_duration_seconds=1, max_receive_count=5, source_retention_seconds=horizon)
+    assert raised.value.parameter == "source_retention_seconds"
+    assert f"retry horizon ({horizon} s" in str(raised.value)
+
+
+@pytest.mark.parametrize("value", [True, "90", 90.0, None])
+def test_contract_rejects_non_integers(value: object) -> None:
+    """Booleans, strings and floats are not whole seconds, even when they look like them."""
+    with pytest.raises(ContractError, match='"concurrency" must be a whole number'):
+        make(concurrency=value)
+
+
+def test_contract_rejects_content_deduplication_without_fifo() -> None:
+    """Content-based deduplication exists only on FIFO queues."""
+    with pytest.raises(ContractError, match='"content_based_deduplication" is only allowed on a FIFO pair'):
+        make(content_based_deduplication=True)
+    assert make(fifo=True, content_based_deduplication=True).content_based_deduplication
+
+
+def test_contract_is_frozen_and_keyword_only() -> None:
+    """A contract cannot be changed after validation, nor built positionally."""
+    contract = make()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        contract.concurrency = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        WorkerContract(90)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("max_duration", "margin", "visibility", "heartbeat", "lease"),
+    [
+        (1, 10, 11, 2, False),
+        (90, 10, 100, 20, False),
+        (800, 80, 880, 60, False),
+        (810, 81, 891, 60, False),
+        (820, 82, 900, 60, True),  # 902 capped: the heartbeat lease starts here
+        (7_200, 300, 900, 60, True),
+        (42_900, 300, 900, 60, True),
+    ],
+)
+def test_contract_visibility_follows_max_duration(
+    max_duration: int, margin: int, visibility: int, heartbeat: int, lease: bool
+) -> None:
+    """Visibility covers max duration plus margin, capped at the 900 s heartbeat lease."""
+    contract = WorkerContract(max_duration_seconds=max_duration, max_receive_count=2)
+    assert contract.visibility_margin_seconds == margin
+    assert contract.attempt_timeout_seconds == max_duration + margin
+    assert contract.visibility_timeout_seconds == visibility
+    assert contract.heartbeat_interval_seconds == heartbeat
+    assert contract.heartbeat_threshold_seconds == 2 * heartbeat
+    assert contract.uses_heartbeat_lease is lease
+    assert contract.message_timeout_seconds == max_duration
+
+
+@pytest.mark.parametrize(("max_duration", "stop"), [(1, 6), (90, 95), (115, 120), (116, 120), (3_600, 120)])
+def test_contract_stop_timeout_defaults_to_drain_time_capped_at_fargate_limit(max_duration: int, stop: int) -> None:
+    """Stop timeout = min(120, max_duration + 5); drain = stop - 5."""
+    contract = WorkerContract(max_duration_seconds=max_duration, max_receive_count=2)
+    assert (contract.stop_timeout_seconds, contract.drain_timeout_seconds) == (stop, stop - 5)
+
+
+def test_contract_declared_stop_timeout_wins() -> None:
+    """An explicit stop timeout replaces the default."""
+    assert make(stop_timeout_seconds=30).drain_timeout_seconds == 25
+
+
+def test_contract_retry_backoff_doubles_to_its_cap() -> None:
+    """Backoff after the n-th receive: base * 2**(n-1), never above the cap."""
+    contract = make(retry_backoff_base_seconds=2, retry_backoff_max_seconds=20)
+    assert [contract.retry_backoff_seconds(n) for n in range(1, 7)] == [2, 4, 8, 16, 20, 20]
+    assert contract.retry_backoff_seconds(10_000) == 20
+
+
+def test_contract_alarm_thresholds() -> None:
+    """DLQ age alarm at half the retention gap; backlog age alarm after three retry cycles."""
+    contract = make(acceptable_latency_seconds=60)
+    assert contract.dlq_age_alarm_seconds == (14 * DAY - 4 * DAY) // 2
+    assert contract.backlog_age_alarm_seconds == 60 + (100 + 2) + (100 + 4) + (100 + 8)
+    two_receives = make(acceptable_latency_seconds=60, max_receive_count=2)
+    assert two_receives.backlog_age_alarm_seconds == 60 + (100 + 2) + (100 + 4)
+
+
+def test_contract_scaling_target_and_pollers() -> None:
+    """Backlog per task = latency * concurrency / average duration, at least 1."""
+    assert make(concurrency=8, acceptable_latency_seconds=60, average_duration_seconds=2).scaling_target_backlog_per_task == 240
+    assert make(concurrency=1, acceptable_latency_seconds=1, average_duration_seconds=90).scaling_target_backlog_per_task == 1
+    assert make(concurrency=8).average_duration_seconds == 45
+    assert [make(concurrency=c).pollers for c in (1, 10, 11, 256)] == [1, 1, 2, 26]
+
+
+def test_contract_env_round_trip() -> None:
+    """from_env(to_env()) gives back an equal contract, defaults resolved."""
+    contract = make(concurrency=8, fifo=True, content_based_deduplication=True, stop_timeout_seconds=60)
+    environ = contract.to_env()
+    assert set(environ) == WorkerContract.env_keys()
+    assert environ["CONSUMER_FIFO"] == "true"
+    assert environ["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"] == "100"
+    assert WorkerContract.from_env(environ) == contract
+
+
+def test_contract_env_keys_cover_declared_and_derived() -> None:
+    """Every field and every derived value has one CONSUMER_ variable."""
+    assert len(WorkerContract.env_keys()) == len(dataclasses.fields(WorkerContract)) + len(DERIVED_FORMULAS)
+    assert all(key.startswith("CONSUMER_") for key in WorkerContract.env_keys())
+
+
+def test_contract_from_env_requires_max_duration() -> None:
+    """Without the stack's max duration there is no contract to run."""
+    with pytest.raises(ContractError, match='"CONSUMER_MAX_DURATION_SECONDS" must be set'):
+        WorkerContract.from_env({})
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "message"),
+    [
+        ("CONSUMER_CONCURRENCY", "eight", '"CONSUMER_CONCURRENCY" must be a whole number: \'eight\''),
+        ("CONSUMER_FIFO", "yes", '"CONSUMER_FIFO" must be "true" or "false": \'yes\''),
+    ],
+)
+def test_contract_from_env_rejects_malformed_values(key: str, raw: str, message: str) -> None:
+    """A malformed variable names itself and the raw value."""
+    environ = make().to_env() | {key: raw}
+    with pytest.raises(ContractError) as raised:
+        WorkerContract.from_env(environ)
+    assert str(raised.value) == message
+
+
+def test_contract_from_env_detects_formula_drift() -> None:
+    """A derived value the stack wrote that this code derives differently refuses to load."""
+    environ = make().to_env() | {"CONSUMER_VISIBILITY_TIMEOUT_SECONDS": "30"}
+    with pytest.raises(ContractDriftError) as raised:
+        WorkerContract.from_env(environ)
+    assert raised.value.parameter == "CONSUMER_VISIBILITY_TIMEOUT_SECONDS"
+    assert "this image derives (100)" in str(raised.value)
+
+
+def test_worker_decorator_attaches_contract_and_returns_function() -> None:
+    """@worker leaves the function callable as is and records its contract."""
+
+    @worker(max_duration=timedelta(seconds=89, milliseconds=1), concurrency=4, acceptable_latency=30)
+    def handle(message: object) -> str:
+        return "done"
+
+    assert handle(None) == "done"
+    assert contract_of(handle) == WorkerContract(
+        max_duration_seconds=90, concurrency=4, acceptable_latency_seconds=30
+    )
+
+
+def test_worker_decorator_validates_at_declaration() -> None:
+    """A bad declaration fails at import time of the handler, naming the parameter."""
+    with pytest.raises(ContractError, match='"max_duration" must be a timedelta or a number of seconds'):
+        worker(max_duration="90")
+    with pytest.raises(ContractError, match='"max_duration_seconds" must be between 1 and 42900'):
+        worker(max_duration=timedelta(hours=12))
+
+
+def test_contract_of_rejects_undeclared_handler() -> None:
+    """A plain function has no contract."""
+    with pytest.raises(ContractError, match='"handler" must be decorated with @worker'):
+        contract_of(lambda message: None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "rule"),
+    [
+        ("consumer.examples.notifications", 'must look like "package.module:function"'),
+        ("consumer.examples.notifications:", 'must look like "package.module:function"'),
+        ("no.such.module:handle", "names a module that cannot be imported"),
+        ("consumer.examples.notifications:missing", "names no function 'missing'"),
+        ("consumer.examples.notifications:parse", "must be decorated with @worker"),
+    ],
+)
+def test_load_handler_rejects_bad_specs(spec: str, rule: str) -> None:
+    """Each way a handler path can be wrong gets its own message."""
+    with pytest.raises(ContractError, match=rule):
+        load_handler(spec)
+
+
+def test_load_handler_returns_declared_example() -> None:
+    """The example handler declares 90 s and 8 slots."""
+    contract = contract_of(load_handler("consumer.examples.notifications:handle"))
+    assert (contract.max_duration_seconds, contract.concurrency) == (90, 8)
