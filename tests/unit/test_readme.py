@@ -1,0 +1,23 @@
+"""The README stays true: its configuration table is the code's, its commands are the ones CI runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from consumer.contract import contract_of, load_handler
+from infra.report import EXAMPLE_HANDLER, formula_table
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_configuration_table_is_generated_from_the_contract() -> None:
+    """The README holds exactly what `python -m infra.report --markdown` prints."""
+    assert formula_table(contract_of(load_handler(EXAMPLE_HANDLER))) in README
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    """.ci/run runs the README's test command, `make test`, and nothing else."""
+    assert "make test   #" in README and "make run    #" in README
+    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith(("#", "set ", "cd "))]
+    assert commands == ["make test"]
