@@ -49,54 +49,58 @@ class QueueAlarms(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         dlq, source = queues.dead_letter_queue, queues.queue
-        self.dlq_depth = cloudwatch.Alarm(
-            self,
-            "DlqDepth",
-            alarm_description=(
-                "A message reached the dead-letter queue: it failed max_receive_count times or was"
-                " poison. Inspect it with `python -m consumer dlq peek`, fix the cause, then redrive."
-            ),
-            metric=dlq.metric_approximate_number_of_messages_visible(
-                period=SQS_METRIC_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
-            ),
-            threshold=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.dlq_age = cloudwatch.Alarm(
-            self,
-            "DlqAge",
-            alarm_description=(
-                f"A dead-letter message is older than {contract.dlq_age_alarm_seconds} s (half the"
-                " retention gap between the DLQ and the source): redrive or export it before it expires."
-            ),
-            metric=dlq.metric_approximate_age_of_oldest_message(
-                period=SQS_METRIC_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
-            ),
-            threshold=contract.dlq_age_alarm_seconds,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        self.backlog_age = cloudwatch.Alarm(
-            self,
-            "BacklogAge",
-            alarm_description=(
-                f"The oldest source message is older than {contract.backlog_age_alarm_seconds} s"
-                " (acceptable latency plus three retry cycles): the consumer is stalled, crashed or"
-                " far behind. Check the ECS service's running tasks and the consumer's logs."
-            ),
-            metric=source.metric_approximate_age_of_oldest_message(
-                period=SQS_METRIC_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
-            ),
-            threshold=contract.backlog_age_alarm_seconds,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=BACKLOG_AGE_EVALUATION_MINUTES,
-            datapoints_to_alarm=BACKLOG_AGE_EVALUATION_MINUTES,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
         action = actions.SnsAction(topic)
-        for alarm in (self.dlq_depth, self.dlq_age, self.backlog_age):
-            alarm.add_alarm_action(action)
-            alarm.add_ok_action(action)
+
+        def alarm(
+            construct_id: str,
+            description: str,
+            metric: cloudwatch.Metric,
+            threshold: int,
+            comparison: cloudwatch.ComparisonOperator,
+            minutes: int = 1,
+        ) -> cloudwatch.Alarm:
+            created = cloudwatch.Alarm(
+                self,
+                construct_id,
+                alarm_description=description,
+                metric=metric,
+                threshold=threshold,
+                comparison_operator=comparison,
+                evaluation_periods=minutes,
+                datapoints_to_alarm=minutes,
+                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            )
+            created.add_alarm_action(action)
+            created.add_ok_action(action)
+            return created
+
+        def maximum(metric_factory) -> cloudwatch.Metric:  # noqa: ANN001 (a bound Queue.metric_* method)
+            return metric_factory(period=SQS_METRIC_PERIOD, statistic=cloudwatch.Stats.MAXIMUM)
+
+        self.dlq_depth = alarm(
+            "DlqDepth",
+            "A message reached the dead-letter queue: it failed max_receive_count times or was"
+            " poison. Read its reason attributes (aws sqs receive-message --queue-url <DLQ_URL>"
+            " --message-attribute-names All), fix the cause, then redrive it to the source.",
+            maximum(dlq.metric_approximate_number_of_messages_visible),
+            1,
+            cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        )
+        self.dlq_age = alarm(
+            "DlqAge",
+            f"A dead-letter message is older than {contract.dlq_age_alarm_seconds} s (half the"
+            " retention gap between the DLQ and the source): redrive or export it before it expires.",
+            maximum(dlq.metric_approximate_age_of_oldest_message),
+            contract.dlq_age_alarm_seconds,
+            cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        )
+        self.backlog_age = alarm(
+            "BacklogAge",
+            f"The oldest source message is older than {contract.backlog_age_alarm_seconds} s"
+            " (acceptable latency plus three retry cycles): the consumer is stalled, crashed or"
+            " far behind. Check the ECS service's running tasks and the consumer's logs.",
+            maximum(source.metric_approximate_age_of_oldest_message),
+            contract.backlog_age_alarm_seconds,
+            cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            minutes=BACKLOG_AGE_EVALUATION_MINUTES,
+        )
