@@ -118,9 +118,7 @@ DERIVED_FORMULAS: dict[str, str] = {
     "heartbeat_threshold_seconds": "2 * heartbeat_interval",
     "message_timeout_seconds": "max_duration",
     "drain_timeout_seconds": "stop_timeout - 5",
-    "retry_horizon_seconds": (
-        "max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"
-    ),
+    "retry_horizon_seconds": ("max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"),
     "dlq_age_alarm_seconds": "(dlq_retention - source_retention) // 2",
     "backlog_age_alarm_seconds": (
         "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
@@ -248,9 +246,7 @@ class WorkerContract:
         _check_bool("fifo", self.fifo)
         _check_bool("content_based_deduplication", self.content_based_deduplication)
         if self.content_based_deduplication and not self.fifo:
-            raise ContractError(
-                "content_based_deduplication", "is only allowed on a FIFO pair (fifo=True)", True
-            )
+            raise ContractError("content_based_deduplication", "is only allowed on a FIFO pair (fifo=True)", True)
         check_int("acceptable_latency_seconds", self.acceptable_latency_seconds, 1, SQS_MAX_VISIBILITY_SECONDS)
         if self.average_duration_seconds is None:
             object.__setattr__(self, "average_duration_seconds", max(1, math.ceil(self.max_duration_seconds / 2)))

@@ -47,6 +47,4 @@ class PagingTopic(Construct):
         for email in emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         for url in https_endpoints:
-            self.topic.add_subscription(
-                subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS)
-            )
+            self.topic.add_subscription(subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS))

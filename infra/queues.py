@@ -50,9 +50,7 @@ class WorkerQueues(Construct):
                 f" characters: {stack.stack_name!r}"
             )
         fifo_props = (
-            {"fifo": True, "content_based_deduplication": contract.content_based_deduplication}
-            if contract.fifo
-            else {}
+            {"fifo": True, "content_based_deduplication": contract.content_based_deduplication} if contract.fifo else {}
         )
         source_arn = stack.format_arn(service="sqs", resource=source_name)
 
@@ -107,9 +105,7 @@ class _QueueInvariants:
         source_retention = stack.resolve(source.message_retention_period)
         dlq_retention = stack.resolve(dlq.message_retention_period)
         if not (Token.is_unresolved(source_retention) or dlq_retention > source_retention):
-            errors.append(
-                f"DLQ retention ({dlq_retention} s) must exceed the source queue's ({source_retention} s)"
-            )
+            errors.append(f"DLQ retention ({dlq_retention} s) must exceed the source queue's ({source_retention} s)")
         visibility = stack.resolve(source.visibility_timeout)
         if visibility != contract.visibility_timeout_seconds:
             errors.append(

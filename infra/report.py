@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from consumer.contract import DERIVED_FORMULAS, WorkerContract, contract_of, load_handler
+from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract, contract_of, load_handler
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -92,7 +92,11 @@ def main(
     from infra.app import build_app  # imported late: loading the CDK takes seconds
 
     started = time.monotonic()
-    app, stacks = build_app(outdir=str(outdir))
+    try:
+        app, stacks = build_app(outdir=str(outdir))
+    except ContractError as error:  # a cdk.json setting or a handler declaration breaks a rule
+        console.print(f"[red]invalid configuration[/red]: {error}")
+        raise typer.Exit(2) from error
     try:
         app.synth()
     except Exception as error:  # jsii raises RuntimeError for ValidationFailed

@@ -86,9 +86,7 @@ class ConsumerService(Construct):
         environment = contract.to_env()
         clashes = sorted(set(handler_environment or {}) & (set(environment) | BINDING_KEYS))
         if clashes:
-            raise ValueError(
-                f'"handler_environment" must not set variables the construct owns: {", ".join(clashes)}'
-            )
+            raise ValueError(f'"handler_environment" must not set variables the construct owns: {", ".join(clashes)}')
         environment.update(bindings)
         environment.update(handler_environment or {})
 
@@ -102,16 +100,12 @@ class ConsumerService(Construct):
             iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])
         )
         self.task_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn]
-            )
+            iam.PolicyStatement(actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn])
         )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=list(TASK_PROTECTION_ACTIONS),
-                resources=[
-                    stack.format_arn(service="ecs", resource="task", resource_name=f"{cluster.cluster_name}/*")
-                ],
+                resources=[stack.format_arn(service="ecs", resource="task", resource_name=f"{cluster.cluster_name}/*")],
             )
         )
 
@@ -127,9 +121,7 @@ class ConsumerService(Construct):
             ),
         )
         self.task_definition.add_volume(name="tmp")
-        self.log_group = logs.LogGroup(
-            self, "Logs", retention=log_retention, removal_policy=log_removal_policy
-        )
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
         self.container = self.task_definition.add_container(
             "Consumer",
             image=ecs.ContainerImage.from_asset(
@@ -142,9 +134,7 @@ class ConsumerService(Construct):
             stop_timeout=Duration.seconds(contract.stop_timeout_seconds or 0),
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
-        self.container.add_mount_points(
-            ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False)
-        )
+        self.container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False))
 
         self.service = ecs.FargateService(
             self,

@@ -40,7 +40,30 @@ FARGATE_MEMORY_MIB: dict[int, range] = {
     16384: range(32768, 122880 + 1, 8192),
 }
 # Values CloudWatch Logs accepts for a log group's retention.
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
 MAX_TASKS_LIMIT = 100
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
@@ -127,7 +150,9 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         raise SettingsError(prefix, "must be an object of settings", raw)
     unknown = sorted(set(raw) - set(_KNOWN_KEYS))
     if unknown:
-        raise SettingsError(f"{prefix}.{unknown[0]}", f"is not a known setting (known: {', '.join(_KNOWN_KEYS)})", raw[unknown[0]])
+        raise SettingsError(
+            f"{prefix}.{unknown[0]}", f"is not a known setting (known: {', '.join(_KNOWN_KEYS)})", raw[unknown[0]]
+        )
     if "handler" not in raw:
         raise SettingsError(f"{prefix}.handler", 'must be set to "package.module:function"', None)
 
@@ -181,7 +206,9 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         )
     log_retention = raw.get("log_retention_days", 30)
     if isinstance(log_retention, bool) or log_retention not in LOG_RETENTION_DAYS:
-        raise SettingsError(path("log_retention_days"), f"must be one of CloudWatch's {LOG_RETENTION_DAYS}", log_retention)
+        raise SettingsError(
+            path("log_retention_days"), f"must be one of CloudWatch's {LOG_RETENTION_DAYS}", log_retention
+        )
 
     paging = raw.get("paging", {})
     if not isinstance(paging, Mapping) or set(paging) - {"emails", "https"}:

@@ -16,7 +16,7 @@ from infra.service import ConsumerService
 from infra.settings import LOG_RETENTION_DAYS, PLACEHOLDER_DOMAINS, EnvironmentSettings
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
-RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)]))
+RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
 
 
 class WorkerStack(Stack):

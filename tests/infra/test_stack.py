@@ -112,7 +112,8 @@ def alarm_on(env: Synthesized, metric: str, queue: Any) -> dict[str, Any]:
         a["Properties"]
         for a in env.resources("AWS::CloudWatch::Alarm").values()
         if a["Properties"]["MetricName"] == metric
-        and a["Properties"]["Dimensions"] == [{"Name": "QueueName", "Value": get_att(env.logical_id(queue), "QueueName")}]
+        and a["Properties"]["Dimensions"]
+        == [{"Name": "QueueName", "Value": get_att(env.logical_id(queue), "QueueName")}]
     ]
     assert len(matches) == 1, f"expected one {metric} alarm on {queue.node.path}, found {len(matches)}"
     return matches[0]
@@ -151,9 +152,7 @@ def test_backlog_age_alarm_detects_a_stalled_consumer(dev: Synthesized) -> None:
 def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) -> None:
     """The topic uses its own rotated KMS key whose policy admits CloudWatch; TLS is enforced."""
     key_id = dev.logical_id(dev.stack.paging.key)
-    dev.template.has_resource_properties(
-        "AWS::SNS::Topic", {"KmsMasterKeyId": get_att(key_id, "Arn")}
-    )
+    dev.template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": get_att(key_id, "Arn")})
     dev.template.has_resource_properties(
         "AWS::KMS::Key",
         {
@@ -223,15 +222,17 @@ def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> Non
     """The consumer's log group keeps logs as long as cdk.json says (7 d dev, 365 d prod)."""
     for name, days in (("dev", 7), ("prod", 365)):
         env = synthesized[name]
-        assert env.json["Resources"][env.logical_id(env.stack.consumer.log_group)]["Properties"][
-            "RetentionInDays"
-        ] == days
+        assert (
+            env.json["Resources"][env.logical_id(env.stack.consumer.log_group)]["Properties"]["RetentionInDays"] == days
+        )
 
 
 def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
     """Source: receive/delete/extend/get attributes; DLQ: send; tasks: scale-in protection. Nothing else."""
     role_ref = {"Ref": dev.logical_id(dev.stack.consumer.task_role)}
-    policies = [p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]]
+    policies = [
+        p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]
+    ]
     assert len(policies) == 1
     role = dev.json["Resources"][dev.logical_id(dev.stack.consumer.task_role)]["Properties"]
     assert "ManagedPolicyArns" not in role and "Policies" not in role
@@ -243,12 +244,16 @@ def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
         actions[str(statement["Resource"])] = sorted(granted)
     source_arn = str(get_att(dev.logical_id(dev.stack.queues.queue), "Arn"))
     dlq_arn = str(get_att(dev.logical_id(dev.stack.queues.dead_letter_queue), "Arn"))
-    assert actions.pop(source_arn) == sorted(SOURCE_QUEUE_ACTIONS) == [
-        "sqs:ChangeMessageVisibility",
-        "sqs:DeleteMessage",
-        "sqs:GetQueueAttributes",
-        "sqs:ReceiveMessage",
-    ]
+    assert (
+        actions.pop(source_arn)
+        == sorted(SOURCE_QUEUE_ACTIONS)
+        == [
+            "sqs:ChangeMessageVisibility",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:ReceiveMessage",
+        ]
+    )
     assert actions.pop(dlq_arn) == list(DEAD_LETTER_QUEUE_ACTIONS) == ["sqs:SendMessage"]
     ((protection_resource, protection_actions),) = actions.items()
     assert protection_actions == sorted(TASK_PROTECTION_ACTIONS)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,7 +107,7 @@ def test_handler_environment_cannot_override_the_binding(tmp_path: Path) -> None
     with pytest.raises(SettingsError) as raised:
         synthesize(tmp_path, context)
     assert str(raised.value) == (
-        f'"{CONTEXT_KEY}.dev.handler_environment" must not set variables the stack writes itself: \'QUEUE_URL\''
+        f"\"{CONTEXT_KEY}.dev.handler_environment\" must not set variables the stack writes itself: 'QUEUE_URL'"
     )
 
 
@@ -149,8 +147,14 @@ def test_acknowledgement_needs_a_real_reason() -> None:
 
 def run_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDK_")}
-    env.update({"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20", "CDK_DISABLE_CLI_TELEMETRY": "true",
-                "AWS_EC2_METADATA_DISABLED": "true", "CI": "true"})
+    env.update(
+        {
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+            "CDK_DISABLE_CLI_TELEMETRY": "true",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "CI": "true",
+        }
+    )
     env.update(extra)
     return env
 
@@ -162,8 +166,12 @@ def test_python_app_py_synthesizes_all_environments_without_boto3(tmp_path: Path
         "print('boto3 loaded' if 'boto3' in sys.modules else 'boto3 absent')"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=run_env(CDK_OUTDIR=str(tmp_path)),
-        capture_output=True, text=True, timeout=180,
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=run_env(CDK_OUTDIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("boto3 absent")
@@ -179,9 +187,21 @@ def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
     """`cdk synth -c env=staging` (the pinned CLI) synthesizes only that stack."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     result = subprocess.run(
-        [str(ROOT / "node_modules" / ".bin" / "cdk"), "synth", "-q", "--no-notices", "-c", "env=staging",
-         "-o", str(tmp_path)],
-        cwd=ROOT, env=run_env(PATH=path), capture_output=True, text=True, timeout=240,
+        [
+            str(ROOT / "node_modules" / ".bin" / "cdk"),
+            "synth",
+            "-q",
+            "--no-notices",
+            "-c",
+            "env=staging",
+            "-o",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=run_env(PATH=path),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [p.name for p in tmp_path.glob("*.template.json")] == ["SqsWorker-staging.template.json"]
@@ -189,5 +209,7 @@ def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
 
 def test_unknown_environment_fails_synth_with_a_clear_message(tmp_path: Path) -> None:
     """-c env=qa names the environments that exist."""
-    with pytest.raises(Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod\): 'qa'"):
+    with pytest.raises(
+        Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod\): 'qa'"
+    ):
         synthesize(tmp_path, {"env": "qa"})

@@ -33,7 +33,12 @@ BOUNDS = [
     ("max_duration_seconds", 1, 42_900, {}),
     ("concurrency", 1, 256, {}),
     ("batch_size", 1, 10, {}),
-    ("max_receive_count", 2, 1_000, {"max_duration_seconds": 1, "source_retention_seconds": 5 * DAY, "dlq_retention_seconds": 14 * DAY}),
+    (
+        "max_receive_count",
+        2,
+        1_000,
+        {"max_duration_seconds": 1, "source_retention_seconds": 5 * DAY, "dlq_retention_seconds": 14 * DAY},
+    ),
     ("acceptable_latency_seconds", 1, 43_200, {}),
     ("average_duration_seconds", 1, 90, {}),
     ("retry_backoff_base_seconds", 1, 300, {}),
@@ -54,28 +59,84 @@ def test_contract_accepts_both_edges(name: str, low: int, high: int, extra: dict
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
-        ("max_duration_seconds", 0, '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 0'),
-        ("max_duration_seconds", 42_901, '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 42901'),
+        (
+            "max_duration_seconds",
+            0,
+            '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 0',
+        ),
+        (
+            "max_duration_seconds",
+            42_901,
+            '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 42901',
+        ),
         ("concurrency", 0, '"concurrency" must be between 1 and 256: 0'),
         ("concurrency", 257, '"concurrency" must be between 1 and 256: 257'),
         ("batch_size", 0, '"batch_size" must be between 1 and 10 (SQS receives at most 10 per call): 0'),
         ("batch_size", 11, '"batch_size" must be between 1 and 10 (SQS receives at most 10 per call): 11'),
-        ("max_receive_count", 1, '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1'),
-        ("max_receive_count", 1_001, '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1001'),
+        (
+            "max_receive_count",
+            1,
+            '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1',
+        ),
+        (
+            "max_receive_count",
+            1_001,
+            '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1001',
+        ),
         ("acceptable_latency_seconds", 0, '"acceptable_latency_seconds" must be between 1 and 43200: 0'),
         ("acceptable_latency_seconds", 43_201, '"acceptable_latency_seconds" must be between 1 and 43200: 43201'),
-        ("average_duration_seconds", 0, '"average_duration_seconds" must be between 1 and 90 (it cannot exceed max_duration_seconds): 0'),
-        ("average_duration_seconds", 91, '"average_duration_seconds" must be between 1 and 90 (it cannot exceed max_duration_seconds): 91'),
+        (
+            "average_duration_seconds",
+            0,
+            '"average_duration_seconds" must be between 1 and 90 (it cannot exceed max_duration_seconds): 0',
+        ),
+        (
+            "average_duration_seconds",
+            91,
+            '"average_duration_seconds" must be between 1 and 90 (it cannot exceed max_duration_seconds): 91',
+        ),
         ("retry_backoff_base_seconds", 0, '"retry_backoff_base_seconds" must be between 1 and 43200: 0'),
         ("retry_backoff_base_seconds", 43_201, '"retry_backoff_base_seconds" must be between 1 and 43200: 43201'),
-        ("retry_backoff_max_seconds", 1, '"retry_backoff_max_seconds" must be between 2 and 43200 (from retry_backoff_base_seconds to SQS\'s 12 h visibility limit): 1'),
-        ("retry_backoff_max_seconds", 43_201, '"retry_backoff_max_seconds" must be between 2 and 43200 (from retry_backoff_base_seconds to SQS\'s 12 h visibility limit): 43201'),
-        ("stop_timeout_seconds", 5, '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 5'),
-        ("stop_timeout_seconds", 121, '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 121'),
-        ("source_retention_seconds", 59, '"source_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 59'),
-        ("source_retention_seconds", 1_209_601, '"source_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 1209601'),
-        ("dlq_retention_seconds", 59, '"dlq_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 59'),
-        ("dlq_retention_seconds", 1_209_601, '"dlq_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 1209601'),
+        (
+            "retry_backoff_max_seconds",
+            1,
+            '"retry_backoff_max_seconds" must be between 2 and 43200 (from retry_backoff_base_seconds to SQS\'s 12 h visibility limit): 1',
+        ),
+        (
+            "retry_backoff_max_seconds",
+            43_201,
+            '"retry_backoff_max_seconds" must be between 2 and 43200 (from retry_backoff_base_seconds to SQS\'s 12 h visibility limit): 43201',
+        ),
+        (
+            "stop_timeout_seconds",
+            5,
+            '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 5',
+        ),
+        (
+            "stop_timeout_seconds",
+            121,
+            '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 121',
+        ),
+        (
+            "source_retention_seconds",
+            59,
+            '"source_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 59',
+        ),
+        (
+            "source_retention_seconds",
+            1_209_601,
+            '"source_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 1209601',
+        ),
+        (
+            "dlq_retention_seconds",
+            59,
+            '"dlq_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 59',
+        ),
+        (
+            "dlq_retention_seconds",
+            1_209_601,
+            '"dlq_retention_seconds" must be between 60 and 1209600 (SQS retention is 60 s to 14 days): 1209601',
+        ),
     ],
 )
 def test_contract_rejects_out_of_bounds_with_exact_message(name: str, value: int, message: str) -> None:
@@ -191,8 +252,14 @@ def test_contract_alarm_thresholds() -> None:
 
 def test_contract_scaling_target_and_pollers() -> None:
     """Backlog per task = latency * concurrency / average duration, at least 1."""
-    assert make(concurrency=8, acceptable_latency_seconds=60, average_duration_seconds=2).scaling_target_backlog_per_task == 240
-    assert make(concurrency=1, acceptable_latency_seconds=1, average_duration_seconds=90).scaling_target_backlog_per_task == 1
+    assert (
+        make(concurrency=8, acceptable_latency_seconds=60, average_duration_seconds=2).scaling_target_backlog_per_task
+        == 240
+    )
+    assert (
+        make(concurrency=1, acceptable_latency_seconds=1, average_duration_seconds=90).scaling_target_backlog_per_task
+        == 1
+    )
     assert make(concurrency=8).average_duration_seconds == 45
     assert [make(concurrency=c).pollers for c in (1, 10, 11, 256)] == [1, 1, 2, 26]
 
@@ -222,7 +289,7 @@ def test_contract_from_env_requires_max_duration() -> None:
 @pytest.mark.parametrize(
     ("key", "raw", "message"),
     [
-        ("CONSUMER_CONCURRENCY", "eight", '"CONSUMER_CONCURRENCY" must be a whole number: \'eight\''),
+        ("CONSUMER_CONCURRENCY", "eight", "\"CONSUMER_CONCURRENCY\" must be a whole number: 'eight'"),
         ("CONSUMER_FIFO", "yes", '"CONSUMER_FIFO" must be "true" or "false": \'yes\''),
     ],
 )
@@ -251,9 +318,7 @@ def test_worker_decorator_attaches_contract_and_returns_function() -> None:
         return "done"
 
     assert handle(None) == "done"
-    assert contract_of(handle) == WorkerContract(
-        max_duration_seconds=90, concurrency=4, acceptable_latency_seconds=30
-    )
+    assert contract_of(handle) == WorkerContract(max_duration_seconds=90, concurrency=4, acceptable_latency_seconds=30)
 
 
 def test_worker_decorator_validates_at_declaration() -> None:

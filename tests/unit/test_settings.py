@@ -101,8 +101,16 @@ def test_settings_require_paging_applies_to_any_environment() -> None:
         ({"paging": {"https": ["http://insecure.example.com"]}}, "paging.https", "must be an https:// URL"),
         ({"paging": {"sms": ["+1"]}}, "paging", 'must be an object with "emails" and/or "https" lists'),
         ({"cluster_name": "shared"}, "cluster_name", "needs an existing vpc too"),
-        ({"vpc": {"vpc_id": "abc", "availability_zones": ["a"], "private_subnet_ids": ["s"]}}, "vpc.vpc_id", "must be a VPC id"),
-        ({"vpc": {"vpc_id": "vpc-1", "availability_zones": ["a", "b"], "private_subnet_ids": ["s"]}}, "vpc.private_subnet_ids", "one subnet per availability zone"),
+        (
+            {"vpc": {"vpc_id": "abc", "availability_zones": ["a"], "private_subnet_ids": ["s"]}},
+            "vpc.vpc_id",
+            "must be a VPC id",
+        ),
+        (
+            {"vpc": {"vpc_id": "vpc-1", "availability_zones": ["a", "b"], "private_subnet_ids": ["s"]}},
+            "vpc.private_subnet_ids",
+            "one subnet per availability zone",
+        ),
         ({"handler_environment": {"lower": "x"}}, "handler_environment", "must map UPPER_CASE names to string values"),
         ({"nat_gateways": 4}, "nat_gateways", "must be between 0 and 3"),
     ],
