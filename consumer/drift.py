@@ -1,0 +1,111 @@
+"""Start-up drift check: the live queue must match the worker contract before any message is received.
+
+The stack sets the queue's visibility timeout, redrive policy and retention
+from the contract; the consumer re-derives the same values from its own copy
+of the contract. If the two disagree (the image and the stack were deployed
+from different declarations, or someone edited the queue by hand), the
+consumer must not run: a visibility timeout shorter than the handler's
+attempt means duplicates, a missing redrive policy means poison messages loop.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from consumer.contract import WorkerContract
+
+CHECKED_ATTRIBUTES = ("VisibilityTimeout", "RedrivePolicy", "MessageRetentionPeriod", "FifoQueue", "QueueArn")
+REDEPLOY = "redeploy the stack (cdk deploy -c env=...) or change the handler's @worker declaration"
+
+
+class StartupError(Exception):
+    """The consumer cannot start: the message says what is wrong and how to fix it."""
+
+
+class QueueDriftError(StartupError):
+    """The live queue differs from the contract; ``differences`` lists each one."""
+
+    def __init__(self, queue_url: str, differences: list[str]) -> None:
+        self.queue_url = queue_url
+        self.differences = differences
+        lines = "\n".join(f"  - {d}" for d in differences)
+        super().__init__(f"queue {queue_url} does not match the worker contract:\n{lines}\nFix: {REDEPLOY}.")
+
+
+@dataclass(frozen=True)
+class QueueBinding:
+    """What the check confirmed: the source queue's ARN and its DLQ's ARN."""
+
+    queue_arn: str
+    dead_letter_queue_arn: str
+
+
+def queue_name_from_url(url: str) -> tuple[str, str]:
+    """(account, queue name) from a queue URL, AWS's or a local endpoint's."""
+    parts = [p for p in urlparse(url).path.split("/") if p]
+    if len(parts) != 2:
+        raise StartupError(f'"queue URL" must look like https://sqs.<region>.amazonaws.com/<account>/<name>: {url!r}')
+    return parts[0], parts[1]
+
+
+def check_queue(client: Any, *, queue_url: str, dlq_url: str, contract: WorkerContract) -> QueueBinding:
+    """Compare the live source queue with ``contract``; raise :class:`QueueDriftError` on any difference.
+
+    Needs only ``sqs:GetQueueAttributes`` on the source queue. Errors reaching
+    the queue (missing, access denied, bad credentials, unreachable endpoint)
+    become :class:`StartupError` naming the operation and the queue.
+    """
+    try:
+        attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=list(CHECKED_ATTRIBUTES))[
+            "Attributes"
+        ]
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if "NonExistentQueue" in code or "QueueDoesNotExist" in code:
+            raise StartupError(
+                f"GetQueueAttributes on {queue_url}: the queue does not exist (QUEUE_URL is wrong, or the"
+                " stack is not deployed in this account and region); the consumer never creates queues"
+            ) from error
+        raise StartupError(f"GetQueueAttributes on {queue_url} failed: {code}: {error}") from error
+    except BotoCoreError as error:
+        raise StartupError(f"GetQueueAttributes on {queue_url} failed: {error}") from error
+
+    differences = []
+    visibility = int(attributes.get("VisibilityTimeout", "-1"))
+    if visibility != contract.visibility_timeout_seconds:
+        differences.append(
+            f"VisibilityTimeout is {visibility} s, the contract derives {contract.visibility_timeout_seconds} s"
+            f" from max_duration {contract.max_duration_seconds} s"
+        )
+    retention = int(attributes.get("MessageRetentionPeriod", "-1"))
+    if retention != contract.source_retention_seconds:
+        differences.append(
+            f"MessageRetentionPeriod is {retention} s, the contract says {contract.source_retention_seconds} s"
+        )
+    fifo = attributes.get("FifoQueue", "false") == "true"
+    if fifo != contract.fifo:
+        differences.append(f"FifoQueue is {str(fifo).lower()}, the contract says {str(contract.fifo).lower()}")
+
+    raw_redrive = attributes.get("RedrivePolicy")
+    dlq_account, dlq_name = queue_name_from_url(dlq_url)
+    dlq_arn = ""
+    if not raw_redrive:
+        differences.append("the queue has no RedrivePolicy: failing messages would never reach the DLQ")
+    else:
+        redrive = json.loads(raw_redrive)
+        dlq_arn = str(redrive.get("deadLetterTargetArn", ""))
+        if int(redrive.get("maxReceiveCount", -1)) != contract.max_receive_count:
+            differences.append(
+                f"RedrivePolicy maxReceiveCount is {redrive.get('maxReceiveCount')},"
+                f" the contract says {contract.max_receive_count}"
+            )
+        if not dlq_arn.endswith(f":{dlq_account}:{dlq_name}"):
+            differences.append(f"RedrivePolicy sends to {dlq_arn}, but DLQ_URL is {dlq_url}")
+    if differences:
+        raise QueueDriftError(queue_url, differences)
+    return QueueBinding(queue_arn=attributes["QueueArn"], dead_letter_queue_arn=dlq_arn)
