@@ -105,7 +105,10 @@ ENV_PREFIX = "CONSUMER_"
 QUEUE_URL_ENV = "QUEUE_URL"
 DLQ_URL_ENV = "DLQ_URL"
 HANDLER_ENV = "CONSUMER_HANDLER"
-BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV})
+IDEMPOTENCY_TABLE_ENV = "CONSUMER_IDEMPOTENCY_TABLE"
+BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_TABLE_ENV})
+#: Fields the environment sets (cdk.json), not the handler: excluded from the declaration check.
+ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})
 HANDLER_ATTRIBUTE = "__worker_contract__"
 
 DAY = 86_400

@@ -7,13 +7,21 @@ from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from consumer.contract import BINDING_KEYS, DLQ_URL_ENV, HANDLER_ENV, QUEUE_URL_ENV, WorkerContract
+from consumer.contract import (
+    BINDING_KEYS,
+    DLQ_URL_ENV,
+    HANDLER_ENV,
+    IDEMPOTENCY_TABLE_ENV,
+    QUEUE_URL_ENV,
+    WorkerContract,
+)
 from infra.queues import WorkerQueues
 
 CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
@@ -28,6 +36,11 @@ SOURCE_QUEUE_ACTIONS = (
     "sqs:ReceiveMessage",
 )
 DEAD_LETTER_QUEUE_ACTIONS = ("sqs:SendMessage",)
+#: The idempotency guard's conditional writes (consumer/idempotency.py DynamoDBStore).
+IDEMPOTENCY_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+#: Attribute names the consumer's DynamoDBStore uses.
+IDEMPOTENCY_PARTITION_KEY = "pk"
+IDEMPOTENCY_TTL_ATTRIBUTE = "expires_at"
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
 TASK_PROTECTION_ACTIONS = ("ecs:GetTaskProtection", "ecs:UpdateTaskProtection")
 SCALING_SERVICE = "ecs.application-autoscaling.amazonaws.com"
@@ -46,8 +59,9 @@ class ConsumerService(Construct):
       injects the binding), plus ``handler_environment``;
     * ``stopTimeout`` from the contract, so SIGTERM leaves time to drain;
     * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
-      :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ and task scale-in protection
-      on this cluster's tasks;
+      :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
+      on the idempotency table and task scale-in protection on this cluster's tasks;
+    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
     * target tracking on backlog per task (metric math, an L1 policy because
       the L2 rejects math expressions) between ``min_tasks`` and ``max_tasks``.
@@ -75,13 +89,26 @@ class ConsumerService(Construct):
         handler_environment: Mapping[str, str] | None = None,
         log_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
+        # log_removal_policy also applies to the idempotency table: both are disposable state.
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.cluster = cluster
+        self.idempotency_table = dynamodb.Table(
+            self,
+            "IdempotencyTable",
+            partition_key=dynamodb.Attribute(name=IDEMPOTENCY_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=log_removal_policy,
+        )
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
             DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
             HANDLER_ENV: handler,
+            IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name,
         }
         environment = contract.to_env()
         clashes = sorted(set(handler_environment or {}) & (set(environment) | BINDING_KEYS))
@@ -101,6 +128,9 @@ class ConsumerService(Construct):
         )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn])
+        )
+        self.task_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=list(IDEMPOTENCY_TABLE_ACTIONS), resources=[self.idempotency_table.table_arn])
         )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(

@@ -11,6 +11,7 @@ from consumer.contract import BINDING_KEYS, WorkerContract
 from infra.service import (
     CONTAINER_COMMAND,
     DEAD_LETTER_QUEUE_ACTIONS,
+    IDEMPOTENCY_TABLE_ACTIONS,
     SOURCE_QUEUE_ACTIONS,
     TASK_PROTECTION_ACTIONS,
 )
@@ -216,6 +217,20 @@ def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> No
     assert environment["QUEUE_URL"] == {"Ref": dev.logical_id(dev.stack.queues.queue)}
     assert environment["DLQ_URL"] == {"Ref": dev.logical_id(dev.stack.queues.dead_letter_queue)}
     assert environment["CONSUMER_HANDLER"] == "consumer.examples.notifications:handle"
+    assert environment["CONSUMER_IDEMPOTENCY_TABLE"] == {"Ref": dev.logical_id(dev.stack.consumer.idempotency_table)}
+
+
+def test_idempotency_table_expires_records_and_keeps_backups(dev: Synthesized) -> None:
+    """Partition key pk, TTL on expires_at (what DynamoDBStore writes), on-demand, PITR on."""
+    dev.template.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "BillingMode": "PAY_PER_REQUEST",
+            "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
+            "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+        },
+    )
 
 
 def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> None:
@@ -228,7 +243,7 @@ def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> Non
 
 
 def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
-    """Source: receive/delete/extend/get attributes; DLQ: send; tasks: scale-in protection. Nothing else."""
+    """Source: receive/delete/extend/get attributes; DLQ: send; table: item CRUD; tasks: protection. Nothing else."""
     role_ref = {"Ref": dev.logical_id(dev.stack.consumer.task_role)}
     policies = [
         p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]
@@ -255,6 +270,17 @@ def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
         ]
     )
     assert actions.pop(dlq_arn) == list(DEAD_LETTER_QUEUE_ACTIONS) == ["sqs:SendMessage"]
+    table_arn = str(get_att(dev.logical_id(dev.stack.consumer.idempotency_table), "Arn"))
+    assert (
+        actions.pop(table_arn)
+        == sorted(IDEMPOTENCY_TABLE_ACTIONS)
+        == [
+            "dynamodb:DeleteItem",
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+        ]
+    )
     ((protection_resource, protection_actions),) = actions.items()
     assert protection_actions == sorted(TASK_PROTECTION_ACTIONS)
     assert ":task/" in protection_resource and dev.logical_id(dev.stack.consumer.cluster) in protection_resource
