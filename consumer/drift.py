@@ -53,8 +53,14 @@ def queue_name_from_url(url: str) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-def check_queue(client: Any, *, queue_url: str, dlq_url: str, contract: WorkerContract) -> QueueBinding:
+def check_queue(
+    client: Any, *, queue_url: str, dlq_url: str | None, contract: WorkerContract, check_retention: bool = True
+) -> QueueBinding:
     """Compare the live source queue with ``contract``; raise :class:`QueueDriftError` on any difference.
+
+    ``dlq_url`` None (a local run without the stack's environment) skips the DLQ
+    identity check; ``check_retention`` False skips retention, which only the
+    stack's environment knows (the handler does not declare it).
 
     Needs only ``sqs:GetQueueAttributes`` on the source queue. Errors reaching
     the queue (missing, access denied, bad credentials, unreachable endpoint)
@@ -83,7 +89,7 @@ def check_queue(client: Any, *, queue_url: str, dlq_url: str, contract: WorkerCo
             f" from max_duration {contract.max_duration_seconds} s"
         )
     retention = int(attributes.get("MessageRetentionPeriod", "-1"))
-    if retention != contract.source_retention_seconds:
+    if check_retention and retention != contract.source_retention_seconds:
         differences.append(
             f"MessageRetentionPeriod is {retention} s, the contract says {contract.source_retention_seconds} s"
         )
@@ -92,7 +98,6 @@ def check_queue(client: Any, *, queue_url: str, dlq_url: str, contract: WorkerCo
         differences.append(f"FifoQueue is {str(fifo).lower()}, the contract says {str(contract.fifo).lower()}")
 
     raw_redrive = attributes.get("RedrivePolicy")
-    dlq_account, dlq_name = queue_name_from_url(dlq_url)
     dlq_arn = ""
     if not raw_redrive:
         differences.append("the queue has no RedrivePolicy: failing messages would never reach the DLQ")
@@ -104,8 +109,10 @@ def check_queue(client: Any, *, queue_url: str, dlq_url: str, contract: WorkerCo
                 f"RedrivePolicy maxReceiveCount is {redrive.get('maxReceiveCount')},"
                 f" the contract says {contract.max_receive_count}"
             )
-        if not dlq_arn.endswith(f":{dlq_account}:{dlq_name}"):
-            differences.append(f"RedrivePolicy sends to {dlq_arn}, but DLQ_URL is {dlq_url}")
+        if dlq_url is not None:
+            dlq_account, dlq_name = queue_name_from_url(dlq_url)
+            if not dlq_arn.endswith(f":{dlq_account}:{dlq_name}"):
+                differences.append(f"RedrivePolicy sends to {dlq_arn}, but DLQ_URL is {dlq_url}")
     if differences:
         raise QueueDriftError(queue_url, differences)
     return QueueBinding(queue_arn=attributes["QueueArn"], dead_letter_queue_arn=dlq_arn)

@@ -1,0 +1,223 @@
+"""One thread sends every delete and visibility change, batched, in the order they were decided.
+
+Routing all of them through one thread is what keeps the heartbeat from racing:
+an extension is dropped at send time if its message is no longer running, and a
+backoff decided after an extension is always sent after it, so a heartbeat can
+never overwrite a backoff or touch a deleted message.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+log = logging.getLogger(__name__)
+
+SQS_MAX_BATCH = 10
+#: A successful message's delete waits at most this long for nine others to share its call.
+DELETE_FLUSH_SECONDS = 1.0
+#: Per-entry delete failures SQS marks as its own fault are retried this often.
+DELETE_RETRIES = 3
+
+
+@dataclass(eq=False)
+class Ticket:
+    """The acknowledger's view of one received message."""
+
+    message_id: str
+    receipt_handle: str
+    is_running: Callable[[], bool] = lambda: False
+    attempts: int = 0
+
+
+@dataclass
+class _Visibility:
+    ticket: Ticket
+    seconds: int
+    reason: str  # "extend" | "backoff" | "release"
+    on_sent: Callable[[float], None] | None = None
+
+
+@dataclass
+class _Flush:
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Acknowledger:
+    """Batches ``DeleteMessageBatch`` and ``ChangeMessageVisibilityBatch`` for one queue.
+
+    Example::
+
+        ack = Acknowledger(client, queue_url)
+        ack.start()
+        ack.delete(ticket)           # sent within DELETE_FLUSH_SECONDS or with 9 others
+        ack.change_visibility(ticket, 30, "backoff")
+        ack.close()                  # flushes everything, then stops
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        queue_url: str,
+        *,
+        on_deleted: Callable[[Ticket], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._queue_url = queue_url
+        self._on_deleted = on_deleted
+        self._clock = clock
+        self._ops: queue.Queue[object] = queue.Queue()
+        self._deletes: list[Ticket] = []
+        self._oldest_delete: float | None = None
+        self._thread = threading.Thread(target=self._run, name="acknowledger", daemon=True)
+        self._closed = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def delete(self, ticket: Ticket) -> None:
+        """Delete after success (or after a move to the DLQ)."""
+        self._ops.put(ticket)
+
+    def change_visibility(
+        self, ticket: Ticket, seconds: int, reason: str, on_sent: Callable[[float], None] | None = None
+    ) -> None:
+        """``extend`` (dropped if the message stopped running), ``backoff`` or ``release`` (0 s)."""
+        self._ops.put(_Visibility(ticket, seconds, reason, on_sent))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send everything queued so far; True when done within ``timeout``."""
+        marker = _Flush()
+        self._ops.put(marker)
+        return marker.done.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush and stop the thread."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        self._closed = True
+        self._ops.put(None)
+        self._thread.join(timeout)
+
+    # --- the thread ---------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            try:
+                op = self._ops.get(timeout=0.1)
+            except queue.Empty:
+                op = ...
+            if op is None:
+                self._send_deletes()
+                return
+            visibility: list[_Visibility] = []
+            flushes: list[_Flush] = []
+            while True:
+                if isinstance(op, Ticket):
+                    if self._oldest_delete is None:
+                        self._oldest_delete = self._clock()
+                    self._deletes.append(op)
+                elif isinstance(op, _Visibility):
+                    visibility.append(op)
+                elif isinstance(op, _Flush):
+                    flushes.append(op)
+                try:
+                    op = self._ops.get_nowait()
+                except queue.Empty:
+                    break
+                if op is None:
+                    self._ops.put(None)
+                    break
+            self._send_visibility(visibility)
+            due = self._oldest_delete is not None and self._clock() - self._oldest_delete >= DELETE_FLUSH_SECONDS
+            if flushes or due or len(self._deletes) >= SQS_MAX_BATCH:
+                self._send_deletes(everything=bool(flushes) or due)
+            for marker in flushes:
+                marker.done.set()
+
+    def _send_deletes(self, everything: bool = True) -> None:
+        while self._deletes and (everything or len(self._deletes) >= SQS_MAX_BATCH):
+            batch, self._deletes = self._deletes[:SQS_MAX_BATCH], self._deletes[SQS_MAX_BATCH:]
+            entries = [{"Id": str(i), "ReceiptHandle": t.receipt_handle} for i, t in enumerate(batch)]
+            failed = self._call("DeleteMessageBatch", entries, batch)
+            for index, ticket in enumerate(batch):
+                failure = failed.get(str(index))
+                if failure is None:
+                    if self._on_deleted:
+                        self._on_deleted(ticket)
+                    continue
+                ticket.attempts += 1
+                if not failure.get("SenderFault", True) and ticket.attempts < DELETE_RETRIES:
+                    self._deletes.append(ticket)  # SQS's own fault: try again in the next batch
+                    continue
+                # A stale handle (the message was received again elsewhere) cannot be deleted with
+                # it; the message comes back and the idempotency guard skips its side effect.
+                log.warning(
+                    "delete_failed",
+                    extra={
+                        "message_id": ticket.message_id,
+                        "code": failure.get("Code"),
+                        "error": failure.get("Message"),
+                    },
+                )
+        self._oldest_delete = self._clock() if self._deletes else None
+
+    def _send_visibility(self, changes: list[_Visibility]) -> None:
+        # An extension for a message that finished in the meantime would overwrite its backoff
+        # or hit a deleted handle: drop it here, on the one thread that sends.
+        changes = [c for c in changes if c.reason != "extend" or c.ticket.is_running()]
+        for start in range(0, len(changes), SQS_MAX_BATCH):
+            batch = changes[start : start + SQS_MAX_BATCH]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": c.ticket.receipt_handle, "VisibilityTimeout": c.seconds}
+                for i, c in enumerate(batch)
+            ]
+            sent_at = self._clock()
+            failed = self._call("ChangeMessageVisibilityBatch", entries, [c.ticket for c in batch])
+            for index, change in enumerate(batch):
+                failure = failed.get(str(index))
+                if failure is None:
+                    if change.on_sent:
+                        change.on_sent(sent_at)
+                    continue
+                level = logging.DEBUG if change.reason == "extend" else logging.WARNING
+                log.log(
+                    level,
+                    "visibility_change_failed",
+                    extra={
+                        "message_id": change.ticket.message_id,
+                        "reason": change.reason,
+                        "code": failure.get("Code"),
+                        "error": failure.get("Message"),
+                    },
+                )
+
+    def _call(self, operation: str, entries: list[dict[str, Any]], tickets: list[Ticket]) -> dict[str, dict]:
+        """Run one batch call; returns failed entries by Id (every entry, if the call itself failed)."""
+        method = (
+            self._client.delete_message_batch
+            if operation == "DeleteMessageBatch"
+            else (self._client.change_message_visibility_batch)
+        )
+        try:
+            response = method(QueueUrl=self._queue_url, Entries=entries)
+        except (ClientError, BotoCoreError) as error:
+            log.warning(
+                "sqs_batch_failed",
+                extra={
+                    "operation": operation,
+                    "queue_url": self._queue_url,
+                    "error": str(error),
+                    "entries": len(entries),
+                },
+            )
+            return {e["Id"]: {"SenderFault": False, "Code": "CallFailed", "Message": str(error)} for e in entries}
+        return {f["Id"]: f for f in response.get("Failed", [])}

@@ -1,0 +1,85 @@
+"""Moving a message to the DLQ ourselves: body, attributes and FIFO ids kept, a reason added.
+
+SQS's own redrive moves a message only after ``maxReceiveCount`` receives and
+says nothing about why. A message the handler declares poison goes now, without
+spending the retry budget, and carries the reason for whoever reads the DLQ.
+The caller deletes it from the source only after this send succeeded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from consumer.message import Message
+
+#: SQS allows at most 10 message attributes per message.
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
+REASON_ATTRIBUTE = "x-dlq-reason"
+ORIGINAL_ATTRIBUTES = "x-original-attributes"
+MAX_REASON_CHARS = 1_000
+
+
+def reason_record(message: Message, *, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
+    """What the DLQ reader needs: why, from where, which message, after how many receives."""
+    return {
+        "kind": kind,  # "poison" | "exhausted"
+        "reason": reason[:MAX_REASON_CHARS],
+        "source_queue_url": source_queue_url,
+        "original_message_id": message.message_id,
+        "receive_count": message.receive_count,
+        "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
+    """Arguments for ``sqs.send_message`` that move ``message`` to the DLQ intact."""
+    record = reason_record(message, reason=reason, kind=kind, source_queue_url=source_queue_url)
+    attributes = _copyable(message.message_attributes)
+    if len(attributes) + 1 > SQS_MAX_MESSAGE_ATTRIBUTES:
+        # No room for the reason: keep every original attribute, folded into one JSON attribute.
+        attributes = {ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": json.dumps(_as_json(attributes))}}
+    attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": json.dumps(record)}
+    params: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message.body, "MessageAttributes": attributes}
+    group = message.attributes.get("MessageGroupId")
+    if group is not None:
+        params["MessageGroupId"] = group
+        # The original dedup id keeps a double move (crash between send and delete) a no-op
+        # within SQS's 5 min dedup window.
+        params["MessageDeduplicationId"] = message.attributes.get("MessageDeduplicationId", message.message_id)
+    trace = message.attributes.get("AWSTraceHeader")
+    if trace:
+        params["MessageSystemAttributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}
+    return params
+
+
+def read_reason(message_attributes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The reason record a DLQ message carries, or None (moved by SQS's redrive)."""
+    raw = message_attributes.get(REASON_ATTRIBUTE, {}).get("StringValue")
+    return json.loads(raw) if raw else None
+
+
+def _copyable(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Message attributes as SendMessage takes them (boto3 returns list fields it rejects)."""
+    copied = {}
+    for name, value in attributes.items():
+        entry = {"DataType": value["DataType"]}
+        if "StringValue" in value:
+            entry["StringValue"] = value["StringValue"]
+        if "BinaryValue" in value:
+            entry["BinaryValue"] = value["BinaryValue"]
+        copied[name] = entry
+    return copied
+
+
+def _as_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name, value in attributes.items():
+        entry = dict(value)
+        if isinstance(entry.get("BinaryValue"), bytes):
+            entry["BinaryValue"] = base64.b64encode(entry["BinaryValue"]).decode()
+        out[name] = entry
+    return out

@@ -1,0 +1,74 @@
+"""The acknowledger against moto: batching, the heartbeat race guard, per-entry failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from consumer.acknowledger import Acknowledger, Ticket
+from consumer.contract import WorkerContract
+from tests.integration.conftest import create_pair
+
+CONTRACT = WorkerContract(max_duration_seconds=5)
+
+
+def received_tickets(sqs: Any, url: str, count: int, running: bool = True) -> list[Ticket]:
+    for i in range(count):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+    tickets: list[Ticket] = []
+    while len(tickets) < count:
+        for raw in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []):
+            tickets.append(Ticket(raw["MessageId"], raw["ReceiptHandle"], is_running=lambda: running))
+    return tickets
+
+
+def calls_of(sqs: Any, operation: str) -> list[int]:
+    calls: list[int] = []
+    sqs.meta.events.register(
+        f"provide-client-params.sqs.{operation}", lambda params, **_: calls.append(len(params["Entries"]))
+    )
+    return calls
+
+
+def test_acknowledger_batches_fifteen_deletes_into_two_calls(sqs: Any) -> None:
+    """Fifteen successes cost two DeleteMessageBatch calls (10 + 5), and the queue is empty."""
+    pair = create_pair(sqs, CONTRACT)
+    tickets = received_tickets(sqs, pair.queue_url, 15)
+    calls = calls_of(sqs, "DeleteMessageBatch")
+    ack = Acknowledger(sqs, pair.queue_url)
+    ack.start()
+    for ticket in tickets:
+        ack.delete(ticket)
+    ack.close()
+    assert sorted(calls) == [5, 10]
+    attributes = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+def test_acknowledger_drops_extensions_of_messages_no_longer_running(sqs: Any) -> None:
+    """An extension queued before the message finished is never sent; a backoff always is."""
+    pair = create_pair(sqs, CONTRACT)
+    (finished,) = received_tickets(sqs, pair.queue_url, 1, running=False)
+    calls = calls_of(sqs, "ChangeMessageVisibilityBatch")
+    ack = Acknowledger(sqs, pair.queue_url)
+    ack.start()
+    ack.change_visibility(finished, 900, "extend")
+    ack.flush()
+    assert calls == []
+    ack.change_visibility(finished, 0, "backoff")
+    ack.close()
+    assert calls == [1]
+
+
+def test_acknowledger_logs_a_stale_receipt_handle_without_raising(sqs: Any, caplog: Any) -> None:
+    """A per-entry ReceiptHandleIsInvalid is logged as delete_failed; the other entries succeed."""
+    pair = create_pair(sqs, CONTRACT)
+    good = received_tickets(sqs, pair.queue_url, 2)
+    stale = Ticket("gone", "not-a-real-receipt-handle")
+    ack = Acknowledger(sqs, pair.queue_url)
+    ack.start()
+    for ticket in [*good, stale]:
+        ack.delete(ticket)
+    ack.close()
+    assert [r.message for r in caplog.records if r.message == "delete_failed"] == ["delete_failed"]
+    attributes = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"

@@ -1,0 +1,295 @@
+"""The consumer runtime against moto (in-process and over HTTP): each message's final place.
+
+One behaviour per test; timings are kept short by small declared durations and
+by patching the lease cap where a test needs a handler slower than the lease.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import consumer.contract
+from consumer import Message, PoisonMessage
+from consumer.contract import WorkerContract
+from consumer.dead_letter import read_reason
+from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
+from tests.integration.conftest import create_pair
+
+
+def fast_contract(**overrides: Any) -> WorkerContract:
+    values: dict[str, Any] = {
+        "max_duration_seconds": 3,
+        "concurrency": 4,
+        "max_receive_count": 3,
+        "retry_backoff_base_seconds": 1,
+        "retry_backoff_max_seconds": 1,
+    }
+    values.update(overrides)
+    return WorkerContract(**values)
+
+
+@contextmanager
+def running(consumer: Consumer) -> Iterator[dict[str, Any]]:
+    """Run the consumer in a thread; stop it and collect its exit code on leaving."""
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.update(code=consumer.run()), daemon=True)
+    thread.start()
+    try:
+        yield result
+    finally:
+        consumer.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "consumer did not stop"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def depth(sqs: Any, url: str) -> int:
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
+    response = sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        WaitTimeSeconds=0,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )
+    return response.get("Messages", [])
+
+
+def test_consumer_deletes_successful_messages(sqs: Any) -> None:
+    """Five messages: each handled once, all deleted, in batched calls."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    for i in range(5):
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody=f"m{i}")
+    seen: list[str] = []
+    consumer = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: seen.append(m.body)
+    )
+    with running(consumer) as result:
+        wait_until(lambda: len(seen) == 5)
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert sorted(seen) == [f"m{i}" for i in range(5)]
+    assert result["code"] == EXIT_OK
+    assert depth(sqs, pair.dlq_url) == 0
+
+
+def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -> None:
+    """A handler that always fails runs max_receive_count times, then the message is in the DLQ with why."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="flaky")
+    attempts: list[float] = []
+
+    def fail(message: Message) -> None:
+        attempts.append(time.monotonic())
+        raise RuntimeError(f"downstream down (receive {message.receive_count})")
+
+    consumer = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail)
+    with running(consumer):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert len(attempts) == 3
+    assert all(later - earlier >= 0.4 for earlier, later in zip(attempts, attempts[1:], strict=False))
+    (moved,) = drain(sqs, pair.dlq_url)
+    reason = read_reason(moved["MessageAttributes"])
+    assert moved["Body"] == "flaky"
+    assert reason["kind"] == "exhausted" and reason["receive_count"] == 3
+    assert "RuntimeError: downstream down (receive 3)" in reason["reason"]
+
+
+def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
+    """PoisonMessage: one handler call, DLQ copy keeps body and attributes and says why."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    sqs.send_message(
+        QueueUrl=pair.queue_url,
+        MessageBody="{not json",
+        MessageAttributes={"tenant": {"DataType": "String", "StringValue": "acme"}},
+    )
+    calls: list[str] = []
+
+    def reject(message: Message) -> None:
+        calls.append(message.body)
+        raise PoisonMessage("body is not JSON")
+
+    consumer = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
+    with running(consumer):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert calls == ["{not json"]
+    (moved,) = drain(sqs, pair.dlq_url)
+    assert moved["Body"] == "{not json"
+    assert moved["MessageAttributes"]["tenant"]["StringValue"] == "acme"
+    reason = read_reason(moved["MessageAttributes"])
+    assert (reason["kind"], reason["reason"], reason["receive_count"]) == ("poison", "body is not JSON", 1)
+
+
+def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler running 3x the initial visibility is extended, finishes once, and is deleted."""
+    monkeypatch.setattr(consumer.contract, "LEASE_CAP_SECONDS", 2)  # a 2 s lease for an 8 s handler
+    contract = fast_contract(max_duration_seconds=8, concurrency=2)
+    assert contract.visibility_timeout_seconds == 2 and contract.uses_heartbeat_lease
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+    calls: list[int] = []
+
+    def slow(message: Message) -> None:
+        calls.append(message.receive_count)
+        time.sleep(6)
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=slow)
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0, timeout=20)
+        time.sleep(1)
+    assert calls == [1]
+
+
+def test_consumer_gives_up_on_an_overrunning_handler_without_deleting(sqs: Any) -> None:
+    """Past max_duration the message is neither extended nor deleted; it comes back for another try."""
+    contract = fast_contract(max_duration_seconds=1, concurrency=2)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="hang-once")
+    calls: list[int] = []
+
+    def hang_first_time(message: Message) -> None:
+        calls.append(message.receive_count)
+        if message.receive_count == 1:
+            time.sleep(4)
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=hang_first_time)
+    with running(worker):
+        # Visibility is 11 s: the message returns after it, the second run succeeds and deletes.
+        wait_until(lambda: len(calls) == 2, timeout=30)
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert calls == [1, 2]
+
+
+def test_consumer_exits_non_zero_when_every_slot_is_stuck(sqs: Any) -> None:
+    """All slots held by handlers past their timeout: the process stops with EXIT_STUCK."""
+    contract = fast_contract(max_duration_seconds=1, concurrency=1)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="hang")
+    release = threading.Event()
+    worker = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: release.wait(30)
+    )
+    result = {"code": worker.run()}
+    release.set()
+    assert result["code"] == EXIT_STUCK
+
+
+def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
+    """Two messages with the same idempotency key: the handler runs once, both are deleted."""
+    contract = fast_contract(concurrency=1)
+    pair = create_pair(sqs, contract)
+    key = {"idempotency-key": {"DataType": "String", "StringValue": "order-42"}}
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="a", MessageAttributes=key)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="b", MessageAttributes=key)
+    calls: list[str] = []
+    worker = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: calls.append(m.body)
+    )
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert len(calls) == 1
+
+
+def test_consumer_keeps_fifo_order_within_a_group_after_a_failure(sqs: Any) -> None:
+    """Group g: message 2 fails once; 3..5 never complete before 2 does."""
+    contract = fast_contract(fifo=True, concurrency=4)
+    pair = create_pair(sqs, contract)
+    for i in range(1, 6):
+        sqs.send_message(
+            QueueUrl=pair.queue_url, MessageBody=str(i), MessageGroupId="g", MessageDeduplicationId=f"d{i}"
+        )
+    completed: list[str] = []
+    failed_once: set[str] = set()
+
+    def handle(message: Message) -> None:
+        if message.body == "2" and "2" not in failed_once:
+            failed_once.add("2")
+            raise RuntimeError("transient")
+        completed.append(message.body)
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    with running(worker):
+        wait_until(lambda: len(completed) == 5)
+    assert completed == ["1", "2", "3", "4", "5"]
+
+
+def test_consumer_survives_an_unreachable_endpoint_without_busy_looping(moto_server: str) -> None:
+    """With a dead endpoint the poller backs off (few calls, no crash) and stops cleanly."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "sqs",
+        region_name="eu-west-1",
+        endpoint_url="http://127.0.0.1:9",
+        config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1),
+    )
+    worker = Consumer(
+        client,
+        queue_url="http://127.0.0.1:9/123456789012/gone",
+        dlq_url=None,
+        contract=fast_contract(),
+        handler=lambda m: None,
+    )
+    receives: list[int] = []
+    client.meta.events.register("before-call.sqs.ReceiveMessage", lambda **_: receives.append(1))
+    with running(worker) as result:
+        time.sleep(4)
+    assert 2 <= len(receives) <= 4  # waits of 1 s, 2 s, 4 s: three receive calls in four seconds, not hundreds
+    assert result["code"] == EXIT_OK
+
+
+def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) -> None:
+    """The endpoint goes away for a few seconds; the consumer keeps running and processes what arrives after."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    sqs = boto3.client("sqs", region_name="eu-west-1", endpoint_url=f"http://127.0.0.1:{port}")
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    seen: list[str] = []
+    worker = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: seen.append(m.body)
+    )
+    try:
+        server.stop()  # moto keeps its state in-process: the queue is still there when it comes back
+        with running(worker) as result:
+            time.sleep(3)
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+            server.start()
+            sqs.send_message(QueueUrl=pair.queue_url, MessageBody="after-outage")
+            wait_until(lambda: seen == ["after-outage"], timeout=40)
+        assert result["code"] == EXIT_OK
+    finally:
+        server.stop()

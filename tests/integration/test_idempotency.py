@@ -1,0 +1,322 @@
+"""Idempotency stores: the same behaviour tests against InMemoryStore and DynamoDBStore on moto in-process."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from consumer.idempotency import (
+    Claim,
+    DynamoDBStore,
+    IdempotencyStore,
+    IdempotencyStoreError,
+    InMemoryStore,
+    idempotency_key,
+)
+from consumer.message import Message
+from tests.integration.conftest import REGION
+
+LEASE = 30
+KEEP = 3600
+KEY = "sha256:" + "ab" * 32
+
+
+class FakeClock:
+    """A clock the test moves by hand; starts in the future so moto never sees a stale TTL."""
+
+    def __init__(self, now: float = 2_000_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def create_table(client: Any) -> str:
+    """A table shaped like the stack's: string partition key ``pk``, TTL on ``expires_at``."""
+    name = f"idem-{uuid.uuid4().hex[:12]}"
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"})
+    return name
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def dynamodb(aws_credentials: None) -> Iterator[Any]:
+    """A boto3 DynamoDB client against moto in-process."""
+    with mock_aws():
+        yield boto3.client("dynamodb", region_name=REGION)
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def store(request: pytest.FixtureRequest, clock: FakeClock) -> IdempotencyStore:
+    """Each store under test, on the shared fake clock."""
+    if request.param == "memory":
+        return InMemoryStore(clock=clock)
+    client = request.getfixturevalue("dynamodb")
+    return DynamoDBStore(create_table(client), client=client, clock=clock)
+
+
+def message(body: str = '{"order": 1}', **fields: Any) -> Message:
+    return Message(body=body, message_id=str(uuid.uuid4()), receipt_handle="rh", **fields)
+
+
+# --- store behaviour (both stores) ---
+
+
+def test_claim_first_is_acquired(store: IdempotencyStore) -> None:
+    """The first claim on a key acquires the lease."""
+    assert store.claim(KEY, owner="a", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+def test_claim_while_lease_live_is_in_progress(store: IdempotencyStore, clock: FakeClock) -> None:
+    """Another owner sees IN_PROGRESS while the holder's lease is live, up to its last second."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    clock.advance(LEASE)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.IN_PROGRESS
+
+
+def test_claim_same_owner_while_lease_live_is_in_progress(store: IdempotencyStore) -> None:
+    """A second claim by the same owner is not a re-entry: owners are unique per attempt."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    assert store.claim(KEY, owner="a", lease_seconds=LEASE) is Claim.IN_PROGRESS
+
+
+def test_claim_after_lease_expiry_is_acquired(store: IdempotencyStore, clock: FakeClock) -> None:
+    """A crashed holder (no renewals) blocks others only until its lease lapses."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    clock.advance(LEASE + 1)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+def test_claim_other_keys_are_independent(store: IdempotencyStore) -> None:
+    """A held key does not block a different key."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    assert store.claim("attr:other", owner="b", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+def test_renew_extends_lease(store: IdempotencyStore, clock: FakeClock) -> None:
+    """After a renewal, another owner is still IN_PROGRESS past the original expiry."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    clock.advance(LEASE - 5)
+    assert store.renew(KEY, owner="a", lease_seconds=LEASE) is True
+    clock.advance(10)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.IN_PROGRESS
+
+
+def test_renew_by_non_holder_is_false(store: IdempotencyStore) -> None:
+    """Only the holder can renew; the holder's lease is untouched."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    assert store.renew(KEY, owner="b", lease_seconds=LEASE) is False
+    assert store.renew(KEY, owner="a", lease_seconds=LEASE) is True
+
+
+def test_renew_after_takeover_is_false(store: IdempotencyStore, clock: FakeClock) -> None:
+    """A holder whose lease lapsed and was taken over learns it from renew."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    clock.advance(LEASE + 1)
+    store.claim(KEY, owner="b", lease_seconds=LEASE)
+    assert store.renew(KEY, owner="a", lease_seconds=LEASE) is False
+
+
+def test_renew_missing_key_is_false(store: IdempotencyStore) -> None:
+    """Renewing a key nobody claimed returns False."""
+    assert store.renew(KEY, owner="a", lease_seconds=LEASE) is False
+
+
+def test_renew_after_complete_is_false(store: IdempotencyStore) -> None:
+    """A completed record is no longer a lease to renew."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    store.complete(KEY, owner="a", keep_seconds=KEEP)
+    assert store.renew(KEY, owner="a", lease_seconds=LEASE) is False
+
+
+def test_complete_then_claim_is_completed(store: IdempotencyStore, clock: FakeClock) -> None:
+    """After completion every later claim is COMPLETED, long after the lease would have lapsed."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    store.complete(KEY, owner="a", keep_seconds=KEEP)
+    clock.advance(KEEP - 1)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.COMPLETED
+
+
+def test_complete_record_expires_after_keep_seconds(store: IdempotencyStore, clock: FakeClock) -> None:
+    """Once keep_seconds have passed the key can be claimed again."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    store.complete(KEY, owner="a", keep_seconds=KEEP)
+    clock.advance(KEEP + 1)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+def test_complete_by_non_holder_warns_and_keeps_holder(
+    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A complete from a lapsed holder logs a warning, does not raise, and leaves the new holder's lease."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    with caplog.at_level(logging.WARNING, logger="consumer.idempotency"):
+        store.complete(KEY, owner="b", keep_seconds=KEEP)
+    assert "b" in caplog.text and KEY in caplog.text
+    assert store.claim(KEY, owner="c", lease_seconds=LEASE) is Claim.IN_PROGRESS
+
+
+def test_release_lets_another_owner_claim_at_once(store: IdempotencyStore) -> None:
+    """After a failed handler releases, a retry claims without waiting for the lease."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    store.release(KEY, owner="a")
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+def test_release_by_non_holder_is_noop(store: IdempotencyStore) -> None:
+    """A release by someone else neither raises nor frees the holder's lease."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    store.release(KEY, owner="b")
+    assert store.claim(KEY, owner="c", lease_seconds=LEASE) is Claim.IN_PROGRESS
+
+
+def test_release_after_complete_is_noop(store: IdempotencyStore) -> None:
+    """Releasing a completed key does not undo the completion."""
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    store.complete(KEY, owner="a", keep_seconds=KEEP)
+    store.release(KEY, owner="a")
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.COMPLETED
+
+
+def test_release_missing_key_is_noop(store: IdempotencyStore) -> None:
+    """Releasing a key nobody claimed does nothing."""
+    store.release(KEY, owner="a")
+    assert store.claim(KEY, owner="a", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+@pytest.mark.parametrize(
+    ("key", "owner", "seconds"),
+    [("", "a", LEASE), (KEY, "", LEASE), (KEY, "a", 0)],
+    ids=["empty-key", "empty-owner", "zero-lease"],
+)
+def test_claim_bad_arguments_raise_value_error(store: IdempotencyStore, key: str, owner: str, seconds: int) -> None:
+    """Empty keys or owners and non-positive leases are rejected before reaching the store."""
+    with pytest.raises(ValueError):
+        store.claim(key, owner=owner, lease_seconds=seconds)
+
+
+# --- DynamoDBStore specifics ---
+
+
+def test_dynamodb_store_items_match_schema(dynamodb: Any, clock: FakeClock) -> None:
+    """Items carry pk, status, owner, lease_expires_at and a whole-second TTL expires_at."""
+    table = create_table(dynamodb)
+    store = DynamoDBStore(table, client=dynamodb, clock=clock)
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    item = dynamodb.get_item(TableName=table, Key={"pk": {"S": KEY}}, ConsistentRead=True)["Item"]
+    assert item == {
+        "pk": {"S": KEY},
+        "status": {"S": "IN_PROGRESS"},
+        "owner": {"S": "a"},
+        "lease_expires_at": {"N": str(int(clock.now) + LEASE)},
+        "expires_at": {"N": str(int(clock.now) + LEASE + 86400)},
+    }
+
+
+def test_dynamodb_store_claim_without_returned_item_reads_it(dynamodb: Any) -> None:
+    """If the endpoint omits the failed item, claim falls back to a consistent read."""
+    store = DynamoDBStore(create_table(dynamodb), client=dynamodb)
+
+    def drop_item(http_response: Any, parsed: dict[str, Any], **_: Any) -> None:
+        parsed.pop("Item", None)
+
+    dynamodb.meta.events.register("after-call.dynamodb.PutItem", drop_item)
+    store.claim(KEY, owner="a", lease_seconds=LEASE)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.IN_PROGRESS
+    store.complete(KEY, owner="a", keep_seconds=KEEP)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.COMPLETED
+
+
+def test_dynamodb_store_missing_table_raises_store_error(dynamodb: Any) -> None:
+    """An AWS error other than a failed condition is wrapped, naming the operation and the table."""
+    store = DynamoDBStore("no-such-table", client=dynamodb)
+    with pytest.raises(IdempotencyStoreError, match=r"claim on DynamoDB table 'no-such-table'.*ResourceNotFound"):
+        store.claim(KEY, owner="a", lease_seconds=LEASE)
+
+
+def test_dynamodb_store_default_client_created_in_init(aws_credentials: None) -> None:
+    """Without a client the store builds a boto3 DynamoDB client in the default region."""
+    store = DynamoDBStore("t")
+    assert store._client.meta.region_name == REGION
+
+
+# --- idempotency_key ---
+
+
+def test_idempotency_key_prefers_message_attribute() -> None:
+    """The sender's idempotency-key attribute wins over the dedup id and the body."""
+    msg = message(
+        attributes={"MessageDeduplicationId": "d-1"},
+        message_attributes={"idempotency-key": {"DataType": "String", "StringValue": "abc"}},
+    )
+    assert idempotency_key(msg) == "attr:abc"
+
+
+def test_idempotency_key_uses_fifo_dedup_id() -> None:
+    """Without the attribute, a FIFO MessageDeduplicationId is the key."""
+    msg = message(attributes={"MessageDeduplicationId": "d-1", "ApproximateReceiveCount": "2"})
+    assert idempotency_key(msg) == "dedup:d-1"
+
+
+def test_idempotency_key_falls_back_to_body_hash() -> None:
+    """Without attribute or dedup id, the key is the SHA-256 of the UTF-8 body."""
+    body = '{"order": "ünïcode"}'
+    assert idempotency_key(message(body)) == "sha256:" + hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def test_idempotency_key_ignores_message_id() -> None:
+    """Two deliveries with different MessageIds (e.g. a DLQ redrive) and the same body share a key."""
+    first, second = message("same"), message("same")
+    assert first.message_id != second.message_id
+    assert idempotency_key(first) == idempotency_key(second)
+
+
+def test_idempotency_key_ignores_other_message_attributes() -> None:
+    """Unrelated sender attributes do not change the key."""
+    msg = message("same", message_attributes={"trace": {"DataType": "String", "StringValue": "t-1"}})
+    assert idempotency_key(msg) == idempotency_key(message("same"))
+
+
+def test_idempotency_key_from_sqs_message_via_moto(sqs: Any) -> None:
+    """A real FIFO receive through boto3 exposes the dedup id the key uses."""
+    url = sqs.create_queue(QueueName=f"k-{uuid.uuid4().hex[:8]}.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="d-42")
+    raw = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["All"], MessageAttributeNames=["All"])
+    assert idempotency_key(Message.from_sqs(raw["Messages"][0])) == "dedup:d-42"
+
+
+def test_in_memory_store_concurrent_claims_acquire_once(clock: FakeClock) -> None:
+    """Many threads racing on one key: exactly one ACQUIRED (the runtime calls the store from several threads)."""
+    store = InMemoryStore(clock=clock)
+    barrier = threading.Barrier(16)
+
+    def race(owner: int) -> Claim:
+        barrier.wait()
+        return store.claim(KEY, owner=f"w{owner}", lease_seconds=LEASE)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(race, range(16)))
+    assert results.count(Claim.ACQUIRED) == 1
+    assert results.count(Claim.IN_PROGRESS) == 15

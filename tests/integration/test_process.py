@@ -1,0 +1,240 @@
+"""`python -m consumer run` as a real subprocess against moto's server over HTTP: signals and start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from consumer.contract import contract_of
+from tests.integration.conftest import REGION, create_pair
+from tests.integration.handlers import slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACT = contract_of(slow)  # 5 s max duration: visibility 15 s, stop timeout 10 s
+
+
+@pytest.fixture
+def server_sqs(moto_server: str) -> Any:
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
+
+
+def start(moto_server: str, queue_url: str, side_effects: Path, **extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
+    env.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL": moto_server,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "QUEUE_URL": queue_url,
+            "CONSUMER_HANDLER": "tests.integration.handlers:slow",
+            "SIDE_EFFECTS_FILE": str(side_effects),
+        }
+    )
+    env.update(extra)
+    return subprocess.Popen(
+        [sys.executable, "-m", "consumer", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_event(process: subprocess.Popen[str], event: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Read JSON log lines until ``event`` appears; returns the lines read."""
+    lines: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        raw = process.stdout.readline()
+        if not raw:
+            break
+        if raw.startswith("{") and '"event"' in raw:
+            lines.append(json.loads(raw))
+            if lines[-1]["event"] == event:
+                return lines
+    raise AssertionError(f"{event} not logged; stderr: {process.stderr.read() if process.poll() is not None else ''}")
+
+
+def counts(sqs: Any, url: str) -> tuple[int, int]:
+    a = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(a["ApproximateNumberOfMessages"]), int(a["ApproximateNumberOfMessagesNotVisible"])
+
+
+def wait_in_flight(sqs: Any, url: str, count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while counts(sqs, url)[1] < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def effects(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def process_guard() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_process_idle_exits_promptly_on_sigterm(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """Idle, SIGTERM ends the process with 0 without waiting out the 20 s long poll."""
+    pair = create_pair(server_sqs, CONTRACT)
+    process = start(moto_server, pair.queue_url, tmp_path / "effects")
+    process_guard.append(process)
+    wait_for_event(process, "consumer_started")
+    time.sleep(0.5)  # let the poller enter its long poll
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    assert time.monotonic() - sent < 5  # about a second here; asserted loosely
+
+
+def test_process_sigterm_finishes_in_flight_and_holds_nothing_back(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """SIGTERM mid-work: both running handlers finish and are deleted; the unreceived message stays visible."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for body in ("2", "2.0", "2.00"):  # distinct bodies: the body hash is the idempotency key
+        server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body)
+    process = start(moto_server, pair.queue_url, tmp_path / "effects")
+    process_guard.append(process)
+    wait_for_event(process, "consumer_started")
+    wait_in_flight(server_sqs, pair.queue_url, 2)
+    assert counts(server_sqs, pair.queue_url) == (1, 2)  # two running (concurrency 2), one waiting
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=CONTRACT.stop_timeout_seconds + 5) == 0
+    assert len(effects(tmp_path / "effects")) == 2
+    assert counts(server_sqs, pair.queue_url) == (1, 0)  # deleted the two, the third was never held
+
+
+def test_process_sigkill_mid_work_redelivers_and_side_effect_happens_once(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """Killed during the handler, the message returns after the visibility timeout and is applied once."""
+    pair = create_pair(server_sqs, CONTRACT)
+    server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="2")
+    first = start(moto_server, pair.queue_url, tmp_path / "effects")
+    process_guard.append(first)
+    wait_for_event(first, "consumer_started")
+    wait_in_flight(server_sqs, pair.queue_url, 1)
+    first.kill()
+    first.wait()
+    assert effects(tmp_path / "effects") == []
+    second = start(moto_server, pair.queue_url, tmp_path / "effects")
+    process_guard.append(second)
+    deadline = time.monotonic() + CONTRACT.visibility_timeout_seconds + 15
+    while not effects(tmp_path / "effects") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=20) == 0
+    applied = effects(tmp_path / "effects")
+    assert [e["pid"] for e in applied] == [second.pid]
+    assert counts(server_sqs, pair.queue_url) == (0, 0)
+
+
+def test_process_refuses_to_start_on_queue_drift(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """A queue whose visibility differs from the contract: exit 2 and a message saying what and how to fix."""
+    pair = create_pair(server_sqs, CONTRACT, VisibilityTimeout="30")
+    process = start(moto_server, pair.queue_url, tmp_path / "effects")
+    process_guard.append(process)
+    assert process.wait(timeout=30) == 2
+    stderr = process.stderr.read()
+    assert "VisibilityTimeout is 30 s, the contract derives 15 s from max_duration 5 s" in stderr
+    assert "redeploy the stack" in stderr
+
+
+def test_process_refuses_to_start_when_the_stack_contract_differs_from_the_handler(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """The stack's CONSUMER_* contract for another declaration: exit 2 naming the field."""
+    pair = create_pair(server_sqs, CONTRACT)
+    deployed = {**CONTRACT.to_env()}
+    stale = type(CONTRACT)(
+        max_duration_seconds=90,
+        concurrency=2,
+        max_receive_count=3,
+        retry_backoff_base_seconds=1,
+        retry_backoff_max_seconds=1,
+    )
+    deployed.update(stale.to_env())
+    process = start(moto_server, pair.queue_url, tmp_path / "effects", **deployed)
+    process_guard.append(process)
+    assert process.wait(timeout=30) == 2
+    stderr = process.stderr.read()
+    assert '"CONSUMER_MAX_DURATION_SECONDS" differs from the handler\'s @worker declaration' in stderr
+    assert "max_duration_seconds: stack 90, handler 5" in stderr
+
+
+def test_process_missing_queue_is_a_clear_error(moto_server: str, tmp_path: Path, process_guard: list) -> None:
+    """A QUEUE_URL that does not exist: exit 2, no queue created."""
+    process = start(moto_server, f"{moto_server}/123456789012/does-not-exist", tmp_path / "effects")
+    process_guard.append(process)
+    assert process.wait(timeout=30) == 2
+    assert "the queue does not exist" in process.stderr.read()
+
+
+def test_process_sigterm_releases_received_but_unstarted_fifo_messages(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """One receive brings three messages of a group; on SIGTERM the first finishes, the other two are visible at once."""
+    from tests.integration.handlers import ordered_slow
+
+    pair = create_pair(server_sqs, contract_of(ordered_slow))
+    for i in range(3):
+        server_sqs.send_message(
+            QueueUrl=pair.queue_url, MessageBody=f"o{i}", MessageGroupId="g", MessageDeduplicationId=f"o{i}"
+        )
+    process = start(
+        moto_server, pair.queue_url, tmp_path / "effects", CONSUMER_HANDLER="tests.integration.handlers:ordered_slow"
+    )
+    process_guard.append(process)
+    wait_for_event(process, "consumer_started")
+    wait_in_flight(server_sqs, pair.queue_url, 3)
+    assert counts(server_sqs, pair.queue_url) == (0, 3)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    assert [e["body"] for e in effects(tmp_path / "effects")] == ["o0"]
+    assert counts(server_sqs, pair.queue_url) == (2, 0)
+
+
+def test_process_without_credentials_is_a_clear_error(moto_server: str, tmp_path: Path, process_guard: list) -> None:
+    """No credentials anywhere: exit 2 naming the operation, not a traceback."""
+    process = start(
+        moto_server,
+        f"{moto_server}/123456789012/any",
+        tmp_path / "effects",
+        AWS_ACCESS_KEY_ID="",
+        AWS_SECRET_ACCESS_KEY="",
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+    )
+    process_guard.append(process)
+    assert process.wait(timeout=60) == 2
+    stderr = process.stderr.read()
+    assert "GetQueueAttributes on" in stderr and "Unable to locate credentials" in stderr
+    assert "Traceback" not in stderr

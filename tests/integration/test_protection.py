@@ -1,0 +1,371 @@
+"""Task scale-in protection against a real HTTP server on 127.0.0.1 standing in for the ECS agent endpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from consumer.protection import ScaleInProtection
+
+AGENT_PATH = "/api/0123456789abcdef-1234567890"  # ECS_AGENT_URI carries a per-task path
+STATE_PATH = f"{AGENT_PATH}/task-protection/v1/state"
+ENABLE = {"ProtectionEnabled": True, "ExpiresInMinutes": 60}
+DISABLE = {"ProtectionEnabled": False}
+REFUSED_URI = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
+TASK_ARN = "arn:aws:ecs:eu-west-1:123456789012:task/cluster/0123456789abcdef"
+
+HTTP_500 = (500, {"error": {"Arn": TASK_ARN, "Code": "ServerException", "Message": "agent failed"}})
+FAILURE_200 = (200, {"failure": {"Arn": TASK_ARN, "Reason": "TASK_NOT_VALID"}})
+ERROR_400 = (400, {"error": {"Arn": TASK_ARN, "Code": "InvalidParameterException", "Message": "bad request"}})
+NOT_JSON_200 = (200, "<html>proxy</html>")
+REJECTIONS = pytest.mark.parametrize(
+    ("reply", "logged"),
+    [
+        (HTTP_500, "HTTP 500: error: "),
+        (FAILURE_200, "failure: "),
+        (ERROR_400, "HTTP 400: error: "),
+        (NOT_JSON_200, "JSONDecodeError"),
+    ],
+    ids=["http-500", "failure-200", "error-400", "not-json"],
+)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str
+    path: str
+    body: Any
+
+
+@dataclass
+class Agent:
+    """A stand-in ECS agent: records each request, answers queued replies, then a success."""
+
+    uri: str
+    requests: list[Recorded] = field(default_factory=list)
+    replies: list[tuple[int, Any]] = field(default_factory=list)
+    delay_seconds: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reply_to(self, body: Any) -> tuple[int, Any]:
+        with self.lock:
+            if self.replies:
+                return self.replies.pop(0)
+        enabled = bool(body.get("ProtectionEnabled")) if isinstance(body, dict) else False
+        return 200, {"protection": {"ExpirationDate": None, "ProtectionEnabled": enabled, "TaskArn": TASK_ARN}}
+
+    def bodies(self) -> list[Any]:
+        return [r.body for r in self.requests]
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def agent() -> Iterator[Agent]:
+    """A ThreadingHTTPServer on a free loopback port; yields its agent URI (with the per-task path)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            self.answer()
+
+        def do_GET(self) -> None:
+            self.answer()
+
+        def answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            with state.lock:
+                state.requests.append(Recorded(self.command, self.path, body))
+            status, reply = state.reply_to(body)
+            time.sleep(state.delay_seconds)
+            payload = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:
+                pass  # the client gave up (timeout test)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    host, port = server.server_address[:2]
+    state = Agent(uri=f"http://{host}:{port}{AGENT_PATH}")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def protection(agent: Agent, clock: FakeClock) -> ScaleInProtection:
+    return ScaleInProtection(agent.uri, clock=clock)
+
+
+def failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == "task_protection_failed"]
+
+
+def test_protection_without_agent_uri_sends_no_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off ECS (agent_uri None) enabled is False and no method opens any URL."""
+    opened: list[Any] = []
+    monkeypatch.setattr(urllib.request.OpenerDirector, "open", lambda self, *a, **k: opened.append(a))
+    protection = ScaleInProtection(None)
+    protection.busy()
+    protection.refresh()
+    protection.idle()
+    protection.close()
+    assert protection.enabled is False
+    assert opened == []
+
+
+def test_from_env_reads_ecs_agent_uri(agent: Agent) -> None:
+    """from_env takes the agent URI from ECS_AGENT_URI and talks to it."""
+    protection = ScaleInProtection.from_env({"ECS_AGENT_URI": agent.uri})
+    protection.busy()
+    assert protection.enabled is True
+    assert [(r.method, r.path) for r in agent.requests] == [("PUT", STATE_PATH)]
+
+
+def test_from_env_without_ecs_agent_uri_is_disabled() -> None:
+    """Without ECS_AGENT_URI (not on ECS) protection is disabled."""
+    assert ScaleInProtection.from_env({"HOME": "/root"}).enabled is False
+
+
+def test_from_env_passes_keyword_arguments(agent: Agent) -> None:
+    """from_env forwards keyword arguments such as expires_in_minutes."""
+    ScaleInProtection.from_env({"ECS_AGENT_URI": agent.uri}, expires_in_minutes=15).busy()
+    assert agent.bodies() == [{"ProtectionEnabled": True, "ExpiresInMinutes": 15}]
+
+
+def test_init_rejects_expiry_outside_agent_limits() -> None:
+    """ExpiresInMinutes outside 1..2880 is a programming error, raised at construction."""
+    with pytest.raises(ValueError, match="1..2880"):
+        ScaleInProtection("http://127.0.0.1:9", expires_in_minutes=2881)
+
+
+def test_busy_sends_put_enabling_protection(agent: Agent, protection: ScaleInProtection) -> None:
+    """busy() PUTs ProtectionEnabled true with ExpiresInMinutes to the state path."""
+    protection.busy()
+    assert agent.requests == [Recorded("PUT", STATE_PATH, ENABLE)]
+
+
+def test_busy_when_already_protected_sends_nothing(agent: Agent, protection: ScaleInProtection) -> None:
+    """A second busy() while protection is held and far from expiry sends no request."""
+    protection.busy()
+    protection.busy()
+    assert agent.bodies() == [ENABLE]
+
+
+def test_busy_from_many_threads_sends_one_request(agent: Agent, protection: ScaleInProtection) -> None:
+    """Concurrent busy() calls reach the agent once."""
+    threads = [threading.Thread(target=protection.busy) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert agent.bodies() == [ENABLE]
+
+
+def test_busy_within_ten_minutes_of_expiry_renews(
+    agent: Agent, protection: ScaleInProtection, clock: FakeClock
+) -> None:
+    """busy() while protection expires within 10 minutes enables it again."""
+    protection.busy()
+    clock.advance(50 * 60)
+    protection.busy()
+    assert agent.bodies() == [ENABLE, ENABLE]
+
+
+def test_idle_sends_put_disabling_protection(agent: Agent, protection: ScaleInProtection) -> None:
+    """idle() after busy() PUTs ProtectionEnabled false."""
+    protection.busy()
+    protection.idle()
+    assert agent.requests[-1] == Recorded("PUT", STATE_PATH, DISABLE)
+
+
+def test_idle_when_not_protected_sends_nothing(agent: Agent, protection: ScaleInProtection) -> None:
+    """idle() without held protection sends no request."""
+    protection.idle()
+    assert agent.requests == []
+
+
+def test_idle_after_protection_expired_sends_nothing(
+    agent: Agent, protection: ScaleInProtection, clock: FakeClock
+) -> None:
+    """idle() once the protection has lapsed on its own sends no request."""
+    protection.busy()
+    clock.advance(60 * 60)
+    protection.idle()
+    assert agent.bodies() == [ENABLE]
+
+
+def test_refresh_outside_renewal_window_sends_nothing(
+    agent: Agent, protection: ScaleInProtection, clock: FakeClock
+) -> None:
+    """refresh() with 11 minutes of protection left sends no request."""
+    protection.busy()
+    clock.advance(49 * 60)
+    protection.refresh()
+    assert agent.bodies() == [ENABLE]
+
+
+def test_refresh_within_ten_minutes_of_expiry_renews(
+    agent: Agent, protection: ScaleInProtection, clock: FakeClock
+) -> None:
+    """refresh() with 10 minutes of protection left re-enables it."""
+    protection.busy()
+    clock.advance(50 * 60)
+    protection.refresh()
+    assert agent.bodies() == [ENABLE, ENABLE]
+
+
+def test_refresh_after_renewal_counts_from_the_renewal(
+    agent: Agent, protection: ScaleInProtection, clock: FakeClock
+) -> None:
+    """A renewal restarts the expiry, so the next refresh inside the new window sends nothing."""
+    protection.busy()
+    clock.advance(50 * 60)
+    protection.refresh()
+    clock.advance(49 * 60)
+    protection.refresh()
+    assert agent.bodies() == [ENABLE, ENABLE]
+
+
+def test_refresh_when_idle_sends_nothing(agent: Agent, protection: ScaleInProtection, clock: FakeClock) -> None:
+    """refresh() after idle() never re-enables protection."""
+    protection.busy()
+    protection.idle()
+    clock.advance(55 * 60)
+    protection.refresh()
+    assert agent.bodies() == [ENABLE, DISABLE]
+
+
+@REJECTIONS
+def test_busy_rejected_by_agent_is_logged_not_raised(
+    agent: Agent, protection: ScaleInProtection, caplog: pytest.LogCaptureFixture, reply: tuple[int, Any], logged: str
+) -> None:
+    """An HTTP error, a failure/error object or a non-JSON reply logs task_protection_failed and returns."""
+    agent.replies.append(reply)
+    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+        protection.busy()
+    [record] = failures(caplog)
+    assert (record.levelno, record.action) == (logging.WARNING, "enable")
+    assert logged in record.error
+
+
+@REJECTIONS
+def test_busy_after_rejection_retries(
+    agent: Agent, protection: ScaleInProtection, reply: tuple[int, Any], logged: str
+) -> None:
+    """A rejected enable leaves the task unprotected, so the next busy() asks again."""
+    agent.replies.append(reply)
+    protection.busy()
+    protection.busy()
+    protection.busy()
+    assert agent.bodies() == [ENABLE, ENABLE]
+
+
+def test_busy_failure_object_names_the_reason(
+    agent: Agent, protection: ScaleInProtection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent's failure Reason appears in the logged error."""
+    agent.replies.append(FAILURE_200)
+    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+        protection.busy()
+    assert "TASK_NOT_VALID" in failures(caplog)[0].error
+
+
+def test_busy_connection_refused_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """An agent that refuses the connection logs task_protection_failed and returns."""
+    protection = ScaleInProtection(REFUSED_URI, timeout_seconds=1.0)
+    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+        protection.busy()
+    [record] = failures(caplog)
+    assert record.action == "enable"
+    assert "refused" in record.error.lower()
+
+
+def test_busy_timeout_is_logged_not_raised(agent: Agent, caplog: pytest.LogCaptureFixture) -> None:
+    """An agent slower than timeout_seconds logs task_protection_failed and returns."""
+    agent.delay_seconds = 1.0
+    protection = ScaleInProtection(agent.uri, timeout_seconds=0.2)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+        protection.busy()
+    assert time.monotonic() - started < 0.9
+    assert "timed out" in failures(caplog)[0].error
+
+
+def test_idle_failure_is_retried_by_next_idle(agent: Agent, protection: ScaleInProtection) -> None:
+    """A rejected disable keeps the protection on record, so the next idle() asks again."""
+    protection.busy()
+    agent.replies.append(HTTP_500)
+    protection.idle()
+    protection.idle()
+    assert agent.bodies() == [ENABLE, DISABLE, DISABLE]
+
+
+def test_refresh_after_failed_disable_disables_instead_of_renewing(
+    agent: Agent, protection: ScaleInProtection, clock: FakeClock
+) -> None:
+    """Protection left on by a rejected disable is dropped by refresh(), never renewed."""
+    protection.busy()
+    agent.replies.append(HTTP_500)
+    protection.idle()
+    clock.advance(55 * 60)
+    protection.refresh()
+    assert agent.bodies() == [ENABLE, DISABLE, DISABLE]
+
+
+def test_refresh_after_failed_enable_while_busy_retries(agent: Agent, protection: ScaleInProtection) -> None:
+    """A rejected enable while messages are in flight is requested again by refresh()."""
+    agent.replies.append(HTTP_500)
+    protection.busy()
+    protection.refresh()
+    protection.refresh()
+    assert agent.bodies() == [ENABLE, ENABLE]
+
+
+def test_close_disables_protection(agent: Agent, protection: ScaleInProtection) -> None:
+    """close() while protected PUTs ProtectionEnabled false."""
+    protection.busy()
+    protection.close()
+    assert agent.bodies() == [ENABLE, DISABLE]
+
+
+def test_close_when_not_protected_sends_nothing(agent: Agent, protection: ScaleInProtection) -> None:
+    """close() without held protection sends no request."""
+    protection.close()
+    assert agent.requests == []

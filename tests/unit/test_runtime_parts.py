@@ -1,0 +1,150 @@
+"""Unit tests for the runtime's pure parts: slots, DLQ send parameters, configuration (no network)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from consumer.config import check_declaration, load_config
+from consumer.contract import ContractDriftError, ContractError, WorkerContract
+from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason, send_parameters
+from consumer.message import Message
+from consumer.runtime import Slots, lease_extension
+
+HANDLER = "tests.integration.handlers:slow"
+
+
+def test_slots_reserve_only_what_is_free() -> None:
+    """A poller asking for 10 with 3 free gets 3; then nothing until a slot is released."""
+    slots, stop = Slots(3), threading.Event()
+    assert slots.reserve_up_to(10, stop) == 3
+    slots.release(1)
+    assert slots.reserve_up_to(10, stop) == 1
+
+
+def test_slots_reserve_returns_zero_once_stopping() -> None:
+    """A poller blocked on a full pool wakes up with nothing when shutdown starts."""
+    slots, stop = Slots(1), threading.Event()
+    slots.reserve_up_to(1, stop)
+    threading.Timer(0.2, stop.set).start()
+    assert slots.reserve_up_to(1, stop) == 0
+
+
+def message(**overrides: object) -> Message:
+    values: dict[str, object] = {"body": "payload", "message_id": "m-1", "receipt_handle": "rh", "receive_count": 2}
+    values.update(overrides)
+    return Message(**values)  # type: ignore[arg-type]
+
+
+def test_dlq_parameters_keep_body_attributes_and_add_reason() -> None:
+    """Body and attributes are copied as SendMessage takes them; the reason is one JSON attribute."""
+    original = message(
+        message_attributes={
+            "tenant": {"DataType": "String", "StringValue": "acme", "StringListValues": [], "BinaryListValues": []}
+        }
+    )
+    params = send_parameters(original, dlq_url="dlq", reason="bad schema", kind="poison", source_queue_url="src")
+    assert params["MessageBody"] == "payload" and params["QueueUrl"] == "dlq"
+    assert params["MessageAttributes"]["tenant"] == {"DataType": "String", "StringValue": "acme"}
+    reason = read_reason(params["MessageAttributes"])
+    assert reason is not None
+    assert (reason["kind"], reason["reason"], reason["original_message_id"], reason["receive_count"]) == (
+        "poison",
+        "bad schema",
+        "m-1",
+        2,
+    )
+    assert "MessageGroupId" not in params
+
+
+def test_dlq_parameters_keep_fifo_group_and_dedup_ids() -> None:
+    """A FIFO message keeps its group and deduplication id."""
+    fifo = message(attributes={"MessageGroupId": "g-7", "MessageDeduplicationId": "d-9"})
+    params = send_parameters(fifo, dlq_url="dlq.fifo", reason="r", kind="poison", source_queue_url="src.fifo")
+    assert (params["MessageGroupId"], params["MessageDeduplicationId"]) == ("g-7", "d-9")
+
+
+def test_dlq_parameters_fold_ten_attributes_to_make_room_for_the_reason() -> None:
+    """SQS allows 10 attributes: with 10 already, all are kept inside one JSON attribute."""
+    attributes = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(10)}
+    params = send_parameters(
+        message(message_attributes=attributes), dlq_url="d", reason="r", kind="poison", source_queue_url="s"
+    )
+    assert set(params["MessageAttributes"]) == {ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE}
+    folded = json.loads(params["MessageAttributes"][ORIGINAL_ATTRIBUTES]["StringValue"])
+    assert folded["a9"] == {"DataType": "String", "StringValue": "9"}
+
+
+def test_config_requires_queue_url_and_handler() -> None:
+    """Missing bindings name the variable."""
+    with pytest.raises(ContractError, match='"QUEUE_URL" must be set'):
+        load_config({"CONSUMER_HANDLER": HANDLER})
+    with pytest.raises(ContractError, match='"CONSUMER_HANDLER" must be set'):
+        load_config({"QUEUE_URL": "https://q"})
+    with pytest.raises(ContractError, match='"CONSUMER_HANDLER" names a module that cannot be imported'):
+        load_config({"QUEUE_URL": "https://q", "CONSUMER_HANDLER": "nope:handle"})
+
+
+def test_config_local_run_uses_the_handler_declaration() -> None:
+    """Without the stack's CONSUMER_* variables the declaration is the contract."""
+    config = load_config({"QUEUE_URL": "https://q", "CONSUMER_HANDLER": HANDLER})
+    assert config.from_stack is False and config.contract.max_duration_seconds == 5
+    assert config.dlq_url is None and config.idempotency_table is None
+
+
+def test_config_stack_run_reads_the_stack_contract_and_bindings() -> None:
+    """With the stack's environment, its contract (retention included) and bindings are used."""
+    local = load_config({"QUEUE_URL": "https://q", "CONSUMER_HANDLER": HANDLER}).contract
+    deployed = WorkerContract(
+        **{**local.declared(), "source_retention_seconds": 86_400, "dlq_retention_seconds": 604_800}
+    )
+    environ = {
+        "QUEUE_URL": "https://q",
+        "CONSUMER_HANDLER": HANDLER,
+        "DLQ_URL": "https://d",
+        "CONSUMER_IDEMPOTENCY_TABLE": "t",
+        **deployed.to_env(),
+    }
+    config = load_config(environ)
+    assert config.from_stack and config.contract == deployed
+    assert (config.dlq_url, config.idempotency_table) == ("https://d", "t")
+
+
+def test_check_declaration_ignores_environment_fields_only() -> None:
+    """Retention may differ (cdk.json sets it); any handler-declared field may not."""
+    declared = WorkerContract(max_duration_seconds=90)
+    check_declaration(
+        declared,
+        WorkerContract(max_duration_seconds=90, source_retention_seconds=86_400, dlq_retention_seconds=604_800),
+    )
+    with pytest.raises(ContractDriftError) as raised:
+        check_declaration(declared, WorkerContract(max_duration_seconds=90, concurrency=4))
+    assert raised.value.parameter == "CONSUMER_CONCURRENCY"
+    assert "concurrency: stack 4, handler 1" in str(raised.value)
+
+
+def test_lease_extension_not_needed_while_visibility_covers_the_attempt() -> None:
+    """Short handlers: the queue's visibility covers the attempt, so the heartbeat never extends."""
+    contract = WorkerContract(max_duration_seconds=90)
+    for now in (0.0, 60.0, 95.0):
+        assert lease_extension(contract, now=now, received_at=0, started_at=0, visible_until=100) is None
+
+
+def test_lease_extension_renews_the_lease_up_to_the_attempt_end() -> None:
+    """Lease mode: extend by the 900 s lease near expiry, never past max_duration + margin."""
+    contract = WorkerContract(max_duration_seconds=7_200)
+    assert lease_extension(contract, now=800, received_at=0, started_at=0, visible_until=900) == 900
+    assert lease_extension(contract, now=700, received_at=0, started_at=0, visible_until=900) is None
+    assert lease_extension(contract, now=7_000, received_at=0, started_at=0, visible_until=7_100) == 500
+    assert lease_extension(contract, now=7_450, received_at=0, started_at=0, visible_until=7_500) is None
+
+
+def test_lease_extension_respects_the_twelve_hour_budget() -> None:
+    """Extensions never reach past 12 h after the receive (SQS rejects it)."""
+    contract = WorkerContract(max_duration_seconds=42_900, max_receive_count=2)
+    received = 0.0
+    assert lease_extension(contract, now=42_800, received_at=received, started_at=300, visible_until=42_850) == 399
+    assert lease_extension(contract, now=43_150, received_at=received, started_at=300, visible_until=43_190) == 49
+    assert lease_extension(contract, now=43_190, received_at=received, started_at=300, visible_until=43_199) is None
