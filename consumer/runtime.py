@@ -50,6 +50,7 @@ RECEIVE_ERROR_MAX_BACKOFF_SECONDS = 20
 TICK_SECONDS = 0.5
 METRICS_FLUSH_SECONDS = 60
 EXIT_OK = 0
+EXIT_CRASHED = 1
 EXIT_STUCK = 3
 
 
@@ -177,13 +178,14 @@ class Consumer:
     def run(self) -> int:
         """Process until :meth:`stop`; returns the process exit code."""
         threads = [
-            threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            threading.Thread(target=self._guarded(self._worker), name=f"worker-{i}", daemon=True)
             for i in range(self.contract.concurrency)
         ]
         threads += [
-            threading.Thread(target=self._poll, name=f"poller-{i}", daemon=True) for i in range(self.contract.pollers)
+            threading.Thread(target=self._guarded(self._poll), name=f"poller-{i}", daemon=True)
+            for i in range(self.contract.pollers)
         ]
-        threads.append(threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True))
+        threads.append(threading.Thread(target=self._guarded(self._heartbeat), name="heartbeat", daemon=True))
         self._ack.start()
         for thread in threads:
             thread.start()
@@ -199,6 +201,19 @@ class Consumer:
             pass
         self._shutdown()
         return self.exit_code
+
+    def _guarded(self, target: Callable[[], None]) -> Callable[[], None]:
+        """A thread that dies unexpectedly stops the process (exit 1) instead of leaving it half alive."""
+
+        def run() -> None:
+            try:
+                target()
+            except Exception:
+                log.critical("thread_crashed", exc_info=True, extra={"thread_name": threading.current_thread().name})
+                self.exit_code = EXIT_CRASHED
+                self.stop()
+
+        return run
 
     # --- polling ------------------------------------------------------------
     def _poll(self) -> None:

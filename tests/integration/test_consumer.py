@@ -293,3 +293,13 @@ def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) ->
         assert result["code"] == EXIT_OK
     finally:
         server.stop()
+
+
+def test_consumer_stops_with_exit_1_when_a_thread_crashes(sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error in a poller stops the whole process (exit 1) rather than leaving it idle."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: None)
+    monkeypatch.setattr(worker, "_groups", lambda received: 1 / 0)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="x")
+    assert worker.run() == 1

@@ -46,3 +46,20 @@ def test_consumer_package_import_is_stdlib_light() -> None:
     code = "import consumer, sys; print(sorted(m for m in ('boto3', 'botocore', 'aws_cdk') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_log_extras_never_shadow_log_record_attributes() -> None:
+    """logging raises on extra={"thread": ...} and the like; no consumer log call may use such a key."""
+    import logging
+
+    reserved = set(vars(logging.LogRecord("n", 0, "p", 0, "m", (), None))) | {"message", "asctime"}
+    clashes = []
+    for path in sorted((ROOT / "consumer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "extra" and isinstance(node.value, ast.Dict):
+                clashes += [
+                    f"{path.name}:{node.value.lineno} {key.value}"
+                    for key in node.value.keys
+                    if isinstance(key, ast.Constant) and key.value in reserved
+                ]
+    assert clashes == []
