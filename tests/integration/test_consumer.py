@@ -145,10 +145,10 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
 
 
 def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A handler running 3x the initial visibility is extended, finishes once, and is deleted."""
-    monkeypatch.setattr(consumer.contract, "LEASE_CAP_SECONDS", 2)  # a 2 s lease for an 8 s handler
+    """A handler running 1.5x the initial visibility is extended, finishes once, and is deleted."""
+    monkeypatch.setattr(consumer.contract, "LEASE_CAP_SECONDS", 4)  # a 4 s lease for a 6 s handler
     contract = fast_contract(max_duration_seconds=8, concurrency=2)
-    assert contract.visibility_timeout_seconds == 2 and contract.uses_heartbeat_lease
+    assert contract.visibility_timeout_seconds == 4 and contract.uses_heartbeat_lease
     pair = create_pair(sqs, contract)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
     calls: list[int] = []
