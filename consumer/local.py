@@ -1,0 +1,201 @@
+"""Local runs: moto's SQS server on 127.0.0.1, provisioned from the synthesized CloudFormation template.
+
+What runs locally is what ``cdk deploy`` would create: the stack is created from
+``cdk.out/<stack>.template.json`` by moto's CloudFormation. moto skips a few
+resource types (alarms, the DynamoDB table); those are created here from the
+same template's own properties, never from a second hand-written definition.
+The environment printed is the task definition's container environment with
+every reference resolved to the local resources.
+
+moto is a development dependency: it is imported inside the functions, so the
+consumer image (which does not install it) never needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+LOCAL_REGION = "eu-west-1"
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+#: The CDK template's CheckBootstrapVersion rule reads this parameter; any version >= 6 passes.
+BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+STACK_TIMEOUT_SECONDS = 60
+
+
+class LocalProvisioningError(Exception):
+    """The template could not be turned into local resources; the message says which and why."""
+
+
+@dataclass
+class LocalStack:
+    """What was created locally: the endpoint, the stack outputs and the task's environment."""
+
+    endpoint: str
+    stack_name: str
+    outputs: dict[str, str]
+    task_environment: dict[str, str]
+    alarms: list[str] = field(default_factory=list)
+
+    def process_environment(self) -> dict[str, str]:
+        """The task environment plus what a local process needs to reach the endpoint."""
+        return {
+            **self.task_environment,
+            **LOCAL_CREDENTIALS,
+            "AWS_DEFAULT_REGION": LOCAL_REGION,
+            "AWS_REGION": LOCAL_REGION,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+
+def start_server(port: int = 0) -> tuple[Any, str]:
+    """Start moto's server on 127.0.0.1 (a free port by default); returns (server, endpoint URL)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    host, bound = server.get_host_and_port()
+    return server, f"http://{host}:{bound}"
+
+
+def _client(service: str, endpoint: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name=LOCAL_REGION,
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def provision(endpoint: str, template_path: Path, stack_name: str | None = None) -> LocalStack:
+    """Create the stack in ``template_path`` on the local endpoint; returns what was created."""
+    if not template_path.exists():
+        raise LocalProvisioningError(
+            f"template {template_path} does not exist; synthesize first (python app.py or make run)"
+        )
+    template = json.loads(template_path.read_text())
+    stack_name = stack_name or template_path.name.removesuffix(".template.json")
+    _client("ssm", endpoint).put_parameter(Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True)
+    cloudformation = _client("cloudformation", endpoint)
+    cloudformation.create_stack(
+        StackName=stack_name,
+        TemplateBody=json.dumps(template),
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
+    )
+    stack = _wait_for_stack(cloudformation, stack_name)
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    physical = {
+        r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
+        for r in cloudformation.describe_stack_resources(StackName=stack_name)["StackResources"]
+        if "LogicalResourceId" in r
+    }
+    resources = template["Resources"]
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::DynamoDB::Table" and not physical.get(logical_id):
+            physical[logical_id] = _create_table(endpoint, stack_name, logical_id, resource["Properties"])
+    local = LocalStack(
+        endpoint=endpoint,
+        stack_name=stack_name,
+        outputs=outputs,
+        task_environment=_task_environment(resources, physical, endpoint),
+    )
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::CloudWatch::Alarm":
+            local.alarms.append(_create_alarm(endpoint, stack_name, logical_id, resource["Properties"], physical))
+    return local
+
+
+def _wait_for_stack(cloudformation: Any, stack_name: str) -> dict[str, Any]:
+    deadline = time.monotonic() + STACK_TIMEOUT_SECONDS
+    while True:
+        stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
+        status = stack["StackStatus"]
+        if status == "CREATE_COMPLETE":
+            return stack
+        if not status.endswith("IN_PROGRESS") or time.monotonic() > deadline:
+            raise LocalProvisioningError(
+                f"local stack {stack_name} ended in {status}: {stack.get('StackStatusReason', 'no reason given')}"
+            )
+        time.sleep(0.2)
+
+
+def _queue_url(value: str, endpoint: str) -> str:
+    """moto's CloudFormation names queues with AWS's URL; point them at the local endpoint."""
+    account_and_name = value.split("/", 3)[-1]
+    return f"{endpoint}/{account_and_name}"
+
+
+def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        resolved = physical.get(value["Ref"])
+        if resolved:
+            return _queue_url(resolved, endpoint) if resolved.startswith("https://sqs.") else resolved
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+        logical_id, attribute = value["Fn::GetAtt"]
+        resolved = physical.get(logical_id, "")
+        if attribute == "QueueName" and resolved:
+            return resolved.rsplit("/", 1)[-1]
+        if attribute == "Arn" and resolved.startswith("arn:"):
+            return resolved
+    raise LocalProvisioningError(f"cannot resolve {json.dumps(value)} from the local stack's resources")
+
+
+def _task_environment(resources: Mapping[str, Any], physical: Mapping[str, str], endpoint: str) -> dict[str, str]:
+    """The container environment of the template's (single) task definition, references resolved."""
+    definitions = [r for r in resources.values() if r["Type"] == "AWS::ECS::TaskDefinition"]
+    if len(definitions) != 1:
+        raise LocalProvisioningError(f"expected one AWS::ECS::TaskDefinition in the template, found {len(definitions)}")
+    (container,) = definitions[0]["Properties"]["ContainerDefinitions"]
+    return {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
+
+
+def _create_table(endpoint: str, stack_name: str, logical_id: str, properties: Mapping[str, Any]) -> str:
+    name = f"{stack_name}-{logical_id}"[:255]
+    dynamodb = _client("dynamodb", endpoint)
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=properties["KeySchema"],
+        AttributeDefinitions=properties["AttributeDefinitions"],
+        BillingMode=properties.get("BillingMode", "PAY_PER_REQUEST"),
+    )
+    ttl = properties.get("TimeToLiveSpecification")
+    if ttl:
+        dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+    return name
+
+
+def _create_alarm(
+    endpoint: str, stack_name: str, logical_id: str, properties: Mapping[str, Any], physical: Mapping[str, str]
+) -> str:
+    name = f"{stack_name}-{logical_id}"
+    arguments: dict[str, Any] = {
+        "AlarmName": name,
+        "AlarmDescription": properties.get("AlarmDescription", ""),
+        "Namespace": properties["Namespace"],
+        "MetricName": properties["MetricName"],
+        "Statistic": properties["Statistic"],
+        "Period": properties["Period"],
+        "EvaluationPeriods": properties["EvaluationPeriods"],
+        "Threshold": float(properties["Threshold"]),
+        "ComparisonOperator": properties["ComparisonOperator"],
+        "TreatMissingData": properties.get("TreatMissingData", "missing"),
+        "Dimensions": [
+            {"Name": d["Name"], "Value": _resolve(d["Value"], physical, endpoint)} for d in properties["Dimensions"]
+        ],
+        "AlarmActions": [_resolve(a, physical, endpoint) for a in properties.get("AlarmActions", [])],
+        "OKActions": [_resolve(a, physical, endpoint) for a in properties.get("OKActions", [])],
+    }
+    if "DatapointsToAlarm" in properties:
+        arguments["DatapointsToAlarm"] = properties["DatapointsToAlarm"]
+    _client("cloudwatch", endpoint).put_metric_alarm(**arguments)
+    return name

@@ -1,0 +1,143 @@
+"""Local provisioning from the synthesized template, and the consumer running against it end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from consumer.contract import BINDING_KEYS, WorkerContract
+from consumer.dead_letter import read_reason
+from consumer.local import LocalProvisioningError, LocalStack, provision, start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENT = {
+    "event_id": "evt-local-0001",
+    "type": "notification.requested",
+    "channel": "email",
+    "recipient": "someone@example.com",
+    "template": "welcome",
+}
+
+
+@pytest.fixture(scope="module")
+def dev_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """cdk.out for dev, synthesized by the real entry point."""
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
+    return outdir / "SqsWorker-dev.template.json"
+
+
+@pytest.fixture(scope="module")
+def local(dev_template: Path) -> Iterator[LocalStack]:
+    """A fresh moto server with the dev stack provisioned from its template."""
+    server, endpoint = start_server()
+    try:
+        yield provision(endpoint, dev_template)
+    finally:
+        server.stop()
+
+
+def client(local: LocalStack, service: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=local.endpoint,
+        region_name="eu-west-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def test_local_queues_carry_the_contracts_timings(local: LocalStack) -> None:
+    """The template's queues exist locally with the dev contract's visibility, retention and redrive."""
+    contract = WorkerContract.from_env(local.task_environment)
+    sqs = client(local, "sqs")
+    source = sqs.get_queue_attributes(QueueUrl=local.task_environment["QUEUE_URL"], AttributeNames=["All"])[
+        "Attributes"
+    ]
+    dlq = sqs.get_queue_attributes(QueueUrl=local.task_environment["DLQ_URL"], AttributeNames=["All"])["Attributes"]
+    assert int(source["VisibilityTimeout"]) == contract.visibility_timeout_seconds == 100
+    assert int(source["MessageRetentionPeriod"]) == contract.source_retention_seconds == 86_400
+    assert int(dlq["MessageRetentionPeriod"]) == contract.dlq_retention_seconds == 604_800
+    redrive = json.loads(source["RedrivePolicy"])
+    assert (redrive["maxReceiveCount"], redrive["deadLetterTargetArn"]) == (5, dlq["QueueArn"])
+
+
+def test_local_task_environment_is_the_templates_resolved(local: LocalStack) -> None:
+    """Every key the task would get, with queue URLs on the local endpoint and a real local table."""
+    environment = local.task_environment
+    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS
+    assert environment["QUEUE_URL"] == f"{local.endpoint}/123456789012/SqsWorker-dev-source"
+    tables = client(local, "dynamodb").list_tables()["TableNames"]
+    assert environment["CONSUMER_IDEMPOTENCY_TABLE"] in tables
+
+
+def test_local_alarms_come_from_the_template(local: LocalStack) -> None:
+    """The three alarms moto's CloudFormation skips are created from the template's own properties."""
+    alarms = {
+        a["MetricName"] + ":" + a["Dimensions"][0]["Value"]: a
+        for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]
+    }
+    assert sorted(alarms) == [
+        "ApproximateAgeOfOldestMessage:SqsWorker-dev-dlq",
+        "ApproximateAgeOfOldestMessage:SqsWorker-dev-source",
+        "ApproximateNumberOfMessagesVisible:SqsWorker-dev-dlq",
+    ]
+    contract = WorkerContract.from_env(local.task_environment)
+    assert alarms["ApproximateAgeOfOldestMessage:SqsWorker-dev-dlq"]["Threshold"] == contract.dlq_age_alarm_seconds
+    assert alarms["ApproximateNumberOfMessagesVisible:SqsWorker-dev-dlq"]["AlarmActions"] == [
+        local.outputs["PagingTopicArn"]
+    ]
+
+
+def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:
+    """`python -m consumer run` with the task's environment: a valid event is deleted, a malformed one lands in the DLQ."""
+    sqs = client(local, "sqs")
+    queue_url, dlq_url = local.task_environment["QUEUE_URL"], local.task_environment["DLQ_URL"]
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(EVENT))
+    sqs.send_message(QueueUrl=queue_url, MessageBody='{"event_id": "broken"')
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumer", "run"],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | local.process_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            source = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+            dlq = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
+            if (
+                source["ApproximateNumberOfMessages"],
+                source["ApproximateNumberOfMessagesNotVisible"],
+                dlq["ApproximateNumberOfMessages"],
+            ) == ("0", "0", "1"):
+                break
+            assert process.poll() is None, process.stderr.read()
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    (moved,) = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"])["Messages"]
+    reason = read_reason(moved["MessageAttributes"])
+    assert reason is not None and reason["kind"] == "poison" and reason["reason"].startswith("body is not JSON")
+
+
+def test_local_provision_without_a_template_says_how_to_make_one(tmp_path: Path) -> None:
+    """A missing cdk.out gives the command that creates it."""
+    with pytest.raises(LocalProvisioningError, match=r"synthesize first \(python app.py or make run\)"):
+        provision("http://127.0.0.1:9", tmp_path / "SqsWorker-dev.template.json")
