@@ -80,3 +80,39 @@ def run() -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: consumer.stop())
     raise typer.Exit(consumer.run())
+
+
+local_app = typer.Typer(no_args_is_help=True, help="Run the stack locally on moto's SQS server (no AWS account).")
+app.add_typer(local_app, name="local")
+
+
+@local_app.command("up")
+def local_up(
+    template: str = typer.Option("cdk.out/SqsWorker-dev.template.json", help="Synthesized template to provision."),
+    port: int = typer.Option(0, help="Port on 127.0.0.1 (0 = any free port)."),
+) -> None:
+    """Start moto's server on 127.0.0.1, create the stack from TEMPLATE, print the task's environment, wait for Ctrl-C."""
+    import shlex
+    import threading
+    from pathlib import Path
+
+    from consumer.local import LocalProvisioningError, provision, start_server
+
+    server, endpoint = start_server(port)
+    try:
+        try:
+            local = provision(endpoint, Path(template))
+        except LocalProvisioningError as error:
+            print(f"consumer local: {error}", file=sys.stderr)
+            raise typer.Exit(EXIT_CONFIG) from error
+        print(f"# local stack {local.stack_name} on {endpoint}; alarms: {', '.join(local.alarms)}")
+        print("# the environment the ECS task receives, plus what a local process needs:")
+        for key, value in sorted(local.process_environment().items()):
+            print(f"export {key}={shlex.quote(value)}")
+        print("# ready: run `python -m consumer run` with these variables; Ctrl-C stops the server", flush=True)
+        stopped = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stopped.set())
+        stopped.wait()
+    finally:
+        server.stop()
