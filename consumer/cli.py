@@ -9,7 +9,10 @@ import sys
 
 import typer
 
+from consumer.dlq import app as dlq_app
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="SQS consumer driven by the worker contract.")
+app.add_typer(dlq_app, name="dlq")
 log = logging.getLogger("consumer")
 
 EXIT_CONFIG = 2

@@ -31,6 +31,7 @@ def reason_record(message: Message, *, reason: str, kind: str, source_queue_url:
         "source_queue_url": source_queue_url,
         "original_message_id": message.message_id,
         "receive_count": message.receive_count,
+        "original_deduplication_id": message.attributes.get("MessageDeduplicationId"),
         "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -47,9 +48,11 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
     group = message.attributes.get("MessageGroupId")
     if group is not None:
         params["MessageGroupId"] = group
-        # The original dedup id keeps a double move (crash between send and delete) a no-op
-        # within SQS's 5 min dedup window.
-        params["MessageDeduplicationId"] = message.attributes.get("MessageDeduplicationId", message.message_id)
+        # Deduplicate on this delivery's MessageId: a double move of the same message (crash
+        # between send and delete) is absorbed by SQS's 5 min window, but a message redriven
+        # and failing again gets a new MessageId, so its second move is never silently dropped
+        # (the original dedup id would be, if reused within 5 min, and the message then lost).
+        params["MessageDeduplicationId"] = message.message_id
     trace = message.attributes.get("AWSTraceHeader")
     if trace:
         params["MessageSystemAttributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}

@@ -59,11 +59,16 @@ def test_dlq_parameters_keep_body_attributes_and_add_reason() -> None:
     assert "MessageGroupId" not in params
 
 
-def test_dlq_parameters_keep_fifo_group_and_dedup_ids() -> None:
-    """A FIFO message keeps its group and deduplication id."""
+def test_dlq_parameters_keep_fifo_group_and_dedup_on_this_delivery() -> None:
+    """A FIFO message keeps its group; the DLQ send deduplicates on this delivery's MessageId.
+
+    Reusing the original dedup id would make SQS silently drop a second move within 5 min
+    (a message redriven and failing again), and the consumer would then delete it: lost.
+    """
     fifo = message(attributes={"MessageGroupId": "g-7", "MessageDeduplicationId": "d-9"})
     params = send_parameters(fifo, dlq_url="dlq.fifo", reason="r", kind="poison", source_queue_url="src.fifo")
-    assert (params["MessageGroupId"], params["MessageDeduplicationId"]) == ("g-7", "d-9")
+    assert (params["MessageGroupId"], params["MessageDeduplicationId"]) == ("g-7", "m-1")
+    assert read_reason(params["MessageAttributes"])["original_deduplication_id"] == "d-9"
 
 
 def test_dlq_parameters_fold_ten_attributes_to_make_room_for_the_reason() -> None:

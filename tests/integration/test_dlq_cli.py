@@ -1,0 +1,452 @@
+"""``python -m consumer dlq ...`` against moto's server over HTTP: real boto3 in the command and in the checks."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner, Result
+
+from consumer import dlq
+from consumer.cli import app
+from consumer.contract import WorkerContract
+from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason, send_parameters
+from consumer.message import Message
+from tests.integration.conftest import REGION, QueuePair, create_pair
+
+CONTRACT = WorkerContract(max_duration_seconds=5)
+FIFO_CONTRACT = WorkerContract(max_duration_seconds=5, fifo=True)
+ATTRIBUTES = {
+    "tenant": {"DataType": "String", "StringValue": "acme"},
+    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xffbin"},
+}
+
+
+@pytest.fixture
+def server_sqs(moto_server: str) -> Any:
+    """A boto3 SQS client on moto's server, for arranging and checking."""
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
+
+
+@pytest.fixture
+def cli(moto_server: str) -> Callable[..., Result]:
+    """Run ``python -m consumer <args>`` in-process with AWS_ENDPOINT_URL pointing at moto's server."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None, endpoint: str = moto_server) -> Result:
+        env = {"AWS_ENDPOINT_URL": endpoint, "COLUMNS": "250", "QUEUE_URL": None, "DLQ_URL": None}
+        return runner.invoke(app, list(args), input=input, env=env)
+
+    return invoke
+
+
+def dead_letter(
+    sqs: Any, pair: QueuePair, reason: str, *, body: str = "{}", attributes: dict[str, Any] | None = None, **ids: str
+) -> dict[str, Any]:
+    """Put a message in the DLQ exactly as the consumer moves a poison message; returns the send parameters."""
+    message = Message(
+        body=body,
+        message_id=f"orig-{ids.get('MessageDeduplicationId', reason)}",
+        receipt_handle="unused",
+        attributes=ids,
+        message_attributes=ATTRIBUTES if attributes is None else attributes,
+    )
+    params = send_parameters(
+        message, dlq_url=pair.dlq_url, reason=reason, kind="poison", source_queue_url=pair.queue_url
+    )
+    sqs.send_message(**params)
+    return params
+
+
+def depth(sqs: Any, url: str) -> tuple[int, int]:
+    """(visible, in flight)."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    return int(attributes[names[0]]), int(attributes[names[1]])
+
+
+def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
+    """Receive (and delete) everything in ``url``, in order."""
+    messages: list[dict[str, Any]] = []
+    while batch := sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    ).get("Messages", []):
+        messages.extend(batch)
+        sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)]
+        )
+    return messages
+
+
+def hook_client(monkeypatch: pytest.MonkeyPatch, operation: str, *, allowed: int, error: BaseException) -> None:
+    """Make ``operation`` raise ``error`` after ``allowed`` calls, on every client the command creates."""
+    real = dlq.make_client
+    calls = {"count": 0}
+
+    def fail_after(**_: Any) -> None:
+        calls["count"] += 1
+        if calls["count"] > allowed:
+            raise error
+
+    def factory(service: str) -> Any:
+        client = real(service)
+        client.meta.events.register(f"before-call.{service}.{operation}", fail_after)
+        return client
+
+    monkeypatch.setattr(dlq, "make_client", factory)
+
+
+def test_dlq_stats_reports_depth_in_flight_and_age(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """Visible and in-flight counts, the DLQ's retention and the sampled oldest age come back as JSON."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(3):
+        dead_letter(server_sqs, pair, f"bad {n}")
+    server_sqs.receive_message(QueueUrl=pair.dlq_url, MaxNumberOfMessages=1, VisibilityTimeout=60)
+
+    result = cli("dlq", "stats", "--dlq-url", pair.dlq_url, "--json")
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["visible"], report["in_flight"], report["delayed"]) == (2, 1, 0)
+    assert report["retention_seconds"] == CONTRACT.dlq_retention_seconds
+    assert 0 <= report["oldest_age_seconds"] <= 60
+    assert report["oldest_expires_in_seconds"] == report["retention_seconds"] - report["oldest_age_seconds"]
+    assert depth(server_sqs, pair.dlq_url) == (2, 1)
+
+
+def test_dlq_stats_resolves_queues_from_stack_outputs(
+    cli: Callable[..., Result], server_sqs: Any, moto_server: str
+) -> None:
+    """--stack reads the DLQ URL from the stack's DeadLetterQueueUrl output."""
+    pair = create_pair(server_sqs, CONTRACT)
+    dead_letter(server_sqs, pair, "bad")
+    stack = f"dlq-cli-{pair.dlq_url.rsplit('/', 1)[1]}"
+    template = {
+        "Resources": {"Placeholder": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {"QueueUrl": {"Value": pair.queue_url}, "DeadLetterQueueUrl": {"Value": pair.dlq_url}},
+    }
+    cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=moto_server)
+    cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+
+    result = cli("dlq", "stats", "--stack", stack, "--json")
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["dlq_url"], report["visible"]) == (pair.dlq_url, 1)
+
+
+def test_dlq_peek_leaves_every_message_in_place(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """After a peek every message is visible again at once, none deleted or left hidden."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(4):
+        dead_letter(server_sqs, pair, f"bad {n}")
+
+    result = cli("dlq", "peek", "--dlq-url", pair.dlq_url, "--max", "10")
+
+    assert result.exit_code == 0, result.output
+    assert "4 message(s)" in result.stdout
+    assert depth(server_sqs, pair.dlq_url) == (4, 0)
+
+
+def test_dlq_peek_groups_by_fingerprint(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """Reasons differing only in ids and numbers share one row, counted, with the consumer's kind."""
+    pair = create_pair(server_sqs, CONTRACT)
+    dead_letter(server_sqs, pair, "order 123 not found (trace 9f86d081884c7d65)", body='{"order": 123}')
+    dead_letter(server_sqs, pair, "order 4567 not found (trace 0a1b2c3d4e5f6789)", body='{"order": 4567}')
+    dead_letter(server_sqs, pair, "body is not JSON: Expecting value", body="not json")
+
+    result = cli("dlq", "peek", "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    rows = [re.sub(r"[│┃]", "|", line) for line in result.stdout.splitlines()]
+    grouped = [row for row in rows if "order <n> not found (trace <hex>)" in row]
+    assert len(grouped) == 1 and re.match(r"\|\s+2 \| poison", grouped[0]), grouped
+    assert any(re.match(r"\|\s+1 \| poison\s+\| body is not JSON: Expecting value", row) for row in rows)
+
+
+def test_dlq_peek_json_carries_the_reason_record(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """--json prints one line per message with the reason the consumer wrote and its fingerprint."""
+    pair = create_pair(server_sqs, CONTRACT)
+    params = dead_letter(server_sqs, pair, "order 42 not found")
+
+    result = cli("dlq", "peek", "--dlq-url", pair.dlq_url, "--json")
+
+    assert result.exit_code == 0, result.output
+    [line] = [json.loads(text) for text in result.stdout.splitlines()]
+    assert line["reason"] == read_reason(params["MessageAttributes"])
+    assert line["fingerprint"] == {"kind": "poison", "reason": "order <n> not found"}
+    assert line["message_attributes"]["blob"] == {"DataType": "Binary", "BinaryValue": "AP9iaW4="}
+
+
+def test_dlq_redrive_moves_everything_back_without_the_reason(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """Every message reaches the source with its body and attributes, minus x-dlq-reason; the DLQ is empty."""
+    pair = create_pair(server_sqs, CONTRACT)
+    bodies = {f'{{"n": {n}}}' for n in range(12)}
+    for body in bodies:
+        dead_letter(server_sqs, pair, "bad", body=body)
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    assert "moved 12, skipped by filter 0, failed 0" in result.stdout
+    moved = drain(server_sqs, pair.queue_url)
+    assert {m["Body"] for m in moved} == bodies
+    assert all(m["MessageAttributes"] == ATTRIBUTES for m in moved)
+    assert depth(server_sqs, pair.dlq_url) == (0, 0)
+
+
+def test_dlq_redrive_fifo_keeps_group_and_dedup_ids(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FIFO messages go back in order with their MessageGroupId and MessageDeduplicationId."""
+    monkeypatch.setattr(dlq, "FIFO_DEDUP_WINDOW_SECONDS", 0)  # these ids never were in the source
+    pair = create_pair(server_sqs, FIFO_CONTRACT)
+    for n in range(3):
+        dead_letter(server_sqs, pair, "bad", body=f"m{n}", MessageGroupId="g-1", MessageDeduplicationId=f"d-{n}")
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    moved = drain(server_sqs, pair.queue_url)
+    assert [
+        (m["Body"], m["Attributes"]["MessageGroupId"], m["Attributes"]["MessageDeduplicationId"]) for m in moved
+    ] == [
+        ("m0", "g-1", "d-0"),
+        ("m1", "g-1", "d-1"),
+        ("m2", "g-1", "d-2"),
+    ]
+    assert all(REASON_ATTRIBUTE not in m["MessageAttributes"] for m in moved)
+    assert depth(server_sqs, pair.dlq_url) == (0, 0)
+
+
+def test_dlq_redrive_fifo_holds_messages_inside_the_dedup_window(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """A FIFO message that reached the DLQ under 5 min ago stays there: the source could drop it as a duplicate."""
+    pair = create_pair(server_sqs, FIFO_CONTRACT)
+    dead_letter(server_sqs, pair, "bad", MessageGroupId="g-1", MessageDeduplicationId="d-1")
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    assert "moved 0" in result.stdout and "held (FIFO dedup window) 1" in result.stdout
+    assert depth(server_sqs, pair.queue_url) == (0, 0)
+    assert depth(server_sqs, pair.dlq_url) == (1, 0)
+
+
+def test_dlq_redrive_unfolds_folded_attributes(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """Ten attributes folded into x-original-attributes come back as the original ten."""
+    pair = create_pair(server_sqs, CONTRACT)
+    ten = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(9)}
+    ten["bin"] = {"DataType": "Binary", "BinaryValue": b"\x01\x02"}
+    params = dead_letter(server_sqs, pair, "bad", attributes=ten)
+    assert set(params["MessageAttributes"]) == {ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE}
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    [moved] = drain(server_sqs, pair.queue_url)
+    assert moved["MessageAttributes"] == ten
+
+
+def test_dlq_redrive_dry_run_moves_nothing(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """--dry-run lists what would move and leaves both queues as they were."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(3):
+        dead_letter(server_sqs, pair, f"bad {n}")
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url, "--dry-run")
+
+    assert result.exit_code == 0, result.output
+    assert "would move 3" in result.stdout
+    assert depth(server_sqs, pair.queue_url) == (0, 0)
+    assert depth(server_sqs, pair.dlq_url) == (3, 0)
+
+
+@pytest.mark.parametrize("expression", ["customer-7", "re:customer-[7]$"], ids=["substring", "regex"])
+def test_dlq_redrive_filter_moves_only_matches(cli: Callable[..., Result], server_sqs: Any, expression: str) -> None:
+    """Only messages whose reason matches move; the others stay in the DLQ, visible."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(6):
+        dead_letter(server_sqs, pair, f"unknown customer-{7 if n % 2 else 8}", body=f"b{n}")
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url, "--filter", expression)
+
+    assert result.exit_code == 0, result.output
+    assert "moved 3, skipped by filter 3" in result.stdout
+    assert sorted(m["Body"] for m in drain(server_sqs, pair.queue_url)) == ["b1", "b3", "b5"]
+    assert sorted(m["Body"] for m in drain(server_sqs, pair.dlq_url)) == ["b0", "b2", "b4"]
+
+
+def test_dlq_redrive_interrupted_loses_nothing_and_a_rerun_finishes(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the second SendMessageBatch leaves every message in a queue; a second run moves the rest."""
+    pair = create_pair(server_sqs, CONTRACT)
+    bodies = [f"b{n}" for n in range(15)]
+    for body in bodies:
+        dead_letter(server_sqs, pair, "bad", body=body)
+    make_client = dlq.make_client
+    hook_client(monkeypatch, "SendMessageBatch", allowed=1, error=KeyboardInterrupt())
+
+    interrupted = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert interrupted.exit_code == 130
+    assert "interrupted after moving 10 message(s)" in interrupted.output
+    assert depth(server_sqs, pair.queue_url) == (10, 0)
+    assert depth(server_sqs, pair.dlq_url) == (5, 0)  # the unsent batch was released, not left hidden
+    monkeypatch.setattr(dlq, "make_client", make_client)
+
+    rerun = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert rerun.exit_code == 0, rerun.output
+    assert sorted(m["Body"] for m in drain(server_sqs, pair.queue_url)) == sorted(bodies)
+    assert depth(server_sqs, pair.dlq_url) == (0, 0)
+
+
+def test_dlq_redrive_cancel_reports_an_endpoint_without_move_tasks(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """--cancel on moto (no message move tasks) exits 1 with one line saying there is nothing to cancel."""
+    pair = create_pair(server_sqs, CONTRACT)
+
+    result = cli("dlq", "redrive", "--dlq-url", pair.dlq_url, "--cancel")
+
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"consumer dlq: ListMessageMoveTasks on {pair.dlq_url}: this endpoint has no message move tasks,"
+        " nothing to cancel"
+    ]
+
+
+def test_dlq_export_writes_every_message_and_leaves_them(
+    cli: Callable[..., Result], server_sqs: Any, tmp_path: Path
+) -> None:
+    """One JSON line per message (binary attributes base64, reason parsed); the DLQ keeps every message."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(13):
+        dead_letter(server_sqs, pair, f"bad {n}", body=f"b{n}")
+    out = tmp_path / "dlq.jsonl"
+
+    result = cli("dlq", "export", "--dlq-url", pair.dlq_url, "--out", str(out))
+
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(line["body"] for line in lines) == sorted(f"b{n}" for n in range(13))
+    assert len({line["message_id"] for line in lines}) == 13
+    assert lines[0]["message_attributes"]["blob"]["BinaryValue"] == "AP9iaW4="
+    assert lines[0]["reason"]["kind"] == "poison" and "SentTimestamp" in lines[0]["attributes"]
+    assert depth(server_sqs, pair.dlq_url) == (13, 0)
+
+
+def test_dlq_export_interrupted_loses_nothing(
+    cli: Callable[..., Result], server_sqs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """export --delete cut off after one batch: every message is in the file or still in the DLQ, visible."""
+    from botocore.exceptions import EndpointConnectionError
+
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(13):
+        dead_letter(server_sqs, pair, "bad", body=f"b{n}")
+    hook_client(monkeypatch, "ReceiveMessage", allowed=1, error=EndpointConnectionError(endpoint_url="cut"))
+    out = tmp_path / "dlq.jsonl"
+
+    result = cli("dlq", "export", "--dlq-url", pair.dlq_url, "--out", str(out), "--delete")
+
+    assert result.exit_code == 1
+    assert f"ReceiveMessage on {pair.dlq_url} failed" in result.stderr
+    written = {json.loads(line)["body"] for line in out.read_text().splitlines()}
+    remaining = {m["Body"] for m in drain(server_sqs, pair.dlq_url)}
+    assert len(written) == 10 and written | remaining == {f"b{n}" for n in range(13)}
+
+
+def test_dlq_import_resends_an_export(cli: Callable[..., Result], server_sqs: Any, tmp_path: Path) -> None:
+    """An export imported into another DLQ recreates the same bodies, attributes and reasons."""
+    first, second = create_pair(server_sqs, CONTRACT), create_pair(server_sqs, CONTRACT)
+    for n in range(12):
+        dead_letter(server_sqs, first, f"bad {n}", body=f"b{n}")
+    out = tmp_path / "dlq.jsonl"
+    assert cli("dlq", "export", "--dlq-url", first.dlq_url, "--out", str(out)).exit_code == 0
+
+    result = cli("dlq", "import", "--dlq-url", second.dlq_url, "--in", str(out))
+
+    assert result.exit_code == 0, result.output
+    assert "imported 12 of 12" in result.stdout
+    copies = drain(server_sqs, second.dlq_url)
+    assert sorted(m["Body"] for m in copies) == sorted(f"b{n}" for n in range(12))
+    assert all(m["MessageAttributes"]["blob"] == ATTRIBUTES["blob"] for m in copies)
+    assert {read_reason(m["MessageAttributes"])["reason"] for m in copies} == {f"bad {n}" for n in range(12)}
+
+
+def test_dlq_purge_without_yes_aborts_on_no(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """Answering "n" deletes nothing."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(2):
+        dead_letter(server_sqs, pair, f"bad {n}")
+
+    result = cli("dlq", "purge", "--dlq-url", pair.dlq_url, input="n\n")
+
+    assert result.exit_code == 1
+    assert "Purge about 2 message(s)" in result.output and "nothing was deleted" in result.stderr
+    assert depth(server_sqs, pair.dlq_url) == (2, 0)
+
+
+def test_dlq_purge_with_yes_empties(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """--yes purges without asking and reports the approximate count."""
+    pair = create_pair(server_sqs, CONTRACT)
+    for n in range(2):
+        dead_letter(server_sqs, pair, f"bad {n}")
+
+    result = cli("dlq", "purge", "--dlq-url", pair.dlq_url, "--yes")
+
+    assert result.exit_code == 0, result.output
+    assert f"purged about 2 message(s) from {pair.dlq_url}" in result.stdout
+    assert depth(server_sqs, pair.dlq_url) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "missing"),
+    [(["stats"], "DLQ"), (["redrive", "--dlq-url", "http://127.0.0.1:9/123456789012/d"], "source queue")],
+    ids=["stats", "redrive"],
+)
+def test_dlq_unresolved_queues_exit_2_naming_every_way(
+    cli: Callable[..., Result], args: list[str], missing: str
+) -> None:
+    """Without a flag, the environment or --stack the command exits 2 and names all three."""
+    result = cli("dlq", *args)
+
+    assert result.exit_code == 2
+    message = result.stderr.strip()
+    assert message.startswith(f"consumer dlq: cannot tell which {missing} to use")
+    for way in ("--queue-url", "--dlq-url", "QUEUE_URL", "DLQ_URL", "--stack"):
+        assert way in message
+
+
+def test_dlq_stats_unreachable_endpoint_exits_1_with_one_line(cli: Callable[..., Result]) -> None:
+    """A dead endpoint: exit 1, one line naming the operation and the queue, no traceback."""
+    url = "http://127.0.0.1:9/123456789012/dlq"
+
+    result = cli("dlq", "stats", "--dlq-url", url, endpoint="http://127.0.0.1:9")
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"consumer dlq: GetQueueAttributes on {url} failed: Could not connect")
+    assert "Traceback" not in result.output
+
+
+def test_dlq_peek_missing_queue_exits_1_naming_it(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """A DLQ URL that names no queue: exit 1 with the operation and the queue."""
+    pair = create_pair(server_sqs, CONTRACT)
+    missing = pair.dlq_url + "-gone"
+
+    result = cli("dlq", "peek", "--dlq-url", missing)
+
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"consumer dlq: ReceiveMessage on {missing} failed: the queue does not exist" + (
+        " (check the URL, the account and the region)"
+    )
