@@ -39,10 +39,12 @@ def reason_record(message: Message, *, reason: str, kind: str, source_queue_url:
 def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
     """Arguments for ``sqs.send_message`` that move ``message`` to the DLQ intact."""
     record = reason_record(message, reason=reason, kind=kind, source_queue_url=source_queue_url)
-    attributes = _copyable(message.message_attributes)
+    attributes = attributes_from_json(message.message_attributes)
     if len(attributes) + 1 > SQS_MAX_MESSAGE_ATTRIBUTES:
         # No room for the reason: keep every original attribute, folded into one JSON attribute.
-        attributes = {ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": json.dumps(_as_json(attributes))}}
+        attributes = {
+            ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": json.dumps(attributes_to_json(attributes))}
+        }
     attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": json.dumps(record)}
     params: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message.body, "MessageAttributes": attributes}
     group = message.attributes.get("MessageGroupId")
@@ -65,24 +67,29 @@ def read_reason(message_attributes: Mapping[str, Any]) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def _copyable(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Message attributes as SendMessage takes them (boto3 returns list fields it rejects)."""
-    copied = {}
+def attributes_to_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Message attributes as JSON: binary values base64, boto3's empty list fields dropped."""
+    out = {}
     for name, value in attributes.items():
-        entry = {"DataType": value["DataType"]}
+        entry: dict[str, Any] = {"DataType": value["DataType"]}
         if "StringValue" in value:
             entry["StringValue"] = value["StringValue"]
         if "BinaryValue" in value:
-            entry["BinaryValue"] = value["BinaryValue"]
-        copied[name] = entry
-    return copied
+            binary = value["BinaryValue"]
+            entry["BinaryValue"] = base64.b64encode(binary).decode() if isinstance(binary, bytes) else binary
+        out[name] = entry
+    return out
 
 
-def _as_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
+def attributes_from_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """What SendMessage takes, from :func:`attributes_to_json` output or from what boto3 received."""
     out = {}
     for name, value in attributes.items():
-        entry = dict(value)
-        if isinstance(entry.get("BinaryValue"), bytes):
-            entry["BinaryValue"] = base64.b64encode(entry["BinaryValue"]).decode()
+        entry: dict[str, Any] = {"DataType": value["DataType"]}
+        if "StringValue" in value:
+            entry["StringValue"] = value["StringValue"]
+        if "BinaryValue" in value:
+            binary = value["BinaryValue"]
+            entry["BinaryValue"] = base64.b64decode(binary) if isinstance(binary, str) else binary
         out[name] = entry
     return out

@@ -17,7 +17,6 @@ queues, which the consumer's idempotency guard absorbs.
 
 from __future__ import annotations
 
-import base64
 import enum
 import functools
 import json
@@ -36,7 +35,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, SQS_MAX_MESSAGE_ATTRIBUTES
+from consumer.dead_letter import (
+    ORIGINAL_ATTRIBUTES,
+    REASON_ATTRIBUTE,
+    SQS_MAX_MESSAGE_ATTRIBUTES,
+    attributes_from_json,
+    attributes_to_json,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -217,34 +222,6 @@ def fingerprint(reason: Mapping[str, Any] | None) -> tuple[str, str]:
     text = str(reason.get("reason", ""))
     text = _DIGITS.sub("<n>", _HEX.sub("<hex>", _UUID.sub("<uuid>", text)))
     return str(reason.get("kind", "unknown")), text
-
-
-def attributes_to_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Message attributes as JSON: binary values base64, empty list fields dropped."""
-    out = {}
-    for name, value in attributes.items():
-        entry: dict[str, Any] = {"DataType": value["DataType"]}
-        if "StringValue" in value:
-            entry["StringValue"] = value["StringValue"]
-        if "BinaryValue" in value:
-            binary = value["BinaryValue"]
-            entry["BinaryValue"] = base64.b64encode(binary).decode() if isinstance(binary, bytes) else binary
-        out[name] = entry
-    return out
-
-
-def attributes_from_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`attributes_to_json`: what SendMessage takes."""
-    out = {}
-    for name, value in attributes.items():
-        entry: dict[str, Any] = {"DataType": value["DataType"]}
-        if "StringValue" in value:
-            entry["StringValue"] = value["StringValue"]
-        if "BinaryValue" in value:
-            binary = value["BinaryValue"]
-            entry["BinaryValue"] = base64.b64decode(binary) if isinstance(binary, str) else binary
-        out[name] = entry
-    return out
 
 
 def source_attributes(message_attributes: Mapping[str, Any], *, keep_reason: bool) -> dict[str, Any]:
