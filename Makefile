@@ -1,5 +1,7 @@
 # Two commands do all set-up on a fresh machine (Python 3.11, Node 20, npm):
-#   make run    synthesize every environment and print the derived parameters
+#   make run    synthesize every environment (cdk-nag included), then run the whole system
+#               locally on moto: provisioning from the demo template, consumers, a producer,
+#               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
 VENV ?= .venv
 PYTHON ?= python3
@@ -14,6 +16,7 @@ export AWS_EC2_METADATA_DISABLED := true
 
 run: $(PY_STAMP)
 	$(PY) -m infra.report
+	$(PY) -m consumer demo $(DEMO_ARGS)
 
 test: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m pytest
@@ -31,4 +34,4 @@ $(CLI_STAMP): package.json
 	touch $@
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .demo

@@ -18,6 +18,14 @@ log = logging.getLogger("consumer")
 EXIT_CONFIG = 2
 
 
+class _StoppedBeforeStart(BaseException):
+    """SIGTERM/SIGINT arrived while starting up: nothing is held yet, so stopping means exiting.
+
+    A BaseException, like KeyboardInterrupt, because botocore treats any Exception raised while
+    sending as a failed attempt to retry, which would keep a stopping task in its start-up.
+    """
+
+
 @app.callback()
 def main() -> None:
     """SQS consumer driven by the worker contract."""
@@ -43,6 +51,18 @@ def run() -> None:
     from consumer.runtime import LONG_POLL_SECONDS, Consumer
 
     configure_logging(level=os.environ.get("CONSUMER_LOG_LEVEL", "INFO"))
+    # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
+    # and a start-up blocked on a slow endpoint must still end at once with exit 0, not be killed.
+    running: list[Consumer] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not running:
+            raise _StoppedBeforeStart(signal.Signals(signum).name)
+        running[0].stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    log.info("consumer_starting", extra={"pid": os.getpid()})
     try:
         config = load_config(os.environ)
         client = boto3.client(
@@ -65,24 +85,27 @@ def run() -> None:
             account, _ = queue_name_from_url(config.queue_url)
             dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
             dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        store = DynamoDBStore(config.idempotency_table) if config.idempotency_table else InMemoryStore()
+        running.append(
+            Consumer(
+                client,
+                queue_url=config.queue_url,
+                dlq_url=dlq_url,
+                contract=config.contract,
+                handler=config.handler,
+                idempotency=store,
+                protection=ScaleInProtection.from_env(os.environ),
+                metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+            )
+        )
     except (ContractError, StartupError) as error:
         log.error("startup_failed", extra={"error": str(error)})
         print(f"consumer: cannot start: {error}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from error
-    store = DynamoDBStore(config.idempotency_table) if config.idempotency_table else InMemoryStore()
-    consumer = Consumer(
-        client,
-        queue_url=config.queue_url,
-        dlq_url=dlq_url,
-        contract=config.contract,
-        handler=config.handler,
-        idempotency=store,
-        protection=ScaleInProtection.from_env(os.environ),
-        metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
-    )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: consumer.stop())
-    raise typer.Exit(consumer.run())
+    except _StoppedBeforeStart as stopped:
+        log.info("consumer_stopped_before_start", extra={"signal": str(stopped)})
+        raise typer.Exit(0) from None
+    raise typer.Exit(running[0].run())
 
 
 local_app = typer.Typer(no_args_is_help=True, help="Run the stack locally on moto's SQS server (no AWS account).")
@@ -119,3 +142,44 @@ def local_up(
         stopped.wait()
     finally:
         server.stop()
+
+
+@app.command()
+def demo(
+    template: str = typer.Option("cdk.out/SqsWorker-demo.template.json", help="Synthesized template to provision."),
+    messages: int = typer.Option(120, min=6, max=2000, help="Events to produce (at least one of each kind)."),
+    consumers: int = typer.Option(2, min=1, max=8, help="Consumer processes (like ECS tasks)."),
+    slow_seconds: float = typer.Option(14.0, min=1.0, max=25.0, help="How long a 'slow' delivery takes."),
+    produce_seconds: float = typer.Option(10.0, min=0.0, max=300.0, help="Spread production over this long."),
+    rolling_restart: bool = typer.Option(True, help="SIGTERM one consumer halfway and start a new one."),
+    timeout: float = typer.Option(300.0, min=10.0, help="Give up (exit 1) after this many seconds."),
+    logs: str = typer.Option(".demo", help="Directory for the consumers' logs (JSON lines and EMF)."),
+    report: str | None = typer.Option(None, help="Also write the report as JSON to this file."),
+) -> None:
+    """The whole system locally: provision the demo stack on moto, run consumers, produce a mix, report.
+
+    Exits 0 only if every event ended where its kind calls for (delivered once, or
+    in the DLQ with a reason), none was lost or delivered twice, and every
+    consumer exited 0 on SIGTERM.
+    """
+    from pathlib import Path
+
+    from consumer.demo import DemoOptions, run_demo
+    from consumer.local import LocalProvisioningError
+
+    options = DemoOptions(
+        template=Path(template),
+        messages=messages,
+        consumers=consumers,
+        slow_seconds=slow_seconds,
+        produce_seconds=produce_seconds,
+        rolling_restart=rolling_restart,
+        timeout_seconds=timeout,
+        log_dir=Path(logs),
+        report=Path(report) if report else None,
+    )
+    try:
+        raise typer.Exit(run_demo(options))
+    except LocalProvisioningError as error:
+        print(f"consumer demo: {error}", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFIG) from error

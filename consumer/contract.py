@@ -23,10 +23,13 @@ The formulas (also in the README's configuration table, generated from
   receive-to-start delay, the batched delete's flush interval and clock skew.
 * ``attempt_timeout = max_duration + visibility_margin``: the longest one
   receive may hold a message; the heartbeat never extends past it.
-* ``visibility_timeout = min(attempt_timeout, 900)``: short handlers are
-  covered by the queue's visibility alone, so a heartbeat failure cannot cause a
-  duplicate; longer handlers get a 15 min lease that the heartbeat extends, so
-  a crashed task's messages come back within 15 min, not hours later.
+* ``visibility_timeout = min(attempt_timeout, max_lease)`` with ``max_lease``
+  900 s unless declared: short handlers are covered by the queue's visibility
+  alone, so a heartbeat failure cannot cause a duplicate; longer handlers get a
+  lease (15 min by default) that the heartbeat extends, so a crashed task's
+  messages come back within the lease, not hours later. Declaring a shorter
+  ``max_lease`` trades that heartbeat independence for a faster return of a
+  crashed task's messages.
 * ``heartbeat_interval = clamp(visibility_timeout // 5, 1, 60)``; a message is
   extended when its lease has at most ``2 * heartbeat_interval`` left, so one
   failed heartbeat call still leaves a second chance before expiry.
@@ -36,8 +39,14 @@ The formulas (also in the README's configuration table, generated from
   flush deletes and hand back what did not finish.
 * ``retry_backoff(n) = min(retry_backoff_max, retry_backoff_base * 2 ** (n - 1))``
   after the n-th failed receive (the consumer adds jitter below this cap).
-* ``retry_horizon = max_receive_count * attempt_timeout + sum(retry_backoff(n)
-  for n < max_receive_count)``: the longest a failing message can take to reach
+* ``redrive_max_receive_count = max_receive_count + 2``: the queue's redrive
+  policy. The consumer itself moves a message that fails on its
+  ``max_receive_count``-th receive to the DLQ, with the reason; SQS's silent
+  redrive is only the backstop for receives the consumer never saw (a receive
+  response lost on the network and retried, a process killed in a long poll),
+  so up to two of those cannot dead-letter a message unseen and unexplained.
+* ``retry_horizon = redrive_max_receive_count * attempt_timeout +
+  sum(retry_backoff(n) for n < max_receive_count)``: the longest a failing message can take to reach
   the DLQ; it must fit in the source retention or messages could expire
   instead of reaching the DLQ.
 * ``dlq_age_alarm = (dlq_retention - source_retention) // 2``: for standard
@@ -91,6 +100,9 @@ FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
 VISIBILITY_MARGIN_MIN_SECONDS = 10
 VISIBILITY_MARGIN_MAX_SECONDS = 300
 LEASE_CAP_SECONDS = 900
+#: The smallest lease: twice the smallest extension threshold (2 x 1 s heartbeat), so an
+#: extension sent at the threshold still has a second chance before the lease runs out.
+MIN_LEASE_SECONDS = 4
 HEARTBEAT_MAX_INTERVAL_SECONDS = 60
 SHUTDOWN_FLUSH_SECONDS = 5
 MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
@@ -99,6 +111,8 @@ MAX_CONCURRENCY = 256
 MIN_RETENTION_GAP_SECONDS = 86_400
 MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECONDS
 AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
+#: Receives the queue's redrive policy allows beyond max_receive_count (see redrive_max_receive_count).
+REDRIVE_BACKSTOP_RECEIVES = 2
 
 ENV_PREFIX = "CONSUMER_"
 #: The queue binding the stack writes beside :meth:`WorkerContract.to_env` (the consumer reads them).
@@ -116,12 +130,15 @@ DAY = 86_400
 DERIVED_FORMULAS: dict[str, str] = {
     "visibility_margin_seconds": "clamp(ceil(max_duration / 10), 10, 300)",
     "attempt_timeout_seconds": "max_duration + visibility_margin",
-    "visibility_timeout_seconds": "min(attempt_timeout, 900)",
+    "visibility_timeout_seconds": "min(attempt_timeout, max_lease)",
     "heartbeat_interval_seconds": "clamp(visibility_timeout // 5, 1, 60)",
     "heartbeat_threshold_seconds": "2 * heartbeat_interval",
     "message_timeout_seconds": "max_duration",
     "drain_timeout_seconds": "stop_timeout - 5",
-    "retry_horizon_seconds": ("max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"),
+    "redrive_max_receive_count": "max_receive_count + 2",
+    "retry_horizon_seconds": (
+        "redrive_max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"
+    ),
     "dlq_age_alarm_seconds": "(dlq_retention - source_retention) // 2",
     "backlog_age_alarm_seconds": (
         "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
@@ -139,7 +156,7 @@ class ContractError(ValueError):
         >>> WorkerContract(max_duration_seconds=90, max_receive_count=1)
         Traceback (most recent call last):
         ...
-        consumer.contract.ContractError: "max_receive_count" must be between 2 and 1000 ...: 1
+        consumer.contract.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
     """
 
     def __init__(self, parameter: str, rule: str, value: object) -> None:
@@ -221,6 +238,8 @@ class WorkerContract:
     retry_backoff_base_seconds: int = 2
     #: Cap on the retry delay.
     retry_backoff_max_seconds: int = 300
+    #: Longest visibility lease; a handler that may run longer is kept invisible by the heartbeat.
+    max_lease_seconds: int = LEASE_CAP_SECONDS
     #: ECS container stop timeout; defaults to ``min(120, max_duration + 5)``.
     stop_timeout_seconds: int | None = None
     #: Source queue retention (an environment setting, not the handler's).
@@ -243,8 +262,9 @@ class WorkerContract:
             "max_receive_count",
             self.max_receive_count,
             MIN_MAX_RECEIVE_COUNT,
-            SQS_MAX_RECEIVE_COUNT,
-            " (1 would send a message to the DLQ on its first transient failure)",
+            SQS_MAX_RECEIVE_COUNT - REDRIVE_BACKSTOP_RECEIVES,
+            " (1 would send a message to the DLQ on its first transient failure; the redrive policy adds"
+            f" {REDRIVE_BACKSTOP_RECEIVES} backstop receives within SQS's limit of {SQS_MAX_RECEIVE_COUNT})",
         )
         _check_bool("fifo", self.fifo)
         _check_bool("content_based_deduplication", self.content_based_deduplication)
@@ -267,6 +287,13 @@ class WorkerContract:
             self.retry_backoff_base_seconds,
             SQS_MAX_VISIBILITY_SECONDS,
             " (from retry_backoff_base_seconds to SQS's 12 h visibility limit)",
+        )
+        check_int(
+            "max_lease_seconds",
+            self.max_lease_seconds,
+            MIN_LEASE_SECONDS,
+            SQS_MAX_VISIBILITY_SECONDS,
+            f" ({MIN_LEASE_SECONDS} s leaves the heartbeat a second chance; SQS's visibility limit is 12 h)",
         )
         if self.stop_timeout_seconds is None:
             object.__setattr__(
@@ -302,7 +329,7 @@ class WorkerContract:
         if self.retry_horizon_seconds >= self.source_retention_seconds:
             raise ContractError(
                 "source_retention_seconds",
-                f"must exceed the retry horizon ({self.retry_horizon_seconds} s = max_receive_count x"
+                f"must exceed the retry horizon ({self.retry_horizon_seconds} s = redrive_max_receive_count x"
                 " attempt_timeout + backoffs), or a failing message could expire before it reaches the DLQ",
                 self.source_retention_seconds,
             )
@@ -320,7 +347,7 @@ class WorkerContract:
 
     @property
     def visibility_timeout_seconds(self) -> int:
-        return min(self.attempt_timeout_seconds, LEASE_CAP_SECONDS)
+        return min(self.attempt_timeout_seconds, self.max_lease_seconds)
 
     @property
     def heartbeat_interval_seconds(self) -> int:
@@ -345,9 +372,13 @@ class WorkerContract:
         return min(self.retry_backoff_max_seconds, self.retry_backoff_base_seconds * 2**exponent)
 
     @property
+    def redrive_max_receive_count(self) -> int:
+        return self.max_receive_count + REDRIVE_BACKSTOP_RECEIVES
+
+    @property
     def retry_horizon_seconds(self) -> int:
         backoffs = sum(self.retry_backoff_seconds(n) for n in range(1, self.max_receive_count))
-        return self.max_receive_count * self.attempt_timeout_seconds + backoffs
+        return self.redrive_max_receive_count * self.attempt_timeout_seconds + backoffs
 
     @property
     def dlq_age_alarm_seconds(self) -> int:
@@ -466,6 +497,7 @@ def worker(
     average_duration: timedelta | float | None = None,
     retry_backoff_base: timedelta | float = 2,
     retry_backoff_max: timedelta | float = 300,
+    max_lease: timedelta | float = LEASE_CAP_SECONDS,
     stop_timeout: timedelta | float | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
@@ -488,6 +520,7 @@ def worker(
         average_duration_seconds=None if average_duration is None else seconds("average_duration", average_duration),
         retry_backoff_base_seconds=seconds("retry_backoff_base", retry_backoff_base),
         retry_backoff_max_seconds=seconds("retry_backoff_max", retry_backoff_max),
+        max_lease_seconds=seconds("max_lease", max_lease),
         stop_timeout_seconds=None if stop_timeout is None else seconds("stop_timeout", stop_timeout),
     )
 

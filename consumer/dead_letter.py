@@ -18,6 +18,8 @@ from consumer.message import Message
 
 #: SQS allows at most 10 message attributes per message.
 SQS_MAX_MESSAGE_ATTRIBUTES = 10
+#: DelaySeconds allows at most 15 minutes.
+SQS_MAX_DELAY_SECONDS = 900
 REASON_ATTRIBUTE = "x-dlq-reason"
 ORIGINAL_ATTRIBUTES = "x-original-attributes"
 MAX_REASON_CHARS = 1_000
@@ -55,6 +57,27 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
         # and failing again gets a new MessageId, so its second move is never silently dropped
         # (the original dedup id would be, if reused within 5 min, and the message then lost).
         params["MessageDeduplicationId"] = message.message_id
+    return _with_trace(params, message)
+
+
+def requeue_parameters(message: Message, *, queue_url: str, delay_seconds: int = 0) -> dict[str, Any]:
+    """Arguments for ``sqs.send_message`` that put a fresh copy of ``message`` on a standard queue.
+
+    Same body and attributes, so the same idempotency key; SQS gives it a new
+    MessageId and a receive count starting again at 1.
+    """
+    params: dict[str, Any] = {
+        "QueueUrl": queue_url,
+        "MessageBody": message.body,
+        "MessageAttributes": attributes_from_json(message.message_attributes),
+    }
+    if delay_seconds:
+        params["DelaySeconds"] = min(delay_seconds, SQS_MAX_DELAY_SECONDS)
+    return _with_trace(params, message)
+
+
+def _with_trace(params: dict[str, Any], message: Message) -> dict[str, Any]:
+    """Carry the X-Ray trace header along, so the move or copy stays in the message's trace."""
     trace = message.attributes.get("AWSTraceHeader")
     if trace:
         params["MessageSystemAttributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}

@@ -104,10 +104,10 @@ def check_queue(
     else:
         redrive = json.loads(raw_redrive)
         dlq_arn = str(redrive.get("deadLetterTargetArn", ""))
-        if int(redrive.get("maxReceiveCount", -1)) != contract.max_receive_count:
+        if int(redrive.get("maxReceiveCount", -1)) != contract.redrive_max_receive_count:
             differences.append(
-                f"RedrivePolicy maxReceiveCount is {redrive.get('maxReceiveCount')},"
-                f" the contract says {contract.max_receive_count}"
+                f"RedrivePolicy maxReceiveCount is {redrive.get('maxReceiveCount')}, the contract derives"
+                f" {contract.redrive_max_receive_count} (max_receive_count {contract.max_receive_count} + backstop)"
             )
         if dlq_url is not None:
             dlq_account, dlq_name = queue_name_from_url(dlq_url)

@@ -14,7 +14,9 @@ consumer image (which does not install it) never needs it.
 from __future__ import annotations
 
 import json
+import logging
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,13 +61,20 @@ def start_server(port: int = 0) -> tuple[Any, str]:
     """Start moto's server on 127.0.0.1 (a free port by default); returns (server, endpoint URL)."""
     from moto.server import ThreadedMotoServer
 
+    # One access-log line per request would bury the caller's own output, and moto's CloudFormation
+    # warns (twice) for every resource type it skips: the policies and scaling, which have no local
+    # effect, and the alarms and table, which provision() creates from the template itself.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    logging.getLogger("moto").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message="Tried to parse .* but it's not supported", category=UserWarning)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
     return server, f"http://{host}:{bound}"
 
 
-def _client(service: str, endpoint: str) -> Any:
+def local_client(service: str, endpoint: str) -> Any:
+    """A boto3 client for ``service`` on the local endpoint, with the local region and credentials."""
     return boto3.client(
         service,
         endpoint_url=endpoint,
@@ -83,8 +92,10 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         )
     template = json.loads(template_path.read_text())
     stack_name = stack_name or template_path.name.removesuffix(".template.json")
-    _client("ssm", endpoint).put_parameter(Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True)
-    cloudformation = _client("cloudformation", endpoint)
+    local_client("ssm", endpoint).put_parameter(
+        Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True
+    )
+    cloudformation = local_client("cloudformation", endpoint)
     cloudformation.create_stack(
         StackName=stack_name,
         TemplateBody=json.dumps(template),
@@ -161,7 +172,7 @@ def _task_environment(resources: Mapping[str, Any], physical: Mapping[str, str],
 
 def _create_table(endpoint: str, stack_name: str, logical_id: str, properties: Mapping[str, Any]) -> str:
     name = f"{stack_name}-{logical_id}"[:255]
-    dynamodb = _client("dynamodb", endpoint)
+    dynamodb = local_client("dynamodb", endpoint)
     dynamodb.create_table(
         TableName=name,
         KeySchema=properties["KeySchema"],
@@ -197,5 +208,5 @@ def _create_alarm(
     }
     if "DatapointsToAlarm" in properties:
         arguments["DatapointsToAlarm"] = properties["DatapointsToAlarm"]
-    _client("cloudwatch", endpoint).put_metric_alarm(**arguments)
+    local_client("cloudwatch", endpoint).put_metric_alarm(**arguments)
     return name

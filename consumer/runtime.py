@@ -13,7 +13,10 @@ Threads and what each owns:
 Outcomes: return -> delete (batched); raise -> visibility set to a jittered
 backoff from the receive count, or on the last allowed receive a move to the DLQ
 with the error as reason; ``PoisonMessage`` -> moved to the DLQ at once with its
-reason, then deleted. Worker, poller and heartbeat threads are daemons, so an
+reason, then deleted. A message handed back unattempted (shutdown, a blocked FIFO
+group, a deferral) on its last allowed receive is requeued as a fresh copy (FIFO:
+moved to the DLQ with the reason), because SQS's redrive would otherwise
+dead-letter it at its next receive without ever trying it. Worker, poller and heartbeat threads are daemons, so an
 idle consumer exits about a second after SIGTERM, without waiting out a long poll.
 """
 
@@ -37,7 +40,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.acknowledger import Acknowledger, Ticket
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
-from consumer.dead_letter import send_parameters
+from consumer.dead_letter import requeue_parameters, send_parameters
 from consumer.idempotency import Claim, IdempotencyStore, InMemoryStore, idempotency_key
 from consumer.message import Message, PoisonMessage
 from consumer.observability import Metrics, trace_context
@@ -367,19 +370,66 @@ class Consumer:
             if receive_count >= self.contract.max_receive_count and self.dlq_url:
                 reason = f"failed {receive_count} times; last error: {type(error).__name__}: {error}"
                 if self._move_to_dlq(item, context, reason, "exhausted"):
-                    return False
+                    return True  # moved: as with poison, the rest of a FIFO group may go on
             elif receive_count == self.contract.max_receive_count - 1:
                 log.warning("message_one_receive_from_dlq", extra=context)
+        elif receive_count >= self.contract.max_receive_count:
+            # Deferred (another holder's lease is live) on its last receive: not an attempt, so it must
+            # not cost the message its place in the queue.
+            self._hand_back(item, "deferred", delay=self._backoff_delay(item))
+            return False
         self._backoff(item, context)
         return False
 
-    def _backoff(self, item: InFlight, context: dict) -> None:
+    def _backoff_delay(self, item: InFlight) -> int:
         cap = self.contract.retry_backoff_seconds(item.message.receive_count)
         # Equal jitter: at least half the cap, so retries of a burst spread without coming back early.
-        delay = int(random.uniform(cap / 2, cap) + 0.5)
+        return int(random.uniform(cap / 2, cap) + 0.5)
+
+    def _backoff(self, item: InFlight, context: dict) -> None:
+        delay = self._backoff_delay(item)
         budget = int(item.received_at + SQS_MAX_VISIBILITY_SECONDS - self._clock()) - 1
         self._ack.change_visibility(item.ticket, max(0, min(delay, budget)), "backoff")
         log.info("message_backoff", extra={**context, "delay_seconds": delay})
+
+    def _hand_back(self, item: InFlight, why: str, delay: int = 0) -> None:
+        """Return a message that was not attempted here, without spending its retry budget.
+
+        SQS counts every receive toward ``maxReceiveCount``, attempted or not. On the
+        last allowed receive a plain hand-back (visibility change) would let SQS's
+        redrive move it to the DLQ at its next receive: silently, with no reason, and
+        never having been tried. There, a standard queue gets a fresh copy (same body
+        and attributes, so the same idempotency key) before the original is deleted;
+        a FIFO queue, where a copy would jump its group's order, moves it to the DLQ
+        with the reason instead. If either send fails, the plain hand-back remains.
+        """
+        message = item.message
+        if message.receive_count < self.contract.max_receive_count:
+            self._ack.change_visibility(item.ticket, delay, "release")
+            return
+        context = {
+            "message_id": message.message_id,
+            "receive_count": message.receive_count,
+            "queue_url": self.queue_url,
+        }
+        if self.contract.fifo:
+            reason = (
+                f"not attempted: handed back ({why}) on its last allowed receive"
+                f" ({message.receive_count} of {self.contract.max_receive_count}); FIFO order forbids a requeue"
+            )
+            if self._move_to_dlq(item, context, reason, "unattempted"):
+                return
+        elif self._requeue(item, context, why, delay):
+            return
+        self._ack.change_visibility(item.ticket, delay, "release")
+
+    def _requeue(self, item: InFlight, context: dict, why: str, delay: int) -> bool:
+        """Send a copy to the source (receive count 1), then delete the original; False if the send failed."""
+        params = requeue_parameters(item.message, queue_url=self.queue_url, delay_seconds=delay)
+        if not self._send_then_delete(item, params, "requeue_failed", "message_requeued", {**context, "why": why}):
+            return False
+        self.metrics.count("requeued")
+        return True
 
     def _move_to_dlq(self, item: InFlight, context: dict, reason: str, kind: str) -> bool:
         """Send to the DLQ, then delete from the source; False (nothing deleted) if the send failed."""
@@ -389,13 +439,19 @@ class Consumer:
         params = send_parameters(
             item.message, dlq_url=self.dlq_url, reason=reason, kind=kind, source_queue_url=self.queue_url
         )
+        return self._send_then_delete(
+            item, params, "dlq_send_failed", "message_moved_to_dlq", {**context, "kind": kind, "reason": reason}
+        )
+
+    def _send_then_delete(self, item: InFlight, params: dict, failed: str, done: str, fields: dict) -> bool:
+        """The message is deleted only once SQS has confirmed its copy: at worst in two places, never in none."""
         try:
             self.client.send_message(**params)
         except (ClientError, BotoCoreError) as error:
-            log.error("dlq_send_failed", extra={**context, "reason": reason, "error": str(error)})
+            log.error(failed, extra={**fields, "error": str(error)})
             return False
         self._ack.delete(item.ticket)
-        log.warning("message_moved_to_dlq", extra={**context, "kind": kind, "reason": reason})
+        log.warning(done, extra=fields)
         return True
 
     def _release(self, items: list[InFlight], why: str) -> None:
@@ -406,7 +462,7 @@ class Consumer:
                     continue
                 item.state = State.RELEASED
                 self._in_flight.pop(id(item), None)
-            self._ack.change_visibility(item.ticket, 0, "release")
+            self._hand_back(item, why)
             self._slots.release(1)
             log.info("message_released", extra={"message_id": item.message.message_id, "why": why})
         with self._lock:
@@ -513,7 +569,7 @@ class Consumer:
                 item.state = State.RELEASED
         for item in unfinished:
             # Past the drain time: hand back now rather than let the lease run out after SIGKILL.
-            self._ack.change_visibility(item.ticket, 0, "release")
+            self._hand_back(item, "drain_timeout")
             log.warning("message_handed_back", extra={"message_id": item.message.message_id})
         self._ack.close()
         self._closed.set()

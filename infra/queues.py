@@ -15,7 +15,7 @@ SQS_MAX_QUEUE_NAME = 80
 class WorkerQueues(Construct):
     """Source queue + DLQ, wired and timed from a :class:`WorkerContract`.
 
-    * redrive policy: ``maxReceiveCount`` from the contract (never 1);
+    * redrive policy: ``maxReceiveCount`` = the contract's ``redrive_max_receive_count`` (the backstop);
     * redrive allow policy on the DLQ naming only the source (``byQueue``);
     * retention from the contract (the DLQ keeps messages longer, validated);
     * visibility timeout from the contract; SSE-SQS and TLS enforced on both;
@@ -77,7 +77,7 @@ class WorkerQueues(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             dead_letter_queue=sqs.DeadLetterQueue(
-                max_receive_count=contract.max_receive_count, queue=self.dead_letter_queue
+                max_receive_count=contract.redrive_max_receive_count, queue=self.dead_letter_queue
             ),
             removal_policy=removal_policy,
             **fifo_props,
@@ -113,9 +113,9 @@ class _QueueInvariants:
                 f" {contract.visibility_timeout_seconds} s from max_duration {contract.max_duration_seconds} s"
             )
         redrive = stack.resolve(source.redrive_policy) or {}
-        if redrive.get("maxReceiveCount") != contract.max_receive_count:
+        if redrive.get("maxReceiveCount") != contract.redrive_max_receive_count:
             errors.append(
-                f"redrive maxReceiveCount is {redrive.get('maxReceiveCount')} but the worker contract"
-                f" says {contract.max_receive_count}"
+                f"redrive maxReceiveCount is {redrive.get('maxReceiveCount')} but the worker contract derives"
+                f" {contract.redrive_max_receive_count} (max_receive_count {contract.max_receive_count} + backstop)"
             )
         return errors

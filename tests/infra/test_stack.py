@@ -33,14 +33,14 @@ def container(env: Synthesized) -> dict[str, Any]:
 
 
 def test_every_cdk_json_environment_synthesizes(synthesized: dict[str, Synthesized]) -> None:
-    """dev, staging and prod each produce a template with one source queue and one DLQ."""
-    assert list(synthesized) == ["dev", "staging", "prod"]
+    """dev, staging, prod and demo each produce a template with one source queue and one DLQ."""
+    assert list(synthesized) == ["dev", "staging", "prod", "demo"]
     for env in synthesized.values():
         env.template.resource_count_is("AWS::SQS::Queue", 2)
         env.template.resource_count_is("AWS::ECS::Service", 1)
 
 
-@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
+@pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
 def test_dlq_retention_exceeds_source_retention(synthesized: dict[str, Synthesized], name: str) -> None:
     """The DLQ keeps messages longer than the source, with the retention from cdk.json."""
     env = synthesized[name]
@@ -53,11 +53,11 @@ def test_dlq_retention_exceeds_source_retention(synthesized: dict[str, Synthesiz
 
 
 def test_redrive_policy_uses_contract_max_receive_count(dev: Synthesized) -> None:
-    """The source redrives to the DLQ after the contract's max receive count (5)."""
+    """SQS's redrive is the backstop: the contract's max receive count (5) plus two receives the consumer never saw."""
     source = queue_props(dev, dev.stack.queues.queue)
     assert source["RedrivePolicy"] == {
         "deadLetterTargetArn": get_att(dev.logical_id(dev.stack.queues.dead_letter_queue), "Arn"),
-        "maxReceiveCount": 5,
+        "maxReceiveCount": 7,
     }
 
 
@@ -73,6 +73,20 @@ def test_dlq_redrive_allow_policy_names_only_the_source(dev: Synthesized) -> Non
 def test_visibility_timeout_is_the_contracts(dev: Synthesized) -> None:
     """The example handler's 90 s max duration gives a 100 s visibility timeout."""
     assert queue_props(dev, dev.stack.queues.queue)["VisibilityTimeout"] == 100
+
+
+def test_declared_max_lease_becomes_the_visibility_and_reaches_the_task(
+    synthesized: dict[str, Synthesized],
+) -> None:
+    """The demo handler's 10 s max_lease (30 s max duration) sets the queue's visibility and the task's env."""
+    demo = synthesized["demo"]
+    assert queue_props(demo, demo.stack.queues.queue)["VisibilityTimeout"] == 10
+    environment = {e["Name"]: e["Value"] for e in container(demo)["Environment"]}
+    assert (environment["CONSUMER_MAX_LEASE_SECONDS"], environment["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"]) == (
+        "10",
+        "10",
+    )
+    assert environment["CONSUMER_MAX_DURATION_SECONDS"] == "30"
 
 
 def test_queues_encrypted_and_tls_enforced(dev: Synthesized) -> None:

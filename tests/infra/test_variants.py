@@ -35,13 +35,13 @@ def source_queue(template: Template) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("handler", "visibility", "max_receives"),
     [
-        ("consumer.examples.notifications:handle", 100, 5),
-        ("tests.infra.handlers:five_minutes", 330, 3),
-        ("tests.infra.handlers:two_hours", 900, 5),
+        ("consumer.examples.notifications:handle", 100, 7),
+        ("tests.infra.handlers:five_minutes", 330, 5),
+        ("tests.infra.handlers:two_hours", 900, 7),
     ],
 )
 def test_visibility_changes_with_declared_max_duration(handler: str, visibility: int, max_receives: int) -> None:
-    """90 s -> 100 s, 5 min -> 330 s, 2 h -> the 900 s heartbeat lease; max receives follow too."""
+    """90 s -> 100 s, 5 min -> 330 s, 2 h -> the 900 s heartbeat lease; the redrive backstop follows max receives."""
     source = source_queue(queue_template(contract_of(load_handler(handler))))
     assert source["VisibilityTimeout"] == visibility
     assert source["RedrivePolicy"]["maxReceiveCount"] == max_receives
@@ -176,6 +176,7 @@ def test_python_app_py_synthesizes_all_environments_without_boto3(tmp_path: Path
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("boto3 absent")
     assert sorted(p.name for p in tmp_path.glob("*.template.json")) == [
+        "SqsWorker-demo.template.json",
         "SqsWorker-dev.template.json",
         "SqsWorker-prod.template.json",
         "SqsWorker-staging.template.json",
@@ -210,6 +211,6 @@ def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
 def test_unknown_environment_fails_synth_with_a_clear_message(tmp_path: Path) -> None:
     """-c env=qa names the environments that exist."""
     with pytest.raises(
-        Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod\): 'qa'"
+        Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod, demo\): 'qa'"
     ):
         synthesize(tmp_path, {"env": "qa"})

@@ -8,9 +8,13 @@ Queue names are unique per test.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -21,6 +25,16 @@ from moto.server import ThreadedMotoServer
 from consumer.contract import WorkerContract
 
 REGION = "eu-west-1"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cloud assembly of every environment, synthesized once by the real entry point (``python app.py``)."""
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
+    return outdir
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +92,9 @@ def create_pair(sqs: Any, contract: WorkerContract, **source_overrides: str) -> 
     attributes = {
         "VisibilityTimeout": str(contract.visibility_timeout_seconds),
         "MessageRetentionPeriod": str(contract.source_retention_seconds),
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": contract.max_receive_count}),
+        "RedrivePolicy": json.dumps(
+            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": contract.redrive_max_receive_count}
+        ),
         **fifo,
     }
     attributes.update(source_overrides)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-import consumer.contract
 from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
 from consumer.dead_letter import read_reason
+from consumer.idempotency import Claim, InMemoryStore
 from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
 from tests.integration.conftest import create_pair
 
@@ -144,10 +144,9 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
     assert (reason["kind"], reason["reason"], reason["receive_count"]) == ("poison", "body is not JSON", 1)
 
 
-def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) -> None:
     """A handler running 1.5x the initial visibility is extended, finishes once, and is deleted."""
-    monkeypatch.setattr(consumer.contract, "LEASE_CAP_SECONDS", 4)  # a 4 s lease for a 6 s handler
-    contract = fast_contract(max_duration_seconds=8, concurrency=2)
+    contract = fast_contract(max_duration_seconds=8, concurrency=2, max_lease_seconds=4)  # a 4 s lease, a 6 s handler
     assert contract.visibility_timeout_seconds == 4 and contract.uses_heartbeat_lease
     pair = create_pair(sqs, contract)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
@@ -303,3 +302,67 @@ def test_consumer_stops_with_exit_1_when_a_thread_crashes(sqs: Any, monkeypatch:
     monkeypatch.setattr(worker, "_groups", lambda received: 1 / 0)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="x")
     assert worker.run() == 1
+
+
+def bump_receive_count(sqs: Any, url: str, times: int) -> None:
+    """Receive and hand back at once, ``times`` times: what earlier hand-backs (deploys, deferrals) do to a message."""
+    for _ in range(times):
+        (received,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]
+        assert received
+
+
+def test_consumer_requeues_a_deferred_message_on_its_last_receive(sqs: Any) -> None:
+    """Deferred on its last allowed receive: a fresh copy (same body and key) replaces it; nothing reaches the DLQ."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    key = {"idempotency-key": {"DataType": "String", "StringValue": "job-1"}}
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job", MessageAttributes=key)
+    bump_receive_count(sqs, pair.queue_url, contract.max_receive_count - 1)
+    store = InMemoryStore()
+    assert store.claim("attr:job-1", owner="another-task", lease_seconds=300) is Claim.ACQUIRED
+    calls: list[str] = []
+    sends: list[dict[str, Any]] = []
+    deletes: list[dict[str, Any]] = []
+    sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: sends.append(params))
+    sqs.meta.events.register("provide-client-params.sqs.DeleteMessageBatch", lambda params, **_: deletes.append(params))
+    worker = Consumer(
+        sqs,
+        queue_url=pair.queue_url,
+        dlq_url=pair.dlq_url,
+        contract=contract,
+        handler=lambda m: calls.append(m.body),
+        idempotency=store,
+    )
+    with running(worker):
+        wait_until(lambda: len(deletes) == 1)  # the copy first, then the original deleted
+    (send,) = sends
+    assert (send["QueueUrl"], send["MessageBody"], send["MessageAttributes"]) == (pair.queue_url, "job", key)
+    assert send["DelaySeconds"] >= 1  # the backoff: the other holder may still be working on it
+    counts = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["All"])["Attributes"]
+    assert sum(int(counts[f"ApproximateNumberOfMessages{n}"]) for n in ("", "NotVisible", "Delayed")) == 1
+    assert depth(sqs, pair.dlq_url) == 0 and calls == []
+
+
+def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_reason(sqs: Any) -> None:
+    """FIFO cannot requeue without breaking order: the unattempted message goes to the DLQ saying so."""
+    contract = fast_contract(fifo=True)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job", MessageGroupId="g", MessageDeduplicationId="d-1")
+    bump_receive_count(sqs, pair.queue_url, contract.max_receive_count - 1)
+    store = InMemoryStore()
+    assert store.claim("dedup:d-1", owner="another-task", lease_seconds=300) is Claim.ACQUIRED
+    worker = Consumer(
+        sqs,
+        queue_url=pair.queue_url,
+        dlq_url=pair.dlq_url,
+        contract=contract,
+        handler=lambda m: None,
+        idempotency=store,
+    )
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    (moved,) = drain(sqs, pair.dlq_url)
+    reason = read_reason(moved["MessageAttributes"])
+    assert (reason["kind"], reason["receive_count"]) == ("unattempted", 3)
+    assert reason["reason"].startswith("not attempted: handed back (deferred) on its last allowed receive (3 of 3)")

@@ -48,7 +48,9 @@ def test_check_queue_reports_every_difference_at_once(sqs: Any) -> None:
         check_queue(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=CONTRACT)
     differences = raised.value.differences
     assert differences[0] == "MessageRetentionPeriod is 60 s, the contract says 345600 s"
-    assert differences[1] == "RedrivePolicy maxReceiveCount is 1, the contract says 5"
+    assert (
+        differences[1] == "RedrivePolicy maxReceiveCount is 1, the contract derives 7 (max_receive_count 5 + backstop)"
+    )
     assert differences[2].startswith(f"RedrivePolicy sends to {other_dlq_arn}, but DLQ_URL is")
 
 

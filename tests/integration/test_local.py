@@ -30,12 +30,9 @@ EVENT = {
 
 
 @pytest.fixture(scope="module")
-def dev_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """cdk.out for dev, synthesized by the real entry point."""
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    env = {**os.environ, "CDK_OUTDIR": str(outdir), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
-    subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
-    return outdir / "SqsWorker-dev.template.json"
+def dev_template(cdk_out: Path) -> Path:
+    """The dev stack's template, synthesized by the real entry point."""
+    return cdk_out / "SqsWorker-dev.template.json"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +67,7 @@ def test_local_queues_carry_the_contracts_timings(local: LocalStack) -> None:
     assert int(source["MessageRetentionPeriod"]) == contract.source_retention_seconds == 86_400
     assert int(dlq["MessageRetentionPeriod"]) == contract.dlq_retention_seconds == 604_800
     redrive = json.loads(source["RedrivePolicy"])
-    assert (redrive["maxReceiveCount"], redrive["deadLetterTargetArn"]) == (5, dlq["QueueArn"])
+    assert (redrive["maxReceiveCount"], redrive["deadLetterTargetArn"]) == (7, dlq["QueueArn"])
 
 
 def test_local_task_environment_is_the_templates_resolved(local: LocalStack) -> None:

@@ -238,3 +238,24 @@ def test_process_without_credentials_is_a_clear_error(moto_server: str, tmp_path
     stderr = process.stderr.read()
     assert "GetQueueAttributes on" in stderr and "Unable to locate credentials" in stderr
     assert "Traceback" not in stderr
+
+
+def test_process_sigterm_during_start_up_exits_0_at_once(tmp_path: Path, process_guard: list) -> None:
+    """A start-up stuck on an endpoint that never answers still stops on SIGTERM with exit 0, holding nothing."""
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (backlog) and never answers a request
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        process = start(endpoint, f"{endpoint}/123456789012/never-answers", tmp_path / "effects")
+        process_guard.append(process)
+        wait_for_event(process, "consumer_starting")
+        time.sleep(1.0)  # now inside the drift check's GetQueueAttributes, blocked on the read
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+        assert time.monotonic() - sent < 5  # the read timeout is 30 s; asserted loosely
+    assert process.stdout is not None
+    lines = [json.loads(line) for line in process.stdout.read().splitlines() if line.startswith("{")]
+    assert [line["event"] for line in lines if line["logger"] == "consumer"] == ["consumer_stopped_before_start"]

@@ -36,7 +36,7 @@ BOUNDS = [
     (
         "max_receive_count",
         2,
-        1_000,
+        998,
         {"max_duration_seconds": 1, "source_retention_seconds": 5 * DAY, "dlq_retention_seconds": 14 * DAY},
     ),
     ("acceptable_latency_seconds", 1, 43_200, {}),
@@ -44,6 +44,7 @@ BOUNDS = [
     ("retry_backoff_base_seconds", 1, 300, {}),
     ("retry_backoff_max_seconds", 2, 43_200, {}),
     ("stop_timeout_seconds", 6, 120, {}),
+    ("max_lease_seconds", 4, 43_200, {}),
     ("source_retention_seconds", 60, 13 * DAY, {"max_duration_seconds": 1, "max_receive_count": 2}),
     ("dlq_retention_seconds", 2 * DAY, 14 * DAY, {"source_retention_seconds": DAY}),
 ]
@@ -76,12 +77,14 @@ def test_contract_accepts_both_edges(name: str, low: int, high: int, extra: dict
         (
             "max_receive_count",
             1,
-            '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1',
+            '"max_receive_count" must be between 2 and 998 (1 would send a message to the DLQ on its first transient'
+            " failure; the redrive policy adds 2 backstop receives within SQS's limit of 1000): 1",
         ),
         (
             "max_receive_count",
-            1_001,
-            '"max_receive_count" must be between 2 and 1000 (1 would send a message to the DLQ on its first transient failure): 1001',
+            999,
+            '"max_receive_count" must be between 2 and 998 (1 would send a message to the DLQ on its first transient'
+            " failure; the redrive policy adds 2 backstop receives within SQS's limit of 1000): 999",
         ),
         ("acceptable_latency_seconds", 0, '"acceptable_latency_seconds" must be between 1 and 43200: 0'),
         ("acceptable_latency_seconds", 43_201, '"acceptable_latency_seconds" must be between 1 and 43200: 43201'),
@@ -116,6 +119,18 @@ def test_contract_accepts_both_edges(name: str, low: int, high: int, extra: dict
             "stop_timeout_seconds",
             121,
             '"stop_timeout_seconds" must be between 6 and 120 (Fargate allows at most 120 s; the consumer needs 5 s to flush plus 1 s to drain): 121',
+        ),
+        (
+            "max_lease_seconds",
+            3,
+            '"max_lease_seconds" must be between 4 and 43200 (4 s leaves the heartbeat a second chance;'
+            " SQS's visibility limit is 12 h): 3",
+        ),
+        (
+            "max_lease_seconds",
+            43_201,
+            '"max_lease_seconds" must be between 4 and 43200 (4 s leaves the heartbeat a second chance;'
+            " SQS's visibility limit is 12 h): 43201",
         ),
         (
             "source_retention_seconds",
@@ -163,14 +178,21 @@ def test_contract_rejects_equal_retentions() -> None:
 
 
 def test_contract_rejects_source_retention_not_above_retry_horizon() -> None:
-    """A message must be able to fail max_receive_count times before it could expire."""
+    """A message must be able to fail max_receive_count times, plus the two backstop receives, before it could expire."""
     horizon = make(max_duration_seconds=1, max_receive_count=5).retry_horizon_seconds
-    assert horizon == 5 * 11 + (2 + 4 + 8 + 16)
+    assert horizon == (5 + 2) * 11 + (2 + 4 + 8 + 16)
     assert make(max_duration_seconds=1, max_receive_count=5, source_retention_seconds=horizon + 1)
     with pytest.raises(ContractError) as raised:
         make(max_duration_seconds=1, max_receive_count=5, source_retention_seconds=horizon)
     assert raised.value.parameter == "source_retention_seconds"
     assert f"retry horizon ({horizon} s" in str(raised.value)
+
+
+@pytest.mark.parametrize(("max_receive_count", "redrive"), [(2, 4), (5, 7), (998, 1_000)])
+def test_contract_redrive_policy_allows_two_backstop_receives(max_receive_count: int, redrive: int) -> None:
+    """The queue's maxReceiveCount leaves two receives the consumer never saw before SQS's silent redrive."""
+    contract = make(max_duration_seconds=1, max_receive_count=max_receive_count, source_retention_seconds=13 * DAY)
+    assert contract.redrive_max_receive_count == redrive
 
 
 @pytest.mark.parametrize("value", [True, "90", 90.0, None])
@@ -220,6 +242,31 @@ def test_contract_visibility_follows_max_duration(
     assert contract.heartbeat_threshold_seconds == 2 * heartbeat
     assert contract.uses_heartbeat_lease is lease
     assert contract.message_timeout_seconds == max_duration
+
+
+@pytest.mark.parametrize(
+    ("max_lease", "visibility", "heartbeat", "lease"),
+    [(4, 4, 1, True), (10, 10, 2, True), (39, 39, 7, True), (40, 40, 8, False), (43_200, 40, 8, False)],
+)
+def test_contract_declared_max_lease_caps_visibility(
+    max_lease: int, visibility: int, heartbeat: int, lease: bool
+) -> None:
+    """A declared lease shorter than the attempt (30 s + 10 s margin) becomes the visibility, kept alive by the heartbeat."""
+    contract = WorkerContract(max_duration_seconds=30, max_lease_seconds=max_lease)
+    assert contract.visibility_timeout_seconds == visibility
+    assert contract.heartbeat_interval_seconds == heartbeat
+    assert contract.uses_heartbeat_lease is lease
+
+
+def test_worker_decorator_takes_max_lease_as_timedelta() -> None:
+    """``max_lease=timedelta(seconds=10)`` reaches the contract as 10 s and into the environment."""
+
+    @worker(max_duration=timedelta(seconds=30), max_lease=timedelta(seconds=10))
+    def handle(message: object) -> None: ...
+
+    contract = contract_of(handle)
+    assert contract.to_env()["CONSUMER_MAX_LEASE_SECONDS"] == "10"
+    assert WorkerContract.from_env(contract.to_env()) == contract
 
 
 @pytest.mark.parametrize(("max_duration", "stop"), [(1, 6), (90, 95), (115, 120), (116, 120), (3_600, 120)])

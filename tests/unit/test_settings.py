@@ -24,10 +24,11 @@ def error_for(name: str, raw: object) -> SettingsError:
 
 
 def test_settings_cdk_json_environments_all_parse() -> None:
-    """dev, staging and prod in cdk.json are valid; prod pages someone."""
+    """dev, staging, prod and demo in cdk.json are valid; prod pages someone; demo runs the demo handler."""
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     environments = {e.name: e for e in load_environments(context)}
-    assert list(environments) == ["dev", "staging", "prod"]
+    assert list(environments) == ["dev", "staging", "prod", "demo"]
+    assert environments["demo"].handler == "consumer.examples.demo:handle"
     assert environments["prod"].require_paging and environments["prod"].has_subscription
     assert environments["dev"].retain_queues is False and environments["prod"].retain_queues is True
 

@@ -1,0 +1,792 @@
+"""The local demo (``python -m consumer demo``, the second half of ``make run``): the whole system on moto.
+
+What it does, with no AWS account:
+
+1. provisions the ``demo`` stack from the synthesized ``cdk.out`` template on
+   moto's server on 127.0.0.1 (:mod:`consumer.local`);
+2. starts a downstream webhook on 127.0.0.1 that behaves per event: accepts,
+   fails transiently (HTTP 503 once or twice), answers slower than the queue's
+   visibility lease, rejects (HTTP 422), or is in an outage until the operator
+   step below;
+3. starts ``python -m consumer run`` processes with the task's environment, the
+   handler being the notifications example under the demo declaration;
+4. produces a realistic mix, including malformed events, and restarts one
+   consumer halfway (SIGTERM, as an ECS deployment does);
+5. once the outage messages have exhausted their retries and sit in the DLQ,
+   ends the outage and runs the operator's ``python -m consumer dlq redrive``;
+6. stops the consumers with SIGTERM and accounts for every message: delivered
+   exactly once at the webhook, or in the DLQ with a reason, nothing lost,
+   nothing duplicated, and the SQS requests the consumers made per processed
+   message (from their own EMF ``sqs_requests`` metric).
+
+The exit code is 0 only if the accounting balances: every produced event is in
+exactly one final place, the one its kind calls for, no event was delivered
+twice, and every consumer exited 0 after SIGTERM.
+
+moto is a development dependency; it is imported (through :mod:`consumer.local`)
+only when the demo runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from consumer.dead_letter import read_reason
+from consumer.dlq import fingerprint
+from consumer.examples.notifications import WEBHOOK_URL_ENV
+
+#: The event kinds the producer mixes, and where each must end.
+DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
+KINDS: dict[str, tuple[float, str, str]] = {
+    # kind: (share of the mix, expected final place, what the downstream does)
+    "good": (0.45, DELIVERED, "HTTP 200 after 20-200 ms"),
+    "flaky": (0.15, DELIVERED, "HTTP 503 once or twice, then 200"),
+    "slow": (0.05, DELIVERED, "HTTP 200 after longer than the queue's visibility lease"),
+    "malformed": (0.15, DEAD_LETTERED, "never reached: not JSON or breaks the schema"),
+    "rejected": (0.05, DEAD_LETTERED, "HTTP 422 (a permanent refusal)"),
+    "outage": (0.15, DELIVERED, "HTTP 503 until the outage ends, then 200 (after a DLQ redrive)"),
+}
+#: The redrive filter: the exhausted-retries reason of an outage event names the handler's error.
+REDRIVE_FILTER = "DownstreamUnavailable"
+IDEMPOTENCY_ATTRIBUTE = "idempotency-key"
+POLL_SECONDS = 0.5
+#: Nothing moving for this long with the source empty means the run has settled (longer than the
+#: demo contract's 10 s lease plus its 4 s maximum backoff).
+QUIET_SECONDS = 20.0
+QUIET = "settled"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One event the producer sends: its id, kind and body (malformed bodies are not JSON events)."""
+
+    event_id: str
+    kind: str
+    body: str
+    transient_failures: int = 0
+
+
+def _event(event_id: str, index: int, **overrides: Any) -> dict[str, Any]:
+    event = {
+        "event_id": event_id,
+        "type": "notification.requested",
+        "channel": ("email", "sms", "push")[index % 3],
+        "recipient": f"user{index}@example.com",
+        "template": ("welcome", "password_reset", "invoice.ready")[index % 3],
+        "data": {"name": f"User {index}", "locale": ("en-GB", "de-DE", "ja-JP")[index % 3]},
+        "occurred_at": "2026-11-22T10:00:00Z",
+    }
+    event.update(overrides)
+    return {k: v for k, v in event.items() if v is not None}
+
+
+def _malformed_body(event_id: str, index: int, variant: int) -> str:
+    """A body the handler must refuse as poison; the variants are the usual ways producers get it wrong."""
+    good = _event(event_id, index)
+    variants: list[Callable[[], str]] = [
+        lambda: json.dumps(good)[:-7],  # truncated JSON
+        lambda: "event_id=" + event_id + "&type=notification.requested",  # form-encoded, not JSON
+        lambda: json.dumps([good]),  # an array, not an object
+        lambda: json.dumps(_event(event_id, index, recipient=None)),  # a required field missing
+        lambda: json.dumps(_event(event_id, index, channel="pigeon")),  # not an allowed channel
+        lambda: json.dumps(_event(event_id, index, template="Welcome Email!")),  # breaks the template pattern
+        lambda: json.dumps(_event(event_id, index, type="notification.sent")),  # wrong event type
+        lambda: json.dumps({**good, "priority": "high"}),  # an unknown property
+        lambda: "\ufeff" + json.dumps(good, ensure_ascii=False),  # a byte-order mark before the JSON
+    ]
+    return variants[variant % len(variants)]()
+
+
+def build_mix(count: int, seed: int = 7) -> list[Planned]:
+    """``count`` events in the shares of :data:`KINDS` (at least one of each), shuffled reproducibly."""
+    if count < len(KINDS):
+        raise ValueError(f'"messages" must be at least {len(KINDS)} (one of each kind): {count}')
+    rng = random.Random(seed)
+    counts = {kind: max(1, round(count * share)) for kind, (share, _, _) in KINDS.items()}
+    counts["good"] += count - sum(counts.values())
+    kinds = [kind for kind, n in counts.items() for _ in range(n)]
+    rng.shuffle(kinds)
+    planned = []
+    malformed = 0
+    for index, kind in enumerate(kinds):
+        event_id = f"evt-demo-{index:05d}"
+        if kind == "malformed":
+            body, malformed = _malformed_body(event_id, index, malformed), malformed + 1
+        else:
+            body = json.dumps(_event(event_id, index), ensure_ascii=False)
+        planned.append(Planned(event_id, kind, body, transient_failures=rng.choice((1, 2)) if kind == "flaky" else 0))
+    return planned
+
+
+# --------------------------------------------------------------------------- the downstream
+
+
+class Downstream:
+    """The webhook the example handler POSTs to, on 127.0.0.1; it records every attempt per event id.
+
+    A success is counted when the 200 is sent, so ``successes[id] > 1`` is a duplicate side effect.
+    """
+
+    def __init__(self, plan: Iterable[Planned], slow_seconds: float) -> None:
+        self.plan = {p.event_id: p for p in plan}
+        self.slow_seconds = slow_seconds
+        self.outage = threading.Event()
+        self.outage.set()
+        self.attempts: Counter[str] = Counter()
+        self.successes: Counter[str] = Counter()
+        self.refusals: Counter[int] = Counter()
+        self._lock = threading.Lock()
+        self._rng = random.Random(11)
+        downstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length", "0"))
+                self.rfile.read(length)
+                status = downstream.answer(self.headers.get("Idempotency-Key", ""))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:  # keep the terminal for the progress display
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notify"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():  # shutdown() waits for serve_forever(), forever if it never ran
+            self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, event_id: str) -> int:
+        planned = self.plan.get(event_id)
+        with self._lock:
+            self.attempts[event_id] += 1
+            attempt = self.attempts[event_id]
+            pause = self._rng.uniform(0.02, 0.2)
+        if planned is None:
+            status = 400
+        elif planned.kind == "rejected":
+            status = 422
+        elif planned.kind == "flaky" and attempt <= planned.transient_failures:
+            status = 503
+        elif planned.kind == "outage" and self.outage.is_set():
+            status = 503
+        else:
+            status = 200
+            if planned.kind == "slow":
+                pause = self.slow_seconds
+        time.sleep(pause)
+        with self._lock:
+            if status == 200:
+                self.successes[event_id] += 1
+            else:
+                self.refusals[status] += 1
+        return status
+
+    def delivered(self) -> set[str]:
+        with self._lock:
+            return {event_id for event_id, n in self.successes.items() if n}
+
+
+# --------------------------------------------------------------------------- consumer processes
+
+
+@dataclass
+class ConsumerProcess:
+    number: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    ready: bool = False  # logged consumer_started
+    asked_to_stop: bool = False
+    stopped_in_seconds: float | None = None
+    exit_code: int | None = None
+
+
+class Fleet:
+    """``python -m consumer run`` processes, each logging to its own file (JSON lines and EMF)."""
+
+    def __init__(self, environment: Mapping[str, str], log_dir: Path) -> None:
+        self.environment = dict(environment)
+        self.log_dir = log_dir
+        self.processes: list[ConsumerProcess] = []
+        self._offsets: dict[Path, int] = {}
+        self.events: Counter[str] = Counter()
+        self.metrics: Counter[str] = Counter()
+
+    def start(self) -> ConsumerProcess:
+        number = len(self.processes) + 1
+        log_path = self.log_dir / f"consumer-{number}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "consumer", "run"],
+                env=self.environment,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        started = ConsumerProcess(number, process, log_path)
+        self.processes.append(started)
+        return started
+
+    def alive(self) -> list[ConsumerProcess]:
+        return [p for p in self.processes if p.process.poll() is None]
+
+    def crashed(self) -> list[ConsumerProcess]:
+        """Processes that exited without being asked to."""
+        return [p for p in self.processes if not p.asked_to_stop and p.process.poll() is not None]
+
+    def stop(self, consumer: ConsumerProcess, timeout: float) -> None:
+        """SIGTERM, as ECS sends on a deployment or scale-in; SIGKILL only past ``timeout`` (ECS's stop timeout)."""
+        started = time.monotonic()
+        consumer.asked_to_stop = True
+        consumer.process.send_signal(signal.SIGTERM)
+        try:
+            consumer.exit_code = consumer.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            consumer.process.kill()
+            consumer.exit_code = consumer.process.wait()
+        consumer.stopped_in_seconds = time.monotonic() - started
+
+    def read_logs(self) -> None:
+        """Count the new log events and EMF metric values since the last call."""
+        for consumer in self.processes:
+            offset = self._offsets.get(consumer.log_path, 0)
+            with consumer.log_path.open("rb") as log_file:
+                log_file.seek(offset)
+                chunk = log_file.read()
+            complete = chunk.rfind(b"\n") + 1  # leave a half-written last line for the next call
+            self._offsets[consumer.log_path] = offset + complete
+            for raw in chunk[:complete].splitlines():
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                if "_aws" in line:
+                    for metric in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+                        value = line.get(metric["Name"])
+                        if metric["Unit"] == "Count" and isinstance(value, int | float):
+                            self.metrics[metric["Name"]] += value
+                elif "event" in line:
+                    self.events[line["event"]] += 1
+                    consumer.ready = consumer.ready or line["event"] == "consumer_started"
+                    if line["event"] == "message_moved_to_dlq":
+                        self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Accounting:
+    """Where every produced event ended, and whether that balances."""
+
+    produced: dict[str, int]
+    delivered: int
+    dead_lettered: dict[str, int]
+    dlq_reasons: dict[str, int]
+    duplicates: int
+    lost: list[str]
+    misplaced: list[str]
+    unknown_in_dlq: list[str]
+    in_two_places: list[str]
+    left_in_source: int
+
+    @property
+    def balanced(self) -> bool:
+        total = sum(self.produced.values())
+        return (
+            not self.lost
+            and not self.misplaced
+            and not self.unknown_in_dlq
+            and not self.in_two_places
+            and self.left_in_source == 0
+            and self.delivered + sum(self.dead_lettered.values()) == total
+        )
+
+
+def account(
+    plan: Iterable[Planned],
+    successes: Mapping[str, int],
+    dlq: Mapping[str, Mapping[str, Any] | None],
+    left_in_source: int,
+) -> Accounting:
+    """Compare each planned event's final place with the one its kind calls for.
+
+    ``successes``: 200 answers per event id at the downstream; ``dlq``: event id ->
+    its reason record (None when it carries none), for every message in the DLQ;
+    ``left_in_source``: messages still in the source queue.
+    """
+    planned = list(plan)
+    known = {p.event_id for p in planned}
+    delivered = {event_id for event_id, n in successes.items() if n > 0}
+    produced = Counter(p.kind for p in planned)
+    dead_lettered: Counter[str] = Counter()
+    lost, misplaced, in_two_places = [], [], []
+    for p in planned:
+        here = [
+            place for place, hit in ((DELIVERED, p.event_id in delivered), (DEAD_LETTERED, p.event_id in dlq)) if hit
+        ]
+        if not here:
+            lost.append(p.event_id)
+        elif len(here) > 1:
+            in_two_places.append(p.event_id)
+        elif here[0] != KINDS[p.kind][1] or (here[0] == DEAD_LETTERED and not dlq[p.event_id]):
+            misplaced.append(p.event_id)
+        if p.event_id in dlq:
+            dead_lettered[p.kind] += 1
+    return Accounting(
+        produced=dict(produced),
+        delivered=len(delivered & known),
+        dead_lettered=dict(dead_lettered),
+        dlq_reasons=dict(Counter(": ".join(fingerprint(dlq[i])) for i in dlq if i in known)),
+        duplicates=sum(n - 1 for i, n in successes.items() if n > 1),
+        lost=lost,
+        misplaced=misplaced,
+        unknown_in_dlq=sorted(set(dlq) - known),
+        in_two_places=in_two_places,
+        left_in_source=left_in_source,
+    )
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class DemoOptions:
+    template: Path
+    messages: int = 120
+    consumers: int = 2
+    slow_seconds: float = 14.0
+    produce_seconds: float = 10.0
+    rolling_restart: bool = True
+    timeout_seconds: float = 300.0
+    log_dir: Path = Path(".demo")
+    report: Path | None = None
+
+
+@dataclass
+class DemoResult:
+    accounting: Accounting
+    consumers: list[dict[str, Any]]
+    redrive: dict[str, Any]
+    retried: int
+    heartbeat_extensions: int
+    requeued: int
+    sqs_requests: int
+    processed: int
+    downstream_refusals: dict[str, int]
+    elapsed_seconds: float
+    timed_out_phase: str | None = None
+
+    @property
+    def requests_per_message(self) -> float | None:
+        return self.sqs_requests / self.processed if self.processed else None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.accounting.balanced
+            and self.accounting.duplicates == 0
+            and self.timed_out_phase is None
+            and all(c["exit_code"] == 0 for c in self.consumers)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["accounting"]["balanced"] = self.accounting.balanced
+        data["requests_per_message"] = self.requests_per_message
+        data["ok"] = self.ok
+        return data
+
+
+class Demo:
+    """One run of the demo; :meth:`run` returns the result the report is made from."""
+
+    def __init__(self, options: DemoOptions, console: Console) -> None:
+        self.options = options
+        self.console = console
+        self.plan = build_mix(options.messages)
+        self.phase = "provisioning"
+        self.produced = 0
+        self.started = time.monotonic()
+        self._restart: threading.Thread | None = None
+
+    def run(self) -> DemoResult:
+        from consumer.local import local_client, provision, start_server
+
+        options = self.options
+        options.log_dir.mkdir(parents=True, exist_ok=True)
+        server, endpoint = start_server()
+        downstream = Downstream(self.plan, options.slow_seconds)
+        fleet: Fleet | None = None
+        try:
+            local = provision(endpoint, options.template)
+            self.env = local.process_environment()
+            self.queue_url, self.dlq_url = self.env["QUEUE_URL"], self.env["DLQ_URL"]
+            self.console.print(
+                f"local stack [bold]{local.stack_name}[/bold] on {endpoint} (from {options.template});"
+                f" visibility {self.env['CONSUMER_VISIBILITY_TIMEOUT_SECONDS']} s,"
+                f" max receives {self.env['CONSUMER_MAX_RECEIVE_COUNT']}, alarms: {len(local.alarms)}"
+            )
+            self.sqs = local_client("sqs", endpoint)
+            downstream.start()
+            child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+            child_env.update(self.env)
+            child_env.update({WEBHOOK_URL_ENV: downstream.url, "PYTHONUNBUFFERED": "1"})
+            fleet = Fleet(child_env, options.log_dir)
+            stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
+            return self._run(downstream, fleet, stop_timeout)
+        finally:
+            if fleet is not None:
+                for consumer in fleet.alive():
+                    consumer.process.kill()
+            downstream.stop()
+            server.stop()
+
+    def _run(self, downstream: Downstream, fleet: Fleet, stop_timeout: float) -> DemoResult:
+        options = self.options
+        for _ in range(options.consumers):
+            fleet.start()
+        deadline = time.monotonic() + options.timeout_seconds
+        expected_dlq = sum(1 for p in self.plan if KINDS[p.kind][1] == DEAD_LETTERED)
+        outage = {p.event_id for p in self.plan if p.kind == "outage"}
+        must_deliver_first = {p.event_id for p in self.plan if KINDS[p.kind][1] == DELIVERED} - outage
+        timed_out: str | None = None
+        redrive: dict[str, Any] = {}
+        with self._display(downstream, fleet) as refresh:
+            self.phase = "producing"
+            producer = threading.Thread(target=self._produce, args=(fleet,), name="producer", daemon=True)
+            producer.start()
+
+            def settled_before_redrive() -> bool:
+                return (
+                    not producer.is_alive()
+                    and must_deliver_first <= downstream.delivered()
+                    and self._depths() == (0, 0, expected_dlq + len(outage))
+                )
+
+            stalled = self._wait(settled_before_redrive, deadline, refresh, fleet, producer)
+            if stalled:
+                timed_out = f"{stalled} in the first pass (outage events exhausting their retries into the DLQ)"
+            if stalled is None or stalled.startswith(QUIET):
+                self.phase = "operator: downstream fixed, redriving the DLQ"
+                downstream.outage.clear()
+                redrive = self._redrive()
+                self.phase = "reprocessing redriven events"
+                everything = {p.event_id for p in self.plan if KINDS[p.kind][1] == DELIVERED}
+                stalled = self._wait(
+                    lambda: everything <= downstream.delivered() and self._depths() == (0, 0, expected_dlq),
+                    deadline,
+                    refresh,
+                    fleet,
+                    producer,
+                )
+                if stalled:
+                    timed_out = f"{stalled} while the redriven events were reprocessed"
+            self.phase = "stopping consumers (SIGTERM)"
+            refresh()
+            if self._restart is not None:
+                self._restart.join()
+            for consumer in fleet.alive():
+                fleet.stop(consumer, timeout=stop_timeout)
+            fleet.read_logs()
+            self.phase = "accounting"
+            refresh()
+        dlq, left_in_source = self._final_places()
+        accounting = account(self.plan, downstream.successes, dlq, left_in_source)
+        return DemoResult(
+            accounting=accounting,
+            consumers=[
+                {
+                    "number": c.number,
+                    "exit_code": c.exit_code if c.exit_code is not None else c.process.returncode,
+                    "stopped_in_seconds": None if c.stopped_in_seconds is None else round(c.stopped_in_seconds, 2),
+                    "log": str(c.log_path),
+                }
+                for c in fleet.processes
+            ],
+            redrive=redrive,
+            retried=fleet.events["message_backoff"],
+            heartbeat_extensions=int(fleet.metrics["visibility_extensions"]),
+            requeued=int(fleet.metrics["requeued"]),
+            sqs_requests=int(fleet.metrics["sqs_requests"]),
+            processed=int(fleet.metrics["processed"]),
+            downstream_refusals={str(k): v for k, v in sorted(downstream.refusals.items())},
+            elapsed_seconds=round(time.monotonic() - self.started, 1),
+            timed_out_phase=timed_out,
+        )
+
+    # --- steps ----------------------------------------------------------------
+    def _produce(self, fleet: Fleet) -> None:
+        """Send the plan in batches of 10, paced over ``produce_seconds``; a rolling restart halfway."""
+        batches = [self.plan[i : i + 10] for i in range(0, len(self.plan), 10)]
+        pause = self.options.produce_seconds / max(1, len(batches))
+        restarted = not self.options.rolling_restart
+        stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
+        for batch in batches:
+            entries = [
+                {
+                    "Id": str(n),
+                    "MessageBody": p.body,
+                    "MessageAttributes": {IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": p.event_id}},
+                }
+                for n, p in enumerate(batch)
+            ]
+            response = self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            if response.get("Failed"):
+                raise RuntimeError(f"SendMessageBatch to {self.queue_url} failed: {response['Failed']}")
+            self.produced += len(batch)
+            if not restarted and self.produced >= len(self.plan) // 2:
+                restarted = True
+                self._restart = threading.Thread(target=self._deploy, args=(fleet, stop_timeout), name="deploy")
+                self._restart.start()
+            time.sleep(pause)
+
+    def _deploy(self, fleet: Fleet, stop_timeout: float) -> None:
+        """An ECS rolling deployment: a new task starts and reports running, then the oldest gets SIGTERM."""
+        old = fleet.alive()[0]
+        new = fleet.start()
+        deadline = time.monotonic() + 60
+        while not new.ready and new.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the display's read_logs() marks it ready
+        fleet.stop(old, timeout=stop_timeout)
+
+    def _redrive(self) -> dict[str, Any]:
+        """The operator's command, as a subprocess with the task's queue binding."""
+        command = [sys.executable, "-m", "consumer", "dlq", "redrive", "--filter", REDRIVE_FILTER]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | self.env
+        before = self._depths()[2]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        after = self._depths()[2]
+        summary = [line for line in done.stdout.splitlines() if line.strip()]
+        return {
+            "command": "python -m consumer dlq redrive --filter " + REDRIVE_FILTER,
+            "exit_code": done.returncode,
+            "moved": before - after,
+            "output": summary[-5:],
+        }
+
+    def _depths(self) -> tuple[int, int, int]:
+        """(source visible, source in flight or delayed, DLQ visible + in flight)."""
+        source = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["All"])["Attributes"]
+        dlq = self.sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["All"])["Attributes"]
+        return (
+            int(source["ApproximateNumberOfMessages"]),
+            int(source["ApproximateNumberOfMessagesNotVisible"]) + int(source["ApproximateNumberOfMessagesDelayed"]),
+            int(dlq["ApproximateNumberOfMessages"]) + int(dlq["ApproximateNumberOfMessagesNotVisible"]),
+        )
+
+    def _wait(
+        self,
+        done: Callable[[], bool],
+        deadline: float,
+        refresh: Callable[[], None],
+        fleet: Fleet,
+        producer: threading.Thread,
+    ) -> str | None:
+        """None once ``done()``; otherwise why the wait ended: timed out, a consumer died, or nothing moves."""
+        quiet_since, last = time.monotonic(), None
+        while time.monotonic() < deadline:
+            refresh()
+            if fleet.crashed():
+                self.phase = "a consumer exited on its own: stopping"
+                return "a consumer exited on its own"
+            if done():
+                return None
+            depths = self._depths()
+            state = (depths, sum(fleet.events.values()))
+            if state != last or depths[:2] != (0, 0) or producer.is_alive():
+                quiet_since, last = time.monotonic(), state
+            elif time.monotonic() - quiet_since > QUIET_SECONDS:
+                # Source empty and nothing logged for longer than any backoff or lease: it will not get there.
+                return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places"
+            time.sleep(POLL_SECONDS)
+        return f"timed out after {self.options.timeout_seconds:.0f} s"
+
+    def _final_places(self) -> tuple[dict[str, dict[str, Any] | None], int]:
+        """Every DLQ message by event id (with its reason), and how many are left in the source."""
+        dlq: dict[str, dict[str, Any] | None] = {}
+        while True:
+            # Held for 5 minutes and never deleted: this reads, it does not consume.
+            messages = self.sqs.receive_message(
+                QueueUrl=self.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=300, MessageAttributeNames=["All"]
+            ).get("Messages", [])
+            if not messages:
+                break
+            for message in messages:
+                attributes = message.get("MessageAttributes", {})
+                event_id = attributes.get(IDEMPOTENCY_ATTRIBUTE, {}).get("StringValue", message["MessageId"])
+                dlq[event_id] = read_reason(attributes)
+        visible, in_flight, _ = self._depths()
+        return dlq, visible + in_flight
+
+    # --- display --------------------------------------------------------------
+    def _snapshot(self, downstream: Downstream, fleet: Fleet) -> Table:
+        try:
+            visible, in_flight, dlq = self._depths()
+        except Exception:  # noqa: BLE001 (the display must not end the run)
+            visible = in_flight = dlq = -1
+        table = Table(title=f"sqs-worker demo - {self.phase}", show_header=False, min_width=60)
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        table.add_row("elapsed", f"{time.monotonic() - self.started:.0f} s")
+        table.add_row("produced", f"{self.produced} / {len(self.plan)}")
+        table.add_row("source queue: visible / in flight", f"{visible} / {in_flight}")
+        table.add_row("dead-letter queue", str(dlq))
+        table.add_row("delivered at the webhook (unique)", str(len(downstream.delivered())))
+        table.add_row("processed / retried / poisoned", _triple(fleet.events, "message_processed", "message_backoff"))
+        table.add_row("heartbeat extensions (metric)", str(int(fleet.metrics["visibility_extensions"])))
+        table.add_row("consumer processes running", str(len(fleet.alive())))
+        return table
+
+    def _display(self, downstream: Downstream, fleet: Fleet) -> _Display:
+        return _Display(self.console, lambda: self._snapshot(downstream, fleet), tick=fleet.read_logs)
+
+
+def _triple(events: Mapping[str, int], processed: str, retried: str) -> str:
+    return f"{events.get(processed, 0)} / {events.get(retried, 0)} / {events.get('moved_to_dlq:poison', 0)}"
+
+
+class _Display:
+    """Live progress in a terminal; a plain line every few seconds elsewhere (CI logs)."""
+
+    PLAIN_EVERY_SECONDS = 5.0
+
+    def __init__(self, console: Console, render: Callable[[], Table], tick: Callable[[], None]) -> None:
+        self.console = console
+        self.render = render
+        self.tick = tick
+        self._live: Live | None = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> Callable[[], None]:
+        if self.console.is_terminal:
+            self._live = Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self.refresh
+
+    def refresh(self) -> None:
+        self.tick()
+        if self._live is not None:
+            self._live.update(self.render())
+        elif time.monotonic() - self._last_plain >= self.PLAIN_EVERY_SECONDS:
+            self._last_plain = time.monotonic()
+            table = self.render()
+            cells = [
+                f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)
+            ]
+            self.console.print(f"[{table.title}] " + ", ".join(cells), markup=False, highlight=False, soft_wrap=True)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.tick()
+        if self._live is not None:
+            self._live.update(self.render())
+            self._live.__exit__(None, None, None)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def render_report(result: DemoResult, console: Console) -> None:
+    """The closing report: final places, retries, redrive, duplicates, losses, cost and shutdowns."""
+    a = result.accounting
+    total = sum(a.produced.values())
+    table = Table(title="Where every message ended", show_lines=False)
+    table.add_column("kind")
+    table.add_column("produced", justify="right")
+    table.add_column("expected place")
+    table.add_column("in the DLQ", justify="right")
+    for kind, (_, place, behaviour) in KINDS.items():
+        table.add_row(f"{kind} ({behaviour})", str(a.produced.get(kind, 0)), place, str(a.dead_lettered.get(kind, 0)))
+    console.print(table)
+
+    reasons = Table(title="DLQ reasons (grouped)")
+    reasons.add_column("reason")
+    reasons.add_column("messages", justify="right")
+    for reason, count in sorted(a.dlq_reasons.items(), key=lambda item: -item[1]):
+        reasons.add_row(reason, str(count))
+    console.print(reasons)
+
+    per_message = result.requests_per_message
+    summary = Table(title="Report", show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    rows = [
+        ("produced", str(total)),
+        ("processed (delivered exactly once at the webhook)", f"{a.delivered}"),
+        ("retried (backoffs after a failure)", f"{result.retried}; downstream refusals {result.downstream_refusals}"),
+        ("heartbeat visibility extensions", str(result.heartbeat_extensions)),
+        ("requeued unattempted on their last allowed receive", str(result.requeued)),
+        ("sent to the DLQ with a reason (still there)", str(sum(a.dead_lettered.values()))),
+        (
+            "redriven (outage over, then the operator's command)",
+            f"{result.redrive.get('moved', 0)} via `{result.redrive.get('command', 'not run')}`",
+        ),
+        ("duplicates (extra deliveries at the webhook)", str(a.duplicates)),
+        ("lost", str(len(a.lost)) + (f" {a.lost[:5]}" if a.lost else "")),
+        (
+            "misplaced / in two places / unknown in DLQ",
+            f"{len(a.misplaced)} / {len(a.in_two_places)} / {len(a.unknown_in_dlq)}",
+        ),
+        ("left in the source queue", str(a.left_in_source)),
+        (
+            "SQS requests per processed message",
+            f"{per_message:.2f} ({result.sqs_requests} requests / {result.processed} processed, from the consumers'"
+            " sqs_requests metric). Half of this mix fails at least once, so backoffs, DLQ moves and the"
+            " trickle-fed long polls dominate; at saturation the floor is 0.2 (one receive and one batched"
+            " delete per 10), a delete call per message costs about 1.1"
+            if per_message is not None
+            else "n/a (nothing processed)",
+        ),
+        (
+            "consumer shutdowns (SIGTERM)",
+            ", ".join(
+                f"#{c['number']}: exit {c['exit_code']} in {c['stopped_in_seconds']} s" for c in result.consumers
+            ),
+        ),
+        ("elapsed", f"{result.elapsed_seconds} s"),
+    ]
+    for label, value in rows:
+        summary.add_row(label, value)
+    console.print(summary)
+    if result.timed_out_phase:
+        console.print(f"[red]timed out[/red] {result.timed_out_phase}")
+    verdict = "[green]balanced[/green]" if result.ok else "[red]does NOT balance[/red]"
+    console.print(
+        f"accounting {verdict}: {a.delivered} delivered + {sum(a.dead_lettered.values())} in the DLQ"
+        f" = {a.delivered + sum(a.dead_lettered.values())} of {total} produced;"
+        f" logs in {result.consumers[0]['log'].rsplit('/', 1)[0] if result.consumers else '-'}"
+    )
+
+
+def run_demo(options: DemoOptions, console: Console | None = None) -> int:
+    """Run the demo, print the report, write ``options.report`` (JSON) if set; returns the exit code."""
+    console = console or Console()
+    result = Demo(options, console).run()
+    render_report(result, console)
+    if options.report is not None:
+        options.report.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return 0 if result.ok else 1

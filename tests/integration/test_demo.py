@@ -1,0 +1,166 @@
+"""The main job's local demo, shortened: provisioned from the template, real consumers, real HTTP downstream."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer.demo import Downstream, Planned
+from consumer.examples.notifications import DownstreamUnavailable, deliver
+from consumer.message import PoisonMessage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m consumer demo` in its short form (18 events, 2 consumers, a rolling restart), with a JSON report."""
+    workdir = tmp_path_factory.mktemp("demo")
+    report = workdir / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "consumer",
+            "demo",
+            "--template",
+            str(cdk_out / "SqsWorker-demo.template.json"),
+            "--messages",
+            "18",
+            "--consumers",
+            "2",
+            "--produce-seconds",
+            "2",
+            "--slow-seconds",
+            "12",
+            "--timeout",
+            "150",
+            "--logs",
+            str(workdir / "logs"),
+            "--report",
+            str(report),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return done, json.loads(report.read_text()) if report.exists() else {}
+
+
+def test_demo_short_form_exits_0_and_balances(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Every event ends in its place: nothing lost, nothing in two places, nothing left in the source."""
+    done, report = short_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    accounting = report["accounting"]
+    assert accounting["balanced"] is True
+    assert (accounting["lost"], accounting["misplaced"], accounting["in_two_places"]) == ([], [], [])
+    assert accounting["left_in_source"] == 0
+    assert accounting["delivered"] + sum(accounting["dead_lettered"].values()) == sum(accounting["produced"].values())
+
+
+def test_demo_short_form_dead_letters_only_poison_with_reasons(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """The DLQ ends holding exactly the malformed and rejected events, each with a poison reason."""
+    _, report = short_run
+    accounting = report["accounting"]
+    assert accounting["dead_lettered"] == {
+        "malformed": accounting["produced"]["malformed"],
+        "rejected": accounting["produced"]["rejected"],
+    }
+    assert all(reason.startswith("poison: ") for reason in accounting["dlq_reasons"])
+    assert sum(accounting["dlq_reasons"].values()) == sum(accounting["dead_lettered"].values())
+
+
+def test_demo_short_form_redrives_the_outage_events(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """The outage events exhausted their retries into the DLQ and the operator's redrive moved exactly those back."""
+    _, report = short_run
+    assert report["redrive"]["exit_code"] == 0
+    assert report["redrive"]["moved"] == report["accounting"]["produced"]["outage"]
+
+
+def test_demo_short_form_no_duplicates_despite_slow_deliveries(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """A delivery slower than the 10 s lease is kept invisible by the heartbeat: extended, delivered once."""
+    _, report = short_run
+    assert report["accounting"]["duplicates"] == 0
+    assert report["heartbeat_extensions"] >= report["accounting"]["produced"]["slow"]
+    assert report["retried"] >= report["accounting"]["produced"]["flaky"]
+
+
+def test_demo_short_form_rolling_restart_and_shutdown_exit_0(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """Two consumers, one replaced halfway: three processes, all stopped by SIGTERM with exit 0."""
+    _, report = short_run
+    assert [(c["number"], c["exit_code"]) for c in report["consumers"]] == [(1, 0), (2, 0), (3, 0)]
+    assert report["sqs_requests"] > 0 and report["processed"] == report["accounting"]["delivered"]
+
+
+def test_demo_without_a_template_exits_2_naming_the_fix(tmp_path: Path) -> None:
+    """No cdk.out: exit 2 with the command that creates it, and no traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "consumer", "demo", "--template", str(tmp_path / "missing.template.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "synthesize first (python app.py or make run)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def downstream() -> Iterator[Downstream]:
+    plan = [
+        Planned("evt-flaky", "flaky", "{}", transient_failures=2),
+        Planned("evt-rejected", "rejected", "{}"),
+        Planned("evt-outage", "outage", "{}"),
+        Planned("evt-good", "good", "{}"),
+    ]
+    server = Downstream(plan, slow_seconds=0.01)
+    server.start()
+    yield server
+    server.stop()
+
+
+def event(event_id: str) -> dict[str, Any]:
+    return {"event_id": event_id, "channel": "email"}
+
+
+def test_downstream_fails_a_flaky_event_exactly_its_transient_failures(downstream: Downstream) -> None:
+    """Over real HTTP, the example's deliver() sees two 503s (retry) and then a 200, counted once."""
+    for _ in range(2):
+        with pytest.raises(DownstreamUnavailable, match="HTTP 503"):
+            deliver(event("evt-flaky"), downstream.url)
+    deliver(event("evt-flaky"), downstream.url)
+    assert (downstream.attempts["evt-flaky"], downstream.successes["evt-flaky"]) == (3, 1)
+
+
+def test_downstream_rejection_is_poison_to_the_example_handler(downstream: Downstream) -> None:
+    """HTTP 422 is permanent: deliver() raises PoisonMessage and nothing counts as delivered."""
+    with pytest.raises(PoisonMessage, match="HTTP 422"):
+        deliver(event("evt-rejected"), downstream.url)
+    assert downstream.delivered() == set()
+
+
+def test_downstream_outage_lasts_until_cleared(downstream: Downstream) -> None:
+    """An outage event gets 503 until the outage flag is cleared, then 200."""
+    with pytest.raises(DownstreamUnavailable):
+        deliver(event("evt-outage"), downstream.url)
+    downstream.outage.clear()
+    deliver(event("evt-outage"), downstream.url)
+    assert downstream.delivered() == {"evt-outage"}
+    assert dict(downstream.refusals) == {503: 1}

@@ -1,0 +1,146 @@
+"""The local demo's pure parts: the producer's mix and the accounting that decides its exit code."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from consumer.demo import DEAD_LETTERED, DELIVERED, KINDS, Accounting, DemoResult, Planned, account, build_mix
+from consumer.dlq import fingerprint
+from consumer.examples.notifications import parse
+from consumer.message import PoisonMessage
+
+POISON = {"kind": "poison", "reason": "body is not JSON: Expecting value: line 1 column 1 (char 0)"}
+
+
+def plan_of(*kinds: str) -> list[Planned]:
+    return [Planned(f"evt-{i}", kind, "{}") for i, kind in enumerate(kinds)]
+
+
+def test_build_mix_follows_the_shares_with_every_kind() -> None:
+    """120 events split 54/18/6/18/6/18 by kind, each id unique, the same mix on every run."""
+    mix = build_mix(120)
+    assert Counter(p.kind for p in mix) == {
+        "good": 54,
+        "flaky": 18,
+        "slow": 6,
+        "malformed": 18,
+        "rejected": 6,
+        "outage": 18,
+    }
+    assert len({p.event_id for p in mix}) == 120
+    assert mix == build_mix(120)
+
+
+def test_build_mix_smallest_has_one_of_each_kind() -> None:
+    """Six events: one of each kind, so every path runs even in the shortest form."""
+    assert sorted(p.kind for p in build_mix(6)) == sorted(KINDS)
+
+
+def test_build_mix_rejects_fewer_events_than_kinds() -> None:
+    """Five events cannot cover six kinds: the error names the parameter, the rule and the value."""
+    with pytest.raises(ValueError, match=r'"messages" must be at least 6 \(one of each kind\): 5'):
+        build_mix(5)
+
+
+def test_build_mix_malformed_bodies_are_poison_to_the_example_handler() -> None:
+    """Every malformed variant fails the example's parse as PoisonMessage, nine distinct causes; the rest parse."""
+    mix = build_mix(120)
+    reasons = set()
+    for planned in (p for p in mix if p.kind == "malformed"):
+        with pytest.raises(PoisonMessage) as raised:
+            parse(planned.body)
+        reasons.add(fingerprint({"kind": "poison", "reason": raised.value.reason}))
+    assert len(reasons) == 9
+    for planned in mix:
+        if planned.kind != "malformed":
+            assert parse(planned.body)["event_id"] == planned.event_id
+
+
+def test_build_mix_flaky_events_fail_once_or_twice() -> None:
+    """Flaky events carry 1 or 2 transient failures; no other kind has any."""
+    mix = build_mix(120)
+    assert {p.transient_failures for p in mix if p.kind == "flaky"} == {1, 2}
+    assert {p.transient_failures for p in mix if p.kind != "flaky"} == {0}
+
+
+def test_account_balances_when_every_event_is_in_its_place() -> None:
+    """Delivered kinds delivered once, poison kinds in the DLQ with a reason: balanced."""
+    plan = plan_of("good", "flaky", "slow", "outage", "malformed", "rejected")
+    result = account(plan, {"evt-0": 1, "evt-1": 1, "evt-2": 1, "evt-3": 1}, {"evt-4": POISON, "evt-5": POISON}, 0)
+    assert (result.balanced, result.delivered, result.dead_lettered) == (True, 4, {"malformed": 1, "rejected": 1})
+    assert result.dlq_reasons == {"poison: body is not JSON: Expecting value: line <n> column <n> (char <n>)": 2}
+
+
+def test_account_reports_an_event_in_neither_place_as_lost() -> None:
+    """An event neither delivered nor in the DLQ is lost and the accounting does not balance."""
+    result = account(plan_of("good", "good"), {"evt-0": 1}, {}, 0)
+    assert (result.lost, result.balanced) == (["evt-1"], False)
+
+
+def test_account_reports_a_good_event_in_the_dlq_as_misplaced() -> None:
+    """A deliverable event that ended in the DLQ is misplaced, not balanced."""
+    result = account(plan_of("good"), {}, {"evt-0": POISON}, 0)
+    assert (result.misplaced, result.lost, result.balanced) == (["evt-0"], [], False)
+
+
+def test_account_reports_a_dlq_message_without_reason_as_misplaced() -> None:
+    """A poison event in the DLQ without the consumer's reason record does not count as in its place."""
+    result = account(plan_of("malformed"), {}, {"evt-0": None}, 0)
+    assert (result.misplaced, result.balanced) == (["evt-0"], False)
+
+
+def test_account_reports_an_event_in_both_places() -> None:
+    """Delivered and also in the DLQ: in two places, not balanced."""
+    result = account(plan_of("good"), {"evt-0": 1}, {"evt-0": POISON}, 0)
+    assert (result.in_two_places, result.balanced) == (["evt-0"], False)
+
+
+def test_account_reports_messages_left_in_the_source() -> None:
+    """Anything still in the source queue at the end keeps the accounting open."""
+    result = account(plan_of("good"), {"evt-0": 1}, {}, 1)
+    assert (result.left_in_source, result.balanced) == (1, False)
+
+
+def test_account_reports_unknown_dlq_messages() -> None:
+    """A DLQ message that was never produced by this run is reported and unbalances."""
+    result = account(plan_of("good"), {"evt-0": 1}, {"stranger": POISON}, 0)
+    assert (result.unknown_in_dlq, result.balanced) == (["stranger"], False)
+
+
+def test_account_counts_extra_deliveries_as_duplicates() -> None:
+    """Three 200s for one event are two duplicates; the run is then not ok even though places balance."""
+    accounting = account(plan_of("good"), {"evt-0": 3}, {}, 0)
+    assert (accounting.duplicates, accounting.balanced) == (2, True)
+    assert result_of(accounting).ok is False
+
+
+def test_demo_result_ok_needs_every_consumer_to_exit_zero() -> None:
+    """A balanced run whose consumer exited 1 on SIGTERM is not ok."""
+    accounting = account(plan_of("good"), {"evt-0": 1}, {}, 0)
+    assert result_of(accounting).ok is True
+    assert result_of(accounting, exit_code=1).ok is False
+
+
+def test_kinds_expect_a_place_each() -> None:
+    """Every kind names one of the two final places, and the shares add up to the whole mix."""
+    assert {place for _, place, _ in KINDS.values()} == {DELIVERED, DEAD_LETTERED}
+    assert sum(share for share, _, _ in KINDS.values()) == pytest.approx(1.0)
+
+
+def result_of(accounting: Accounting, exit_code: int = 0) -> DemoResult:
+    consumers: list[dict[str, Any]] = [{"number": 1, "exit_code": exit_code, "stopped_in_seconds": 0.2, "log": "x"}]
+    return DemoResult(
+        accounting=accounting,
+        consumers=consumers,
+        redrive={},
+        retried=0,
+        heartbeat_extensions=0,
+        requeued=0,
+        sqs_requests=2,
+        processed=1,
+        downstream_refusals={},
+        elapsed_seconds=1.0,
+    )
