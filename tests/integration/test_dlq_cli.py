@@ -450,3 +450,125 @@ def test_dlq_peek_missing_queue_exits_1_naming_it(cli: Callable[..., Result], se
     assert result.stderr.strip() == f"consumer dlq: ReceiveMessage on {missing} failed: the queue does not exist" + (
         " (check the URL, the account and the region)"
     )
+
+
+class MoveTaskApi:
+    """Scripted answers for the three move-task operations moto lacks, on otherwise real clients.
+
+    Every other call still goes over HTTP to moto's server. The answers are
+    injected through botocore's own ``before-call`` hook (what botocore's Stubber
+    uses), after botocore has validated the request parameters.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, listings: list[list[dict[str, Any]]], moved: int = 0) -> None:
+        self.listings = listings  # one ListMessageMoveTasks answer per call; the last one repeats
+        self.moved = moved
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        real = dlq.make_client
+        monkeypatch.setattr(dlq, "MOVE_TASK_POLL_SECONDS", 0.0)
+
+        def factory(service: str) -> Any:
+            client = real(service)
+            for operation in ("StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask"):
+                client.meta.events.register(f"before-call.{service}.{operation}", self.answer)
+            return client
+
+        monkeypatch.setattr(dlq, "make_client", factory)
+
+    def answer(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
+        from botocore.awsrequest import AWSResponse
+
+        body = json.loads(params["body"])
+        self.calls.append((model.name, body))
+        if model.name == "StartMessageMoveTask":
+            parsed: dict[str, Any] = {"TaskHandle": "task-1"}
+        elif model.name == "ListMessageMoveTasks":
+            parsed = {"Results": self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]}
+        else:
+            parsed = {"ApproximateNumberOfMessagesMoved": self.moved}
+        return AWSResponse(None, 200, {}, None), parsed
+
+
+def task(status: str, moved: int, total: int = 3, handle: str = "task-1", **extra: Any) -> dict[str, Any]:
+    return {
+        "TaskHandle": handle,
+        "Status": status,
+        "ApproximateNumberOfMessagesMoved": moved,
+        "ApproximateNumberOfMessagesToMove": total,
+        **extra,
+    }
+
+
+def arns(sqs: Any, pair: QueuePair) -> tuple[str, str]:
+    get = lambda url: sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]  # noqa: E731
+    return get(pair.dlq_url), get(pair.queue_url)
+
+
+def test_dlq_redrive_native_starts_a_move_task_and_follows_it(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the endpoint has move tasks, redrive starts one from the DLQ to the source at --rate and follows it."""
+    pair = create_pair(server_sqs, CONTRACT)
+    api = MoveTaskApi(monkeypatch, [[], [task("RUNNING", 1)], [task("COMPLETED", 3)]])
+    dlq_arn, source_arn = arns(server_sqs, pair)
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url, "--rate", "5")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "redrive (native move task): completed, moved ~3 message(s)"
+    assert api.calls[1] == (
+        "StartMessageMoveTask",
+        {"SourceArn": dlq_arn, "DestinationArn": source_arn, "MaxNumberOfMessagesPerSecond": 5},
+    )
+    assert [name for name, _ in api.calls] == [
+        "ListMessageMoveTasks",
+        "StartMessageMoveTask",
+        "ListMessageMoveTasks",
+        "ListMessageMoveTasks",
+    ]
+
+
+def test_dlq_redrive_native_follows_a_task_already_running(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move task already running on the DLQ is followed, never started twice."""
+    pair = create_pair(server_sqs, CONTRACT)
+    running = task("RUNNING", 2, handle="task-0")
+    api = MoveTaskApi(monkeypatch, [[running], [running], [task("COMPLETED", 3, handle="task-0")]])
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    assert "a move task is already running on this DLQ; following it (task-0)" in result.stderr
+    assert "StartMessageMoveTask" not in [name for name, _ in api.calls]
+    assert result.stdout.strip() == "redrive (native move task): completed, moved ~3 message(s)"
+
+
+def test_dlq_redrive_native_failed_task_exits_1_with_its_reason(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move task that fails is reported with SQS's failure reason and exit 1."""
+    pair = create_pair(server_sqs, CONTRACT)
+    MoveTaskApi(monkeypatch, [[], [task("FAILED", 1, FailureReason="AccessDenied on the destination")]])
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 1
+    assert (
+        f"message move task on {pair.dlq_url} failed after ~1 messages: AccessDenied on the destination"
+        in result.stderr
+    )
+
+
+def test_dlq_redrive_cancel_cancels_the_running_task(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--cancel stops the running move task by its handle and says how far it got."""
+    pair = create_pair(server_sqs, CONTRACT)
+    api = MoveTaskApi(monkeypatch, [[task("COMPLETED", 3, handle="old"), task("RUNNING", 2, handle="task-7")]], moved=2)
+
+    result = cli("dlq", "redrive", "--dlq-url", pair.dlq_url, "--cancel")
+
+    assert result.exit_code == 0, result.output
+    assert api.calls[-1] == ("CancelMessageMoveTask", {"TaskHandle": "task-7"})
+    assert result.stdout.strip() == f"cancelled the move task on {pair.dlq_url} after ~2 message(s)"
