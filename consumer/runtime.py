@@ -16,8 +16,9 @@ with the error as reason; ``PoisonMessage`` -> moved to the DLQ at once with its
 reason, then deleted. A message handed back unattempted (shutdown, a blocked FIFO
 group, a deferral) on its last allowed receive is requeued as a fresh copy (FIFO:
 moved to the DLQ with the reason), because SQS's redrive would otherwise
-dead-letter it at its next receive without ever trying it. Worker, poller and heartbeat threads are daemons, so an
-idle consumer exits about a second after SIGTERM, without waiting out a long poll.
+dead-letter it at a later receive without ever trying it. Worker, poller and
+heartbeat threads are daemons, so an idle consumer exits about a second after
+SIGTERM, without waiting out a long poll.
 """
 
 from __future__ import annotations
@@ -395,10 +396,11 @@ class Consumer:
     def _hand_back(self, item: InFlight, why: str, delay: int = 0) -> None:
         """Return a message that was not attempted here, without spending its retry budget.
 
-        SQS counts every receive toward ``maxReceiveCount``, attempted or not. On the
-        last allowed receive a plain hand-back (visibility change) would let SQS's
-        redrive move it to the DLQ at its next receive: silently, with no reason, and
-        never having been tried. There, a standard queue gets a fresh copy (same body
+        SQS counts every receive toward ``maxReceiveCount``, attempted or not. Past the
+        last allowed receive a plain hand-back (visibility change) spends one of the
+        backstop receives the redrive policy keeps for receives the consumer never sees;
+        a few of those and SQS moves the message to the DLQ silently, with no reason
+        and never tried. So there, a standard queue gets a fresh copy (same body
         and attributes, so the same idempotency key) before the original is deleted;
         a FIFO queue, where a copy would jump its group's order, moves it to the DLQ
         with the reason instead. If either send fails, the plain hand-back remains.
