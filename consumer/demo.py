@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console
 from rich.live import Live
@@ -54,14 +54,21 @@ from consumer.examples.notifications import WEBHOOK_URL_ENV
 
 #: The event kinds the producer mixes, and where each must end.
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
-KINDS: dict[str, tuple[float, str, str]] = {
-    # kind: (share of the mix, expected final place, what the downstream does)
-    "good": (0.45, DELIVERED, "HTTP 200 after 20-200 ms"),
-    "flaky": (0.15, DELIVERED, "HTTP 503 once or twice, then 200"),
-    "slow": (0.05, DELIVERED, "HTTP 200 after longer than the queue's visibility lease"),
-    "malformed": (0.15, DEAD_LETTERED, "never reached: not JSON or breaks the schema"),
-    "rejected": (0.05, DEAD_LETTERED, "HTTP 422 (a permanent refusal)"),
-    "outage": (0.15, DELIVERED, "HTTP 503 until the outage ends, then 200 (after a DLQ redrive)"),
+
+
+class Kind(NamedTuple):
+    share: float  # of the mix
+    place: str  # where an event of this kind must end
+    downstream: str  # what the webhook does with it
+
+
+KINDS: dict[str, Kind] = {
+    "good": Kind(0.45, DELIVERED, "HTTP 200 after 20-200 ms"),
+    "flaky": Kind(0.15, DELIVERED, "HTTP 503 once or twice, then 200"),
+    "slow": Kind(0.05, DELIVERED, "HTTP 200 after longer than the queue's visibility lease"),
+    "malformed": Kind(0.15, DEAD_LETTERED, "never reached: not JSON or breaks the schema"),
+    "rejected": Kind(0.05, DEAD_LETTERED, "HTTP 422 (a permanent refusal)"),
+    "outage": Kind(0.15, DELIVERED, "HTTP 503 until the outage ends, then 200 (after a DLQ redrive)"),
 }
 #: The redrive filter: the exhausted-retries reason of an outage event names the handler's error.
 REDRIVE_FILTER = "DownstreamUnavailable"
@@ -119,7 +126,7 @@ def build_mix(count: int, seed: int = 7) -> list[Planned]:
     if count < len(KINDS):
         raise ValueError(f'"messages" must be at least {len(KINDS)} (one of each kind): {count}')
     rng = random.Random(seed)
-    counts = {kind: max(1, round(count * share)) for kind, (share, _, _) in KINDS.items()}
+    counts = {name: max(1, round(count * kind.share)) for name, kind in KINDS.items()}
     counts["good"] += count - sum(counts.values())
     kinds = [kind for kind, n in counts.items() for _ in range(n)]
     rng.shuffle(kinds)
@@ -221,6 +228,7 @@ class ConsumerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     ready: bool = False  # logged consumer_started
+    log_offset: int = 0  # bytes of its log already counted
     asked_to_stop: bool = False
     stopped_in_seconds: float | None = None
     exit_code: int | None = None
@@ -233,7 +241,6 @@ class Fleet:
         self.environment = dict(environment)
         self.log_dir = log_dir
         self.processes: list[ConsumerProcess] = []
-        self._offsets: dict[Path, int] = {}
         self.events: Counter[str] = Counter()
         self.metrics: Counter[str] = Counter()
 
@@ -273,12 +280,11 @@ class Fleet:
     def read_logs(self) -> None:
         """Count the new log events and EMF metric values since the last call."""
         for consumer in self.processes:
-            offset = self._offsets.get(consumer.log_path, 0)
             with consumer.log_path.open("rb") as log_file:
-                log_file.seek(offset)
+                log_file.seek(consumer.log_offset)
                 chunk = log_file.read()
             complete = chunk.rfind(b"\n") + 1  # leave a half-written last line for the next call
-            self._offsets[consumer.log_path] = offset + complete
+            consumer.log_offset += complete
             for raw in chunk[:complete].splitlines():
                 try:
                     line = json.loads(raw)
@@ -353,7 +359,7 @@ def account(
             lost.append(p.event_id)
         elif len(here) > 1:
             in_two_places.append(p.event_id)
-        elif here[0] != KINDS[p.kind][1] or (here[0] == DEAD_LETTERED and not dlq[p.event_id]):
+        elif here[0] != KINDS[p.kind].place or (here[0] == DEAD_LETTERED and not dlq[p.event_id]):
             misplaced.append(p.event_id)
         if p.event_id in dlq:
             dead_lettered[p.kind] += 1
@@ -433,6 +439,7 @@ class Demo:
         self.produced = 0
         self.started = time.monotonic()
         self._restart: threading.Thread | None = None
+        self.depths = (0, 0, 0)  # (source visible, source in flight or delayed, DLQ), refreshed by _wait()
 
     def run(self) -> DemoResult:
         from consumer.local import local_client, provision, start_server
@@ -471,9 +478,9 @@ class Demo:
         for _ in range(options.consumers):
             fleet.start()
         deadline = time.monotonic() + options.timeout_seconds
-        expected_dlq = sum(1 for p in self.plan if KINDS[p.kind][1] == DEAD_LETTERED)
+        expected_dlq = sum(1 for p in self.plan if KINDS[p.kind].place == DEAD_LETTERED)
         outage = {p.event_id for p in self.plan if p.kind == "outage"}
-        must_deliver_first = {p.event_id for p in self.plan if KINDS[p.kind][1] == DELIVERED} - outage
+        must_deliver_first = {p.event_id for p in self.plan if KINDS[p.kind].place == DELIVERED} - outage
         timed_out: str | None = None
         redrive: dict[str, Any] = {}
         with self._display(downstream, fleet) as refresh:
@@ -485,7 +492,7 @@ class Demo:
                 return (
                     not producer.is_alive()
                     and must_deliver_first <= downstream.delivered()
-                    and self._depths() == (0, 0, expected_dlq + len(outage))
+                    and self.depths == (0, 0, expected_dlq + len(outage))
                 )
 
             stalled = self._wait(settled_before_redrive, deadline, refresh, fleet, producer)
@@ -496,9 +503,9 @@ class Demo:
                 downstream.outage.clear()
                 redrive = self._redrive()
                 self.phase = "reprocessing redriven events"
-                everything = {p.event_id for p in self.plan if KINDS[p.kind][1] == DELIVERED}
+                everything = {p.event_id for p in self.plan if KINDS[p.kind].place == DELIVERED}
                 stalled = self._wait(
-                    lambda: everything <= downstream.delivered() and self._depths() == (0, 0, expected_dlq),
+                    lambda: everything <= downstream.delivered() and self.depths == (0, 0, expected_dlq),
                     deadline,
                     refresh,
                     fleet,
@@ -607,18 +614,21 @@ class Demo:
         fleet: Fleet,
         producer: threading.Thread,
     ) -> str | None:
-        """None once ``done()``; otherwise why the wait ended: timed out, a consumer died, or nothing moves."""
+        """None once ``done()``; otherwise why the wait ended: timed out, a consumer died, or nothing moves.
+
+        The queue depths are read once per tick, into ``self.depths``, for ``done()`` and the display.
+        """
         quiet_since, last = time.monotonic(), None
         while time.monotonic() < deadline:
+            self.depths = self._depths()
             refresh()
             if fleet.crashed():
                 self.phase = "a consumer exited on its own: stopping"
                 return "a consumer exited on its own"
             if done():
                 return None
-            depths = self._depths()
-            state = (depths, sum(fleet.events.values()))
-            if state != last or depths[:2] != (0, 0) or producer.is_alive():
+            state = (self.depths, sum(fleet.events.values()))
+            if state != last or self.depths[:2] != (0, 0) or producer.is_alive():
                 quiet_since, last = time.monotonic(), state
             elif time.monotonic() - quiet_since > QUIET_SECONDS:
                 # Source empty and nothing logged for longer than any backoff or lease: it will not get there.
@@ -640,15 +650,12 @@ class Demo:
                 attributes = message.get("MessageAttributes", {})
                 event_id = attributes.get(IDEMPOTENCY_ATTRIBUTE, {}).get("StringValue", message["MessageId"])
                 dlq[event_id] = read_reason(attributes)
-        visible, in_flight, _ = self._depths()
-        return dlq, visible + in_flight
+        self.depths = self._depths()
+        return dlq, self.depths[0] + self.depths[1]
 
     # --- display --------------------------------------------------------------
     def _snapshot(self, downstream: Downstream, fleet: Fleet) -> Table:
-        try:
-            visible, in_flight, dlq = self._depths()
-        except Exception:  # noqa: BLE001 (the display must not end the run)
-            visible = in_flight = dlq = -1
+        visible, in_flight, dlq = self.depths
         table = Table(title=f"sqs-worker demo - {self.phase}", show_header=False, min_width=60)
         table.add_column(style="bold")
         table.add_column(justify="right")
@@ -719,8 +726,10 @@ def render_report(result: DemoResult, console: Console) -> None:
     table.add_column("produced", justify="right")
     table.add_column("expected place")
     table.add_column("in the DLQ", justify="right")
-    for kind, (_, place, behaviour) in KINDS.items():
-        table.add_row(f"{kind} ({behaviour})", str(a.produced.get(kind, 0)), place, str(a.dead_lettered.get(kind, 0)))
+    for name, kind in KINDS.items():
+        table.add_row(
+            f"{name} ({kind.downstream})", str(a.produced.get(name, 0)), kind.place, str(a.dead_lettered.get(name, 0))
+        )
     console.print(table)
 
     reasons = Table(title="DLQ reasons (grouped)")
