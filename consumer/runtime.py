@@ -52,6 +52,9 @@ log = logging.getLogger("consumer")
 LONG_POLL_SECONDS = 20
 RECEIVE_ERROR_MAX_BACKOFF_SECONDS = 20
 TICK_SECONDS = 0.5
+#: A busy poller waits at most this long for enough free slots to receive a full batch
+#: (see Slots.reserve_up_to); 0.2 SQS requests per message needs full batches.
+BATCH_FILL_SECONDS = 0.1
 METRICS_FLUSH_SECONDS = 60
 EXIT_OK = 0
 EXIT_CRASHED = 1
@@ -105,14 +108,27 @@ def lease_extension(
 class Slots:
     """Counts free handler slots; a timed-out handler keeps its slot until its thread returns."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._total = total
         self._free = total
+        self._clock = clock
         self._condition = threading.Condition()
 
-    def reserve_up_to(self, wanted: int, stop: threading.Event) -> int:
+    def reserve_up_to(self, wanted: int, stop: threading.Event, fill_seconds: float = 0.0) -> int:
+        """Take between 1 and ``wanted`` free slots, waiting for the first; 0 once ``stop`` is set.
+
+        With fewer than ``wanted`` free (some handlers still running), wait up to
+        ``fill_seconds`` longer for more to free up: a busy consumer then receives
+        full batches instead of one message per ReceiveMessage call. An idle
+        consumer has every slot free and never waits.
+        """
         with self._condition:
             while self._free == 0 and not stop.is_set():
                 self._condition.wait(TICK_SECONDS)
+            wanted = min(wanted, self._total)
+            deadline = self._clock() + fill_seconds
+            while self._free < wanted and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
+                self._condition.wait(remaining)
             if stop.is_set():
                 return 0
             taken = min(wanted, self._free)
@@ -223,7 +239,7 @@ class Consumer:
     def _poll(self) -> None:
         error_backoff = 1.0
         while not self._stop.is_set():
-            reserved = self._slots.reserve_up_to(self.contract.batch_size, self._stop)
+            reserved = self._slots.reserve_up_to(self.contract.batch_size, self._stop, BATCH_FILL_SECONDS)
             if not reserved:
                 continue
             try:

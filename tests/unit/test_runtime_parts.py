@@ -24,6 +24,30 @@ def test_slots_reserve_only_what_is_free() -> None:
     assert slots.reserve_up_to(10, stop) == 1
 
 
+def test_slots_reserve_waits_to_fill_a_batch_when_busy() -> None:
+    """With 1 of 10 free, a poller allowed to wait gets the 9 released meanwhile: one receive for 10."""
+    slots, stop = Slots(10), threading.Event()
+    assert slots.reserve_up_to(10, stop) == 10
+    slots.release(1)
+    threading.Timer(0.1, slots.release, args=(9,)).start()
+    assert slots.reserve_up_to(10, stop, fill_seconds=5) == 10
+
+
+def test_slots_reserve_takes_what_is_free_when_the_fill_wait_ends() -> None:
+    """Nothing else frees up within the fill wait: the poller goes on with what it has."""
+    slots, stop = Slots(10), threading.Event()
+    slots.reserve_up_to(10, stop)
+    slots.release(2)
+    assert slots.reserve_up_to(10, stop, fill_seconds=0.1) == 2
+
+
+def test_slots_reserve_never_waits_for_more_than_the_pool_holds() -> None:
+    """Concurrency 3 asking for 10 with all 3 free takes them at once (a wait would end in stop: 0)."""
+    slots, stop = Slots(3), threading.Event()
+    threading.Timer(2, stop.set).start()
+    assert slots.reserve_up_to(10, stop, fill_seconds=30) == 3
+
+
 def test_slots_reserve_returns_zero_once_stopping() -> None:
     """A poller blocked on a full pool wakes up with nothing when shutdown starts."""
     slots, stop = Slots(1), threading.Event()
