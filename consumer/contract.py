@@ -93,6 +93,7 @@ SQS_MIN_RETENTION_SECONDS = 60
 SQS_MAX_RETENTION_SECONDS = 1_209_600  # 14 days
 SQS_MAX_BATCH = 10
 SQS_MAX_RECEIVE_COUNT = 1_000
+SQS_MAX_MESSAGE_BYTES = 1_048_576  # body + attributes (1 MiB since August 2025)
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
 FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
 
@@ -111,6 +112,11 @@ MAX_CONCURRENCY = 256
 MIN_RETENTION_GAP_SECONDS = 86_400
 MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECONDS
 AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
+#: Room the source queue keeps below SQS's size limit for the reason attribute a move to the DLQ adds:
+#: a message at the source's limit can then always be moved with its reason (the DLQ takes the full
+#: limit). consumer.dead_letter keeps the reason attribute within it.
+DLQ_REASON_HEADROOM_BYTES = 8_192
+SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
 #: Receives the queue's redrive policy allows beyond max_receive_count (see redrive_max_receive_count).
 REDRIVE_BACKSTOP_RECEIVES = 2
 

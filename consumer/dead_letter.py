@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from consumer.contract import DLQ_REASON_HEADROOM_BYTES
 from consumer.message import Message
 
 #: SQS allows at most 10 message attributes per message.
@@ -23,6 +24,10 @@ SQS_MAX_DELAY_SECONDS = 900
 REASON_ATTRIBUTE = "x-dlq-reason"
 ORIGINAL_ATTRIBUTES = "x-original-attributes"
 MAX_REASON_CHARS = 1_000
+#: The reason attribute's JSON value at most, in UTF-8 bytes: with its name and type it stays within
+#: the headroom the source queue keeps below SQS's message size limit, so a message of any size the
+#: source accepts can be moved to the DLQ with its reason.
+MAX_REASON_RECORD_BYTES = DLQ_REASON_HEADROOM_BYTES // 2
 
 
 def reason_record(message: Message, *, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
@@ -47,7 +52,7 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
         attributes = {
             ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": json.dumps(attributes_to_json(attributes))}
         }
-    attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": json.dumps(record)}
+    attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": _bounded_json(record)}
     params: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message.body, "MessageAttributes": attributes}
     group = message.attributes.get("MessageGroupId")
     if group is not None:
@@ -58,6 +63,18 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
         # (the original dedup id would be, if reused within 5 min, and the message then lost).
         params["MessageDeduplicationId"] = message.message_id
     return _with_trace(params, message)
+
+
+def _bounded_json(record: dict[str, Any]) -> str:
+    """``record`` as JSON of at most MAX_REASON_RECORD_BYTES, shortening its reason text if needed.
+
+    1,000 characters can be far more bytes once escaped (``\\uXXXX`` per non-ASCII character).
+    """
+    value, reason = json.dumps(record), record["reason"]
+    while len(value.encode("utf-8")) > MAX_REASON_RECORD_BYTES and reason:
+        reason = reason[: len(reason) // 2]
+        value = json.dumps({**record, "reason": reason + " [truncated]"})
+    return value
 
 
 def requeue_parameters(message: Message, *, queue_url: str, delay_seconds: int = 0) -> dict[str, Any]:

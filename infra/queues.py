@@ -7,7 +7,7 @@ from aws_cdk import Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
-from consumer.contract import WorkerContract
+from consumer.contract import SOURCE_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES, WorkerContract
 
 SQS_MAX_QUEUE_NAME = 80
 
@@ -19,6 +19,8 @@ class WorkerQueues(Construct):
     * redrive allow policy on the DLQ naming only the source (``byQueue``);
     * retention from the contract (the DLQ keeps messages longer, validated);
     * visibility timeout from the contract; SSE-SQS and TLS enforced on both;
+    * maximum message size: the DLQ takes SQS's limit, the source keeps ``DLQ_REASON_HEADROOM_BYTES``
+      below it, so the consumer can move a message of any accepted size to the DLQ with its reason;
     * a FIFO pair (both FIFO) when the contract says ``fifo``.
 
     Queue names are derived from the stack name (``<stack>-source``,
@@ -59,6 +61,7 @@ class WorkerQueues(Construct):
             "DeadLetterQueue",
             queue_name=dlq_name,
             retention_period=Duration.seconds(contract.dlq_retention_seconds),
+            max_message_size_bytes=SQS_MAX_MESSAGE_BYTES,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             redrive_allow_policy=sqs.RedriveAllowPolicy(
@@ -74,6 +77,7 @@ class WorkerQueues(Construct):
             queue_name=source_name,
             visibility_timeout=Duration.seconds(contract.visibility_timeout_seconds),
             retention_period=Duration.seconds(contract.source_retention_seconds),
+            max_message_size_bytes=SOURCE_MAX_MESSAGE_BYTES,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             dead_letter_queue=sqs.DeadLetterQueue(

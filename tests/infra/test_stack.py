@@ -52,6 +52,13 @@ def test_dlq_retention_exceeds_source_retention(synthesized: dict[str, Synthesiz
     assert dlq["MessageRetentionPeriod"] > source["MessageRetentionPeriod"]
 
 
+def test_source_queue_keeps_headroom_below_the_dlqs_message_size(dev: Synthesized) -> None:
+    """The DLQ takes SQS's 1 MiB; the source 8 KiB less, so a maximum-size message still moves with its reason."""
+    source = queue_props(dev, dev.stack.queues.queue)
+    dlq = queue_props(dev, dev.stack.queues.dead_letter_queue)
+    assert (source["MaximumMessageSize"], dlq["MaximumMessageSize"]) == (1_040_384, 1_048_576)
+
+
 def test_redrive_policy_uses_contract_max_receive_count(dev: Synthesized) -> None:
     """SQS's redrive is the backstop: the contract's max receive count (5) plus two receives the consumer never saw."""
     source = queue_props(dev, dev.stack.queues.queue)

@@ -8,8 +8,21 @@ import threading
 import pytest
 
 from consumer.config import check_declaration, load_config
-from consumer.contract import ContractDriftError, ContractError, WorkerContract
-from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason, send_parameters
+from consumer.contract import (
+    DLQ_REASON_HEADROOM_BYTES,
+    SOURCE_MAX_MESSAGE_BYTES,
+    SQS_MAX_MESSAGE_BYTES,
+    ContractDriftError,
+    ContractError,
+    WorkerContract,
+)
+from consumer.dead_letter import (
+    MAX_REASON_RECORD_BYTES,
+    ORIGINAL_ATTRIBUTES,
+    REASON_ATTRIBUTE,
+    read_reason,
+    send_parameters,
+)
 from consumer.message import Message
 from consumer.runtime import Slots, lease_extension
 
@@ -177,3 +190,20 @@ def test_lease_extension_respects_the_twelve_hour_budget() -> None:
     assert lease_extension(contract, now=42_800, received_at=received, started_at=300, visible_until=42_850) == 399
     assert lease_extension(contract, now=43_150, received_at=received, started_at=300, visible_until=43_190) == 49
     assert lease_extension(contract, now=43_190, received_at=received, started_at=300, visible_until=43_199) is None
+
+
+def test_dlq_reason_attribute_fits_the_source_queues_headroom() -> None:
+    """A reason of 1,000 astral characters (12 escaped bytes each) is shortened to fit the headroom."""
+    params = send_parameters(
+        message(), dlq_url="dlq", reason="\U0001f4a5" * 5000, kind="poison", source_queue_url="src"
+    )
+    value = params["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"]
+    assert len(value.encode("utf-8")) <= MAX_REASON_RECORD_BYTES
+    assert read_reason(params["MessageAttributes"])["reason"].endswith(" [truncated]")
+
+
+def test_dlq_reason_attribute_headroom_covers_name_type_and_value() -> None:
+    """Name + type + the longest value stay inside what the source queue keeps free below SQS's limit."""
+    overhead = len(REASON_ATTRIBUTE) + len("String")
+    assert MAX_REASON_RECORD_BYTES + overhead <= DLQ_REASON_HEADROOM_BYTES
+    assert SOURCE_MAX_MESSAGE_BYTES + DLQ_REASON_HEADROOM_BYTES == SQS_MAX_MESSAGE_BYTES
