@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 IN_PROGRESS_GRACE_SECONDS = 24 * 60 * 60
 
 IDEMPOTENCY_KEY_ATTRIBUTE = "idempotency-key"
+#: Longer attribute values are hashed: DynamoDB partition keys stop at 2,048 bytes (with room for a prefix).
+MAX_PLAIN_KEY_BYTES = 1024
 
 _IN_PROGRESS = "IN_PROGRESS"
 _COMPLETED = "COMPLETED"
@@ -98,8 +100,10 @@ def idempotency_key(message: Message) -> str:
     """The stable key for ``message``: the first rule that applies wins.
 
     1. The sender's message attribute ``idempotency-key`` (a String):
-       ``"attr:" + value``. Senders that may legitimately send the same body
-       twice as two distinct jobs must set it.
+       ``"attr:" + value``, or ``"attr-sha256:" + hex SHA-256 of the value``
+       when the value is longer than ``MAX_PLAIN_KEY_BYTES`` in UTF-8 (a
+       DynamoDB partition key holds at most 2,048 bytes). Senders that may
+       legitimately send the same body twice as two distinct jobs must set it.
     2. The FIFO ``MessageDeduplicationId`` system attribute (explicit, or the
        body hash SQS computes for content-based deduplication):
        ``"dedup:" + value``.
@@ -117,7 +121,12 @@ def idempotency_key(message: Message) -> str:
     """
     attribute = message.message_attributes.get(IDEMPOTENCY_KEY_ATTRIBUTE)
     if isinstance(attribute, Mapping) and attribute.get("StringValue"):
-        return "attr:" + str(attribute["StringValue"])
+        value = str(attribute["StringValue"])
+        if len(value.encode("utf-8")) > MAX_PLAIN_KEY_BYTES:
+            # A DynamoDB partition key stops at 2,048 bytes and an attribute can hold far more: past
+            # the limit every claim would fail and the message would be retried into the DLQ untried.
+            return "attr-sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest()
+        return "attr:" + value
     dedup_id = message.attributes.get("MessageDeduplicationId")
     if dedup_id:
         return "dedup:" + dedup_id

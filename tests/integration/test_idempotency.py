@@ -15,6 +15,7 @@ import pytest
 from moto import mock_aws
 
 from consumer.idempotency import (
+    MAX_PLAIN_KEY_BYTES,
     Claim,
     DynamoDBStore,
     IdempotencyStore,
@@ -320,3 +321,24 @@ def test_in_memory_store_concurrent_claims_acquire_once(clock: FakeClock) -> Non
         results = list(pool.map(race, range(16)))
     assert results.count(Claim.ACQUIRED) == 1
     assert results.count(Claim.IN_PROGRESS) == 15
+
+
+def test_idempotency_key_hashes_an_attribute_longer_than_the_plain_limit() -> None:
+    """A 4 KiB idempotency-key attribute becomes "attr-sha256:" + its hash, not a key DynamoDB refuses."""
+    value = "k" * 4096
+    msg = message(message_attributes={"idempotency-key": {"DataType": "String", "StringValue": value}})
+    assert idempotency_key(msg) == "attr-sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def test_idempotency_key_keeps_an_attribute_at_the_plain_limit() -> None:
+    """An attribute of exactly MAX_PLAIN_KEY_BYTES UTF-8 bytes is used as it is."""
+    value = "k" * MAX_PLAIN_KEY_BYTES
+    msg = message(message_attributes={"idempotency-key": {"DataType": "String", "StringValue": value}})
+    assert idempotency_key(msg) == "attr:" + value
+
+
+def test_dynamodb_store_claims_the_key_of_a_huge_attribute(dynamodb: Any) -> None:
+    """The key of a 4 KiB attribute is claimable in DynamoDB (the raw value exceeds its 2,048-byte key limit)."""
+    store = DynamoDBStore(create_table(dynamodb), client=dynamodb)
+    msg = message(message_attributes={"idempotency-key": {"DataType": "String", "StringValue": "k" * 4096}})
+    assert store.claim(idempotency_key(msg), owner="a", lease_seconds=LEASE) is Claim.ACQUIRED
