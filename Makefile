@@ -3,16 +3,18 @@
 #               locally on moto: provisioning from the demo template, consumers, a producer,
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
+# Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md)
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 CLI_STAMP := node_modules/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: run test synth clean
+.PHONY: run test synth bench chaos clean
 
 run: $(PY_STAMP)
 	$(PY) -m infra.report
@@ -24,6 +26,17 @@ test: $(PY_STAMP) $(CLI_STAMP)
 synth: $(PY_STAMP) $(CLI_STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth -q --no-notices $(if $(ENV),-c env=$(ENV))
 
+bench: $(BENCH_STAMP) $(CLI_STAMP)
+	$(PY) -m bench all $(BENCH_ARGS)
+
+chaos: $(PY_STAMP)
+	$(PY) -m infra.report
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+$(BENCH_STAMP): bench/requirements.txt $(PY_STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	touch $@
+
 $(PY_STAMP): requirements.txt requirements-dev.txt consumer/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
@@ -34,4 +47,4 @@ $(CLI_STAMP): package.json
 	touch $@
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .demo
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .demo .bench .chaos

@@ -90,7 +90,8 @@ class Planned:
     transient_failures: int = 0
 
 
-def _event(event_id: str, index: int, **overrides: Any) -> dict[str, Any]:
+def sample_event(event_id: str, index: int = 0, **overrides: Any) -> dict[str, Any]:
+    """A valid notification event (the notifications example's schema); None overrides drop a field."""
     event = {
         "event_id": event_id,
         "type": "notification.requested",
@@ -106,15 +107,15 @@ def _event(event_id: str, index: int, **overrides: Any) -> dict[str, Any]:
 
 def _malformed_body(event_id: str, index: int, variant: int) -> str:
     """A body the handler must refuse as poison; the variants are the usual ways producers get it wrong."""
-    good = _event(event_id, index)
+    good = sample_event(event_id, index)
     variants: list[Callable[[], str]] = [
         lambda: json.dumps(good)[:-7],  # truncated JSON
         lambda: "event_id=" + event_id + "&type=notification.requested",  # form-encoded, not JSON
         lambda: json.dumps([good]),  # an array, not an object
-        lambda: json.dumps(_event(event_id, index, recipient=None)),  # a required field missing
-        lambda: json.dumps(_event(event_id, index, channel="pigeon")),  # not an allowed channel
-        lambda: json.dumps(_event(event_id, index, template="Welcome Email!")),  # breaks the template pattern
-        lambda: json.dumps(_event(event_id, index, type="notification.sent")),  # wrong event type
+        lambda: json.dumps(sample_event(event_id, index, recipient=None)),  # a required field missing
+        lambda: json.dumps(sample_event(event_id, index, channel="pigeon")),  # not an allowed channel
+        lambda: json.dumps(sample_event(event_id, index, template="Welcome Email!")),  # breaks the template pattern
+        lambda: json.dumps(sample_event(event_id, index, type="notification.sent")),  # wrong event type
         lambda: json.dumps({**good, "priority": "high"}),  # an unknown property
         lambda: "\ufeff" + json.dumps(good, ensure_ascii=False),  # a byte-order mark before the JSON
     ]
@@ -137,7 +138,7 @@ def build_mix(count: int, seed: int = 7) -> list[Planned]:
         if kind == "malformed":
             body, malformed = _malformed_body(event_id, index, malformed), malformed + 1
         else:
-            body = json.dumps(_event(event_id, index), ensure_ascii=False)
+            body = json.dumps(sample_event(event_id, index), ensure_ascii=False)
         planned.append(Planned(event_id, kind, body, transient_failures=rng.choice((1, 2)) if kind == "flaky" else 0))
     return planned
 

@@ -11,21 +11,25 @@ from the same template a sandbox account would get.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from consumer import Message, worker
 from consumer.examples import notifications
 
+#: The demo-sized declaration (the chaos suite's FIFO corpus reuses it with ``fifo=True``).
+DECLARATION: dict[str, Any] = {
+    "max_duration": timedelta(seconds=30),
+    "concurrency": 8,
+    "max_lease": timedelta(seconds=10),
+    "max_receive_count": 3,
+    "retry_backoff_base": timedelta(seconds=1),
+    "retry_backoff_max": timedelta(seconds=4),
+    "acceptable_latency": timedelta(seconds=30),
+    "average_duration": timedelta(seconds=1),
+}
 
-@worker(
-    max_duration=timedelta(seconds=30),
-    concurrency=8,
-    max_lease=timedelta(seconds=10),
-    max_receive_count=3,
-    retry_backoff_base=timedelta(seconds=1),
-    retry_backoff_max=timedelta(seconds=4),
-    acceptable_latency=timedelta(seconds=30),
-    average_duration=timedelta(seconds=1),
-)
+
+@worker(**DECLARATION)
 def handle(message: Message) -> None:
     """Validate one notification event and hand it to the webhook (see ``notifications.handle``)."""
     notifications.handle(message)

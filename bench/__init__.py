@@ -1,0 +1,4 @@
+"""Benchmarks and the chaos suite: evidence for what the bundle promises (see docs/BENCHMARKS.md).
+
+Not tests: nothing here asserts timings. Each module is one command (``python -m bench.<name>``).
+"""

@@ -1,0 +1,105 @@
+"""``python -m bench <benchmark>``: run one benchmark (or ``all``), save its JSON, regenerate docs/BENCHMARKS.md.
+
+Each benchmark runs ours and the naive baseline side by side in one session
+against the same local endpoint; results land in ``docs/bench/<name>.json`` and
+the report (tables and PNG plots) is rebuilt from every saved result.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from bench import build, latency, throughput
+from bench.common import ROOT, write_result
+from bench.endpoint import ENDPOINTS, local_endpoint
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+ENDPOINT_OPTION = typer.Option("ministack", help=f"local SQS endpoint: {' | '.join(ENDPOINTS)}")
+
+
+def _meta(endpoint: str) -> dict[str, Any]:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {
+        "date": datetime.date.today().isoformat(),
+        "endpoint": endpoint,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "commit": commit.stdout.strip(),
+    }
+
+
+def _save(name: str, endpoint: str, payload: dict[str, Any]) -> None:
+    path = write_result(name, {"meta": _meta(endpoint), **payload})
+    print(f"wrote {path.relative_to(ROOT)}")
+    from bench import report
+
+    report.write()
+
+
+def _with_endpoint(name: str, endpoint: str, bench: Callable[[str], dict[str, Any]]) -> None:
+    with local_endpoint(endpoint) as url:
+        payload = bench(url)
+    _save(name, endpoint, payload)
+
+
+@app.command("throughput")
+def throughput_command(endpoint: str = ENDPOINT_OPTION, window: float = typer.Option(8.0, help="seconds")) -> None:
+    """1, 2, 6: messages/s, SQS requests per message at saturation and RSS, concurrency 1-64, two handlers."""
+    _with_endpoint("throughput", endpoint, lambda url: throughput.run(url, window=window))
+
+
+@app.command("latency")
+def latency_command(endpoint: str = ENDPOINT_OPTION) -> None:
+    """3: pickup latency p50/p99 on an idle queue (send to handler start)."""
+    _with_endpoint("latency", endpoint, latency.run_latency)
+
+
+@app.command("shutdown")
+def shutdown_command(endpoint: str = ENDPOINT_OPTION) -> None:
+    """4: SIGTERM to exit, idle and busy; messages interrupted, stranded and lost."""
+    _with_endpoint("shutdown", endpoint, latency.run_shutdown)
+
+
+@app.command("duplicates")
+def duplicates_command(endpoint: str = ENDPOINT_OPTION) -> None:
+    """5: duplicate handler starts with heavy-tailed durations past the visibility timeout."""
+    _with_endpoint("duplicates", endpoint, latency.run_duplicates)
+
+
+@app.command("build")
+def build_command(suite: bool = typer.Option(True, help="also time the test suite per tier")) -> None:
+    """7: synth time against the aws-ecs-patterns baseline, and the test suite's time."""
+    _save("build", "none", build.run(suite=suite))
+
+
+@app.command("all")
+def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True)) -> None:
+    """Every benchmark in turn (about 20 minutes on 2 cores, with the suite)."""
+    with local_endpoint(endpoint) as url:
+        for name, bench in (
+            ("throughput", throughput.run),
+            ("latency", latency.run_latency),
+            ("shutdown", latency.run_shutdown),
+            ("duplicates", latency.run_duplicates),
+        ):
+            write_result(name, {"meta": _meta(endpoint), **bench(url)})
+    _save("build", "none", build.run(suite=suite))
+
+
+@app.command("report")
+def report_command() -> None:
+    """Rebuild docs/BENCHMARKS.md and the plots from the saved results, without running anything."""
+    from bench import report
+
+    print(f"wrote {report.write().relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,53 @@
+"""Benchmark 7: synth time (ours vs the aws-ecs-patterns baseline) and the test suite's time per tier."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from bench.common import ROOT
+
+SYNTH_RUNS = 3
+TIERS = ("tests/unit", "tests/infra", "tests/integration")
+
+
+def _timed(command: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> float:
+    began = time.monotonic()
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=timeout)
+    return time.monotonic() - began
+
+
+def synth_seconds(script: str, context: dict[str, Any] | None = None, runs: int = SYNTH_RUNS) -> list[float]:
+    """Wall time of ``python <script>`` into a fresh outdir, ``runs`` times (the first warms the jsii cache)."""
+    times = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as outdir:
+            env = {**os.environ, "CDK_OUTDIR": outdir, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+            if context:
+                env["CDK_CONTEXT_JSON"] = json.dumps(context)
+            times.append(_timed([sys.executable, script], env))
+    return times
+
+
+def run(suite: bool = True) -> dict[str, Any]:
+    synth = {
+        "baseline: QueueProcessingFargateService, 1 stack, no cdk-nag": synth_seconds("bench/baseline_app.py"),
+        "ours: app.py -c env=prod, 1 stack, cdk-nag": synth_seconds("app.py", {"env": "prod"}),
+        "ours: app.py, all 4 environments, cdk-nag": synth_seconds("app.py"),
+    }
+    rows = [{"what": what, "median_seconds": statistics.median(times), "runs": times} for what, times in synth.items()]
+    for row in rows:
+        print(f"synth {row['median_seconds']:6.1f} s  {row['what']}", flush=True)
+    tiers = []
+    if suite:
+        for tier in TIERS:
+            seconds = _timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tier], timeout=1800)
+            tiers.append({"tier": tier, "seconds": seconds})
+            print(f"suite {seconds:6.1f} s  {tier}", flush=True)
+    return {"synth": rows, "suite": tiers}

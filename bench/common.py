@@ -1,0 +1,175 @@
+"""What every benchmark shares: queues on the local endpoint, a paced producer, and the subject process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "bench"
+REGION = "eu-west-1"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": REGION}
+IMPLS = ("ours", "naive")
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, **CREDENTIALS, "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": str(ROOT)}
+
+
+def client(endpoint: str) -> Any:
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=Config(retries={"mode": "standard"}, max_pool_connections=20),
+    )
+
+
+def make_queues(sqs: Any, visibility_seconds: int, max_receive_count: int = 100) -> tuple[str, str]:
+    """A fresh source queue and DLQ (unique names); returns (source URL, DLQ URL)."""
+    name = f"bench-{uuid.uuid4().hex[:10]}"
+    dlq = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    redrive = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": max_receive_count})
+    source = sqs.create_queue(
+        QueueName=name,
+        Attributes={"VisibilityTimeout": str(visibility_seconds), "RedrivePolicy": redrive},
+    )["QueueUrl"]
+    return source, dlq
+
+
+def depth(sqs: Any, queue_url: str) -> tuple[int, int]:
+    """(visible, in flight) as the queue reports them."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def send(sqs: Any, queue_url: str, events: list[dict[str, Any]]) -> None:
+    for start in range(0, len(events), 10):
+        batch = events[start : start + 10]
+        sent = time.time()
+        entries = [{"Id": str(i), "MessageBody": json.dumps({**e, "sent": sent})} for i, e in enumerate(batch)]
+        sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+
+
+class Producer:
+    """Keeps about ``target`` messages visible: a paced top-up, so the queue never grows deep.
+
+    A deep queue would measure the endpoint (moto's receive slows with depth), and a
+    consumer that never waits for work is what "at saturation" means.
+    """
+
+    def __init__(self, endpoint: str, queue_url: str, target: int, event: Callable[[], dict[str, Any]]) -> None:
+        self.sqs = client(endpoint)
+        self.queue_url, self.target, self.event = queue_url, target, event
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            visible, _ = depth(self.sqs, self.queue_url)
+            missing = self.target - visible
+            if missing >= 10:
+                batch = [self.event() for _ in range(min(missing, 100))]
+                send(self.sqs, self.queue_url, batch)
+                self.sent += len(batch)
+            else:
+                self._stop.wait(0.02)
+
+    def __enter__(self) -> Producer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def event(**fields: Any) -> dict[str, Any]:
+    return {"id": uuid.uuid4().hex, **fields}
+
+
+class Subject:
+    """``python -m bench.subject`` in its own process; ``ready()`` waits until it is polling and idle-measured."""
+
+    def __init__(self, endpoint: str, impl: str, queue_url: str, **options: Any) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="bench-")
+        self.result_path = Path(self._dir.name) / "result.json"
+        self.record_path = Path(self._dir.name) / "record.jsonl"
+        command = [
+            sys.executable,
+            "-m",
+            "bench.subject",
+            "--impl",
+            impl,
+            "--queue-url",
+            queue_url,
+            "--endpoint",
+            endpoint,
+            "--result",
+            str(self.result_path),
+        ]
+        for key, value in options.items():
+            flag = "--" + key.replace("_", "-")
+            command += [flag, str(self.record_path)] if key == "record" else [flag, str(value)]
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def ready(self, timeout: float = 60) -> None:
+        line = self.process.stdout.readline() if self.process.stdout else ""
+        if line.strip() != "ready":
+            self.process.kill()
+            raise RuntimeError(f"subject did not start: {line!r} {self.process.stderr.read()[-3000:]}")
+
+    def wait(self, timeout: float = 300) -> int:
+        return self.process.wait(timeout)
+
+    def result(self) -> dict[str, Any]:
+        if not self.result_path.exists():
+            stderr = self.process.stderr.read()[-3000:] if self.process.stderr else ""
+            raise RuntimeError(f"subject wrote no result (exit {self.process.returncode}): {stderr}")
+        return json.loads(self.result_path.read_text())
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.record_path.exists():
+            return []
+        return [json.loads(line) for line in self.record_path.read_text().splitlines() if line.strip()]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._dir.cleanup()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    index = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    return path

@@ -1,0 +1,298 @@
+"""docs/BENCHMARKS.md and its plots, generated from the saved results in docs/bench/*.json.
+
+``python -m bench report`` rebuilds it without running anything; every ``python -m bench <name>``
+rebuilds it after saving. Sections whose results are missing say how to produce them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, ROOT
+
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _ratio(ours: float | None, naive: float | None) -> str:
+    if not ours or not naive:
+        return "-"
+    return f"{ours / naive:.2f}x"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _meta(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    return (
+        f"_Measured {meta['date']} at commit `{meta['commit']}`, endpoint: {meta['endpoint']},"
+        f" {meta['cpus']} CPUs, Python {meta['python']}._"
+    )
+
+
+def _missing(command: str) -> str:
+    return f"_Not measured yet: run `{command}`._"
+
+
+def _pairs(rows: list[dict[str, Any]], handler: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    by_key = {(r["handler"], r["concurrency"], r["impl"]): r for r in rows}
+    levels = sorted({r["concurrency"] for r in rows if r["handler"] == handler})
+    return [(c, by_key[(handler, c, "ours")], by_key[(handler, c, "naive")]) for c in levels]
+
+
+def _requests_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench throughput")
+    parts = [_meta(result)]
+    for handler in ("noop", "io50ms"):
+        rows = [
+            [c, f"{o['requests_per_message']:.3f}", f"{n['requests_per_message']:.3f}"]
+            for c, o, n in _pairs(result["rows"], handler)
+        ]
+        parts.append(f"Handler `{handler}`:\n\n" + _table(["concurrency", "ours", "naive"], rows))
+    return "\n\n".join(parts)
+
+
+def _throughput_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench throughput")
+    parts = [_meta(result), f"![throughput against concurrency]({PLOTS['throughput']})"]
+    for handler in ("noop", "io50ms"):
+        rows = [
+            [
+                c,
+                f"{o['messages_per_second']:.0f}",
+                f"{n['messages_per_second']:.0f}",
+                _ratio(o["messages_per_second"], n["messages_per_second"]),
+            ]
+            for c, o, n in _pairs(result["rows"], handler)
+        ]
+        parts.append(
+            f"Handler `{handler}`, messages/s per process:\n\n"
+            + _table(["concurrency", "ours", "naive", "ours / naive"], rows)
+        )
+    return "\n\n".join(parts)
+
+
+def _ablation_section(result: dict[str, Any] | None) -> str:
+    if result is None or not result.get("ablation"):
+        return _missing("python -m bench throughput")
+    with_fill = {(r["handler"], r["concurrency"]): r for r in result["rows"] if r["impl"] == "ours"}
+    rows = []
+    for off in result["ablation"]:
+        on = with_fill[(off["handler"], off["concurrency"])]
+        rows.append(
+            [
+                off["handler"],
+                off["concurrency"],
+                f"{off['messages_per_second']:.0f}",
+                f"{on['messages_per_second']:.0f}",
+                f"{off['requests_per_message']:.3f}",
+                f"{on['requests_per_message']:.3f}",
+            ]
+        )
+    header = [
+        "handler",
+        "concurrency",
+        "msg/s, no fill",
+        "msg/s, fill 0.1 s",
+        "req/msg, no fill",
+        "req/msg, fill 0.1 s",
+    ]
+    return _table(header, rows)
+
+
+def _memory_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench throughput")
+    rows = []
+    for handler in ("noop", "io50ms"):
+        for c, o, n in _pairs(result["rows"], handler):
+            if c in (1, 16, 64):
+                rows.append(
+                    [
+                        handler,
+                        c,
+                        f"{o['rss_idle_kib'] / 1024:.0f}",
+                        f"{o['rss_load_kib'] / 1024:.0f}",
+                        f"{n['rss_idle_kib'] / 1024:.0f}",
+                        f"{n['rss_load_kib'] / 1024:.0f}",
+                        _ratio(o["rss_load_kib"], n["rss_load_kib"]),
+                    ]
+                )
+    header = ["handler", "concurrency", "ours idle", "ours load", "naive idle", "naive load", "load ours / naive"]
+    return _meta(result) + "\n\nResident set size, MiB:\n\n" + _table(header, rows)
+
+
+def _latency_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench latency")
+    rows = [
+        [
+            r["impl"],
+            r["samples"],
+            f"{r['p50_ms']:.0f}",
+            f"{r['p90_ms']:.0f}",
+            f"{r['p99_ms']:.0f}",
+            f"{r['max_ms']:.0f}",
+        ]
+        for r in result["rows"]
+    ]
+    by_impl = {r["impl"]: r for r in result["rows"]}
+    ratio = _ratio(by_impl["ours"]["p50_ms"], by_impl["naive"]["p50_ms"])
+    return (
+        f"{_meta(result)}\n\n![pickup latency distribution]({PLOTS['latency']})\n\n"
+        + _table(["impl", "samples", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows)
+        + f"\n\np50 ours / naive: {ratio}."
+    )
+
+
+def _shutdown_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench shutdown")
+    rows = [
+        [
+            r["state"],
+            r["impl"],
+            r["exit_code"],
+            f"{r['exit_seconds']:.2f}",
+            r["handlers_running_at_sigterm"],
+            r["interrupted"],
+            r["released_visible"],
+            r["stranded_invisible"],
+            r["lost"],
+        ]
+        for r in result["rows"]
+    ]
+    header = [
+        "state",
+        "impl",
+        "exit code",
+        "SIGTERM to exit, s",
+        "running at SIGTERM",
+        "interrupted",
+        "visible after exit",
+        "stranded (invisible)",
+        "lost",
+    ]
+    return _meta(result) + "\n\n" + _table(header, rows)
+
+
+def _duplicates_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench duplicates")
+    rows = [
+        [
+            r["impl"],
+            r["messages"],
+            r["over_visibility"],
+            r["handler_starts"],
+            r["duplicate_starts"],
+            r["messages_started_twice_or_more"],
+            r["finished"],
+            r["never_started"],
+            f"{r['seconds']:.0f}" + ("" if r["drained"] else " (not drained: stopped)"),
+        ]
+        for r in result["rows"]
+    ]
+    header = [
+        "impl",
+        "messages",
+        "ran past visibility",
+        "handler starts",
+        "duplicate starts",
+        "messages run twice+",
+        "s",
+    ]
+    return _meta(result) + "\n\n" + _table(header, rows)
+
+
+def _build_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench build")
+    synth = [
+        [r["what"], f"{r['median_seconds']:.1f}", ", ".join(f"{t:.1f}" for t in r["runs"])] for r in result["synth"]
+    ]
+    text = _meta(result) + "\n\n" + _table(["synthesis (`python <app>`)", "median s", "runs s"], synth)
+    if result["suite"]:
+        suite = [[r["tier"], f"{r['seconds']:.0f}"] for r in result["suite"]]
+        total = sum(r["seconds"] for r in result["suite"])
+        text += "\n\n" + _table(["test tier", "s"], [*suite, ["total", f"{total:.0f}"]])
+    return text
+
+
+def _plots() -> None:
+    throughput, latency = _load("throughput"), _load("latency")
+    if throughput is None and latency is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if throughput is not None:
+        figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for axis, handler in zip(axes, ("noop", "io50ms"), strict=True):
+            pairs = _pairs(throughput["rows"], handler)
+            levels = [c for c, _, _ in pairs]
+            axis.plot(levels, [o["messages_per_second"] for _, o, _ in pairs], "o-", label="ours")
+            axis.plot(levels, [n["messages_per_second"] for _, _, n in pairs], "s--", label="naive")
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(levels, [str(c) for c in levels])
+            axis.set_title(f"handler {handler}")
+            axis.set_xlabel("concurrency (threads per process)")
+            axis.set_ylabel("messages/s")
+            axis.grid(alpha=0.3)
+            axis.legend()
+        figure.tight_layout()
+        figure.savefig(DOC.parent / PLOTS["throughput"], dpi=100)
+        plt.close(figure)
+    if latency is not None:
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for row in latency["rows"]:
+            values = sorted(row["latencies_ms"])
+            axis.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=row["impl"])
+        axis.set_xlabel("send to handler start, ms")
+        axis.set_ylabel("fraction of messages")
+        axis.set_title("pickup latency on an idle queue (CDF)")
+        axis.grid(alpha=0.3)
+        axis.legend()
+        figure.tight_layout()
+        figure.savefig(DOC.parent / PLOTS["latency"], dpi=100)
+        plt.close(figure)
+
+
+TEMPLATE = Path(__file__).with_name("BENCHMARKS.template.md")
+
+
+def write() -> Path:
+    """Regenerate the plots and docs/BENCHMARKS.md from the saved results; returns the document's path."""
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    _plots()
+    throughput = _load("throughput")
+    sections = {
+        "requests": _requests_section(throughput),
+        "throughput": _throughput_section(throughput),
+        "ablation": _ablation_section(throughput),
+        "latency": _latency_section(_load("latency")),
+        "shutdown": _shutdown_section(_load("shutdown")),
+        "duplicates": _duplicates_section(_load("duplicates")),
+        "memory": _memory_section(throughput),
+        "build": _build_section(_load("build")),
+    }
+    text = TEMPLATE.read_text()
+    for name, body in sections.items():
+        text = text.replace("{{" + name + "}}", body)
+    DOC.write_text(text)
+    return DOC

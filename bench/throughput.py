@@ -1,0 +1,100 @@
+"""Benchmarks 1, 2 and 6: throughput and SQS requests per message at saturation, and RSS, ours vs naive.
+
+``python -m bench throughput``: for each handler (no-op, 50 ms I/O) and each
+concurrency (1..64), one consumer process of each implementation drains a queue
+the producer keeps topped up (so it never waits for work: saturation), over a
+measurement window after a warm-up. Reports messages/s, SQS requests per
+deleted message, and the process's resident memory at idle and at the end of
+the window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import IMPLS, Producer, Subject, client, event, make_queues
+
+CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+HANDLERS = {"noop": 0.0, "io50ms": 0.05}
+#: Where ours also runs with BATCH_FILL_SECONDS = 0, to show what the fill wait costs and saves.
+ABLATION_CONCURRENCY = (8, 16, 32)
+QUEUE_TARGET_DEPTH = 300
+
+
+def measure(
+    endpoint: str,
+    impl: str,
+    concurrency: int,
+    sleep: float,
+    *,
+    warmup: float = 2.0,
+    window: float = 8.0,
+    target_depth: int = QUEUE_TARGET_DEPTH,
+    batch_fill: float | None = None,
+) -> dict[str, Any]:
+    """One consumer process at saturation; returns its figures for the window."""
+    sqs = client(endpoint)
+    source, dlq = make_queues(sqs, visibility_seconds=60)
+    options: dict[str, Any] = {} if batch_fill is None else {"batch_fill": batch_fill}
+    subject = Subject(
+        endpoint,
+        impl,
+        source,
+        dlq_url=dlq,
+        concurrency=concurrency,
+        sleep=sleep,
+        warmup_seconds=warmup,
+        window_seconds=window,
+        **options,
+    )
+    try:
+        subject.ready()
+        with Producer(endpoint, source, target_depth, event):
+            subject.wait(warmup + window + 120)
+        result = subject.result()
+    finally:
+        subject.close()
+        sqs.delete_queue(QueueUrl=source)
+        sqs.delete_queue(QueueUrl=dlq)
+    window_figures = result["window"]
+    deleted = window_figures["deleted"]
+    return {
+        "impl": impl,
+        "concurrency": concurrency,
+        "handler_seconds": sleep,
+        "messages_per_second": deleted / result["seconds"],
+        "requests_per_message": window_figures["requests"] / deleted if deleted else None,
+        "deleted": deleted,
+        "requests": window_figures["requests"],
+        "rss_idle_kib": result["idle"]["rss_kib"],
+        "rss_load_kib": result["load"]["rss_kib"],
+        "duplicate_starts": sum(n - 1 for n in result["starts"].values()),
+    }
+
+
+def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float = 8.0) -> dict[str, Any]:
+    rows = []
+    for handler, sleep in HANDLERS.items():
+        for level in concurrency:
+            for impl in IMPLS:
+                row = measure(endpoint, impl, level, sleep, window=window)
+                row["handler"] = handler
+                rows.append(row)
+                print(
+                    f"{handler:7} c={level:<3} {impl:6} {row['messages_per_second']:8.1f} msg/s"
+                    f"  {row['requests_per_message'] or 0:.3f} req/msg  rss {row['rss_load_kib'] / 1024:.0f} MiB",
+                    flush=True,
+                )
+    # The batch fill's trade-off: ours with the poller's fill wait off, beside the rows above.
+    ablation = []
+    for handler, sleep in HANDLERS.items():
+        for level in ABLATION_CONCURRENCY:
+            row = measure(endpoint, "ours", level, sleep, window=window, batch_fill=0.0)
+            row["handler"] = handler
+            ablation.append(row)
+            print(
+                f"{handler:7} c={level:<3} ours without batch fill {row['messages_per_second']:8.1f} msg/s"
+                f"  {row['requests_per_message'] or 0:.3f} req/msg",
+                flush=True,
+            )
+    return {"rows": rows, "ablation": ablation, "queue_target_depth": QUEUE_TARGET_DEPTH, "window_seconds": window}

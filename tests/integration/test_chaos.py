@@ -1,0 +1,132 @@
+"""The chaos suite's short form (issue #5): `python -m bench.chaos` with small numbers, faults on.
+
+300 events, 3 consumers, a SIGKILL about every 4 s, one 3 s endpoint restart, throttles and
+HTTP 500s before and after forwarding; then the bad-input corpus and the FIFO corpus. The
+assertions are on final places read back from the queues and the downstream, never on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def chaos_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
+    """One short run of the suite against the freshly synthesized demo template, with its JSON results."""
+    workdir = tmp_path_factory.mktemp("chaos")
+    results = workdir / "chaos.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.chaos",
+            "--messages",
+            "300",
+            "--consumers",
+            "3",
+            "--kill-every",
+            "4",
+            "--outage-seconds",
+            "3",
+            "--throttle",
+            "0.05",
+            "--error-before",
+            "0.03",
+            "--error-after",
+            "0.03",
+            "--timeout",
+            "200",
+            "--template",
+            str(cdk_out / "SqsWorker-demo.template.json"),
+            "--logs",
+            str(workdir / "logs"),
+            "--results",
+            str(results),
+            "--no-docs",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done, json.loads(results.read_text()) if results.exists() else {}
+
+
+def test_chaos_short_form_exits_0_with_no_failures(chaos_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """The run's own verdict: exit 0 and an empty failure list."""
+    done, results = chaos_run
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    assert results["failures"] == []
+
+
+def test_chaos_short_form_loses_nothing(chaos_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Every produced event is applied or in the DLQ: lost, misplaced, two places and leftovers are all empty."""
+    accounting = chaos_run[1]["accounting"]
+    assert (accounting["lost"], accounting["misplaced"], accounting["in_two_places"]) == ([], [], [])
+    assert (accounting["dlq_without_reason"], accounting["left_in_source"], accounting["unsent"]) == ([], 0, [])
+
+
+def test_chaos_short_form_applies_every_good_event_once(chaos_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Good and flaky events are applied (or, exhausted by faults, in the DLQ with a reason); bad ones never."""
+    results = chaos_run[1]
+    produced, accounting = results["produced"], results["accounting"]
+    good = produced["good"] + produced["flaky"]
+    bad = produced["malformed"] + produced["rejected"]
+    assert accounting["applied_once"] + accounting["good_in_dlq_with_reason"] == good
+    assert accounting["dead_lettered_events"] == bad + accounting["good_in_dlq_with_reason"]
+
+
+def test_chaos_short_form_repeats_are_all_explained_by_sigkill(
+    chaos_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """No repeat delivery at the downstream comes from a consumer that was not SIGKILLed after its delivery."""
+    repeats = chaos_run[1]["repeats"]
+    assert repeats["unexplained"] == []
+    assert repeats["raw_repeat_deliveries"] == repeats["explained_by_sigkill"]
+
+
+def test_chaos_short_form_really_injected_the_chaos(chaos_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Kills, one endpoint restart and all three fault kinds happened, so the checks above mean something."""
+    results = chaos_run[1]
+    assert results["kills"] >= 2
+    assert len(results["outages"]) == 1
+    assert all(sum(results["faults"][kind].values()) > 0 for kind in ("throttle_before", "error_before", "error_after"))
+
+
+def test_chaos_short_form_corpus_dead_lettered_at_first_receive(
+    chaos_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """Each of the 20+ corpus kinds is in the DLQ with a poison reason at receive count 1."""
+    corpus = chaos_run[1]["corpus"]
+    assert len(corpus) >= 20
+    assert [c["name"] for c in corpus if not (c["place"] == "DLQ" and c["receive_count"] == 1)] == []
+
+
+def test_chaos_short_form_fifo_poison_leaves_its_group_in_order(
+    chaos_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """FIFO: the poison messages are in the DLQ at receive 1, their groups' good messages applied in order."""
+    fifo = chaos_run[1]["fifo"]
+    assert [c["name"] for c in fifo["checks"] if not c["ok"]] == []
+    assert fifo["order"]["mid"] == [f"evt-fifo-mid-{n}" for n in (1, 2, 3, 4)]
+    assert fifo["order"]["head"] == ["evt-fifo-head-1", "evt-fifo-head-2"]
+
+
+def test_chaos_short_form_consumers_not_killed_exit_0_on_sigterm(
+    chaos_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """Every consumer stopped by SIGTERM exits 0; any that exited on its own did so at start-up (exit 2)."""
+    consumers = chaos_run[1]["consumers"]
+    assert [c for c in consumers if c["ended_by"] == "SIGTERM" and c["exit_code"] != 0] == []
+    assert [c for c in consumers if c["ended_by"].startswith("exited") and c["exit_code"] != 2] == []
+    assert any(c["ended_by"] == "SIGTERM" for c in consumers)

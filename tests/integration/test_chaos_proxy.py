@@ -1,0 +1,146 @@
+"""The chaos suite's fault-injecting proxy, over HTTP between boto3 and moto's server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from bench.proxy import ERROR_AFTER, THROTTLE_BEFORE, FaultPlan, FaultProxy
+from tests.integration.conftest import REGION
+
+NO_RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 1})
+
+
+@pytest.fixture
+def direct(moto_server: str) -> Any:
+    """A client straight to moto: the truth the proxy's faults are checked against."""
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
+
+
+@pytest.fixture
+def queue_url(direct: Any) -> str:
+    return direct.create_queue(QueueName=f"chaos-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+
+
+def proxy_for(moto_server: str, plan: FaultPlan) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(moto_server, plan)
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def throttling(moto_server: str) -> Iterator[FaultProxy]:
+    yield from proxy_for(moto_server, FaultPlan(throttle_before=1.0))
+
+
+@pytest.fixture
+def answer_losing(moto_server: str) -> Iterator[FaultProxy]:
+    yield from proxy_for(moto_server, FaultPlan(error_after=1.0))
+
+
+@pytest.fixture
+def clean(moto_server: str) -> Iterator[FaultProxy]:
+    yield from proxy_for(moto_server, FaultPlan())
+
+
+def client(proxy: FaultProxy, config: Config = NO_RETRIES) -> Any:
+    return boto3.client("sqs", region_name=REGION, endpoint_url=proxy.url, config=config)
+
+
+def visible(direct: Any, queue_url: str) -> int:
+    attributes = direct.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+def test_proxy_throttle_is_retried_by_botocore_and_never_reaches_moto(
+    throttling: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """With 3 attempts in all botocore retries the throttle twice, then raises RequestThrottled; moto got nothing."""
+    sqs = client(throttling, Config(retries={"mode": "standard", "total_max_attempts": 3}))
+    with pytest.raises(ClientError) as raised:
+        sqs.send_message(QueueUrl=queue_url, MessageBody="x")
+    assert raised.value.response["Error"]["Code"] == "RequestThrottled"
+    assert raised.value.response["ResponseMetadata"]["RetryAttempts"] == 2
+    assert throttling.faults[(THROTTLE_BEFORE, "SendMessage")] == 3
+    assert visible(direct, queue_url) == 0
+
+
+def test_proxy_error_after_forwarding_applied_the_operation(
+    answer_losing: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """The client sees InternalError, yet moto holds the message: the lost answer."""
+    with pytest.raises(ClientError, match="InternalError"):
+        client(answer_losing).send_message(QueueUrl=queue_url, MessageBody="applied anyway")
+    assert visible(direct, queue_url) == 1
+    assert answer_losing.faults[(ERROR_AFTER, "SendMessage")] == 1
+
+
+def test_proxy_lost_send_answer_retried_makes_a_duplicate(
+    answer_losing: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """A retried SendMessage whose answers were lost puts one copy per attempt on the queue."""
+    with pytest.raises(ClientError):
+        client(answer_losing, Config(retries={"mode": "standard", "total_max_attempts": 2})).send_message(
+            QueueUrl=queue_url, MessageBody="twice"
+        )
+    assert visible(direct, queue_url) == 2
+
+
+def test_proxy_lost_receive_answer_leaves_the_message_in_flight(
+    answer_losing: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """A ReceiveMessage applied by moto but answered 500: the message is in flight, unseen by the client."""
+    direct.send_message(QueueUrl=queue_url, MessageBody="m")
+    with pytest.raises(ClientError, match="InternalError"):
+        client(answer_losing).receive_message(QueueUrl=queue_url, VisibilityTimeout=30)
+    attributes = direct.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+    assert (attributes["ApproximateNumberOfMessages"], attributes["ApproximateNumberOfMessagesNotVisible"]) == (
+        "0",
+        "1",
+    )
+
+
+def test_proxy_without_faults_forwards_unchanged(clean: FaultProxy, direct: Any, queue_url: str) -> None:
+    """Fault-free, a send and a receive through the proxy behave as against moto, and nothing is counted."""
+    sqs = client(clean)
+    sqs.send_message(QueueUrl=queue_url, MessageBody="hello")
+    (message,) = sqs.receive_message(QueueUrl=queue_url)["Messages"]
+    assert message["Body"] == "hello"
+    assert sum(clean.faults.values()) == 0 and clean.forwarded["SendMessage"] == 1
+
+
+def test_proxy_paused_faults_forward_everything(throttling: FaultProxy, direct: Any, queue_url: str) -> None:
+    """pause_faults() turns a throttle-everything plan into a clean pass-through."""
+    throttling.pause_faults()
+    client(throttling).send_message(QueueUrl=queue_url, MessageBody="x")
+    assert visible(direct, queue_url) == 1
+
+
+def test_proxy_outage_refuses_connections_then_serves_on_the_same_port(
+    clean: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """During the endpoint restart connections fail; afterwards the same URL works, moto's state intact."""
+    sqs = client(clean)
+    sqs.send_message(QueueUrl=queue_url, MessageBody="before")
+    url = clean.url
+    outage = threading.Thread(target=clean.outage, args=(1.5,))
+    outage.start()
+    time.sleep(0.7)
+    with pytest.raises(EndpointConnectionError):
+        client(clean).get_queue_attributes(QueueUrl=queue_url)
+    outage.join()
+    assert clean.url == url
+    assert visible(direct, queue_url) == 1
+    assert sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"
+    ] == {"ApproximateNumberOfMessages": "1"}
+    assert len(clean.outages) == 1
