@@ -17,9 +17,11 @@ SYNTH_RUNS = 3
 TIERS = ("tests/unit", "tests/infra", "tests/integration")
 
 
-def _timed(command: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> float:
+def _timed(command: list[str], env: dict[str, str] | None = None, timeout: float = 900, check: bool = True) -> float:
     began = time.monotonic()
-    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, timeout=timeout)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stdout[-12000:]}")
     return time.monotonic() - began
 
 

@@ -6,23 +6,36 @@ deleted message at saturation, which do not depend on the machine's speed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from bench.endpoint import local_endpoint
 from bench.throughput import measure
 
-pytestmark = pytest.mark.usefixtures("moto_server")
+#: Deep enough that every receive finds 10 visible messages, so only the consumer decides the batch size.
+DEPTH = 150
 
 
-def test_bench_ours_at_saturation_costs_at_most_a_quarter_request_per_message(moto_server: str) -> None:
+@pytest.fixture
+def endpoint() -> Iterator[str]:
+    """moto's server in a process of its own (as `--endpoint moto` runs it): the session's in-process
+    server shares this interpreter with every other test's leftover threads, which slows it unevenly."""
+    with local_endpoint("moto") as url:
+        yield url
+
+
+def test_bench_ours_at_saturation_costs_at_most_a_quarter_request_per_message(endpoint: str) -> None:
     """Concurrency 10 on a queue kept full: one receive of 10 and one delete batch per 10 messages (floor 0.2)."""
-    row = measure(moto_server, "ours", 10, 0.0, warmup=1.0, window=3.0, target_depth=40)
-    assert row["deleted"] >= 20
-    assert 0.2 <= row["requests_per_message"] <= 0.25
-    assert row["duplicate_starts"] == 0
+    row = measure(endpoint, "ours", 10, 0.0, warmup=1.0, window=3.0, target_depth=DEPTH)
+    assert row["deleted"] >= 20, row
+    # 0.2 is the floor over a long run; a 3 s window can hold deletes of messages received before it.
+    assert 0.1 < row["requests_per_message"] <= 0.25, row
+    assert row["duplicate_starts"] == 0, row
 
 
-def test_bench_naive_baseline_pays_a_delete_per_message(moto_server: str) -> None:
+def test_bench_naive_baseline_pays_a_delete_per_message(endpoint: str) -> None:
     """The baseline receives 10 and deletes each: at least 1.1 requests per message, so the comparison is real."""
-    row = measure(moto_server, "naive", 1, 0.0, warmup=1.0, window=3.0, target_depth=40)
-    assert row["deleted"] >= 10
-    assert row["requests_per_message"] >= 1.09
+    row = measure(endpoint, "naive", 1, 0.0, warmup=1.0, window=3.0, target_depth=DEPTH)
+    assert row["deleted"] >= 10, row
+    assert row["requests_per_message"] >= 1.09, row
