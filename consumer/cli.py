@@ -132,6 +132,8 @@ def local_up(
             print(f"consumer local: {error}", file=sys.stderr)
             raise typer.Exit(EXIT_CONFIG) from error
         print(f"# local stack {local.stack_name} on {endpoint}; alarms: {', '.join(local.alarms)}")
+        if local.skipped:
+            print(f"# not created locally: {', '.join(local.skipped)}")
         print("# the environment the ECS task receives, plus what a local process needs:")
         for key, value in sorted(local.process_environment().items()):
             print(f"export {key}={shlex.quote(value)}")

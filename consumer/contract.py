@@ -121,6 +121,8 @@ SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
 REDRIVE_BACKSTOP_RECEIVES = 2
 
 ENV_PREFIX = "CONSUMER_"
+#: The CloudWatch namespace of the consumer's EMF metrics (dimension ``Queue``); the dashboard reads it.
+METRICS_NAMESPACE = "SqsWorker"
 #: The queue binding the stack writes beside :meth:`WorkerContract.to_env` (the consumer reads them).
 QUEUE_URL_ENV = "QUEUE_URL"
 DLQ_URL_ENV = "DLQ_URL"

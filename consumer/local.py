@@ -44,6 +44,7 @@ class LocalStack:
     outputs: dict[str, str]
     task_environment: dict[str, str]
     alarms: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def process_environment(self) -> dict[str, str]:
         """The task environment plus what a local process needs to reach the endpoint."""
@@ -92,6 +93,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         )
     template = json.loads(template_path.read_text())
     stack_name = stack_name or template_path.name.removesuffix(".template.json")
+    skipped = _drop_monitoring_only(template)
     local_client("ssm", endpoint).put_parameter(
         Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True
     )
@@ -121,7 +123,27 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::CloudWatch::Alarm":
             local.alarms.append(_create_alarm(endpoint, stack_name, logical_id, resource["Properties"], physical))
+    local.skipped = skipped
     return local
+
+
+#: Monitoring-only resources moto cannot create, and why; they have no effect on a local run.
+LOCAL_SKIPPED_TYPES = {
+    "AWS::CloudWatch::CompositeAlarm": "moto has no composite alarms",
+    "AWS::CloudWatch::Dashboard": "its alarm widget references alarms moto's CloudFormation skips",
+}
+
+
+def _drop_monitoring_only(template: dict[str, Any]) -> list[str]:
+    """Remove LOCAL_SKIPPED_TYPES resources (and outputs naming them) from ``template``; returns what went."""
+    resources = template["Resources"]
+    dropped = {k: LOCAL_SKIPPED_TYPES[v["Type"]] for k, v in resources.items() if v["Type"] in LOCAL_SKIPPED_TYPES}
+    for logical_id in dropped:
+        del resources[logical_id]
+    outputs = template.get("Outputs", {})
+    for key in [k for k, v in outputs.items() if any(f'"{d}"' in json.dumps(v) for d in dropped)]:
+        del outputs[key]
+    return [f"{logical_id} ({why})" for logical_id, why in dropped.items()]
 
 
 def _wait_for_stack(cloudformation: Any, stack_name: str) -> dict[str, Any]:
@@ -149,6 +171,8 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
         return value
     if isinstance(value, dict) and set(value) == {"Ref"}:
         resolved = physical.get(value["Ref"])
+        if resolved.startswith("arn:aws:ecs:"):
+            return resolved.rsplit("/", 1)[-1]  # a cluster's Ref is its name
         if resolved:
             return _queue_url(resolved, endpoint) if resolved.startswith("https://sqs.") else resolved
     if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
@@ -158,6 +182,8 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
             return resolved.rsplit("/", 1)[-1]
         if attribute == "Arn" and resolved.startswith("arn:"):
             return resolved
+        if attribute == "Name" and resolved:
+            return resolved.rsplit("/", 1)[-1]
     raise LocalProvisioningError(f"cannot resolve {json.dumps(value)} from the local stack's resources")
 
 
@@ -189,23 +215,40 @@ def _create_alarm(
     endpoint: str, stack_name: str, logical_id: str, properties: Mapping[str, Any], physical: Mapping[str, str]
 ) -> str:
     name = f"{stack_name}-{logical_id}"
+
+    def dimensions(raw: list[Mapping[str, Any]]) -> list[dict[str, str]]:
+        return [{"Name": d["Name"], "Value": _resolve(d["Value"], physical, endpoint)} for d in raw]
+
     arguments: dict[str, Any] = {
         "AlarmName": name,
         "AlarmDescription": properties.get("AlarmDescription", ""),
-        "Namespace": properties["Namespace"],
-        "MetricName": properties["MetricName"],
-        "Statistic": properties["Statistic"],
-        "Period": properties["Period"],
         "EvaluationPeriods": properties["EvaluationPeriods"],
         "Threshold": float(properties["Threshold"]),
         "ComparisonOperator": properties["ComparisonOperator"],
         "TreatMissingData": properties.get("TreatMissingData", "missing"),
-        "Dimensions": [
-            {"Name": d["Name"], "Value": _resolve(d["Value"], physical, endpoint)} for d in properties["Dimensions"]
-        ],
         "AlarmActions": [_resolve(a, physical, endpoint) for a in properties.get("AlarmActions", [])],
         "OKActions": [_resolve(a, physical, endpoint) for a in properties.get("OKActions", [])],
     }
+    if "Metrics" in properties:  # a metric math alarm
+        queries = []
+        for query in properties["Metrics"]:
+            resolved = {k: v for k, v in query.items() if k != "MetricStat"}
+            if "MetricStat" in query:
+                stat = query["MetricStat"]
+                resolved["MetricStat"] = {
+                    **stat,
+                    "Metric": {**stat["Metric"], "Dimensions": dimensions(stat["Metric"].get("Dimensions", []))},
+                }
+            queries.append(resolved)
+        arguments["Metrics"] = queries
+    else:
+        arguments |= {
+            "Namespace": properties["Namespace"],
+            "MetricName": properties["MetricName"],
+            "Statistic": properties["Statistic"],
+            "Period": properties["Period"],
+            "Dimensions": dimensions(properties["Dimensions"]),
+        }
     if "DatapointsToAlarm" in properties:
         arguments["DatapointsToAlarm"] = properties["DatapointsToAlarm"]
     local_client("cloudwatch", endpoint).put_metric_alarm(**arguments)

@@ -47,6 +47,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from consumer.contract import METRICS_NAMESPACE
+
 __all__ = ["JsonFormatter", "Metrics", "configure_logging", "trace_context"]
 
 # --------------------------------------------------------------------------- logging
@@ -143,7 +145,7 @@ class Metrics:
 
     def __init__(
         self,
-        namespace: str = "SqsWorker",
+        namespace: str = METRICS_NAMESPACE,
         dimensions: Mapping[str, str] | None = None,
         stream: IO[str] | None = None,
         clock: Callable[[], float] = time.time,

@@ -1,41 +1,54 @@
-"""Alarms that page when the DLQ gets a message, when a DLQ message nears expiry, or when the consumer stalls."""
+"""Alarms written for the person on call: what it means, likely causes, first commands, a runbook link.
+
+Severity routing: ``page`` alarms go to the paging topic, ``ticket`` alarms to the
+ticket topic; an environment with ``pages_to_tickets`` (dev, say) sends its pages
+to the ticket topic too. Every alarm sends ALARM and OK, so a drained DLQ or a
+recovered consumer says so.
+
+Missing data is ``NOT_BREACHING`` wherever missing means "nothing there": SQS
+stops publishing metrics for a queue that has been empty and untouched for six
+hours. It is ``BREACHING`` where silence is the failure: no deletes from a queue
+with an old backlog, no running-task data for a service that must run.
+https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html
+"""
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract
-from infra.queues import WorkerQueues
+from infra.metrics import WorkerMetrics
 
-# SQS publishes queue metrics once a minute.
-# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/monitoring-using-cloudwatch.html
-SQS_METRIC_PERIOD = Duration.minutes(1)
+PAGE, TICKET = "page", "ticket"
 BACKLOG_AGE_EVALUATION_MINUTES = 3
+STALLED_EVALUATION_MINUTES = 5
+#: CloudWatch's limit on AlarmDescription.
+MAX_DESCRIPTION_CHARS = 1024
+DEFAULT_RUNBOOK_URL = "docs/runbook.md"
 
 
 class QueueAlarms(Construct):
-    """Three alarms on a :class:`WorkerQueues` pair, each sending ALARM and OK to ``topic``.
+    """The alarms of one environment; each description names its runbook section (``<runbook_url>#<id>``).
 
-    * ``dlq_depth``: any visible message in the DLQ (Maximum >= 1 over one
-      1-minute period), so a single failed message pages within about a minute.
-    * ``dlq_age``: the DLQ's oldest message is older than the contract's
-      ``dlq_age_alarm_seconds``, half the retention gap: it fires while the
-      message still has at least that long before it expires.
-    * ``backlog_age``: the source's oldest message is older than the contract's
-      ``backlog_age_alarm_seconds`` for 3 minutes in a row: the consumer is
-      stalled, crashed or far behind.
+    ============================ ======== =================================================================
+    alarm (attribute)            severity fires when
+    ============================ ======== =================================================================
+    ``dlq_depth``                page     any visible DLQ message (latched while any is there)
+    ``dlq_new_arrivals``         page     the DLQ's depth rises while it already held messages
+    ``dlq_age``                  page     the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
+    ``backlog_age``              ticket   the source's oldest message is older than ``backlog_age_alarm_seconds``
+    ``consumer_stalled``         page     composite: (oldest source message older than the acceptable
+                                          latency AND nothing deleted for 5 minutes) OR no task running
+    ============================ ======== =================================================================
 
-    Missing data is ``NOT_BREACHING`` on all three, deliberately: SQS stops
-    publishing metrics for a queue that has been empty and untouched for six
-    hours, so missing data means "nothing there", not "unknown". A queue that
-    holds messages always publishes.
-    https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html
-
-    Attributes: ``dlq_depth``, ``dlq_age``, ``backlog_age`` (``cloudwatch.Alarm``).
+    ``stalled_inputs`` holds the composite's three input alarms (no actions of their own).
+    ``running_tasks_reliable`` says whether Container Insights is known to be on (a cluster this
+    stack creates); otherwise the no-task input treats missing data as not breaching, and the
+    backlog branch alone catches a service scaled to zero with a growing backlog.
     """
 
     def __init__(
@@ -43,21 +56,41 @@ class QueueAlarms(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        queues: WorkerQueues,
+        metrics: WorkerMetrics,
         contract: WorkerContract,
-        topic: sns.ITopic,
+        page_topic: sns.ITopic,
+        ticket_topic: sns.ITopic,
+        runbook_url: str = DEFAULT_RUNBOOK_URL,
+        running_tasks_reliable: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
-        dlq, source = queues.dead_letter_queue, queues.queue
-        action = actions.SnsAction(topic)
+        stack = Stack.of(self).stack_name
+        self.runbook_url = runbook_url
+        self.severity: dict[str, str] = {}
+        topics = {PAGE: actions.SnsAction(page_topic), TICKET: actions.SnsAction(ticket_topic)}
+        dlq_name = f"{stack}-dlq{'.fifo' if contract.fifo else ''}"
+        source_name = f"{stack}-source{'.fifo' if contract.fifo else ''}"
+        stats = f"python -m consumer dlq stats --stack {stack}"
+        peek = f"python -m consumer dlq peek --stack {stack}"
+        redrive = f"python -m consumer dlq redrive --stack {stack} --dry-run"
+
+        def describe(severity: str, section: str, means: str, causes: str, first: str) -> str:
+            text = f"[{severity.upper()}] {means} Likely: {causes} First: {first} Runbook: {runbook_url}#{section}"
+            if len(text) > MAX_DESCRIPTION_CHARS:
+                raise ValueError(
+                    f"alarm description for {section} is {len(text)} characters, over {MAX_DESCRIPTION_CHARS}"
+                )
+            return text
 
         def alarm(
             construct_id: str,
+            severity: str | None,
             description: str,
-            metric: cloudwatch.Metric,
-            threshold: int,
+            metric: cloudwatch.IMetric,
+            threshold: float,
             comparison: cloudwatch.ComparisonOperator,
             minutes: int = 1,
+            missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
         ) -> cloudwatch.Alarm:
             created = cloudwatch.Alarm(
                 self,
@@ -68,39 +101,147 @@ class QueueAlarms(Construct):
                 comparison_operator=comparison,
                 evaluation_periods=minutes,
                 datapoints_to_alarm=minutes,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+                treat_missing_data=missing,
             )
-            created.add_alarm_action(action)
-            created.add_ok_action(action)
+            if severity is not None:
+                created.add_alarm_action(topics[severity])
+                created.add_ok_action(topics[severity])
+                self.severity[construct_id] = severity
             return created
 
-        def maximum(metric_factory) -> cloudwatch.Metric:  # noqa: ANN001 (a bound Queue.metric_* method)
-            return metric_factory(period=SQS_METRIC_PERIOD, statistic=cloudwatch.Stats.MAXIMUM)
+        at_least = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+        above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+        below = cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD
 
         self.dlq_depth = alarm(
             "DlqDepth",
-            "A message reached the dead-letter queue: it failed max_receive_count times or was"
-            " poison. Read its reason attributes (aws sqs receive-message --queue-url <DLQ_URL>"
-            " --message-attribute-names All), fix the cause, then redrive it to the source.",
-            maximum(dlq.metric_approximate_number_of_messages_visible),
+            PAGE,
+            describe(
+                PAGE,
+                "dlq-depth",
+                f"Messages are waiting in {dlq_name}; each carries the reason it failed (poison, or"
+                f" {contract.max_receive_count} failed receives). Stays in ALARM until the DLQ is drained (then OK).",
+                "a handler bug in a recent deploy, a downstream outage, malformed input from a producer.",
+                f"`{stats}`, then `{peek}` to read the reasons grouped by cause; fix the cause, then `{redrive}`.",
+            ),
+            metrics.dlq_visible,
             1,
-            cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            at_least,
+        )
+        self.dlq_new_arrivals = alarm(
+            "DlqNewArrivals",
+            PAGE,
+            describe(
+                PAGE,
+                "dlq-new-arrivals",
+                f"New messages arrived in {dlq_name} while it already held some: the first page is still"
+                " latched, this one says the failure goes on.",
+                "the cause behind the first DLQ page is not fixed, or a second cause started.",
+                f"`{peek}` and compare the newest reasons with the earlier ones; `{stats}`.",
+            ),
+            metrics.dlq_new_arrivals,
+            1,
+            at_least,
         )
         self.dlq_age = alarm(
             "DlqAge",
-            f"A dead-letter message is older than {contract.dlq_age_alarm_seconds} s (half the"
-            " retention gap between the DLQ and the source): redrive or export it before it expires.",
-            maximum(dlq.metric_approximate_age_of_oldest_message),
+            PAGE,
+            describe(
+                PAGE,
+                "dlq-age",
+                f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s, half the time"
+                " between the source's and the DLQ's retention: it will expire (be lost) if nobody acts.",
+                "a DLQ page acknowledged but never worked off.",
+                f"`python -m consumer dlq export --stack {stack} --out dlq-backup.jsonl`, then fix and `{redrive}`.",
+            ),
+            metrics.dlq_age,
             contract.dlq_age_alarm_seconds,
-            cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            above,
         )
         self.backlog_age = alarm(
             "BacklogAge",
-            f"The oldest source message is older than {contract.backlog_age_alarm_seconds} s"
-            " (acceptable latency plus three retry cycles): the consumer is stalled, crashed or"
-            " far behind. Check the ECS service's running tasks and the consumer's logs.",
-            maximum(source.metric_approximate_age_of_oldest_message),
+            TICKET,
+            describe(
+                TICKET,
+                "backlog-age",
+                f"The oldest message in {source_name} has waited over {contract.backlog_age_alarm_seconds} s"
+                " (acceptable latency plus three retry cycles) for 3 minutes: work is late.",
+                "a traffic burst beyond max_tasks, slow downstream calls, many retries in backoff.",
+                "the dashboard (backlog per task against its target, running tasks, failures);"
+                " raise max_tasks in cdk.json if the fleet is at its maximum.",
+            ),
+            metrics.source_age,
             contract.backlog_age_alarm_seconds,
-            cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            above,
             minutes=BACKLOG_AGE_EVALUATION_MINUTES,
         )
+
+        def stalled_input(construct_id: str, what: str, *args: object, **kwargs: object) -> cloudwatch.Alarm:
+            text = f"Input of ConsumerStalled (no actions of its own): {what} Runbook: {runbook_url}#consumer-stalled"
+            return alarm(construct_id, None, text, *args, **kwargs)  # type: ignore[arg-type]
+
+        late = stalled_input(
+            "StalledBacklogLate",
+            f"the oldest source message is older than the acceptable latency ({contract.acceptable_latency_seconds} s).",
+            metrics.source_age,
+            contract.acceptable_latency_seconds,
+            above,
+            minutes=BACKLOG_AGE_EVALUATION_MINUTES,
+        )
+        idle = stalled_input(
+            "StalledNothingDeleted",
+            f"no message deleted from the source for {STALLED_EVALUATION_MINUTES} minutes (no data counts as none).",
+            metrics.source_deleted,
+            1,
+            below,
+            minutes=STALLED_EVALUATION_MINUTES,
+            missing=cloudwatch.TreatMissingData.BREACHING,
+        )
+        inputs = [late, idle]
+        rule = cloudwatch.AlarmRule.all_of(
+            cloudwatch.AlarmRule.from_alarm(late, cloudwatch.AlarmState.ALARM),
+            cloudwatch.AlarmRule.from_alarm(idle, cloudwatch.AlarmState.ALARM),
+        )
+        if metrics.running_tasks is not None:
+            no_tasks = stalled_input(
+                "StalledNoRunningTasks",
+                "no consumer task running for 3 minutes"
+                + (" (no data counts as none)." if running_tasks_reliable else " (Container Insights unknown)."),
+                metrics.running_tasks,
+                1,
+                below,
+                minutes=3,
+                missing=(
+                    cloudwatch.TreatMissingData.BREACHING
+                    if running_tasks_reliable
+                    else cloudwatch.TreatMissingData.NOT_BREACHING
+                ),
+            )
+            inputs.append(no_tasks)
+            rule = cloudwatch.AlarmRule.any_of(
+                rule, cloudwatch.AlarmRule.from_alarm(no_tasks, cloudwatch.AlarmState.ALARM)
+            )
+        self.stalled_inputs = inputs
+        self.consumer_stalled = cloudwatch.CompositeAlarm(
+            self,
+            "ConsumerStalled",
+            alarm_rule=rule,
+            alarm_description=describe(
+                PAGE,
+                "consumer-stalled",
+                f"Nothing is being processed: {source_name} has messages older than the acceptable latency and"
+                " none was deleted for 5 minutes, or no consumer task is running.",
+                "tasks crash-looping (exit 2: configuration or drift refused at start-up; exit 3: stuck"
+                " handlers), the service scaled to zero, every message failing, the downstream down.",
+                f"`aws ecs describe-services --cluster <ClusterName> --services <ServiceName>` (stack {stack}"
+                " outputs), the consumer's logs (events consumer_started, startup_failed, handler_failed).",
+            ),
+        )
+        self.consumer_stalled.add_alarm_action(topics[PAGE])
+        self.consumer_stalled.add_ok_action(topics[PAGE])
+        self.severity["ConsumerStalled"] = PAGE
+
+    @property
+    def paging_alarms(self) -> list[cloudwatch.IAlarm]:
+        """Every alarm with actions, for the dashboard's alarm status widget."""
+        return [self.dlq_depth, self.dlq_new_arrivals, self.dlq_age, self.backlog_age, self.consumer_stalled]

@@ -15,7 +15,7 @@ CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
 
 
 class PagingTopic(Construct):
-    """An SNS topic encrypted with its own KMS key, TLS enforced, with email/HTTPS subscribers.
+    """An SNS topic encrypted with its own KMS key (or a sibling topic's ``key``), TLS enforced, with subscribers.
 
     The key is a customer-managed one on purpose: CloudWatch alarms cannot
     publish to a topic encrypted with the AWS-managed ``alias/aws/sns`` key,
@@ -33,16 +33,19 @@ class PagingTopic(Construct):
         emails: Sequence[str] = (),
         https_endpoints: Sequence[str] = (),
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.key = kms.Key(
-            self,
-            "Key",
-            description="Encrypts the SQS worker's paging topic; CloudWatch alarms may use it",
-            enable_key_rotation=True,
-            removal_policy=removal_policy,
-        )
-        self.key.grant(iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL), "kms:Decrypt", "kms:GenerateDataKey*")
+        if key is None:
+            key = kms.Key(
+                self,
+                "Key",
+                description="Encrypts the SQS worker's paging topic; CloudWatch alarms may use it",
+                enable_key_rotation=True,
+                removal_policy=removal_policy,
+            )
+            key.grant(iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL), "kms:Decrypt", "kms:GenerateDataKey*")
+        self.key = key
         self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True)
         for email in emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))

@@ -120,6 +120,11 @@ def main(
         "paging subscriptions",
         *[str(len(s.settings.paging_emails) + len(s.settings.paging_https)) for s in stacks],
     )
+    table.add_row(
+        "ticket subscriptions",
+        *[str(len(s.settings.ticket_emails) + len(s.settings.ticket_https)) for s in stacks],
+    )
+    table.add_row("pages go to", *["tickets" if s.settings.pages_to_tickets else "paging" for s in stacks])
     console.print(table)
     for stack in stacks:
         open_findings, acknowledged = nag_results(outdir, stack.stack_name)

@@ -68,6 +68,7 @@ MAX_TASKS_LIMIT = 100
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_HTTPS = re.compile(r"^https://\S+$")
 
 
 class SettingsError(ContractError):
@@ -102,6 +103,12 @@ class EnvironmentSettings:
     require_paging: bool = False
     paging_emails: tuple[str, ...] = ()
     paging_https: tuple[str, ...] = ()
+    ticket_emails: tuple[str, ...] = ()
+    ticket_https: tuple[str, ...] = ()
+    #: Send page-level alarms to the ticket topic too (a low-urgency environment such as dev).
+    pages_to_tickets: bool = False
+    #: Where alarm descriptions point for their runbook sections (``<runbook_url>#<section>``).
+    runbook_url: str = "docs/runbook.md"
     nat_gateways: int = 1
     vpc: ExistingVpc | None = None
     cluster_name: str | None = None
@@ -137,8 +144,14 @@ class EnvironmentSettings:
         return f"{CONTEXT_KEY}.{self.name}.{key}"
 
 
-_FIELDS = {f.name for f in dataclasses.fields(EnvironmentSettings)} - {"name", "paging_emails", "paging_https"}
-_KNOWN_KEYS = sorted(_FIELDS | {"paging"})
+_FIELDS = {f.name for f in dataclasses.fields(EnvironmentSettings)} - {
+    "name",
+    "paging_emails",
+    "paging_https",
+    "ticket_emails",
+    "ticket_https",
+}
+_KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets"})
 
 
 def parse_environment(name: str, raw: object) -> EnvironmentSettings:
@@ -210,11 +223,24 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
             path("log_retention_days"), f"must be one of CloudWatch's {LOG_RETENTION_DAYS}", log_retention
         )
 
+    def subscriptions(key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        value = raw.get(key, {})
+        if not isinstance(value, Mapping) or set(value) - {"emails", "https"}:
+            raise SettingsError(path(key), 'must be an object with "emails" and/or "https" lists', value)
+        emails = strings(f"{key}.emails", value.get("emails", []), _EMAIL, "must be an email address")
+        https = strings(f"{key}.https", value.get("https", []), _HTTPS, "must be an https:// URL")
+        return emails, https
+
     paging = raw.get("paging", {})
-    if not isinstance(paging, Mapping) or set(paging) - {"emails", "https"}:
-        raise SettingsError(path("paging"), 'must be an object with "emails" and/or "https" lists', paging)
-    emails = strings("paging.emails", paging.get("emails", []), _EMAIL, "must be an email address")
-    https = strings("paging.https", paging.get("https", []), re.compile(r"^https://\S+$"), "must be an https:// URL")
+    emails, https = subscriptions("paging")
+    ticket_emails, ticket_https = subscriptions("tickets")
+    runbook_url = text("runbook_url", "docs/runbook.md") or ""
+    if not (runbook_url.startswith("https://") or runbook_url == "docs/runbook.md") or "#" in runbook_url:
+        raise SettingsError(
+            path("runbook_url"),
+            'must be an https:// URL of docs/runbook.md (no "#"), or "docs/runbook.md"',
+            runbook_url,
+        )
 
     vpc = _parse_vpc(path("vpc"), raw.get("vpc"))
     cluster_name = text("cluster_name")
@@ -250,11 +276,19 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         require_paging=boolean("require_paging", False) or name in PAGING_REQUIRED_ENVIRONMENTS,
         paging_emails=emails,
         paging_https=https,
+        ticket_emails=ticket_emails,
+        ticket_https=ticket_https,
+        pages_to_tickets=boolean("pages_to_tickets", False),
+        runbook_url=runbook_url,
         nat_gateways=integer("nat_gateways", 1, 0, 3),
         vpc=vpc,
         cluster_name=cluster_name,
         handler_environment=dict(handler_environment),
     )
+    if settings.require_paging and settings.pages_to_tickets:
+        raise SettingsError(
+            path("pages_to_tickets"), "must be false where alarms must page someone (prod, or require_paging)", True
+        )
     if settings.require_paging and not settings.has_subscription:
         raise SettingsError(
             path("paging"),

@@ -9,6 +9,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.alarms import QueueAlarms
+from infra.dashboard import WorkerDashboard
+from infra.metrics import WorkerMetrics
 from infra.nag import acknowledge
 from infra.paging import PagingTopic
 from infra.queues import WorkerQueues
@@ -24,7 +26,7 @@ class WorkerStack(Stack):
 
     Construct ids are a contract: renaming one replaces the resource (and a
     replaced queue loses its messages). Attributes: ``settings``, ``contract``,
-    ``queues``, ``paging``, ``alarms``, ``consumer``.
+    ``queues``, ``paging``, ``tickets``, ``consumer``, ``metrics``, ``alarms``, ``dashboard``.
     """
 
     def __init__(self, scope: Construct, *, settings: EnvironmentSettings) -> None:
@@ -64,7 +66,15 @@ class WorkerStack(Stack):
                 "sqs-worker:placeholder-subscription",
                 f"{settings.name}: paging subscription {placeholders[0]} is a placeholder; set a real one in cdk.json",
             )
-        self.alarms = QueueAlarms(self, "Alarms", queues=self.queues, contract=self.contract, topic=self.paging.topic)
+        # Ticket-level alarms (and, where pages_to_tickets, every alarm) go here; it shares the paging key.
+        self.tickets = PagingTopic(
+            self,
+            "Tickets",
+            emails=settings.ticket_emails,
+            https_endpoints=settings.ticket_https,
+            removal_policy=removal,
+            key=self.paging.key,
+        )
 
         cluster = self._cluster(settings)
         self.consumer = ConsumerService(
@@ -81,6 +91,21 @@ class WorkerStack(Stack):
             log_retention=RETENTION_DAYS[settings.log_retention_days],
             handler_environment=settings.handler_environment,
             log_removal_policy=removal,
+        )
+        self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
+        self.alarms = QueueAlarms(
+            self,
+            "Alarms",
+            metrics=self.metrics,
+            contract=self.contract,
+            page_topic=self.tickets.topic if settings.pages_to_tickets else self.paging.topic,
+            ticket_topic=self.tickets.topic,
+            runbook_url=settings.runbook_url,
+            # Container Insights is on for a cluster this stack creates; an existing one may not publish.
+            running_tasks_reliable=settings.cluster_name is None,
+        )
+        self.dashboard = WorkerDashboard(
+            self, "Dashboard", metrics=self.metrics, alarms=self.alarms, contract=self.contract
         )
         acknowledge(
             self.consumer.task_definition,
@@ -108,7 +133,9 @@ class WorkerStack(Stack):
             ("DeadLetterQueueUrl", self.queues.dead_letter_queue.queue_url, "Dead-letter queue URL (DLQ_URL)"),
             ("QueueArn", self.queues.queue.queue_arn, "Source queue ARN"),
             ("DeadLetterQueueArn", self.queues.dead_letter_queue.queue_arn, "Dead-letter queue ARN"),
-            ("PagingTopicArn", self.paging.topic.topic_arn, "SNS topic the alarms notify"),
+            ("PagingTopicArn", self.paging.topic.topic_arn, "SNS topic the page-level alarms notify"),
+            ("TicketTopicArn", self.tickets.topic.topic_arn, "SNS topic the ticket-level alarms notify"),
+            ("DashboardName", self.dashboard.dashboard.dashboard_name, "CloudWatch dashboard of this environment"),
             ("ClusterName", cluster.cluster_name, "ECS cluster running the consumer"),
             ("ServiceName", self.consumer.service.service_name, "ECS service running the consumer"),
         ):

@@ -17,7 +17,7 @@ import pytest
 
 from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.dead_letter import read_reason
-from consumer.local import LocalProvisioningError, LocalStack, provision, start_server
+from consumer.local import LOCAL_SKIPPED_TYPES, LocalProvisioningError, LocalStack, provision, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT = {
@@ -79,22 +79,30 @@ def test_local_task_environment_is_the_templates_resolved(local: LocalStack) -> 
     assert environment["CONSUMER_IDEMPOTENCY_TABLE"] in tables
 
 
-def test_local_alarms_come_from_the_template(local: LocalStack) -> None:
-    """The three alarms moto's CloudFormation skips are created from the template's own properties."""
-    alarms = {
-        a["MetricName"] + ":" + a["Dimensions"][0]["Value"]: a
-        for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]
-    }
-    assert sorted(alarms) == [
-        "ApproximateAgeOfOldestMessage:SqsWorker-dev-dlq",
-        "ApproximateAgeOfOldestMessage:SqsWorker-dev-source",
-        "ApproximateNumberOfMessagesVisible:SqsWorker-dev-dlq",
-    ]
+def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Path) -> None:
+    """Every metric and metric-math alarm moto's CloudFormation skips is created from the template itself."""
+    resources = json.loads(dev_template.read_text())["Resources"]
+    metric_alarms = {k for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+    alarms = {a["AlarmName"]: a for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]}
+    assert set(alarms) == {f"{local.stack_name}-{logical_id}" for logical_id in metric_alarms}
+    assert len(alarms) == 7
     contract = WorkerContract.from_env(local.task_environment)
-    assert alarms["ApproximateAgeOfOldestMessage:SqsWorker-dev-dlq"]["Threshold"] == contract.dlq_age_alarm_seconds
-    assert alarms["ApproximateNumberOfMessagesVisible:SqsWorker-dev-dlq"]["AlarmActions"] == [
-        local.outputs["PagingTopicArn"]
-    ]
+    dlq_age = next(a for k, a in alarms.items() if "DlqAge" in k)
+    assert (dlq_age["MetricName"], dlq_age["Threshold"]) == (
+        "ApproximateAgeOfOldestMessage",
+        contract.dlq_age_alarm_seconds,
+    )
+    assert dlq_age["Dimensions"] == [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
+    # dev sends its pages to the ticket topic (pages_to_tickets in cdk.json).
+    assert dlq_age["AlarmActions"] == [local.outputs["TicketTopicArn"]]
+    arrivals = next(a for k, a in alarms.items() if "DlqNewArrivals" in k)
+    expressions = [m["Expression"] for m in arrivals["Metrics"] if "Expression" in m]
+    (depth,) = [m["MetricStat"]["Metric"] for m in arrivals["Metrics"] if "MetricStat" in m]
+    assert expressions == ["IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)"]
+    assert depth["Dimensions"] == [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
+    skipped = [k for k, v in resources.items() if v["Type"] in LOCAL_SKIPPED_TYPES]
+    assert [s.split(" ")[0] for s in local.skipped] == skipped
+    assert len(skipped) == 2  # the composite alarm and the dashboard
 
 
 def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:

@@ -136,3 +136,31 @@ def test_settings_contract_applies_environment_retention() -> None:
     contract = parse_environment("dev", settings(source_retention_days=1, dlq_retention_days=7)).contract()
     assert (contract.source_retention_seconds, contract.dlq_retention_seconds) == (86_400, 604_800)
     assert contract.max_duration_seconds == 90
+
+
+def test_settings_tickets_and_routing() -> None:
+    """A ticket topic's subscribers and pages_to_tickets are read; dev in cdk.json sends its pages to tickets."""
+    env = parse_environment("qa", settings(tickets={"emails": ["team@corp.io"]}, pages_to_tickets=True))
+    assert (env.ticket_emails, env.ticket_https, env.pages_to_tickets) == (("team@corp.io",), (), True)
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    routing = {e.name: e.pages_to_tickets for e in load_environments(context)}
+    assert routing == {"dev": True, "staging": False, "prod": False, "demo": True}
+
+
+def test_settings_prod_cannot_send_its_pages_to_tickets() -> None:
+    """An environment that must page someone refuses pages_to_tickets."""
+    error = error_for("prod", settings(paging={"emails": ["oncall@corp.io"]}, pages_to_tickets=True))
+    assert error.parameter == f"{CONTEXT_KEY}.prod.pages_to_tickets"
+
+
+def test_settings_ticket_subscription_must_be_an_email() -> None:
+    """tickets.emails is checked like paging.emails, naming the setting and the value."""
+    error = error_for("qa", settings(tickets={"emails": ["not-an-email"]}))
+    assert (error.parameter, error.value) == (f"{CONTEXT_KEY}.qa.tickets.emails", "not-an-email")
+
+
+@pytest.mark.parametrize("url", ["http://wiki/runbook.md", "https://example.com/runbook.md#dlq-depth", ""])
+def test_settings_runbook_url_must_be_https_without_an_anchor(url: str) -> None:
+    """Alarm descriptions append #section themselves; the base must be an https:// URL (or the default path)."""
+    error = error_for("qa", settings(runbook_url=url))
+    assert error.parameter == f"{CONTEXT_KEY}.qa.runbook_url"

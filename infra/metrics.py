@@ -1,0 +1,103 @@
+"""Every metric the alarms and the dashboard use, built once, so a graph shows exactly what pages.
+
+SQS publishes queue metrics once a minute; the consumer's own metrics are the EMF
+lines it writes (namespace ``SqsWorker``, dimension ``Queue`` = the source queue's name),
+which the awslogs driver turns into CloudWatch metrics.
+https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_ecs as ecs
+
+from consumer.contract import METRICS_NAMESPACE
+from infra.queues import WorkerQueues
+
+SQS_METRIC_PERIOD = Duration.minutes(1)
+CONSUMER_PERIOD = Duration.minutes(1)
+
+
+class WorkerMetrics:
+    """The queue pair's, the service's and the consumer's metrics (attributes are ``cloudwatch.IMetric``).
+
+    Metrics an alarm uses carry no label: a labelled metric turns the alarm into a metric-math
+    alarm, and the graph legends name the metric anyway.
+
+    Example::
+
+        metrics = WorkerMetrics(queues=queues, service=consumer.service)
+        cloudwatch.Alarm(..., metric=metrics.dlq_visible, ...)
+    """
+
+    def __init__(self, *, queues: WorkerQueues, service: ecs.FargateService | None) -> None:
+        source, dlq = queues.queue, queues.dead_letter_queue
+        maximum = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
+        total = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.SUM}
+        self.source_visible = source.metric_approximate_number_of_messages_visible(**maximum)
+        self.source_in_flight = source.metric_approximate_number_of_messages_not_visible(**maximum)
+        self.source_age = source.metric_approximate_age_of_oldest_message(**maximum)
+        self.source_received = source.metric_number_of_messages_received(**total)
+        self.source_deleted = source.metric_number_of_messages_deleted(**total)
+        self.dlq_visible = dlq.metric_approximate_number_of_messages_visible(**maximum)
+        self.dlq_age = dlq.metric_approximate_age_of_oldest_message(**maximum)
+        # Messages that arrived in a DLQ that already held some: the depth went up from a non-zero value.
+        self.dlq_new_arrivals = cloudwatch.MathExpression(
+            expression="IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)",
+            using_metrics={"dlq": self.dlq_visible},
+            period=SQS_METRIC_PERIOD,
+            label="New arrivals in a non-empty DLQ",
+        )
+
+        self.running_tasks: cloudwatch.IMetric | None = None
+        self.desired_tasks: cloudwatch.IMetric | None = None
+        self.backlog_per_task: cloudwatch.IMetric | None = None
+        if service is not None:
+            dimensions = {"ClusterName": service.cluster.cluster_name, "ServiceName": service.service_name}
+
+            def insights(name: str) -> cloudwatch.Metric:
+                # Container Insights: published per service every minute while the cluster has it enabled.
+                return cloudwatch.Metric(
+                    namespace="ECS/ContainerInsights",
+                    metric_name=name,
+                    dimensions_map=dimensions,
+                    period=SQS_METRIC_PERIOD,
+                    statistic=cloudwatch.Stats.MAXIMUM,
+                )
+
+            self.running_tasks = insights("RunningTaskCount")
+            self.desired_tasks = insights("DesiredTaskCount")
+            # What the target-tracking policy keeps near scaling_target_backlog_per_task.
+            self.backlog_per_task = cloudwatch.MathExpression(
+                expression="backlog / tasks",
+                using_metrics={"backlog": self.source_visible, "tasks": self.running_tasks},
+                period=SQS_METRIC_PERIOD,
+                label="Backlog per task",
+            )
+
+        def consumer(name: str, statistic: str = cloudwatch.Stats.SUM, label: str | None = None) -> cloudwatch.Metric:
+            return cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name=name,
+                dimensions_map={"Queue": source.queue_name},
+                period=CONSUMER_PERIOD,
+                statistic=statistic,
+                label=label or name,
+            )
+
+        self.processed = consumer("processed")
+        self.failed = consumer("failed")
+        self.poisoned = consumer("poisoned")
+        self.timed_out = consumer("timed_out")
+        self.visibility_extensions = consumer("visibility_extensions")
+        self.sqs_requests = consumer("sqs_requests")
+        self.duration = {
+            p: consumer("duration", cloudwatch.Stats.percentile(p), f"duration p{p:g} (ms)") for p in (50, 90, 99)
+        }
+        self.requests_per_message = cloudwatch.MathExpression(
+            expression="requests / processed",
+            using_metrics={"requests": self.sqs_requests, "processed": self.processed},
+            period=CONSUMER_PERIOD,
+            label="SQS requests per processed message",
+        )

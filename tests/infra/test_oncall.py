@@ -1,0 +1,202 @@
+"""On-call readiness: alarm rules and routing, the stalled composite, the dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.settings import CONTEXT_KEY
+from tests.infra.conftest import Synthesized, synthesize
+
+
+def props(env: Synthesized, construct: Any) -> dict[str, Any]:
+    return env.json["Resources"][env.logical_id(construct)]["Properties"]
+
+
+def ref(env: Synthesized, construct: Any) -> dict[str, str]:
+    return {"Ref": env.logical_id(construct)}
+
+
+def arn(env: Synthesized, construct: Any) -> dict[str, list[str]]:
+    return {"Fn::GetAtt": [env.logical_id(construct), "Arn"]}
+
+
+def test_dlq_new_arrivals_alarm_fires_when_a_non_empty_dlq_grows(prod: Synthesized) -> None:
+    """Metric math on the DLQ depth: the rise, counted only when the DLQ already held messages."""
+    alarm = props(prod, prod.stack.alarms.dlq_new_arrivals)
+    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
+    (depth,) = [m for m in alarm["Metrics"] if "MetricStat" in m]
+    assert expression["Expression"] == "IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)"
+    assert depth["Id"] == "dlq" and depth["ReturnData"] is False
+    assert depth["MetricStat"]["Metric"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    assert depth["MetricStat"]["Metric"]["Dimensions"] == [
+        {
+            "Name": "QueueName",
+            "Value": {"Fn::GetAtt": [prod.logical_id(prod.stack.queues.dead_letter_queue), "QueueName"]},
+        }
+    ]
+    assert (depth["MetricStat"]["Stat"], depth["MetricStat"]["Period"]) == ("Maximum", 60)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    topic = [ref(prod, prod.stack.paging.topic)]
+    assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
+
+
+def test_dlq_depth_alarm_sends_ok_when_the_dlq_is_drained(synthesized: dict[str, Synthesized]) -> None:
+    """Every alarm with actions sends OK to the same topic as ALARM, so a drained DLQ says so."""
+    for env in synthesized.values():
+        for alarm in env.stack.alarms.paging_alarms:
+            properties = props(env, alarm)
+            assert properties["OKActions"] == properties["AlarmActions"], alarm.node.path
+            assert len(properties["AlarmActions"]) == 1
+
+
+def test_consumer_stalled_rule_is_late_and_idle_or_no_tasks(prod: Synthesized) -> None:
+    """(oldest message past the acceptable latency AND nothing deleted) OR no running task."""
+    alarms = prod.stack.alarms
+    late, idle, no_tasks = alarms.stalled_inputs
+    rule = props(prod, alarms.consumer_stalled)["AlarmRule"]
+    assert rule == {
+        "Fn::Join": [
+            "",
+            [
+                '((ALARM("',
+                arn(prod, late),
+                '") AND ALARM("',
+                arn(prod, idle),
+                '")) OR ALARM("',
+                arn(prod, no_tasks),
+                '"))',
+            ],
+        ]
+    }
+    topic = [ref(prod, prod.stack.paging.topic)]
+    composite = props(prod, alarms.consumer_stalled)
+    assert (composite["AlarmActions"], composite["OKActions"]) == (topic, topic)
+
+
+def test_consumer_stalled_inputs_catch_a_service_scaled_to_zero(prod: Synthesized) -> None:
+    """Zero tasks: no deletes (missing data breaches) and no RunningTaskCount (breaches) both fire."""
+    late, idle, no_tasks = (props(prod, a) for a in prod.stack.alarms.stalled_inputs)
+    assert (late["MetricName"], late["Threshold"], late["ComparisonOperator"]) == (
+        "ApproximateAgeOfOldestMessage",
+        prod.stack.contract.acceptable_latency_seconds,
+        "GreaterThanThreshold",
+    )
+    assert (idle["MetricName"], idle["Statistic"], idle["Threshold"], idle["ComparisonOperator"]) == (
+        "NumberOfMessagesDeleted",
+        "Sum",
+        1,
+        "LessThanThreshold",
+    )
+    assert (idle["EvaluationPeriods"], idle["TreatMissingData"]) == (5, "breaching")
+    assert (no_tasks["Namespace"], no_tasks["MetricName"], no_tasks["Threshold"]) == (
+        "ECS/ContainerInsights",
+        "RunningTaskCount",
+        1,
+    )
+    assert (no_tasks["ComparisonOperator"], no_tasks["TreatMissingData"]) == ("LessThanThreshold", "breaching")
+    assert {d["Name"] for d in no_tasks["Dimensions"]} == {"ClusterName", "ServiceName"}
+    for inputs in (late, idle, no_tasks):
+        assert "AlarmActions" not in inputs and "OKActions" not in inputs
+
+
+def test_consumer_stalled_with_an_existing_cluster_does_not_page_on_missing_task_data(tmp_path: Path) -> None:
+    """An existing cluster may lack Container Insights: its no-task input treats missing data as not breaching."""
+    existing = {
+        "handler": "consumer.examples.notifications:handle",
+        "vpc": {"vpc_id": "vpc-0abc", "availability_zones": ["eu-west-1a"], "private_subnet_ids": ["subnet-1"]},
+        "cluster_name": "shared",
+    }
+    env = synthesize(tmp_path, {CONTEXT_KEY: {"byo": existing}})["byo"]
+    no_tasks = props(env, env.stack.alarms.stalled_inputs[2])
+    assert (no_tasks["MetricName"], no_tasks["TreatMissingData"]) == ("RunningTaskCount", "notBreaching")
+
+
+@pytest.mark.parametrize(
+    ("name", "page_to"),
+    [("dev", "tickets"), ("demo", "tickets"), ("staging", "paging"), ("prod", "paging")],
+)
+def test_severity_routing_per_environment(synthesized: dict[str, Synthesized], name: str, page_to: str) -> None:
+    """Pages go to the paging topic unless the environment sends them to tickets; tickets always to tickets."""
+    env = synthesized[name]
+    alarms, stack = env.stack.alarms, env.stack
+    page_topic = [ref(env, getattr(stack, page_to).topic)]
+    ticket_topic = [ref(env, stack.tickets.topic)]
+    for construct_id, severity in alarms.severity.items():
+        alarm = getattr(alarms, re.sub(r"(?<!^)(?=[A-Z])", "_", construct_id).lower())
+        expected = page_topic if severity == "page" else ticket_topic
+        assert props(env, alarm)["AlarmActions"] == expected, construct_id
+    assert alarms.severity == {
+        "DlqDepth": "page",
+        "DlqNewArrivals": "page",
+        "DlqAge": "page",
+        "BacklogAge": "ticket",
+        "ConsumerStalled": "page",
+    }
+
+
+def test_ticket_topic_shares_the_paging_key(prod: Synthesized) -> None:
+    """One KMS key (already admitting CloudWatch) encrypts both topics: no second key to pay for."""
+    key = arn(prod, prod.stack.paging.key)
+    assert props(prod, prod.stack.tickets.topic)["KmsMasterKeyId"] == key
+    assert props(prod, prod.stack.paging.topic)["KmsMasterKeyId"] == key
+    assert len(prod.resources("AWS::KMS::Key")) == 1
+
+
+def _dashboard(env: Synthesized) -> str:
+    """The dashboard body with every reference replaced by its logical id, as one string."""
+    body = props(env, env.stack.dashboard.dashboard)["DashboardBody"]["Fn::Join"][1]
+    parts = []
+    for part in body:
+        if isinstance(part, str):
+            parts.append(part)
+        elif "Fn::GetAtt" in part:
+            parts.append("<" + ".".join(part["Fn::GetAtt"]) + ">")
+        else:
+            parts.append("<" + part["Ref"] + ">")
+    return "".join(parts)
+
+
+def test_dashboard_graphs_both_queues_by_their_own_names(dev: Synthesized) -> None:
+    """Source and DLQ widgets name the queues of this stack, by reference, with the alarms' statistics."""
+    body = json.loads(_dashboard(dev))
+    source = f"<{dev.logical_id(dev.stack.queues.queue)}.QueueName>"
+    dlq = f"<{dev.logical_id(dev.stack.queues.dead_letter_queue)}.QueueName>"
+    graphs = {w["properties"]["title"]: w["properties"] for w in body["widgets"] if w["type"] == "metric"}
+    assert graphs["Source queue: depth"]["metrics"] == [
+        ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", source, {"period": 60, "stat": "Maximum"}],
+        ["AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "QueueName", source, {"period": 60, "stat": "Maximum"}],
+    ]
+    assert graphs["DLQ: oldest message age (s)"]["metrics"] == [
+        ["AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", dlq, {"period": 60, "stat": "Maximum"}]
+    ]
+    assert graphs["DLQ: oldest message age (s)"]["annotations"]["horizontal"][0]["value"] == (
+        dev.stack.contract.dlq_age_alarm_seconds
+    )
+
+
+def test_dashboard_shows_the_consumers_own_metrics_and_the_scaling_target(dev: Synthesized) -> None:
+    """processed/failed/poisoned, duration p50/p90/p99, extensions, requests per message, tasks, backlog per task."""
+    body = _dashboard(dev)
+    for metric in ("processed", "failed", "poisoned", "visibility_extensions", "sqs_requests", "duration"):
+        assert f'"SqsWorker","{metric}","Queue","<{dev.logical_id(dev.stack.queues.queue)}.QueueName>"' in body
+    for stat in ("p50", "p90", "p99"):
+        assert f'"stat":"{stat}"' in body
+    assert '"expression":"requests / processed"' in body
+    assert '"expression":"backlog / tasks"' in body
+    assert '"ECS/ContainerInsights","RunningTaskCount"' in body
+    target = dev.stack.contract.scaling_target_backlog_per_task
+    assert f'{{"value":{target},"label":"scaling target","yAxis":"left"}}' in body
+
+
+def test_dashboard_alarm_widget_lists_every_alarm_with_actions(dev: Synthesized) -> None:
+    """The status row shows exactly the alarms that notify someone."""
+    body = json.loads(_dashboard(dev))
+    (status,) = [w for w in body["widgets"] if w["type"] == "alarm"]
+    expected = [f"<{dev.logical_id(a)}.Arn>" for a in dev.stack.alarms.paging_alarms]
+    assert status["properties"]["alarms"] == expected
