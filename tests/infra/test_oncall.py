@@ -200,3 +200,32 @@ def test_dashboard_alarm_widget_lists_every_alarm_with_actions(dev: Synthesized)
     (status,) = [w for w in body["widgets"] if w["type"] == "alarm"]
     expected = [f"<{dev.logical_id(a)}.Arn>" for a in dev.stack.alarms.paging_alarms]
     assert status["properties"]["alarms"] == expected
+
+
+@pytest.mark.parametrize(
+    ("attribute", "metric", "threshold", "periods", "comparison", "section"),
+    [
+        ("dlq_depth", "ApproximateNumberOfMessagesVisible", 1, 1, "GreaterThanOrEqualToThreshold", "dlq-depth"),
+        ("dlq_new_arrivals", None, 1, 1, "GreaterThanOrEqualToThreshold", "dlq-new-arrivals"),
+        ("dlq_age", "ApproximateAgeOfOldestMessage", "dlq_age_alarm_seconds", 1, "GreaterThanThreshold", "dlq-age"),
+        (
+            "backlog_age",
+            "ApproximateAgeOfOldestMessage",
+            "backlog_age_alarm_seconds",
+            3,
+            "GreaterThanThreshold",
+            "backlog-age",
+        ),
+    ],
+)
+def test_each_metric_alarm_rule_and_runbook_section(
+    prod: Synthesized, attribute: str, metric: str | None, threshold: Any, periods: int, comparison: str, section: str
+) -> None:
+    """Metric, threshold (from the contract), periods, comparison, missing data and the runbook section named."""
+    alarm = props(prod, getattr(prod.stack.alarms, attribute))
+    expected = threshold if isinstance(threshold, int) else getattr(prod.stack.contract, threshold)
+    assert alarm.get("MetricName") == metric
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (expected, comparison)
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (periods, periods)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmDescription"].endswith(f"Runbook: docs/runbook.md#{section}")
