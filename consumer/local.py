@@ -171,7 +171,7 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
         return value
     if isinstance(value, dict) and set(value) == {"Ref"}:
         resolved = physical.get(value["Ref"])
-        if resolved.startswith("arn:aws:ecs:"):
+        if resolved and resolved.startswith("arn:aws:ecs:"):
             return resolved.rsplit("/", 1)[-1]  # a cluster's Ref is its name
         if resolved:
             return _queue_url(resolved, endpoint) if resolved.startswith("https://sqs.") else resolved

@@ -17,7 +17,7 @@ import pytest
 
 from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.dead_letter import read_reason
-from consumer.local import LOCAL_SKIPPED_TYPES, LocalProvisioningError, LocalStack, provision, start_server
+from consumer.local import LOCAL_SKIPPED_TYPES, LocalProvisioningError, LocalStack, _resolve, provision, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT = {
@@ -181,3 +181,9 @@ def test_local_up_prints_the_environment_and_serves_until_interrupted(dev_templa
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_local_reference_to_an_unknown_resource_is_a_clear_error() -> None:
+    """A Ref the local stack cannot resolve names itself instead of failing on a missing value."""
+    with pytest.raises(LocalProvisioningError, match="Nowhere"):
+        _resolve({"Ref": "Nowhere"}, {}, "http://127.0.0.1:1")
