@@ -83,10 +83,15 @@ def test_demo_short_form_dead_letters_only_poison_with_reasons(
 
 
 def test_demo_short_form_redrives_the_outage_events(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
-    """The outage events exhausted their retries into the DLQ and the operator's redrive moved exactly those back."""
+    """The outage events exhausted their retries into the DLQ and the operator's redrive moved them back.
+
+    A flaky event may be moved with them: a shutdown hand-back during the rolling restart spends a
+    receive, so its two 503s can exhaust it (into the DLQ with that reason, then redriven and delivered).
+    """
     _, report = short_run
+    produced = report["accounting"]["produced"]
     assert report["redrive"]["exit_code"] == 0
-    assert report["redrive"]["moved"] == report["accounting"]["produced"]["outage"]
+    assert produced["outage"] <= report["redrive"]["moved"] <= produced["outage"] + produced.get("flaky", 0)
 
 
 def test_demo_short_form_no_duplicates_despite_slow_deliveries(
