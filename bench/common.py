@@ -134,7 +134,8 @@ class Subject:
             command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
-    def ready(self, timeout: float = 60) -> None:
+    def ready(self) -> None:
+        """Block until the subject prints "ready" (it exits, and so ends the read, if it cannot start)."""
         line = self.process.stdout.readline() if self.process.stdout else ""
         if line.strip() != "ready":
             self.process.kill()

@@ -68,8 +68,7 @@ class QueueAlarms(Construct):
         self.runbook_url = runbook_url
         self.severity: dict[str, str] = {}
         topics = {PAGE: actions.SnsAction(page_topic), TICKET: actions.SnsAction(ticket_topic)}
-        dlq_name = f"{stack}-dlq{'.fifo' if contract.fifo else ''}"
-        source_name = f"{stack}-source{'.fifo' if contract.fifo else ''}"
+        dlq_name, source_name = metrics.queues.dlq_name, metrics.queues.source_name
         stats = f"python -m consumer dlq stats --stack {stack}"
         peek = f"python -m consumer dlq peek --stack {stack}"
         redrive = f"python -m consumer dlq redrive --stack {stack} --dry-run"

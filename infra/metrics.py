@@ -32,6 +32,7 @@ class WorkerMetrics:
     """
 
     def __init__(self, *, queues: WorkerQueues, service: ecs.FargateService | None) -> None:
+        self.queues = queues
         source, dlq = queues.queue, queues.dead_letter_queue
         maximum = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
         total = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.SUM}

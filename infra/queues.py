@@ -29,7 +29,8 @@ class WorkerQueues(Construct):
     cycle. A named queue also cannot be silently replaced by a deploy
     (CloudFormation refuses to replace a custom-named resource).
 
-    Attributes: ``queue`` (source), ``dead_letter_queue``.
+    Attributes: ``queue`` (source), ``dead_letter_queue``, and their names known at synth time,
+    ``source_name`` and ``dlq_name`` (for text such as alarm descriptions; tokens are not).
     """
 
     def __init__(
@@ -44,8 +45,8 @@ class WorkerQueues(Construct):
         self.contract = contract
         stack = Stack.of(self)
         suffix = ".fifo" if contract.fifo else ""
-        source_name = f"{stack.stack_name}-source{suffix}"
-        dlq_name = f"{stack.stack_name}-dlq{suffix}"
+        source_name = self.source_name = f"{stack.stack_name}-source{suffix}"
+        dlq_name = self.dlq_name = f"{stack.stack_name}-dlq{suffix}"
         if len(source_name) > SQS_MAX_QUEUE_NAME:
             raise ValueError(
                 f'"stack_name" must be short enough for a queue name of at most {SQS_MAX_QUEUE_NAME}'
