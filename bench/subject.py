@@ -231,6 +231,7 @@ def main(
                 "seconds": t1 - t0,
                 "window": window,
                 "requests_by_operation": dict(recorder.requests),
+                "total": recorder.snapshot(),
                 "latencies": recorder.latencies,
                 "starts": dict(recorder.starts),
                 "idle": idle,

@@ -69,6 +69,9 @@ def measure(
         "rss_idle_kib": result["idle"]["rss_kib"],
         "rss_load_kib": result["load"]["rss_kib"],
         "duplicate_starts": sum(n - 1 for n in result["starts"].values()),
+        # Whole-run counts (start-up and stop included), for bounds that hold by construction.
+        "total_deleted": result["total"]["deleted"],
+        "total_requests_by_operation": result["requests_by_operation"],
     }
 
 

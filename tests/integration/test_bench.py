@@ -35,7 +35,16 @@ def test_bench_ours_at_saturation_costs_at_most_a_quarter_request_per_message(en
 
 
 def test_bench_naive_baseline_pays_a_delete_per_message(endpoint: str) -> None:
-    """The baseline receives 10 and deletes each: at least 1.1 requests per message, so the comparison is real."""
+    """The baseline receives 10 and deletes each: at least 1.1 requests per message, so the comparison is real.
+
+    Counted over the whole run, not the 3 s window: a window can open between a receive and its
+    deletes, which leaves the window's ratio a little under 1.1 (CI once saw 74/68 = 1.088).
+    Over the whole run the bound holds by construction: one DeleteMessage per deleted message,
+    and at least one ReceiveMessage per 10 of them."""
     row = measure(endpoint, "naive", 1, 0.0, warmup=1.0, window=3.0, target_depth=DEPTH)
-    assert row["deleted"] >= 10, row
-    assert row["requests_per_message"] >= 1.09, row
+    deleted, calls = row["total_deleted"], row["total_requests_by_operation"]
+    assert deleted >= 10, row
+    assert calls.get("DeleteMessage") == deleted, row
+    assert calls.get("DeleteMessageBatch", 0) == 0, row
+    assert 10 * calls.get("ReceiveMessage", 0) >= deleted, row
+    assert 10 * sum(calls.values()) >= 11 * deleted, row
