@@ -15,7 +15,8 @@ What one run does, all on 127.0.0.1 with no AWS account:
    SIGKILLed every ``--kill-every`` seconds and replaced, and the endpoint is
    restarted once (the proxy stops listening for ``--outage-seconds``; moto's
    state is in memory, so restarting moto itself would lose every queue);
-3. **corpus phase** (faults paused, no kills): the bad-input corpus of
+3. **corpus phase** (faults paused, no kills, and sent once every request from
+   before the pause has been answered): the bad-input corpus of
    :mod:`bench.corpus`, one message per kind, then a few good canaries: each
    corpus message must reach the DLQ with a reason at its first receive, and the
    consumers must still be running and delivering;
@@ -358,6 +359,10 @@ class Chaos:
     def _corpus_phase(self, fleet: Fleet, proxy: FaultProxy, downstream: IdempotentDownstream) -> list[dict]:
         self._mark("corpus: faults paused, no kills")
         proxy.pause_faults()
+        # A consumer SIGKILLed (or cut off by the outage) mid long poll left that poll waiting at moto;
+        # a corpus message handed to it would come back at receive 2 after its lease. Let them end.
+        proxy.settle()
+        self._mark("corpus: sending (every request from before the pause answered)")
         size = int(
             self.moto.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])[
                 "Attributes"
@@ -976,7 +981,10 @@ started another, as ECS would.
 ## Bad-input corpus (standard queue): each in the DLQ with a reason at receive 1
 
 Faults paused and no kills during this phase: a lost ReceiveMessage answer would make any
-message's first visible receive its second, which says nothing about the consumer. Five good
+message's first visible receive its second, which says nothing about the consumer. The corpus is
+sent only once every request forwarded before the pause has been answered: a consumer SIGKILLed
+mid long poll leaves its poll waiting at moto, and a message handed to it comes back one receive
+count up after its lease (`FaultProxy.settle`). Five good
 canaries sent after the corpus were applied ({"yes" if not any("canaries" in f for f in result.failures) else "NO"}),
 by the same consumer processes.
 

@@ -113,6 +113,8 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._rng = random.Random(self.plan.seed)
         self._connections: set[socket.socket] = set()
+        self._inflight: set[int] = set()  # ids of requests being forwarded to moto now
+        self._next_id = 0
         self._server = self._bind(port)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -131,8 +133,39 @@ class FaultProxy:
         self._drop_connections()
 
     def pause_faults(self) -> None:
-        """Forward everything untouched until :meth:`resume_faults`."""
+        """Forward everything untouched until :meth:`resume_faults`.
+
+        This includes the answers to requests that arrived before the pause: a long poll drawn for
+        ``error_after`` while faults were on gets its real answer if that answer comes after the pause.
+        """
         self._paused.set()
+
+    @property
+    def in_flight(self) -> int:
+        """How many requests are being forwarded to moto now."""
+        with self._lock:
+            return len(self._inflight)
+
+    def settle(self, timeout: float = UPSTREAM_TIMEOUT_SECONDS) -> float:
+        """Wait until every request being forwarded now has been answered; returns the seconds waited.
+
+        A client that died (SIGKILL) or was cut off (an outage) mid long poll leaves its request
+        waiting at moto: moto hands the next message to that dead poll, and the message comes back
+        only after its lease, one receive count up. Settling before a phase that asserts receive
+        counts rules that out. Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        began = time.monotonic()
+        with self._lock:
+            pending = set(self._inflight)
+        while True:
+            with self._lock:
+                if not pending & self._inflight:
+                    return time.monotonic() - began
+            if time.monotonic() - began > timeout:
+                raise TimeoutError(
+                    f"{len(pending & self._inflight)} forwarded requests still unanswered after {timeout} s"
+                )
+            time.sleep(0.05)
 
     def resume_faults(self) -> None:
         self._paused.clear()
@@ -222,15 +255,22 @@ class FaultProxy:
             self._count(fault, operation)
             self._reply(request, *error_body(fault, operation))
             return
+        with self._lock:
+            self._next_id += 1
+            request_id = self._next_id
+            self._inflight.add(request_id)
         try:
             status, headers, answer = self._forward(request, body)
         except OSError as error:
             # moto unreachable or the outage reset us mid-request: the client sees a bad gateway.
             self._reply(request, 502, {"Content-Type": "text/plain"}, f"upstream failed: {error}".encode())
             return
+        finally:
+            with self._lock:
+                self._inflight.discard(request_id)
         with self._lock:
             self.forwarded[operation] += 1
-        if fault == ERROR_AFTER:
+        if fault == ERROR_AFTER and not self._paused.is_set():
             self._count(fault, operation)
             self._reply(request, *error_body(fault, operation))
             return

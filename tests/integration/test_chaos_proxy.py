@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -144,3 +146,63 @@ def test_proxy_outage_refuses_connections_then_serves_on_the_same_port(
         "Attributes"
     ] == {"ApproximateNumberOfMessages": "1"}
     assert len(clean.outages) == 1
+
+
+def wait_for(condition: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_proxy_paused_faults_apply_to_answers_of_earlier_requests(
+    answer_losing: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """A long poll drawn for error_after before the pause gets its real answer when that comes after it."""
+    got: list[Any] = []
+    poll = threading.Thread(
+        target=lambda: got.append(client(answer_losing).receive_message(QueueUrl=queue_url, WaitTimeSeconds=10))
+    )
+    poll.start()
+    wait_for(lambda: answer_losing.in_flight == 1)
+    answer_losing.pause_faults()
+    direct.send_message(QueueUrl=queue_url, MessageBody="after the pause")
+    poll.join(15)
+    assert [m["Body"] for m in got[0]["Messages"]] == ["after the pause"]
+    assert answer_losing.faults[(ERROR_AFTER, "ReceiveMessage")] == 0
+
+
+DEAD_POLL = """
+import sys, boto3
+sqs = boto3.client("sqs", region_name=sys.argv[3], endpoint_url=sys.argv[1])
+sqs.receive_message(QueueUrl=sys.argv[2], WaitTimeSeconds=3)
+"""
+
+
+def test_proxy_settle_outlasts_the_long_poll_of_a_sigkilled_client(
+    clean: FaultProxy, direct: Any, queue_url: str
+) -> None:
+    """A SIGKILLed client's long poll still waits at moto and swallows the next message (one receive
+    count up, in flight for its lease); after settle() the next message is received at count 1."""
+
+    def killed_poller() -> None:
+        process = subprocess.Popen([sys.executable, "-c", DEAD_POLL, clean.url, queue_url, REGION])
+        wait_for(lambda: clean.in_flight == 1)
+        process.kill()
+        process.wait()
+
+    killed_poller()
+    direct.send_message(QueueUrl=queue_url, MessageBody="swallowed")
+    wait_for(lambda: visible(direct, queue_url) == 0)  # the hazard is real: the dead poll took it
+    attributes = direct.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+    )
+    assert attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "1"
+    direct.purge_queue(QueueUrl=queue_url)
+
+    killed_poller()
+    clean.settle(timeout=10)
+    assert clean.in_flight == 0
+    direct.send_message(QueueUrl=queue_url, MessageBody="kept")
+    (message,) = direct.receive_message(QueueUrl=queue_url, AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    assert (message["Body"], message["Attributes"]["ApproximateReceiveCount"]) == ("kept", "1")
