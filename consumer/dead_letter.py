@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from consumer.contract import DLQ_REASON_HEADROOM_BYTES
-from consumer.message import Message
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
 
 #: SQS allows at most 10 message attributes per message.
 SQS_MAX_MESSAGE_ATTRIBUTES = 10
@@ -47,6 +47,8 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
     """Arguments for ``sqs.send_message`` that move ``message`` to the DLQ intact."""
     record = reason_record(message, reason=reason, kind=kind, source_queue_url=source_queue_url)
     attributes = attributes_from_json(message.message_attributes)
+    # The receives spent are in the reason record; a message redriven from the DLQ starts a new budget.
+    attributes.pop(PRIOR_RECEIVES_ATTRIBUTE, None)
     if len(attributes) + 1 > SQS_MAX_MESSAGE_ATTRIBUTES:
         # No room for the reason: keep every original attribute, folded into one JSON attribute.
         attributes = {
@@ -77,17 +79,28 @@ def _bounded_json(record: dict[str, Any]) -> str:
     return value
 
 
-def requeue_parameters(message: Message, *, queue_url: str, delay_seconds: int = 0) -> dict[str, Any]:
+def can_carry_receives(message: Message) -> bool:
+    """Whether a copy of ``message`` can carry its spent receives (SQS allows 10 attributes)."""
+    attributes = message.message_attributes
+    return PRIOR_RECEIVES_ATTRIBUTE in attributes or len(attributes) < SQS_MAX_MESSAGE_ATTRIBUTES
+
+
+def requeue_parameters(
+    message: Message, *, queue_url: str, delay_seconds: int = 0, attempted: bool = False
+) -> dict[str, Any]:
     """Arguments for ``sqs.send_message`` that put a fresh copy of ``message`` on a standard queue.
 
     Same body and attributes, so the same idempotency key; SQS gives it a new
-    MessageId and a receive count starting again at 1.
+    MessageId and a receive count starting again at 1. So that the copy's retry
+    budget is what the message had left, the copy carries ``x-prior-receives``:
+    the receives spent on attempts so far, counting this one only if it was
+    ``attempted`` (when :func:`can_carry_receives`; otherwise the count restarts).
     """
-    params: dict[str, Any] = {
-        "QueueUrl": queue_url,
-        "MessageBody": message.body,
-        "MessageAttributes": attributes_from_json(message.message_attributes),
-    }
+    attributes = attributes_from_json(message.message_attributes)
+    if can_carry_receives(message):
+        spent = message.receive_count - (0 if attempted else 1)
+        attributes[PRIOR_RECEIVES_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(spent)}
+    params: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": message.body, "MessageAttributes": attributes}
     if delay_seconds:
         params["DelaySeconds"] = min(delay_seconds, SQS_MAX_DELAY_SECONDS)
     return _with_trace(params, message)

@@ -494,8 +494,8 @@ class Demo:
             def settled_before_redrive() -> bool:
                 # Every event delivered or in the DLQ, the source empty. Usually the DLQ then holds exactly
                 # the poison and outage events; a flaky one can join them with its 503 as reason when a
-                # shutdown hand-back spent one of its receives (the rolling restart): the redrive's filter
-                # takes it back with the outage events.
+                # receive nobody saw (its answer lost at the rolling restart) spent one of its receives:
+                # the redrive's filter takes it back with the outage events.
                 visible, in_flight, dead = self.depths
                 delivered = len(must_deliver_first & downstream.delivered())
                 return (
@@ -769,7 +769,7 @@ def render_report(result: DemoResult, console: Console) -> None:
         ("processed (delivered exactly once at the webhook)", f"{a.delivered}"),
         ("retried (backoffs after a failure)", f"{result.retried}; downstream refusals {result.downstream_refusals}"),
         ("heartbeat visibility extensions", str(result.heartbeat_extensions)),
-        ("requeued unattempted on their last allowed receive", str(result.requeued)),
+        ("handed back as copies keeping their spent receives", str(result.requeued)),
         ("sent to the DLQ with a reason (still there)", str(sum(a.dead_lettered.values()))),
         (
             "redriven (outage over, then the operator's command)",

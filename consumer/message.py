@@ -6,6 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Message attribute a requeued copy carries: the receives its earlier copies spent (see Message.receive_count).
+PRIOR_RECEIVES_ATTRIBUTE = "x-prior-receives"
+#: A carried count above this is not ours (or not sane): it is ignored rather than trusted.
+MAX_PRIOR_RECEIVES = 10_000
+
 
 class PoisonMessage(Exception):
     """Raise from a handler when a message can never succeed (bad JSON, failed schema check...).
@@ -30,6 +35,12 @@ class Message:
     ``attributes`` are SQS system attributes (``ApproximateReceiveCount``,
     ``SentTimestamp``, ``MessageGroupId``...); ``message_attributes`` are the
     sender's own, as boto3 returns them.
+
+    ``receive_count`` counts the receives of the message across the copies the
+    consumer made of it: ``ApproximateReceiveCount`` plus ``prior_receives``, the
+    receives its earlier copies spent on attempts (the ``x-prior-receives``
+    attribute of a requeued copy, see ``consumer.dead_letter.requeue_parameters``).
+    Retries, backoff and the move to the DLQ all go by it.
     """
 
     body: str
@@ -38,16 +49,26 @@ class Message:
     receive_count: int = 1
     attributes: Mapping[str, str] = field(default_factory=dict)
     message_attributes: Mapping[str, Any] = field(default_factory=dict)
+    prior_receives: int = 0
 
     @classmethod
     def from_sqs(cls, raw: Mapping[str, Any]) -> Message:
         """Build from one entry of a boto3 ``receive_message`` response's ``Messages``."""
         attributes = dict(raw.get("Attributes", {}))
+        message_attributes = dict(raw.get("MessageAttributes", {}))
+        prior = _prior_receives(message_attributes)
         return cls(
             body=raw.get("Body", ""),
             message_id=raw["MessageId"],
             receipt_handle=raw["ReceiptHandle"],
-            receive_count=int(attributes.get("ApproximateReceiveCount", "1")),
+            receive_count=int(attributes.get("ApproximateReceiveCount", "1")) + prior,
             attributes=attributes,
-            message_attributes=dict(raw.get("MessageAttributes", {})),
+            message_attributes=message_attributes,
+            prior_receives=prior,
         )
+
+
+def _prior_receives(message_attributes: Mapping[str, Any]) -> int:
+    """The carried count of a requeued copy; 0 when absent or not a count we could have written."""
+    raw = message_attributes.get(PRIOR_RECEIVES_ATTRIBUTE, {}).get("StringValue", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) <= MAX_PRIOR_RECEIVES else 0

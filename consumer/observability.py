@@ -20,7 +20,7 @@ Metric names the runtime emits (namespace ``SqsWorker``, dimension ``Queue``):
 - ``sqs_requests`` (Count): SQS API calls (receive, delete, change visibility, send).
 - ``received`` (Count): messages received; ``deleted`` (Count): deletes SQS confirmed.
 - ``deferred`` (Count): messages handed back because another holder's idempotency lease is live.
-- ``requeued`` (Count): messages handed back unattempted on their last allowed receive, as a fresh copy.
+- ``requeued`` (Count): messages handed back as a fresh copy carrying their spent receives (standard queues).
 - ``duration`` (Milliseconds): handler wall time, one value per message, so CloudWatch can compute percentiles.
 
 Usage::

@@ -13,10 +13,13 @@ Threads and what each owns:
 Outcomes: return -> delete (batched); raise -> visibility set to a jittered
 backoff from the receive count, or on the last allowed receive a move to the DLQ
 with the error as reason; ``PoisonMessage`` -> moved to the DLQ at once with its
-reason, then deleted. A message handed back unattempted (shutdown, a blocked FIFO
-group, a deferral) on its last allowed receive is requeued as a fresh copy (FIFO:
-moved to the DLQ with the reason), because SQS's redrive would otherwise
-dead-letter it at a later receive without ever trying it. Worker, poller and
+reason, then deleted. A message handed back (unstarted at shutdown, deferred to
+another holder, still running at the drain timeout) on a standard queue is
+requeued as a fresh copy that carries the receives spent on attempts
+(``x-prior-receives``), because SQS counts every receive toward the redrive
+policy, attempted or not. On a FIFO queue, where a copy would jump its group,
+the hand-back is a visibility change, and an unattempted message on its last
+allowed receive is moved to the DLQ with the reason. Worker, poller and
 heartbeat threads are daemons, so an idle consumer exits about a second after
 SIGTERM, without waiting out a long poll.
 """
@@ -41,7 +44,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.acknowledger import Acknowledger, Ticket
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
-from consumer.dead_letter import requeue_parameters, send_parameters
+from consumer.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.idempotency import Claim, IdempotencyStore, InMemoryStore, idempotency_key
 from consumer.message import Message, PoisonMessage
 from consumer.observability import Metrics, trace_context
@@ -390,9 +393,9 @@ class Consumer:
                     return True  # moved: as with poison, the rest of a FIFO group may go on
             elif receive_count == self.contract.max_receive_count - 1:
                 log.warning("message_one_receive_from_dlq", extra=context)
-        elif receive_count >= self.contract.max_receive_count:
-            # Deferred (another holder's lease is live) on its last receive: not an attempt, so it must
-            # not cost the message its place in the queue.
+        elif receive_count >= self.contract.max_receive_count or self._requeues(item.message):
+            # Deferred (another holder's lease is live): not an attempt, so it must cost the message
+            # neither its retry budget nor, on its last receive, its place in the queue.
             self._hand_back(item, "deferred", delay=self._backoff_delay(item))
             return False
         self._backoff(item, context)
@@ -409,42 +412,48 @@ class Consumer:
         self._ack.change_visibility(item.ticket, max(0, min(delay, budget)), "backoff")
         log.info("message_backoff", extra={**context, "delay_seconds": delay})
 
-    def _hand_back(self, item: InFlight, why: str, delay: int = 0) -> None:
-        """Return a message that was not attempted here, without spending its retry budget.
+    def _requeues(self, message: Message) -> bool:
+        """Whether a hand-back of ``message`` is a requeued copy that keeps its retry budget (standard queues)."""
+        return not self.contract.fifo and can_carry_receives(message)
 
-        SQS counts every receive toward ``maxReceiveCount``, attempted or not. Past the
-        last allowed receive a plain hand-back (visibility change) spends one of the
-        backstop receives the redrive policy keeps for receives the consumer never sees;
-        a few of those and SQS moves the message to the DLQ silently, with no reason
-        and never tried. So there, a standard queue gets a fresh copy (same body
-        and attributes, so the same idempotency key) before the original is deleted;
-        a FIFO queue, where a copy would jump its group's order, moves it to the DLQ
-        with the reason instead. If either send fails, the plain hand-back remains.
+    def _hand_back(self, item: InFlight, why: str, delay: int = 0, attempted: bool = False) -> None:
+        """Return a message to the queue without spending the retry budget on a receive that was no attempt.
+
+        SQS counts every receive toward ``maxReceiveCount``, attempted or not, so a plain
+        hand-back (visibility change) costs the message one of its attempts; on its last
+        allowed receive it spends the backstop receives the redrive policy keeps for
+        receives the consumer never sees, and SQS then moves it to the DLQ silently,
+        never tried. So on a standard queue every hand-back is a fresh copy (same body
+        and attributes, so the same idempotency key) carrying the receives spent so far
+        (``x-prior-receives``, this one only if ``attempted``), sent before the original
+        is deleted. A FIFO queue, where a copy would jump its group's order, keeps the
+        plain hand-back, and on the last allowed receive moves an unattempted message
+        to the DLQ with the reason instead. If a send fails, the plain hand-back remains.
         """
         message = item.message
-        if message.receive_count < self.contract.max_receive_count:
-            self._ack.change_visibility(item.ticket, delay, "release")
-            return
+        last = message.receive_count >= self.contract.max_receive_count
         context = {
             "message_id": message.message_id,
             "receive_count": message.receive_count,
             "queue_url": self.queue_url,
         }
         if self.contract.fifo:
-            reason = (
-                f"not attempted: handed back ({why}) on its last allowed receive"
-                f" ({message.receive_count} of {self.contract.max_receive_count}); FIFO order forbids a requeue"
-            )
-            if self._move_to_dlq(item, context, reason, "unattempted"):
-                return
-        elif self._requeue(item, context, why, delay):
+            if last and not attempted:
+                reason = (
+                    f"not attempted: handed back ({why}) on its last allowed receive"
+                    f" ({message.receive_count} of {self.contract.max_receive_count}); FIFO order forbids a requeue"
+                )
+                if self._move_to_dlq(item, context, reason, "unattempted"):
+                    return
+        elif (last or self._requeues(message)) and self._requeue(item, context, why, delay, attempted):
             return
         self._ack.change_visibility(item.ticket, delay, "release")
 
-    def _requeue(self, item: InFlight, context: dict, why: str, delay: int) -> bool:
-        """Send a copy to the source (receive count 1), then delete the original; False if the send failed."""
-        params = requeue_parameters(item.message, queue_url=self.queue_url, delay_seconds=delay)
-        if not self._send_then_delete(item, params, "requeue_failed", "message_requeued", {**context, "why": why}):
+    def _requeue(self, item: InFlight, context: dict, why: str, delay: int, attempted: bool) -> bool:
+        """Send a copy to the source, then delete the original; False if the send failed."""
+        params = requeue_parameters(item.message, queue_url=self.queue_url, delay_seconds=delay, attempted=attempted)
+        fields = {**context, "why": why}
+        if not self._send_then_delete(item, params, "requeue_failed", "message_requeued", fields, logging.INFO):
             return False
         self.metrics.count("requeued")
         return True
@@ -461,7 +470,9 @@ class Consumer:
             item, params, "dlq_send_failed", "message_moved_to_dlq", {**context, "kind": kind, "reason": reason}
         )
 
-    def _send_then_delete(self, item: InFlight, params: dict, failed: str, done: str, fields: dict) -> bool:
+    def _send_then_delete(
+        self, item: InFlight, params: dict, failed: str, done: str, fields: dict, level: int = logging.WARNING
+    ) -> bool:
         """The message is deleted only once SQS has confirmed its copy: at worst in two places, never in none."""
         try:
             self.client.send_message(**params)
@@ -469,7 +480,7 @@ class Consumer:
             log.error(failed, extra={**fields, "error": str(error)})
             return False
         self._ack.delete(item.ticket)
-        log.warning(done, extra=fields)
+        log.log(level, done, extra=fields)
         return True
 
     def _release(self, items: list[InFlight], why: str) -> None:
@@ -582,12 +593,17 @@ class Consumer:
                 break
             time.sleep(0.05)
         with self._lock:
-            unfinished = [i for i in self._in_flight.values() if i.state in (State.RUNNING, State.WAITING)]
-            for item in unfinished:
+            # (item, attempted): a handler still running at the drain timeout had its attempt.
+            unfinished = [
+                (i, i.state is State.RUNNING)
+                for i in self._in_flight.values()
+                if i.state in (State.RUNNING, State.WAITING)
+            ]
+            for item, _ in unfinished:
                 item.state = State.RELEASED
-        for item in unfinished:
+        for item, attempted in unfinished:
             # Past the drain time: hand back now rather than let the lease run out after SIGKILL.
-            self._hand_back(item, "drain_timeout")
+            self._hand_back(item, "drain_timeout", attempted=attempted)
             log.warning("message_handed_back", extra={"message_id": item.message.message_id})
         self._ack.close()
         self._closed.set()

@@ -18,6 +18,7 @@ from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
 from consumer.dead_letter import read_reason
 from consumer.idempotency import Claim, InMemoryStore
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
 from tests.integration.conftest import create_pair
 
@@ -311,8 +312,9 @@ def bump_receive_count(sqs: Any, url: str, times: int) -> None:
         assert received
 
 
-def test_consumer_requeues_a_deferred_message_on_its_last_receive(sqs: Any) -> None:
-    """Deferred on its last allowed receive: a fresh copy (same body and key) replaces it; nothing reaches the DLQ."""
+def test_consumer_requeues_a_deferred_message_keeping_its_spent_receives(sqs: Any) -> None:
+    """Deferred on its last allowed receive, again and again: each time a fresh copy (same body and key)
+    carries the receives spent on attempts (2; a deferral is none), so the message never reaches the DLQ."""
     contract = fast_contract()
     pair = create_pair(sqs, contract)
     key = {"idempotency-key": {"DataType": "String", "StringValue": "job-1"}}
@@ -322,9 +324,7 @@ def test_consumer_requeues_a_deferred_message_on_its_last_receive(sqs: Any) -> N
     assert store.claim("attr:job-1", owner="another-task", lease_seconds=300) is Claim.ACQUIRED
     calls: list[str] = []
     sends: list[dict[str, Any]] = []
-    deletes: list[dict[str, Any]] = []
     sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: sends.append(params))
-    sqs.meta.events.register("provide-client-params.sqs.DeleteMessageBatch", lambda params, **_: deletes.append(params))
     worker = Consumer(
         sqs,
         queue_url=pair.queue_url,
@@ -334,13 +334,65 @@ def test_consumer_requeues_a_deferred_message_on_its_last_receive(sqs: Any) -> N
         idempotency=store,
     )
     with running(worker):
-        wait_until(lambda: len(deletes) == 1)  # the copy first, then the original deleted
-    (send,) = sends
-    assert (send["QueueUrl"], send["MessageBody"], send["MessageAttributes"]) == (pair.queue_url, "job", key)
-    assert send["DelaySeconds"] >= 1  # the backoff: the other holder may still be working on it
+        wait_until(lambda: len(sends) >= 3)  # deferred on receive 3, then twice more as copies
+    carried = {**key, PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}}
+    assert [(s["QueueUrl"], s["MessageBody"], s["MessageAttributes"]) for s in sends] == [
+        (pair.queue_url, "job", carried)
+    ] * len(sends)
+    assert all(s["DelaySeconds"] >= 1 for s in sends)  # the backoff: the other holder may still be working on it
     counts = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["All"])["Attributes"]
     assert sum(int(counts[f"ApproximateNumberOfMessages{n}"]) for n in ("", "NotVisible", "Delayed")) == 1
     assert depth(sqs, pair.dlq_url) == 0 and calls == []
+
+
+def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None:
+    """A copy carrying one spent receive gets max_receive_count - 1 attempts, not a new budget; the DLQ copy
+    says 3 receives and drops the carried count, so a redrive starts afresh."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    attributes = {
+        PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "1"},
+        "tenant": {"DataType": "String", "StringValue": "acme"},
+    }
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job", MessageAttributes=attributes)
+    attempts: list[int] = []
+
+    def fail(m: Message) -> None:
+        attempts.append(m.receive_count)
+        raise RuntimeError("downstream 503")
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail)
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+    assert attempts == [2, 3]
+    (moved,) = drain(sqs, pair.dlq_url)
+    assert (read_reason(moved["MessageAttributes"]) or {}).get("receive_count") == 3
+    assert set(moved["MessageAttributes"]) == {"tenant", "x-dlq-reason"}
+
+
+def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_attempt(sqs: Any) -> None:
+    """Still running at the drain timeout: a copy replaces it carrying this receive as spent (it was an attempt)."""
+    contract = fast_contract(stop_timeout_seconds=6)  # drains for 1 s
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+    started, release = threading.Event(), threading.Event()
+    sends: list[dict[str, Any]] = []
+    sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: sends.append(params))
+
+    def slow(m: Message) -> None:
+        started.set()
+        release.wait(30)
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=slow)
+    try:
+        with running(worker):
+            assert started.wait(20)
+    finally:
+        release.set()
+    (send,) = sends
+    assert send["MessageAttributes"] == {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "1"}}
+    (copy,) = drain(sqs, pair.queue_url)
+    assert Message.from_sqs(copy).receive_count == 2
 
 
 def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_reason(sqs: Any) -> None:

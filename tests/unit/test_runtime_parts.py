@@ -20,10 +20,12 @@ from consumer.dead_letter import (
     MAX_REASON_RECORD_BYTES,
     ORIGINAL_ATTRIBUTES,
     REASON_ATTRIBUTE,
+    can_carry_receives,
     read_reason,
+    requeue_parameters,
     send_parameters,
 )
-from consumer.message import Message
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
 from consumer.runtime import Slots, lease_extension
 
 HANDLER = "tests.integration.handlers:slow"
@@ -207,3 +209,49 @@ def test_dlq_reason_attribute_headroom_covers_name_type_and_value() -> None:
     overhead = len(REASON_ATTRIBUTE) + len("String")
     assert MAX_REASON_RECORD_BYTES + overhead <= DLQ_REASON_HEADROOM_BYTES
     assert SOURCE_MAX_MESSAGE_BYTES + DLQ_REASON_HEADROOM_BYTES == SQS_MAX_MESSAGE_BYTES
+
+
+def received(receive_count: str, **attributes: dict[str, str]) -> Message:
+    raw = {
+        "MessageId": "m-1",
+        "ReceiptHandle": "rh",
+        "Body": "b",
+        "Attributes": {"ApproximateReceiveCount": receive_count},
+    }
+    return Message.from_sqs({**raw, "MessageAttributes": attributes})
+
+
+@pytest.mark.parametrize(
+    ("carried", "expected"),
+    [("2", (5, 2)), ("0", (3, 0)), ("abc", (3, 0)), ("-1", (3, 0)), ("\u00b2", (3, 0)), ("10001", (3, 0))],
+)
+def test_message_receive_count_adds_a_requeued_copys_carried_receives(carried: str, expected: tuple) -> None:
+    """A copy's count goes on from its original's; a carried value we could not have written is ignored."""
+    message = received("3", **{PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": carried}})
+    assert (message.receive_count, message.prior_receives) == expected
+
+
+def test_requeue_parameters_carry_the_receives_spent_on_attempts() -> None:
+    """Unattempted, this receive is not spent; attempted, it is. An existing carried count is replaced."""
+    copy = received("2", **{PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "4"}})
+    assert copy.receive_count == 6
+    for attempted, spent in ((False, "5"), (True, "6")):
+        params = requeue_parameters(copy, queue_url="src", attempted=attempted)
+        assert params["MessageAttributes"] == {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": spent}}
+
+
+def test_requeue_parameters_without_room_for_the_count_keep_the_ten_attributes() -> None:
+    """Ten sender attributes leave no room: the copy keeps them all and its count restarts (documented)."""
+    ten = {f"a{n}": {"DataType": "String", "StringValue": str(n)} for n in range(10)}
+    message = received("2", **ten)
+    assert not can_carry_receives(message)
+    assert requeue_parameters(message, queue_url="src")["MessageAttributes"] == ten
+    assert can_carry_receives(received("2", **dict(list(ten.items())[:9])))
+
+
+def test_dlq_parameters_drop_the_carried_count_so_a_redrive_starts_afresh() -> None:
+    """The DLQ copy's reason says how many receives were spent; the carried attribute itself is not kept."""
+    message = received("1", **{PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}})
+    params = send_parameters(message, dlq_url="dlq", reason="r", kind="exhausted", source_queue_url="src")
+    assert set(params["MessageAttributes"]) == {"x-dlq-reason"}
+    assert (read_reason(params["MessageAttributes"]) or {})["receive_count"] == 3
