@@ -42,6 +42,7 @@ from consumer.dead_letter import (
     attributes_from_json,
     attributes_to_json,
 )
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 
 app = typer.Typer(
     add_completion=False,
@@ -228,9 +229,11 @@ def source_attributes(message_attributes: Mapping[str, Any], *, keep_reason: boo
     """The attributes a message goes back to the source with: reason dropped, folded originals unfolded.
 
     With ``keep_reason`` the reason stays; folded originals are then unfolded
-    only if they and the reason fit in SQS's 10 attributes.
+    only if they and the reason fit in SQS's 10 attributes. A carried receive
+    count (on a copy SQS's own redrive moved) is dropped: a redrive starts a new budget.
     """
     attributes = attributes_from_json(attributes_to_json(message_attributes))
+    attributes.pop(PRIOR_RECEIVES_ATTRIBUTE, None)
     reason = attributes.pop(REASON_ATTRIBUTE, None)
     folded = attributes.get(ORIGINAL_ATTRIBUTES)
     if folded is not None:

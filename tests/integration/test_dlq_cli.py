@@ -16,7 +16,7 @@ from consumer import dlq
 from consumer.cli import app
 from consumer.contract import WorkerContract
 from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason, send_parameters
-from consumer.message import Message
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
 from tests.integration.conftest import REGION, QueuePair, create_pair
 
 CONTRACT = WorkerContract(max_duration_seconds=5)
@@ -201,6 +201,20 @@ def test_dlq_redrive_moves_everything_back_without_the_reason(cli: Callable[...,
     assert {m["Body"] for m in moved} == bodies
     assert all(m["MessageAttributes"] == ATTRIBUTES for m in moved)
     assert depth(server_sqs, pair.dlq_url) == (0, 0)
+
+
+def test_dlq_redrive_drops_a_carried_receive_count(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """A requeued copy that SQS's own redrive dead-lettered still carries x-prior-receives; redriven, it
+    starts a new retry budget, so the attribute does not go back with it."""
+    pair = create_pair(server_sqs, CONTRACT)
+    carried = {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "4"}}
+    server_sqs.send_message(QueueUrl=pair.dlq_url, MessageBody="job", MessageAttributes={**ATTRIBUTES, **carried})
+
+    result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
+
+    assert result.exit_code == 0, result.output
+    (moved,) = drain(server_sqs, pair.queue_url)
+    assert (moved["Body"], moved["MessageAttributes"]) == ("job", ATTRIBUTES)
 
 
 def test_dlq_redrive_fifo_keeps_group_and_dedup_ids(
