@@ -230,7 +230,8 @@ def source_attributes(message_attributes: Mapping[str, Any], *, keep_reason: boo
 
     With ``keep_reason`` the reason stays; folded originals are then unfolded
     only if they and the reason fit in SQS's 10 attributes. A carried receive
-    count (on a copy SQS's own redrive moved) is dropped: a redrive starts a new budget.
+    count (on a copy SQS's own backstop redrive moved) is dropped: a redrive starts a new budget
+    (SQS's native move task, which does not come through here, keeps it).
     """
     attributes = attributes_from_json(attributes_to_json(message_attributes))
     attributes.pop(PRIOR_RECEIVES_ATTRIBUTE, None)
