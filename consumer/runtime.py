@@ -305,14 +305,18 @@ class Consumer:
                     self._release(group[index + 1 :], "fifo_group_blocked")
                     break
 
-    def _process(self, item: InFlight) -> bool:
-        message = item.message
-        context = {
+    def _context(self, message: Message) -> dict[str, Any]:
+        """The fields every log line about ``message`` carries, trace ids included."""
+        context: dict[str, Any] = {
             "message_id": message.message_id,
             "receive_count": message.receive_count,
             "queue_url": self.queue_url,
         }
-        context.update(trace_context(message.message_attributes, message.attributes))
+        return context | trace_context(message.message_attributes, message.attributes)
+
+    def _process(self, item: InFlight) -> bool:
+        message = item.message
+        context = self._context(message)
         with self._lock:
             if item.state is not State.WAITING:
                 return False
@@ -432,11 +436,7 @@ class Consumer:
         """
         message = item.message
         last = message.receive_count >= self.contract.max_receive_count
-        context = {
-            "message_id": message.message_id,
-            "receive_count": message.receive_count,
-            "queue_url": self.queue_url,
-        }
+        context = self._context(message)
         if self.contract.fifo:
             if last and not attempted:
                 reason = (

@@ -6,6 +6,7 @@ by patching the lease cap where a test needs a handler slower than the lease.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -370,11 +371,16 @@ def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None
     assert set(moved["MessageAttributes"]) == {"tenant", "x-dlq-reason"}
 
 
-def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_attempt(sqs: Any) -> None:
-    """Still running at the drain timeout: a copy replaces it carrying this receive as spent (it was an attempt)."""
+def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_attempt(
+    sqs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Still running at the drain timeout: a copy replaces it carrying this receive as spent (it was an attempt);
+    the requeue's log line carries the message's trace id."""
     contract = fast_contract(stop_timeout_seconds=6)  # drains for 1 s
     pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+    trace = {"traceparent": {"DataType": "String", "StringValue": f"00-{'ab' * 16}-{'cd' * 8}-01"}}
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow", MessageAttributes=trace)
+    caplog.set_level(logging.INFO, logger="consumer")
     started, release = threading.Event(), threading.Event()
     sends: list[dict[str, Any]] = []
     sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: sends.append(params))
@@ -390,7 +396,9 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
     finally:
         release.set()
     (send,) = sends
-    assert send["MessageAttributes"] == {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "1"}}
+    assert send["MessageAttributes"] == {**trace, PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "1"}}
+    (requeued,) = [r for r in caplog.records if r.getMessage() == "message_requeued"]
+    assert (requeued.why, requeued.trace_id) == ("drain_timeout", "ab" * 16)
     (copy,) = drain(sqs, pair.queue_url)
     assert Message.from_sqs(copy).receive_count == 2
 
