@@ -44,7 +44,6 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,7 @@ from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, fifo_handle, standard_
 from bench.proxy import FAULT_KINDS, FaultPlan, FaultProxy
 from consumer.contract import contract_of
 from consumer.dead_letter import read_reason
-from consumer.demo import ConsumerProcess, Fleet, sample_event
+from consumer.demo import ConsumerProcess, Fleet, LoopbackWebhook, sample_event
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +112,7 @@ class Delivery:
     status: int
 
 
-class IdempotentDownstream:
+class IdempotentDownstream(LoopbackWebhook):
     """The webhook, honouring ``Idempotency-Key`` like Stripe: the first 200 per key applies the effect.
 
     Later requests with an applied key get 200 without applying again. Every raw request is
@@ -123,38 +122,17 @@ class IdempotentDownstream:
     """
 
     def __init__(self, reject: Iterable[str] = (), flaky: Iterable[str] = (), seed: int = 11) -> None:
+        super().__init__()
         self.reject, self.flaky = set(reject), set(flaky)
         self.deliveries: dict[str, list[Delivery]] = defaultdict(list)
         self.applied: Counter[str] = Counter()
         self.order: list[str] = []  # keys in the order their effect was applied
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
-        downstream = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                sender = self.path.rpartition("/c")[2]
-                status = downstream.answer(self.headers.get("Idempotency-Key", ""), int(sender or 0))
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notify"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-        self._server.server_close()
+    def respond(self, key: str, path: str) -> int:
+        sender = path.rpartition("/c")[2]
+        return self.answer(key, int(sender or 0))
 
     def answer(self, key: str, sender: int) -> int:
         arrived = time.monotonic()  # a sender SIGKILLed while we answer was alive when it sent

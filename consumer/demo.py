@@ -148,29 +148,17 @@ def build_mix(count: int, seed: int = 7) -> list[Planned]:
 # --------------------------------------------------------------------------- the downstream
 
 
-class Downstream:
-    """The webhook the example handler POSTs to, on 127.0.0.1; it records every attempt per event id.
+class LoopbackWebhook:
+    """An HTTP server on 127.0.0.1 (``url`` ends in ``/notify``) that answers every POST with an
+    empty body and the status :meth:`respond` returns for its ``Idempotency-Key`` and path."""
 
-    A success is counted when the 200 is sent, so ``successes[id] > 1`` is a duplicate side effect.
-    """
-
-    def __init__(self, plan: Iterable[Planned], slow_seconds: float) -> None:
-        self.plan = {p.event_id: p for p in plan}
-        self.slow_seconds = slow_seconds
-        self.outage = threading.Event()
-        self.outage.set()
-        self.attempts: Counter[str] = Counter()
-        self.successes: Counter[str] = Counter()
-        self.refusals: Counter[int] = Counter()
-        self._lock = threading.Lock()
-        self._rng = random.Random(11)
-        downstream = self
+    def __init__(self) -> None:
+        webhook = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-                length = int(self.headers.get("Content-Length", "0"))
-                self.rfile.read(length)
-                status = downstream.answer(self.headers.get("Idempotency-Key", ""))
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                status = webhook.respond(self.headers.get("Idempotency-Key", ""), self.path)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -183,6 +171,9 @@ class Downstream:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notify"
         self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
 
+    def respond(self, key: str, path: str) -> int:
+        raise NotImplementedError
+
     def start(self) -> None:
         self._thread.start()
 
@@ -190,6 +181,28 @@ class Downstream:
         if self._thread.is_alive():  # shutdown() waits for serve_forever(), forever if it never ran
             self._server.shutdown()
         self._server.server_close()
+
+
+class Downstream(LoopbackWebhook):
+    """The webhook the example handler POSTs to, on 127.0.0.1; it records every attempt per event id.
+
+    A success is counted when the 200 is sent, so ``successes[id] > 1`` is a duplicate side effect.
+    """
+
+    def __init__(self, plan: Iterable[Planned], slow_seconds: float) -> None:
+        super().__init__()
+        self.plan = {p.event_id: p for p in plan}
+        self.slow_seconds = slow_seconds
+        self.outage = threading.Event()
+        self.outage.set()
+        self.attempts: Counter[str] = Counter()
+        self.successes: Counter[str] = Counter()
+        self.refusals: Counter[int] = Counter()
+        self._lock = threading.Lock()
+        self._rng = random.Random(11)
+
+    def respond(self, key: str, path: str) -> int:
+        return self.answer(key)
 
     def answer(self, event_id: str) -> int:
         planned = self.plan.get(event_id)
