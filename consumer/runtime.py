@@ -588,8 +588,11 @@ class Consumer:
         deadline = self._clock() + self.contract.drain_timeout_seconds
         while self._clock() < deadline:
             with self._lock:
-                running = [i for i in self._in_flight.values() if i.state is State.RUNNING]
-            if not running:
+                # DONE stays in flight until its outcome (delete, backoff, DLQ move or requeue) has been
+                # handed to the acknowledger: exiting earlier would cut a DLQ move between its send and
+                # its delete, and the message would come back to be moved a second time.
+                busy = [i for i in self._in_flight.values() if i.state in (State.RUNNING, State.DONE)]
+            if not busy:
                 break
             time.sleep(0.05)
         with self._lock:

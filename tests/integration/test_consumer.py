@@ -146,6 +146,30 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
     assert (reason["kind"], reason["reason"], reason["receive_count"]) == ("poison", "body is not JSON", 1)
 
 
+def test_consumer_stopping_mid_dlq_move_finishes_it_before_exiting(sqs: Any) -> None:
+    """SIGTERM while a poison message's DLQ send is on the wire: the consumer waits for the move and its
+    delete before exiting, so the message is in the DLQ once and gone from the source (not moved twice)."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="{not json")
+    sending = threading.Event()
+
+    def slow_send(**_: Any) -> None:
+        sending.set()
+        time.sleep(1.5)
+
+    sqs.meta.events.register("before-call.sqs.SendMessage", slow_send)
+
+    def reject(message: Message) -> None:
+        raise PoisonMessage("body is not JSON")
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
+    with running(worker) as result:
+        assert sending.wait(20)
+    assert result["code"] == EXIT_OK
+    assert (depth(sqs, pair.queue_url), depth(sqs, pair.dlq_url)) == (0, 1)
+
+
 def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) -> None:
     """A handler running 1.5x the initial visibility is extended, finishes once, and is deleted."""
     contract = fast_contract(max_duration_seconds=8, concurrency=2, max_lease_seconds=4)  # a 4 s lease, a 6 s handler
