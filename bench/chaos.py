@@ -377,20 +377,16 @@ class Chaos:
         contract = contract_of(fifo_handle)
         sqs = self.moto
         suffix = f"chaos-{os.getpid()}"
+        fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
         dlq_url = sqs.create_queue(
             QueueName=f"{suffix}-dlq.fifo",
-            Attributes={
-                "FifoQueue": "true",
-                "ContentBasedDeduplication": "true",
-                "MessageRetentionPeriod": str(contract.dlq_retention_seconds),
-            },
+            Attributes={**fifo, "MessageRetentionPeriod": str(contract.dlq_retention_seconds)},
         )["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         queue_url = sqs.create_queue(
             QueueName=f"{suffix}-source.fifo",
             Attributes={
-                "FifoQueue": "true",
-                "ContentBasedDeduplication": "true",
+                **fifo,
                 "VisibilityTimeout": str(contract.visibility_timeout_seconds),
                 "MessageRetentionPeriod": str(contract.source_retention_seconds),
                 "RedrivePolicy": json.dumps(
