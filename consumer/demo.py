@@ -507,7 +507,8 @@ class Demo:
             def settled_before_redrive() -> bool:
                 # Every event delivered or in the DLQ, the source empty. Usually the DLQ then holds exactly
                 # the poison and outage events; a flaky one can join them with its 503 as reason when a
-                # receive nobody saw (its answer lost at the rolling restart) spent one of its receives:
+                # receive nobody saw (a long poll left pending by a consumer that exited at the rolling
+                # restart) spent one of its receives:
                 # the redrive's filter takes it back with the outage events.
                 visible, in_flight, dead = self.depths
                 delivered = len(must_deliver_first & downstream.delivered())
@@ -537,7 +538,7 @@ class Demo:
                     )
                     if not (stalled and stalled.startswith(QUIET) and self.depths[2] > expected_dlq):
                         break
-                    # A late arrival: an event whose receive was lost at the rolling restart can exhaust
+                    # A late arrival: an event with a receive lost to a pending poll at the restart can exhaust
                     # its retries after the first redrive. The operator redrives again, as one would.
                     self.phase = "operator: redriving late arrivals"
                     again = self._redrive()
