@@ -59,6 +59,8 @@ TICK_SECONDS = 0.5
 #: (see Slots.reserve_up_to); 0.2 SQS requests per message needs full batches.
 BATCH_FILL_SECONDS = 0.1
 METRICS_FLUSH_SECONDS = 60
+#: At shutdown, how long to wait for a poller handing on the messages of a receive answered meanwhile.
+DISPATCH_WAIT_SECONDS = 2.0
 EXIT_OK = 0
 EXIT_CRASHED = 1
 EXIT_STUCK = 3
@@ -183,6 +185,10 @@ class Consumer:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._in_flight: dict[int, InFlight] = {}
+        # Pollers between a receive's answer and handing its messages on; shutdown waits for them
+        # before it collects what to hand back, and refuses new ones once it has (``_closing``).
+        self._dispatching = 0
+        self._closing = False
         self._slots = Slots(contract.concurrency)
         self._work: queue.Queue[list[InFlight]] = queue.Queue()
         self._ack = Acknowledger(client, queue_url, on_deleted=lambda _t: self.metrics.count("deleted"))
@@ -274,13 +280,29 @@ class Consumer:
                 continue
             self.metrics.count("received", len(received))
             with self._lock:
-                for item in received:
-                    self._in_flight[id(item)] = item
-                busy = len(self._in_flight) == len(received)
-            if busy:
-                self.protection.busy()
-            for group in self._groups(received):
-                self._work.put(group)
+                late = self._closing
+                if not late:
+                    self._dispatching += 1
+                    for item in received:
+                        self._in_flight[id(item)] = item
+                    busy = len(self._in_flight) == len(received)
+            if late:
+                # Answered after shutdown collected its hand-backs: they come back after their lease.
+                self._slots.release(len(received))
+                log.warning("received_after_shutdown", extra={"count": len(received), "queue_url": self.queue_url})
+                continue
+            try:
+                if self._stop.is_set():
+                    # A long poll answered during shutdown: nothing of it may start now.
+                    self._release(received, "shutdown")
+                    continue
+                if busy:
+                    self.protection.busy()
+                for group in self._groups(received):
+                    self._work.put(group)
+            finally:
+                with self._lock:
+                    self._dispatching -= 1
 
     def _groups(self, received: list[InFlight]) -> list[list[InFlight]]:
         """Standard queue: one task per message. FIFO: one task per message group, in order."""
@@ -595,6 +617,16 @@ class Consumer:
             if not busy:
                 break
             time.sleep(0.05)
+        with self._lock:
+            self._closing = True
+            dispatching = self._dispatching
+        # A poller handing on (or back) what a receive brought: brief, never a long poll; bounded, as a
+        # requeue's send can retry against a dead endpoint, within the 5 s kept for flushing.
+        give_up = self._clock() + DISPATCH_WAIT_SECONDS
+        while dispatching and self._clock() < give_up:
+            time.sleep(0.01)
+            with self._lock:
+                dispatching = self._dispatching
         with self._lock:
             # (item, attempted): a handler still running at the drain timeout had its attempt.
             unfinished = [

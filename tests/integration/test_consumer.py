@@ -170,6 +170,68 @@ def test_consumer_stopping_mid_dlq_move_finishes_it_before_exiting(sqs: Any) -> 
     assert (depth(sqs, pair.queue_url), depth(sqs, pair.dlq_url)) == (0, 1)
 
 
+def stop_when_received(sqs: Any, worker: Consumer, body: str, then: Callable[[], None] = lambda: None) -> None:
+    """SIGTERM arriving while the long poll that brings ``body`` is being answered (``then`` runs after it)."""
+
+    def hook(parsed: dict, **_: Any) -> None:
+        if any(m["Body"] == body for m in parsed.get("Messages", [])):
+            worker.stop()
+            then()
+
+    sqs.meta.events.register("after-call.sqs.ReceiveMessage", hook)
+
+
+def test_consumer_hands_back_a_receive_answered_during_the_drain_without_starting_it(sqs: Any) -> None:
+    """A long poll answered after SIGTERM, while another handler drains: its message never starts and goes
+    back at once as a copy that spent nothing."""
+    contract = fast_contract(concurrency=2)
+    pair = create_pair(sqs, contract)
+    started: list[str] = []
+    first_running = threading.Event()
+
+    def handle(m: Message) -> None:
+        started.append(m.body)
+        if m.body == "first":
+            first_running.set()
+            time.sleep(1.5)
+
+    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    stop_when_received(sqs, worker, "late")
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="first")
+    with running(worker) as result:
+        assert first_running.wait(20)
+        time.sleep(0.5)  # the poller is long-polling with the free slot
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
+    assert result["code"] == EXIT_OK and started == ["first"]
+    (copy,) = drain(sqs, pair.queue_url)
+    assert (copy["Body"], copy["MessageAttributes"][PRIOR_RECEIVES_ATTRIBUTE]["StringValue"]) == ("late", "0")
+
+
+def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
+    sqs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A long poll answered once shutdown has handed back and flushed: nothing starts, nothing is sent twice;
+    the message comes back after its lease (logged as received_after_shutdown)."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    started: list[str] = []
+    worker = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: started.append(m.body)
+    )
+    finished = threading.Event()
+    stop_when_received(sqs, worker, "late", then=lambda: finished.wait(10))
+    caplog.set_level(logging.WARNING, logger="consumer")
+    with running(worker) as result:
+        time.sleep(0.5)
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
+        wait_until(lambda: worker._closed.is_set())
+        finished.set()
+        logged = lambda: any(r.getMessage() == "received_after_shutdown" for r in caplog.records)  # noqa: E731
+        wait_until(lambda: logged() or depth(sqs, pair.queue_url) > 1)  # > 1: a copy was sent after all
+    assert result["code"] == EXIT_OK and started == [] and logged()
+    assert depth(sqs, pair.queue_url) == 1  # the original, in flight until its lease ends; no copy
+
+
 def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) -> None:
     """A handler running 1.5x the initial visibility is extended, finishes once, and is deleted."""
     contract = fast_contract(max_duration_seconds=8, concurrency=2, max_lease_seconds=4)  # a 4 s lease, a 6 s handler
