@@ -28,6 +28,15 @@ REGION = "eu-west-1"
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m <args>`` from the repository root as a user would run it: no AWS_ or CONSUMER_ settings
+    inherited from the test session (the module starts its own local endpoint); output captured."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.fixture(scope="session")
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cloud assembly of every environment, synthesized once by the real entry point (``python app.py``)."""

@@ -8,14 +8,12 @@ assertions are on final places read back from the queues and the downstream, nev
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.conftest import run_module
 
 
 @pytest.fixture(scope="module")
@@ -23,40 +21,31 @@ def chaos_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     """One short run of the suite against the freshly synthesized demo template, with its JSON results."""
     workdir = tmp_path_factory.mktemp("chaos")
     results = workdir / "chaos.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.chaos",
-            "--messages",
-            "300",
-            "--consumers",
-            "3",
-            "--kill-every",
-            "4",
-            "--outage-seconds",
-            "3",
-            "--throttle",
-            "0.05",
-            "--error-before",
-            "0.03",
-            "--error-after",
-            "0.03",
-            "--timeout",
-            "200",
-            "--template",
-            str(cdk_out / "SqsWorker-demo.template.json"),
-            "--logs",
-            str(workdir / "logs"),
-            "--results",
-            str(results),
-            "--no-docs",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    done = run_module(
+        "bench.chaos",
+        "--messages",
+        "300",
+        "--consumers",
+        "3",
+        "--kill-every",
+        "4",
+        "--outage-seconds",
+        "3",
+        "--throttle",
+        "0.05",
+        "--error-before",
+        "0.03",
+        "--error-after",
+        "0.03",
+        "--timeout",
+        "200",
+        "--template",
+        str(cdk_out / "SqsWorker-demo.template.json"),
+        "--logs",
+        str(workdir / "logs"),
+        "--results",
+        str(results),
+        "--no-docs",
         timeout=300,
     )
     return done, json.loads(results.read_text()) if results.exists() else {}

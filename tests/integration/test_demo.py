@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +14,7 @@ import pytest
 from consumer.demo import Downstream, Planned
 from consumer.examples.notifications import DownstreamUnavailable, deliver
 from consumer.message import PoisonMessage
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.conftest import ROOT, run_module
 
 
 @pytest.fixture(scope="module")
@@ -24,34 +22,25 @@ def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     """`python -m consumer demo` in its short form (18 events, 2 consumers, a rolling restart), with a JSON report."""
     workdir = tmp_path_factory.mktemp("demo")
     report = workdir / "report.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "consumer",
-            "demo",
-            "--template",
-            str(cdk_out / "SqsWorker-demo.template.json"),
-            "--messages",
-            "18",
-            "--consumers",
-            "2",
-            "--produce-seconds",
-            "2",
-            "--slow-seconds",
-            "12",
-            "--timeout",
-            "150",
-            "--logs",
-            str(workdir / "logs"),
-            "--report",
-            str(report),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    done = run_module(
+        "consumer",
+        "demo",
+        "--template",
+        str(cdk_out / "SqsWorker-demo.template.json"),
+        "--messages",
+        "18",
+        "--consumers",
+        "2",
+        "--produce-seconds",
+        "2",
+        "--slow-seconds",
+        "12",
+        "--timeout",
+        "150",
+        "--logs",
+        str(workdir / "logs"),
+        "--report",
+        str(report),
         timeout=240,
     )
     return done, json.loads(report.read_text()) if report.exists() else {}
