@@ -14,7 +14,10 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: run test synth bench chaos clean
+# pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock).
+PIP_TOOLS := pip-tools==7.6.2
+
+.PHONY: run test synth bench chaos lock clean
 
 run: $(PY_STAMP)
 	$(PY) -m infra.report
@@ -37,10 +40,18 @@ $(BENCH_STAMP): bench/requirements.txt $(PY_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-$(PY_STAMP): requirements.txt requirements-dev.txt consumer/requirements.txt
+# The runtime's locked versions first, hashes checked, so tests run on exactly what the image installs.
+$(PY_STAMP): requirements.txt requirements-dev.txt consumer/requirements.txt consumer/requirements.lock
 	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r consumer/requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
+
+# Re-resolve after changing consumer/requirements.txt (needs the package index); commit both files.
+lock: $(PY_STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
+	cd consumer && ../$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+		--no-emit-index-url --no-emit-find-links --output-file requirements.lock requirements.txt
 
 $(CLI_STAMP): package.json
 	npm install --no-audit --no-fund --loglevel=error
