@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract, contract_of, load_handler
+from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -63,6 +64,13 @@ def formula_table(contract: WorkerContract) -> str:
     for name, formula in DERIVED_FORMULAS.items():
         lines.append(f"| `{name}` | `{formula}` | {human(name, getattr(contract, name))} |")
     return "\n".join(lines)
+
+
+def paging_summary(settings: EnvironmentSettings) -> str:
+    """Who the page-level alarms reach: the committed subscriptions' count, or the deploy-time parameter."""
+    if settings.paging_from_parameter:
+        return f"{PAGING_ENDPOINT_PARAMETER} (deploy parameter)"
+    return str(len(settings.paging_emails) + len(settings.paging_https))
 
 
 def nag_results(outdir: Path, stack_name: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -116,10 +124,7 @@ def main(
     table.add_row("tasks (min..max)", *[f"{s.settings.min_tasks}..{s.settings.max_tasks}" for s in stacks])
     for label, attribute in ROWS:
         table.add_row(label, *[human(attribute, getattr(s.contract, attribute)) for s in stacks])
-    table.add_row(
-        "paging subscriptions",
-        *[str(len(s.settings.paging_emails) + len(s.settings.paging_https)) for s in stacks],
-    )
+    table.add_row("paging subscriptions", *[paging_summary(s.settings) for s in stacks])
     table.add_row(
         "ticket subscriptions",
         *[str(len(s.settings.ticket_emails) + len(s.settings.ticket_https)) for s in stacks],

@@ -24,10 +24,27 @@ from consumer.contract import (
 )
 
 CONTEXT_KEY = "sqs-worker:environments"
-#: Environments that must page someone: they refuse to synth without a subscription.
+#: Environments that must page someone: a placeholder subscription fails synth, and without a committed
+#: subscription the stack takes one at deploy (PAGING_ENDPOINT_PARAMETER).
 PAGING_REQUIRED_ENVIRONMENTS = frozenset({"prod"})
-#: Placeholder domains that may stand in cdk.json but earn a synth warning.
-PLACEHOLDER_DOMAINS = ("example.com", "example.org", "example.net")
+#: A host that can never receive a page: the documentation domains example.com/.org/.net and their
+#: subdomains, and the reserved top-level domains .example, .test, .invalid and .localhost (RFC 2606,
+#: RFC 6761). Where paging is required a subscription to one fails synth; elsewhere it earns a warning.
+PLACEHOLDER_HOST = r"(?:[^\s@/?#:]*\.)?(?:example\.(?:com|org|net)|example|test|invalid|localhost)"
+#: Where paging is required and cdk.json commits no subscription, the stack takes one at deploy from this parameter.
+PAGING_ENDPOINT_PARAMETER = "PagingEndpoint"
+PLACEHOLDER_RULE = (
+    "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
+    " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders"
+)
+_EMAIL_LOCAL = r"[^@\s]+"
+_EMAIL_DOMAIN = r"[^@\s/]+\.[^@\s/]+"  # no "/": a URL is never read as an address
+#: The deploy-time PagingEndpoint parameter's AllowedPattern (a Java regular expression on AWS; this
+#: subset reads the same in Python): an email address or an https:// URL, neither on a placeholder host.
+PAGING_ENDPOINT_PATTERN = (
+    rf"(?i)^(?:{_EMAIL_LOCAL}@(?!{PLACEHOLDER_HOST}$){_EMAIL_DOMAIN}"
+    rf"|https://(?!(?:[^/?#@\s]*@)?{PLACEHOLDER_HOST}(?:[:/?#]|$))\S+)$"
+)
 
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
 FARGATE_MEMORY_MIB: dict[int, range] = {
@@ -65,7 +82,7 @@ LOG_RETENTION_DAYS = (
     3653,
 )
 MAX_TASKS_LIMIT = 100
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_EMAIL = re.compile(rf"^{_EMAIL_LOCAL}@{_EMAIL_DOMAIN}$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _HTTPS = re.compile(r"^https://\S+$")
@@ -120,7 +137,13 @@ class EnvironmentSettings:
 
     @property
     def has_subscription(self) -> bool:
+        """cdk.json commits at least one paging subscription."""
         return bool(self.paging_emails or self.paging_https)
+
+    @property
+    def paging_from_parameter(self) -> bool:
+        """Paging is required and cdk.json commits no subscription: the PagingEndpoint parameter supplies it."""
+        return self.require_paging and not self.has_subscription
 
     def contract(self) -> WorkerContract:
         """The handler's declared contract with this environment's retention applied."""
@@ -223,15 +246,21 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
             path("log_retention_days"), f"must be one of CloudWatch's {LOG_RETENTION_DAYS}", log_retention
         )
 
+    require_paging = boolean("require_paging", False) or name in PAGING_REQUIRED_ENVIRONMENTS
+
     def subscriptions(key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         value = raw.get(key, {})
         if not isinstance(value, Mapping) or set(value) - {"emails", "https"}:
             raise SettingsError(path(key), 'must be an object with "emails" and/or "https" lists', value)
         emails = strings(f"{key}.emails", value.get("emails", []), _EMAIL, "must be an email address")
         https = strings(f"{key}.https", value.get("https", []), _HTTPS, "must be an https:// URL")
+        if key == "paging" and require_paging:
+            for kind, endpoints in (("emails", emails), ("https", https)):
+                for endpoint in endpoints:
+                    if is_placeholder(endpoint):
+                        raise SettingsError(path(f"{key}.{kind}"), _placeholder_rule(name), endpoint)
         return emails, https
 
-    paging = raw.get("paging", {})
     emails, https = subscriptions("paging")
     ticket_emails, ticket_https = subscriptions("tickets")
     runbook_url = text("runbook_url", "docs/runbook.md") or ""
@@ -273,7 +302,7 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         dlq_retention_days=integer("dlq_retention_days", 14, 2, 14),
         log_retention_days=log_retention,
         retain_queues=boolean("retain_queues", True),
-        require_paging=boolean("require_paging", False) or name in PAGING_REQUIRED_ENVIRONMENTS,
+        require_paging=require_paging,
         paging_emails=emails,
         paging_https=https,
         ticket_emails=ticket_emails,
@@ -289,14 +318,20 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         raise SettingsError(
             path("pages_to_tickets"), "must be false where alarms must page someone (prod, or require_paging)", True
         )
-    if settings.require_paging and not settings.has_subscription:
-        raise SettingsError(
-            path("paging"),
-            "needs at least one email or https subscription: alarms in this environment must page someone",
-            paging,
-        )
     settings.contract()  # fail here, with the setting's path, if retention and handler disagree
     return settings
+
+
+def is_placeholder(endpoint: str) -> bool:
+    """True for an email address or https:// URL on a placeholder host: the PagingEndpoint parameter's own rule."""
+    return re.fullmatch(PAGING_ENDPOINT_PATTERN, endpoint) is None
+
+
+def _placeholder_rule(name: str) -> str:
+    return (
+        f"{PLACEHOLDER_RULE}; leave paging out of cdk.json and give the real address at deploy:"
+        f" npx cdk deploy -c env={name} --parameters SqsWorker-{name}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"
+    )
 
 
 def _parse_vpc(path: str, raw: object) -> ExistingVpc | None:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from infra.settings import CONTEXT_KEY, SettingsError, load_environments, parse_environment
+from infra.settings import (
+    CONTEXT_KEY,
+    PAGING_ENDPOINT_PATTERN,
+    SettingsError,
+    load_environments,
+    parse_environment,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "consumer.examples.notifications:handle"
@@ -24,12 +31,13 @@ def error_for(name: str, raw: object) -> SettingsError:
 
 
 def test_settings_cdk_json_environments_all_parse() -> None:
-    """dev, staging, prod and demo in cdk.json are valid; prod pages someone; demo runs the demo handler."""
+    """dev, staging, prod and demo in cdk.json are valid; prod pages whom its deploy names; demo runs the demo handler."""
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     environments = {e.name: e for e in load_environments(context)}
     assert list(environments) == ["dev", "staging", "prod", "demo"]
     assert environments["demo"].handler == "consumer.examples.demo:handle"
-    assert environments["prod"].require_paging and environments["prod"].has_subscription
+    assert environments["prod"].require_paging and not environments["prod"].has_subscription
+    assert [e.name for e in environments.values() if e.paging_from_parameter] == ["prod"]
     assert environments["dev"].retain_queues is False and environments["prod"].retain_queues is True
 
 
@@ -73,17 +81,90 @@ def test_settings_bad_handler_names_the_setting() -> None:
     assert "cannot be imported" in str(error)
 
 
-def test_prod_refuses_to_synth_without_paging_subscription() -> None:
-    """prod must page someone, whatever require_paging says."""
-    error = error_for("prod", settings(require_paging=False))
-    assert error.parameter == f"{CONTEXT_KEY}.prod.paging"
-    assert "needs at least one email or https subscription" in str(error)
-    assert parse_environment("prod", settings(paging={"https": ["https://events.example.net/hook"]}))
+def test_prod_without_a_committed_subscription_takes_it_at_deploy() -> None:
+    """prod must page someone, whatever require_paging says: with nothing in cdk.json, the PagingEndpoint parameter."""
+    prod = parse_environment("prod", settings(require_paging=False))
+    assert (prod.require_paging, prod.paging_from_parameter) == (True, True)
+    committed = parse_environment("prod", settings(paging={"https": ["https://events.pagerduty.com/x/enqueue"]}))
+    assert (committed.has_subscription, committed.paging_from_parameter) == (True, False)
+
+
+def test_report_says_where_paging_comes_from() -> None:
+    """`python -m infra.report` names the deploy parameter for prod and counts committed subscriptions elsewhere."""
+    from infra.report import paging_summary
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    summary = {e.name: paging_summary(e) for e in load_environments(context)}
+    assert summary == {"dev": "0", "staging": "0", "prod": "PagingEndpoint (deploy parameter)", "demo": "0"}
+    assert paging_summary(parse_environment("qa", settings(paging={"emails": ["a@corp.io", "b@corp.io"]}))) == "2"
 
 
 def test_settings_require_paging_applies_to_any_environment() -> None:
-    """Other environments can opt in to the same rule."""
-    assert error_for("staging", settings(require_paging=True)).parameter == f"{CONTEXT_KEY}.staging.paging"
+    """Other environments can opt in to the same rule; without it nothing is asked at deploy."""
+    assert parse_environment("staging", settings(require_paging=True)).paging_from_parameter is True
+    assert parse_environment("staging", settings()).paging_from_parameter is False
+
+
+PLACEHOLDERS = [
+    ("emails", "oncall@example.com"),
+    ("emails", "Oncall@EXAMPLE.ORG"),
+    ("emails", "pager@ops.example.net"),
+    ("emails", "oncall@corp.example"),
+    ("emails", "oncall@corp.test"),
+    ("emails", "oncall@pager.invalid"),
+    ("emails", "root@ops.localhost"),
+    ("https", "https://hooks.example.com/page"),
+    ("https", "https://example.org"),
+    ("https", "https://user:key@example.net/hook"),
+    ("https", "https://pager.test:8443/hook"),
+    ("https", "https://localhost/hook"),
+]
+REAL_ENDPOINTS = [
+    ("emails", "oncall@corp.io"),
+    ("emails", "ops@example.company.com"),
+    ("emails", "oncall@notexample.com"),
+    ("https", "https://events.pagerduty.com/integration/abc/enqueue"),
+    ("https", "https://example.com.corp.io/hook"),
+    ("https", "https://corp.io/hook?next=docs.example"),
+]
+
+
+@pytest.mark.parametrize(("kind", "endpoint"), PLACEHOLDERS)
+def test_settings_required_paging_refuses_a_placeholder(kind: str, endpoint: str) -> None:
+    """Where paging is required, a documentation or reserved domain fails synth, naming the key, rule and value."""
+    error = error_for("prod", settings(paging={kind: [endpoint]}))
+    assert (error.parameter, error.value) == (f"{CONTEXT_KEY}.prod.paging.{kind}", endpoint)
+    assert error.rule.startswith(
+        "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
+        " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders;"
+    )
+    assert "npx cdk deploy -c env=prod --parameters SqsWorker-prod:PagingEndpoint=oncall@yourco.com" in error.rule
+    assert error_for("qa", settings(require_paging=True, paging={kind: [endpoint]})).parameter.endswith(kind)
+
+
+@pytest.mark.parametrize(("kind", "endpoint"), PLACEHOLDERS)
+def test_settings_placeholder_is_allowed_where_paging_is_not_required(kind: str, endpoint: str) -> None:
+    """Elsewhere a placeholder stays a synth warning (the stack's), not an error."""
+    env = parse_environment("qa", settings(paging={kind: [endpoint]}))
+    assert (*env.paging_emails, *env.paging_https) == (endpoint,)
+
+
+@pytest.mark.parametrize(("kind", "endpoint"), REAL_ENDPOINTS)
+def test_settings_required_paging_accepts_a_real_endpoint(kind: str, endpoint: str) -> None:
+    """A look-alike of a placeholder that is a real host is accepted."""
+    env = parse_environment("prod", settings(paging={kind: [endpoint]}))
+    assert (*env.paging_emails, *env.paging_https) == (endpoint,)
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [(endpoint, False) for _, endpoint in PLACEHOLDERS]
+    + [(endpoint, True) for _, endpoint in REAL_ENDPOINTS]
+    + [("http://corp.io/hook", False), ("not-an-address", False), ("oncall@corp", False), ("", False)],
+)
+def test_paging_endpoint_pattern_is_the_deploy_time_rule(value: str, accepted: bool) -> None:
+    """The PagingEndpoint parameter's AllowedPattern takes an email or https:// URL and refuses placeholders."""
+    assert (re.fullmatch(PAGING_ENDPOINT_PATTERN, value) is not None) is accepted
 
 
 @pytest.mark.parametrize(
