@@ -12,6 +12,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from consumer.contract import (
@@ -23,6 +25,7 @@ from consumer.contract import (
     WorkerContract,
 )
 from infra.queues import WorkerQueues
+from infra.settings import SecretSource
 
 CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
@@ -87,6 +90,7 @@ class ConsumerService(Construct):
         memory_mib: int = 512,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         handler_environment: Mapping[str, str] | None = None,
+        secrets: Mapping[str, ecs.Secret] | None = None,
         log_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         # log_removal_policy also applies to the idempotency table: both are disposable state.
@@ -111,9 +115,14 @@ class ConsumerService(Construct):
             IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name,
         }
         environment = contract.to_env()
-        clashes = sorted(set(handler_environment or {}) & (set(environment) | BINDING_KEYS))
-        if clashes:
-            raise ValueError(f'"handler_environment" must not set variables the construct owns: {", ".join(clashes)}')
+        owned = set(environment) | BINDING_KEYS
+        for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
+            clashes = sorted(set(names) & owned)
+            if clashes:
+                raise ValueError(
+                    f'"{option}" must not set variables the construct (or handler_environment) sets: {", ".join(clashes)}'
+                )
+            owned |= set(names)
         environment.update(bindings)
         environment.update(handler_environment or {})
 
@@ -161,6 +170,8 @@ class ConsumerService(Construct):
             user=CONTAINER_USER,
             readonly_root_filesystem=True,
             environment=environment,
+            # Read by the execution role at task start; CDK grants it read on exactly these parameters/secrets.
+            secrets=dict(secrets or {}),
             stop_timeout=Duration.seconds(contract.stop_timeout_seconds or 0),
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
@@ -213,6 +224,25 @@ class ConsumerService(Construct):
                 target=contract.scaling_target_backlog_per_task,
             ),
         )
+
+
+def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> dict[str, ecs.Secret]:
+    """ECS secrets for ``sources`` (the ``secrets`` setting): SecureString parameters or Secrets Manager secrets.
+
+    Parameters and secrets are referenced by name, never created here: they exist before the first deploy.
+    Encrypted with the default keys (``aws/ssm``, ``aws/secretsmanager``) they need no KMS grant.
+    """
+    secrets = {}
+    for variable, source in sources.items():
+        if source.service == "ssm":
+            parameter = ssm.StringParameter.from_secure_string_parameter_attributes(
+                scope, variable, parameter_name=source.name
+            )
+            secrets[variable] = ecs.Secret.from_ssm_parameter(parameter)
+        else:
+            secret = secretsmanager.Secret.from_secret_name_v2(scope, variable, source.name)
+            secrets[variable] = ecs.Secret.from_secrets_manager(secret, field=source.json_key)
+    return secrets
 
 
 def _backlog_per_task_tracking(

@@ -86,6 +86,36 @@ _EMAIL = re.compile(rf"^{_EMAIL_LOCAL}@{_EMAIL_DOMAIN}$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _HTTPS = re.compile(r"^https://\S+$")
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/sysman-paramstore-su-create.html
+_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*$")
+# https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+# Secrets Manager ends every secret's ARN with "-" and six random characters; a name that ends the same way
+# makes the partial ARN ECS resolves ambiguous.
+_SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+_JSON_KEY = re.compile(r"^[^:\s]+$")
+SECRET_SOURCE_RULE = (
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
+)
+#: A handler_environment name containing one of these looks like a secret. handler_environment is plain
+#: text in the task definition (anyone with ecs:DescribeTaskDefinition reads it), so such a value must
+#: come through ``secrets`` instead. A false positive is renamed or moved to ``secrets``; it never passes.
+SECRET_NAME_MARKERS = (
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "TOKEN",
+    "CREDENTIAL",
+    "PRIVATE_KEY",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+)
+SECRET_LIKE_RULE = (
+    f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"
+    ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name)'
+)
 
 
 class SettingsError(ContractError):
@@ -99,6 +129,16 @@ class ExistingVpc:
     vpc_id: str
     availability_zones: tuple[str, ...]
     private_subnet_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretSource:
+    """Where one container secret is read at task start (``secrets``): an SSM parameter, or a Secrets Manager
+    secret, whole or one key of its JSON value."""
+
+    service: str  # "ssm" or "secretsmanager"
+    name: str
+    json_key: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +170,8 @@ class EnvironmentSettings:
     vpc: ExistingVpc | None = None
     cluster_name: str | None = None
     handler_environment: Mapping[str, str] = field(default_factory=dict)
+    #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
+    secrets: Mapping[str, SecretSource] = field(default_factory=dict)
 
     @property
     def stack_name(self) -> str:
@@ -275,19 +317,12 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
     cluster_name = text("cluster_name")
     if cluster_name is not None and vpc is None:
         raise SettingsError(path("cluster_name"), "needs an existing vpc too (the cluster lives in it)", cluster_name)
-    handler_environment = raw.get("handler_environment", {})
-    if not isinstance(handler_environment, Mapping) or not all(
-        isinstance(k, str) and _ENV_VAR.match(k) and isinstance(v, str) for k, v in handler_environment.items()
-    ):
-        raise SettingsError(
-            path("handler_environment"), "must map UPPER_CASE names to string values", handler_environment
-        )
-
-    owned = sorted(set(handler_environment) & (WorkerContract.env_keys() | BINDING_KEYS))
-    if owned:
-        raise SettingsError(
-            path("handler_environment"), "must not set variables the stack writes itself", ", ".join(owned)
-        )
+    reserved = WorkerContract.env_keys() | BINDING_KEYS
+    handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
+    secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
+    if secret_like:
+        raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
+    secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
 
     settings = EnvironmentSettings(
         name=name,
@@ -312,7 +347,8 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         nat_gateways=integer("nat_gateways", 1, 0, 3),
         vpc=vpc,
         cluster_name=cluster_name,
-        handler_environment=dict(handler_environment),
+        handler_environment=handler_environment,
+        secrets=secrets,
     )
     if settings.require_paging and settings.pages_to_tickets:
         raise SettingsError(
@@ -332,6 +368,57 @@ def _placeholder_rule(name: str) -> str:
         f"{PLACEHOLDER_RULE}; leave paging out of cdk.json and give the real address at deploy:"
         f" npx cdk deploy -c env={name} --parameters SqsWorker-{name}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"
     )
+
+
+def _variables(path: str, raw: object, reserved: frozenset[str], values: str = "string values") -> dict[str, str]:
+    """Container variables: UPPER_CASE names to strings, none of them one the stack writes itself."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(path, f"must map UPPER_CASE names to {values}", raw)
+    for key, value in raw.items():
+        # Only the name is shown: the value may be a secret.
+        if not (isinstance(key, str) and _ENV_VAR.match(key)) or not isinstance(value, str):
+            raise SettingsError(path, f"must map UPPER_CASE names to {values}", key)
+    owned = sorted(set(raw) & reserved)
+    if owned:
+        raise SettingsError(path, "must not set variables the stack writes itself", ", ".join(owned))
+    return dict(raw)
+
+
+def _parse_secrets(
+    path: str, raw: object, reserved: frozenset[str], handler_environment: Mapping[str, str]
+) -> dict[str, SecretSource]:
+    sources = _variables(path, raw, reserved, values='"ssm:..." or "secretsmanager:..." sources')
+    repeated = sorted(set(sources) & set(handler_environment))
+    if repeated:
+        raise SettingsError(path, "must not repeat a handler_environment name (one source per variable)", repeated[0])
+    return {name: _secret_source(f"{path}.{name}", source) for name, source in sources.items()}
+
+
+def _secret_source(path: str, source: str) -> SecretSource:
+    service, _, rest = source.partition(":")
+    if service == "ssm":
+        if not _SSM_PARAMETER.match(rest):
+            raise SettingsError(
+                path, f"{SECRET_SOURCE_RULE}; a parameter name is letters, digits, _ . - in /-separated levels", source
+            )
+        return SecretSource(service=service, name=rest)
+    if service != "secretsmanager":
+        raise SettingsError(path, SECRET_SOURCE_RULE, source)
+    name, colon, json_key = rest.partition(":")
+    if not _SECRET_NAME.match(name):
+        raise SettingsError(
+            path, f"{SECRET_SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -", source
+        )
+    if _SECRET_ARN_SUFFIX.search(name):
+        raise SettingsError(
+            path,
+            "must not name a secret ending in '-' and six letters or digits: Secrets Manager ends every ARN so,"
+            " and ECS resolves the name as a partial ARN",
+            source,
+        )
+    if colon and not _JSON_KEY.match(json_key):
+        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces", source)
+    return SecretSource(service=service, name=name, json_key=json_key or None)
 
 
 def _parse_vpc(path: str, raw: object) -> ExistingVpc | None:

@@ -15,7 +15,7 @@ from infra.metrics import WorkerMetrics
 from infra.nag import acknowledge
 from infra.paging import PagingTopic
 from infra.queues import WorkerQueues
-from infra.service import ConsumerService
+from infra.service import ConsumerService, container_secrets
 from infra.settings import (
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
@@ -98,6 +98,7 @@ class WorkerStack(Stack):
             memory_mib=settings.memory_mib,
             log_retention=RETENTION_DAYS[settings.log_retention_days],
             handler_environment=settings.handler_environment,
+            secrets=container_secrets(Construct(self, "Secrets"), settings.secrets),
             log_removal_policy=removal,
         )
         self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
@@ -118,8 +119,11 @@ class WorkerStack(Stack):
         acknowledge(
             self.consumer.task_definition,
             "AwsSolutions-ECS2",
-            "The environment holds only non-secret values: queue URLs, the handler path and the"
-            " worker contract's timings. Secrets, if a handler needs any, go through ECS secrets.",
+            "The environment holds only non-secret values: queue URLs, the handler path, the worker"
+            " contract's timings and handler_environment, which refuses secret-like names (SECRET, PASSWORD,"
+            " TOKEN, API_KEY, ...) at synth. Secrets travel as ECS secrets (the secrets setting): SSM"
+            " SecureString parameters or Secrets Manager secrets, read by the execution role at task start,"
+            " which may read exactly those and nothing else.",
         )
         acknowledge(
             self.consumer.task_role,

@@ -5,9 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_ssm as ssm
 from aws_cdk.assertions import Annotations, Match
 
+from consumer.contract import WorkerContract
+from infra.queues import WorkerQueues
+from infra.service import ConsumerService
 from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
 from tests.infra.conftest import Synthesized, synthesize
 
@@ -104,3 +111,158 @@ def test_prod_with_a_placeholder_does_not_synthesize(tmp_path: Path) -> None:
         synthesize(tmp_path, context)
     assert raised.value.parameter == f"{CONTEXT_KEY}.prod.paging.emails"
     assert list(tmp_path.iterdir()) == []
+
+
+def arn(value: Any) -> str:
+    """A synthesized ARN as one readable string: ``arn:<AWS::Partition>:ssm:<AWS::Region>:...``."""
+    if isinstance(value, str):
+        return value
+    if set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(arn(part) for part in parts)
+    ((function, argument),) = value.items()
+    if function == "Ref":
+        return f"<{argument}>"
+    if function == "Fn::GetAtt":
+        return f"<{'.'.join(argument)}>"
+    return f"<{function}>"
+
+
+def container(env: Synthesized) -> dict[str, Any]:
+    (task,) = env.resources("AWS::ECS::TaskDefinition").values()
+    (definition,) = task["Properties"]["ContainerDefinitions"]
+    return definition
+
+
+def execution_role_statements(env: Synthesized) -> list[dict[str, Any]]:
+    role = {"Ref": env.logical_id(env.stack.consumer.task_definition.obtain_execution_role())}
+    (policy,) = [p for p in env.resources("AWS::IAM::Policy").values() if role in p["Properties"]["Roles"]]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def secret_grants(env: Synthesized) -> dict[str, list[str]]:
+    """Execution role grants on SSM and Secrets Manager: resource ARN -> sorted actions."""
+    grants: dict[str, list[str]] = {}
+    for statement in execution_role_statements(env):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if any(a.split(":")[0] in {"ssm", "secretsmanager", "kms"} for a in actions):
+            assert statement["Effect"] == "Allow" and "Condition" not in statement
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            for resource in resources:
+                grants[arn(resource)] = sorted(actions)
+    return grants
+
+
+ACCOUNT_ARN = "arn:<AWS::Partition>:{service}:<AWS::Region>:<AWS::AccountId>:{resource}"
+SSM_READ = ["ssm:DescribeParameters", "ssm:GetParameter", "ssm:GetParameterHistory", "ssm:GetParameters"]
+SECRET_READ = ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"]
+
+
+@pytest.mark.parametrize("name", ["staging", "prod"])
+def test_webhook_url_reaches_the_container_as_an_ecs_secret(synthesized: dict[str, Synthesized], name: str) -> None:
+    """NOTIFY_WEBHOOK_URL is read from the environment's SecureString at task start, never written in plain text."""
+    env = synthesized[name]
+    parameter = ACCOUNT_ARN.format(service="ssm", resource=f"parameter/sqs-worker/{name}/notify-webhook-url")
+    secrets = {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]}
+    assert secrets == {"NOTIFY_WEBHOOK_URL": parameter}
+    assert "NOTIFY_WEBHOOK_URL" not in {e["Name"] for e in container(env)["Environment"]}
+    assert secret_grants(env) == {parameter: SSM_READ}
+
+
+@pytest.mark.parametrize("name", ["dev", "demo"])
+def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Synthesized], name: str) -> None:
+    """No secrets setting: no Secrets in the container and no SSM, Secrets Manager or KMS grant."""
+    env = synthesized[name]
+    assert "Secrets" not in container(env)
+    assert secret_grants(env) == {}
+
+
+def test_execution_role_is_granted_exactly_the_declared_secrets(tmp_path: Path) -> None:
+    """Secrets Manager (whole or one JSON key) and SSM: each container secret, and read on exactly those, nothing more."""
+    context = {
+        CONTEXT_KEY: {
+            "qa": {
+                "handler": HANDLER,
+                "secrets": {
+                    "DB_PASSWORD": "secretsmanager:qa/db:password",
+                    "DB_URL": "secretsmanager:qa/db",
+                    "SIGNING_KEY": "secretsmanager:qa/signing",
+                    "HOOK_URL": "ssm:/qa/hook-url",
+                },
+            }
+        }
+    }
+    env = synthesize(tmp_path, context)["qa"]
+    secret = ACCOUNT_ARN.format(service="secretsmanager", resource="secret:{}")
+    parameter = ACCOUNT_ARN.format(service="ssm", resource="parameter/qa/hook-url")
+    assert {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]} == {
+        "DB_PASSWORD": secret.format("qa/db:password::"),
+        "DB_URL": secret.format("qa/db"),
+        "SIGNING_KEY": secret.format("qa/signing"),
+        "HOOK_URL": parameter,
+    }
+    # Secrets Manager appends "-" and six characters to a secret's ARN: "??????" matches exactly that suffix.
+    assert secret_grants(env) == {
+        secret.format("qa/db-??????"): SECRET_READ,
+        secret.format("qa/signing-??????"): SECRET_READ,
+        parameter: SSM_READ,
+    }
+
+
+def test_execution_role_keeps_only_its_image_and_log_grants_besides(prod: Synthesized) -> None:
+    """Apart from the secrets: pull the asset image and write the consumer's log group. Nothing else."""
+    others = {}
+    for statement in execution_role_statements(prod):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if not actions[0].startswith("ssm:"):
+            others[tuple(actions)] = arn(statement["Resource"])
+    log_group = prod.logical_id(prod.stack.consumer.log_group)
+    assert others == {
+        ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"): (
+            "arn:<AWS::Partition>:ecr:<AWS::Region>:<AWS::AccountId>:repository/<Fn::Sub>"
+        ),
+        ("ecr:GetAuthorizationToken",): "*",
+        ("logs:CreateLogStream", "logs:PutLogEvents"): f"<{log_group}.Arn>",
+    }
+
+
+def test_ecs2_acknowledgement_says_how_secrets_travel(tmp_path: Path) -> None:
+    """The reason cdk-nag records for plain environment variables names the secrets path and the name check."""
+    from infra.report import nag_results
+
+    env = synthesize(tmp_path, {"env": "staging"})["staging"]
+    _, acknowledged = nag_results(tmp_path, env.stack.stack_name)
+    (reason,) = [reason for rule, reason in acknowledged if rule == "AwsSolutions-ECS2"]
+    assert "refuses secret-like names" in reason and "Secrets travel as ECS secrets (the secrets setting)" in reason
+
+
+@pytest.mark.parametrize(
+    ("handler_environment", "secret_name", "message"),
+    [
+        ({}, "QUEUE_URL", '"secrets" must not set variables the construct (or handler_environment) sets: QUEUE_URL'),
+        (
+            {"HOOK_URL": "x"},
+            "HOOK_URL",
+            '"secrets" must not set variables the construct (or handler_environment) sets: HOOK_URL',
+        ),
+    ],
+)
+def test_service_construct_refuses_a_secret_that_shadows_a_variable(
+    handler_environment: dict[str, str], secret_name: str, message: str
+) -> None:
+    """Used without cdk.json's settings, ConsumerService still gives each variable one source."""
+    stack = cdk.Stack(cdk.App(), "Direct")
+    contract = WorkerContract(max_duration_seconds=90)
+    parameter = ssm.StringParameter.from_secure_string_parameter_attributes(stack, "Hook", parameter_name="/qa/hook")
+    with pytest.raises(ValueError) as raised:
+        ConsumerService(
+            stack,
+            "Consumer",
+            queues=WorkerQueues(stack, "Queues", contract=contract),
+            contract=contract,
+            handler=HANDLER,
+            cluster=ecs.Cluster(stack, "Cluster", vpc=ec2.Vpc(stack, "Vpc")),
+            handler_environment=handler_environment,
+            secrets={secret_name: ecs.Secret.from_ssm_parameter(parameter)},
+        )
+    assert str(raised.value) == message

@@ -11,6 +11,8 @@ import pytest
 from infra.settings import (
     CONTEXT_KEY,
     PAGING_ENDPOINT_PATTERN,
+    SECRET_LIKE_RULE,
+    SecretSource,
     SettingsError,
     load_environments,
     parse_environment,
@@ -245,3 +247,150 @@ def test_settings_runbook_url_must_be_https_without_an_anchor(url: str) -> None:
     """Alarm descriptions append #section themselves; the base must be an https:// URL (or the default path)."""
     error = error_for("qa", settings(runbook_url=url))
     assert error.parameter == f"{CONTEXT_KEY}.qa.runbook_url"
+
+
+def test_settings_secrets_name_their_source() -> None:
+    """ssm:<parameter>, secretsmanager:<secret> and secretsmanager:<secret>:<json key> each parse to their source."""
+    env = parse_environment(
+        "qa",
+        settings(
+            secrets={
+                "HOOK_URL": "ssm:/qa/hook-url",
+                "DB_URL": "secretsmanager:qa/db",
+                "DB_PASSWORD": "secretsmanager:qa/db:password",
+            }
+        ),
+    )
+    assert env.secrets == {
+        "HOOK_URL": SecretSource(service="ssm", name="/qa/hook-url"),
+        "DB_URL": SecretSource(service="secretsmanager", name="qa/db"),
+        "DB_PASSWORD": SecretSource(service="secretsmanager", name="qa/db", json_key="password"),
+    }
+
+
+def test_settings_cdk_json_staging_and_prod_read_the_webhook_url_from_ssm() -> None:
+    """The example's NOTIFY_WEBHOOK_URL (webhook URLs often carry a token) is a SecureString per environment."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    secrets = {e.name: e.secrets for e in load_environments(context) if e.secrets}
+    assert secrets == {
+        name: {"NOTIFY_WEBHOOK_URL": SecretSource(service="ssm", name=f"/sqs-worker/{name}/notify-webhook-url")}
+        for name in ("staging", "prod")
+    }
+
+
+SOURCE_RULE = (
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
+)
+
+
+@pytest.mark.parametrize(
+    ("secrets", "parameter", "message"),
+    [
+        (["HOOK"], "secrets", """must map UPPER_CASE names to "ssm:..." or "secretsmanager:..." sources: ['HOOK']"""),
+        (
+            {"hook": "ssm:/a"},
+            "secrets",
+            """must map UPPER_CASE names to "ssm:..." or "secretsmanager:..." sources: 'hook'""",
+        ),
+        ({"HOOK": 7}, "secrets", """must map UPPER_CASE names to "ssm:..." or "secretsmanager:..." sources: 'HOOK'"""),
+        ({"QUEUE_URL": "ssm:/a"}, "secrets", "must not set variables the stack writes itself: 'QUEUE_URL'"),
+        (
+            {"CONSUMER_MAX_DURATION_SECONDS": "ssm:/a"},
+            "secrets",
+            "must not set variables the stack writes itself: 'CONSUMER_MAX_DURATION_SECONDS'",
+        ),
+        (
+            {"LOG_FORMAT": "ssm:/a"},
+            "secrets",
+            "must not repeat a handler_environment name (one source per variable): 'LOG_FORMAT'",
+        ),
+        ({"HOOK": "vault:/a"}, "secrets.HOOK", f"{SOURCE_RULE}: 'vault:/a'"),
+        ({"HOOK": "/a/b"}, "secrets.HOOK", f"{SOURCE_RULE}: '/a/b'"),
+        (
+            {"HOOK": "ssm:/a//b"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in /-separated levels: 'ssm:/a//b'",
+        ),
+        (
+            {"HOOK": "ssm:"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in /-separated levels: 'ssm:'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa db"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -: 'secretsmanager:qa db'",
+        ),
+        (
+            {"HOOK": "secretsmanager:" + "a" * 513},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -: 'secretsmanager:{'a' * 513}'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa/db-a1B2c3"},
+            "secrets.HOOK",
+            "must not name a secret ending in '-' and six letters or digits: Secrets Manager ends every ARN so,"
+            " and ECS resolves the name as a partial ARN: 'secretsmanager:qa/db-a1B2c3'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa/db:"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces: 'secretsmanager:qa/db:'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa/db:a:b"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces: 'secretsmanager:qa/db:a:b'",
+        ),
+    ],
+)
+def test_settings_secrets_rules(secrets: object, parameter: str, message: str) -> None:
+    """Each secrets rule names the setting's path, the rule and the value received."""
+    error = error_for("qa", settings(secrets=secrets, handler_environment={"LOG_FORMAT": "json"}))
+    assert str(error) == f'"{CONTEXT_KEY}.qa.{parameter}" {message}'
+
+
+def test_settings_secret_names_at_the_bounds_are_accepted() -> None:
+    """A 512-character secret name and one ending in '-' and five characters are valid."""
+    name = "a" * 512
+    env = parse_environment(
+        "qa", settings(secrets={"LONG": f"secretsmanager:{name}", "SHORT": "secretsmanager:db-a1B2c"})
+    )
+    assert (env.secrets["LONG"].name, env.secrets["SHORT"].name) == (name, "db-a1B2c")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "API_TOKEN",
+        "GITHUB_TOKEN",
+        "DB_PASSWORD",
+        "MYSQL_PASSWD",
+        "GPG_PASSPHRASE",
+        "SIGNING_SECRET",
+        "CLIENT_SECRET_ID",
+        "DB_CREDENTIALS",
+        "SSH_PRIVATE_KEY",
+        "STRIPE_API_KEY",
+        "MAPS_APIKEY",
+        "AWS_ACCESS_KEY_ID",
+    ],
+)
+def test_settings_handler_environment_refuses_secret_like_names(name: str) -> None:
+    """A name that looks like a secret is refused and pointed at "secrets"; its value never appears in the error."""
+    error = error_for("qa", settings(handler_environment={"LOG_FORMAT": "json", name: "hunter2"}))
+    assert str(error) == f'"{CONTEXT_KEY}.qa.handler_environment" {SECRET_LIKE_RULE}: {name!r}'
+    assert 'declare it in "secrets"' in SECRET_LIKE_RULE
+    assert "hunter2" not in str(error)
+
+
+def test_settings_handler_environment_keeps_plain_names() -> None:
+    """Names without a secret marker pass, so the example's URL and dry-run switch can still be declared here."""
+    plain = {"NOTIFY_WEBHOOK_URL": "https://hooks.corp.io/x", "NOTIFY_DRY_RUN": "true", "LOG_FORMAT": "json"}
+    assert parse_environment("qa", settings(handler_environment=plain)).handler_environment == plain
+
+
+def test_settings_handler_environment_error_never_shows_values() -> None:
+    """A malformed entry is reported by its name only: the value may be a secret."""
+    error = error_for("qa", settings(handler_environment={"lower": "hunter2"}))
+    assert str(error) == f"\"{CONTEXT_KEY}.qa.handler_environment\" must map UPPER_CASE names to string values: 'lower'"
