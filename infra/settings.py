@@ -94,6 +94,13 @@ _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 # makes the partial ARN ECS resolves ambiguous.
 _SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
 _JSON_KEY = re.compile(r"^[^:\s]+$")
+# What aws:PrincipalArn holds for a role (its session included) or a user: no wildcard, no session ARN.
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn
+_PRINCIPAL_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|user)/(?:[\w+=,.@-]+/)*[\w+=,.@-]+$")
+PRODUCER_RULE = (
+    "must be an IAM role or user ARN, arn:aws:iam::<12-digit account>:role/NAME or :user/NAME (a path is"
+    " allowed, a wildcard is not; for an assumed-role session name its role)"
+)
 SECRET_SOURCE_RULE = (
     'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
 )
@@ -172,6 +179,8 @@ class EnvironmentSettings:
     handler_environment: Mapping[str, str] = field(default_factory=dict)
     #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
     secrets: Mapping[str, SecretSource] = field(default_factory=dict)
+    #: The only principals (besides the consumer's task role) allowed to send to the source; () = IAM decides.
+    producers: tuple[str, ...] = ()
 
     @property
     def stack_name(self) -> str:
@@ -323,6 +332,11 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
     if secret_like:
         raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
     secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
+    producers = strings("producers", raw.get("producers", []), _PRINCIPAL_ARN, PRODUCER_RULE)
+    if "producers" in raw and not producers:
+        raise SettingsError(
+            path("producers"), "must list at least one role or user ARN (leave it out to let IAM alone decide)", []
+        )
 
     settings = EnvironmentSettings(
         name=name,
@@ -349,6 +363,7 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         cluster_name=cluster_name,
         handler_environment=handler_environment,
         secrets=secrets,
+        producers=producers,
     )
     if settings.require_paging and settings.pages_to_tickets:
         raise SettingsError(

@@ -101,6 +101,8 @@ class WorkerStack(Stack):
             secrets=container_secrets(Construct(self, "Secrets"), settings.secrets),
             log_removal_policy=removal,
         )
+        if settings.producers:
+            self.queues.restrict_senders(settings.producers, requeuer=self.consumer.task_role)
         self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
         self.alarms = QueueAlarms(
             self,

@@ -19,6 +19,30 @@ from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
 from tests.infra.conftest import Synthesized, synthesize
 
 HANDLER = "consumer.examples.notifications:handle"
+PRODUCERS = ["arn:aws:iam::123456789012:role/orders-api", "arn:aws:iam::210987654321:user/ci"]
+#: Settings variants, synthesized once: prod with a real committed address; qa with a placeholder where
+#: paging is optional, every kind of secret and a producers list.
+VARIANTS = {
+    CONTEXT_KEY: {
+        "prod": {"handler": HANDLER, "paging": {"emails": ["oncall@corp.io"]}},
+        "qa": {
+            "handler": HANDLER,
+            "paging": {"emails": ["oncall@example.com"]},
+            "secrets": {
+                "DB_PASSWORD": "secretsmanager:qa/db:password",
+                "DB_URL": "secretsmanager:qa/db",
+                "SIGNING_KEY": "secretsmanager:qa/signing",
+                "HOOK_URL": "ssm:/qa/hook-url",
+            },
+            "producers": PRODUCERS,
+        },
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    return synthesize(tmp_path_factory.mktemp("variants"), VARIANTS)
 
 
 def evaluate(expression: Any, parameters: dict[str, str]) -> Any:
@@ -86,16 +110,11 @@ def test_environments_without_required_paging_ask_nothing_at_deploy(
     assert "Conditions" not in env.json
 
 
-def test_committed_subscription_needs_no_parameter_and_a_placeholder_elsewhere_warns(tmp_path: Path) -> None:
+def test_committed_subscription_needs_no_parameter_and_a_placeholder_elsewhere_warns(
+    variants: dict[str, Synthesized],
+) -> None:
     """prod with a real committed address takes no parameter; a placeholder where paging is optional is a warning."""
-    context = {
-        CONTEXT_KEY: {
-            "prod": {"handler": HANDLER, "paging": {"emails": ["oncall@corp.io"]}},
-            "qa": {"handler": HANDLER, "paging": {"emails": ["oncall@example.com"]}},
-        }
-    }
-    environments = synthesize(tmp_path, context)
-    prod, qa = environments["prod"], environments["qa"]
+    prod, qa = variants["prod"], variants["qa"]
     assert set(prod.json["Parameters"]) == {"BootstrapVersion"}
     prod.template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@corp.io"})
     Annotations.from_stack(qa.stack).has_warning(
@@ -177,22 +196,9 @@ def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Sy
     assert secret_grants(env) == {}
 
 
-def test_execution_role_is_granted_exactly_the_declared_secrets(tmp_path: Path) -> None:
+def test_execution_role_is_granted_exactly_the_declared_secrets(variants: dict[str, Synthesized]) -> None:
     """Secrets Manager (whole or one JSON key) and SSM: each container secret, and read on exactly those, nothing more."""
-    context = {
-        CONTEXT_KEY: {
-            "qa": {
-                "handler": HANDLER,
-                "secrets": {
-                    "DB_PASSWORD": "secretsmanager:qa/db:password",
-                    "DB_URL": "secretsmanager:qa/db",
-                    "SIGNING_KEY": "secretsmanager:qa/signing",
-                    "HOOK_URL": "ssm:/qa/hook-url",
-                },
-            }
-        }
-    }
-    env = synthesize(tmp_path, context)["qa"]
+    env = variants["qa"]
     secret = ACCOUNT_ARN.format(service="secretsmanager", resource="secret:{}")
     parameter = ACCOUNT_ARN.format(service="ssm", resource="parameter/qa/hook-url")
     assert {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]} == {
@@ -226,12 +232,12 @@ def test_execution_role_keeps_only_its_image_and_log_grants_besides(prod: Synthe
     }
 
 
-def test_ecs2_acknowledgement_says_how_secrets_travel(tmp_path: Path) -> None:
+def test_ecs2_acknowledgement_says_how_secrets_travel(synthesized: dict[str, Synthesized]) -> None:
     """The reason cdk-nag records for plain environment variables names the secrets path and the name check."""
     from infra.report import nag_results
 
-    env = synthesize(tmp_path, {"env": "staging"})["staging"]
-    _, acknowledged = nag_results(tmp_path, env.stack.stack_name)
+    staging = synthesized["staging"]
+    _, acknowledged = nag_results(staging.outdir, staging.stack.stack_name)
     (reason,) = [reason for rule, reason in acknowledged if rule == "AwsSolutions-ECS2"]
     assert "refuses secret-like names" in reason and "Secrets travel as ECS secrets (the secrets setting)" in reason
 
@@ -266,3 +272,43 @@ def test_service_construct_refuses_a_secret_that_shadows_a_variable(
             secrets={secret_name: ecs.Secret.from_ssm_parameter(parameter)},
         )
     assert str(raised.value) == message
+
+
+def source_policy_statements(env: Synthesized) -> list[dict[str, Any]]:
+    source = {"Ref": env.logical_id(env.stack.queues.queue)}
+    (policy,) = [p for p in env.resources("AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [source]]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+TLS_DENY = {"Effect": "Deny", "Action": "sqs:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+
+
+def test_producers_alone_may_send_besides_the_consumer(variants: dict[str, Synthesized]) -> None:
+    """With producers set: they are allowed SendMessage, everyone else but the task role is denied; TLS deny stays."""
+    qa = variants["qa"]
+    queue_arn = {"Fn::GetAtt": [qa.logical_id(qa.stack.queues.queue), "Arn"]}
+    task_role_arn = {"Fn::GetAtt": [qa.logical_id(qa.stack.consumer.task_role), "Arn"]}
+    tls, allow, deny = source_policy_statements(qa)
+    assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
+    assert allow == {
+        "Sid": "AllowProducersToSend",
+        "Effect": "Allow",
+        "Principal": {"AWS": PRODUCERS},
+        "Action": "sqs:SendMessage",
+        "Resource": queue_arn,
+    }
+    assert deny == {
+        "Sid": "DenyOtherSenders",
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "sqs:SendMessage",
+        "Resource": queue_arn,
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [*PRODUCERS, task_role_arn]}},
+    }
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
+def test_without_producers_iam_alone_decides_who_sends(synthesized: dict[str, Synthesized], name: str) -> None:
+    """Unset producers: the source's policy holds only the TLS deny, as before."""
+    (tls,) = source_policy_statements(synthesized[name])
+    assert {k: tls[k] for k in TLS_DENY} == TLS_DENY

@@ -11,6 +11,7 @@ import pytest
 from infra.settings import (
     CONTEXT_KEY,
     PAGING_ENDPOINT_PATTERN,
+    PRODUCER_RULE,
     SECRET_LIKE_RULE,
     SecretSource,
     SettingsError,
@@ -394,3 +395,55 @@ def test_settings_handler_environment_error_never_shows_values() -> None:
     """A malformed entry is reported by its name only: the value may be a secret."""
     error = error_for("qa", settings(handler_environment={"lower": "hunter2"}))
     assert str(error) == f"\"{CONTEXT_KEY}.qa.handler_environment\" must map UPPER_CASE names to string values: 'lower'"
+
+
+PRODUCER_ARN = "arn:aws:iam::123456789012:role/orders-api"
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        PRODUCER_ARN,
+        "arn:aws:iam::123456789012:role/team/orders/api",
+        "arn:aws:iam::123456789012:user/ci",
+        "arn:aws-cn:iam::123456789012:role/svc+name=x,y.z@a-b_c",
+        "arn:aws-us-gov:iam::123456789012:user/ci",
+    ],
+)
+def test_settings_producers_take_role_and_user_arns(arn: str) -> None:
+    """producers lists the IAM roles and users allowed to send, paths included."""
+    assert parse_environment("qa", settings(producers=[arn])).producers == (arn,)
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::123456789012:role/*",
+        "arn:aws:iam::123456789012:role/team/*",
+        "arn:aws:sts::123456789012:assumed-role/orders-api/session",
+        "arn:aws:iam::123456789012:root",
+        "arn:aws:iam::123456789012:group/devs",
+        "arn:aws:iam::12345678901:role/orders-api",
+        "arn:aws:iam::123456789012:role/",
+        "arn:aws:iam::123456789012:role/team/",
+        "123456789012",
+        "arn:aws:sns:eu-west-1:123456789012:topic",
+    ],
+)
+def test_settings_producers_refuse_anything_but_a_role_or_user_arn(arn: str) -> None:
+    """A wildcard, a session, the root user, a group, an account id or a service resource is refused with the rule."""
+    error = error_for("qa", settings(producers=[PRODUCER_ARN, arn]))
+    assert str(error) == f'"{CONTEXT_KEY}.qa.producers" {PRODUCER_RULE}: {arn!r}'
+
+
+def test_settings_producers_empty_or_absent() -> None:
+    """Absent = same-account IAM decides (every cdk.json environment); an empty list is refused as ambiguous."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    assert {e.name: e.producers for e in load_environments(context)} == dict.fromkeys(
+        ("dev", "staging", "prod", "demo"), ()
+    )
+    error = error_for("qa", settings(producers=[]))
+    assert str(error) == (
+        f'"{CONTEXT_KEY}.qa.producers" must list at least one role or user ARN (leave it out to let IAM alone decide): []'
+    )
+    assert error_for("qa", settings(producers="arn:aws:iam::123456789012:user/ci")).rule == "must be a list of strings"
