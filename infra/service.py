@@ -64,7 +64,9 @@ class ConsumerService(Construct):
     * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
       :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
       on the idempotency table and task scale-in protection on this cluster's tasks;
-    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
+    * every Linux capability dropped;
+    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery, deletion
+      protection when ``log_removal_policy`` retains);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
     * target tracking on backlog per task (metric math, an L1 policy because
       the L2 rejects math expressions) between ``min_tasks`` and ``max_tasks``.
@@ -107,6 +109,8 @@ class ConsumerService(Construct):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=log_removal_policy,
+            # Where the data is retained (staging, prod), neither a console slip nor a replacing update deletes it.
+            deletion_protection=log_removal_policy == RemovalPolicy.RETAIN,
         )
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
@@ -161,6 +165,10 @@ class ConsumerService(Construct):
         )
         self.task_definition.add_volume(name="tmp")
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
+        # The consumer needs no Linux capability: a compromised handler gets none of Docker's defaults either.
+        # Fargate accepts any drop (it restricts only additions, to SYS_PTRACE).
+        linux_parameters = ecs.LinuxParameters(self, "LinuxParameters")
+        linux_parameters.drop_capabilities(ecs.Capability.ALL)
         self.container = self.task_definition.add_container(
             "Consumer",
             image=ecs.ContainerImage.from_asset(
@@ -169,6 +177,7 @@ class ConsumerService(Construct):
             command=CONTAINER_COMMAND,
             user=CONTAINER_USER,
             readonly_root_filesystem=True,
+            linux_parameters=linux_parameters,
             environment=environment,
             # Read by the execution role at task start; CDK grants it read on exactly these parameters/secrets.
             secrets=dict(secrets or {}),

@@ -312,3 +312,20 @@ def test_without_producers_iam_alone_decides_who_sends(synthesized: dict[str, Sy
     """Unset producers: the source's policy holds only the TLS deny, as before."""
     (tls,) = source_policy_statements(synthesized[name])
     assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
+def test_container_drops_every_linux_capability(synthesized: dict[str, Synthesized], name: str) -> None:
+    """The task's container keeps none of Docker's default capabilities (Fargate allows any drop)."""
+    assert container(synthesized[name])["LinuxParameters"] == {"Capabilities": {"Drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize(("name", "protected"), [("dev", False), ("demo", False), ("staging", True), ("prod", True)])
+def test_idempotency_table_has_deletion_protection_where_data_is_retained(
+    synthesized: dict[str, Synthesized], name: str, protected: bool
+) -> None:
+    """retain_queues: true (staging, prod) turns on DeletionProtectionEnabled; dev and demo stay disposable."""
+    env = synthesized[name]
+    table = env.json["Resources"][env.logical_id(env.stack.consumer.idempotency_table)]
+    assert table["Properties"]["DeletionProtectionEnabled"] is protected
+    assert env.stack.settings.retain_queues is protected
