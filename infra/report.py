@@ -66,11 +66,18 @@ def formula_table(contract: WorkerContract) -> str:
     return "\n".join(lines)
 
 
-def paging_summary(settings: EnvironmentSettings) -> str:
-    """Who the page-level alarms reach: the committed subscriptions' count, or the deploy-time parameter."""
-    if settings.paging_from_parameter:
-        return f"{PAGING_ENDPOINT_PARAMETER} (deploy parameter)"
-    return str(len(settings.paging_emails) + len(settings.paging_https))
+def settings_rows(settings: EnvironmentSettings) -> dict[str, str]:
+    """The report's rows for one environment's alarm routing and guards: label -> value."""
+    paging = str(len(settings.paging_emails) + len(settings.paging_https))
+    return {
+        "paging subscriptions": f"{PAGING_ENDPOINT_PARAMETER} (deploy parameter)"
+        if settings.paging_from_parameter
+        else paging,
+        "ticket subscriptions": str(len(settings.ticket_emails) + len(settings.ticket_https)),
+        "pages go to": "tickets" if settings.pages_to_tickets else "paging",
+        "secrets (ECS secrets)": ", ".join(settings.secrets) or "none",
+        "who may send": f"{len(settings.producers)} producers + consumer" if settings.producers else "IAM decides",
+    }
 
 
 def nag_results(outdir: Path, stack_name: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -124,12 +131,9 @@ def main(
     table.add_row("tasks (min..max)", *[f"{s.settings.min_tasks}..{s.settings.max_tasks}" for s in stacks])
     for label, attribute in ROWS:
         table.add_row(label, *[human(attribute, getattr(s.contract, attribute)) for s in stacks])
-    table.add_row("paging subscriptions", *[paging_summary(s.settings) for s in stacks])
-    table.add_row(
-        "ticket subscriptions",
-        *[str(len(s.settings.ticket_emails) + len(s.settings.ticket_https)) for s in stacks],
-    )
-    table.add_row("pages go to", *["tickets" if s.settings.pages_to_tickets else "paging" for s in stacks])
+    rows = [settings_rows(s.settings) for s in stacks]
+    for label in rows[0]:
+        table.add_row(label, *[r[label] for r in rows])
     console.print(table)
     for stack in stacks:
         open_findings, acknowledged = nag_results(outdir, stack.stack_name)

@@ -21,6 +21,7 @@ from infra.settings import (
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "consumer.examples.notifications:handle"
+PRODUCER_ARN = "arn:aws:iam::123456789012:role/orders-api"
 
 
 def settings(**overrides: object) -> dict[str, object]:
@@ -92,14 +93,27 @@ def test_prod_without_a_committed_subscription_takes_it_at_deploy() -> None:
     assert (committed.has_subscription, committed.paging_from_parameter) == (True, False)
 
 
-def test_report_says_where_paging_comes_from() -> None:
-    """`python -m infra.report` names the deploy parameter for prod and counts committed subscriptions elsewhere."""
-    from infra.report import paging_summary
+def test_report_says_where_paging_comes_from_and_what_guards_apply() -> None:
+    """`python -m infra.report` names prod's deploy parameter, each environment's secrets and who may send."""
+    from infra.report import settings_rows
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    summary = {e.name: paging_summary(e) for e in load_environments(context)}
-    assert summary == {"dev": "0", "staging": "0", "prod": "PagingEndpoint (deploy parameter)", "demo": "0"}
-    assert paging_summary(parse_environment("qa", settings(paging={"emails": ["a@corp.io", "b@corp.io"]}))) == "2"
+    rows = {e.name: settings_rows(e) for e in load_environments(context)}
+    assert rows["prod"] == {
+        "paging subscriptions": "PagingEndpoint (deploy parameter)",
+        "ticket subscriptions": "0",
+        "pages go to": "paging",
+        "secrets (ECS secrets)": "NOTIFY_WEBHOOK_URL",
+        "who may send": "IAM decides",
+    }
+    assert rows["dev"]["paging subscriptions"] == "0" and rows["dev"]["secrets (ECS secrets)"] == "none"
+    qa = parse_environment(
+        "qa", settings(paging={"emails": ["a@corp.io", "b@corp.io"]}, producers=[PRODUCER_ARN], require_paging=True)
+    )
+    assert (settings_rows(qa)["paging subscriptions"], settings_rows(qa)["who may send"]) == (
+        "2",
+        "1 producers + consumer",
+    )
 
 
 def test_settings_require_paging_applies_to_any_environment() -> None:
@@ -395,9 +409,6 @@ def test_settings_handler_environment_error_never_shows_values() -> None:
     """A malformed entry is reported by its name only: the value may be a secret."""
     error = error_for("qa", settings(handler_environment={"lower": "hunter2"}))
     assert str(error) == f"\"{CONTEXT_KEY}.qa.handler_environment\" must map UPPER_CASE names to string values: 'lower'"
-
-
-PRODUCER_ARN = "arn:aws:iam::123456789012:role/orders-api"
 
 
 @pytest.mark.parametrize(
