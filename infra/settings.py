@@ -86,17 +86,19 @@ _EMAIL = re.compile(rf"^{_EMAIL_LOCAL}@{_EMAIL_DOMAIN}$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _HTTPS = re.compile(r"^https://\S+$")
-# https://docs.aws.amazon.com/systems-manager/latest/userguide/sysman-paramstore-su-create.html
-_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*$")
+# https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html (naming constraints)
+_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){0,14}$")
 # https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
 _SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
 # Secrets Manager ends every secret's ARN with "-" and six random characters; a name that ends the same way
 # makes the partial ARN ECS resolves ambiguous.
 _SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
 _JSON_KEY = re.compile(r"^[^:\s]+$")
-# What aws:PrincipalArn holds for a role (its session included) or a user: no wildcard, no session ARN.
+# What aws:PrincipalArn holds for a role (also when a session of it calls) or a user: no wildcard, no session.
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn
-_PRINCIPAL_ARN = re.compile(r"^arn:aws(?:-cn|-us-gov)?:iam::\d{12}:(?:role|user)/(?:[\w+=,.@-]+/)*[\w+=,.@-]+$")
+_PRINCIPAL_ARN = re.compile(
+    r"^arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/(?:[A-Za-z0-9_+=,.@-]+/)*[A-Za-z0-9_+=,.@-]+$"
+)
 PRODUCER_RULE = (
     "must be an IAM role or user ARN, arn:aws:iam::<12-digit account>:role/NAME or :user/NAME (a path is"
     " allowed, a wildcard is not; for an assumed-role session name its role)"
@@ -414,7 +416,9 @@ def _secret_source(path: str, source: str) -> SecretSource:
     if service == "ssm":
         if not _SSM_PARAMETER.match(rest):
             raise SettingsError(
-                path, f"{SECRET_SOURCE_RULE}; a parameter name is letters, digits, _ . - in /-separated levels", source
+                path,
+                f"{SECRET_SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels",
+                source,
             )
         return SecretSource(service=service, name=rest)
     if service != "secretsmanager":

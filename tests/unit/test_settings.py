@@ -324,12 +324,12 @@ SOURCE_RULE = (
         (
             {"HOOK": "ssm:/a//b"},
             "secrets.HOOK",
-            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in /-separated levels: 'ssm:/a//b'",
+            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels: 'ssm:/a//b'",
         ),
         (
             {"HOOK": "ssm:"},
             "secrets.HOOK",
-            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in /-separated levels: 'ssm:'",
+            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels: 'ssm:'",
         ),
         (
             {"HOOK": "secretsmanager:qa db"},
@@ -366,12 +366,17 @@ def test_settings_secrets_rules(secrets: object, parameter: str, message: str) -
 
 
 def test_settings_secret_names_at_the_bounds_are_accepted() -> None:
-    """A 512-character secret name and one ending in '-' and five characters are valid."""
-    name = "a" * 512
+    """A 512-character secret name, one ending in '-' and five characters and a 15-level parameter are valid."""
+    name, levels = "a" * 512, "/" + "/".join(["level"] * 15)
     env = parse_environment(
-        "qa", settings(secrets={"LONG": f"secretsmanager:{name}", "SHORT": "secretsmanager:db-a1B2c"})
+        "qa",
+        settings(
+            secrets={"LONG": f"secretsmanager:{name}", "SHORT": "secretsmanager:db-a1B2c", "DEEP": f"ssm:{levels}"}
+        ),
     )
-    assert (env.secrets["LONG"].name, env.secrets["SHORT"].name) == (name, "db-a1B2c")
+    assert (env.secrets["LONG"].name, env.secrets["SHORT"].name, env.secrets["DEEP"].name) == (name, "db-a1B2c", levels)
+    error = error_for("qa", settings(secrets={"DEEP": f"ssm:{levels}/sixteenth"}))
+    assert error.parameter == f"{CONTEXT_KEY}.qa.secrets.DEEP" and "at most 15 /-separated levels" in error.rule
 
 
 @pytest.mark.parametrize(
@@ -439,6 +444,7 @@ def test_settings_producers_take_role_and_user_arns(arn: str) -> None:
         "arn:aws:iam::123456789012:role/team/",
         "123456789012",
         "arn:aws:sns:eu-west-1:123456789012:topic",
+        "arn:aws:iam::123456789012:role/équipe",
     ],
 )
 def test_settings_producers_refuse_anything_but_a_role_or_user_arn(arn: str) -> None:
