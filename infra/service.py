@@ -64,10 +64,11 @@ class ConsumerService(Construct):
     * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
       :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
       on the idempotency table and task scale-in protection on this cluster's tasks;
-    * every Linux capability dropped;
-    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery, deletion
-      protection when ``log_removal_policy`` retains);
+    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
+    * deletion protection on the idempotency table when ``log_removal_policy`` retains; every Linux
+      capability dropped; ``secrets`` as ECS secrets, read at task start by the execution role,
+      which may read exactly those;
     * target tracking on backlog per task (metric math, an L1 policy because
       the L2 rejects math expressions) between ``min_tasks`` and ``max_tasks``.
       Scale-in does not stop busy tasks: the consumer holds ECS task scale-in
@@ -109,7 +110,7 @@ class ConsumerService(Construct):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=log_removal_policy,
-            # Where the data is retained (staging, prod), neither a console slip nor a replacing update deletes it.
+            # Where the data is retained (staging, prod), DeleteTable fails until protection is turned off.
             deletion_protection=log_removal_policy == RemovalPolicy.RETAIN,
         )
         bindings = {
