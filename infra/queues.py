@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jsii
 from aws_cdk import Duration, RemovalPolicy, Stack, Token
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
 from consumer.contract import SOURCE_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES, WorkerContract
 
 SQS_MAX_QUEUE_NAME = 80
+#: Also authorises SendMessageBatch: batch calls need no separate action.
+SEND_ACTION = "sqs:SendMessage"
 
 
 class WorkerQueues(Construct):
@@ -21,7 +26,8 @@ class WorkerQueues(Construct):
     * visibility timeout from the contract; SSE-SQS and TLS enforced on both;
     * maximum message size: the DLQ takes SQS's limit, the source keeps ``DLQ_REASON_HEADROOM_BYTES``
       below it, so the consumer can move a message of any accepted size to the DLQ with its reason;
-    * a FIFO pair (both FIFO) when the contract says ``fifo``.
+    * a FIFO pair (both FIFO) when the contract says ``fifo``;
+    * optionally, :meth:`restrict_senders`: only named producers (and the consumer) may send to the source.
 
     Queue names are derived from the stack name (``<stack>-source``,
     ``<stack>-dlq``): the DLQ's redrive allow policy must name the source's ARN,
@@ -88,6 +94,35 @@ class WorkerQueues(Construct):
             **fifo_props,
         )
         self.node.add_validation(_QueueInvariants(self))
+
+    def restrict_senders(self, producers: Sequence[str], *, requeuer: iam.IRole) -> None:
+        """Only ``producers`` (IAM role/user ARNs) and ``requeuer`` may send to the source queue.
+
+        The source's policy allows the producers ``sqs:SendMessage`` (a producer in another account needs
+        that) and denies it to every other principal, whatever its own IAM policy grants: message
+        attributes the consumer acts on (the idempotency key, ``x-prior-receives``) are only as trusted
+        as whoever can send. ``requeuer`` is the consumer's task role, which sends hand-back copies.
+        Without a call, same-account IAM alone decides who may send.
+        """
+        queue_arn = self.queue.queue_arn
+        self.queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowProducersToSend",
+                principals=[iam.ArnPrincipal(arn) for arn in producers],
+                actions=[SEND_ACTION],
+                resources=[queue_arn],
+            )
+        )
+        self.queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenyOtherSenders",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=[SEND_ACTION],
+                resources=[queue_arn],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": [*producers, requeuer.role_arn]}},
+            )
+        )
 
 
 @jsii.implements(IValidation)

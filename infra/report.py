@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract, contract_of, load_handler
+from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -63,6 +64,20 @@ def formula_table(contract: WorkerContract) -> str:
     for name, formula in DERIVED_FORMULAS.items():
         lines.append(f"| `{name}` | `{formula}` | {human(name, getattr(contract, name))} |")
     return "\n".join(lines)
+
+
+def settings_rows(settings: EnvironmentSettings) -> dict[str, str]:
+    """The report's rows for one environment's alarm routing and guards: label -> value."""
+    paging = str(len(settings.paging_emails) + len(settings.paging_https))
+    return {
+        "paging subscriptions": f"{PAGING_ENDPOINT_PARAMETER} (deploy parameter)"
+        if settings.paging_from_parameter
+        else paging,
+        "ticket subscriptions": str(len(settings.ticket_emails) + len(settings.ticket_https)),
+        "pages go to": "tickets" if settings.pages_to_tickets else "paging",
+        "secrets (ECS secrets)": ", ".join(settings.secrets) or "none",
+        "who may send": f"{len(settings.producers)} producers + consumer" if settings.producers else "IAM decides",
+    }
 
 
 def nag_results(outdir: Path, stack_name: str) -> tuple[list[str], list[tuple[str, str]]]:
@@ -116,15 +131,9 @@ def main(
     table.add_row("tasks (min..max)", *[f"{s.settings.min_tasks}..{s.settings.max_tasks}" for s in stacks])
     for label, attribute in ROWS:
         table.add_row(label, *[human(attribute, getattr(s.contract, attribute)) for s in stacks])
-    table.add_row(
-        "paging subscriptions",
-        *[str(len(s.settings.paging_emails) + len(s.settings.paging_https)) for s in stacks],
-    )
-    table.add_row(
-        "ticket subscriptions",
-        *[str(len(s.settings.ticket_emails) + len(s.settings.ticket_https)) for s in stacks],
-    )
-    table.add_row("pages go to", *["tickets" if s.settings.pages_to_tickets else "paging" for s in stacks])
+    rows = [settings_rows(s.settings) for s in stacks]
+    for label in rows[0]:
+        table.add_row(label, *[r[label] for r in rows])
     console.print(table)
     for stack in stacks:
         open_findings, acknowledged = nag_results(outdir, stack.stack_name)

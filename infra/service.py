@@ -12,6 +12,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from consumer.contract import (
@@ -23,6 +25,7 @@ from consumer.contract import (
     WorkerContract,
 )
 from infra.queues import WorkerQueues
+from infra.settings import SecretSource
 
 CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
@@ -63,6 +66,9 @@ class ConsumerService(Construct):
       on the idempotency table and task scale-in protection on this cluster's tasks;
     * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
+    * deletion protection on the idempotency table when ``log_removal_policy`` retains; every Linux
+      capability dropped; ``secrets`` as ECS secrets, read at task start by the execution role,
+      which may read exactly those;
     * target tracking on backlog per task (metric math, an L1 policy because
       the L2 rejects math expressions) between ``min_tasks`` and ``max_tasks``.
       Scale-in does not stop busy tasks: the consumer holds ECS task scale-in
@@ -87,6 +93,7 @@ class ConsumerService(Construct):
         memory_mib: int = 512,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         handler_environment: Mapping[str, str] | None = None,
+        secrets: Mapping[str, ecs.Secret] | None = None,
         log_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         # log_removal_policy also applies to the idempotency table: both are disposable state.
@@ -103,6 +110,8 @@ class ConsumerService(Construct):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=log_removal_policy,
+            # Where the data is retained (staging, prod), DeleteTable fails until protection is turned off.
+            deletion_protection=log_removal_policy == RemovalPolicy.RETAIN,
         )
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
@@ -111,9 +120,14 @@ class ConsumerService(Construct):
             IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name,
         }
         environment = contract.to_env()
-        clashes = sorted(set(handler_environment or {}) & (set(environment) | BINDING_KEYS))
-        if clashes:
-            raise ValueError(f'"handler_environment" must not set variables the construct owns: {", ".join(clashes)}')
+        owned = set(environment) | BINDING_KEYS
+        for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
+            clashes = sorted(set(names) & owned)
+            if clashes:
+                raise ValueError(
+                    f'"{option}" must not set variables the construct (or handler_environment) sets: {", ".join(clashes)}'
+                )
+            owned |= set(names)
         environment.update(bindings)
         environment.update(handler_environment or {})
 
@@ -152,6 +166,10 @@ class ConsumerService(Construct):
         )
         self.task_definition.add_volume(name="tmp")
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
+        # The consumer needs no Linux capability: a compromised handler gets none of Docker's defaults either.
+        # Fargate accepts any drop (it restricts only additions, to SYS_PTRACE).
+        linux_parameters = ecs.LinuxParameters(self, "LinuxParameters")
+        linux_parameters.drop_capabilities(ecs.Capability.ALL)
         self.container = self.task_definition.add_container(
             "Consumer",
             image=ecs.ContainerImage.from_asset(
@@ -160,7 +178,10 @@ class ConsumerService(Construct):
             command=CONTAINER_COMMAND,
             user=CONTAINER_USER,
             readonly_root_filesystem=True,
+            linux_parameters=linux_parameters,
             environment=environment,
+            # Read by the execution role at task start; CDK grants it read on exactly these parameters/secrets.
+            secrets=dict(secrets or {}),
             stop_timeout=Duration.seconds(contract.stop_timeout_seconds or 0),
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
@@ -213,6 +234,25 @@ class ConsumerService(Construct):
                 target=contract.scaling_target_backlog_per_task,
             ),
         )
+
+
+def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> dict[str, ecs.Secret]:
+    """ECS secrets for ``sources`` (the ``secrets`` setting): SecureString parameters or Secrets Manager secrets.
+
+    Parameters and secrets are referenced by name, never created here: they exist before the first deploy.
+    Encrypted with the default keys (``aws/ssm``, ``aws/secretsmanager``) they need no KMS grant.
+    """
+    secrets = {}
+    for variable, source in sources.items():
+        if source.service == "ssm":
+            parameter = ssm.StringParameter.from_secure_string_parameter_attributes(
+                scope, variable, parameter_name=source.name
+            )
+            secrets[variable] = ecs.Secret.from_ssm_parameter(parameter)
+        else:
+            secret = secretsmanager.Secret.from_secret_name_v2(scope, variable, source.name)
+            secrets[variable] = ecs.Secret.from_secrets_manager(secret, field=source.json_key)
+    return secrets
 
 
 def _backlog_per_task_tracking(

@@ -24,10 +24,27 @@ from consumer.contract import (
 )
 
 CONTEXT_KEY = "sqs-worker:environments"
-#: Environments that must page someone: they refuse to synth without a subscription.
+#: Environments that must page someone: a placeholder subscription fails synth, and without a committed
+#: subscription the stack takes one at deploy (PAGING_ENDPOINT_PARAMETER).
 PAGING_REQUIRED_ENVIRONMENTS = frozenset({"prod"})
-#: Placeholder domains that may stand in cdk.json but earn a synth warning.
-PLACEHOLDER_DOMAINS = ("example.com", "example.org", "example.net")
+#: A host that can never receive a page: the documentation domains example.com/.org/.net and their
+#: subdomains, and the reserved top-level domains .example, .test, .invalid and .localhost (RFC 2606,
+#: RFC 6761). Where paging is required a subscription to one fails synth; elsewhere it earns a warning.
+PLACEHOLDER_HOST = r"(?:[^\s@/?#:]*\.)?(?:example\.(?:com|org|net)|example|test|invalid|localhost)"
+#: Where paging is required and cdk.json commits no subscription, the stack takes one at deploy from this parameter.
+PAGING_ENDPOINT_PARAMETER = "PagingEndpoint"
+PLACEHOLDER_RULE = (
+    "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
+    " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders"
+)
+_EMAIL_LOCAL = r"[^@\s]+"
+_EMAIL_DOMAIN = r"[^@\s/]+\.[^@\s/]+"  # no "/": a URL is never read as an address
+#: The deploy-time PagingEndpoint parameter's AllowedPattern (a Java regular expression on AWS; this
+#: subset reads the same in Python): an email address or an https:// URL, neither on a placeholder host.
+PAGING_ENDPOINT_PATTERN = (
+    rf"(?i)^(?:{_EMAIL_LOCAL}@(?!{PLACEHOLDER_HOST}$){_EMAIL_DOMAIN}"
+    rf"|https://(?!(?:[^/?#@\s]*@)?{PLACEHOLDER_HOST}(?:[:/?#]|$))\S+)$"
+)
 
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
 FARGATE_MEMORY_MIB: dict[int, range] = {
@@ -65,10 +82,49 @@ LOG_RETENTION_DAYS = (
     3653,
 )
 MAX_TASKS_LIMIT = 100
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_EMAIL = re.compile(rf"^{_EMAIL_LOCAL}@{_EMAIL_DOMAIN}$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _HTTPS = re.compile(r"^https://\S+$")
+# https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html (naming constraints)
+_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){0,14}$")
+# https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
+_SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+# Secrets Manager ends every secret's ARN with "-" and six random characters; a name that ends the same way
+# makes the partial ARN ECS resolves ambiguous.
+_SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+_JSON_KEY = re.compile(r"^[^:\s]+$")
+# What aws:PrincipalArn holds for a role (also when a session of it calls) or a user: no wildcard, no session.
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn
+_PRINCIPAL_ARN = re.compile(
+    r"^arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/(?:[A-Za-z0-9_+=,.@-]+/)*[A-Za-z0-9_+=,.@-]+$"
+)
+PRODUCER_RULE = (
+    "must be an IAM role or user ARN, arn:aws:iam::<12-digit account>:role/NAME or :user/NAME (a path is"
+    " allowed, a wildcard is not; for an assumed-role session name its role)"
+)
+SECRET_SOURCE_RULE = (
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
+)
+#: A handler_environment name containing one of these looks like a secret. handler_environment is plain
+#: text in the task definition (anyone with ecs:DescribeTaskDefinition reads it), so such a value must
+#: come through ``secrets`` instead. A false positive is renamed or moved to ``secrets``; it never passes.
+SECRET_NAME_MARKERS = (
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "TOKEN",
+    "CREDENTIAL",
+    "PRIVATE_KEY",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+)
+SECRET_LIKE_RULE = (
+    f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"
+    ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name)'
+)
 
 
 class SettingsError(ContractError):
@@ -82,6 +138,16 @@ class ExistingVpc:
     vpc_id: str
     availability_zones: tuple[str, ...]
     private_subnet_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretSource:
+    """Where one container secret is read at task start (``secrets``): an SSM parameter, or a Secrets Manager
+    secret, whole or one key of its JSON value."""
+
+    service: str  # "ssm" or "secretsmanager"
+    name: str
+    json_key: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +179,10 @@ class EnvironmentSettings:
     vpc: ExistingVpc | None = None
     cluster_name: str | None = None
     handler_environment: Mapping[str, str] = field(default_factory=dict)
+    #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
+    secrets: Mapping[str, SecretSource] = field(default_factory=dict)
+    #: The only principals (besides the consumer's task role) allowed to send to the source; () = IAM decides.
+    producers: tuple[str, ...] = ()
 
     @property
     def stack_name(self) -> str:
@@ -120,7 +190,13 @@ class EnvironmentSettings:
 
     @property
     def has_subscription(self) -> bool:
+        """cdk.json commits at least one paging subscription."""
         return bool(self.paging_emails or self.paging_https)
+
+    @property
+    def paging_from_parameter(self) -> bool:
+        """Paging is required and cdk.json commits no subscription: the PagingEndpoint parameter supplies it."""
+        return self.require_paging and not self.has_subscription
 
     def contract(self) -> WorkerContract:
         """The handler's declared contract with this environment's retention applied."""
@@ -223,15 +299,21 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
             path("log_retention_days"), f"must be one of CloudWatch's {LOG_RETENTION_DAYS}", log_retention
         )
 
+    require_paging = boolean("require_paging", False) or name in PAGING_REQUIRED_ENVIRONMENTS
+
     def subscriptions(key: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         value = raw.get(key, {})
         if not isinstance(value, Mapping) or set(value) - {"emails", "https"}:
             raise SettingsError(path(key), 'must be an object with "emails" and/or "https" lists', value)
         emails = strings(f"{key}.emails", value.get("emails", []), _EMAIL, "must be an email address")
         https = strings(f"{key}.https", value.get("https", []), _HTTPS, "must be an https:// URL")
+        if key == "paging" and require_paging:
+            for kind, endpoints in (("emails", emails), ("https", https)):
+                for endpoint in endpoints:
+                    if is_placeholder(endpoint):
+                        raise SettingsError(path(f"{key}.{kind}"), _placeholder_rule(name), endpoint)
         return emails, https
 
-    paging = raw.get("paging", {})
     emails, https = subscriptions("paging")
     ticket_emails, ticket_https = subscriptions("tickets")
     runbook_url = text("runbook_url", "docs/runbook.md") or ""
@@ -246,18 +328,16 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
     cluster_name = text("cluster_name")
     if cluster_name is not None and vpc is None:
         raise SettingsError(path("cluster_name"), "needs an existing vpc too (the cluster lives in it)", cluster_name)
-    handler_environment = raw.get("handler_environment", {})
-    if not isinstance(handler_environment, Mapping) or not all(
-        isinstance(k, str) and _ENV_VAR.match(k) and isinstance(v, str) for k, v in handler_environment.items()
-    ):
+    reserved = WorkerContract.env_keys() | BINDING_KEYS
+    handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
+    secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
+    if secret_like:
+        raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
+    secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
+    producers = strings("producers", raw.get("producers", []), _PRINCIPAL_ARN, PRODUCER_RULE)
+    if "producers" in raw and not producers:
         raise SettingsError(
-            path("handler_environment"), "must map UPPER_CASE names to string values", handler_environment
-        )
-
-    owned = sorted(set(handler_environment) & (WorkerContract.env_keys() | BINDING_KEYS))
-    if owned:
-        raise SettingsError(
-            path("handler_environment"), "must not set variables the stack writes itself", ", ".join(owned)
+            path("producers"), "must list at least one role or user ARN (leave it out to let IAM alone decide)", []
         )
 
     settings = EnvironmentSettings(
@@ -273,7 +353,7 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         dlq_retention_days=integer("dlq_retention_days", 14, 2, 14),
         log_retention_days=log_retention,
         retain_queues=boolean("retain_queues", True),
-        require_paging=boolean("require_paging", False) or name in PAGING_REQUIRED_ENVIRONMENTS,
+        require_paging=require_paging,
         paging_emails=emails,
         paging_https=https,
         ticket_emails=ticket_emails,
@@ -283,20 +363,81 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         nat_gateways=integer("nat_gateways", 1, 0, 3),
         vpc=vpc,
         cluster_name=cluster_name,
-        handler_environment=dict(handler_environment),
+        handler_environment=handler_environment,
+        secrets=secrets,
+        producers=producers,
     )
     if settings.require_paging and settings.pages_to_tickets:
         raise SettingsError(
             path("pages_to_tickets"), "must be false where alarms must page someone (prod, or require_paging)", True
         )
-    if settings.require_paging and not settings.has_subscription:
-        raise SettingsError(
-            path("paging"),
-            "needs at least one email or https subscription: alarms in this environment must page someone",
-            paging,
-        )
     settings.contract()  # fail here, with the setting's path, if retention and handler disagree
     return settings
+
+
+def is_placeholder(endpoint: str) -> bool:
+    """True for an email address or https:// URL on a placeholder host: the PagingEndpoint parameter's own rule."""
+    return re.fullmatch(PAGING_ENDPOINT_PATTERN, endpoint) is None
+
+
+def _placeholder_rule(name: str) -> str:
+    return (
+        f"{PLACEHOLDER_RULE}; leave paging out of cdk.json and give the real address at deploy:"
+        f" npx cdk deploy -c env={name} --parameters SqsWorker-{name}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"
+    )
+
+
+def _variables(path: str, raw: object, reserved: frozenset[str], values: str = "string values") -> dict[str, str]:
+    """Container variables: UPPER_CASE names to strings, none of them one the stack writes itself."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(path, f"must map UPPER_CASE names to {values}", raw)
+    for key, value in raw.items():
+        # Only the name is shown: the value may be a secret.
+        if not (isinstance(key, str) and _ENV_VAR.match(key)) or not isinstance(value, str):
+            raise SettingsError(path, f"must map UPPER_CASE names to {values}", key)
+    owned = sorted(set(raw) & reserved)
+    if owned:
+        raise SettingsError(path, "must not set variables the stack writes itself", ", ".join(owned))
+    return dict(raw)
+
+
+def _parse_secrets(
+    path: str, raw: object, reserved: frozenset[str], handler_environment: Mapping[str, str]
+) -> dict[str, SecretSource]:
+    sources = _variables(path, raw, reserved, values='"ssm:..." or "secretsmanager:..." sources')
+    repeated = sorted(set(sources) & set(handler_environment))
+    if repeated:
+        raise SettingsError(path, "must not repeat a handler_environment name (one source per variable)", repeated[0])
+    return {name: _secret_source(f"{path}.{name}", source) for name, source in sources.items()}
+
+
+def _secret_source(path: str, source: str) -> SecretSource:
+    service, _, rest = source.partition(":")
+    if service == "ssm":
+        if not _SSM_PARAMETER.match(rest):
+            raise SettingsError(
+                path,
+                f"{SECRET_SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels",
+                source,
+            )
+        return SecretSource(service=service, name=rest)
+    if service != "secretsmanager":
+        raise SettingsError(path, SECRET_SOURCE_RULE, source)
+    name, colon, json_key = rest.partition(":")
+    if not _SECRET_NAME.match(name):
+        raise SettingsError(
+            path, f"{SECRET_SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -", source
+        )
+    if _SECRET_ARN_SUFFIX.search(name):
+        raise SettingsError(
+            path,
+            "must not name a secret ending in '-' and six letters or digits: Secrets Manager ends every ARN so,"
+            " and ECS resolves the name as a partial ARN",
+            source,
+        )
+    if colon and not _JSON_KEY.match(json_key):
+        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces", source)
+    return SecretSource(service=service, name=name, json_key=json_key or None)
 
 
 def _parse_vpc(path: str, raw: object) -> ExistingVpc | None:

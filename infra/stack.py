@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, CfnOutput, Environment, RemovalPolicy, Stack
+from aws_cdk import Annotations, CfnCondition, CfnOutput, CfnParameter, Environment, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from infra.alarms import QueueAlarms
@@ -14,8 +15,14 @@ from infra.metrics import WorkerMetrics
 from infra.nag import acknowledge
 from infra.paging import PagingTopic
 from infra.queues import WorkerQueues
-from infra.service import ConsumerService
-from infra.settings import LOG_RETENTION_DAYS, PLACEHOLDER_DOMAINS, EnvironmentSettings
+from infra.service import ConsumerService, container_secrets
+from infra.settings import (
+    LOG_RETENTION_DAYS,
+    PAGING_ENDPOINT_PARAMETER,
+    PAGING_ENDPOINT_PATTERN,
+    EnvironmentSettings,
+    is_placeholder,
+)
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
 RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
@@ -53,14 +60,15 @@ class WorkerStack(Stack):
             https_endpoints=settings.paging_https,
             removal_policy=removal,
         )
-        if not settings.has_subscription:
+        #: The deploy-time paging subscription (None where cdk.json commits the subscriptions).
+        self.paging_endpoint = self._paging_endpoint_parameter() if settings.paging_from_parameter else None
+        if not settings.has_subscription and self.paging_endpoint is None:
             Annotations.of(self.paging).add_warning_v2(
                 "sqs-worker:no-paging-subscription",
                 f"{settings.name}: the paging topic has no subscription; alarms will notify nobody",
             )
-        placeholders = [
-            s for s in (*settings.paging_emails, *settings.paging_https) if any(d in s for d in PLACEHOLDER_DOMAINS)
-        ]
+        # Where paging is required, settings refuse a placeholder; elsewhere it only earns this warning.
+        placeholders = [s for s in (*settings.paging_emails, *settings.paging_https) if is_placeholder(s)]
         if placeholders:
             Annotations.of(self.paging).add_warning_v2(
                 "sqs-worker:placeholder-subscription",
@@ -90,8 +98,11 @@ class WorkerStack(Stack):
             memory_mib=settings.memory_mib,
             log_retention=RETENTION_DAYS[settings.log_retention_days],
             handler_environment=settings.handler_environment,
+            secrets=container_secrets(Construct(self, "Secrets"), settings.secrets),
             log_removal_policy=removal,
         )
+        if settings.producers:
+            self.queues.restrict_senders(settings.producers, requeuer=self.consumer.task_role)
         self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
         self.alarms = QueueAlarms(
             self,
@@ -110,8 +121,11 @@ class WorkerStack(Stack):
         acknowledge(
             self.consumer.task_definition,
             "AwsSolutions-ECS2",
-            "The environment holds only non-secret values: queue URLs, the handler path and the"
-            " worker contract's timings. Secrets, if a handler needs any, go through ECS secrets.",
+            "The environment holds only non-secret values: queue URLs, the handler path, the worker"
+            " contract's timings and handler_environment, which refuses secret-like names (SECRET, PASSWORD,"
+            " TOKEN, API_KEY, ...) at synth. Secrets travel as ECS secrets (the secrets setting): SSM"
+            " SecureString parameters or Secrets Manager secrets, read by the execution role at task start,"
+            " which may read exactly those and nothing else.",
         )
         acknowledge(
             self.consumer.task_role,
@@ -140,6 +154,40 @@ class WorkerStack(Stack):
             ("ServiceName", self.consumer.service.service_name, "ECS service running the consumer"),
         ):
             CfnOutput(self, output_id, value=value, description=description)
+
+    def _paging_endpoint_parameter(self) -> CfnParameter:
+        """PagingEndpoint: the real paging address, given at deploy and never committed, subscribed to the topic.
+
+        No default, so the first ``cdk deploy`` without ``--parameters`` fails before anything is created; later
+        deploys reuse the stack's previous value (the CDK CLI's ``--previous-parameters``, on by default).
+        """
+        endpoint = CfnParameter(
+            self,
+            PAGING_ENDPOINT_PARAMETER,
+            type="String",
+            description="Who the page-level alarms reach: an email address or an https:// endpoint of a paging service",
+            allowed_pattern=PAGING_ENDPOINT_PATTERN,
+            constraint_description=(
+                "must be an email address or an https:// URL, not on example.com/.org/.net or a reserved"
+                " .example, .test, .invalid or .localhost domain"
+            ),
+            # A paging service's https:// endpoint usually embeds its integration key: not shown by describe-stacks.
+            no_echo=True,
+        )
+        # An https:// value splits into ["", rest] on "https://"; an email address does not start with it.
+        is_https = CfnCondition(
+            self,
+            "PagingEndpointIsHttps",
+            expression=Fn.condition_equals(Fn.select(0, Fn.split("https://", endpoint.value_as_string)), ""),
+        )
+        sns.CfnSubscription(
+            self,
+            "PagingEndpointSubscription",
+            topic_arn=self.paging.topic.topic_arn,
+            protocol=Fn.condition_if(is_https.logical_id, "https", "email").to_string(),
+            endpoint=endpoint.value_as_string,
+        )
+        return endpoint
 
     def _cluster(self, settings: EnvironmentSettings) -> ecs.ICluster:
         if settings.vpc is not None:

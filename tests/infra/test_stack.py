@@ -200,11 +200,10 @@ def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) 
 
 
 def test_subscriptions_come_from_cdk_json(synthesized: dict[str, Synthesized]) -> None:
-    """prod subscribes its paging email; dev has no subscription."""
+    """prod commits no subscription: its one is the deploy-time PagingEndpoint; dev has no subscription."""
     prod, dev = synthesized["prod"], synthesized["dev"]
-    prod.template.has_resource_properties(
-        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@example.com"}
-    )
+    prod.template.resource_count_is("AWS::SNS::Subscription", 1)
+    prod.template.has_resource_properties("AWS::SNS::Subscription", {"Endpoint": {"Ref": "PagingEndpoint"}})
     dev.template.resource_count_is("AWS::SNS::Subscription", 0)
 
 

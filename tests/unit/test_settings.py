@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from infra.settings import CONTEXT_KEY, SettingsError, load_environments, parse_environment
+from infra.settings import (
+    CONTEXT_KEY,
+    PAGING_ENDPOINT_PATTERN,
+    PRODUCER_RULE,
+    SECRET_LIKE_RULE,
+    SecretSource,
+    SettingsError,
+    load_environments,
+    parse_environment,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "consumer.examples.notifications:handle"
+PRODUCER_ARN = "arn:aws:iam::123456789012:role/orders-api"
 
 
 def settings(**overrides: object) -> dict[str, object]:
@@ -24,12 +35,13 @@ def error_for(name: str, raw: object) -> SettingsError:
 
 
 def test_settings_cdk_json_environments_all_parse() -> None:
-    """dev, staging, prod and demo in cdk.json are valid; prod pages someone; demo runs the demo handler."""
+    """dev, staging, prod and demo in cdk.json are valid; prod pages whom its deploy names; demo runs the demo handler."""
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     environments = {e.name: e for e in load_environments(context)}
     assert list(environments) == ["dev", "staging", "prod", "demo"]
     assert environments["demo"].handler == "consumer.examples.demo:handle"
-    assert environments["prod"].require_paging and environments["prod"].has_subscription
+    assert environments["prod"].require_paging and not environments["prod"].has_subscription
+    assert [e.name for e in environments.values() if e.paging_from_parameter] == ["prod"]
     assert environments["dev"].retain_queues is False and environments["prod"].retain_queues is True
 
 
@@ -73,17 +85,103 @@ def test_settings_bad_handler_names_the_setting() -> None:
     assert "cannot be imported" in str(error)
 
 
-def test_prod_refuses_to_synth_without_paging_subscription() -> None:
-    """prod must page someone, whatever require_paging says."""
-    error = error_for("prod", settings(require_paging=False))
-    assert error.parameter == f"{CONTEXT_KEY}.prod.paging"
-    assert "needs at least one email or https subscription" in str(error)
-    assert parse_environment("prod", settings(paging={"https": ["https://events.example.net/hook"]}))
+def test_prod_without_a_committed_subscription_takes_it_at_deploy() -> None:
+    """prod must page someone, whatever require_paging says: with nothing in cdk.json, the PagingEndpoint parameter."""
+    prod = parse_environment("prod", settings(require_paging=False))
+    assert (prod.require_paging, prod.paging_from_parameter) == (True, True)
+    committed = parse_environment("prod", settings(paging={"https": ["https://events.pagerduty.com/x/enqueue"]}))
+    assert (committed.has_subscription, committed.paging_from_parameter) == (True, False)
+
+
+def test_report_says_where_paging_comes_from_and_what_guards_apply() -> None:
+    """`python -m infra.report` names prod's deploy parameter, each environment's secrets and who may send."""
+    from infra.report import settings_rows
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    rows = {e.name: settings_rows(e) for e in load_environments(context)}
+    assert rows["prod"] == {
+        "paging subscriptions": "PagingEndpoint (deploy parameter)",
+        "ticket subscriptions": "0",
+        "pages go to": "paging",
+        "secrets (ECS secrets)": "NOTIFY_WEBHOOK_URL",
+        "who may send": "IAM decides",
+    }
+    assert rows["dev"]["paging subscriptions"] == "0" and rows["dev"]["secrets (ECS secrets)"] == "none"
+    qa = parse_environment(
+        "qa", settings(paging={"emails": ["a@corp.io", "b@corp.io"]}, producers=[PRODUCER_ARN], require_paging=True)
+    )
+    assert (settings_rows(qa)["paging subscriptions"], settings_rows(qa)["who may send"]) == (
+        "2",
+        "1 producers + consumer",
+    )
 
 
 def test_settings_require_paging_applies_to_any_environment() -> None:
-    """Other environments can opt in to the same rule."""
-    assert error_for("staging", settings(require_paging=True)).parameter == f"{CONTEXT_KEY}.staging.paging"
+    """Other environments can opt in to the same rule; without it nothing is asked at deploy."""
+    assert parse_environment("staging", settings(require_paging=True)).paging_from_parameter is True
+    assert parse_environment("staging", settings()).paging_from_parameter is False
+
+
+PLACEHOLDERS = [
+    ("emails", "oncall@example.com"),
+    ("emails", "Oncall@EXAMPLE.ORG"),
+    ("emails", "pager@ops.example.net"),
+    ("emails", "oncall@corp.example"),
+    ("emails", "oncall@corp.test"),
+    ("emails", "oncall@pager.invalid"),
+    ("emails", "root@ops.localhost"),
+    ("https", "https://hooks.example.com/page"),
+    ("https", "https://example.org"),
+    ("https", "https://user:key@example.net/hook"),
+    ("https", "https://pager.test:8443/hook"),
+    ("https", "https://localhost/hook"),
+]
+REAL_ENDPOINTS = [
+    ("emails", "oncall@corp.io"),
+    ("emails", "ops@example.company.com"),
+    ("emails", "oncall@notexample.com"),
+    ("https", "https://events.pagerduty.com/integration/abc/enqueue"),
+    ("https", "https://example.com.corp.io/hook"),
+    ("https", "https://corp.io/hook?next=docs.example"),
+]
+
+
+@pytest.mark.parametrize(("kind", "endpoint"), PLACEHOLDERS)
+def test_settings_required_paging_refuses_a_placeholder(kind: str, endpoint: str) -> None:
+    """Where paging is required, a documentation or reserved domain fails synth, naming the key, rule and value."""
+    error = error_for("prod", settings(paging={kind: [endpoint]}))
+    assert (error.parameter, error.value) == (f"{CONTEXT_KEY}.prod.paging.{kind}", endpoint)
+    assert error.rule.startswith(
+        "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
+        " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders;"
+    )
+    assert "npx cdk deploy -c env=prod --parameters SqsWorker-prod:PagingEndpoint=oncall@yourco.com" in error.rule
+    assert error_for("qa", settings(require_paging=True, paging={kind: [endpoint]})).parameter.endswith(kind)
+
+
+@pytest.mark.parametrize(("kind", "endpoint"), PLACEHOLDERS)
+def test_settings_placeholder_is_allowed_where_paging_is_not_required(kind: str, endpoint: str) -> None:
+    """Elsewhere a placeholder stays a synth warning (the stack's), not an error."""
+    env = parse_environment("qa", settings(paging={kind: [endpoint]}))
+    assert (*env.paging_emails, *env.paging_https) == (endpoint,)
+
+
+@pytest.mark.parametrize(("kind", "endpoint"), REAL_ENDPOINTS)
+def test_settings_required_paging_accepts_a_real_endpoint(kind: str, endpoint: str) -> None:
+    """A look-alike of a placeholder that is a real host is accepted."""
+    env = parse_environment("prod", settings(paging={kind: [endpoint]}))
+    assert (*env.paging_emails, *env.paging_https) == (endpoint,)
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [(endpoint, False) for _, endpoint in PLACEHOLDERS]
+    + [(endpoint, True) for _, endpoint in REAL_ENDPOINTS]
+    + [("http://corp.io/hook", False), ("not-an-address", False), ("oncall@corp", False), ("", False)],
+)
+def test_paging_endpoint_pattern_is_the_deploy_time_rule(value: str, accepted: bool) -> None:
+    """The PagingEndpoint parameter's AllowedPattern takes an email or https:// URL and refuses placeholders."""
+    assert (re.fullmatch(PAGING_ENDPOINT_PATTERN, value) is not None) is accepted
 
 
 @pytest.mark.parametrize(
@@ -164,3 +262,205 @@ def test_settings_runbook_url_must_be_https_without_an_anchor(url: str) -> None:
     """Alarm descriptions append #section themselves; the base must be an https:// URL (or the default path)."""
     error = error_for("qa", settings(runbook_url=url))
     assert error.parameter == f"{CONTEXT_KEY}.qa.runbook_url"
+
+
+def test_settings_secrets_name_their_source() -> None:
+    """ssm:<parameter>, secretsmanager:<secret> and secretsmanager:<secret>:<json key> each parse to their source."""
+    env = parse_environment(
+        "qa",
+        settings(
+            secrets={
+                "HOOK_URL": "ssm:/qa/hook-url",
+                "DB_URL": "secretsmanager:qa/db",
+                "DB_PASSWORD": "secretsmanager:qa/db:password",
+            }
+        ),
+    )
+    assert env.secrets == {
+        "HOOK_URL": SecretSource(service="ssm", name="/qa/hook-url"),
+        "DB_URL": SecretSource(service="secretsmanager", name="qa/db"),
+        "DB_PASSWORD": SecretSource(service="secretsmanager", name="qa/db", json_key="password"),
+    }
+
+
+def test_settings_cdk_json_staging_and_prod_read_the_webhook_url_from_ssm() -> None:
+    """The example's NOTIFY_WEBHOOK_URL (webhook URLs often carry a token) is a SecureString per environment."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    secrets = {e.name: e.secrets for e in load_environments(context) if e.secrets}
+    assert secrets == {
+        name: {"NOTIFY_WEBHOOK_URL": SecretSource(service="ssm", name=f"/sqs-worker/{name}/notify-webhook-url")}
+        for name in ("staging", "prod")
+    }
+
+
+SOURCE_RULE = (
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
+)
+
+
+@pytest.mark.parametrize(
+    ("secrets", "parameter", "message"),
+    [
+        (["HOOK"], "secrets", """must map UPPER_CASE names to "ssm:..." or "secretsmanager:..." sources: ['HOOK']"""),
+        (
+            {"hook": "ssm:/a"},
+            "secrets",
+            """must map UPPER_CASE names to "ssm:..." or "secretsmanager:..." sources: 'hook'""",
+        ),
+        ({"HOOK": 7}, "secrets", """must map UPPER_CASE names to "ssm:..." or "secretsmanager:..." sources: 'HOOK'"""),
+        ({"QUEUE_URL": "ssm:/a"}, "secrets", "must not set variables the stack writes itself: 'QUEUE_URL'"),
+        (
+            {"CONSUMER_MAX_DURATION_SECONDS": "ssm:/a"},
+            "secrets",
+            "must not set variables the stack writes itself: 'CONSUMER_MAX_DURATION_SECONDS'",
+        ),
+        (
+            {"LOG_FORMAT": "ssm:/a"},
+            "secrets",
+            "must not repeat a handler_environment name (one source per variable): 'LOG_FORMAT'",
+        ),
+        ({"HOOK": "vault:/a"}, "secrets.HOOK", f"{SOURCE_RULE}: 'vault:/a'"),
+        ({"HOOK": "/a/b"}, "secrets.HOOK", f"{SOURCE_RULE}: '/a/b'"),
+        (
+            {"HOOK": "ssm:/a//b"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels: 'ssm:/a//b'",
+        ),
+        (
+            {"HOOK": "ssm:"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels: 'ssm:'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa db"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -: 'secretsmanager:qa db'",
+        ),
+        (
+            {"HOOK": "secretsmanager:" + "a" * 513},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -: 'secretsmanager:{'a' * 513}'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa/db-a1B2c3"},
+            "secrets.HOOK",
+            "must not name a secret ending in '-' and six letters or digits: Secrets Manager ends every ARN so,"
+            " and ECS resolves the name as a partial ARN: 'secretsmanager:qa/db-a1B2c3'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa/db:"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces: 'secretsmanager:qa/db:'",
+        ),
+        (
+            {"HOOK": "secretsmanager:qa/db:a:b"},
+            "secrets.HOOK",
+            f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces: 'secretsmanager:qa/db:a:b'",
+        ),
+    ],
+)
+def test_settings_secrets_rules(secrets: object, parameter: str, message: str) -> None:
+    """Each secrets rule names the setting's path, the rule and the value received."""
+    error = error_for("qa", settings(secrets=secrets, handler_environment={"LOG_FORMAT": "json"}))
+    assert str(error) == f'"{CONTEXT_KEY}.qa.{parameter}" {message}'
+
+
+def test_settings_secret_names_at_the_bounds_are_accepted() -> None:
+    """A 512-character secret name, one ending in '-' and five characters and a 15-level parameter are valid."""
+    name, levels = "a" * 512, "/" + "/".join(["level"] * 15)
+    env = parse_environment(
+        "qa",
+        settings(
+            secrets={"LONG": f"secretsmanager:{name}", "SHORT": "secretsmanager:db-a1B2c", "DEEP": f"ssm:{levels}"}
+        ),
+    )
+    assert (env.secrets["LONG"].name, env.secrets["SHORT"].name, env.secrets["DEEP"].name) == (name, "db-a1B2c", levels)
+    error = error_for("qa", settings(secrets={"DEEP": f"ssm:{levels}/sixteenth"}))
+    assert error.parameter == f"{CONTEXT_KEY}.qa.secrets.DEEP" and "at most 15 /-separated levels" in error.rule
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "API_TOKEN",
+        "GITHUB_TOKEN",
+        "DB_PASSWORD",
+        "MYSQL_PASSWD",
+        "GPG_PASSPHRASE",
+        "SIGNING_SECRET",
+        "CLIENT_SECRET_ID",
+        "DB_CREDENTIALS",
+        "SSH_PRIVATE_KEY",
+        "STRIPE_API_KEY",
+        "MAPS_APIKEY",
+        "AWS_ACCESS_KEY_ID",
+    ],
+)
+def test_settings_handler_environment_refuses_secret_like_names(name: str) -> None:
+    """A name that looks like a secret is refused and pointed at "secrets"; its value never appears in the error."""
+    error = error_for("qa", settings(handler_environment={"LOG_FORMAT": "json", name: "hunter2"}))
+    assert str(error) == f'"{CONTEXT_KEY}.qa.handler_environment" {SECRET_LIKE_RULE}: {name!r}'
+    assert 'declare it in "secrets"' in SECRET_LIKE_RULE
+    assert "hunter2" not in str(error)
+
+
+def test_settings_handler_environment_keeps_plain_names() -> None:
+    """Names without a secret marker pass, so the example's URL and dry-run switch can still be declared here."""
+    plain = {"NOTIFY_WEBHOOK_URL": "https://hooks.corp.io/x", "NOTIFY_DRY_RUN": "true", "LOG_FORMAT": "json"}
+    assert parse_environment("qa", settings(handler_environment=plain)).handler_environment == plain
+
+
+def test_settings_handler_environment_error_never_shows_values() -> None:
+    """A malformed entry is reported by its name only: the value may be a secret."""
+    error = error_for("qa", settings(handler_environment={"lower": "hunter2"}))
+    assert str(error) == f"\"{CONTEXT_KEY}.qa.handler_environment\" must map UPPER_CASE names to string values: 'lower'"
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        PRODUCER_ARN,
+        "arn:aws:iam::123456789012:role/team/orders/api",
+        "arn:aws:iam::123456789012:user/ci",
+        "arn:aws-cn:iam::123456789012:role/svc+name=x,y.z@a-b_c",
+        "arn:aws-us-gov:iam::123456789012:user/ci",
+    ],
+)
+def test_settings_producers_take_role_and_user_arns(arn: str) -> None:
+    """producers lists the IAM roles and users allowed to send, paths included."""
+    assert parse_environment("qa", settings(producers=[arn])).producers == (arn,)
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::123456789012:role/*",
+        "arn:aws:iam::123456789012:role/team/*",
+        "arn:aws:sts::123456789012:assumed-role/orders-api/session",
+        "arn:aws:iam::123456789012:root",
+        "arn:aws:iam::123456789012:group/devs",
+        "arn:aws:iam::12345678901:role/orders-api",
+        "arn:aws:iam::123456789012:role/",
+        "arn:aws:iam::123456789012:role/team/",
+        "123456789012",
+        "arn:aws:sns:eu-west-1:123456789012:topic",
+        "arn:aws:iam::123456789012:role/équipe",
+    ],
+)
+def test_settings_producers_refuse_anything_but_a_role_or_user_arn(arn: str) -> None:
+    """A wildcard, a session, the root user, a group, an account id or a service resource is refused with the rule."""
+    error = error_for("qa", settings(producers=[PRODUCER_ARN, arn]))
+    assert str(error) == f'"{CONTEXT_KEY}.qa.producers" {PRODUCER_RULE}: {arn!r}'
+
+
+def test_settings_producers_empty_or_absent() -> None:
+    """Absent = same-account IAM decides (every cdk.json environment); an empty list is refused as ambiguous."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    assert {e.name: e.producers for e in load_environments(context)} == dict.fromkeys(
+        ("dev", "staging", "prod", "demo"), ()
+    )
+    error = error_for("qa", settings(producers=[]))
+    assert str(error) == (
+        f'"{CONTEXT_KEY}.qa.producers" must list at least one role or user ARN (leave it out to let IAM alone decide): []'
+    )
+    assert error_for("qa", settings(producers="arn:aws:iam::123456789012:user/ci")).rule == "must be a list of strings"

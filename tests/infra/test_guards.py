@@ -1,0 +1,331 @@
+"""Production guards: paging that cannot be a placeholder, secrets, the senders allowed, task hardening."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_ssm as ssm
+from aws_cdk.assertions import Annotations, Match
+
+from consumer.contract import WorkerContract
+from infra.queues import WorkerQueues
+from infra.service import ConsumerService
+from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
+from tests.infra.conftest import Synthesized, synthesize
+
+HANDLER = "consumer.examples.notifications:handle"
+PRODUCERS = ["arn:aws:iam::123456789012:role/orders-api", "arn:aws:iam::210987654321:user/ci"]
+#: Settings variants, synthesized once: prod with a real committed address; qa with a placeholder where
+#: paging is optional, every kind of secret and a producers list.
+VARIANTS = {
+    CONTEXT_KEY: {
+        "prod": {"handler": HANDLER, "paging": {"emails": ["oncall@corp.io"]}},
+        "qa": {
+            "handler": HANDLER,
+            "paging": {"emails": ["oncall@example.com"]},
+            "secrets": {
+                "DB_PASSWORD": "secretsmanager:qa/db:password",
+                "DB_URL": "secretsmanager:qa/db",
+                "SIGNING_KEY": "secretsmanager:qa/signing",
+                "HOOK_URL": "ssm:/qa/hook-url",
+            },
+            "producers": PRODUCERS,
+        },
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    return synthesize(tmp_path_factory.mktemp("variants"), VARIANTS)
+
+
+def evaluate(expression: Any, parameters: dict[str, str]) -> Any:
+    """The few intrinsic functions the PagingEndpoint condition uses, evaluated as CloudFormation does."""
+    if not isinstance(expression, dict):
+        return expression
+    ((function, argument),) = expression.items()
+    if function == "Ref":
+        return parameters[argument]
+    if function == "Fn::Split":
+        delimiter, source = argument
+        return evaluate(source, parameters).split(delimiter)
+    if function == "Fn::Select":
+        index, values = argument
+        return evaluate(values, parameters)[index]
+    if function == "Fn::Equals":
+        left, right = argument
+        return evaluate(left, parameters) == evaluate(right, parameters)
+    raise AssertionError(f"unexpected function {function}")
+
+
+def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:
+    """PagingEndpoint: no default (a deploy without it fails first), the placeholder-refusing pattern, hidden."""
+    parameter = prod.json["Parameters"]["PagingEndpoint"]
+    assert "Default" not in parameter
+    assert (parameter["Type"], parameter["AllowedPattern"], parameter["NoEcho"]) == (
+        "String",
+        PAGING_ENDPOINT_PATTERN,
+        True,
+    )
+    assert parameter["ConstraintDescription"] == (
+        "must be an email address or an https:// URL, not on example.com/.org/.net or a reserved"
+        " .example, .test, .invalid or .localhost domain"
+    )
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "protocol"),
+    [
+        ("oncall@corp.io", "email"),
+        ("https://events.pagerduty.com/integration/abc/enqueue", "https"),
+        ("ops+https://@corp.io", "email"),
+    ],
+)
+def test_paging_endpoint_subscribes_with_the_protocol_its_value_needs(
+    prod: Synthesized, endpoint: str, protocol: str
+) -> None:
+    """The subscription's protocol is https for an https:// value, email otherwise, by a CloudFormation condition."""
+    (subscription,) = prod.resources("AWS::SNS::Subscription").values()
+    properties = subscription["Properties"]
+    assert properties["Endpoint"] == {"Ref": "PagingEndpoint"}
+    assert properties["TopicArn"] == {"Ref": prod.logical_id(prod.stack.paging.topic)}
+    condition, when_true, when_false = properties["Protocol"]["Fn::If"]
+    is_https = evaluate(prod.json["Conditions"][condition], {"PagingEndpoint": endpoint})
+    assert (when_true if is_https else when_false) == protocol
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "demo"])
+def test_environments_without_required_paging_ask_nothing_at_deploy(
+    synthesized: dict[str, Synthesized], name: str
+) -> None:
+    """Only an environment that requires paging and commits no subscription declares PagingEndpoint."""
+    env = synthesized[name]
+    assert set(env.json["Parameters"]) == {"BootstrapVersion"}
+    assert "Conditions" not in env.json
+
+
+def test_committed_subscription_needs_no_parameter_and_a_placeholder_elsewhere_warns(
+    variants: dict[str, Synthesized],
+) -> None:
+    """prod with a real committed address takes no parameter; a placeholder where paging is optional is a warning."""
+    prod, qa = variants["prod"], variants["qa"]
+    assert set(prod.json["Parameters"]) == {"BootstrapVersion"}
+    prod.template.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@corp.io"})
+    Annotations.from_stack(qa.stack).has_warning(
+        "*", Match.string_like_regexp("qa: paging subscription oncall@example.com is a placeholder")
+    )
+    assert not Annotations.from_stack(prod.stack).find_warning("*", Match.string_like_regexp("placeholder"))
+
+
+def test_prod_with_a_placeholder_does_not_synthesize(tmp_path: Path) -> None:
+    """The app refuses prod paging example.com before writing anything."""
+    context = {CONTEXT_KEY: {"prod": {"handler": HANDLER, "paging": {"emails": ["oncall@example.com"]}}}}
+    with pytest.raises(SettingsError) as raised:
+        synthesize(tmp_path, context)
+    assert raised.value.parameter == f"{CONTEXT_KEY}.prod.paging.emails"
+    assert list(tmp_path.iterdir()) == []
+
+
+def arn(value: Any) -> str:
+    """A synthesized ARN as one readable string: ``arn:<AWS::Partition>:ssm:<AWS::Region>:...``."""
+    if isinstance(value, str):
+        return value
+    if set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(arn(part) for part in parts)
+    ((function, argument),) = value.items()
+    if function == "Ref":
+        return f"<{argument}>"
+    if function == "Fn::GetAtt":
+        return f"<{'.'.join(argument)}>"
+    return f"<{function}>"
+
+
+def container(env: Synthesized) -> dict[str, Any]:
+    (task,) = env.resources("AWS::ECS::TaskDefinition").values()
+    (definition,) = task["Properties"]["ContainerDefinitions"]
+    return definition
+
+
+def execution_role_statements(env: Synthesized) -> list[dict[str, Any]]:
+    role = {"Ref": env.logical_id(env.stack.consumer.task_definition.obtain_execution_role())}
+    (policy,) = [p for p in env.resources("AWS::IAM::Policy").values() if role in p["Properties"]["Roles"]]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def secret_grants(env: Synthesized) -> dict[str, list[str]]:
+    """Execution role grants on SSM and Secrets Manager: resource ARN -> sorted actions."""
+    grants: dict[str, list[str]] = {}
+    for statement in execution_role_statements(env):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if any(a.split(":")[0] in {"ssm", "secretsmanager", "kms"} for a in actions):
+            assert statement["Effect"] == "Allow" and "Condition" not in statement
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            for resource in resources:
+                grants[arn(resource)] = sorted(actions)
+    return grants
+
+
+ACCOUNT_ARN = "arn:<AWS::Partition>:{service}:<AWS::Region>:<AWS::AccountId>:{resource}"
+SSM_READ = ["ssm:DescribeParameters", "ssm:GetParameter", "ssm:GetParameterHistory", "ssm:GetParameters"]
+SECRET_READ = ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"]
+
+
+@pytest.mark.parametrize("name", ["staging", "prod"])
+def test_webhook_url_reaches_the_container_as_an_ecs_secret(synthesized: dict[str, Synthesized], name: str) -> None:
+    """NOTIFY_WEBHOOK_URL is read from the environment's SecureString at task start, never written in plain text."""
+    env = synthesized[name]
+    parameter = ACCOUNT_ARN.format(service="ssm", resource=f"parameter/sqs-worker/{name}/notify-webhook-url")
+    secrets = {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]}
+    assert secrets == {"NOTIFY_WEBHOOK_URL": parameter}
+    assert "NOTIFY_WEBHOOK_URL" not in {e["Name"] for e in container(env)["Environment"]}
+    assert secret_grants(env) == {parameter: SSM_READ}
+
+
+@pytest.mark.parametrize("name", ["dev", "demo"])
+def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Synthesized], name: str) -> None:
+    """No secrets setting: no Secrets in the container and no SSM, Secrets Manager or KMS grant."""
+    env = synthesized[name]
+    assert "Secrets" not in container(env)
+    assert secret_grants(env) == {}
+
+
+def test_execution_role_is_granted_exactly_the_declared_secrets(variants: dict[str, Synthesized]) -> None:
+    """Secrets Manager (whole or one JSON key) and SSM: each container secret, and read on exactly those, nothing more."""
+    env = variants["qa"]
+    secret = ACCOUNT_ARN.format(service="secretsmanager", resource="secret:{}")
+    parameter = ACCOUNT_ARN.format(service="ssm", resource="parameter/qa/hook-url")
+    assert {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]} == {
+        "DB_PASSWORD": secret.format("qa/db:password::"),
+        "DB_URL": secret.format("qa/db"),
+        "SIGNING_KEY": secret.format("qa/signing"),
+        "HOOK_URL": parameter,
+    }
+    # Secrets Manager appends "-" and six characters to a secret's ARN: "??????" matches exactly that suffix.
+    assert secret_grants(env) == {
+        secret.format("qa/db-??????"): SECRET_READ,
+        secret.format("qa/signing-??????"): SECRET_READ,
+        parameter: SSM_READ,
+    }
+
+
+def test_execution_role_keeps_only_its_image_and_log_grants_besides(prod: Synthesized) -> None:
+    """Apart from the secrets: pull the asset image and write the consumer's log group. Nothing else."""
+    others = {}
+    for statement in execution_role_statements(prod):
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if not actions[0].startswith("ssm:"):
+            others[tuple(actions)] = arn(statement["Resource"])
+    log_group = prod.logical_id(prod.stack.consumer.log_group)
+    assert others == {
+        ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"): (
+            "arn:<AWS::Partition>:ecr:<AWS::Region>:<AWS::AccountId>:repository/<Fn::Sub>"
+        ),
+        ("ecr:GetAuthorizationToken",): "*",
+        ("logs:CreateLogStream", "logs:PutLogEvents"): f"<{log_group}.Arn>",
+    }
+
+
+def test_ecs2_acknowledgement_says_how_secrets_travel(synthesized: dict[str, Synthesized]) -> None:
+    """The reason cdk-nag records for plain environment variables names the secrets path and the name check."""
+    from infra.report import nag_results
+
+    staging = synthesized["staging"]
+    _, acknowledged = nag_results(staging.outdir, staging.stack.stack_name)
+    (reason,) = [reason for rule, reason in acknowledged if rule == "AwsSolutions-ECS2"]
+    assert "refuses secret-like names" in reason and "Secrets travel as ECS secrets (the secrets setting)" in reason
+
+
+@pytest.mark.parametrize(
+    ("handler_environment", "secret_name", "message"),
+    [
+        ({}, "QUEUE_URL", '"secrets" must not set variables the construct (or handler_environment) sets: QUEUE_URL'),
+        (
+            {"HOOK_URL": "x"},
+            "HOOK_URL",
+            '"secrets" must not set variables the construct (or handler_environment) sets: HOOK_URL',
+        ),
+    ],
+)
+def test_service_construct_refuses_a_secret_that_shadows_a_variable(
+    handler_environment: dict[str, str], secret_name: str, message: str
+) -> None:
+    """Used without cdk.json's settings, ConsumerService still gives each variable one source."""
+    stack = cdk.Stack(cdk.App(), "Direct")
+    contract = WorkerContract(max_duration_seconds=90)
+    parameter = ssm.StringParameter.from_secure_string_parameter_attributes(stack, "Hook", parameter_name="/qa/hook")
+    with pytest.raises(ValueError) as raised:
+        ConsumerService(
+            stack,
+            "Consumer",
+            queues=WorkerQueues(stack, "Queues", contract=contract),
+            contract=contract,
+            handler=HANDLER,
+            cluster=ecs.Cluster(stack, "Cluster", vpc=ec2.Vpc(stack, "Vpc")),
+            handler_environment=handler_environment,
+            secrets={secret_name: ecs.Secret.from_ssm_parameter(parameter)},
+        )
+    assert str(raised.value) == message
+
+
+def source_policy_statements(env: Synthesized) -> list[dict[str, Any]]:
+    source = {"Ref": env.logical_id(env.stack.queues.queue)}
+    (policy,) = [p for p in env.resources("AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [source]]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+TLS_DENY = {"Effect": "Deny", "Action": "sqs:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+
+
+def test_producers_alone_may_send_besides_the_consumer(variants: dict[str, Synthesized]) -> None:
+    """With producers set: they are allowed SendMessage, everyone else but the task role is denied; TLS deny stays."""
+    qa = variants["qa"]
+    queue_arn = {"Fn::GetAtt": [qa.logical_id(qa.stack.queues.queue), "Arn"]}
+    task_role_arn = {"Fn::GetAtt": [qa.logical_id(qa.stack.consumer.task_role), "Arn"]}
+    tls, allow, deny = source_policy_statements(qa)
+    assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
+    assert allow == {
+        "Sid": "AllowProducersToSend",
+        "Effect": "Allow",
+        "Principal": {"AWS": PRODUCERS},
+        "Action": "sqs:SendMessage",
+        "Resource": queue_arn,
+    }
+    assert deny == {
+        "Sid": "DenyOtherSenders",
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "sqs:SendMessage",
+        "Resource": queue_arn,
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [*PRODUCERS, task_role_arn]}},
+    }
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
+def test_without_producers_iam_alone_decides_who_sends(synthesized: dict[str, Synthesized], name: str) -> None:
+    """Unset producers: the source's policy holds only the TLS deny, as before."""
+    (tls,) = source_policy_statements(synthesized[name])
+    assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
+
+
+@pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
+def test_container_drops_every_linux_capability(synthesized: dict[str, Synthesized], name: str) -> None:
+    """The task's container keeps none of Docker's default capabilities (Fargate allows any drop)."""
+    assert container(synthesized[name])["LinuxParameters"] == {"Capabilities": {"Drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize(("name", "protected"), [("dev", False), ("demo", False), ("staging", True), ("prod", True)])
+def test_idempotency_table_has_deletion_protection_where_data_is_retained(
+    synthesized: dict[str, Synthesized], name: str, protected: bool
+) -> None:
+    """retain_queues: true (staging, prod) turns on DeletionProtectionEnabled; dev and demo stay disposable."""
+    env = synthesized[name]
+    table = env.json["Resources"][env.logical_id(env.stack.consumer.idempotency_table)]
+    assert table["Properties"]["DeletionProtectionEnabled"] is protected
+    assert env.stack.settings.retain_queues is protected
