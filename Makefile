@@ -42,7 +42,7 @@ $(PY_STAMP): requirements.txt requirements-dev.txt consumer/requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-$(CLI_STAMP): package.json
+$(CLI_STAMP): package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error
 	touch $@
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from consumer.protection import ScaleInProtection
+from tests.integration.recorder.runtime_call_recorder import record_agent_request
 
 AGENT_PATH = "/api/0123456789abcdef-1234567890"  # ECS_AGENT_URI carries a per-task path
 STATE_PATH = f"{AGENT_PATH}/task-protection/v1/state"
@@ -97,6 +98,8 @@ def agent() -> Iterator[Agent]:
             body = json.loads(raw) if raw else None
             with state.lock:
                 state.requests.append(Recorded(self.command, self.path, body))
+            # The real agent makes this request to ECS with the task role: the permissions tier checks it.
+            record_agent_request(self.command, self.path)
             status, reply = state.reply_to(body)
             time.sleep(state.delay_seconds)
             payload = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
