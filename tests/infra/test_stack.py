@@ -258,7 +258,7 @@ def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> Non
 
 
 def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
-    """Source: receive/delete/extend/get attributes; DLQ: send; table: item CRUD; tasks: protection. Nothing else."""
+    """Source: receive/delete/extend/get attributes/send (hand-backs); DLQ: send; table: item CRUD; tasks: protection."""
     role_ref = {"Ref": dev.logical_id(dev.stack.consumer.task_role)}
     policies = [
         p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]
@@ -282,6 +282,7 @@ def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
             "sqs:DeleteMessage",
             "sqs:GetQueueAttributes",
             "sqs:ReceiveMessage",
+            "sqs:SendMessage",
         ]
     )
     assert actions.pop(dlq_arn) == list(DEAD_LETTER_QUEUE_ACTIONS) == ["sqs:SendMessage"]
