@@ -65,7 +65,17 @@ class PagingTopic(Construct):
                 enable_key_rotation=True,
                 removal_policy=removal_policy,
             )
-            key.grant(iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL), "kms:Decrypt", "kms:GenerateDataKey*")
+            # CloudWatch encrypts what it publishes to the topic with this key, under the same source
+            # conditions as the topic's own statement: https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowThisStacksAlarmsToEncrypt",
+                    principals=[iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                    conditions=this_stacks_alarms(self),
+                )
+            )
         self.key = key
         self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True)
         # enforce_ssl attaches a topic policy holding only the TLS deny, and a topic policy replaces SNS's
