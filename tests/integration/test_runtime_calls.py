@@ -74,15 +74,17 @@ def test_recorder_follows_subprocesses(moto_server: str, runtime_calls: Path, tm
 @pytest.mark.parametrize(
     ("operation", "action"),
     [
-        ("DeleteMessageBatch", "sqs:DeleteMessage"),
-        ("ChangeMessageVisibilityBatch", "sqs:ChangeMessageVisibility"),
-        ("SendMessageBatch", "sqs:SendMessage"),
-        ("ReceiveMessage", "sqs:ReceiveMessage"),
+        ("sqs.DeleteMessageBatch", "sqs:DeleteMessage"),
+        ("sqs.ChangeMessageVisibilityBatch", "sqs:ChangeMessageVisibility"),
+        ("sqs.SendMessageBatch", "sqs:SendMessage"),
+        ("sqs.ReceiveMessage", "sqs:ReceiveMessage"),
+        ("sts.GetCallerIdentity", "none"),
     ],
 )
-def test_batch_operations_map_to_the_action_of_their_single_form(operation: str, action: str) -> None:
-    """SQS authorises a batch call with its single form's action; other operations keep their own name."""
-    assert runtime_call_recorder.iam_action("sqs", operation) == action
+def test_operations_map_to_the_iam_action_that_authorises_them(operation: str, action: str) -> None:
+    """SQS authorises a batch call with its single form's action; GetCallerIdentity needs none; others keep their name."""
+    service, name = operation.split(".")
+    assert runtime_call_recorder.iam_action(service, name) == action
 
 
 def test_every_runtime_call_is_listed_for_the_permissions_tier(runtime_calls: Path) -> None:
