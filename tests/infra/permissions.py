@@ -87,10 +87,6 @@ def _single(items: Sequence[Any], what: str) -> Any:
     return items[0]
 
 
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
 class Bindings:
     """What the placeholders of the rows mean in one resolved template."""
 

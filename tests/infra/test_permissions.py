@@ -40,6 +40,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
 }
 ENVIRONMENTS = [*cdk_json_context()[CONTEXT_KEY], *VARIANTS]
+#: Deploy-time values of the templates' CloudFormation parameters (none yet; a parameter without a
+#: default and without a value here fails the resolver, naming it).
+PARAMETERS: dict[str, str] = {}
 
 THIS_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{alarm}"}
 OTHER_ACCOUNTS_ALARM = {"aws:SourceAccount": OTHER_ACCOUNT, "aws:SourceArn": "{other_account_alarm}"}
@@ -137,7 +140,7 @@ def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
     environments = {**cdk_json_context()[CONTEXT_KEY], **VARIANTS}
     synthesized = synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: environments})
     return {
-        name: Bindings(name, resolve_template(env.json, stack_name=env.stack.stack_name))
+        name: Bindings(name, resolve_template(env.json, stack_name=env.stack.stack_name, parameters=PARAMETERS))
         for name, env in synthesized.items()
     }
 
