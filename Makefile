@@ -53,7 +53,7 @@ lock: $(PY_STAMP)
 	cd consumer && ../$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 		--no-emit-index-url --no-emit-find-links --output-file requirements.lock requirements.txt
 
-$(CLI_STAMP): package.json
+$(CLI_STAMP): package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error
 	touch $@
 

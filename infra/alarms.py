@@ -31,6 +31,17 @@ MAX_DESCRIPTION_CHARS = 1024
 DEFAULT_RUNBOOK_URL = "docs/runbook.md"
 
 
+def alarm_name(stack_name: str, construct_id: str) -> str:
+    """``<stack>-<construct id>``, the name of every alarm here.
+
+    Named, not generated, so the paging topics can admit exactly this stack's alarms
+    (``aws:SourceArn`` like ``arn:...:alarm:<stack>-*``, see :class:`infra.paging.PagingTopic`):
+    CloudFormation's generated names start with the stack name, but CDK's for a composite alarm
+    drops the hyphens (``SqsWorkerdevAlarmsConsumerStalled...``) and would not match.
+    """
+    return f"{stack_name}-{construct_id}"
+
+
 class QueueAlarms(Construct):
     """The alarms of one environment; each description names its runbook section (``<runbook_url>#<id>``).
 
@@ -94,6 +105,7 @@ class QueueAlarms(Construct):
             created = cloudwatch.Alarm(
                 self,
                 construct_id,
+                alarm_name=alarm_name(stack, construct_id),
                 alarm_description=description,
                 metric=metric,
                 threshold=threshold,
@@ -224,6 +236,7 @@ class QueueAlarms(Construct):
         self.consumer_stalled = cloudwatch.CompositeAlarm(
             self,
             "ConsumerStalled",
+            composite_alarm_name=alarm_name(stack, "ConsumerStalled"),
             alarm_rule=rule,
             alarm_description=describe(
                 PAGE,

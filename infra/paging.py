@@ -4,18 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from infra.alarms import alarm_name
+
 CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
+
+
+def this_stacks_alarms(scope: Construct) -> dict[str, dict[str, str]]:
+    """Conditions admitting CloudWatch only on behalf of this account's alarms named for this stack.
+
+    Without them any account's alarm could publish through ``cloudwatch.amazonaws.com`` (the confused
+    deputy): https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html
+    """
+    stack = Stack.of(scope)
+    alarms = stack.format_arn(
+        service="cloudwatch",
+        resource="alarm",
+        resource_name=alarm_name(stack.stack_name, "*"),
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+    return {"StringEquals": {"aws:SourceAccount": stack.account}, "ArnLike": {"aws:SourceArn": alarms}}
 
 
 class PagingTopic(Construct):
     """An SNS topic encrypted with its own KMS key (or a sibling topic's ``key``), TLS enforced, with subscribers.
+
+    CloudWatch may publish to it on behalf of this stack's alarms only (this account, names
+    ``<stack>-*``, see :func:`infra.alarms.alarm_name`); nothing else may.
 
     The key is a customer-managed one on purpose: CloudWatch alarms cannot
     publish to a topic encrypted with the AWS-managed ``alias/aws/sns`` key,
@@ -44,9 +65,31 @@ class PagingTopic(Construct):
                 enable_key_rotation=True,
                 removal_policy=removal_policy,
             )
-            key.grant(iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL), "kms:Decrypt", "kms:GenerateDataKey*")
+            # CloudWatch encrypts what it publishes to the topic with this key, under the same source
+            # conditions as the topic's own statement: https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services
+            key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowThisStacksAlarmsToEncrypt",
+                    principals=[iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                    conditions=this_stacks_alarms(self),
+                )
+            )
         self.key = key
         self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True)
+        # enforce_ssl attaches a topic policy holding only the TLS deny, and a topic policy replaces SNS's
+        # default one: without this statement CloudWatch may not publish and every alarm action fails.
+        # https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowThisStacksAlarmsToPublish",
+                principals=[iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions=this_stacks_alarms(self),
+            )
+        )
         for email in emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
         for url in https_endpoints:

@@ -30,13 +30,16 @@ from infra.settings import SecretSource
 CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
 CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
-#: Exactly what the consumer calls. Batch calls need no separate action:
-#: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
+#: Exactly what the consumer calls (tests/infra/runtime_calls.json, recorded from the integration tests).
+#: Batch calls need no separate action: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
+#: sqs:SendMessage: a hand-back on a standard queue is a fresh copy sent to the source
+#: (consumer/runtime.py _requeue), so it keeps its retry budget.
 SOURCE_QUEUE_ACTIONS = (
     "sqs:ChangeMessageVisibility",
     "sqs:DeleteMessage",
     "sqs:GetQueueAttributes",
     "sqs:ReceiveMessage",
+    "sqs:SendMessage",
 )
 DEAD_LETTER_QUEUE_ACTIONS = ("sqs:SendMessage",)
 #: The idempotency guard's conditional writes (consumer/idempotency.py DynamoDBStore).
@@ -135,7 +138,7 @@ class ConsumerService(Construct):
             self,
             "TaskRole",
             assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description="SQS consumer: receive/delete/extend on the source, send poison messages to the DLQ",
+            description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
         )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])

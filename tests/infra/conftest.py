@@ -67,3 +67,13 @@ def prod(synthesized: dict[str, Synthesized]) -> Synthesized:
 
 
 SynthFactory = Callable[..., dict[str, Synthesized]]
+
+#: cdk.json settings of an environment in an existing VPC and cluster (no lookups: synth stays offline).
+EXISTING_VPC_AND_CLUSTER: dict[str, Any] = {
+    "vpc": {
+        "vpc_id": "vpc-0123456789abcdef0",
+        "availability_zones": ["eu-west-1a", "eu-west-1b"],
+        "private_subnet_ids": ["subnet-0aaaaaaaaaaaaaaaa", "subnet-0bbbbbbbbbbbbbbbb"],
+    },
+    "cluster_name": "platform",
+}

@@ -166,7 +166,10 @@ def test_backlog_age_alarm_detects_a_stalled_consumer(dev: Synthesized) -> None:
 
 
 def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) -> None:
-    """The topic uses its own rotated KMS key whose policy admits CloudWatch; TLS is enforced."""
+    """The topic uses its own rotated KMS key whose policy admits CloudWatch for this stack's alarms; TLS is enforced.
+
+    What these policies allow and refuse is evaluated in tests/infra/test_permissions.py.
+    """
     key_id = dev.logical_id(dev.stack.paging.key)
     dev.template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": get_att(key_id, "Arn")})
     dev.template.has_resource_properties(
@@ -176,12 +179,18 @@ def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) 
             "KeyPolicy": {
                 "Statement": Match.array_with(
                     [
-                        {
-                            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
-                            "Effect": "Allow",
-                            "Principal": {"Service": "cloudwatch.amazonaws.com"},
-                            "Resource": "*",
-                        }
+                        Match.object_like(
+                            {
+                                "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+                                "Effect": "Allow",
+                                "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                                "Resource": "*",
+                                "Condition": {
+                                    "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+                                    "ArnLike": {"aws:SourceArn": Match.any_value()},
+                                },
+                            }
+                        )
                     ]
                 )
             },
@@ -257,7 +266,7 @@ def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> Non
 
 
 def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
-    """Source: receive/delete/extend/get attributes; DLQ: send; table: item CRUD; tasks: protection. Nothing else."""
+    """Source: receive/delete/extend/get attributes/send (hand-backs); DLQ: send; table: item CRUD; tasks: protection."""
     role_ref = {"Ref": dev.logical_id(dev.stack.consumer.task_role)}
     policies = [
         p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]
@@ -281,6 +290,7 @@ def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
             "sqs:DeleteMessage",
             "sqs:GetQueueAttributes",
             "sqs:ReceiveMessage",
+            "sqs:SendMessage",
         ]
     )
     assert actions.pop(dlq_arn) == list(DEAD_LETTER_QUEUE_ACTIONS) == ["sqs:SendMessage"]

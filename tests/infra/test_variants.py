@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from consumer.contract import WorkerContract, contract_of, load_handler
 from infra.queues import WorkerQueues
 from infra.settings import CONTEXT_KEY, SettingsError
-from tests.infra.conftest import synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,17 +73,7 @@ def test_invariants_checked_at_synth_catch_an_escape_hatch() -> None:
 def test_existing_vpc_and_cluster_are_used_without_lookups(tmp_path: Path) -> None:
     """With vpc and cluster_name in cdk.json, no VPC or cluster is created and synth stays offline."""
     context = {
-        CONTEXT_KEY: {
-            "shared": {
-                "handler": "consumer.examples.notifications:handle",
-                "vpc": {
-                    "vpc_id": "vpc-0123456789abcdef0",
-                    "availability_zones": ["eu-west-1a", "eu-west-1b"],
-                    "private_subnet_ids": ["subnet-aaaa", "subnet-bbbb"],
-                },
-                "cluster_name": "platform",
-            }
-        }
+        CONTEXT_KEY: {"shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER}}
     }
     env = synthesize(tmp_path, context)["shared"]
     env.template.resource_count_is("AWS::EC2::VPC", 0)
@@ -91,7 +81,7 @@ def test_existing_vpc_and_cluster_are_used_without_lookups(tmp_path: Path) -> No
     (service,) = env.resources("AWS::ECS::Service").values()
     assert service["Properties"]["Cluster"] == "platform"
     subnets = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
-    assert subnets == ["subnet-aaaa", "subnet-bbbb"]
+    assert subnets == EXISTING_VPC_AND_CLUSTER["vpc"]["private_subnet_ids"]
 
 
 def test_handler_environment_cannot_override_the_binding(tmp_path: Path) -> None:

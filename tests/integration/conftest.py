@@ -18,14 +18,46 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from consumer.contract import WorkerContract
+from tests.integration.recorder import runtime_call_recorder
 
 REGION = "eu-west-1"
 ROOT = Path(__file__).resolve().parents[2]
+RECORDER_DIR = Path(runtime_call_recorder.__file__).parent
+#: The test that checks the recorded runtime calls against tests/infra/runtime_calls.json: it runs last.
+RUNTIME_CALLS_TEST = "test_runtime_calls.py::test_every_runtime_call_is_listed_for_the_permissions_tier"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the runtime-calls check to the end of the run, after every test that could make a call."""
+    last = [item for item in items if item.nodeid.endswith(RUNTIME_CALLS_TEST)]
+    items[:] = [item for item in items if item not in last] + last
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runtime_calls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Records the runtime's AWS calls for the whole session, here and in every subprocess it starts.
+
+    In this process every botocore client gets the recorder's hook; subprocesses inherit
+    ``PYTHONPATH`` with the recorder's ``sitecustomize.py`` and write to the yielded directory.
+    """
+    directory = tmp_path_factory.mktemp("runtime-calls")
+    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", runtime_call_recorder.RECORD_DIR_ENV)}
+    original = runtime_call_recorder.install(botocore.session.Session)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORDER_DIR), saved["PYTHONPATH"]) if p)
+    os.environ[runtime_call_recorder.RECORD_DIR_ENV] = str(directory)
+    yield directory
+    botocore.session.Session.create_client = original
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from consumer.protection import ScaleInProtection
+from tests.integration.recorder import runtime_call_recorder
 
 AGENT_PATH = "/api/0123456789abcdef-1234567890"  # ECS_AGENT_URI carries a per-task path
 STATE_PATH = f"{AGENT_PATH}/task-protection/v1/state"
@@ -97,6 +98,8 @@ def agent() -> Iterator[Agent]:
             body = json.loads(raw) if raw else None
             with state.lock:
                 state.requests.append(Recorded(self.command, self.path, body))
+            # The real agent makes this request to ECS with the task role: the permissions tier checks it.
+            runtime_call_recorder.record_agent_request(self.command, self.path)
             status, reply = state.reply_to(body)
             time.sleep(state.delay_seconds)
             payload = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
@@ -156,6 +159,14 @@ def test_from_env_reads_ecs_agent_uri(agent: Agent) -> None:
     protection.busy()
     assert protection.enabled is True
     assert [(r.method, r.path) for r in agent.requests] == [("PUT", STATE_PATH)]
+
+
+def test_agent_requests_are_recorded_for_the_permissions_tier(agent: Agent, protection: ScaleInProtection) -> None:
+    """busy() reaches the agent, which calls ecs:UpdateTaskProtection with the task role: recorded as such."""
+    call = ("ecs-agent.PUT /task-protection/v1/state", "ecs:UpdateTaskProtection", "task")
+    runtime_call_recorder.forget(call)
+    protection.busy()
+    assert call in runtime_call_recorder.recorded()
 
 
 def test_from_env_without_ecs_agent_uri_is_disabled() -> None:

@@ -1,0 +1,352 @@
+"""The permissions tier's tooling: scenarios as data, turned into IAM simulations of a resolved template.
+
+A :class:`Row` is one request and what AWS must answer: (principal, action, resource, context,
+expected). Principals and resources are named by role (``task-role``, ``source``, ``{topic}``, ...)
+and bound per environment by :class:`Bindings`, from the resolved template itself: the task
+definition's roles and container environment, the alarms' actions, the topics' keys. Each request is
+then evaluated by ``tests/infra/simulate.mjs`` (``@cloud-copilot/iam-simulate``) with the principal's
+identity policies and the resource's policy (queue policy, topic policy, key policy) together, as AWS
+evaluates them; all requests of a run go to Node in one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tests.infra.resolve import ResolvedTemplate, ResolveError, Resource
+
+ROOT = Path(__file__).resolve().parents[2]
+SIMULATOR = Path(__file__).with_name("simulate.mjs")
+EVALUATOR_PACKAGE = ROOT / "node_modules" / "@cloud-copilot" / "iam-simulate"
+RUNTIME_CALLS_FILE = Path(__file__).with_name("runtime_calls.json")
+
+ALLOWED, DENIED, EXPLICITLY_DENIED = "Allowed", "Denied", "ExplicitlyDenied"
+#: An account that is not this stack's: its principals and alarms must be refused.
+OTHER_ACCOUNT = "444455556666"
+#: The ECS task id a task role session is named after (any id: the policies scope to the cluster).
+TASK_ID = "0123456789abcdef0123456789abcdef"
+#: IAM actions recorded for calls that need no permission (see runtime_call_recorder.NO_PERMISSION_NEEDED).
+NO_ACTION = "none"
+#: Everything allowed to a principal of another account by its own account: a refusal then comes from
+#: the resource's policy alone, as it must.
+ADMIN_POLICY = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+
+
+class Row(NamedTuple):
+    """One request and the answer AWS must give; placeholders in ``{}`` are bound per environment."""
+
+    principal: str
+    action: str
+    resource: str
+    context: Mapping[str, str]
+    expected: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A row bound to one environment: concrete principal, resource ARN and context."""
+
+    environment: str
+    category: str
+    principal: str
+    action: str
+    resource: str
+    context: tuple[tuple[str, str], ...]
+    expected: str
+    why: str
+    simulation: Mapping[str, Any] = field(repr=False, compare=False, hash=False)
+
+    def describe(self, got: str) -> str:
+        context = ", ".join(f"{k}={v}" for k, v in self.context)
+        return (
+            f"{self.environment}: {self.principal} {self.action} on {self.resource} [{context}]:"
+            f" expected {self.expected}, got {got} ({self.why})"
+        )
+
+    def matches(self, got: str | None) -> bool:
+        if self.expected == DENIED:
+            return got in ("ImplicitlyDenied", "ExplicitlyDenied")
+        return got == self.expected
+
+
+def load_runtime_calls(path: Path = RUNTIME_CALLS_FILE) -> list[dict[str, Any]]:
+    """The runtime's recorded calls (tests/integration keeps the list complete)."""
+    return json.loads(path.read_text())["calls"]
+
+
+def _single(items: Sequence[Any], what: str) -> Any:
+    if len(items) != 1:
+        raise ResolveError(f"expected exactly one {what}, found {len(items)}")
+    return items[0]
+
+
+class Bindings:
+    """What the placeholders of the rows mean in one resolved template."""
+
+    def __init__(self, environment: str, template: ResolvedTemplate) -> None:
+        self.environment = environment
+        self.template = template
+        definition = _single(template.of_type("AWS::ECS::TaskDefinition"), "AWS::ECS::TaskDefinition")
+        self.container = _single(definition.properties["ContainerDefinitions"], "container in the task definition")
+        self.task_role = self._role_with_arn(definition.properties["TaskRoleArn"])
+        self.execution_role = self._role_with_arn(definition.properties["ExecutionRoleArn"])
+        service = _single(template.of_type("AWS::ECS::Service"), "AWS::ECS::Service")
+        self.cluster_name = str(service.properties.get("Cluster", "default")).rsplit("/", 1)[-1]
+        environment_variables = {e["Name"]: e["Value"] for e in self.container.get("Environment", [])}
+        self.resources = {
+            "source": self._queue_with_url(environment_variables["QUEUE_URL"]).attributes["Arn"],
+            "dlq": self._queue_with_url(environment_variables["DLQ_URL"]).attributes["Arn"],
+            "idempotency-table": self._table_named(environment_variables["CONSUMER_IDEMPOTENCY_TABLE"]).attributes[
+                "Arn"
+            ],
+            "task": template.arn("ecs", f"task/{self.cluster_name}/{TASK_ID}"),
+            "asset-repository": template.arn("ecr", f"repository/{self._image_repository()}"),
+            "log-stream": self._log_stream(),
+            "*": "*",
+            "other-queue": template.arn("sqs", "someone-elses-queue"),
+            "other-account-queue": template.arn("sqs", "someone-elses-queue", account=OTHER_ACCOUNT),
+            "other-table": template.arn("dynamodb", "table/someone-elses-table"),
+            "other-task": template.arn("ecs", f"task/someone-elses-cluster/{TASK_ID}"),
+            "other-repository": template.arn("ecr", "repository/someone-elses-image"),
+            "other-log-stream": template.arn("logs", "log-group:someone-elses-logs:log-stream:app/1"),
+            "any-secret": template.arn("secretsmanager", "secret:someone-elses-secret-AbCdEf"),
+            "any-parameter": template.arn("ssm", "parameter/someone-elses-parameter"),
+            "other-key": template.arn("kms", "key/00000000-0000-0000-0000-000000000000"),
+        }
+
+    # -- lookups in the resolved template -------------------------------------------------------------
+
+    def _role_with_arn(self, arn: str) -> Resource:
+        return _single([r for r in self.template.of_type("AWS::IAM::Role") if r.attributes["Arn"] == arn], arn)
+
+    def _queue_with_url(self, url: str) -> Resource:
+        return _single([q for q in self.template.of_type("AWS::SQS::Queue") if q.ref == url], f"queue {url}")
+
+    def _table_named(self, name: str) -> Resource:
+        return _single([t for t in self.template.of_type("AWS::DynamoDB::Table") if t.name == name], f"table {name}")
+
+    def _image_repository(self) -> str:
+        image = str(self.container["Image"])  # <account>.dkr.ecr.<region>.<suffix>/<repository>:<tag>
+        return image.split("/", 1)[1].split(":", 1)[0].split("@", 1)[0]
+
+    def _log_stream(self) -> str:
+        options = self.container["LogConfiguration"]["Options"]
+        # awslogs names each stream <prefix>/<container name>/<task id>.
+        stream = f"{options['awslogs-stream-prefix']}/{self.container['Name']}/{TASK_ID}"
+        return self.template.arn("logs", f"log-group:{options['awslogs-group']}:log-stream:{stream}")
+
+    def alarm_actions(self) -> list[tuple[str, str, str | None]]:
+        """(alarm ARN, topic ARN, the topic's key ARN or None) for every ALARM and OK action of every alarm."""
+        found = []
+        for alarm in [
+            *self.template.of_type("AWS::CloudWatch::Alarm"),
+            *self.template.of_type("AWS::CloudWatch::CompositeAlarm"),
+        ]:
+            targets = dict.fromkeys([*alarm.properties.get("AlarmActions", []), *alarm.properties.get("OKActions", [])])
+            for topic_arn in targets:
+                found.append((alarm.attributes["Arn"], topic_arn, self._key_of_topic(topic_arn)))
+        return found
+
+    def _key_of_topic(self, topic_arn: str) -> str | None:
+        topic = _single([t for t in self.template.of_type("AWS::SNS::Topic") if t.ref == topic_arn], topic_arn)
+        key = topic.properties.get("KmsMasterKeyId")
+        if key is None:
+            return None
+        return _single(
+            [
+                k.attributes["Arn"]
+                for k in self.template.of_type("AWS::KMS::Key")
+                if key in (k.ref, k.attributes["Arn"])
+            ],
+            f"KMS key {key} of topic {topic_arn}",
+        )
+
+    def topics(self) -> list[str]:
+        return [t.ref for t in self.template.of_type("AWS::SNS::Topic")]
+
+    def identity_policies(self, role: Resource) -> list[dict[str, Any]]:
+        """The role's inline policies and every AWS::IAM::Policy attached to it."""
+        if role.properties.get("ManagedPolicyArns"):
+            raise ResolveError(
+                f"role {role.logical_id} has managed policies {role.properties['ManagedPolicyArns']}: their"
+                " documents are not in the template, so this tier cannot evaluate them"
+            )
+        policies = [
+            {"name": p["PolicyName"], "policy": p["PolicyDocument"]} for p in role.properties.get("Policies", [])
+        ]
+        for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            for policy in self.template.of_type(kind):
+                if role.ref in policy.properties.get("Roles", []):
+                    policies.append({"name": policy.logical_id, "policy": policy.properties["PolicyDocument"]})
+        return policies
+
+    def resource_policy(self, arn: str) -> dict[str, Any] | None:
+        """The policy AWS evaluates on the resource side: queue policy, topic policy, key policy, table policy."""
+        service = arn.split(":")[2] if arn.startswith("arn:") else ""
+        if service == "sqs":
+            return self._attached_policy("AWS::SQS::QueuePolicy", "Queues", self._ref_of("AWS::SQS::Queue", arn), arn)
+        if service == "sns":
+            policy = self._attached_policy("AWS::SNS::TopicPolicy", "Topics", arn, arn)
+            if policy is None and arn in self.topics():
+                raise ResolveError(f"topic {arn} has no AWS::SNS::TopicPolicy; SNS's default policy is not modelled")
+            return policy
+        if service == "kms":
+            keys = [k for k in self.template.of_type("AWS::KMS::Key") if k.attributes["Arn"] == arn]
+            if not keys:
+                return None
+            return _single(keys, arn).properties["KeyPolicy"]
+        if service == "dynamodb":
+            tables = [t for t in self.template.of_type("AWS::DynamoDB::Table") if t.attributes["Arn"] == arn]
+            return tables[0].properties.get("ResourcePolicy", {}).get("PolicyDocument") if tables else None
+        return None
+
+    def _ref_of(self, resource_type: str, arn: str) -> str | None:
+        matches = [r.ref for r in self.template.of_type(resource_type) if r.attributes.get("Arn") == arn]
+        return matches[0] if matches else None
+
+    def _attached_policy(self, policy_type: str, targets: str, ref: str | None, arn: str) -> dict[str, Any] | None:
+        if ref is None:
+            return None  # not this stack's resource: no policy of ours applies
+        attached = [p for p in self.template.of_type(policy_type) if ref in p.properties[targets]]
+        if len(attached) > 1:
+            # Each policy resource replaces the whole policy: only one of them would be in force.
+            raise ResolveError(f"{len(attached)} {policy_type} resources set the policy of {arn}; AWS keeps one")
+        return attached[0].properties["PolicyDocument"] if attached else None
+
+    # -- principals -----------------------------------------------------------------------------------
+
+    def principal(self, label: str) -> tuple[Any, str, list[dict[str, Any]], dict[str, str]]:
+        """(request principal, its description, identity policies, the context AWS adds for it)."""
+        account = self.template.account
+        if label in ("task-role", "execution-role"):
+            role = self.task_role if label == "task-role" else self.execution_role
+            session = f"arn:aws:sts::{account}:assumed-role/{role.name}/{TASK_ID}"
+            context = {
+                "aws:PrincipalArn": role.attributes["Arn"],
+                "aws:PrincipalAccount": account,
+                "aws:PrincipalType": "AssumedRole",
+                "aws:userid": f"{role.attributes['RoleId']}:{TASK_ID}",
+            }
+            return session, f"{label} {role.name}", self.identity_policies(role), context
+        if label == "other-account":
+            role_arn = f"arn:aws:iam::{OTHER_ACCOUNT}:role/admin"
+            context = {
+                "aws:PrincipalArn": role_arn,
+                "aws:PrincipalAccount": OTHER_ACCOUNT,
+                "aws:PrincipalType": "AssumedRole",
+            }
+            return (
+                f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/admin/s",
+                "an admin of another account",
+                [{"name": "admin", "policy": ADMIN_POLICY}],
+                context,
+            )
+        if label == "anonymous":
+            return {"type": "Anonymous"}, "anonymous", [], {}
+        if label.endswith(".amazonaws.com"):
+            context = {"aws:PrincipalServiceName": label, "aws:PrincipalIsAWSService": "true"}
+            return label, label, [], context
+        raise ResolveError(f"principal {label!r} is not known to the permissions tier")
+
+    # -- rows to scenarios -----------------------------------------------------------------------------
+
+    def scenarios(self, category: str, rows: Iterable[Row]) -> list[Scenario]:
+        """Bind ``rows``; a row naming ``{alarm}``, ``{topic}`` or ``{key}`` is repeated for every alarm action."""
+        bound = []
+        for row in rows:
+            text = json.dumps(row)
+            if "{alarm}" in text or "{topic}" in text or "{key}" in text:
+                values = [
+                    {"alarm": alarm, "topic": topic, "key": key}
+                    for alarm, topic, key in self.alarm_actions()
+                    if key is not None or "{key}" not in text
+                ]
+            elif "{any_topic}" in text:
+                values = [{"any_topic": topic} for topic in self.topics()]
+            else:
+                values = [{}]
+            for value in values:
+                bound.append(self._scenario(category, row, value))
+        return list(dict.fromkeys(bound))
+
+    def _scenario(self, category: str, row: Row, value: Mapping[str, str]) -> Scenario:
+        names = {
+            **value,
+            "account": self.template.account,
+            "other_account_alarm": self.template.arn("cloudwatch", "alarm:SqsWorker-x-DlqDepth", account=OTHER_ACCOUNT),
+            "other_app_alarm": self.template.arn("cloudwatch", "alarm:OtherApp-HighCpu"),
+        }
+        resource = self.resources.get(row.resource) or row.resource.format(**names)
+        principal, described, identity_policies, principal_context = self.principal(row.principal)
+        context = {
+            "aws:SecureTransport": "true",
+            **principal_context,
+            **{k: v.format(**names) for k, v in row.context.items()},
+        }
+        simulation = {
+            "request": {
+                "principal": principal,
+                "action": row.action,
+                "resource": {"resource": resource, "accountId": _account_of(resource, self.template.account)},
+                "contextVariables": context,
+            },
+            "identityPolicies": identity_policies,
+            "serviceControlPolicies": [],
+            "resourceControlPolicies": [],
+        }
+        policy = self.resource_policy(resource)
+        if policy is not None:
+            simulation["resourcePolicy"] = policy
+        shown = tuple(sorted((k, v) for k, v in context.items() if k in row.context or k == "aws:SecureTransport"))
+        return Scenario(
+            self.environment, category, described, row.action, resource, shown, row.expected, row.why, simulation
+        )
+
+
+def _account_of(arn: str, default: str) -> str:
+    parts = arn.split(":")
+    return parts[4] if len(parts) > 4 and parts[4] else default
+
+
+def evaluate(scenarios: Sequence[Scenario]) -> list[str | None]:
+    """Every scenario's answer from iam-simulate, in one Node process; a simulation error raises."""
+    node = shutil.which("node")
+    if node is None or not EVALUATOR_PACKAGE.exists():
+        raise RuntimeError(
+            f"the permissions tier needs Node and {EVALUATOR_PACKAGE.relative_to(ROOT)}: run `make test`"
+            " (or `npm install`) first"
+        )
+    done = subprocess.run(
+        [node, str(SIMULATOR)],
+        input=json.dumps([s.simulation for s in scenarios]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{SIMULATOR.name} failed ({done.returncode}): {done.stderr[-3000:]}")
+    answers = json.loads(done.stdout)
+    problems = [
+        f"{s.describe('an error')}: {a['errors'] or 'ignored context keys ' + str(a['ignoredContextKeys'])}"
+        for s, a in zip(scenarios, answers, strict=True)
+        if a["errors"] or a["ignoredContextKeys"]
+    ]
+    if problems:
+        # A request the evaluator cannot take as given (unknown action, wrong resource type, a context key
+        # the action does not have) is a mistake in the scenario, never a pass.
+        raise RuntimeError("the evaluator refused scenarios:\n" + "\n".join(problems))
+    return [a["result"] for a in answers]
+
+
+def mismatches(scenarios: Iterable[Scenario], answers: Mapping[Scenario, str | None]) -> list[str]:
+    """One readable line per scenario whose answer differs from what it expects."""
+    return [s.describe(str(answers[s])) for s in scenarios if not s.matches(answers[s])]

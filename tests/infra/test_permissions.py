@@ -1,0 +1,363 @@
+"""The permissions tier: what AWS will allow and refuse, proven offline on the synthesized templates.
+
+moto enforces no IAM, resource or KMS key policy. Here every environment of cdk.json (and the
+contract/settings variants that change policies) is synthesized, resolved to concrete ARNs in a fake
+account (tests/infra/resolve.py) and evaluated with a real policy evaluator, @cloud-copilot/iam-simulate
+(identity, resource and key policies together). The scenarios are the tables below; the task role's
+rows come from tests/infra/runtime_calls.json, which the integration tier keeps equal to what the
+runtime really calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.app import cdk_json_context
+from infra.settings import CONTEXT_KEY
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
+from tests.infra.permissions import (
+    ALLOWED,
+    DENIED,
+    EXPLICITLY_DENIED,
+    NO_ACTION,
+    OTHER_ACCOUNT,
+    TASK_ID,
+    Bindings,
+    Row,
+    Scenario,
+    evaluate,
+    load_runtime_calls,
+    mismatches,
+)
+from tests.infra.resolve import ResolveError, resolve_template
+
+CLOUDWATCH = "cloudwatch.amazonaws.com"
+#: Variants whose policies differ from cdk.json's environments: a FIFO pair, an existing VPC and cluster.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "fifo": {"handler": "tests.infra.handlers:ordered"},
+    "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
+}
+ENVIRONMENTS = [*cdk_json_context()[CONTEXT_KEY], *VARIANTS]
+#: Deploy-time values of the templates' CloudFormation parameters (none yet; a parameter without a
+#: default and without a value here fails the resolver, naming it).
+PARAMETERS: dict[str, str] = {}
+
+THIS_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{alarm}"}
+OTHER_ACCOUNTS_ALARM = {"aws:SourceAccount": OTHER_ACCOUNT, "aws:SourceArn": "{other_account_alarm}"}
+OTHER_APPS_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{other_app_alarm}"}
+PLAIN_HTTP = {"aws:SecureTransport": "false"}
+
+#: CloudWatch delivering every alarm's ALARM and OK notifications ({alarm} -> {topic}, encrypted with {key}),
+#: and nobody else's. https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger
+PAGING: list[Row] = [
+    Row(CLOUDWATCH, "sns:Publish", "{topic}", THIS_ALARM, ALLOWED, "an alarm of this stack notifies its topic"),
+    Row(CLOUDWATCH, "kms:GenerateDataKey", "{key}", THIS_ALARM, ALLOWED, "publishing to the encrypted topic"),
+    Row(CLOUDWATCH, "kms:Decrypt", "{key}", THIS_ALARM, ALLOWED, "publishing to the encrypted topic"),
+    Row(CLOUDWATCH, "sns:Publish", "{topic}", OTHER_ACCOUNTS_ALARM, DENIED, "confused deputy: another account"),
+    Row(CLOUDWATCH, "kms:GenerateDataKey", "{key}", OTHER_ACCOUNTS_ALARM, DENIED, "confused deputy: another account"),
+    Row(CLOUDWATCH, "sns:Publish", "{topic}", OTHER_APPS_ALARM, DENIED, "an alarm that is not this stack's"),
+    Row(CLOUDWATCH, "kms:Decrypt", "{key}", OTHER_APPS_ALARM, DENIED, "an alarm that is not this stack's"),
+    Row(CLOUDWATCH, "sns:Publish", "{topic}", {**THIS_ALARM, **PLAIN_HTTP}, EXPLICITLY_DENIED, "TLS enforced"),
+    Row("anonymous", "sns:Publish", "{any_topic}", {}, DENIED, "nobody unsigned pages"),
+    Row("other-account", "sns:Publish", "{any_topic}", {}, DENIED, "another account cannot page"),
+]
+
+#: What must be refused whatever the task does. Resources: tests/infra/permissions.py Bindings.resources.
+REFUSED: list[Row] = [
+    Row("anonymous", "sqs:SendMessage", "source", {}, DENIED, "nobody unsigned sends work"),
+    Row("anonymous", "sqs:SendMessage", "dlq", {}, DENIED, "nobody unsigned writes the DLQ"),
+    Row("anonymous", "sqs:ReceiveMessage", "source", {}, DENIED, "nobody unsigned reads work"),
+    Row("other-account", "sqs:SendMessage", "source", {}, DENIED, "another account, even with sqs:* of its own"),
+    Row("other-account", "sqs:SendMessage", "dlq", {}, DENIED, "another account, even with sqs:* of its own"),
+    Row("other-account", "sqs:ReceiveMessage", "source", {}, DENIED, "another account reads nothing"),
+    Row("other-account", "sqs:ReceiveMessage", "dlq", {}, DENIED, "another account reads nothing"),
+    *[
+        Row("task-role", action, queue, {}, DENIED, "the consumer never deletes, purges or reconfigures a queue")
+        for queue in ("source", "dlq")
+        for action in (
+            "sqs:DeleteQueue",
+            "sqs:PurgeQueue",
+            "sqs:SetQueueAttributes",
+            "sqs:AddPermission",
+            "sqs:RemovePermission",
+            "sqs:TagQueue",
+        )
+    ],
+    Row("task-role", "sqs:ReceiveMessage", "dlq", {}, DENIED, "the DLQ is the operator's to read"),
+    Row("task-role", "sqs:DeleteMessage", "dlq", {}, DENIED, "the DLQ is the operator's to empty"),
+    Row("task-role", "sqs:StartMessageMoveTask", "dlq", {}, DENIED, "redrive is the operator's"),
+    Row("task-role", "sqs:ReceiveMessage", "other-queue", {}, DENIED, "no other queue"),
+    Row("task-role", "sqs:SendMessage", "other-queue", {}, DENIED, "no other queue"),
+    Row("task-role", "sqs:SendMessage", "other-account-queue", {}, DENIED, "no other account's queue"),
+    Row("task-role", "dynamodb:GetItem", "other-table", {}, DENIED, "no other table"),
+    Row("task-role", "dynamodb:PutItem", "other-table", {}, DENIED, "no other table"),
+    Row("task-role", "dynamodb:DeleteTable", "idempotency-table", {}, DENIED, "the table is the stack's"),
+    Row("task-role", "dynamodb:UpdateTable", "idempotency-table", {}, DENIED, "the table is the stack's"),
+    Row("task-role", "dynamodb:Scan", "idempotency-table", {}, DENIED, "the guard reads one key at a time"),
+    Row("task-role", "ecs:UpdateTaskProtection", "other-task", {}, DENIED, "only this cluster's tasks"),
+]
+
+#: The execution role: ECS pulls the image and writes the log stream with it; nothing else.
+EXECUTION_ROLE: list[Row] = [
+    Row("execution-role", "ecr:GetAuthorizationToken", "*", {}, ALLOWED, "ECR login (no resource-level scope)"),
+    Row("execution-role", "ecr:BatchGetImage", "asset-repository", {}, ALLOWED, "pulling the image asset"),
+    Row("execution-role", "ecr:GetDownloadUrlForLayer", "asset-repository", {}, ALLOWED, "pulling the image asset"),
+    Row("execution-role", "ecr:BatchCheckLayerAvailability", "asset-repository", {}, ALLOWED, "pulling the image"),
+    Row("execution-role", "logs:CreateLogStream", "log-stream", {}, ALLOWED, "the awslogs driver"),
+    Row("execution-role", "logs:PutLogEvents", "log-stream", {}, ALLOWED, "the awslogs driver"),
+    Row("execution-role", "ecr:PutImage", "asset-repository", {}, DENIED, "pull only, never push"),
+    Row("execution-role", "ecr:BatchGetImage", "other-repository", {}, DENIED, "only the asset repository"),
+    Row("execution-role", "logs:PutLogEvents", "other-log-stream", {}, DENIED, "only its own log group"),
+    Row("execution-role", "secretsmanager:GetSecretValue", "any-secret", {}, DENIED, "no secret it was not given"),
+    Row("execution-role", "ssm:GetParameters", "any-parameter", {}, DENIED, "no parameter it was not given"),
+    Row("execution-role", "kms:Decrypt", "other-key", {}, DENIED, "no key it was not given"),
+    Row("execution-role", "sqs:ReceiveMessage", "source", {}, DENIED, "the task role consumes, not this one"),
+    Row("execution-role", "dynamodb:GetItem", "idempotency-table", {}, DENIED, "the task role's table"),
+]
+
+
+def runtime_rows() -> list[Row]:
+    """The task role making every call the runtime makes (over TLS), and each queue call refused over HTTP."""
+    rows = []
+    for call in load_runtime_calls():
+        if call["action"] == NO_ACTION or call.get("deployed", True) is False:
+            continue
+        why = f"the runtime calls {call['operation']}"
+        rows.append(Row("task-role", call["action"], call["resource"], {}, ALLOWED, why))
+        if call["resource"] in ("source", "dlq"):
+            rows.append(Row("task-role", call["action"], call["resource"], PLAIN_HTTP, EXPLICITLY_DENIED, "TLS only"))
+    return rows
+
+
+CATEGORIES = {"paging": PAGING, "refused": REFUSED, "execution-role": EXECUTION_ROLE}
+
+
+@pytest.fixture(scope="module")
+def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
+    """Every environment and variant synthesized once (one app) and resolved to concrete ARNs."""
+    environments = {**cdk_json_context()[CONTEXT_KEY], **VARIANTS}
+    synthesized = synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: environments})
+    return {
+        name: Bindings(name, resolve_template(env.json, stack_name=env.stack.stack_name, parameters=PARAMETERS))
+        for name, env in synthesized.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def evaluated(bound: dict[str, Bindings]) -> dict[tuple[str, str], list[tuple[Scenario, str | None]]]:
+    """Every scenario of every environment, evaluated in one batch."""
+    scenarios: list[Scenario] = []
+    for bindings in bound.values():
+        for category, rows in {**CATEGORIES, "runtime": runtime_rows()}.items():
+            scenarios += bindings.scenarios(category, rows)
+    answers = evaluate(scenarios)
+    grouped: dict[tuple[str, str], list[tuple[Scenario, str | None]]] = {}
+    for scenario, answer in zip(scenarios, answers, strict=True):
+        grouped.setdefault((scenario.environment, scenario.category), []).append((scenario, answer))
+    return grouped
+
+
+def check(evaluated: dict, environment: str, category: str) -> None:
+    results = evaluated[(environment, category)]
+    assert results, f"{environment}: no {category} scenario was evaluated"
+    wrong = mismatches([s for s, _ in results], {s: a for s, a in results})
+    assert not wrong, f"{len(wrong)} of {len(results)} {category} requests answered wrongly:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_cloudwatch_can_page_through_every_alarm_action(evaluated: dict, environment: str) -> None:
+    """CloudWatch may publish every alarm's ALARM/OK action and use the topic's key; other accounts' alarms may not."""
+    check(evaluated, environment, "paging")
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_task_role_allows_every_call_the_runtime_makes(evaluated: dict, environment: str) -> None:
+    """Each call in tests/infra/runtime_calls.json is allowed to the task role over TLS, refused over HTTP."""
+    check(evaluated, environment, "runtime")
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_what_must_be_refused_is_refused(evaluated: dict, environment: str) -> None:
+    """Anonymous and other-account senders, the task role deleting or reconfiguring queues, other queues and tables."""
+    check(evaluated, environment, "refused")
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_execution_role_pulls_the_image_and_writes_logs_only(evaluated: dict, environment: str) -> None:
+    """The execution role pulls the asset image and writes its log stream; nothing broader."""
+    check(evaluated, environment, "execution-role")
+
+
+def test_runtime_calls_file_names_known_resources_and_says_why_a_call_is_skipped() -> None:
+    """Every listed call names a resource the tier can bind; one not made on AWS says why."""
+    for call in load_runtime_calls():
+        assert call["resource"] in {"source", "dlq", "idempotency-table", "task", "*"}, call
+        if call.get("deployed", True) is False:
+            assert len(call.get("why", "")) >= 40, f"{call['operation']} is skipped without a reason"
+
+
+# -- the tier's own tools can fail ---------------------------------------------------------------------
+
+TOPIC = "arn:aws:sns:eu-west-1:111122223333:paging"
+TLS_ONLY = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "sns:Publish",
+            "Resource": TOPIC,
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    ],
+}
+ALLOW_THIS_ACCOUNTS_ALARMS = {
+    "Effect": "Allow",
+    "Principal": {"Service": CLOUDWATCH},
+    "Action": "sns:Publish",
+    "Resource": TOPIC,
+    "Condition": {
+        "StringEquals": {"aws:SourceAccount": "111122223333"},
+        "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:eu-west-1:111122223333:alarm:app-*"},
+    },
+}
+
+
+def publish(policy: dict[str, Any], source_account: str = "111122223333") -> Scenario:
+    context = {
+        "aws:SecureTransport": "true",
+        "aws:SourceAccount": source_account,
+        "aws:SourceArn": f"arn:aws:cloudwatch:eu-west-1:{source_account}:alarm:app-DlqDepth",
+    }
+    simulation = {
+        "request": {
+            "principal": CLOUDWATCH,
+            "action": "sns:Publish",
+            "resource": {"resource": TOPIC, "accountId": "111122223333"},
+            "contextVariables": context,
+        },
+        "identityPolicies": [],
+        "serviceControlPolicies": [],
+        "resourceControlPolicies": [],
+        "resourcePolicy": policy,
+    }
+    return Scenario("tool", "tool", CLOUDWATCH, "sns:Publish", TOPIC, tuple(context.items()), ALLOWED, "", simulation)
+
+
+def test_evaluator_answers_as_aws_for_a_topic_policy_with_and_without_cloudwatch() -> None:
+    """A TLS-only topic policy refuses CloudWatch (AWS's behaviour); an allow with source conditions admits only its account."""
+    with_allow = {**TLS_ONLY, "Statement": [*TLS_ONLY["Statement"], ALLOW_THIS_ACCOUNTS_ALARMS]}
+    assert evaluate([publish(TLS_ONLY), publish(with_allow), publish(with_allow, "444455556666")]) == [
+        "ImplicitlyDenied",
+        "Allowed",
+        "ImplicitlyDenied",
+    ]
+
+
+def test_evaluator_refuses_a_scenario_it_cannot_evaluate_rather_than_answering() -> None:
+    """An action that does not exist is an error naming the scenario, never a result."""
+    broken = publish(TLS_ONLY)
+    broken.simulation["request"]["action"] = "sns:PublishEverything"
+    with pytest.raises(RuntimeError, match=r"the evaluator refused scenarios:\ntool: cloudwatch.amazonaws.com"):
+        evaluate([broken])
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ({"Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Fn::Cidr": []}}}}}, "'Fn::Cidr'"),
+        ({"Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Ref": "Nope"}}}}}, "'Nope'"),
+        (
+            {"Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Fn::GetAtt": ["A", "Color"]}}}}},
+            "reference cycle",
+        ),
+        (
+            {
+                "Resources": {
+                    "A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Fn::GetAtt": ["B", "Color"]}}},
+                    "B": {"Type": "AWS::SQS::Queue"},
+                }
+            },
+            "'Color' of AWS::SQS::Queue",
+        ),
+        (
+            {
+                "Resources": {
+                    "A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Ref": "B"}}},
+                    "B": {"Type": "AWS::Made::Up"},
+                }
+            },
+            "the Ref of AWS::Made::Up",
+        ),
+        (
+            {
+                "Parameters": {"P": {"Type": "String"}},
+                "Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Ref": "P"}}}},
+            },
+            "parameter 'P'",
+        ),
+        ({"Transform": "AWS::Serverless-2016-10-31", "Resources": {}}, "Transform"),
+    ],
+    ids=["intrinsic", "ref", "cycle", "attribute", "type", "parameter", "section"],
+)
+def test_resolver_fails_loudly_on_what_it_does_not_know(template: dict[str, Any], message: str) -> None:
+    """An unknown intrinsic, reference, attribute, resource type, parameter value or section is an error naming it."""
+    with pytest.raises(ResolveError, match=message):
+        resolve_template(template, stack_name="S")
+
+
+def test_resolver_resolves_parameters_conditions_and_functions() -> None:
+    """Parameters (given and default), Conditions, Fn::If, Sub, Join, Select, Split and NoValue resolve as CloudFormation does."""
+    template = {
+        "Parameters": {"Email": {"Type": "String"}, "Tier": {"Type": "String", "Default": "prod"}},
+        "Conditions": {
+            "IsProd": {"Fn::Equals": [{"Ref": "Tier"}, "prod"]},
+            "IsDev": {"Fn::Not": [{"Condition": "IsProd"}]},
+        },
+        "Resources": {
+            "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": {"Fn::Sub": "${AWS::StackName}-source"}}},
+            "Dev": {"Type": "AWS::SQS::Queue", "Condition": "IsDev"},
+            "Topic": {
+                "Type": "AWS::SNS::Topic",
+                "Properties": {
+                    "DisplayName": {"Fn::If": ["IsProd", {"Ref": "Email"}, {"Ref": "AWS::NoValue"}]},
+                    "Tags": [
+                        {
+                            "Key": "queue",
+                            "Value": {"Fn::Select": [5, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]},
+                        },
+                        {"Key": "url", "Value": {"Fn::Join": ["|", [{"Ref": "Queue"}, {"Ref": "AWS::Region"}]]}},
+                    ],
+                },
+            },
+        },
+    }
+    resolved = resolve_template(template, stack_name="S", parameters={"Email": "oncall@example.org"})
+    assert "Dev" not in resolved.resources
+    topic = resolved.resources["Topic"].properties
+    assert topic["DisplayName"] == "oncall@example.org"
+    assert topic["Tags"] == [
+        {"Key": "queue", "Value": "S-source"},
+        {"Key": "url", "Value": "https://sqs.eu-west-1.amazonaws.com/111122223333/S-source|eu-west-1"},
+    ]
+    assert (
+        resolve_template(template, stack_name="S", parameters={"Email": "x", "Tier": "dev"})
+        .resources["Topic"]
+        .properties.get("DisplayName")
+        is None
+    )
+
+
+def test_tier_binds_the_resources_the_stack_really_uses(bound: dict[str, Bindings]) -> None:
+    """dev's bindings name its queues, its cluster's tasks and every alarm action (all to tickets in dev)."""
+    dev, shared = bound["dev"], bound["shared"]
+    assert dev.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-dev-source"
+    assert dev.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-dev-dlq"
+    assert shared.resources["task"] == "arn:aws:ecs:eu-west-1:111122223333:task/platform/" + TASK_ID
+    actions = dev.alarm_actions()
+    assert len({alarm for alarm, _, _ in actions}) == 5  # four metric alarms with actions and the composite
+    assert [topic.split(":")[-1].split("-")[2] for topic in {topic for _, topic, _ in actions}] == [
+        "TicketsTopicC7E9F99F"
+    ]
