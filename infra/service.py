@@ -48,7 +48,8 @@ IDEMPOTENCY_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamod
 IDEMPOTENCY_PARTITION_KEY = "pk"
 IDEMPOTENCY_TTL_ATTRIBUTE = "expires_at"
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
-TASK_PROTECTION_ACTIONS = ("ecs:GetTaskProtection", "ecs:UpdateTaskProtection")
+#: Only PUT: the runtime sets its protection and never reads it back (tests/infra/runtime_calls.json).
+TASK_PROTECTION_ACTIONS = ("ecs:UpdateTaskProtection",)
 SCALING_SERVICE = "ecs.application-autoscaling.amazonaws.com"
 SCALING_ROLE = "AWSServiceRoleForApplicationAutoScaling_ECSService"
 SCALE_OUT_COOLDOWN = Duration.minutes(1)

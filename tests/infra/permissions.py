@@ -31,6 +31,10 @@ ALLOWED, DENIED, EXPLICITLY_DENIED = "Allowed", "Denied", "ExplicitlyDenied"
 OTHER_ACCOUNT = "444455556666"
 #: The ECS task id a task role session is named after (any id: the policies scope to the cluster).
 TASK_ID = "0123456789abcdef0123456789abcdef"
+#: Row placeholders repeated for each secret the container declares, by the service holding it.
+SECRET_PLACEHOLDERS = {"ssm_parameter": "ssm", "secretsmanager_secret": "secretsmanager"}
+#: The six characters Secrets Manager appends to a secret's name in its ARN.
+SECRET_ARN_SUFFIX = "-AbCdEf"
 #: IAM actions recorded for calls that need no permission (see runtime_call_recorder.NO_PERMISSION_NEEDED).
 NO_ACTION = "none"
 #: Everything allowed to a principal of another account by its own account: a refusal then comes from
@@ -120,6 +124,16 @@ class Bindings:
             "any-parameter": template.arn("ssm", "parameter/someone-elses-parameter"),
             "other-key": template.arn("kms", "key/00000000-0000-0000-0000-000000000000"),
         }
+        #: The container's secrets by the service ECS reads them from, as the ARN a request names.
+        self.secrets: dict[str, list[str]] = {"ssm": [], "secretsmanager": []}
+        for secret in self.container.get("Secrets", []):
+            arn = str(secret["ValueFrom"])
+            service = arn.split(":")[2]
+            if service == "secretsmanager":
+                # valueFrom may add ":<json key>:<stage>:<version>" and name the secret without the
+                # random suffix Secrets Manager appends to its ARN; a request names the full ARN.
+                arn = ":".join(arn.split(":")[:7]) + SECRET_ARN_SUFFIX
+            self.secrets[service].append(arn)
 
     # -- lookups in the resolved template -------------------------------------------------------------
 
@@ -235,19 +249,31 @@ class Bindings:
                 "aws:userid": f"{role.attributes['RoleId']}:{TASK_ID}",
             }
             return session, f"{label} {role.name}", self.identity_policies(role), context
-        if label == "other-account":
-            role_arn = f"arn:aws:iam::{OTHER_ACCOUNT}:role/admin"
+        if label == "other-account" or label.startswith("other-account/"):
+            name = label.partition("/")[2] or "admin"
+            role_arn = f"arn:aws:iam::{OTHER_ACCOUNT}:role/{name}"
             context = {
                 "aws:PrincipalArn": role_arn,
                 "aws:PrincipalAccount": OTHER_ACCOUNT,
                 "aws:PrincipalType": "AssumedRole",
             }
             return (
-                f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/admin/s",
-                "an admin of another account",
+                f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/{name}/s",
+                f"{name} of another account (all actions allowed by its account)",
                 [{"name": "admin", "policy": ADMIN_POLICY}],
                 context,
             )
+        if label.startswith(("role/", "admin-role/")):
+            kind, name = label.split("/", 1)
+            role_arn = f"arn:aws:iam::{account}:role/{name}"
+            context = {
+                "aws:PrincipalArn": role_arn,
+                "aws:PrincipalAccount": account,
+                "aws:PrincipalType": "AssumedRole",
+            }
+            policies = [{"name": "admin", "policy": ADMIN_POLICY}] if kind == "admin-role" else []
+            described = f"{name} of this account" + (" (sqs:* of its own)" if policies else "")
+            return f"arn:aws:sts::{account}:assumed-role/{name}/s", described, policies, context
         if label == "anonymous":
             return {"type": "Anonymous"}, "anonymous", [], {}
         if label.endswith(".amazonaws.com"):
@@ -258,7 +284,8 @@ class Bindings:
     # -- rows to scenarios -----------------------------------------------------------------------------
 
     def scenarios(self, category: str, rows: Iterable[Row]) -> list[Scenario]:
-        """Bind ``rows``; a row naming ``{alarm}``, ``{topic}`` or ``{key}`` is repeated for every alarm action."""
+        """Bind ``rows``; a row naming ``{alarm}``, ``{topic}`` or ``{key}`` is repeated for every alarm action,
+        ``{ssm_parameter}`` / ``{secretsmanager_secret}`` for every container secret of that service (none: no scenario)."""
         bound = []
         for row in rows:
             text = json.dumps(row)
@@ -268,6 +295,8 @@ class Bindings:
                     for alarm, topic, key in self.alarm_actions()
                     if key is not None or "{key}" not in text
                 ]
+            elif placeholder := next((p for p in SECRET_PLACEHOLDERS if "{" + p + "}" in text), None):
+                values = [{placeholder: arn} for arn in self.secrets[SECRET_PLACEHOLDERS[placeholder]]]
             elif "{any_topic}" in text:
                 values = [{"any_topic": topic} for topic in self.topics()]
             else:

@@ -31,18 +31,31 @@ from tests.infra.permissions import (
     load_runtime_calls,
     mismatches,
 )
-from tests.infra.resolve import ResolveError, resolve_template
+from tests.infra.resolve import FAKE_ACCOUNT, ResolveError, resolve_template
 
 CLOUDWATCH = "cloudwatch.amazonaws.com"
-#: Variants whose policies differ from cdk.json's environments: a FIFO pair, an existing VPC and cluster.
+#: A producer of this account and one of another account that "producers" names.
+PRODUCER = "orders-api"
+PARTNER = "partner"
+PRODUCERS = [f"arn:aws:iam::{FAKE_ACCOUNT}:role/{PRODUCER}", f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}"]
+#: Variants whose policies differ from cdk.json's environments: a FIFO pair, an existing VPC and cluster,
+#: named producers with Secrets Manager secrets (staging and prod read SSM parameters).
 VARIANTS: dict[str, dict[str, Any]] = {
     "fifo": {"handler": "tests.infra.handlers:ordered"},
     "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
+    "senders": {
+        "handler": "consumer.examples.notifications:handle",
+        "producers": PRODUCERS,
+        "secrets": {
+            "NOTIFY_WEBHOOK_URL": "secretsmanager:team/notify:url",
+            "PARTNER_KEY": "secretsmanager:team/partner",
+        },
+    },
 }
 ENVIRONMENTS = [*cdk_json_context()[CONTEXT_KEY], *VARIANTS]
-#: Deploy-time values of the templates' CloudFormation parameters (none yet; a parameter without a
-#: default and without a value here fails the resolver, naming it).
-PARAMETERS: dict[str, str] = {}
+#: Deploy-time values of the templates' CloudFormation parameters (a parameter without a default and
+#: without a value here fails the resolver, naming it): prod's paging address is given at deploy.
+PARAMETERS: dict[str, str] = {"PagingEndpoint": "oncall@yourco.com"}
 
 THIS_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{alarm}"}
 OTHER_ACCOUNTS_ALARM = {"aws:SourceAccount": OTHER_ACCOUNT, "aws:SourceArn": "{other_account_alarm}"}
@@ -110,6 +123,10 @@ EXECUTION_ROLE: list[Row] = [
     Row("execution-role", "ecr:PutImage", "asset-repository", {}, DENIED, "pull only, never push"),
     Row("execution-role", "ecr:BatchGetImage", "other-repository", {}, DENIED, "only the asset repository"),
     Row("execution-role", "logs:PutLogEvents", "other-log-stream", {}, DENIED, "only its own log group"),
+    Row("execution-role", "ssm:GetParameters", "{ssm_parameter}", {}, ALLOWED, "ECS reads the declared secret"),
+    Row("execution-role", "secretsmanager:GetSecretValue", "{secretsmanager_secret}", {}, ALLOWED, "a declared secret"),
+    Row("task-role", "ssm:GetParameters", "{ssm_parameter}", {}, DENIED, "secrets reach the task as variables only"),
+    Row("task-role", "secretsmanager:GetSecretValue", "{secretsmanager_secret}", {}, DENIED, "as variables only"),
     Row("execution-role", "secretsmanager:GetSecretValue", "any-secret", {}, DENIED, "no secret it was not given"),
     Row("execution-role", "ssm:GetParameters", "any-parameter", {}, DENIED, "no parameter it was not given"),
     Row("execution-role", "kms:Decrypt", "other-key", {}, DENIED, "no key it was not given"),
@@ -131,6 +148,21 @@ def runtime_rows() -> list[Row]:
     return rows
 
 
+#: Where "producers" is set: the named producers (of any account) send, the consumer requeues, nobody else
+#: sends, not even an admin of this account. Elsewhere IAM alone decides who of this account sends.
+SENDERS: list[Row] = [
+    Row(f"role/{PRODUCER}", "sqs:SendMessage", "source", {}, ALLOWED, "a named producer of this account"),
+    Row(f"other-account/{PARTNER}", "sqs:SendMessage", "source", {}, ALLOWED, "a named producer of another account"),
+    Row("task-role", "sqs:SendMessage", "source", {}, ALLOWED, "the consumer requeues hand-backs"),
+    Row("admin-role/admin", "sqs:SendMessage", "source", {}, EXPLICITLY_DENIED, "not named, even with sqs:*"),
+    Row(f"role/{PRODUCER}", "sqs:ReceiveMessage", "source", {}, DENIED, "a producer only sends"),
+    Row(f"role/{PRODUCER}", "sqs:SendMessage", "source", PLAIN_HTTP, EXPLICITLY_DENIED, "TLS only"),
+]
+#: The same admin where no producers are named: same-account IAM decides (documented default).
+SENDERS_UNRESTRICTED: list[Row] = [
+    Row("admin-role/admin", "sqs:SendMessage", "source", {}, ALLOWED, "no producers named: IAM decides"),
+]
+
 CATEGORIES = {"paging": PAGING, "refused": REFUSED, "execution-role": EXECUTION_ROLE}
 
 
@@ -150,7 +182,8 @@ def evaluated(bound: dict[str, Bindings]) -> dict[tuple[str, str], list[tuple[Sc
     """Every scenario of every environment, evaluated in one batch."""
     scenarios: list[Scenario] = []
     for bindings in bound.values():
-        for category, rows in {**CATEGORIES, "runtime": runtime_rows()}.items():
+        senders = SENDERS if "producers" in VARIANTS.get(bindings.environment, {}) else SENDERS_UNRESTRICTED
+        for category, rows in {**CATEGORIES, "runtime": runtime_rows(), "senders": senders}.items():
             scenarios += bindings.scenarios(category, rows)
     answers = evaluate(scenarios)
     grouped: dict[tuple[str, str], list[tuple[Scenario, str | None]]] = {}
@@ -188,6 +221,26 @@ def test_what_must_be_refused_is_refused(evaluated: dict, environment: str) -> N
 def test_execution_role_pulls_the_image_and_writes_logs_only(evaluated: dict, environment: str) -> None:
     """The execution role pulls the asset image and writes its log stream; nothing broader."""
     check(evaluated, environment, "execution-role")
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_only_named_producers_and_the_consumer_send_where_producers_are_named(
+    evaluated: dict, environment: str
+) -> None:
+    """With "producers", the named principals and the task role send to the source, nobody else; without, IAM decides."""
+    check(evaluated, environment, "senders")
+
+
+def test_secrets_are_bound_where_the_container_declares_them(bound: dict[str, Bindings]) -> None:
+    """prod's SSM parameter and the variant's Secrets Manager secrets are what the secret rows evaluate."""
+    assert bound["prod"].secrets == {
+        "ssm": [f"arn:aws:ssm:eu-west-1:{FAKE_ACCOUNT}:parameter/sqs-worker/prod/notify-webhook-url"],
+        "secretsmanager": [],
+    }
+    assert bound["senders"].secrets["secretsmanager"] == [
+        f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/notify-AbCdEf",
+        f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-AbCdEf",
+    ]
 
 
 def test_runtime_calls_file_names_known_resources_and_says_why_a_call_is_skipped() -> None:
