@@ -555,12 +555,24 @@ def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     'handle'
     """
     module_name, sep, attribute = spec.partition(":") if isinstance(spec, str) else ("", "", "")
-    if not sep or not module_name or not attribute.isidentifier():
+    if module_name.startswith("."):  # importlib would raise TypeError: a relative name has no package to start from
+        raise ContractError(
+            parameter, 'must name an absolute module ("package.module:function"), not a relative one', spec
+        )
+    if not sep or not all(part.isidentifier() for part in module_name.split(".")) or not attribute.isidentifier():
         raise ContractError(parameter, 'must look like "package.module:function"', spec)
+    # Whatever the module does wrong on import ends here as one ContractError: the consumer's start-up and
+    # synth both print it as one line naming the setting, never as the module's traceback.
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ContractError(parameter, f"names a module that cannot be imported ({error})", spec) from error
+    except SyntaxError as error:
+        where = f"{error.filename}, line {error.lineno}: {error.msg}"
+        raise ContractError(parameter, f"names a module with a syntax error ({where})", spec) from error
+    except Exception as error:
+        raised = f"raised {type(error).__name__} when imported ({' '.join(str(error).split())})"
+        raise ContractError(parameter, f"names a module that {raised}", spec) from error
     handler = getattr(module, attribute, None)
     if not callable(handler):
         raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)

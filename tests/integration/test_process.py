@@ -259,3 +259,39 @@ def test_process_sigterm_during_start_up_exits_0_at_once(tmp_path: Path, process
     assert process.stdout is not None
     lines = [json.loads(line) for line in process.stdout.read().splitlines() if line.startswith("{")]
     assert [line["event"] for line in lines if line["logger"] == "consumer"] == ["consumer_stopped_before_start"]
+
+
+def start_up_refusal(process: subprocess.Popen[str]) -> str:
+    """The one line a refused start-up writes to stderr (exit 2); fails on a traceback or anything else."""
+    assert process.wait(timeout=30) == 2
+    assert process.stderr is not None
+    lines = process.stderr.read().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("consumer: cannot start: "), lines
+    return lines[0].removeprefix("consumer: cannot start: ")
+
+
+@pytest.mark.parametrize(
+    ("source", "spec", "rule"),
+    [
+        ("def handle(:\n", "startup_syntax_error:handle", "names a module with a syntax error ("),
+        ('raise RuntimeError("no database")\n', "startup_raises:handle", "names a module that raised RuntimeError"),
+        (None, ".handlers:slow", 'must name an absolute module ("package.module:function"), not a relative one'),
+    ],
+    ids=["syntax-error", "raises-on-import", "relative"],
+)
+def test_process_handler_that_cannot_be_imported_is_one_line(
+    moto_server: str, tmp_path: Path, process_guard: list, source: str | None, spec: str, rule: str
+) -> None:
+    """A handler module with a syntax error, one raising at import, or a relative path: exit 2, one line, no traceback."""
+    if source is not None:
+        (tmp_path / f"{spec.partition(':')[0]}.py").write_text(source)
+    process = start(
+        moto_server,
+        f"{moto_server}/123456789012/any",
+        tmp_path / "effects",
+        CONSUMER_HANDLER=spec,
+        PYTHONPATH=str(tmp_path),
+    )
+    process_guard.append(process)
+    line = start_up_refusal(process)
+    assert line.startswith(f'"CONSUMER_HANDLER" {rule}') and line.endswith(f": {spec!r}")

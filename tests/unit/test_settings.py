@@ -164,3 +164,14 @@ def test_settings_runbook_url_must_be_https_without_an_anchor(url: str) -> None:
     """Alarm descriptions append #section themselves; the base must be an https:// URL (or the default path)."""
     error = error_for("qa", settings(runbook_url=url))
     assert error.parameter == f"{CONTEXT_KEY}.qa.runbook_url"
+
+
+def test_settings_handler_raising_on_import_names_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler module that raises when imported fails synth in one line with the setting's path."""
+    (tmp_path / "settings_raises_on_import.py").write_text('raise KeyError("DATABASE_URL")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    error = error_for("dev", settings(handler="settings_raises_on_import:handle"))
+    assert str(error) == (
+        f"\"{CONTEXT_KEY}.dev.handler\" names a module that raised KeyError when imported ('DATABASE_URL'):"
+        " 'settings_raises_on_import:handle'"
+    )
