@@ -42,15 +42,15 @@ def run() -> None:
     import boto3
     from botocore.config import Config
 
-    from consumer.config import load_config
-    from consumer.contract import ContractError
+    from consumer.config import LOG_LEVEL_ENV, load_config
+    from consumer.contract import ConfigurationError
     from consumer.drift import StartupError, check_queue, queue_name_from_url
     from consumer.idempotency import DynamoDBStore, InMemoryStore
-    from consumer.observability import Metrics, configure_logging
+    from consumer.observability import Metrics, configure_logging, log_level
     from consumer.protection import ScaleInProtection
     from consumer.runtime import LONG_POLL_SECONDS, Consumer
 
-    configure_logging(level=os.environ.get("CONSUMER_LOG_LEVEL", "INFO"))
+    configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
     # and a start-up blocked on a slow endpoint must still end at once with exit 0, not be killed.
     running: list[Consumer] = []
@@ -62,8 +62,9 @@ def run() -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    log.info("consumer_starting", extra={"pid": os.getpid()})
     try:
+        configure_logging(level=log_level(os.environ.get(LOG_LEVEL_ENV) or "INFO", LOG_LEVEL_ENV))
+        log.info("consumer_starting", extra={"pid": os.getpid()})
         config = load_config(os.environ)
         client = boto3.client(
             "sqs",
@@ -98,7 +99,7 @@ def run() -> None:
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
             )
         )
-    except (ContractError, StartupError) as error:
+    except (ConfigurationError, StartupError) as error:
         log.error("startup_failed", extra={"error": str(error)})
         print(f"consumer: cannot start: {error}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from error

@@ -22,6 +22,9 @@ from consumer.contract import (
 )
 from consumer.message import Message
 
+#: The consumer's log level: DEBUG, INFO (the default), WARNING, ERROR or CRITICAL.
+LOG_LEVEL_ENV = f"{ENV_PREFIX}LOG_LEVEL"
+
 
 @dataclass(frozen=True)
 class RuntimeConfig:

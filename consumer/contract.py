@@ -76,6 +76,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "BINDING_KEYS",
+    "ConfigurationError",
     "ContractDriftError",
     "ContractError",
     "DERIVED_FORMULAS",
@@ -156,7 +157,25 @@ DERIVED_FORMULAS: dict[str, str] = {
 }
 
 
-class ContractError(ValueError):
+class ConfigurationError(ValueError):
+    """A setting breaks a rule, so the consumer must not start; the message names the parameter, the rule and the value.
+
+    ``python -m consumer run`` exits 2 with this one line.
+
+    Example::
+
+        >>> print(ConfigurationError("CONSUMER_LOG_LEVEL", "must be one of DEBUG, INFO", "LOUD"))
+        "CONSUMER_LOG_LEVEL" must be one of DEBUG, INFO: 'LOUD'
+    """
+
+    def __init__(self, parameter: str, rule: str, value: object) -> None:
+        self.parameter = parameter
+        self.rule = rule
+        self.value = value
+        super().__init__(f'"{parameter}" {rule}: {value!r}')
+
+
+class ContractError(ConfigurationError):
     """A contract value breaks a rule; the message names the parameter, the rule and the value.
 
     Example::
@@ -166,12 +185,6 @@ class ContractError(ValueError):
         ...
         consumer.contract.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
     """
-
-    def __init__(self, parameter: str, rule: str, value: object) -> None:
-        self.parameter = parameter
-        self.rule = rule
-        self.value = value
-        super().__init__(f'"{parameter}" {rule}: {value!r}')
 
 
 class ContractDriftError(ContractError):

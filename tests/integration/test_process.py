@@ -295,3 +295,12 @@ def test_process_handler_that_cannot_be_imported_is_one_line(
     process_guard.append(process)
     line = start_up_refusal(process)
     assert line.startswith(f'"CONSUMER_HANDLER" {rule}') and line.endswith(f": {spec!r}")
+
+
+def test_process_invalid_log_level_is_one_line(moto_server: str, tmp_path: Path, process_guard: list) -> None:
+    """CONSUMER_LOG_LEVEL=LOUD: exit 2 naming the variable, the allowed values and the value."""
+    process = start(moto_server, f"{moto_server}/123456789012/any", tmp_path / "effects", CONSUMER_LOG_LEVEL="LOUD")
+    process_guard.append(process)
+    assert start_up_refusal(process) == (
+        "\"CONSUMER_LOG_LEVEL\" must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case): 'LOUD'"
+    )

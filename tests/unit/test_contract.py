@@ -450,3 +450,17 @@ def test_load_handler_malformed_module_path_is_rejected(spec: str) -> None:
     """Every dotted part of the module must be a Python identifier."""
     with pytest.raises(ContractError, match='must look like "package.module:function"'):
         load_handler(spec)
+
+
+def test_configuration_error_names_the_parameter_the_rule_and_the_value() -> None:
+    """ConfigurationError, public from consumer, has ContractError's message shape; a ContractError is one."""
+    import consumer
+
+    error = consumer.ConfigurationError("NOTIFY_WEBHOOK_URL", "must be set", None)
+    assert (str(error), error.parameter, error.rule, error.value) == (
+        '"NOTIFY_WEBHOOK_URL" must be set: None',
+        "NOTIFY_WEBHOOK_URL",
+        "must be set",
+        None,
+    )
+    assert isinstance(error, ValueError) and issubclass(ContractError, consumer.ConfigurationError)
