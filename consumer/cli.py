@@ -42,7 +42,7 @@ def run() -> None:
     import boto3
     from botocore.config import Config
 
-    from consumer.config import LOG_LEVEL_ENV, load_config
+    from consumer.config import LOG_LEVEL_ENV, load_config, resolve_region
     from consumer.contract import ConfigurationError
     from consumer.drift import StartupError, check_queue, queue_name_from_url
     from consumer.idempotency import DynamoDBStore, InMemoryStore
@@ -66,7 +66,9 @@ def run() -> None:
         configure_logging(level=log_level(os.environ.get(LOG_LEVEL_ENV) or "INFO", LOG_LEVEL_ENV))
         log.info("consumer_starting", extra={"pid": os.getpid()})
         config = load_config(os.environ)
-        client = boto3.client(
+        region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
+        session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
+        client = session.client(
             "sqs",
             config=Config(
                 retries={"mode": "standard", "max_attempts": 3},
@@ -86,7 +88,8 @@ def run() -> None:
             account, _ = queue_name_from_url(config.queue_url)
             dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
             dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-        store = DynamoDBStore(config.idempotency_table) if config.idempotency_table else InMemoryStore()
+        table = config.idempotency_table
+        store = DynamoDBStore(table, client=session.client("dynamodb")) if table else InMemoryStore()
         running.append(
             Consumer(
                 client,

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ def server_sqs(moto_server: str) -> Any:
     return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
-def start(moto_server: str, queue_url: str, side_effects: Path, **extra: str) -> subprocess.Popen[str]:
+def start(
+    moto_server: str, queue_url: str, side_effects: Path, unset: tuple[str, ...] = (), **extra: str
+) -> subprocess.Popen[str]:
+    """`python -m consumer run` on moto's server with the slow handler; ``extra`` added, ``unset`` removed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
     env.update(
         {
@@ -43,6 +47,8 @@ def start(moto_server: str, queue_url: str, side_effects: Path, **extra: str) ->
         }
     )
     env.update(extra)
+    for key in unset:
+        env.pop(key, None)
     return subprocess.Popen(
         [sys.executable, "-m", "consumer", "run"],
         cwd=ROOT,
@@ -303,4 +309,60 @@ def test_process_invalid_log_level_is_one_line(moto_server: str, tmp_path: Path,
     process_guard.append(process)
     assert start_up_refusal(process) == (
         "\"CONSUMER_LOG_LEVEL\" must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case): 'LOUD'"
+    )
+
+
+def create_table(moto_server: str) -> str:
+    """An idempotency table shaped like the stack's, in REGION on moto's server."""
+    name = f"idem-{uuid.uuid4().hex[:12]}"
+    boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_server).create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+def start_without_region(moto_server: str, queue_url: str, tmp_path: Path, **extra: str) -> subprocess.Popen[str]:
+    """`start` with neither AWS_DEFAULT_REGION nor a config file: no region unless ``extra`` or the URL gives one."""
+    config_file = str(tmp_path / "no-config")
+    return start(
+        moto_server,
+        queue_url,
+        tmp_path / "effects",
+        unset=("AWS_DEFAULT_REGION",),
+        AWS_CONFIG_FILE=config_file,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("source", ["AWS_REGION", "QUEUE_URL"])
+def test_process_without_aws_default_region_takes_the_region_for_every_client(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list, source: str
+) -> None:
+    """Only AWS_REGION (as some tools set it), or no region but an AWS queue URL: SQS and DynamoDB both work."""
+    pair = create_pair(server_sqs, CONTRACT)
+    table = create_table(moto_server)
+    server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="0.1")
+    account, name = pair.queue_url.rsplit("/", 2)[-2:]
+    queue_url = pair.queue_url if source == "AWS_REGION" else f"https://sqs.{REGION}.amazonaws.com/{account}/{name}"
+    region = {"AWS_REGION": REGION} if source == "AWS_REGION" else {}
+    process = start_without_region(moto_server, queue_url, tmp_path, CONSUMER_IDEMPOTENCY_TABLE=table, **region)
+    process_guard.append(process)
+    wait_for_event(process, "message_processed")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    dynamodb = boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_server)
+    assert [item["status"]["S"] for item in dynamodb.scan(TableName=table)["Items"]] == ["COMPLETED"]
+
+
+def test_process_without_any_region_is_one_line(moto_server: str, tmp_path: Path, process_guard: list) -> None:
+    """No region anywhere and a local queue URL that names none: exit 2 naming the variable, not NoRegionError."""
+    queue_url = f"{moto_server}/123456789012/any"
+    process = start_without_region(moto_server, queue_url, tmp_path)
+    process_guard.append(process)
+    assert start_up_refusal(process) == (
+        '"AWS_REGION" must be set (or AWS_DEFAULT_REGION, or a region in the AWS config file),'
+        f" because QUEUE_URL names no region: {queue_url!r}"
     )
