@@ -25,6 +25,7 @@ from consumer.contract import (
     WorkerContract,
     contract_of,
     load_handler,
+    setup_of,
 )
 from consumer.message import Message
 
@@ -57,7 +58,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
     """Read the binding and the contract; the stack's contract must equal the handler's declaration.
 
     Without ``CONSUMER_MAX_DURATION_SECONDS`` (a local run) the contract is the
-    handler's own declaration.
+    handler's own declaration. Last, the handler's start-up check runs (:func:`run_setup`).
     """
     queue_url = environ.get(QUEUE_URL_ENV, "")
     if not queue_url:
@@ -71,6 +72,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
     contract = WorkerContract.from_env(environ) if from_stack else declared
     if from_stack:
         check_declaration(declared, contract)
+    run_setup(handler, environ)
     return RuntimeConfig(
         queue_url=queue_url,
         dlq_url=environ.get(DLQ_URL_ENV) or None,
@@ -79,6 +81,27 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         from_stack=from_stack,
         idempotency_table=environ.get(IDEMPOTENCY_TABLE_ENV) or None,
     )
+
+
+def run_setup(handler: Callable[[Message], None], environ: Mapping[str, str]) -> None:
+    """Call the handler's declared start-up check once with ``environ``; any failure is a :class:`ConfigurationError`.
+
+    The check's own ConfigurationError passes unchanged; anything else it raises (a bug in the
+    check) refuses to start as well, in one line naming the handler, the check and the error.
+    """
+    setup = setup_of(handler)
+    if setup is None:
+        return
+    try:
+        setup(environ)
+    except ConfigurationError:
+        raise
+    except Exception as error:
+        name = getattr(setup, "__qualname__", repr(setup))
+        failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
+        raise ConfigurationError(
+            HANDLER_ENV, f"names a handler whose start-up check {name} failed ({failed})", environ.get(HANDLER_ENV)
+        ) from error
 
 
 def check_declaration(declared: WorkerContract, deployed: WorkerContract) -> None:

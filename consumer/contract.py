@@ -84,6 +84,7 @@ __all__ = [
     "WorkerContract",
     "contract_of",
     "load_handler",
+    "setup_of",
     "worker",
 ]
 
@@ -133,6 +134,7 @@ BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_T
 #: Fields the environment sets (cdk.json), not the handler: excluded from the declaration check.
 ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})
 HANDLER_ATTRIBUTE = "__worker_contract__"
+SETUP_ATTRIBUTE = "__worker_setup__"
 
 DAY = 86_400
 
@@ -160,6 +162,7 @@ DERIVED_FORMULAS: dict[str, str] = {
 class ConfigurationError(ValueError):
     """A setting breaks a rule, so the consumer must not start; the message names the parameter, the rule and the value.
 
+    Raise it from a handler's start-up check (``@worker(..., setup=check)``) to refuse to start;
     ``python -m consumer run`` exits 2 with this one line.
 
     Example::
@@ -520,16 +523,29 @@ def worker(
     retry_backoff_max: timedelta | float = 300,
     max_lease: timedelta | float = LEASE_CAP_SECONDS,
     stop_timeout: timedelta | float | None = None,
+    setup: Callable[[Mapping[str, str]], object] | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
     Durations take a ``timedelta`` or a number of seconds (rounded up).
 
+    ``setup`` is the handler's start-up check: ``python -m consumer run`` calls ``setup(environ)``
+    once, with the process environment, before it reaches AWS or receives anything; raising
+    :class:`ConfigurationError` refuses to start (exit 2, that one line). It is not part of the
+    contract: it changes no timing, no :meth:`WorkerContract.to_env` value and no drift check, and
+    synth never calls it.
+
     Example::
 
-        @worker(max_duration=timedelta(seconds=90), concurrency=8)
+        def check(environ: Mapping[str, str]) -> None:
+            if not environ.get("NOTIFY_WEBHOOK_URL"):
+                raise ConfigurationError("NOTIFY_WEBHOOK_URL", "must be set", None)
+
+        @worker(max_duration=timedelta(seconds=90), concurrency=8, setup=check)
         def handle(message: Message) -> None: ...
     """
+    if setup is not None and not callable(setup):
+        raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
     contract = WorkerContract(
         max_duration_seconds=seconds("max_duration", max_duration),
         concurrency=concurrency,
@@ -547,6 +563,7 @@ def worker(
 
     def declare(function: F) -> F:
         setattr(function, HANDLER_ATTRIBUTE, contract)
+        setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
         return function
 
     return declare
@@ -559,6 +576,11 @@ def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> Work
         name = getattr(handler, "__qualname__", repr(handler))
         raise ContractError(parameter, "must be decorated with @worker(max_duration=...)", name)
     return contract
+
+
+def setup_of(handler: Callable[..., Any]) -> Callable[[Mapping[str, str]], object] | None:
+    """The start-up check a handler declared with ``@worker(..., setup=check)``, or None."""
+    return getattr(handler, SETUP_ATTRIBUTE, None)
 
 
 def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:

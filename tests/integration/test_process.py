@@ -366,3 +366,28 @@ def test_process_without_any_region_is_one_line(moto_server: str, tmp_path: Path
         '"AWS_REGION" must be set (or AWS_DEFAULT_REGION, or a region in the AWS config file),'
         f" because QUEUE_URL names no region: {queue_url!r}"
     )
+
+
+@pytest.mark.parametrize(
+    ("spec", "refusal"),
+    [
+        ("guarded", '"HANDLER_TOKEN" must be set to the downstream\'s token: None'),
+        (
+            "broken_setup",
+            '"CONSUMER_HANDLER" names a handler whose start-up check broken_check failed'
+            " (KeyError: 'NOT_SET_ANYWHERE'): 'tests.integration.handlers:broken_setup'",
+        ),
+    ],
+)
+def test_process_handler_start_up_check_refuses_before_any_call(
+    tmp_path: Path, process_guard: list, spec: str, refusal: str
+) -> None:
+    """A handler's setup check refusing: exit 2, its one line, before any AWS call (the endpoint is not even there)."""
+    process = start(
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9/123456789012/any",
+        tmp_path / "effects",
+        CONSUMER_HANDLER=f"tests.integration.handlers:{spec}",
+    )
+    process_guard.append(process)
+    assert start_up_refusal(process) == refusal

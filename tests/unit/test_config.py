@@ -1,11 +1,12 @@
-"""Unit tests for the start-up configuration `consumer run` reads: the region (no network)."""
+"""Unit tests for the start-up configuration `consumer run` reads: the region, the handler's start-up check."""
 
 from __future__ import annotations
 
 import pytest
 
-from consumer.config import region_of_queue_url, resolve_region
-from consumer.contract import ConfigurationError
+from consumer.config import load_config, region_of_queue_url, resolve_region
+from consumer.contract import ConfigurationError, contract_of
+from tests.integration import handlers
 
 LOCAL_URL = "http://127.0.0.1:5000/123456789012/orders"
 AWS_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
@@ -74,3 +75,30 @@ def test_resolve_region_refuses_a_region_that_is_not_a_region_name() -> None:
     with pytest.raises(ConfigurationError) as raised:
         resolve_region({"AWS_REGION": "eu west 1"}, LOCAL_URL, configured=None)
     assert str(raised.value) == "\"AWS_REGION\" must be an AWS region name such as eu-west-1: 'eu west 1'"
+
+
+def test_load_config_runs_the_handlers_start_up_check_once_with_the_environment() -> None:
+    """A handler declared with setup=check: load_config calls check(environ) once; passing, the config loads."""
+    handlers.SETUP_CALLS.clear()
+    environ = {"QUEUE_URL": LOCAL_URL, "CONSUMER_HANDLER": "tests.integration.handlers:guarded", "HANDLER_TOKEN": "t"}
+    config = load_config(environ)
+    assert handlers.SETUP_CALLS == [environ]
+    assert config.handler is handlers.guarded and config.contract == contract_of(handlers.slow)
+
+
+def test_load_config_start_up_check_refusing_is_its_configuration_error() -> None:
+    """The check's own ConfigurationError is the refusal, unchanged."""
+    with pytest.raises(ConfigurationError) as raised:
+        load_config({"QUEUE_URL": LOCAL_URL, "CONSUMER_HANDLER": "tests.integration.handlers:guarded"})
+    assert str(raised.value) == '"HANDLER_TOKEN" must be set to the downstream\'s token: None'
+
+
+def test_load_config_start_up_check_failing_otherwise_names_the_handler() -> None:
+    """Any other exception from the check refuses too, in one line naming CONSUMER_HANDLER, the check and the error."""
+    spec = "tests.integration.handlers:broken_setup"
+    with pytest.raises(ConfigurationError) as raised:
+        load_config({"QUEUE_URL": LOCAL_URL, "CONSUMER_HANDLER": spec})
+    assert str(raised.value) == (
+        '"CONSUMER_HANDLER" names a handler whose start-up check broken_check failed'
+        f" (KeyError: 'NOT_SET_ANYWHERE'): {spec!r}"
+    )

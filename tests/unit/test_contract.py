@@ -19,6 +19,7 @@ from consumer.contract import (
     WorkerContract,
     contract_of,
     load_handler,
+    setup_of,
     worker,
 )
 
@@ -464,3 +465,28 @@ def test_configuration_error_names_the_parameter_the_rule_and_the_value() -> Non
         None,
     )
     assert isinstance(error, ValueError) and issubclass(ContractError, consumer.ConfigurationError)
+
+
+def test_worker_setup_is_kept_beside_the_contract_and_changes_no_timing() -> None:
+    """setup=check is found by setup_of; the contract, its environment and so the drift check are unchanged."""
+
+    def check(environ: object) -> None: ...
+
+    @worker(max_duration=90, concurrency=8, setup=check)
+    def with_check(message: object) -> None: ...
+
+    @worker(max_duration=90, concurrency=8)
+    def without(message: object) -> None: ...
+
+    assert (setup_of(with_check), setup_of(without)) == (check, None)
+    assert contract_of(with_check) == contract_of(without)
+    assert contract_of(with_check).to_env() == contract_of(without).to_env()
+
+
+def test_worker_setup_must_be_callable() -> None:
+    """A setup that cannot be called fails at declaration, naming the parameter."""
+    with pytest.raises(ContractError) as raised:
+        worker(max_duration=90, setup="check")  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "\"setup\" must be a function taking the environment (a Mapping[str, str]), or None: 'check'"
+    )
