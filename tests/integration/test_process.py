@@ -391,3 +391,19 @@ def test_process_handler_start_up_check_refuses_before_any_call(
     )
     process_guard.append(process)
     assert start_up_refusal(process) == refusal
+
+
+def test_process_notifications_example_refuses_to_start_without_a_webhook_or_dry_run(
+    tmp_path: Path, process_guard: list
+) -> None:
+    """The example with neither NOTIFY_WEBHOOK_URL nor NOTIFY_DRY_RUN=true: exit 2 naming NOTIFY_WEBHOOK_URL."""
+    process = start(
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9/123456789012/any",
+        tmp_path / "effects",
+        CONSUMER_HANDLER="consumer.examples.notifications:handle",
+    )
+    process_guard.append(process)
+    assert start_up_refusal(process).startswith(
+        '"NOTIFY_WEBHOOK_URL" must be set to the webhook\'s http(s):// URL, or NOTIFY_DRY_RUN=true declared'
+    )

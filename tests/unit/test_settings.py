@@ -33,6 +33,18 @@ def test_settings_cdk_json_environments_all_parse() -> None:
     assert environments["dev"].retain_queues is False and environments["prod"].retain_queues is True
 
 
+def test_settings_dev_and_demo_declare_the_notifications_dry_run() -> None:
+    """dev and demo run the example without a webhook, so they declare its dry run; staging and prod do not."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    environments = {e.name: e for e in load_environments(context)}
+    assert environments["dev"].handler_environment == {"NOTIFY_DRY_RUN": "true"}
+    assert environments["demo"].handler_environment == {"NOTIFY_DRY_RUN": "true"}
+    assert "NOTIFY_DRY_RUN" not in {
+        **environments["staging"].handler_environment,
+        **environments["prod"].handler_environment,
+    }
+
+
 def test_settings_defaults() -> None:
     """Only the handler is required; the rest has documented defaults."""
     env = parse_environment("qa", settings())
