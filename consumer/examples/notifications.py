@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
 from consumer import ConfigurationError, Message, PoisonMessage, worker
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 WEBHOOK_URL_ENV = "NOTIFY_WEBHOOK_URL"
 DRY_RUN_ENV = "NOTIFY_DRY_RUN"
 DOWNSTREAM_TIMEOUT_SECONDS = 30
+#: A schema value longer than this (a long enum, say) is cut in a reason.
+MAX_RULE_CHARS = 200
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -55,16 +57,41 @@ class DownstreamUnavailable(Exception):
 
 
 def parse(body: str) -> dict[str, Any]:
-    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema."""
+    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema.
+
+    The reason (kept in the DLQ and logged) carries where and which rule, never a value of the event.
+    """
+    # Nesting deeper than the interpreter's recursion limit raises RecursionError, in the decoder or the
+    # check: the body can never succeed, so it is poison now rather than a retry until the DLQ.
     try:
         event = json.loads(body)
     except json.JSONDecodeError as error:
-        raise PoisonMessage(f"body is not JSON: {error}") from error
-    errors = sorted(_VALIDATOR.iter_errors(event), key=lambda e: list(e.absolute_path))
+        raise PoisonMessage(f"body is not JSON: {error}") from error  # the message and a position, no content
+    except RecursionError as error:
+        raise PoisonMessage("body is not JSON this handler can parse: nested too deeply (RecursionError)") from error
+    try:
+        errors = sorted(_VALIDATOR.iter_errors(event), key=lambda e: list(e.absolute_path))
+    except RecursionError as error:
+        raise PoisonMessage("schema check failed: the event nests too deeply to check (RecursionError)") from error
     if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-        raise PoisonMessage(f"schema check failed at {where}: {errors[0].message}")
+        raise PoisonMessage(f"schema check failed at {_schema_rule(errors[0])}")
     return event
+
+
+def _schema_rule(error: ValidationError) -> str:
+    """``<schema path>: <keyword> <the schema's own value>``, e.g. ``properties/channel: enum ["email", ...]``.
+
+    Built from the schema alone, because jsonschema's ``error.message`` quotes the offending value
+    (a recipient's address, say): personal data in a DLQ reason and in logs kept for a year.
+    """
+    where = "/".join(str(part) for part in list(error.absolute_schema_path)[:-1]) or "(root)"
+    rule = error.validator_value
+    if error.validator == "required" and isinstance(error.instance, dict):
+        rule = [name for name in error.validator_value if name not in error.instance]  # names the schema lists
+    shown = json.dumps(rule)
+    if len(shown) > MAX_RULE_CHARS:
+        shown = shown[: MAX_RULE_CHARS - 1] + "…"
+    return f"{where}: {error.validator} {shown}"
 
 
 def delivery_target(environ: Mapping[str, str]) -> str | None:

@@ -164,19 +164,76 @@ def test_example_handlers_declare_the_delivery_check_as_their_start_up_check() -
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        ("not json", "body is not JSON"),
-        ("", "body is not JSON"),
-        ("[]", "schema check failed at (root): [] is not of type 'object'"),
-        (json.dumps({**EVENT, "channel": "fax"}), "schema check failed at channel"),
-        (json.dumps({k: v for k, v in EVENT.items() if k != "recipient"}), "'recipient' is a required property"),
-        (json.dumps({**EVENT, "extra": 1}), "Additional properties are not allowed"),
+        ("not json", "body is not JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("", "body is not JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("[]", 'schema check failed at (root): type "object"'),
+        (
+            json.dumps({**EVENT, "channel": "fax"}),
+            'schema check failed at properties/channel: enum ["email", "sms", "push"]',
+        ),
+        (
+            json.dumps({k: v for k, v in EVENT.items() if k != "recipient"}),
+            'schema check failed at (root): required ["recipient"]',
+        ),
+        (json.dumps({**EVENT, "extra": 1}), "schema check failed at (root): additionalProperties false"),
+        (json.dumps({**EVENT, "event_id": "e1"}), "schema check failed at properties/event_id: minLength 8"),
+        (json.dumps({**EVENT, "type": "x"}), 'schema check failed at properties/type: const "notification.requested"'),
+        (
+            json.dumps({**EVENT, "template": "A!"}),
+            'schema check failed at properties/template: pattern "^[a-z0-9_.-]{1,64}$"',
+        ),
     ],
 )
 def test_parse_rejects_bad_bodies_as_poison(body: str, reason: str) -> None:
-    """Undecodable or schema-breaking bodies are poison, with a reason that says why."""
+    """Undecodable or schema-breaking bodies are poison, with a reason that says where and which rule."""
     with pytest.raises(PoisonMessage) as raised:
         parse(body)
-    assert reason in raised.value.reason
+    assert raised.value.reason == reason
+
+
+PERSONAL = "ada.lovelace@example.org"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps([{**EVENT, "recipient": PERSONAL}]),
+        json.dumps({**EVENT, "channel": PERSONAL}),
+        json.dumps({**EVENT, "template": PERSONAL}),
+        json.dumps({**EVENT, "type": PERSONAL}),
+        json.dumps({**EVENT, "recipient": 42, "data": {"email": PERSONAL}}),
+        json.dumps({**EVENT, PERSONAL: PERSONAL}),
+        json.dumps({**EVENT, "recipient": PERSONAL * 20}),
+        json.dumps(PERSONAL),
+    ],
+    ids=["in-an-array", "enum", "pattern", "const", "beside-a-type-error", "unknown-key", "too-long", "a-string"],
+)
+def test_parse_reason_never_carries_a_field_value(body: str) -> None:
+    """The reason (kept in the DLQ and logged) names the schema path and rule, never what the event held."""
+    with pytest.raises(PoisonMessage) as raised:
+        parse(body)
+    assert raised.value.reason.startswith("schema check failed at ")
+    assert "ada" not in raised.value.reason and "example.org" not in raised.value.reason
+
+
+def test_parse_deeply_nested_json_is_poison_not_a_retry() -> None:
+    """JSON nested past the interpreter's recursion limit is poison at once, not a RecursionError retried to the DLQ."""
+    with pytest.raises(PoisonMessage) as raised:
+        parse("[" * 100_000 + "]" * 100_000)
+    assert raised.value.reason == "body is not JSON this handler can parse: nested too deeply (RecursionError)"
+
+
+def test_parse_schema_check_recursing_too_deeply_is_poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RecursionError from the schema check is poison as well."""
+
+    class Recursing:
+        def iter_errors(self, instance: object) -> list:
+            raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(notifications, "_VALIDATOR", Recursing())
+    with pytest.raises(PoisonMessage) as raised:
+        parse(json.dumps(EVENT))
+    assert raised.value.reason == "schema check failed: the event nests too deeply to check (RecursionError)"
 
 
 def test_message_from_sqs_reads_receive_count_and_attributes() -> None:
