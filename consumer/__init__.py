@@ -2,13 +2,15 @@
 
 Public names: :func:`worker` (declare a handler), :class:`Message` (what a
 handler receives), :class:`PoisonMessage` (raise it for a message that can
-never succeed), :class:`WorkerContract` (the derived timings).
+never succeed), :class:`ConfigurationError` (a setting that keeps the consumer
+from starting: raise it from a handler's ``setup`` check to refuse to start),
+:class:`WorkerContract` (the derived timings).
 
 Importing this package imports the standard library only: the CDK app imports
 handlers to read their declaration, and must never pull in runtime code.
 """
 
-from consumer.contract import ContractError, WorkerContract, worker
+from consumer.contract import ConfigurationError, ContractError, WorkerContract, worker
 from consumer.message import Message, PoisonMessage
 
-__all__ = ["ContractError", "Message", "PoisonMessage", "WorkerContract", "worker"]
+__all__ = ["ConfigurationError", "ContractError", "Message", "PoisonMessage", "WorkerContract", "worker"]

@@ -42,15 +42,15 @@ def run() -> None:
     import boto3
     from botocore.config import Config
 
-    from consumer.config import load_config
-    from consumer.contract import ContractError
+    from consumer.config import LOG_LEVEL_ENV, load_config, resolve_region
+    from consumer.contract import ConfigurationError
     from consumer.drift import StartupError, check_queue, queue_name_from_url
     from consumer.idempotency import DynamoDBStore, InMemoryStore
-    from consumer.observability import Metrics, configure_logging
+    from consumer.observability import Metrics, configure_logging, log_level
     from consumer.protection import ScaleInProtection
     from consumer.runtime import LONG_POLL_SECONDS, Consumer
 
-    configure_logging(level=os.environ.get("CONSUMER_LOG_LEVEL", "INFO"))
+    configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
     # and a start-up blocked on a slow endpoint must still end at once with exit 0, not be killed.
     running: list[Consumer] = []
@@ -62,10 +62,13 @@ def run() -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    log.info("consumer_starting", extra={"pid": os.getpid()})
     try:
+        configure_logging(level=log_level(os.environ.get(LOG_LEVEL_ENV) or "INFO", LOG_LEVEL_ENV))
+        log.info("consumer_starting", extra={"pid": os.getpid()})
         config = load_config(os.environ)
-        client = boto3.client(
+        region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
+        session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
+        client = session.client(
             "sqs",
             config=Config(
                 retries={"mode": "standard", "max_attempts": 3},
@@ -85,7 +88,8 @@ def run() -> None:
             account, _ = queue_name_from_url(config.queue_url)
             dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
             dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-        store = DynamoDBStore(config.idempotency_table) if config.idempotency_table else InMemoryStore()
+        table = config.idempotency_table
+        store = DynamoDBStore(table, client=session.client("dynamodb")) if table else InMemoryStore()
         running.append(
             Consumer(
                 client,
@@ -98,7 +102,7 @@ def run() -> None:
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
             )
         )
-    except (ContractError, StartupError) as error:
+    except (ConfigurationError, StartupError) as error:
         log.error("startup_failed", extra={"error": str(error)})
         print(f"consumer: cannot start: {error}", file=sys.stderr)
         raise typer.Exit(EXIT_CONFIG) from error

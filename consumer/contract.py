@@ -76,6 +76,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "BINDING_KEYS",
+    "ConfigurationError",
     "ContractDriftError",
     "ContractError",
     "DERIVED_FORMULAS",
@@ -83,6 +84,7 @@ __all__ = [
     "WorkerContract",
     "contract_of",
     "load_handler",
+    "setup_of",
     "worker",
 ]
 
@@ -132,6 +134,7 @@ BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_T
 #: Fields the environment sets (cdk.json), not the handler: excluded from the declaration check.
 ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})
 HANDLER_ATTRIBUTE = "__worker_contract__"
+SETUP_ATTRIBUTE = "__worker_setup__"
 
 DAY = 86_400
 
@@ -156,7 +159,26 @@ DERIVED_FORMULAS: dict[str, str] = {
 }
 
 
-class ContractError(ValueError):
+class ConfigurationError(ValueError):
+    """A setting breaks a rule, so the consumer must not start; the message names the parameter, the rule and the value.
+
+    Raise it from a handler's start-up check (``@worker(..., setup=check)``) to refuse to start;
+    ``python -m consumer run`` exits 2 with this one line.
+
+    Example::
+
+        >>> print(ConfigurationError("CONSUMER_LOG_LEVEL", "must be one of DEBUG, INFO", "LOUD"))
+        "CONSUMER_LOG_LEVEL" must be one of DEBUG, INFO: 'LOUD'
+    """
+
+    def __init__(self, parameter: str, rule: str, value: object) -> None:
+        self.parameter = parameter
+        self.rule = rule
+        self.value = value
+        super().__init__(f'"{parameter}" {rule}: {value!r}')
+
+
+class ContractError(ConfigurationError):
     """A contract value breaks a rule; the message names the parameter, the rule and the value.
 
     Example::
@@ -166,12 +188,6 @@ class ContractError(ValueError):
         ...
         consumer.contract.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
     """
-
-    def __init__(self, parameter: str, rule: str, value: object) -> None:
-        self.parameter = parameter
-        self.rule = rule
-        self.value = value
-        super().__init__(f'"{parameter}" {rule}: {value!r}')
 
 
 class ContractDriftError(ContractError):
@@ -507,16 +523,29 @@ def worker(
     retry_backoff_max: timedelta | float = 300,
     max_lease: timedelta | float = LEASE_CAP_SECONDS,
     stop_timeout: timedelta | float | None = None,
+    setup: Callable[[Mapping[str, str]], object] | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
     Durations take a ``timedelta`` or a number of seconds (rounded up).
 
+    ``setup`` is the handler's start-up check: ``python -m consumer run`` calls ``setup(environ)``
+    once, with the process environment, before it reaches AWS or receives anything; raising
+    :class:`ConfigurationError` refuses to start (exit 2, that one line). It is not part of the
+    contract: it changes no timing, no :meth:`WorkerContract.to_env` value and no drift check, and
+    synth never calls it.
+
     Example::
 
-        @worker(max_duration=timedelta(seconds=90), concurrency=8)
+        def check(environ: Mapping[str, str]) -> None:
+            if not environ.get("NOTIFY_WEBHOOK_URL"):
+                raise ConfigurationError("NOTIFY_WEBHOOK_URL", "must be set", None)
+
+        @worker(max_duration=timedelta(seconds=90), concurrency=8, setup=check)
         def handle(message: Message) -> None: ...
     """
+    if setup is not None and not callable(setup):
+        raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
     contract = WorkerContract(
         max_duration_seconds=seconds("max_duration", max_duration),
         concurrency=concurrency,
@@ -534,6 +563,7 @@ def worker(
 
     def declare(function: F) -> F:
         setattr(function, HANDLER_ATTRIBUTE, contract)
+        setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
         return function
 
     return declare
@@ -548,6 +578,11 @@ def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> Work
     return contract
 
 
+def setup_of(handler: Callable[..., Any]) -> Callable[[Mapping[str, str]], object] | None:
+    """The start-up check a handler declared with ``@worker(..., setup=check)``, or None."""
+    return getattr(handler, SETUP_ATTRIBUTE, None)
+
+
 def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     """Import ``package.module:function`` and return the function (it must carry a contract).
 
@@ -555,12 +590,24 @@ def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     'handle'
     """
     module_name, sep, attribute = spec.partition(":") if isinstance(spec, str) else ("", "", "")
-    if not sep or not module_name or not attribute.isidentifier():
+    if module_name.startswith("."):  # importlib would raise TypeError: a relative name has no package to start from
+        raise ContractError(
+            parameter, 'must name an absolute module ("package.module:function"), not a relative one', spec
+        )
+    if not sep or not all(part.isidentifier() for part in module_name.split(".")) or not attribute.isidentifier():
         raise ContractError(parameter, 'must look like "package.module:function"', spec)
+    # Whatever the module does wrong on import ends here as one ContractError: the consumer's start-up and
+    # synth both print it as one line naming the setting, never as the module's traceback.
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ContractError(parameter, f"names a module that cannot be imported ({error})", spec) from error
+    except SyntaxError as error:
+        where = f"{error.filename}, line {error.lineno}: {error.msg}"
+        raise ContractError(parameter, f"names a module with a syntax error ({where})", spec) from error
+    except Exception as error:
+        raised = f"raised {type(error).__name__} when imported ({' '.join(str(error).split())})"
+        raise ContractError(parameter, f"names a module that {raised}", spec) from error
     handler = getattr(module, attribute, None)
     if not callable(handler):
         raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)

@@ -47,9 +47,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from consumer.contract import METRICS_NAMESPACE
+from consumer.contract import METRICS_NAMESPACE, ConfigurationError
 
-__all__ = ["JsonFormatter", "Metrics", "configure_logging", "trace_context"]
+__all__ = ["LOG_LEVELS", "JsonFormatter", "Metrics", "configure_logging", "log_level", "trace_context"]
 
 # --------------------------------------------------------------------------- logging
 
@@ -107,14 +107,30 @@ class _JsonHandler(logging.StreamHandler):
     """The handler :func:`configure_logging` installs; its type is how a second call finds it."""
 
 
+#: The level names a setting may give, in any case (logging's aliases WARN and FATAL are not offered).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(name: str, parameter: str = "level") -> int:
+    """The logging level called ``name`` (any case); a :class:`ConfigurationError` naming ``parameter`` otherwise.
+
+    >>> log_level("warning")
+    30
+    """
+    if name.upper() not in LOG_LEVELS:
+        raise ConfigurationError(parameter, f"must be one of {', '.join(LOG_LEVELS)} (any case)", name)
+    return logging.getLevelNamesMapping()[name.upper()]
+
+
 def configure_logging(stream: IO[str] | None = None, level: str | int = "INFO") -> None:
     """Send the root logger's records to ``stream`` (stdout by default) as JSON lines.
 
     Idempotent: a second call reuses the handler the first one installed,
     pointing it at the new stream and level. Other handlers are left alone.
+    A level name outside :data:`LOG_LEVELS` raises :class:`ConfigurationError`.
     """
     root = logging.getLogger()
-    root.setLevel(level.upper() if isinstance(level, str) else level)
+    root.setLevel(log_level(level) if isinstance(level, str) else level)
     target = sys.stdout if stream is None else stream
     handler = next((h for h in root.handlers if isinstance(h, _JsonHandler)), None)
     if handler is None:

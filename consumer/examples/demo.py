@@ -16,7 +16,8 @@ from typing import Any
 from consumer import Message, worker
 from consumer.examples import notifications
 
-#: The demo-sized declaration (the chaos suite's FIFO corpus reuses it with ``fifo=True``).
+#: The demo-sized declaration, with the example's start-up check (the chaos suite's FIFO corpus reuses
+#: it with ``fifo=True``).
 DECLARATION: dict[str, Any] = {
     "max_duration": timedelta(seconds=30),
     "concurrency": 8,
@@ -26,6 +27,7 @@ DECLARATION: dict[str, Any] = {
     "retry_backoff_max": timedelta(seconds=4),
     "acceptable_latency": timedelta(seconds=30),
     "average_duration": timedelta(seconds=1),
+    "setup": notifications.delivery_target,
 }
 
 

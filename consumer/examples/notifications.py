@@ -5,8 +5,10 @@ failure is a :class:`~consumer.PoisonMessage`, never a retry), then make one
 downstream call that is safe to repeat (the event id is sent as an
 ``Idempotency-Key`` header, because SQS delivers at least once).
 
-Set ``NOTIFY_WEBHOOK_URL`` to deliver for real; without it (local runs) the
-delivery is only logged.
+Set ``NOTIFY_WEBHOOK_URL`` to deliver. Without it, ``NOTIFY_DRY_RUN=true``
+declares a dry run (events are logged, not delivered: the dev and demo
+environments); with neither the handler refuses to start, and ``handle`` raises,
+because returning would have every event deleted undelivered.
 """
 
 from __future__ import annotations
@@ -16,17 +18,22 @@ import logging
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
-from consumer import Message, PoisonMessage, worker
+from consumer import ConfigurationError, Message, PoisonMessage, worker
 
 log = logging.getLogger(__name__)
 
 WEBHOOK_URL_ENV = "NOTIFY_WEBHOOK_URL"
+DRY_RUN_ENV = "NOTIFY_DRY_RUN"
 DOWNSTREAM_TIMEOUT_SECONDS = 30
+#: A schema value longer than this (a long enum, say) is cut in a reason.
+MAX_RULE_CHARS = 200
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -50,20 +57,73 @@ class DownstreamUnavailable(Exception):
 
 
 def parse(body: str) -> dict[str, Any]:
-    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema."""
+    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema.
+
+    The reason (kept in the DLQ and logged) carries where and which rule, never a value of the event.
+    """
+    # Nesting deeper than the interpreter's recursion limit raises RecursionError, in the decoder or the
+    # check: the body can never succeed, so it is poison now rather than a retry until the DLQ.
     try:
         event = json.loads(body)
     except json.JSONDecodeError as error:
-        raise PoisonMessage(f"body is not JSON: {error}") from error
-    errors = sorted(_VALIDATOR.iter_errors(event), key=lambda e: list(e.absolute_path))
+        raise PoisonMessage(f"body is not JSON: {error}") from error  # the message and a position, no content
+    except RecursionError as error:
+        raise PoisonMessage("body is not JSON this handler can parse: nested too deeply (RecursionError)") from error
+    try:
+        errors = sorted(_VALIDATOR.iter_errors(event), key=lambda e: list(e.absolute_path))
+    except RecursionError as error:
+        raise PoisonMessage("schema check failed: the event nests too deeply to check (RecursionError)") from error
     if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
-        raise PoisonMessage(f"schema check failed at {where}: {errors[0].message}")
+        raise PoisonMessage(f"schema check failed at {_schema_rule(errors[0])}")
     return event
 
 
+def _schema_rule(error: ValidationError) -> str:
+    """``<schema path>: <keyword> <the schema's own value>``, e.g. ``properties/channel: enum ["email", ...]``.
+
+    Built from the schema alone, because jsonschema's ``error.message`` quotes the offending value
+    (a recipient's address, say): personal data in a DLQ reason and in logs kept for a year.
+    """
+    where = "/".join(str(part) for part in list(error.absolute_schema_path)[:-1]) or "(root)"
+    rule = error.validator_value
+    if error.validator == "required" and isinstance(error.instance, dict):
+        rule = [name for name in error.validator_value if name not in error.instance]  # names the schema lists
+    shown = json.dumps(rule)
+    if len(shown) > MAX_RULE_CHARS:
+        shown = shown[: MAX_RULE_CHARS - 1] + "…"
+    return f"{where}: {error.validator} {shown}"
+
+
+def delivery_target(environ: Mapping[str, str]) -> str | None:
+    """Where events go: the webhook URL, or None for a declared dry run; :class:`ConfigurationError` otherwise.
+
+    URL set -> deliver; else ``NOTIFY_DRY_RUN=true`` -> log only; else refuse. The handler's
+    start-up check and :func:`handle` both apply it.
+    """
+    url, dry_run = environ.get(WEBHOOK_URL_ENV), environ.get(DRY_RUN_ENV, "")
+    if dry_run not in ("", "true", "false"):
+        raise ConfigurationError(DRY_RUN_ENV, 'must be "true" or "false"', dry_run)
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                WEBHOOK_URL_ENV,
+                "must be an http:// or https:// URL with a host (shown up to its scheme: a webhook URL may carry a token)",
+                f"{parts.scheme}://…" if parts.scheme else "…",
+            )
+        return url
+    if dry_run == "true":
+        return None
+    raise ConfigurationError(
+        WEBHOOK_URL_ENV,
+        f"must be set to the webhook's http(s):// URL, or {DRY_RUN_ENV}=true declared to only log events"
+        " (without either every event would be deleted undelivered)",
+        url,
+    )
+
+
 def deliver(event: dict[str, Any], url: str | None) -> None:
-    """POST the event to ``url``; 4xx (but 408/429) is permanent, anything else transient."""
+    """POST the event to ``url`` (None: a declared dry run, logged only); 4xx (but 408/429) is permanent, anything else transient."""
     if not url:
         log.info("notification_dry_run", extra={"event_id": event["event_id"], "channel": event["channel"]})
         return
@@ -89,7 +149,9 @@ def deliver(event: dict[str, Any], url: str | None) -> None:
     concurrency=8,
     acceptable_latency=timedelta(seconds=60),
     average_duration=timedelta(seconds=2),
+    setup=delivery_target,  # consumer run refuses to start with neither a URL nor a declared dry run
 )
 def handle(message: Message) -> None:
-    """Validate one notification event and hand it to the webhook."""
-    deliver(parse(message.body), os.environ.get(WEBHOOK_URL_ENV))
+    """Validate one notification event and hand it to the webhook (or log it, in a declared dry run)."""
+    url = delivery_target(os.environ)  # raises rather than return as if delivered
+    deliver(parse(message.body), url)

@@ -231,9 +231,10 @@ def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
 
 
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
-    """Keys equal the contract's to_env() keys plus QUEUE_URL, DLQ_URL and CONSUMER_HANDLER."""
+    """Keys equal the contract's to_env() keys plus the binding and dev's handler_environment (its dry run)."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
-    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS
+    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
+    assert environment["NOTIFY_DRY_RUN"] == "true"
     for key, value in dev.stack.contract.to_env().items():
         assert environment[key] == value
     assert WorkerContract.from_env(environment) == dev.stack.contract

@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 
-from consumer import Message, PoisonMessage, worker
+from consumer import ConfigurationError, Message, PoisonMessage, worker
+
+#: The environments ``require_token`` was called with (a unit test reads them).
+SETUP_CALLS: list[Mapping[str, str]] = []
 
 
 def record(message: Message) -> None:
@@ -40,3 +44,28 @@ def ordered_slow(message: Message) -> None:
     """FIFO: sleeps 2 s, then records its side effect (3 slots: one receive can bring a group of 3)."""
     time.sleep(2)
     record(message)
+
+
+def require_token(environ: Mapping[str, str]) -> None:
+    """A start-up check: refuses unless HANDLER_TOKEN is set."""
+    SETUP_CALLS.append(environ)
+    if not environ.get("HANDLER_TOKEN"):
+        raise ConfigurationError("HANDLER_TOKEN", "must be set to the downstream's token", environ.get("HANDLER_TOKEN"))
+
+
+@worker(
+    max_duration=5, concurrency=2, max_receive_count=3, retry_backoff_base=1, retry_backoff_max=1, setup=require_token
+)
+def guarded(message: Message) -> None:
+    """``slow``'s declaration with a start-up check that refuses to start without HANDLER_TOKEN."""
+    slow(message)
+
+
+def broken_check(environ: Mapping[str, str]) -> None:
+    """A start-up check with a bug: it reads a variable that is not there."""
+    environ["NOT_SET_ANYWHERE"]
+
+
+@worker(max_duration=5, setup=broken_check)
+def broken_setup(message: Message) -> None:
+    """A handler whose start-up check raises something other than ConfigurationError."""

@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from consumer import Message, PoisonMessage
-from consumer.examples import notifications
-from consumer.examples.notifications import DownstreamUnavailable, handle, parse
+from consumer import ConfigurationError, Message, PoisonMessage
+from consumer.contract import setup_of
+from consumer.examples import demo, notifications
+from consumer.examples.notifications import DownstreamUnavailable, delivery_target, handle, parse
 
 EVENT = {
     "event_id": "evt-0001-abcdef",
@@ -82,28 +83,157 @@ def test_handler_unreachable_webhook_is_retried(monkeypatch: pytest.MonkeyPatch)
         handle(message(json.dumps(EVENT)))
 
 
-def test_handler_without_webhook_is_a_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Locally, without NOTIFY_WEBHOOK_URL, a valid event succeeds without a call."""
+def test_handler_declared_dry_run_logs_instead_of_delivering(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without NOTIFY_WEBHOOK_URL but with NOTIFY_DRY_RUN=true, a valid event succeeds with a log line, no call."""
     monkeypatch.delenv(notifications.WEBHOOK_URL_ENV, raising=False)
-    assert handle(message(json.dumps(EVENT))) is None
+    monkeypatch.setenv(notifications.DRY_RUN_ENV, "true")
+    with caplog.at_level("INFO", logger=notifications.__name__):
+        assert handle(message(json.dumps(EVENT))) is None
+    assert [r.getMessage() for r in caplog.records] == ["notification_dry_run"]
+
+
+def test_handler_without_webhook_or_declared_dry_run_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Called directly with neither set, handle() raises: it never returns as if the event were delivered."""
+    monkeypatch.delenv(notifications.WEBHOOK_URL_ENV, raising=False)
+    monkeypatch.delenv(notifications.DRY_RUN_ENV, raising=False)
+    with pytest.raises(ConfigurationError, match='^"NOTIFY_WEBHOOK_URL" must be set'):
+        handle(message(json.dumps(EVENT)))
+
+
+REFUSAL = (
+    '"NOTIFY_WEBHOOK_URL" must be set to the webhook\'s http(s):// URL, or NOTIFY_DRY_RUN=true declared to only log'
+    " events (without either every event would be deleted undelivered)"
+)
+
+
+@pytest.mark.parametrize(
+    ("environ", "target"),
+    [
+        ({"NOTIFY_WEBHOOK_URL": "https://hooks.example.com/n"}, "https://hooks.example.com/n"),
+        ({"NOTIFY_WEBHOOK_URL": "http://127.0.0.1:8080/n", "NOTIFY_DRY_RUN": "true"}, "http://127.0.0.1:8080/n"),
+        ({"NOTIFY_DRY_RUN": "true"}, None),
+        ({"NOTIFY_WEBHOOK_URL": "", "NOTIFY_DRY_RUN": "true"}, None),
+    ],
+    ids=["url", "url-wins-over-dry-run", "dry-run", "empty-url-dry-run"],
+)
+def test_delivery_target_url_delivers_declared_dry_run_logs(environ: dict[str, str], target: str | None) -> None:
+    """URL set: deliver there; else NOTIFY_DRY_RUN=true: None, a dry run."""
+    assert delivery_target(environ) == target
+
+
+@pytest.mark.parametrize(
+    ("environ", "error"),
+    [
+        ({}, f"{REFUSAL}: None"),
+        ({"NOTIFY_WEBHOOK_URL": ""}, f"{REFUSAL}: ''"),
+        ({"NOTIFY_DRY_RUN": "false"}, f"{REFUSAL}: None"),
+        ({"NOTIFY_DRY_RUN": "yes"}, '"NOTIFY_DRY_RUN" must be "true" or "false": \'yes\''),
+        (
+            {"NOTIFY_WEBHOOK_URL": "ftp://hooks.example.com/T0KEN"},
+            '"NOTIFY_WEBHOOK_URL" must be an http:// or https:// URL with a host (shown up to its scheme: a webhook'
+            " URL may carry a token): 'ftp://…'",
+        ),
+        (
+            {"NOTIFY_WEBHOOK_URL": "hooks.example.com/T0KEN"},
+            '"NOTIFY_WEBHOOK_URL" must be an http:// or https:// URL with a host (shown up to its scheme: a webhook'
+            " URL may carry a token): '…'",
+        ),
+        (
+            {"NOTIFY_WEBHOOK_URL": "https:///T0KEN"},
+            '"NOTIFY_WEBHOOK_URL" must be an http:// or https:// URL with a host (shown up to its scheme: a webhook'
+            " URL may carry a token): 'https://…'",
+        ),
+    ],
+    ids=["neither", "empty-url", "dry-run-false", "dry-run-not-a-bool", "not-http", "no-scheme", "no-host"],
+)
+def test_delivery_target_refuses_anything_else(environ: dict[str, str], error: str) -> None:
+    """Neither a URL nor a declared dry run, or a malformed one: ConfigurationError, the URL's token never shown."""
+    with pytest.raises(ConfigurationError) as raised:
+        delivery_target(environ)
+    assert str(raised.value) == error
+
+
+def test_example_handlers_declare_the_delivery_check_as_their_start_up_check() -> None:
+    """consumer run refuses to start the example (and its demo-sized twin) by the same rule handle() keeps."""
+    assert setup_of(notifications.handle) is delivery_target
+    assert setup_of(demo.handle) is delivery_target
 
 
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        ("not json", "body is not JSON"),
-        ("", "body is not JSON"),
-        ("[]", "schema check failed at (root): [] is not of type 'object'"),
-        (json.dumps({**EVENT, "channel": "fax"}), "schema check failed at channel"),
-        (json.dumps({k: v for k, v in EVENT.items() if k != "recipient"}), "'recipient' is a required property"),
-        (json.dumps({**EVENT, "extra": 1}), "Additional properties are not allowed"),
+        ("not json", "body is not JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("", "body is not JSON: Expecting value: line 1 column 1 (char 0)"),
+        ("[]", 'schema check failed at (root): type "object"'),
+        (
+            json.dumps({**EVENT, "channel": "fax"}),
+            'schema check failed at properties/channel: enum ["email", "sms", "push"]',
+        ),
+        (
+            json.dumps({k: v for k, v in EVENT.items() if k != "recipient"}),
+            'schema check failed at (root): required ["recipient"]',
+        ),
+        (json.dumps({**EVENT, "extra": 1}), "schema check failed at (root): additionalProperties false"),
+        (json.dumps({**EVENT, "event_id": "e1"}), "schema check failed at properties/event_id: minLength 8"),
+        (json.dumps({**EVENT, "type": "x"}), 'schema check failed at properties/type: const "notification.requested"'),
+        (
+            json.dumps({**EVENT, "template": "A!"}),
+            'schema check failed at properties/template: pattern "^[a-z0-9_.-]{1,64}$"',
+        ),
     ],
 )
 def test_parse_rejects_bad_bodies_as_poison(body: str, reason: str) -> None:
-    """Undecodable or schema-breaking bodies are poison, with a reason that says why."""
+    """Undecodable or schema-breaking bodies are poison, with a reason that says where and which rule."""
     with pytest.raises(PoisonMessage) as raised:
         parse(body)
-    assert reason in raised.value.reason
+    assert raised.value.reason == reason
+
+
+PERSONAL = "ada.lovelace@example.org"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps([{**EVENT, "recipient": PERSONAL}]),
+        json.dumps({**EVENT, "channel": PERSONAL}),
+        json.dumps({**EVENT, "template": PERSONAL}),
+        json.dumps({**EVENT, "type": PERSONAL}),
+        json.dumps({**EVENT, "recipient": 42, "data": {"email": PERSONAL}}),
+        json.dumps({**EVENT, PERSONAL: PERSONAL}),
+        json.dumps({**EVENT, "recipient": PERSONAL * 20}),
+        json.dumps(PERSONAL),
+    ],
+    ids=["in-an-array", "enum", "pattern", "const", "beside-a-type-error", "unknown-key", "too-long", "a-string"],
+)
+def test_parse_reason_never_carries_a_field_value(body: str) -> None:
+    """The reason (kept in the DLQ and logged) names the schema path and rule, never what the event held."""
+    with pytest.raises(PoisonMessage) as raised:
+        parse(body)
+    assert raised.value.reason.startswith("schema check failed at ")
+    assert "ada" not in raised.value.reason and "example.org" not in raised.value.reason
+
+
+def test_parse_deeply_nested_json_is_poison_not_a_retry() -> None:
+    """JSON nested past the interpreter's recursion limit is poison at once, not a RecursionError retried to the DLQ."""
+    with pytest.raises(PoisonMessage) as raised:
+        parse("[" * 100_000 + "]" * 100_000)
+    assert raised.value.reason == "body is not JSON this handler can parse: nested too deeply (RecursionError)"
+
+
+def test_parse_schema_check_recursing_too_deeply_is_poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RecursionError from the schema check is poison as well."""
+
+    class Recursing:
+        def iter_errors(self, instance: object) -> list:
+            raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(notifications, "_VALIDATOR", Recursing())
+    with pytest.raises(PoisonMessage) as raised:
+        parse(json.dumps(EVENT))
+    assert raised.value.reason == "schema check failed: the event nests too deeply to check (RecursionError)"
 
 
 def test_message_from_sqs_reads_receive_count_and_attributes() -> None:

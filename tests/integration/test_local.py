@@ -71,9 +71,9 @@ def test_local_queues_carry_the_contracts_timings(local: LocalStack) -> None:
 
 
 def test_local_task_environment_is_the_templates_resolved(local: LocalStack) -> None:
-    """Every key the task would get, with queue URLs on the local endpoint and a real local table."""
+    """Every key the task would get (dev's declared dry run too), queue URLs on the local endpoint, a real local table."""
     environment = local.task_environment
-    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS
+    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
     assert environment["QUEUE_URL"] == f"{local.endpoint}/123456789012/SqsWorker-dev-source"
     tables = client(local, "dynamodb").list_tables()["TableNames"]
     assert environment["CONSUMER_IDEMPOTENCY_TABLE"] in tables
@@ -106,7 +106,8 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
 
 
 def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:
-    """`python -m consumer run` with the task's environment: a valid event is deleted, a malformed one lands in the DLQ."""
+    """`python -m consumer run` with the task's environment: a valid event is dry-run (dev declares it) and deleted,
+    a malformed one lands in the DLQ."""
     sqs = client(local, "sqs")
     queue_url, dlq_url = local.task_environment["QUEUE_URL"], local.task_environment["DLQ_URL"]
     sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(EVENT))
@@ -137,6 +138,7 @@ def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_
     finally:
         if process.poll() is None:
             process.kill()
+    assert process.stdout is not None and '"event":"notification_dry_run"' in process.stdout.read()
     (moved,) = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"])["Messages"]
     reason = read_reason(moved["MessageAttributes"])
     assert reason is not None and reason["kind"] == "poison" and reason["reason"].startswith("body is not JSON")

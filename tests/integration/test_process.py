@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ def server_sqs(moto_server: str) -> Any:
     return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
-def start(moto_server: str, queue_url: str, side_effects: Path, **extra: str) -> subprocess.Popen[str]:
+def start(
+    moto_server: str, queue_url: str, side_effects: Path, unset: tuple[str, ...] = (), **extra: str
+) -> subprocess.Popen[str]:
+    """`python -m consumer run` on moto's server with the slow handler; ``extra`` added, ``unset`` removed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
     env.update(
         {
@@ -43,6 +47,8 @@ def start(moto_server: str, queue_url: str, side_effects: Path, **extra: str) ->
         }
     )
     env.update(extra)
+    for key in unset:
+        env.pop(key, None)
     return subprocess.Popen(
         [sys.executable, "-m", "consumer", "run"],
         cwd=ROOT,
@@ -259,3 +265,145 @@ def test_process_sigterm_during_start_up_exits_0_at_once(tmp_path: Path, process
     assert process.stdout is not None
     lines = [json.loads(line) for line in process.stdout.read().splitlines() if line.startswith("{")]
     assert [line["event"] for line in lines if line["logger"] == "consumer"] == ["consumer_stopped_before_start"]
+
+
+def start_up_refusal(process: subprocess.Popen[str]) -> str:
+    """The one line a refused start-up writes to stderr (exit 2); fails on a traceback or anything else."""
+    assert process.wait(timeout=30) == 2
+    assert process.stderr is not None
+    lines = process.stderr.read().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("consumer: cannot start: "), lines
+    return lines[0].removeprefix("consumer: cannot start: ")
+
+
+@pytest.mark.parametrize(
+    ("source", "spec", "rule"),
+    [
+        ("def handle(:\n", "startup_syntax_error:handle", "names a module with a syntax error ("),
+        ('raise RuntimeError("no database")\n', "startup_raises:handle", "names a module that raised RuntimeError"),
+        (None, ".handlers:slow", 'must name an absolute module ("package.module:function"), not a relative one'),
+    ],
+    ids=["syntax-error", "raises-on-import", "relative"],
+)
+def test_process_handler_that_cannot_be_imported_is_one_line(
+    moto_server: str, tmp_path: Path, process_guard: list, source: str | None, spec: str, rule: str
+) -> None:
+    """A handler module with a syntax error, one raising at import, or a relative path: exit 2, one line, no traceback."""
+    if source is not None:
+        (tmp_path / f"{spec.partition(':')[0]}.py").write_text(source)
+    process = start(
+        moto_server,
+        f"{moto_server}/123456789012/any",
+        tmp_path / "effects",
+        CONSUMER_HANDLER=spec,
+        PYTHONPATH=str(tmp_path),
+    )
+    process_guard.append(process)
+    line = start_up_refusal(process)
+    assert line.startswith(f'"CONSUMER_HANDLER" {rule}') and line.endswith(f": {spec!r}")
+
+
+def test_process_invalid_log_level_is_one_line(moto_server: str, tmp_path: Path, process_guard: list) -> None:
+    """CONSUMER_LOG_LEVEL=LOUD: exit 2 naming the variable, the allowed values and the value."""
+    process = start(moto_server, f"{moto_server}/123456789012/any", tmp_path / "effects", CONSUMER_LOG_LEVEL="LOUD")
+    process_guard.append(process)
+    assert start_up_refusal(process) == (
+        "\"CONSUMER_LOG_LEVEL\" must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case): 'LOUD'"
+    )
+
+
+def create_table(moto_server: str) -> str:
+    """An idempotency table shaped like the stack's, in REGION on moto's server."""
+    name = f"idem-{uuid.uuid4().hex[:12]}"
+    boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_server).create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+def start_without_region(moto_server: str, queue_url: str, tmp_path: Path, **extra: str) -> subprocess.Popen[str]:
+    """`start` with neither AWS_DEFAULT_REGION nor a config file: no region unless ``extra`` or the URL gives one."""
+    config_file = str(tmp_path / "no-config")
+    return start(
+        moto_server,
+        queue_url,
+        tmp_path / "effects",
+        unset=("AWS_DEFAULT_REGION",),
+        AWS_CONFIG_FILE=config_file,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("source", ["AWS_REGION", "QUEUE_URL"])
+def test_process_without_aws_default_region_takes_the_region_for_every_client(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list, source: str
+) -> None:
+    """Only AWS_REGION (as some tools set it), or no region but an AWS queue URL: SQS and DynamoDB both work."""
+    pair = create_pair(server_sqs, CONTRACT)
+    table = create_table(moto_server)
+    server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="0.1")
+    account, name = pair.queue_url.rsplit("/", 2)[-2:]
+    queue_url = pair.queue_url if source == "AWS_REGION" else f"https://sqs.{REGION}.amazonaws.com/{account}/{name}"
+    region = {"AWS_REGION": REGION} if source == "AWS_REGION" else {}
+    process = start_without_region(moto_server, queue_url, tmp_path, CONSUMER_IDEMPOTENCY_TABLE=table, **region)
+    process_guard.append(process)
+    wait_for_event(process, "message_processed")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    dynamodb = boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_server)
+    assert [item["status"]["S"] for item in dynamodb.scan(TableName=table)["Items"]] == ["COMPLETED"]
+
+
+def test_process_without_any_region_is_one_line(moto_server: str, tmp_path: Path, process_guard: list) -> None:
+    """No region anywhere and a local queue URL that names none: exit 2 naming the variable, not NoRegionError."""
+    queue_url = f"{moto_server}/123456789012/any"
+    process = start_without_region(moto_server, queue_url, tmp_path)
+    process_guard.append(process)
+    assert start_up_refusal(process) == (
+        '"AWS_REGION" must be set (or AWS_DEFAULT_REGION, or a region in the AWS config file),'
+        f" because QUEUE_URL names no region: {queue_url!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "refusal"),
+    [
+        ("guarded", '"HANDLER_TOKEN" must be set to the downstream\'s token: None'),
+        (
+            "broken_setup",
+            '"CONSUMER_HANDLER" names a handler whose start-up check broken_check failed'
+            " (KeyError: 'NOT_SET_ANYWHERE'): 'tests.integration.handlers:broken_setup'",
+        ),
+    ],
+)
+def test_process_handler_start_up_check_refuses_before_any_call(
+    tmp_path: Path, process_guard: list, spec: str, refusal: str
+) -> None:
+    """A handler's setup check refusing: exit 2, its one line, before any AWS call (the endpoint is not even there)."""
+    process = start(
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9/123456789012/any",
+        tmp_path / "effects",
+        CONSUMER_HANDLER=f"tests.integration.handlers:{spec}",
+    )
+    process_guard.append(process)
+    assert start_up_refusal(process) == refusal
+
+
+def test_process_notifications_example_refuses_to_start_without_a_webhook_or_dry_run(
+    tmp_path: Path, process_guard: list
+) -> None:
+    """The example with neither NOTIFY_WEBHOOK_URL nor NOTIFY_DRY_RUN=true: exit 2 naming NOTIFY_WEBHOOK_URL."""
+    process = start(
+        "http://127.0.0.1:9",
+        "http://127.0.0.1:9/123456789012/any",
+        tmp_path / "effects",
+        CONSUMER_HANDLER="consumer.examples.notifications:handle",
+    )
+    process_guard.append(process)
+    assert start_up_refusal(process).startswith(
+        '"NOTIFY_WEBHOOK_URL" must be set to the webhook\'s http(s):// URL, or NOTIFY_DRY_RUN=true declared'
+    )

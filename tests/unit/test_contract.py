@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from consumer.contract import (
     WorkerContract,
     contract_of,
     load_handler,
+    setup_of,
     worker,
 )
 
@@ -402,3 +404,89 @@ def test_load_handler_returns_declared_example() -> None:
     """The example handler declares 90 s and 8 slots."""
     contract = contract_of(load_handler("consumer.examples.notifications:handle"))
     assert (contract.max_duration_seconds, contract.concurrency) == (90, 8)
+
+
+@pytest.fixture
+def broken_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Two importable modules that fail on import: one with a syntax error, one raising."""
+    (tmp_path / "contract_syntax_error.py").write_text("def handle(:\n")
+    (tmp_path / "contract_raises_on_import.py").write_text('raise RuntimeError("settings\\nunreadable")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_load_handler_module_with_a_syntax_error_is_one_contract_error(broken_modules: Path) -> None:
+    """A SyntaxError in the handler's module names the file and line, not a traceback."""
+    with pytest.raises(ContractError) as raised:
+        load_handler("contract_syntax_error:handle", parameter="CONSUMER_HANDLER")
+    path = broken_modules / "contract_syntax_error.py"
+    assert str(raised.value) == (
+        f'"CONSUMER_HANDLER" names a module with a syntax error ({path}, line 1: invalid syntax):'
+        " 'contract_syntax_error:handle'"
+    )
+
+
+def test_load_handler_module_raising_on_import_is_one_contract_error(broken_modules: Path) -> None:
+    """Any exception at import becomes one line naming its type and message."""
+    with pytest.raises(ContractError) as raised:
+        load_handler("contract_raises_on_import:handle", parameter="CONSUMER_HANDLER")
+    assert str(raised.value) == (
+        '"CONSUMER_HANDLER" names a module that raised RuntimeError when imported (settings unreadable):'
+        " 'contract_raises_on_import:handle'"
+    )
+
+
+@pytest.mark.parametrize("spec", [".notifications:handle", "..examples.notifications:handle"])
+def test_load_handler_relative_module_is_rejected(spec: str) -> None:
+    """A relative module has no package to start from: a ContractError, not importlib's TypeError."""
+    with pytest.raises(ContractError) as raised:
+        load_handler(spec)
+    assert str(raised.value) == (
+        f'"handler" must name an absolute module ("package.module:function"), not a relative one: {spec!r}'
+    )
+
+
+@pytest.mark.parametrize("spec", ["consumer..examples:handle", "consumer.exa mples:handle", "consumer.:handle"])
+def test_load_handler_malformed_module_path_is_rejected(spec: str) -> None:
+    """Every dotted part of the module must be a Python identifier."""
+    with pytest.raises(ContractError, match='must look like "package.module:function"'):
+        load_handler(spec)
+
+
+def test_configuration_error_names_the_parameter_the_rule_and_the_value() -> None:
+    """ConfigurationError, public from consumer, has ContractError's message shape; a ContractError is one."""
+    import consumer
+
+    error = consumer.ConfigurationError("NOTIFY_WEBHOOK_URL", "must be set", None)
+    assert (str(error), error.parameter, error.rule, error.value) == (
+        '"NOTIFY_WEBHOOK_URL" must be set: None',
+        "NOTIFY_WEBHOOK_URL",
+        "must be set",
+        None,
+    )
+    assert isinstance(error, ValueError) and issubclass(ContractError, consumer.ConfigurationError)
+
+
+def test_worker_setup_is_kept_beside_the_contract_and_changes_no_timing() -> None:
+    """setup=check is found by setup_of; the contract, its environment and so the drift check are unchanged."""
+
+    def check(environ: object) -> None: ...
+
+    @worker(max_duration=90, concurrency=8, setup=check)
+    def with_check(message: object) -> None: ...
+
+    @worker(max_duration=90, concurrency=8)
+    def without(message: object) -> None: ...
+
+    assert (setup_of(with_check), setup_of(without)) == (check, None)
+    assert contract_of(with_check) == contract_of(without)
+    assert contract_of(with_check).to_env() == contract_of(without).to_env()
+
+
+def test_worker_setup_must_be_callable() -> None:
+    """A setup that cannot be called fails at declaration, naming the parameter."""
+    with pytest.raises(ContractError) as raised:
+        worker(max_duration=90, setup="check")  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "\"setup\" must be a function taking the environment (a Mapping[str, str]), or None: 'check'"
+    )

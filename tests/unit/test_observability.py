@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumer.observability import JsonFormatter, Metrics, configure_logging, trace_context
+from consumer.contract import ConfigurationError
+from consumer.observability import JsonFormatter, Metrics, configure_logging, log_level, trace_context
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -149,6 +150,28 @@ def test_configure_logging_sets_level(root_logger: logging.Logger) -> None:
     logging.getLogger("consumer").info("dropped")
     assert root_logger.level == logging.WARNING
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize(("name", "level"), [("DEBUG", logging.DEBUG), ("warning", logging.WARNING), ("Critical", 50)])
+def test_log_level_accepts_the_standard_names_in_any_case(name: str, level: int) -> None:
+    """The five standard level names, in any case, are their logging levels."""
+    assert log_level(name, "CONSUMER_LOG_LEVEL") == level
+
+
+@pytest.mark.parametrize("name", ["LOUD", "", "WARN", "10", " info"])
+def test_log_level_rejects_anything_else_naming_the_setting(name: str) -> None:
+    """Anything else is a ConfigurationError naming the setting, the allowed names and the value."""
+    with pytest.raises(ConfigurationError) as raised:
+        log_level(name, "CONSUMER_LOG_LEVEL")
+    assert str(raised.value) == (
+        f'"CONSUMER_LOG_LEVEL" must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case): {name!r}'
+    )
+
+
+def test_configure_logging_rejects_an_unknown_level_name(root_logger: logging.Logger) -> None:
+    """configure_logging checks a level name by the same rule, naming its own parameter."""
+    with pytest.raises(ConfigurationError, match='^"level" must be one of DEBUG, INFO'):
+        configure_logging(stream=io.StringIO(), level="LOUD")
 
 
 def test_configure_logging_defaults_to_stdout(root_logger: logging.Logger, capsys: pytest.CaptureFixture[str]) -> None:

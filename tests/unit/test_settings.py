@@ -45,6 +45,18 @@ def test_settings_cdk_json_environments_all_parse() -> None:
     assert environments["dev"].retain_queues is False and environments["prod"].retain_queues is True
 
 
+def test_settings_dev_and_demo_declare_the_notifications_dry_run() -> None:
+    """dev and demo run the example without a webhook, so they declare its dry run; staging and prod do not."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    environments = {e.name: e for e in load_environments(context)}
+    assert environments["dev"].handler_environment == {"NOTIFY_DRY_RUN": "true"}
+    assert environments["demo"].handler_environment == {"NOTIFY_DRY_RUN": "true"}
+    assert "NOTIFY_DRY_RUN" not in {
+        **environments["staging"].handler_environment,
+        **environments["prod"].handler_environment,
+    }
+
+
 def test_settings_defaults() -> None:
     """Only the handler is required; the rest has documented defaults."""
     env = parse_environment("qa", settings())
@@ -464,3 +476,14 @@ def test_settings_producers_empty_or_absent() -> None:
         f'"{CONTEXT_KEY}.qa.producers" must list at least one role or user ARN (leave it out to let IAM alone decide): []'
     )
     assert error_for("qa", settings(producers="arn:aws:iam::123456789012:user/ci")).rule == "must be a list of strings"
+
+
+def test_settings_handler_raising_on_import_names_the_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler module that raises when imported fails synth in one line with the setting's path."""
+    (tmp_path / "settings_raises_on_import.py").write_text('raise KeyError("DATABASE_URL")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    error = error_for("dev", settings(handler="settings_raises_on_import:handle"))
+    assert str(error) == (
+        f"\"{CONTEXT_KEY}.dev.handler\" names a module that raised KeyError when imported ('DATABASE_URL'):"
+        " 'settings_raises_on_import:handle'"
+    )
