@@ -54,14 +54,15 @@ from consumer.dlq_pass import (
     error_code,
     explain,
     interrupts,
-    one_line,
     start_on_sqs_clock,
 )
 from consumer.dlq_records import (
     RecordError,
+    check_line,
     entry_bytes,
     message_record,
     original_dedup_id,
+    parse_json,
     read_reason_safely,
     send_entry,
     size_batches,
@@ -834,6 +835,27 @@ def purge(
 
 # --- export / import ------------------------------------------------------------
 
+#: An export holds message bodies: its file is created readable and writable by its owner only.
+EXPORT_FILE_MODE = 0o600
+
+
+def _open_private(path: Path) -> IO[str]:
+    """``path`` opened for appending, created with EXPORT_FILE_MODE if new.
+
+    Created with that mode by open(2) itself, not chmod-ed after writing, so there is no moment when
+    others could open it. An existing file keeps its mode (the operator chose it), with a warning
+    when others than its owner can read it.
+    """
+    existed = path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, EXPORT_FILE_MODE)
+    mode = os.fstat(fd).st_mode & 0o777
+    if existed and mode & 0o044:
+        typer.echo(
+            f"warning: {path} can be read by others than its owner (mode {mode:04o}); it now holds message bodies",
+            err=True,
+        )
+    return os.fdopen(fd, "a", encoding="utf-8")
+
 
 def _write_lines(stream: IO[str], messages: list[dict[str, Any]]) -> None:
     """One line per message, on disk (fsync) before this returns."""
@@ -862,7 +884,8 @@ def export(
 
     A line holds message_id, body, message_attributes (binary values base64),
     attributes (MessageGroupId, MessageDeduplicationId, SentTimestamp...) and
-    the reason. Messages are hidden during the pass
+    the reason. A new file is created with mode 0600 (it holds message bodies);
+    --append keeps an existing file's mode. Messages are hidden during the pass
     and released at its end; with --delete each batch is deleted only after its
     lines are fsynced, and Ctrl-C or SIGTERM waits for that delete, so a message
     is in the file or in the DLQ, never in both.
@@ -880,7 +903,7 @@ def export(
     lease_lost: list[tuple[str, str]] = []
     try:
         with (
-            out.open("a", encoding="utf-8") as stream,
+            _open_private(out) as stream,
             Lease(sqs, dlq_url, visibility=visibility) as lease,
             Progress("export", visible, unit="message(s) written") as progress,
         ):
@@ -920,6 +943,60 @@ class Target(enum.StrEnum):
     dlq = "dlq"
 
 
+def _line_ranges(numbers: list[int]) -> str:
+    """``[4, 5, 6, 9]`` as ``"4-6, 9"``."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def _resume_advice(numbers: list[int], sent: set[int]) -> str:
+    """Where a rerun of an import should start (``--from-line``), and what it would send again."""
+    unsent = [n for n in numbers if n not in sent]
+    if not unsent:
+        return "every line was sent"
+    first = unsent[0]
+    before = [n for n in numbers if n < first]
+    again = [n for n in numbers if n > first and n in sent]
+    if again:
+        done = f"every line up to line {before[-1]} was sent" if before else "no line before it was sent"
+        return (
+            f"{done}; resume with --from-line {first}"
+            f" (lines {_line_ranges(again)} were sent too and would be sent again)"
+        )
+    return f"last line sent: {before[-1] if before else 'none'}; resume with --from-line {first}"
+
+
+def _read_import_lines(
+    in_file: Path, *, from_line: int, entry: Callable[[int, Mapping[str, Any]], dict[str, Any]]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Every line of ``in_file`` checked and made a send entry (exit 2 at the first bad one, nothing sent);
+    returns those at or after ``from_line`` as (line number, entry)."""
+    entries = []
+    with in_file.open("rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise _fail(
+                    f'{in_file}:{number}: "line" must be UTF-8 ({error.reason} at byte {error.start + 1}); nothing was sent',
+                    EXIT_USAGE,
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                made = entry(number, check_line(parse_json(line, "line")))
+            except RecordError as error:
+                raise _fail(f"{in_file}:{number}: {error}; nothing was sent", EXIT_USAGE) from None
+            if number >= from_line:
+                entries.append((number, made))
+    return entries
+
+
 @app.command("import")
 @_command
 def import_(
@@ -933,63 +1010,78 @@ def import_(
     keep_reason: Annotated[
         bool, typer.Option("--keep-reason", help="With --to source: keep the x-dlq-reason attribute.")
     ] = False,
+    from_line: Annotated[
+        int, typer.Option("--from-line", min=1, help="Send only the lines from this line number on (to resume a run).")
+    ] = 1,
 ) -> None:
     """Send every line of an export back, in batches: to the DLQ (default) or to the source.
 
     Each message keeps its body, message attributes, FIFO group and
     deduplication ids and trace header. To the source the reason is dropped
     (unless --keep-reason) and folded attributes are unfolded, as redrive does.
-    Every line is checked before anything is sent. Running it twice sends twice.
-    FIFO: a queue drops, while reporting success, a message whose
-    deduplication id it saw in the last 5 min.
+    Every line is checked (JSON, field types, attribute names, data types and
+    values, strict base64) before anything is sent; the first bad one is
+    reported with its line number and nothing is sent. A line SQS refuses stops
+    the import after its batch. A stopped, failed or interrupted run says the
+    last line it sent and the --from-line to resume with; running the same lines
+    twice sends them twice. FIFO: a queue drops, while reporting success, a
+    message whose deduplication id it saw in the last 5 min.
     """
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=to is Target.source, need_dlq=to is Target.dlq)
-    records = []
-    with in_file.open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("body"), str):
-                    raise ValueError("not an object with a string body")
-            except ValueError as error:
-                raise _fail(f"{in_file}:{number}: not an export line ({one_line(str(error))})", EXIT_USAGE) from None
-            records.append((number, record))
     target = queues.queue_url if to is Target.source else queues.dlq_url
     assert target is not None
     fifo = _is_fifo(target)
-    entries = []
-    for number, record in records:
+
+    def entry(number: int, record: Mapping[str, Any]) -> dict[str, Any]:
         attributes = attributes_from_json(record.get("message_attributes") or {})
         if to is Target.source:
             attributes = source_attributes(attributes, keep_reason=keep_reason)
-        entries.append(
-            send_entry(
-                str(number),
-                body=record["body"],
-                message_attributes=attributes,
-                attributes=record.get("attributes") or {},
-                fallback_dedup_id=str(record.get("message_id") or number),
-                fifo=fifo,
-                original_dedup_id=original_dedup_id(record.get("reason")) if to is Target.source else None,
-            )
+        return send_entry(
+            str(number),
+            body=record["body"],
+            message_attributes=attributes,
+            attributes=record.get("attributes") or {},
+            fallback_dedup_id=str(record.get("message_id") or number),
+            fifo=fifo,
+            original_dedup_id=original_dedup_id(record.get("reason")) if to is Target.source else None,
         )
+
+    lines = _read_import_lines(in_file, from_line=from_line, entry=entry)
+    numbers = [number for number, _ in lines]
+    if not lines:
+        typer.echo(f"nothing to import: {in_file} has no line at or after line {from_line}")
+        return
     sqs = make_client("sqs")
-    sent = 0
-    failed: list[str] = []
+    sent: set[int] = set()
+    failed: list[tuple[int, str]] = []
     try:
-        with Progress("import", len(entries), unit="line(s) sent") as progress:
-            for part in size_batches(entries, entry_bytes):
-                response = aws(sqs, "SendMessageBatch", target, QueueUrl=target, Entries=part)
-                sent += len(response.get("Successful", []))
-                failed.extend(f"line {f['Id']}: {entry_failure(f)}" for f in response.get("Failed", []))
+        with Progress("import", len(lines), unit="line(s) sent") as progress:
+            for part in size_batches([made for _, made in lines], entry_bytes):
+                # Held against SIGINT/SIGTERM until SQS answers, so the report knows exactly what went.
+                with interrupts.step():
+                    response = aws(sqs, "SendMessageBatch", target, QueueUrl=target, Entries=part)
+                    sent.update(int(ok["Id"]) for ok in response.get("Successful", []))
+                    failed.extend((int(f["Id"]), entry_failure(f)) for f in response.get("Failed", []))
                 progress.advance(len(part))
-    except BaseException:
-        typer.echo(f"interrupted after sending {sent} of {len(entries)} line(s) from {in_file}", err=True)
+                if failed:
+                    break  # a refused line is likely followed by more: resume after fixing its cause
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt):
+            stopped, unsure = "interrupted", ""
+        else:
+            stopped, unsure = "stopped", " (the batch being sent when the error came may have been sent too)"
+        typer.echo(
+            f"{stopped}: sent {len(sent)} of {len(lines)} line(s) from {in_file}{unsure};"
+            f" {_resume_advice(numbers, sent)}",
+            err=True,
+        )
         raise
-    typer.echo(f"imported {sent} of {len(entries)} message(s) from {in_file} into {target}")
-    for line in failed:
-        typer.echo(f"  failed {line}")
+    typer.echo(
+        f"imported {len(sent)} of {len(lines)} message(s) from {in_file} (lines {numbers[0]}-{numbers[-1]})"
+        f" into {target}"
+    )
+    for number, why in failed:
+        typer.echo(f"  line {number} failed: {why}")
     if failed:
+        typer.echo(f"  stopped after that batch: {_resume_advice(numbers, sent)}")
         raise typer.Exit(EXIT_AWS)

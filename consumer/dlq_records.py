@@ -1,5 +1,5 @@
-"""The DLQ tool's message records: the JSON line ``export`` writes and ``import`` reads, the checks a folded
-``x-original-attributes`` passes before it is sent, and the send entries built from them.
+"""The DLQ tool's message records: the JSON line ``export`` writes and ``import`` reads, the checks a line
+(and a folded ``x-original-attributes``) passes before anything is sent, and the send entries built from them.
 
 A line is ``{"message_id", "body", "message_attributes", "attributes", "reason"}``: message attributes as
 ``{name: {"DataType", "StringValue" | "BinaryValue" (base64)}}``, SQS's system attributes as strings, the
@@ -109,6 +109,34 @@ def _is_number(text: str) -> bool:
         return decimal.Decimal(text).is_finite()
     except decimal.InvalidOperation:
         return False
+
+
+def check_line(record: object) -> Mapping[str, Any]:
+    """Raise :class:`RecordError` unless ``record`` (one parsed line) is an export line ``import`` can send."""
+    if not isinstance(record, dict):
+        raise RecordError("line", "must be a JSON object", record)
+    body = record.get("body")
+    if not isinstance(body, str) or not body:
+        raise RecordError("body", "must be a non-empty string", body)
+    _check_text("body", body)
+    if "message_id" in record and not isinstance(record["message_id"], str):
+        raise RecordError("message_id", "must be a string", record["message_id"])
+    # null is how an empty mapping may have been written; anything else must have the shape.
+    message_attributes = record.get("message_attributes")
+    check_message_attributes({} if message_attributes is None else message_attributes, "message_attributes")
+    attributes = {} if record.get("attributes") is None else record["attributes"]
+    if not isinstance(attributes, dict):
+        raise RecordError("attributes", "must be an object of SQS attribute name to string", attributes)
+    for name, value in attributes.items():
+        if not isinstance(value, str):
+            raise RecordError(f"attributes.{name}", "must be a string", value)
+    reason = record.get("reason")
+    if reason is not None and not isinstance(reason, dict):
+        raise RecordError("reason", "must be an object or null", reason)
+    dedup = (reason or {}).get("original_deduplication_id")
+    if dedup is not None and not isinstance(dedup, str):
+        raise RecordError("reason.original_deduplication_id", "must be a string or null", dedup)
+    return record
 
 
 def parse_json(text: str, field: str) -> object:
