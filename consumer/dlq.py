@@ -8,11 +8,14 @@ credentials and ``AWS_ENDPOINT_URL`` as usual.
 
 Nothing here loses a message. A pass keeps every message it received hidden
 until the pass ends (so it never sees one twice) and then releases whatever it
-did not delete, also on Ctrl-C or an error; anything it did not release comes
-back by itself when its visibility timeout ends. A message is deleted from the
-DLQ only after SQS confirmed its copy (redrive) or its line is on disk
-(``export --delete``). The worst an interruption leaves is one message in both
-queues, which the consumer's idempotency guard absorbs.
+did not delete, also on Ctrl-C, SIGTERM or an error; anything it did not release
+comes back by itself when its visibility timeout ends. A message is deleted from
+the DLQ only after SQS confirmed its copy (redrive) or its line is on disk
+(``export --delete``), and that send (or write) and its delete are one step that
+SIGINT and SIGTERM wait for. Only an error between the two (an endpoint gone
+mid-step) can leave a message in both places, which the consumer's idempotency
+guard absorbs. The parts every command runs on are in ``consumer/dlq_pass.py``;
+the record format and its checks in ``consumer/dlq_records.py``.
 """
 
 from __future__ import annotations
@@ -23,26 +26,48 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import IO, Annotated, Any, TypeVar
 
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from consumer.dead_letter import (
-    ORIGINAL_ATTRIBUTES,
-    REASON_ATTRIBUTE,
-    SQS_MAX_MESSAGE_ATTRIBUTES,
-    attributes_from_json,
-    attributes_to_json,
+from consumer.dead_letter import attributes_from_json
+from consumer.dlq_pass import (
+    CONNECT_TIMEOUT_SECONDS,
+    MAX_ATTEMPTS,
+    MAX_STALE_RECEIVES,
+    READ_TIMEOUT_SECONDS,
+    SQS_BATCH,
+    AwsFailure,
+    Interrupted,
+    Lease,
+    Progress,
+    RunStart,
+    aws,
+    entry_failure,
+    error_code,
+    explain,
+    interrupts,
+    start_on_sqs_clock,
 )
-from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
+from consumer.dlq_records import (
+    RecordError,
+    check_line,
+    entry_bytes,
+    message_record,
+    original_dedup_id,
+    parse_json,
+    read_reason_safely,
+    send_entry,
+    size_batches,
+    source_attributes,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -52,13 +77,6 @@ app = typer.Typer(
 
 EXIT_AWS = 1
 EXIT_USAGE = 2
-SQS_BATCH = 10
-#: Long poll of every receive: any wait > 0 asks every SQS server, so an empty answer means "nothing left".
-RECEIVE_WAIT_SECONDS = 1
-#: Receives in a row that bring back only messages already seen before a pass gives up.
-MAX_STALE_RECEIVES = 3
-#: SQS's SendMessageBatch payload limit is larger today; 256 KiB is safe everywhere.
-MAX_BATCH_BYTES = 262_144
 #: A FIFO queue drops (while reporting success) a send whose MessageDeduplicationId it saw this recently.
 FIFO_DEDUP_WINDOW_SECONDS = 300
 MOVE_TASK_POLL_SECONDS = 2.0
@@ -84,41 +102,14 @@ def make_client(service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(service, config=Config(connect_timeout=2, retries={"mode": "standard", "max_attempts": 2}))
-
-
-class AwsFailure(Exception):
-    """An AWS call failed; the message names the operation and the queue (or stack)."""
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = re.sub(r"<[^>]+>", " ", text)  # an HTML error page (a proxy, or moto's 500)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _error_code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
-
-
-def _explain(error: Exception) -> str:
-    if isinstance(error, ClientError):
-        code = _error_code(error)
-        if "NonExistentQueue" in code or "QueueDoesNotExist" in code:
-            return "the queue does not exist (check the URL, the account and the region)"
-        message = _one_line(str(error.response.get("Error", {}).get("Message", "")))
-        return f"{code}: {message}" if message else code or _one_line(str(error))
-    return _one_line(str(error))
-
-
-def aws(client: Any, operation: str, target: str, **kwargs: Any) -> Any:
-    """Call ``operation`` (e.g. ``"ReceiveMessage"``); an AWS error becomes :class:`AwsFailure` naming it."""
-    from botocore import xform_name
-
-    try:
-        return getattr(client, xform_name(operation))(**kwargs)
-    except (ClientError, BotoCoreError) as error:
-        raise AwsFailure(f"{operation} on {target} failed: {_explain(error)}") from None
+    return boto3.client(
+        service,
+        config=Config(
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=READ_TIMEOUT_SECONDS,
+            retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        ),
+    )
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -127,16 +118,20 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def _command(function: Callable[..., T]) -> Callable[..., T]:
-    """AWS errors end a command with one line on stderr and exit 1, never a traceback."""
+    """AWS errors end a command with one line on stderr and exit 1, never a traceback; SIGINT and SIGTERM
+    end it (after the step under way, see ``dlq_pass.Interrupts``) with 128 + the signal's number."""
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
-            return function(*args, **kwargs)
+            with interrupts:
+                return function(*args, **kwargs)
+        except Interrupted as stop:
+            raise typer.Exit(128 + stop.signum) from None
         except AwsFailure as failure:
             raise _fail(str(failure), EXIT_AWS) from None
         except (ClientError, BotoCoreError) as error:  # a call not wrapped by aws(): still one line
-            raise _fail(f"AWS call failed: {_explain(error)}", EXIT_AWS) from None
+            raise _fail(f"AWS call failed: {explain(error)}", EXIT_AWS) from None
 
     return wrapper
 
@@ -197,18 +192,6 @@ def _stack_outputs(stack: str) -> dict[str, str]:
 # --- messages -----------------------------------------------------------------
 
 
-def read_reason_safely(message: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The consumer's reason record; None when SQS's own redrive moved the message."""
-    raw = message.get("MessageAttributes", {}).get(REASON_ATTRIBUTE, {}).get("StringValue")
-    if not raw:
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return {"kind": "unknown", "reason": raw}
-    return record if isinstance(record, dict) else {"kind": "unknown", "reason": raw}
-
-
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 _HEX = re.compile(r"\b(?:0x[0-9a-f]+|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{8,})\b", re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
@@ -223,93 +206,6 @@ def fingerprint(reason: Mapping[str, Any] | None) -> tuple[str, str]:
     text = str(reason.get("reason", ""))
     text = _DIGITS.sub("<n>", _HEX.sub("<hex>", _UUID.sub("<uuid>", text)))
     return str(reason.get("kind", "unknown")), text
-
-
-def source_attributes(message_attributes: Mapping[str, Any], *, keep_reason: bool) -> dict[str, Any]:
-    """The attributes a message goes back to the source with: reason dropped, folded originals unfolded.
-
-    With ``keep_reason`` the reason stays; folded originals are then unfolded
-    only if they and the reason fit in SQS's 10 attributes. A carried receive
-    count (on a copy SQS's own backstop redrive moved) is dropped: a redrive starts a new budget
-    (SQS's native move task, which does not come through here, keeps it).
-    """
-    attributes = attributes_from_json(attributes_to_json(message_attributes))
-    attributes.pop(PRIOR_RECEIVES_ATTRIBUTE, None)
-    reason = attributes.pop(REASON_ATTRIBUTE, None)
-    folded = attributes.get(ORIGINAL_ATTRIBUTES)
-    if folded is not None:
-        originals = attributes_from_json(json.loads(folded["StringValue"]))
-        if not keep_reason or reason is None or len(originals) + 1 <= SQS_MAX_MESSAGE_ATTRIBUTES:
-            del attributes[ORIGINAL_ATTRIBUTES]
-            attributes = {**originals, **attributes}
-    if keep_reason and reason is not None:
-        attributes[REASON_ATTRIBUTE] = reason
-    return attributes
-
-
-def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
-    """One message as a JSON object: the line ``export`` writes, ``import`` reads and ``peek --json`` prints."""
-    return {
-        "message_id": message["MessageId"],
-        "body": message.get("Body", ""),
-        "message_attributes": attributes_to_json(message.get("MessageAttributes", {})),
-        "attributes": dict(message.get("Attributes", {})),
-        "reason": read_reason_safely(message),
-    }
-
-
-def send_entry(
-    entry_id: str,
-    *,
-    body: str,
-    message_attributes: Mapping[str, Any],
-    attributes: Mapping[str, Any],
-    fallback_dedup_id: str,
-    fifo: bool,
-    original_dedup_id: str | None = None,
-) -> dict[str, Any]:
-    """A SendMessageBatch entry keeping body, attributes, FIFO group and deduplication ids and the trace header.
-
-    ``original_dedup_id`` (from the consumer's reason record) restores the id the message had in
-    the source: the consumer moves FIFO messages to the DLQ under their delivery's MessageId.
-    """
-    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": body}
-    if message_attributes:
-        entry["MessageAttributes"] = dict(message_attributes)
-    if fifo:
-        if "MessageGroupId" in attributes:
-            entry["MessageGroupId"] = attributes["MessageGroupId"]
-        entry["MessageDeduplicationId"] = original_dedup_id or attributes.get(
-            "MessageDeduplicationId", fallback_dedup_id
-        )
-    if attributes.get("AWSTraceHeader"):
-        entry["MessageSystemAttributes"] = {
-            "AWSTraceHeader": {"DataType": "String", "StringValue": attributes["AWSTraceHeader"]}
-        }
-    return entry
-
-
-def _entry_bytes(entry: Mapping[str, Any]) -> int:
-    size = len(entry["MessageBody"].encode())
-    for name, value in entry.get("MessageAttributes", {}).items():
-        payload = value.get("StringValue") or value.get("BinaryValue") or b""
-        size += len(name.encode()) + len(value["DataType"].encode()) + len(payload)
-    return size
-
-
-def size_batches(entries: list[T], size: Callable[[T], int]) -> Iterator[list[T]]:
-    """Consecutive batches of at most 10 entries and :data:`MAX_BATCH_BYTES` (one oversized entry goes alone)."""
-    batch: list[T] = []
-    total = 0
-    for entry in entries:
-        entry_size = size(entry)
-        if batch and (len(batch) == SQS_BATCH or total + entry_size > MAX_BATCH_BYTES):
-            yield batch
-            batch, total = [], 0
-        batch.append(entry)
-        total += entry_size
-    if batch:
-        yield batch
 
 
 def _is_fifo(url: str) -> bool:
@@ -334,125 +230,6 @@ def _duration(seconds: float | None) -> str:
     parts += [f"{hours}h"] if hours or days else []
     parts += [f"{minutes}m", f"{secs}s"] if not days else []
     return sign + " ".join(parts)
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
-
-
-# --- one pass over the DLQ ------------------------------------------------------
-
-
-class Lease:
-    """The messages one pass received and has not deleted; all released (visibility 0) when the pass ends.
-
-    Keeping them hidden until the end is what stops a pass from receiving a
-    message twice; a message seen again anyway (its visibility ran out) is not
-    returned again, only its receipt handle is refreshed. Releasing them on the
-    way out, also on Ctrl-C or an error, leaves them where they were; if even
-    that fails, they reappear on their own after ``visibility`` seconds.
-    """
-
-    def __init__(self, client: Any, queue_url: str, *, visibility: int) -> None:
-        self.client = client
-        self.queue_url = queue_url
-        self.visibility = visibility
-        self.handles: dict[str, str] = {}
-        self.seen: set[str] = set()
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            failed = self.release(list(self.handles))
-        except AwsFailure as failure:
-            failed = len(self.handles)
-            typer.echo(f"warning: {failure}", err=True)
-        if failed:
-            typer.echo(
-                f"warning: {failed} message(s) could not be released; they reappear within {self.visibility} s",
-                err=True,
-            )
-
-    def receive(self, count: int) -> list[dict[str, Any]] | None:
-        """Up to ``count`` messages new to this pass; None once the queue has nothing more for it."""
-        stale = 0
-        while stale < MAX_STALE_RECEIVES:
-            response = aws(
-                self.client,
-                "ReceiveMessage",
-                self.queue_url,
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=max(1, min(SQS_BATCH, count)),
-                VisibilityTimeout=self.visibility,
-                WaitTimeSeconds=RECEIVE_WAIT_SECONDS,
-                MessageAttributeNames=["All"],
-                MessageSystemAttributeNames=["All"],
-            )
-            messages = response.get("Messages", [])
-            if not messages:
-                return None
-            fresh = []
-            for message in messages:
-                self.handles[message["MessageId"]] = message["ReceiptHandle"]
-                if message["MessageId"] not in self.seen:
-                    self.seen.add(message["MessageId"])
-                    fresh.append(message)
-            if fresh:
-                return fresh
-            stale += 1
-        return None
-
-    def handle(self, message: Mapping[str, Any]) -> str:
-        return self.handles[message["MessageId"]]
-
-    def delete(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Delete ``messages`` from the queue; returns those SQS did not delete (still there)."""
-        not_deleted: list[dict[str, Any]] = []
-        for chunk in _chunks(messages, SQS_BATCH):
-            entries = [{"Id": str(i), "ReceiptHandle": self.handle(m)} for i, m in enumerate(chunk)]
-            response = aws(self.client, "DeleteMessageBatch", self.queue_url, QueueUrl=self.queue_url, Entries=entries)
-            failed = {entry["Id"] for entry in response.get("Failed", [])}
-            for i, message in enumerate(chunk):
-                if str(i) in failed:
-                    not_deleted.append(message)
-                else:
-                    self.handles.pop(message["MessageId"], None)
-        return not_deleted
-
-    def release(self, message_ids: list[str]) -> int:
-        """Make these messages visible again now; returns how many SQS refused."""
-        failed = 0
-        for chunk in _chunks([i for i in message_ids if i in self.handles], SQS_BATCH):
-            entries = [
-                {"Id": str(n), "ReceiptHandle": self.handles[message_id], "VisibilityTimeout": 0}
-                for n, message_id in enumerate(chunk)
-            ]
-            response = aws(
-                self.client, "ChangeMessageVisibilityBatch", self.queue_url, QueueUrl=self.queue_url, Entries=entries
-            )
-            failed += len(response.get("Failed", []))
-            for message_id in chunk:
-                self.handles.pop(message_id, None)
-        return failed
-
-
-def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def _queue_attributes(client: Any, url: str, names: Iterable[str]) -> dict[str, str]:
@@ -632,23 +409,44 @@ def move_tasks_unsupported(error: Exception) -> bool:
     if isinstance(error, BotoCoreError):
         return True
     if isinstance(error, ClientError):
-        code = _error_code(error)
+        code = error_code(error)
         return not any(marker.lower() in code.lower() for marker in _REAL_ERROR_MARKERS)
     return False
 
 
 @dataclass
 class RedriveSummary:
+    """What one redrive did; rendered by :func:`_print_redrive_summary`."""
+
     mode: str = "client-side move"
+    dry_run: bool = False
+    at_start: int = 0  #: visible messages in the DLQ when the run started (approximate, as SQS counts)
     moved: int = 0
     would_move: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
     held_dedup: list[dict[str, Any]] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    malformed: list[tuple[str, str]] = field(default_factory=list)
+    arrived: int = 0  #: received, but entered the DLQ after the start: left for the next run
     left_in_both: list[str] = field(default_factory=list)
 
     def counted(self) -> int:
         return self.moved + len(self.would_move)
+
+    def handled(self) -> int:
+        """Messages from the start's DLQ this run dealt with, one way or another."""
+        return self.counted() + self.skipped + len(self.held_dedup) + len(self.failed) + len(self.malformed)
+
+    def progress(self) -> str:
+        others = [
+            ("skipped by filter", self.skipped),
+            ("held", len(self.held_dedup)),
+            ("failed", len(self.failed)),
+            ("malformed", len(self.malformed)),
+            ("arrived during the run", self.arrived),
+        ]
+        moved = f"would move {len(self.would_move)}" if self.dry_run else f"moved {self.moved}"
+        return ", ".join([moved, *(f"{name} {count}" for name, count in others if count)])
 
 
 def _matcher(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
@@ -670,9 +468,29 @@ def _matcher(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
     return matches
 
 
-def _inside_dedup_window(message: Mapping[str, Any], now: float) -> bool:
+def _inside_dedup_window(message: Mapping[str, Any], start: RunStart) -> bool:
     sent = int(message.get("Attributes", {}).get("SentTimestamp", "0")) / 1000
-    return now - sent < FIFO_DEDUP_WINDOW_SECONDS
+    return start.sqs_now() - sent < FIFO_DEDUP_WINDOW_SECONDS
+
+
+def _arrived_during_run(message: Mapping[str, Any], start: RunStart, copies: set[str]) -> bool:
+    """Whether ``message`` entered the DLQ after this run started: it is left for the next run.
+
+    This is what bounds a redrive to the messages the DLQ held when it started, as SQS's move task
+    is bounded: without it, a message the consumer fails again at once comes straight back, is picked
+    up by the same run, and the run never ends. Either rule below is enough:
+
+    - Its SentTimestamp is at or after the start, both on SQS's clock (``start_on_sqs_clock``). The
+      consumer's move to the DLQ sends a new message, stamped at the move. SQS's own backstop redrive
+      keeps the SentTimestamp of a standard queue's message, which for a copy this run sent is the
+      copy's send, after the start; a FIFO DLQ stamps the move. So every way back is after the start.
+      https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html
+    - It is one of this run's copies come back: SQS's redrive keeps the MessageId, and the consumer's
+      reason names the message it moved (``original_message_id``). No clock is involved, so no copy can
+      go round again even if the start is wrong (an endpoint without a Date header: this machine's clock).
+    """
+    reason = read_reason_safely(message) or {}
+    return start.arrived_after(message) or message["MessageId"] in copies or reason.get("original_message_id") in copies
 
 
 @app.command()
@@ -712,8 +530,14 @@ def redrive(
     each message to the source with its body, attributes (x-dlq-reason dropped
     unless --keep-reason, x-original-attributes unfolded) and FIFO group and
     deduplication ids, checks every send, and only then deletes exactly those
-    from the DLQ. Failed sends, and messages the filter skips, stay in the DLQ.
-    An interruption leaves every message in at least one queue.
+    from the DLQ. Failed sends, messages the filter skips and messages whose
+    x-original-attributes is malformed stay in the DLQ.
+
+    Like the native task, the client-side move takes only the messages the DLQ
+    held when it started: one that enters the DLQ during the run (a message
+    failing again at once) is left for the next run and counted. Ctrl-C or
+    SIGTERM waits for the batch being sent to be deleted from the DLQ, then
+    stops and releases the rest: every message is in exactly one queue.
 
     FIFO: a message that entered the DLQ less than 5 min ago is left in the DLQ,
     because the source may still remember its deduplication id and would accept
@@ -722,16 +546,15 @@ def redrive(
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=not cancel)
     dlq_url = _dlq(queues)
     sqs = make_client("sqs")
-    err = _stderr()
     if cancel:
-        _cancel_move_task(sqs, dlq_url, err)
+        _cancel_move_task(sqs, dlq_url)
         return
     queue_url = queues.queue_url
     assert queue_url is not None  # resolve_queues(need_source=True) exits otherwise
     match = _matcher(filter_text)  # a bad regex fails before any AWS call
-    dlq_attributes = _queue_attributes(sqs, dlq_url, ["QueueArn", *_DEPTH_ATTRIBUTES])
+    dlq_arn = _queue_attributes(sqs, dlq_url, ["QueueArn"])["QueueArn"]
     source_attributes_ = _queue_attributes(sqs, queue_url, ["QueueArn", "RedrivePolicy"])
-    dlq_arn, source_arn = dlq_attributes["QueueArn"], source_attributes_["QueueArn"]
+    source_arn = source_attributes_["QueueArn"]
     policy = json.loads(source_attributes_.get("RedrivePolicy") or "{}")
     if policy.get("deadLetterTargetArn") not in (None, dlq_arn):
         raise _fail(
@@ -739,46 +562,54 @@ def redrive(
             " pass the source queue that belongs to this DLQ",
             EXIT_USAGE,
         )
-    summary = RedriveSummary()
+    summary = RedriveSummary(dry_run=dry_run)
     native = not (dry_run or filter_text or max_messages or client_side)
     if native:
-        outcome = _native_redrive(sqs, dlq_url, dlq_arn, source_arn, rate, err)
+        outcome = _native_redrive(sqs, dlq_url, dlq_arn, source_arn, rate)
         if outcome is not None:
             typer.echo(outcome)
             return
         summary.mode = "client-side move; this endpoint has no message move tasks"
         if rate:
             typer.echo("note: --rate applies to the native move task only", err=True)
-    visible = _depth(dlq_attributes)[0]
+    start, answer = start_on_sqs_clock(
+        lambda: aws(sqs, "GetQueueAttributes", dlq_url, QueueUrl=dlq_url, AttributeNames=list(_DEPTH_ATTRIBUTES))
+    )
+    if not start.from_sqs:
+        typer.echo("note: the endpoint sends no Date header; the run starts on this machine's clock", err=True)
+    summary.at_start = _depth(answer["Attributes"])[0]
     try:
         _copy_redrive(
             sqs,
             dlq_url,
             queue_url,
             summary,
+            start=start,
             match=match,
-            dry_run=dry_run,
             limit=max_messages,
             keep_reason=keep_reason,
             visibility=visibility,
-            total=min(visible, max_messages) if max_messages else visible,
-            console=err,
         )
-    except BaseException:
+    except KeyboardInterrupt:
         typer.echo(
-            f"interrupted after moving {summary.moved} message(s); every other message is still in"
-            " the DLQ (one being moved at that moment may be in both queues). Run redrive again to finish.",
+            f"interrupted after moving {summary.moved} message(s); every other message is still in the DLQ."
+            " Run redrive again to finish.",
             err=True,
         )
         raise
-    _print_redrive_summary(summary, dry_run=dry_run)
-    if summary.failed:
+    except BaseException:
+        typer.echo(
+            f"stopped after moving {summary.moved} message(s); every other message is still in the DLQ"
+            " (a batch being sent when the error came may be in both queues). Run redrive again to finish.",
+            err=True,
+        )
+        raise
+    _print_redrive_summary(summary, limit=max_messages)
+    if summary.failed or summary.malformed:
         raise typer.Exit(EXIT_AWS)
 
 
-def _native_redrive(
-    sqs: Any, dlq_url: str, dlq_arn: str, source_arn: str, rate: int | None, console: Console
-) -> str | None:
+def _native_redrive(sqs: Any, dlq_url: str, dlq_arn: str, source_arn: str, rate: int | None) -> str | None:
     """Run (or follow the already running) native move task; None when the endpoint has none."""
     try:
         tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10).get("Results", [])
@@ -795,10 +626,10 @@ def _native_redrive(
         if move_tasks_unsupported(error):
             return None
         raise AwsFailure(
-            f"StartMessageMoveTask on {dlq_url} failed: {_explain(error)} (--client-side moves without it)"
+            f"StartMessageMoveTask on {dlq_url} failed: {explain(error)} (--client-side moves without it)"
         ) from None
     try:
-        task = _follow_move_task(sqs, dlq_url, dlq_arn, handle, console)
+        task = _follow_move_task(sqs, dlq_url, dlq_arn, handle)
     except KeyboardInterrupt:
         typer.echo("stopped watching; the move task keeps running on SQS (redrive --cancel stops it)", err=True)
         raise
@@ -809,23 +640,20 @@ def _native_redrive(
     return f"redrive (native move task): {status.lower() if status else 'done'}, moved ~{moved} message(s)"
 
 
-def _follow_move_task(sqs: Any, dlq_url: str, dlq_arn: str, handle: str, console: Console) -> dict[str, Any]:
-    with _progress(console) as progress:
-        bar = progress.add_task("moving (native move task)", total=None)
+def _follow_move_task(sqs: Any, dlq_url: str, dlq_arn: str, handle: str) -> dict[str, Any]:
+    with Progress("redrive (native move task)", None, unit="message(s) moved (approximate)") as progress:
         while True:
             tasks = aws(sqs, "ListMessageMoveTasks", dlq_url, SourceArn=dlq_arn, MaxResults=10).get("Results", [])
             task = next((t for t in tasks if t.get("TaskHandle") == handle), tasks[0] if tasks else {})
             progress.update(
-                bar,
-                completed=task.get("ApproximateNumberOfMessagesMoved", 0),
-                total=task.get("ApproximateNumberOfMessagesToMove"),
+                task.get("ApproximateNumberOfMessagesMoved", 0), task.get("ApproximateNumberOfMessagesToMove")
             )
             if task.get("Status") not in ("RUNNING", "CANCELLING"):
                 return task
             time.sleep(MOVE_TASK_POLL_SECONDS)
 
 
-def _cancel_move_task(sqs: Any, dlq_url: str, console: Console) -> None:
+def _cancel_move_task(sqs: Any, dlq_url: str) -> None:
     dlq_arn = _queue_attributes(sqs, dlq_url, ["QueueArn"])["QueueArn"]
     try:
         tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10).get("Results", [])
@@ -835,7 +663,7 @@ def _cancel_move_task(sqs: Any, dlq_url: str, console: Console) -> None:
                 f"ListMessageMoveTasks on {dlq_url}: this endpoint has no message move tasks, nothing to cancel",
                 EXIT_AWS,
             ) from None
-        raise AwsFailure(f"ListMessageMoveTasks on {dlq_url} failed: {_explain(error)}") from None
+        raise AwsFailure(f"ListMessageMoveTasks on {dlq_url} failed: {explain(error)}") from None
     running = next((task for task in tasks if task.get("Status") == "RUNNING"), None)
     if running is None:
         typer.echo(f"no move task is running on {dlq_url}")
@@ -846,71 +674,92 @@ def _cancel_move_task(sqs: Any, dlq_url: str, console: Console) -> None:
     typer.echo(f"cancelled the move task on {dlq_url} after ~{moved} message(s)")
 
 
+def _redrive_entry(entry_id: str, message: Mapping[str, Any], *, fifo: bool, keep_reason: bool) -> dict[str, Any]:
+    """The copy of a DLQ message that goes to the source; RecordError when its folded attributes are malformed."""
+    return send_entry(
+        entry_id,
+        body=message.get("Body", ""),
+        message_attributes=source_attributes(message.get("MessageAttributes", {}), keep_reason=keep_reason),
+        attributes=message.get("Attributes", {}),
+        fallback_dedup_id=message["MessageId"],
+        fifo=fifo,
+        original_dedup_id=original_dedup_id(read_reason_safely(message)),
+    )
+
+
 def _copy_redrive(
     sqs: Any,
     dlq_url: str,
     source_url: str,
     summary: RedriveSummary,
     *,
+    start: RunStart,
     match: Callable[[Mapping[str, Any]], bool],
-    dry_run: bool,
     limit: int | None,
     keep_reason: bool,
     visibility: int,
-    total: int,
-    console: Console,
 ) -> None:
-    """Receive, send to the source, confirm, delete those confirmed; everything else stays in the DLQ."""
+    """Receive, send to the source, confirm, delete those confirmed; everything else stays in the DLQ.
+
+    Each batch's send and the delete of what it copied are one step (``Lease.step``): a signal waits
+    for the delete. The run ends when the DLQ has nothing more it may move: an empty receive, or
+    MAX_STALE_RECEIVES receives in a row that bring only messages that arrived after the start.
+    """
     fifo = _is_fifo(source_url)
-    with Lease(sqs, dlq_url, visibility=visibility) as lease, _progress(console) as progress:
-        bar = progress.add_task("dry run" if dry_run else "moving", total=total or None)
-        while limit is None or summary.counted() < limit:
+    copies: set[str] = set()  # MessageIds of the copies this run sent
+    total = min(summary.at_start, limit) if limit else summary.at_start
+    progress = Progress("redrive", total, unit="message(s) handled", detail=summary.progress)
+    with Lease(sqs, dlq_url, visibility=visibility) as lease, progress:
+        only_arrivals = 0
+        while (limit is None or summary.counted() < limit) and only_arrivals < MAX_STALE_RECEIVES:
             batch = lease.receive(SQS_BATCH if limit is None else limit - summary.counted())
             if batch is None:
                 break
-            now = time.time()
-            chosen = []
-            for message in batch:
-                if not match(message):
+            handled, entries, by_id = summary.handled(), [], {}
+            for i, message in enumerate(batch):
+                if _arrived_during_run(message, start, copies):
+                    summary.arrived += 1
+                elif not match(message):
                     summary.skipped += 1
-                elif fifo and _inside_dedup_window(message, now):
+                elif fifo and _inside_dedup_window(message, start):
                     summary.held_dedup.append(message)
                 else:
-                    chosen.append(message)
-            progress.advance(bar, len(batch) - len(chosen))
-            if dry_run:
-                summary.would_move.extend(chosen)
-                progress.advance(bar, len(chosen))
+                    try:
+                        entries.append(_redrive_entry(str(i), message, fifo=fifo, keep_reason=keep_reason))
+                    except RecordError as error:
+                        summary.malformed.append((message["MessageId"], str(error)))
+                        continue
+                    by_id[str(i)] = message
+            only_arrivals = 0 if entries or summary.handled() > handled else only_arrivals + 1
+            progress.advance(summary.handled() - handled)
+            if summary.dry_run:
+                summary.would_move.extend(by_id.values())
+                progress.advance(len(by_id))
                 continue
-            entries = {
-                str(i): send_entry(
-                    str(i),
-                    body=m.get("Body", ""),
-                    message_attributes=source_attributes(m.get("MessageAttributes", {}), keep_reason=keep_reason),
-                    attributes=m.get("Attributes", {}),
-                    fallback_dedup_id=m["MessageId"],
-                    fifo=fifo,
-                    original_dedup_id=(read_reason_safely(m) or {}).get("original_deduplication_id"),
-                )
-                for i, m in enumerate(chosen)
-            }
-            by_id = {str(i): m for i, m in enumerate(chosen)}
-            for part in size_batches(list(entries.values()), _entry_bytes):
-                response = aws(sqs, "SendMessageBatch", source_url, QueueUrl=source_url, Entries=part)
-                sent = [by_id[e["Id"]] for e in response.get("Successful", [])]
-                for failure in response.get("Failed", []):
-                    message_id = by_id[failure["Id"]]["MessageId"]
-                    summary.failed.append((message_id, f"{failure.get('Code')}: {failure.get('Message', '')}"))
-                # Only now, with SQS's word that each copy is in the source, do the originals go.
-                not_deleted = lease.delete(sent)
-                summary.left_in_both.extend(m["MessageId"] for m in not_deleted)
-                summary.moved += len(sent)
-                progress.advance(bar, len(part))
+            for part in size_batches(entries, entry_bytes):
+                with lease.step([by_id[entry["Id"]] for entry in part]) as (kept, refused):
+                    summary.failed.extend(refused)
+                    kept_ids = {m["MessageId"] for m in kept}
+                    part = [entry for entry in part if by_id[entry["Id"]]["MessageId"] in kept_ids]
+                    response = (
+                        aws(sqs, "SendMessageBatch", source_url, QueueUrl=source_url, Entries=part) if part else {}
+                    )
+                    sent = [by_id[ok["Id"]] for ok in response.get("Successful", [])]
+                    copies.update(ok["MessageId"] for ok in response.get("Successful", []))
+                    summary.failed.extend(
+                        (by_id[failure["Id"]]["MessageId"], entry_failure(failure))
+                        for failure in response.get("Failed", [])
+                    )
+                    # Only now, with SQS's word that each copy is in the source, do the originals go.
+                    not_deleted = lease.delete(sent)
+                    summary.left_in_both.extend(m["MessageId"] for m in not_deleted)
+                    summary.moved += len(sent)
+                progress.advance(len(kept) + len(refused))
 
 
-def _print_redrive_summary(summary: RedriveSummary, *, dry_run: bool) -> None:
+def _print_redrive_summary(summary: RedriveSummary, *, limit: int | None) -> None:
     console = Console(highlight=False)
-    if dry_run:
+    if summary.dry_run:
         table = Table(title=f"dry run: {len(summary.would_move)} message(s) would move (nothing moved)")
         for column in ("message id", "kind", "reason", "body"):
             table.add_column(column, overflow="fold")
@@ -924,13 +773,20 @@ def _print_redrive_summary(summary: RedriveSummary, *, dry_run: bool) -> None:
                 Text(_preview(message.get("Body", ""))),
             )
         console.print(table)
-    moved = f"would move {len(summary.would_move)}" if dry_run else f"moved {summary.moved}"
-    held = f", held (FIFO dedup window) {len(summary.held_dedup)}" if summary.held_dedup else ""
+    moved = f"would move {len(summary.would_move)}" if summary.dry_run else f"moved {summary.moved}"
+    optional = [
+        ("malformed", len(summary.malformed)),
+        ("held (FIFO dedup window)", len(summary.held_dedup)),
+        ("arrived during the run", summary.arrived),
+    ]
     typer.echo(
-        f"redrive ({summary.mode}): {moved}, skipped by filter {summary.skipped}, failed {len(summary.failed)}{held}"
+        f"redrive ({summary.mode}): {moved}, skipped by filter {summary.skipped}, failed {len(summary.failed)}"
+        + "".join(f", {name} {count}" for name, count in optional if count)
     )
     for message_id, why in summary.failed:
         typer.echo(f"  failed {message_id}: {why} (left in the DLQ)")
+    for message_id, why in summary.malformed:
+        typer.echo(f"  malformed {message_id}: {why} (left in the DLQ)")
     if summary.held_dedup:
         latest = max(int(m["Attributes"].get("SentTimestamp", "0")) for m in summary.held_dedup) / 1000
         ready = time.strftime("%H:%M:%S UTC", time.gmtime(latest + FIFO_DEDUP_WINDOW_SECONDS))
@@ -939,10 +795,17 @@ def _print_redrive_summary(summary: RedriveSummary, *, dry_run: bool) -> None:
             f" {FIFO_DEDUP_WINDOW_SECONDS // 60} min ago: the source could still drop them as duplicates,"
             f" so they stay in the DLQ; run redrive again after {ready}"
         )
+    if summary.arrived:
+        typer.echo(f"  {summary.arrived} message(s) arrived in the DLQ during the run; left for the next run")
     if summary.left_in_both:
         typer.echo(
             f"  {len(summary.left_in_both)} message(s) were copied but could not be deleted from the DLQ"
             " (they are in both queues): " + ", ".join(summary.left_in_both)
+        )
+    if limit is None and summary.handled() < summary.at_start:
+        typer.echo(
+            f"  note: the DLQ showed about {summary.at_start} message(s) at the start and this run handled"
+            f" {summary.handled()}; run redrive again for the rest"
         )
 
 
@@ -972,6 +835,35 @@ def purge(
 
 # --- export / import ------------------------------------------------------------
 
+#: An export holds message bodies: its file is created readable and writable by its owner only.
+EXPORT_FILE_MODE = 0o600
+
+
+def _open_private(path: Path) -> IO[str]:
+    """``path`` opened for appending, created with EXPORT_FILE_MODE if new.
+
+    Created with that mode by open(2) itself, not chmod-ed after writing, so there is no moment when
+    others could open it. An existing file keeps its mode (the operator chose it), with a warning
+    when others than its owner can read it.
+    """
+    existed = path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, EXPORT_FILE_MODE)
+    mode = os.fstat(fd).st_mode & 0o777
+    if existed and mode & 0o044:
+        typer.echo(
+            f"warning: {path} can be read by others than its owner (mode {mode:04o}); it now holds message bodies",
+            err=True,
+        )
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def _write_lines(stream: IO[str], messages: list[dict[str, Any]]) -> None:
+    """One line per message, on disk (fsync) before this returns."""
+    for message in messages:
+        stream.write(json.dumps(message_record(message)) + "\n")
+    stream.flush()
+    os.fsync(stream.fileno())
+
 
 @app.command()
 @_command
@@ -992,8 +884,11 @@ def export(
 
     A line holds message_id, body, message_attributes (binary values base64),
     attributes (MessageGroupId, MessageDeduplicationId, SentTimestamp...) and
-    the reason. Messages are hidden during the pass and released at its end;
-    with --delete each batch is deleted only after its lines are fsynced.
+    the reason. A new file is created with mode 0600 (it holds message bodies);
+    --append keeps an existing file's mode. Messages are hidden during the pass
+    and released at its end; with --delete each batch is deleted only after its
+    lines are fsynced, and Ctrl-C or SIGTERM waits for that delete, so a message
+    is in the file or in the DLQ, never in both.
     FIFO: SQS hands out no more of a message group while some of it is hidden,
     so without --delete a pass sees at most 10 messages per group.
     """
@@ -1002,31 +897,33 @@ def export(
     if out.exists() and out.stat().st_size and not append:
         raise _fail(f"{out} already exists: pass --append to add to it, or choose another file", EXIT_USAGE)
     sqs = make_client("sqs")
-    err = _stderr()
     visible = _depth(_queue_attributes(sqs, dlq_url, _DEPTH_ATTRIBUTES))[0]
     written = deleted = 0
     kept_both: list[str] = []
+    lease_lost: list[tuple[str, str]] = []
     try:
         with (
-            out.open("a", encoding="utf-8") as stream,
+            _open_private(out) as stream,
             Lease(sqs, dlq_url, visibility=visibility) as lease,
-            _progress(err) as progress,
+            Progress("export", visible, unit="message(s) written") as progress,
         ):
-            bar = progress.add_task("exporting", total=visible or None)
             while (batch := lease.receive(SQS_BATCH)) is not None:
-                for message in batch:
-                    stream.write(json.dumps(message_record(message)) + "\n")
-                stream.flush()
-                os.fsync(stream.fileno())
-                written += len(batch)
-                if delete:
-                    not_deleted = lease.delete(batch)
-                    kept_both.extend(m["MessageId"] for m in not_deleted)
-                    deleted += len(batch) - len(not_deleted)
-                progress.advance(bar, len(batch))
-    except BaseException:
+                if not delete:
+                    _write_lines(stream, batch)
+                    written += len(batch)
+                else:
+                    with lease.step(batch) as (kept, refused):
+                        lease_lost.extend(refused)  # neither written nor deleted: still in the DLQ
+                        _write_lines(stream, kept)
+                        written += len(kept)
+                        not_deleted = lease.delete(kept)
+                        kept_both.extend(m["MessageId"] for m in not_deleted)
+                        deleted += len(kept) - len(not_deleted)
+                progress.advance(len(batch))
+    except BaseException as error:
+        stopped = "interrupted" if isinstance(error, KeyboardInterrupt) else "stopped"
         typer.echo(
-            f"interrupted: {written} line(s) written to {out}, {deleted} of them deleted from the DLQ;"
+            f"{stopped}: {written} line(s) written to {out}, {deleted} of them deleted from the DLQ;"
             " every other message is still in the DLQ",
             err=True,
         )
@@ -1035,6 +932,8 @@ def export(
     typer.echo(f"exported {written} message(s) to {out}; {action}")
     if kept_both:
         typer.echo(f"  {len(kept_both)} exported message(s) could not be deleted: {', '.join(kept_both)}")
+    for message_id, why in lease_lost:
+        typer.echo(f"  not exported {message_id}: {why} (left in the DLQ)")
     if written < visible:
         typer.echo(f"  note: the DLQ showed about {visible} visible message(s) at the start; run again to get the rest")
 
@@ -1042,6 +941,60 @@ def export(
 class Target(enum.StrEnum):
     source = "source"
     dlq = "dlq"
+
+
+def _line_ranges(numbers: list[int]) -> str:
+    """``[4, 5, 6, 9]`` as ``"4-6, 9"``."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def _resume_advice(numbers: list[int], sent: set[int]) -> str:
+    """Where a rerun of an import should start (``--from-line``), and what it would send again."""
+    unsent = [n for n in numbers if n not in sent]
+    if not unsent:
+        return "every line was sent"
+    first = unsent[0]
+    before = [n for n in numbers if n < first]
+    again = [n for n in numbers if n > first and n in sent]
+    if again:
+        done = f"every line up to line {before[-1]} was sent" if before else "no line before it was sent"
+        return (
+            f"{done}; resume with --from-line {first}"
+            f" (lines {_line_ranges(again)} were sent too and would be sent again)"
+        )
+    return f"last line sent: {before[-1] if before else 'none'}; resume with --from-line {first}"
+
+
+def _read_import_lines(
+    in_file: Path, *, from_line: int, entry: Callable[[int, Mapping[str, Any]], dict[str, Any]]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Every line of ``in_file`` checked and made a send entry (exit 2 at the first bad one, nothing sent);
+    returns those at or after ``from_line`` as (line number, entry)."""
+    entries = []
+    with in_file.open("rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise _fail(
+                    f'{in_file}:{number}: "line" must be UTF-8 ({error.reason} at byte {error.start + 1}); nothing was sent',
+                    EXIT_USAGE,
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                made = entry(number, check_line(parse_json(line, "line")))
+            except RecordError as error:
+                raise _fail(f"{in_file}:{number}: {error}; nothing was sent", EXIT_USAGE) from None
+            if number >= from_line:
+                entries.append((number, made))
+    return entries
 
 
 @app.command("import")
@@ -1057,69 +1010,78 @@ def import_(
     keep_reason: Annotated[
         bool, typer.Option("--keep-reason", help="With --to source: keep the x-dlq-reason attribute.")
     ] = False,
+    from_line: Annotated[
+        int, typer.Option("--from-line", min=1, help="Send only the lines from this line number on (to resume a run).")
+    ] = 1,
 ) -> None:
     """Send every line of an export back, in batches: to the DLQ (default) or to the source.
 
     Each message keeps its body, message attributes, FIFO group and
     deduplication ids and trace header. To the source the reason is dropped
     (unless --keep-reason) and folded attributes are unfolded, as redrive does.
-    Every line is checked before anything is sent. Running it twice sends twice.
-    FIFO: a queue drops, while reporting success, a message whose
-    deduplication id it saw in the last 5 min.
+    Every line is checked (JSON, field types, attribute names, data types and
+    values, strict base64) before anything is sent; the first bad one is
+    reported with its line number and nothing is sent. A line SQS refuses stops
+    the import after its batch. A stopped, failed or interrupted run says the
+    last line it sent and the --from-line to resume with; running the same lines
+    twice sends them twice. FIFO: a queue drops, while reporting success, a
+    message whose deduplication id it saw in the last 5 min.
     """
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=to is Target.source, need_dlq=to is Target.dlq)
-    records = []
-    with in_file.open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("body"), str):
-                    raise ValueError("not an object with a string body")
-            except ValueError as error:
-                raise _fail(f"{in_file}:{number}: not an export line ({_one_line(str(error))})", EXIT_USAGE) from None
-            records.append((number, record))
     target = queues.queue_url if to is Target.source else queues.dlq_url
     assert target is not None
     fifo = _is_fifo(target)
-    entries = []
-    for number, record in records:
+
+    def entry(number: int, record: Mapping[str, Any]) -> dict[str, Any]:
         attributes = attributes_from_json(record.get("message_attributes") or {})
         if to is Target.source:
             attributes = source_attributes(attributes, keep_reason=keep_reason)
-        entries.append(
-            send_entry(
-                str(number),
-                body=record["body"],
-                message_attributes=attributes,
-                attributes=record.get("attributes") or {},
-                fallback_dedup_id=str(record.get("message_id") or number),
-                fifo=fifo,
-                original_dedup_id=(
-                    (record.get("reason") or {}).get("original_deduplication_id") if to is Target.source else None
-                ),
-            )
+        return send_entry(
+            str(number),
+            body=record["body"],
+            message_attributes=attributes,
+            attributes=record.get("attributes") or {},
+            fallback_dedup_id=str(record.get("message_id") or number),
+            fifo=fifo,
+            original_dedup_id=original_dedup_id(record.get("reason")) if to is Target.source else None,
         )
+
+    lines = _read_import_lines(in_file, from_line=from_line, entry=entry)
+    numbers = [number for number, _ in lines]
+    if not lines:
+        typer.echo(f"nothing to import: {in_file} has no line at or after line {from_line}")
+        return
     sqs = make_client("sqs")
-    err = _stderr()
-    sent = 0
-    failed: list[str] = []
+    sent: set[int] = set()
+    failed: list[tuple[int, str]] = []
     try:
-        with _progress(err) as progress:
-            bar = progress.add_task(f"importing to {to.value}", total=len(entries) or None)
-            for part in size_batches(entries, _entry_bytes):
-                response = aws(sqs, "SendMessageBatch", target, QueueUrl=target, Entries=part)
-                sent += len(response.get("Successful", []))
-                failed.extend(
-                    f"line {f['Id']}: {f.get('Code')}: {f.get('Message', '')}" for f in response.get("Failed", [])
-                )
-                progress.advance(bar, len(part))
-    except BaseException:
-        typer.echo(f"interrupted after sending {sent} of {len(entries)} line(s) from {in_file}", err=True)
+        with Progress("import", len(lines), unit="line(s) sent") as progress:
+            for part in size_batches([made for _, made in lines], entry_bytes):
+                # Held against SIGINT/SIGTERM until SQS answers, so the report knows exactly what went.
+                with interrupts.step():
+                    response = aws(sqs, "SendMessageBatch", target, QueueUrl=target, Entries=part)
+                    sent.update(int(ok["Id"]) for ok in response.get("Successful", []))
+                    failed.extend((int(f["Id"]), entry_failure(f)) for f in response.get("Failed", []))
+                progress.advance(len(part))
+                if failed:
+                    break  # a refused line is likely followed by more: resume after fixing its cause
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt):
+            stopped, unsure = "interrupted", ""
+        else:
+            stopped, unsure = "stopped", " (the batch being sent when the error came may have been sent too)"
+        typer.echo(
+            f"{stopped}: sent {len(sent)} of {len(lines)} line(s) from {in_file}{unsure};"
+            f" {_resume_advice(numbers, sent)}",
+            err=True,
+        )
         raise
-    typer.echo(f"imported {sent} of {len(entries)} message(s) from {in_file} into {target}")
-    for line in failed:
-        typer.echo(f"  failed {line}")
+    typer.echo(
+        f"imported {len(sent)} of {len(lines)} message(s) from {in_file} (lines {numbers[0]}-{numbers[-1]})"
+        f" into {target}"
+    )
+    for number, why in failed:
+        typer.echo(f"  line {number} failed: {why}")
     if failed:
+        typer.echo(f"  stopped after that batch: {_resume_advice(numbers, sent)}")
         raise typer.Exit(EXIT_AWS)

@@ -10,98 +10,25 @@ from typing import Any
 
 import boto3
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from consumer import dlq
-from consumer.cli import app
-from consumer.contract import WorkerContract
-from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason, send_parameters
-from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
+from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
+from tests.integration import dlq_support
 from tests.integration.conftest import REGION, QueuePair, create_pair
+from tests.integration.dlq_support import (
+    ATTRIBUTES,
+    CONTRACT,
+    FIFO_CONTRACT,
+    dead_letter,
+    depth,
+    drain,
+    hook_client,
+)
 
-CONTRACT = WorkerContract(max_duration_seconds=5)
-FIFO_CONTRACT = WorkerContract(max_duration_seconds=5, fifo=True)
-ATTRIBUTES = {
-    "tenant": {"DataType": "String", "StringValue": "acme"},
-    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xffbin"},
-}
-
-
-@pytest.fixture
-def server_sqs(moto_server: str) -> Any:
-    """A boto3 SQS client on moto's server, for arranging and checking."""
-    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
-
-
-@pytest.fixture
-def cli(moto_server: str) -> Callable[..., Result]:
-    """Run ``python -m consumer <args>`` in-process with AWS_ENDPOINT_URL pointing at moto's server."""
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None, endpoint: str = moto_server) -> Result:
-        env = {"AWS_ENDPOINT_URL": endpoint, "COLUMNS": "250", "QUEUE_URL": None, "DLQ_URL": None}
-        return runner.invoke(app, list(args), input=input, env=env)
-
-    return invoke
-
-
-def dead_letter(
-    sqs: Any, pair: QueuePair, reason: str, *, body: str = "{}", attributes: dict[str, Any] | None = None, **ids: str
-) -> dict[str, Any]:
-    """Put a message in the DLQ exactly as the consumer moves a poison message; returns the send parameters."""
-    message = Message(
-        body=body,
-        message_id=f"orig-{ids.get('MessageDeduplicationId', reason)}",
-        receipt_handle="unused",
-        attributes=ids,
-        message_attributes=ATTRIBUTES if attributes is None else attributes,
-    )
-    params = send_parameters(
-        message, dlq_url=pair.dlq_url, reason=reason, kind="poison", source_queue_url=pair.queue_url
-    )
-    sqs.send_message(**params)
-    return params
-
-
-def depth(sqs: Any, url: str) -> tuple[int, int]:
-    """(visible, in flight)."""
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-    return int(attributes[names[0]]), int(attributes[names[1]])
-
-
-def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
-    """Receive (and delete) everything in ``url``, in order."""
-    messages: list[dict[str, Any]] = []
-    while batch := sqs.receive_message(
-        QueueUrl=url,
-        MaxNumberOfMessages=10,
-        MessageAttributeNames=["All"],
-        MessageSystemAttributeNames=["All"],
-    ).get("Messages", []):
-        messages.extend(batch)
-        sqs.delete_message_batch(
-            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)]
-        )
-    return messages
-
-
-def hook_client(monkeypatch: pytest.MonkeyPatch, operation: str, *, allowed: int, error: BaseException) -> None:
-    """Make ``operation`` raise ``error`` after ``allowed`` calls, on every client the command creates."""
-    real = dlq.make_client
-    calls = {"count": 0}
-
-    def fail_after(**_: Any) -> None:
-        calls["count"] += 1
-        if calls["count"] > allowed:
-            raise error
-
-    def factory(service: str) -> Any:
-        client = real(service)
-        client.meta.events.register(f"before-call.{service}.{operation}", fail_after)
-        return client
-
-    monkeypatch.setattr(dlq, "make_client", factory)
+cli = dlq_support.cli
+server_sqs = dlq_support.server_sqs
 
 
 def test_dlq_stats_reports_depth_in_flight_and_age(cli: Callable[..., Result], server_sqs: Any) -> None:
