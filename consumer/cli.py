@@ -48,7 +48,7 @@ def run() -> None:
     from consumer.idempotency import DynamoDBStore, InMemoryStore
     from consumer.observability import Metrics, configure_logging
     from consumer.protection import ScaleInProtection
-    from consumer.runtime import LONG_POLL_SECONDS, Consumer
+    from consumer.runtime import LONG_POLL_SECONDS, Consumer, task_role_id_from_env
 
     configure_logging(level=os.environ.get("CONSUMER_LOG_LEVEL", "INFO"))
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
@@ -96,6 +96,7 @@ def run() -> None:
                 idempotency=store,
                 protection=ScaleInProtection.from_env(os.environ),
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+                task_role_id=task_role_id_from_env(os.environ),
             )
         )
     except (ContractError, StartupError) as error:

@@ -20,6 +20,7 @@ from consumer.contract import (
     HANDLER_ENV,
     IDEMPOTENCY_TABLE_ENV,
     QUEUE_URL_ENV,
+    TASK_ROLE_ID_ENV,
     WorkerContract,
 )
 from infra.queues import WorkerQueues
@@ -104,11 +105,18 @@ class ConsumerService(Construct):
             ),
             removal_policy=log_removal_policy,
         )
+        self.task_role = iam.Role(
+            self,
+            "TaskRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description="SQS consumer: receive/delete/extend on the source, send poison messages to the DLQ",
+        )
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
             DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
             HANDLER_ENV: handler,
             IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name,
+            TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
         clashes = sorted(set(handler_environment or {}) & (set(environment) | BINDING_KEYS))
@@ -117,12 +125,6 @@ class ConsumerService(Construct):
         environment.update(bindings)
         environment.update(handler_environment or {})
 
-        self.task_role = iam.Role(
-            self,
-            "TaskRole",
-            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description="SQS consumer: receive/delete/extend on the source, send poison messages to the DLQ",
-        )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])
         )

@@ -223,7 +223,7 @@ def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
 
 
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
-    """Keys equal the contract's to_env() keys plus QUEUE_URL, DLQ_URL and CONSUMER_HANDLER."""
+    """Keys equal the contract's to_env() keys plus the bindings: queue URLs, handler, table, task role id."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
     assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS
     for key, value in dev.stack.contract.to_env().items():
@@ -233,6 +233,8 @@ def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> No
     assert environment["DLQ_URL"] == {"Ref": dev.logical_id(dev.stack.queues.dead_letter_queue)}
     assert environment["CONSUMER_HANDLER"] == "consumer.examples.notifications:handle"
     assert environment["CONSUMER_IDEMPOTENCY_TABLE"] == {"Ref": dev.logical_id(dev.stack.consumer.idempotency_table)}
+    # The RoleId SQS records as the SenderId of the copies the consumer requeues (it trusts only those).
+    assert environment["CONSUMER_TASK_ROLE_ID"] == get_att(dev.logical_id(dev.stack.consumer.task_role), "RoleId")
 
 
 def test_idempotency_table_expires_records_and_keeps_backups(dev: Synthesized) -> None:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
@@ -22,6 +23,10 @@ from consumer.idempotency import Claim, InMemoryStore
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
 from tests.integration.conftest import create_pair
+
+#: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
+#: test's own sends count as the consumer's copies, where a test exercises a carried receive count.
+MOTO_SENDER_ID = DEFAULT_SENDER_ID
 
 
 def fast_contract(**overrides: Any) -> WorkerContract:
@@ -419,6 +424,7 @@ def test_consumer_requeues_a_deferred_message_keeping_its_spent_receives(sqs: An
         contract=contract,
         handler=lambda m: calls.append(m.body),
         idempotency=store,
+        task_role_id=MOTO_SENDER_ID,
     )
     with running(worker):
         wait_until(lambda: len(sends) >= 3)  # deferred on receive 3, then twice more as copies
@@ -448,13 +454,69 @@ def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None
         attempts.append(m.receive_count)
         raise RuntimeError("downstream 503")
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail)
+    worker = Consumer(
+        sqs,
+        queue_url=pair.queue_url,
+        dlq_url=pair.dlq_url,
+        contract=contract,
+        handler=fail,
+        task_role_id=MOTO_SENDER_ID,
+    )
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
     assert attempts == [2, 3]
     (moved,) = drain(sqs, pair.dlq_url)
     assert (read_reason(moved["MessageAttributes"]) or {}).get("receive_count") == 3
     assert set(moved["MessageAttributes"]) == {"tenant", "x-dlq-reason"}
+
+
+def test_consumer_ignores_a_carried_count_another_sender_set(sqs: Any) -> None:
+    """x-prior-receives sent by anyone but the task role (here moto's one sender, not the consumer's role) is
+    ignored: a forged 2 cannot send the message to the DLQ on its first failure; it gets every attempt."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    forged = {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}}
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job", MessageAttributes=forged)
+    attempts: list[int] = []
+
+    def fail(m: Message) -> None:
+        attempts.append(m.receive_count)
+        raise RuntimeError("downstream 503")
+
+    own_role_id = "AROAEXAMPLEOWNROLE01"
+    assert own_role_id != MOTO_SENDER_ID
+    worker = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail, task_role_id=own_role_id
+    )
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+    assert attempts == [1, 2, 3]
+
+
+def test_consumer_without_a_task_role_id_restarts_carried_counts_and_says_so_once(
+    sqs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bare local run (no CONSUMER_TASK_ROLE_ID): no carried count is trusted, even from the only sender
+    there is, and one warning at start says so (not one per message)."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    carried = {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}}
+    for body in ("a", "b"):
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body, MessageAttributes=carried)
+    seen: list[int] = []
+    caplog.set_level(logging.WARNING, logger="consumer")
+    worker = Consumer(
+        sqs,
+        queue_url=pair.queue_url,
+        dlq_url=pair.dlq_url,
+        contract=contract,
+        handler=lambda m: seen.append(m.receive_count),
+    )
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert seen == [1, 1]
+    (warning,) = [r for r in caplog.records if r.getMessage() == "carried_receives_untrusted"]
+    assert warning.binding == "CONSUMER_TASK_ROLE_ID"
 
 
 def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_attempt(
@@ -475,7 +537,14 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
         started.set()
         release.wait(30)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=slow)
+    worker = Consumer(
+        sqs,
+        queue_url=pair.queue_url,
+        dlq_url=pair.dlq_url,
+        contract=contract,
+        handler=slow,
+        task_role_id=MOTO_SENDER_ID,
+    )
     try:
         with running(worker):
             assert started.wait(20)
@@ -486,7 +555,7 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
     (requeued,) = [r for r in caplog.records if r.getMessage() == "message_requeued"]
     assert (requeued.why, requeued.trace_id) == ("drain_timeout", "ab" * 16)
     (copy,) = drain(sqs, pair.queue_url)
-    assert Message.from_sqs(copy).receive_count == 2
+    assert Message.from_sqs(copy, own_role_id=MOTO_SENDER_ID).receive_count == 2
 
 
 def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_reason(sqs: Any) -> None:
