@@ -20,8 +20,10 @@ requeued as a fresh copy that carries the receives spent on attempts
 counts every receive toward the redrive policy, attempted or not. On a FIFO
 queue, where a copy would jump its group, the hand-back is a visibility change,
 and an unattempted message on its last allowed receive is moved to the DLQ with
-the reason. Worker, poller and heartbeat threads are daemons, so an idle
-consumer exits about a second after SIGTERM, without waiting out a long poll.
+the reason. A handler raising anything, ``SystemExit`` and ``KeyboardInterrupt``
+included, has failed an attempt. Worker, poller and heartbeat threads are
+daemons, so an idle consumer exits about a second after SIGTERM, without waiting
+out a long poll.
 """
 
 from __future__ import annotations
@@ -398,7 +400,11 @@ class Consumer:
             outcome, error = self._succeed, None
         except PoisonMessage as poison:
             outcome, error = self._poison, poison
-        except Exception as failure:  # noqa: BLE001 (any handler error means "retry later")
+        except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
+            # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
+            # (signals reach only the main thread), they would end the thread with its slot still taken
+            # and strand the message; as a failed attempt it backs off and, on its last receive, goes
+            # to the DLQ like any other failure.
             outcome, error = self._retry, failure
         self.metrics.timing("duration", (self._clock() - started) * 1000)
         return self._finish(item, context, outcome, error)
