@@ -22,7 +22,7 @@ from consumer.dead_letter import read_reason
 from consumer.idempotency import Claim, InMemoryStore
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
-from tests.integration.conftest import create_pair
+from tests.integration.conftest import QueuePair, create_pair
 
 #: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
 #: test's own sends count as the consumer's copies, where a test exercises a carried receive count.
@@ -53,6 +53,13 @@ def running(consumer: Consumer) -> Iterator[dict[str, Any]]:
         consumer.stop()
         thread.join(30)
         assert not thread.is_alive(), "consumer did not stop"
+
+
+def consumer_of(
+    sqs: Any, pair: QueuePair, contract: WorkerContract, handler: Callable[[Message], None], **options: Any
+) -> Consumer:
+    """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
+    return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -89,9 +96,7 @@ def test_consumer_deletes_successful_messages(sqs: Any) -> None:
     for i in range(5):
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody=f"m{i}")
     seen: list[str] = []
-    consumer = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: seen.append(m.body)
-    )
+    consumer = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     with running(consumer) as result:
         wait_until(lambda: len(seen) == 5)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
@@ -111,7 +116,7 @@ def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -
         attempts.append(time.monotonic())
         raise RuntimeError(f"downstream down (receive {message.receive_count})")
 
-    consumer = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail)
+    consumer = consumer_of(sqs, pair, contract, fail)
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
@@ -139,7 +144,7 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
         calls.append(message.body)
         raise PoisonMessage("body is not JSON")
 
-    consumer = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
+    consumer = consumer_of(sqs, pair, contract, reject)
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
@@ -168,7 +173,7 @@ def test_consumer_stopping_mid_dlq_move_finishes_it_before_exiting(sqs: Any) -> 
     def reject(message: Message) -> None:
         raise PoisonMessage("body is not JSON")
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
+    worker = consumer_of(sqs, pair, contract, reject)
     with running(worker) as result:
         assert sending.wait(20)
     assert result["code"] == EXIT_OK
@@ -200,7 +205,7 @@ def test_consumer_hands_back_a_receive_answered_during_the_drain_without_startin
             first_running.set()
             time.sleep(1.5)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    worker = consumer_of(sqs, pair, contract, handle)
     stop_when_received(sqs, worker, "late")
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="first")
     with running(worker) as result:
@@ -220,9 +225,7 @@ def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
     contract = fast_contract()
     pair = create_pair(sqs, contract)
     started: list[str] = []
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: started.append(m.body)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: started.append(m.body))
     finished = threading.Event()
     stop_when_received(sqs, worker, "late", then=lambda: finished.wait(10))
     caplog.set_level(logging.WARNING, logger="consumer")
@@ -249,7 +252,7 @@ def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) ->
         calls.append(message.receive_count)
         time.sleep(6)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=slow)
+    worker = consumer_of(sqs, pair, contract, slow)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.queue_url) == 0, timeout=20)
         time.sleep(1)
@@ -268,7 +271,7 @@ def test_consumer_gives_up_on_an_overrunning_handler_without_deleting(sqs: Any) 
         if message.receive_count == 1:
             time.sleep(4)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=hang_first_time)
+    worker = consumer_of(sqs, pair, contract, hang_first_time)
     with running(worker):
         # Visibility is 11 s: the message returns after it, the second run succeeds and deletes.
         wait_until(lambda: len(calls) == 2, timeout=30)
@@ -282,9 +285,7 @@ def test_consumer_exits_non_zero_when_every_slot_is_stuck(sqs: Any) -> None:
     pair = create_pair(sqs, contract)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="hang")
     release = threading.Event()
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: release.wait(30)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: release.wait(30))
     result = {"code": worker.run()}
     release.set()
     assert result["code"] == EXIT_STUCK
@@ -298,9 +299,7 @@ def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="a", MessageAttributes=key)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="b", MessageAttributes=key)
     calls: list[str] = []
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: calls.append(m.body)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: calls.append(m.body))
     with running(worker):
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
     assert len(calls) == 1
@@ -323,7 +322,7 @@ def test_consumer_keeps_fifo_order_within_a_group_after_a_failure(sqs: Any) -> N
             raise RuntimeError("transient")
         completed.append(message.body)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    worker = consumer_of(sqs, pair, contract, handle)
     with running(worker):
         wait_until(lambda: len(completed) == 5)
     assert completed == ["1", "2", "3", "4", "5"]
@@ -371,9 +370,7 @@ def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) ->
     contract = fast_contract()
     pair = create_pair(sqs, contract)
     seen: list[str] = []
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: seen.append(m.body)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     try:
         server.stop()  # moto keeps its state in-process: the queue is still there when it comes back
         with running(worker) as result:
@@ -391,7 +388,7 @@ def test_consumer_stops_with_exit_1_when_a_thread_crashes(sqs: Any, monkeypatch:
     """An unexpected error in a poller stops the whole process (exit 1) rather than leaving it idle."""
     contract = fast_contract()
     pair = create_pair(sqs, contract)
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: None)
+    worker = consumer_of(sqs, pair, contract, lambda m: None)
     monkeypatch.setattr(worker, "_groups", lambda received: 1 / 0)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="x")
     assert worker.run() == 1
@@ -417,14 +414,8 @@ def test_consumer_requeues_a_deferred_message_keeping_its_spent_receives(sqs: An
     calls: list[str] = []
     sends: list[dict[str, Any]] = []
     sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: sends.append(params))
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=lambda m: calls.append(m.body),
-        idempotency=store,
-        task_role_id=MOTO_SENDER_ID,
+    worker = consumer_of(
+        sqs, pair, contract, lambda m: calls.append(m.body), idempotency=store, task_role_id=MOTO_SENDER_ID
     )
     with running(worker):
         wait_until(lambda: len(sends) >= 3)  # deferred on receive 3, then twice more as copies
@@ -454,14 +445,7 @@ def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None
         attempts.append(m.receive_count)
         raise RuntimeError("downstream 503")
 
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=fail,
-        task_role_id=MOTO_SENDER_ID,
-    )
+    worker = consumer_of(sqs, pair, contract, fail, task_role_id=MOTO_SENDER_ID)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
     assert attempts == [2, 3]
@@ -485,9 +469,7 @@ def test_consumer_ignores_a_carried_count_another_sender_set(sqs: Any) -> None:
 
     own_role_id = "AROAEXAMPLEOWNROLE01"
     assert own_role_id != MOTO_SENDER_ID
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail, task_role_id=own_role_id
-    )
+    worker = consumer_of(sqs, pair, contract, fail, task_role_id=own_role_id)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
     assert attempts == [1, 2, 3]
@@ -505,13 +487,7 @@ def test_consumer_without_a_task_role_id_restarts_carried_counts_and_says_so_onc
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body, MessageAttributes=carried)
     seen: list[int] = []
     caplog.set_level(logging.WARNING, logger="consumer")
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=lambda m: seen.append(m.receive_count),
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.receive_count))
     with running(worker):
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
     assert seen == [1, 1]
@@ -537,14 +513,7 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
         started.set()
         release.wait(30)
 
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=slow,
-        task_role_id=MOTO_SENDER_ID,
-    )
+    worker = consumer_of(sqs, pair, contract, slow, task_role_id=MOTO_SENDER_ID)
     try:
         with running(worker):
             assert started.wait(20)
@@ -566,14 +535,7 @@ def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_
     bump_receive_count(sqs, pair.queue_url, contract.max_receive_count - 1)
     store = InMemoryStore()
     assert store.claim("dedup:d-1", owner="another-task", lease_seconds=300) is Claim.ACQUIRED
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=lambda m: None,
-        idempotency=store,
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: None, idempotency=store)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)

@@ -11,9 +11,9 @@ import pytest
 
 from consumer import Message
 from consumer.dead_letter import read_reason
-from consumer.runtime import EXIT_OK, Consumer
+from consumer.runtime import EXIT_OK
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import depth, drain, fast_contract, running, wait_until
+from tests.integration.test_consumer import consumer_of, depth, drain, fast_contract, running, wait_until
 
 
 class HandlerAborted(BaseException):
@@ -41,7 +41,7 @@ def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
         raise raise_it()
 
     caplog.set_level(logging.INFO, logger="consumer")
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
