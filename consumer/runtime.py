@@ -170,7 +170,8 @@ class Consumer:
 
     ``task_role_id`` is the RoleId of the role the consumer sends with: only a copy
     a session of it sent is trusted to carry its spent receives (``x-prior-receives``);
-    None trusts none, so a requeued copy's count restarts.
+    None trusts none, so a requeued copy's count restarts. ``rng`` draws the backoff
+    jitter (a seeded ``random.Random`` makes it reproducible).
 
     Example::
 
@@ -192,6 +193,7 @@ class Consumer:
         task_role_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url
@@ -204,6 +206,7 @@ class Consumer:
         self.task_role_id = task_role_id
         self._clock = clock
         self._wall_clock = wall_clock
+        self._random = rng or random.Random()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._stop = threading.Event()
         self._closed = threading.Event()
@@ -468,7 +471,7 @@ class Consumer:
     def _backoff_delay(self, item: InFlight) -> int:
         cap = self.contract.retry_backoff_seconds(item.message.receive_count)
         # Equal jitter: at least half the cap, so retries of a burst spread without coming back early.
-        return int(random.uniform(cap / 2, cap) + 0.5)
+        return int(self._random.uniform(cap / 2, cap) + 0.5)
 
     def _backoff(self, item: InFlight, context: dict) -> None:
         delay = self._backoff_delay(item)
