@@ -48,7 +48,7 @@ def run() -> None:
     from consumer.idempotency import DynamoDBStore, InMemoryStore
     from consumer.observability import Metrics, configure_logging, log_level
     from consumer.protection import ScaleInProtection
-    from consumer.runtime import LONG_POLL_SECONDS, Consumer
+    from consumer.runtime import LONG_POLL_SECONDS, Consumer, task_role_id_from_env
 
     configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
@@ -100,6 +100,7 @@ def run() -> None:
                 idempotency=store,
                 protection=ScaleInProtection.from_env(os.environ),
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+                task_role_id=task_role_id_from_env(os.environ),
             )
         )
     except (ConfigurationError, StartupError) as error:

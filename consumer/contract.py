@@ -130,7 +130,10 @@ QUEUE_URL_ENV = "QUEUE_URL"
 DLQ_URL_ENV = "DLQ_URL"
 HANDLER_ENV = "CONSUMER_HANDLER"
 IDEMPOTENCY_TABLE_ENV = "CONSUMER_IDEMPOTENCY_TABLE"
-BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_TABLE_ENV})
+#: The task role's RoleId: a copy the consumer requeued is trusted to carry its spent receives only when SQS
+#: says a session of this role sent it (consumer.message.Message.from_sqs).
+TASK_ROLE_ID_ENV = "CONSUMER_TASK_ROLE_ID"
+BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_TABLE_ENV, TASK_ROLE_ID_ENV})
 #: Fields the environment sets (cdk.json), not the handler: excluded from the declaration check.
 ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})
 HANDLER_ATTRIBUTE = "__worker_contract__"

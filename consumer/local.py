@@ -184,6 +184,13 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
             return resolved
         if attribute == "Name" and resolved:
             return resolved.rsplit("/", 1)[-1]
+        if attribute == "RoleId" and resolved:
+            # The task role's RoleId (CONSUMER_TASK_ROLE_ID) names whose requeued copies carry a trusted
+            # receive count, by the SenderId SQS records. moto records one fixed SenderId for every
+            # message, whoever sent it, so locally the role is that id (and every sender is trusted).
+            from moto.sqs.models import DEFAULT_SENDER_ID
+
+            return DEFAULT_SENDER_ID
     raise LocalProvisioningError(f"cannot resolve {json.dumps(value)} from the local stack's resources")
 
 

@@ -40,7 +40,8 @@ class Message:
     consumer made of it: ``ApproximateReceiveCount`` plus ``prior_receives``, the
     receives its earlier copies spent on attempts (the ``x-prior-receives``
     attribute of a requeued copy, see ``consumer.dead_letter.requeue_parameters``).
-    Retries, backoff and the move to the DLQ all go by it.
+    Retries, backoff and the move to the DLQ all go by it. ``prior_receives`` is 0
+    unless the consumer itself sent the copy (see :meth:`from_sqs`).
     """
 
     body: str
@@ -52,11 +53,18 @@ class Message:
     prior_receives: int = 0
 
     @classmethod
-    def from_sqs(cls, raw: Mapping[str, Any]) -> Message:
-        """Build from one entry of a boto3 ``receive_message`` response's ``Messages``."""
+    def from_sqs(cls, raw: Mapping[str, Any], *, own_role_id: str | None = None) -> Message:
+        """Build from one entry of a boto3 ``receive_message`` response's ``Messages``.
+
+        ``x-prior-receives`` counts only on a copy a session of ``own_role_id``
+        (the task role's RoleId) sent: any sender can set a message attribute,
+        for instance to make a message go to the DLQ on its first failure. Without
+        ``own_role_id`` no carried count is trusted, and a requeued copy's count
+        starts again.
+        """
         attributes = dict(raw.get("Attributes", {}))
         message_attributes = dict(raw.get("MessageAttributes", {}))
-        prior = _prior_receives(message_attributes)
+        prior = _prior_receives(message_attributes) if sent_by_role(attributes, own_role_id) else 0
         return cls(
             body=raw.get("Body", ""),
             message_id=raw["MessageId"],
@@ -72,3 +80,14 @@ def _prior_receives(message_attributes: Mapping[str, Any]) -> int:
     """The carried count of a requeued copy; 0 when absent or not a count we could have written."""
     raw = message_attributes.get(PRIOR_RECEIVES_ATTRIBUTE, {}).get("StringValue", "")
     return int(raw) if raw.isascii() and raw.isdigit() and int(raw) <= MAX_PRIOR_RECEIVES else 0
+
+
+def sent_by_role(attributes: Mapping[str, str], role_id: str | None) -> bool:
+    """Whether SQS says a session of the IAM role ``role_id`` sent the message.
+
+    ``SenderId`` is a system attribute SQS sets, which no sender can choose; for a
+    role it is ``<RoleId>:<session name>``, and each ECS task has its own session,
+    so only the RoleId part is compared (whole, never as a prefix).
+    https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html
+    """
+    return bool(role_id) and attributes.get("SenderId", "").partition(":")[0] == role_id

@@ -16,12 +16,14 @@ with the error as reason; ``PoisonMessage`` -> moved to the DLQ at once with its
 reason, then deleted. A message handed back (unstarted at shutdown, deferred to
 another holder, still running at the drain timeout) on a standard queue is
 requeued as a fresh copy that carries the receives spent on attempts
-(``x-prior-receives``), because SQS counts every receive toward the redrive
-policy, attempted or not. On a FIFO queue, where a copy would jump its group,
-the hand-back is a visibility change, and an unattempted message on its last
-allowed receive is moved to the DLQ with the reason. Worker, poller and
-heartbeat threads are daemons, so an idle consumer exits about a second after
-SIGTERM, without waiting out a long poll.
+(``x-prior-receives``, trusted only on a copy the task role sent), because SQS
+counts every receive toward the redrive policy, attempted or not. On a FIFO
+queue, where a copy would jump its group, the hand-back is a visibility change,
+and an unattempted message on its last allowed receive is moved to the DLQ with
+the reason. A handler raising anything, ``SystemExit`` and ``KeyboardInterrupt``
+included, has failed an attempt. Worker, poller and heartbeat threads are
+daemons, so an idle consumer exits about a second after SIGTERM, without waiting
+out a long poll.
 """
 
 from __future__ import annotations
@@ -31,19 +33,20 @@ import logging
 import os
 import queue
 import random
+import re
 import socket
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.acknowledger import Acknowledger, Ticket
-from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, TASK_ROLE_ID_ENV, ContractError, WorkerContract
 from consumer.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.idempotency import Claim, IdempotencyStore, InMemoryStore, idempotency_key
 from consumer.message import Message, PoisonMessage
@@ -64,6 +67,8 @@ DISPATCH_WAIT_SECONDS = 2.0
 EXIT_OK = 0
 EXIT_CRASHED = 1
 EXIT_STUCK = 3
+#: An IAM RoleId as IAM writes it (the API's pattern and length limits).
+ROLE_ID_PATTERN = re.compile(r"\w{16,128}", re.ASCII)
 
 
 class State(enum.Enum):
@@ -110,6 +115,19 @@ def lease_extension(
     return target if target > remaining else None
 
 
+def task_role_id_from_env(environ: Mapping[str, str]) -> str | None:
+    """The task role's RoleId the stack writes (``CONSUMER_TASK_ROLE_ID``), or None when unset (a bare local run)."""
+    value = environ.get(TASK_ROLE_ID_ENV, "")
+    if not value:
+        return None
+    if not ROLE_ID_PATTERN.fullmatch(value):
+        # A typo here would silently restart every requeued message's retry budget: refuse instead.
+        raise ContractError(
+            TASK_ROLE_ID_ENV, "must be the task role's RoleId (16 to 128 letters, digits or underscores)", value
+        )
+    return value
+
+
 class Slots:
     """Counts free handler slots; a timed-out handler keeps its slot until its thread returns."""
 
@@ -150,6 +168,11 @@ class Slots:
 class Consumer:
     """Consume ``queue_url`` with ``handler`` under ``contract``.
 
+    ``task_role_id`` is the RoleId of the role the consumer sends with: only a copy
+    a session of it sent is trusted to carry its spent receives (``x-prior-receives``);
+    None trusts none, so a requeued copy's count restarts. ``rng`` draws the backoff
+    jitter (a seeded ``random.Random`` makes it reproducible).
+
     Example::
 
         consumer = Consumer(boto3.client("sqs"), queue_url=url, dlq_url=dlq, contract=c, handler=handle)
@@ -167,8 +190,10 @@ class Consumer:
         idempotency: IdempotencyStore | None = None,
         protection: ScaleInProtection | None = None,
         metrics: Metrics | None = None,
+        task_role_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url
@@ -178,8 +203,10 @@ class Consumer:
         self.idempotency = idempotency or InMemoryStore()
         self.protection = protection or ScaleInProtection(None)
         self.metrics = metrics or Metrics(dimensions={"Queue": queue_url.rsplit("/", 1)[-1]})
+        self.task_role_id = task_role_id
         self._clock = clock
         self._wall_clock = wall_clock
+        self._random = rng or random.Random()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._stop = threading.Event()
         self._closed = threading.Event()
@@ -224,8 +251,17 @@ class Consumer:
                 "queue_url": self.queue_url,
                 "concurrency": self.contract.concurrency,
                 "pollers": self.contract.pollers,
+                "task_role_id": self.task_role_id,
             },
         )
+        if self.task_role_id is None:
+            log.warning(
+                "carried_receives_untrusted",
+                extra={
+                    "binding": TASK_ROLE_ID_ENV,
+                    "effect": "unset: no x-prior-receives is trusted, a requeued copy's receive count restarts",
+                },
+            )
         while not self._stop.wait(TICK_SECONDS):
             pass
         self._shutdown()
@@ -271,8 +307,9 @@ class Consumer:
                 error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
                 continue
             now = self._clock()
+            lease_end = now + self.contract.visibility_timeout_seconds
             received = [
-                InFlight(Message.from_sqs(raw), now, now + self.contract.visibility_timeout_seconds)
+                InFlight(Message.from_sqs(raw, own_role_id=self.task_role_id), now, lease_end)
                 for raw in response.get("Messages", [])
             ]
             self._slots.release(reserved - len(received))
@@ -366,7 +403,11 @@ class Consumer:
             outcome, error = self._succeed, None
         except PoisonMessage as poison:
             outcome, error = self._poison, poison
-        except Exception as failure:  # noqa: BLE001 (any handler error means "retry later")
+        except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
+            # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
+            # (signals reach only the main thread), they would end the thread with its slot still taken
+            # and strand the message; as a failed attempt it backs off and, on its last receive, goes
+            # to the DLQ like any other failure.
             outcome, error = self._retry, failure
         self.metrics.timing("duration", (self._clock() - started) * 1000)
         return self._finish(item, context, outcome, error)
@@ -430,7 +471,7 @@ class Consumer:
     def _backoff_delay(self, item: InFlight) -> int:
         cap = self.contract.retry_backoff_seconds(item.message.receive_count)
         # Equal jitter: at least half the cap, so retries of a burst spread without coming back early.
-        return int(random.uniform(cap / 2, cap) + 0.5)
+        return int(self._random.uniform(cap / 2, cap) + 0.5)
 
     def _backoff(self, item: InFlight, context: dict) -> None:
         delay = self._backoff_delay(item)

@@ -22,6 +22,7 @@ from consumer.contract import (
     HANDLER_ENV,
     IDEMPOTENCY_TABLE_ENV,
     QUEUE_URL_ENV,
+    TASK_ROLE_ID_ENV,
     WorkerContract,
 )
 from infra.queues import WorkerQueues
@@ -117,11 +118,18 @@ class ConsumerService(Construct):
             # Where the data is retained (staging, prod), DeleteTable fails until protection is turned off.
             deletion_protection=log_removal_policy == RemovalPolicy.RETAIN,
         )
+        self.task_role = iam.Role(
+            self,
+            "TaskRole",
+            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
+        )
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
             DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
             HANDLER_ENV: handler,
             IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name,
+            TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
         owned = set(environment) | BINDING_KEYS
@@ -135,12 +143,6 @@ class ConsumerService(Construct):
         environment.update(bindings)
         environment.update(handler_environment or {})
 
-        self.task_role = iam.Role(
-            self,
-            "TaskRole",
-            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
-            description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
-        )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])
         )

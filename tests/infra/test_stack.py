@@ -231,7 +231,7 @@ def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
 
 
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
-    """Keys equal the contract's to_env() keys plus the binding and dev's handler_environment (its dry run)."""
+    """Keys equal the contract's to_env() keys plus the bindings (queue URLs, handler, table, task role id) and dev's handler_environment (its dry run)."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
     assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
     assert environment["NOTIFY_DRY_RUN"] == "true"
@@ -242,6 +242,8 @@ def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> No
     assert environment["DLQ_URL"] == {"Ref": dev.logical_id(dev.stack.queues.dead_letter_queue)}
     assert environment["CONSUMER_HANDLER"] == "consumer.examples.notifications:handle"
     assert environment["CONSUMER_IDEMPOTENCY_TABLE"] == {"Ref": dev.logical_id(dev.stack.consumer.idempotency_table)}
+    # The RoleId SQS records as the SenderId of the copies the consumer requeues (it trusts only those).
+    assert environment["CONSUMER_TASK_ROLE_ID"] == get_att(dev.logical_id(dev.stack.consumer.task_role), "RoleId")
 
 
 def test_idempotency_table_expires_records_and_keeps_backups(dev: Synthesized) -> None:

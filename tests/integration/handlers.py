@@ -21,7 +21,9 @@ def record(message: Message) -> None:
     path = os.environ.get("SIDE_EFFECTS_FILE")
     if path:
         with open(path, "a") as out:
-            out.write(json.dumps({"body": message.body, "pid": os.getpid()}) + "\n")
+            out.write(
+                json.dumps({"body": message.body, "pid": os.getpid(), "receive_count": message.receive_count}) + "\n"
+            )
 
 
 @worker(max_duration=5, concurrency=2, max_receive_count=3, retry_backoff_base=1, retry_backoff_max=1)

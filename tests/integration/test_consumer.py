@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
@@ -21,7 +22,11 @@ from consumer.dead_letter import read_reason
 from consumer.idempotency import Claim, InMemoryStore
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
-from tests.integration.conftest import create_pair
+from tests.integration.conftest import QueuePair, create_pair
+
+#: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
+#: test's own sends count as the consumer's copies, where a test exercises a carried receive count.
+MOTO_SENDER_ID = DEFAULT_SENDER_ID
 
 
 def fast_contract(**overrides: Any) -> WorkerContract:
@@ -48,6 +53,13 @@ def running(consumer: Consumer) -> Iterator[dict[str, Any]]:
         consumer.stop()
         thread.join(30)
         assert not thread.is_alive(), "consumer did not stop"
+
+
+def consumer_of(
+    sqs: Any, pair: QueuePair, contract: WorkerContract, handler: Callable[[Message], None], **options: Any
+) -> Consumer:
+    """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
+    return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -84,9 +96,7 @@ def test_consumer_deletes_successful_messages(sqs: Any) -> None:
     for i in range(5):
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody=f"m{i}")
     seen: list[str] = []
-    consumer = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: seen.append(m.body)
-    )
+    consumer = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     with running(consumer) as result:
         wait_until(lambda: len(seen) == 5)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
@@ -106,7 +116,7 @@ def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -
         attempts.append(time.monotonic())
         raise RuntimeError(f"downstream down (receive {message.receive_count})")
 
-    consumer = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail)
+    consumer = consumer_of(sqs, pair, contract, fail)
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
@@ -134,7 +144,7 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
         calls.append(message.body)
         raise PoisonMessage("body is not JSON")
 
-    consumer = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
+    consumer = consumer_of(sqs, pair, contract, reject)
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
@@ -163,7 +173,7 @@ def test_consumer_stopping_mid_dlq_move_finishes_it_before_exiting(sqs: Any) -> 
     def reject(message: Message) -> None:
         raise PoisonMessage("body is not JSON")
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
+    worker = consumer_of(sqs, pair, contract, reject)
     with running(worker) as result:
         assert sending.wait(20)
     assert result["code"] == EXIT_OK
@@ -195,7 +205,7 @@ def test_consumer_hands_back_a_receive_answered_during_the_drain_without_startin
             first_running.set()
             time.sleep(1.5)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    worker = consumer_of(sqs, pair, contract, handle)
     stop_when_received(sqs, worker, "late")
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="first")
     with running(worker) as result:
@@ -215,9 +225,7 @@ def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
     contract = fast_contract()
     pair = create_pair(sqs, contract)
     started: list[str] = []
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: started.append(m.body)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: started.append(m.body))
     finished = threading.Event()
     stop_when_received(sqs, worker, "late", then=lambda: finished.wait(10))
     caplog.set_level(logging.WARNING, logger="consumer")
@@ -244,7 +252,7 @@ def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) ->
         calls.append(message.receive_count)
         time.sleep(6)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=slow)
+    worker = consumer_of(sqs, pair, contract, slow)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.queue_url) == 0, timeout=20)
         time.sleep(1)
@@ -263,7 +271,7 @@ def test_consumer_gives_up_on_an_overrunning_handler_without_deleting(sqs: Any) 
         if message.receive_count == 1:
             time.sleep(4)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=hang_first_time)
+    worker = consumer_of(sqs, pair, contract, hang_first_time)
     with running(worker):
         # Visibility is 11 s: the message returns after it, the second run succeeds and deletes.
         wait_until(lambda: len(calls) == 2, timeout=30)
@@ -277,9 +285,7 @@ def test_consumer_exits_non_zero_when_every_slot_is_stuck(sqs: Any) -> None:
     pair = create_pair(sqs, contract)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="hang")
     release = threading.Event()
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: release.wait(30)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: release.wait(30))
     result = {"code": worker.run()}
     release.set()
     assert result["code"] == EXIT_STUCK
@@ -293,9 +299,7 @@ def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="a", MessageAttributes=key)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="b", MessageAttributes=key)
     calls: list[str] = []
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: calls.append(m.body)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: calls.append(m.body))
     with running(worker):
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)
     assert len(calls) == 1
@@ -318,7 +322,7 @@ def test_consumer_keeps_fifo_order_within_a_group_after_a_failure(sqs: Any) -> N
             raise RuntimeError("transient")
         completed.append(message.body)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handle)
+    worker = consumer_of(sqs, pair, contract, handle)
     with running(worker):
         wait_until(lambda: len(completed) == 5)
     assert completed == ["1", "2", "3", "4", "5"]
@@ -366,9 +370,7 @@ def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) ->
     contract = fast_contract()
     pair = create_pair(sqs, contract)
     seen: list[str] = []
-    worker = Consumer(
-        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: seen.append(m.body)
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     try:
         server.stop()  # moto keeps its state in-process: the queue is still there when it comes back
         with running(worker) as result:
@@ -386,7 +388,7 @@ def test_consumer_stops_with_exit_1_when_a_thread_crashes(sqs: Any, monkeypatch:
     """An unexpected error in a poller stops the whole process (exit 1) rather than leaving it idle."""
     contract = fast_contract()
     pair = create_pair(sqs, contract)
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=lambda m: None)
+    worker = consumer_of(sqs, pair, contract, lambda m: None)
     monkeypatch.setattr(worker, "_groups", lambda received: 1 / 0)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="x")
     assert worker.run() == 1
@@ -412,13 +414,8 @@ def test_consumer_requeues_a_deferred_message_keeping_its_spent_receives(sqs: An
     calls: list[str] = []
     sends: list[dict[str, Any]] = []
     sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: sends.append(params))
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=lambda m: calls.append(m.body),
-        idempotency=store,
+    worker = consumer_of(
+        sqs, pair, contract, lambda m: calls.append(m.body), idempotency=store, task_role_id=MOTO_SENDER_ID
     )
     with running(worker):
         wait_until(lambda: len(sends) >= 3)  # deferred on receive 3, then twice more as copies
@@ -448,13 +445,54 @@ def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None
         attempts.append(m.receive_count)
         raise RuntimeError("downstream 503")
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=fail)
+    worker = consumer_of(sqs, pair, contract, fail, task_role_id=MOTO_SENDER_ID)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
     assert attempts == [2, 3]
     (moved,) = drain(sqs, pair.dlq_url)
     assert (read_reason(moved["MessageAttributes"]) or {}).get("receive_count") == 3
     assert set(moved["MessageAttributes"]) == {"tenant", "x-dlq-reason"}
+
+
+def test_consumer_ignores_a_carried_count_another_sender_set(sqs: Any) -> None:
+    """x-prior-receives sent by anyone but the task role (here moto's one sender, not the consumer's role) is
+    ignored: a forged 2 cannot send the message to the DLQ on its first failure; it gets every attempt."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    forged = {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}}
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job", MessageAttributes=forged)
+    attempts: list[int] = []
+
+    def fail(m: Message) -> None:
+        attempts.append(m.receive_count)
+        raise RuntimeError("downstream 503")
+
+    own_role_id = "AROAEXAMPLEOWNROLE01"
+    assert own_role_id != MOTO_SENDER_ID
+    worker = consumer_of(sqs, pair, contract, fail, task_role_id=own_role_id)
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+    assert attempts == [1, 2, 3]
+
+
+def test_consumer_without_a_task_role_id_restarts_carried_counts_and_says_so_once(
+    sqs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bare local run (no CONSUMER_TASK_ROLE_ID): no carried count is trusted, even from the only sender
+    there is, and one warning at start says so (not one per message)."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    carried = {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}}
+    for body in ("a", "b"):
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body, MessageAttributes=carried)
+    seen: list[int] = []
+    caplog.set_level(logging.WARNING, logger="consumer")
+    worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.receive_count))
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert seen == [1, 1]
+    (warning,) = [r for r in caplog.records if r.getMessage() == "carried_receives_untrusted"]
+    assert warning.binding == "CONSUMER_TASK_ROLE_ID"
 
 
 def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_attempt(
@@ -475,7 +513,7 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
         started.set()
         release.wait(30)
 
-    worker = Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=slow)
+    worker = consumer_of(sqs, pair, contract, slow, task_role_id=MOTO_SENDER_ID)
     try:
         with running(worker):
             assert started.wait(20)
@@ -486,7 +524,7 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
     (requeued,) = [r for r in caplog.records if r.getMessage() == "message_requeued"]
     assert (requeued.why, requeued.trace_id) == ("drain_timeout", "ab" * 16)
     (copy,) = drain(sqs, pair.queue_url)
-    assert Message.from_sqs(copy).receive_count == 2
+    assert Message.from_sqs(copy, own_role_id=MOTO_SENDER_ID).receive_count == 2
 
 
 def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_reason(sqs: Any) -> None:
@@ -497,14 +535,7 @@ def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_
     bump_receive_count(sqs, pair.queue_url, contract.max_receive_count - 1)
     store = InMemoryStore()
     assert store.claim("dedup:d-1", owner="another-task", lease_seconds=300) is Claim.ACQUIRED
-    worker = Consumer(
-        sqs,
-        queue_url=pair.queue_url,
-        dlq_url=pair.dlq_url,
-        contract=contract,
-        handler=lambda m: None,
-        idempotency=store,
-    )
+    worker = consumer_of(sqs, pair, contract, lambda m: None, idempotency=store)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
         wait_until(lambda: depth(sqs, pair.queue_url) == 0)

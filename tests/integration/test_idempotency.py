@@ -1,10 +1,12 @@
-"""Idempotency stores: the same behaviour tests against InMemoryStore and DynamoDBStore on moto in-process."""
+"""Idempotency stores: the same behaviour tests against InMemoryStore and DynamoDBStore on moto in-process;
+and the runtime's heartbeat renewing a running handler's lease in DynamoDB."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +26,8 @@ from consumer.idempotency import (
     idempotency_key,
 )
 from consumer.message import Message
-from tests.integration.conftest import REGION
+from tests.integration.conftest import REGION, create_pair
+from tests.integration.test_consumer import consumer_of, depth, fast_contract, running, wait_until
 
 LEASE = 30
 KEEP = 3600
@@ -342,3 +345,36 @@ def test_dynamodb_store_claims_the_key_of_a_huge_attribute(dynamodb: Any) -> Non
     store = DynamoDBStore(create_table(dynamodb), client=dynamodb)
     msg = message(message_attributes={"idempotency-key": {"DataType": "String", "StringValue": "k" * 4096}})
     assert store.claim(idempotency_key(msg), owner="a", lease_seconds=LEASE) is Claim.ACQUIRED
+
+
+def test_heartbeat_renews_the_idempotency_lease_of_a_long_handler(dynamodb: Any) -> None:
+    """A handler running past its 4 s lease: the heartbeat pushes the DynamoDB record's lease forward with the
+    message's visibility, so nobody can claim the work while it still runs."""
+    contract = fast_contract(max_duration_seconds=8, concurrency=1, max_lease_seconds=4)
+    assert contract.visibility_timeout_seconds == 4 and contract.uses_heartbeat_lease
+    table = create_table(dynamodb)
+    sqs = boto3.client("sqs", region_name=REGION)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+    key = idempotency_key(message("slow"))
+    leases: list[float] = []
+
+    def lease_expires_at() -> float:
+        item = dynamodb.get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True)["Item"]
+        return float(item["lease_expires_at"]["N"])
+
+    def slow(_: Message) -> None:
+        claimed = lease_expires_at()
+        pushed = claimed
+        for _ in range(30):  # up to 6 s, within max_duration: the first extension comes about 2 s in
+            if pushed >= claimed + 1:
+                break
+            time.sleep(0.2)
+            pushed = lease_expires_at()
+        leases.extend((claimed, pushed))
+
+    worker = consumer_of(sqs, pair, contract, slow, idempotency=DynamoDBStore(table, client=dynamodb))
+    with running(worker):
+        wait_until(lambda: len(leases) == 2 and depth(sqs, pair.queue_url) == 0, timeout=20)
+    claimed, pushed = leases
+    assert pushed >= claimed + 1, leases

@@ -14,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.dead_letter import read_reason
@@ -77,6 +78,8 @@ def test_local_task_environment_is_the_templates_resolved(local: LocalStack) -> 
     assert environment["QUEUE_URL"] == f"{local.endpoint}/123456789012/SqsWorker-dev-source"
     tables = client(local, "dynamodb").list_tables()["TableNames"]
     assert environment["CONSUMER_IDEMPOTENCY_TABLE"] in tables
+    # moto gives every message one SenderId, whoever sent it: locally that is the task role's copies' sender.
+    assert environment["CONSUMER_TASK_ROLE_ID"] == DEFAULT_SENDER_ID
 
 
 def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Path) -> None:

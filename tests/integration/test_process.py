@@ -15,8 +15,10 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer.contract import contract_of
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from tests.integration.conftest import REGION, create_pair
 from tests.integration.handlers import slow
 
@@ -194,6 +196,52 @@ def test_process_refuses_to_start_when_the_stack_contract_differs_from_the_handl
     stderr = process.stderr.read()
     assert '"CONSUMER_MAX_DURATION_SECONDS" differs from the handler\'s @worker declaration' in stderr
     assert "max_duration_seconds: stack 90, handler 5" in stderr
+
+
+@pytest.mark.parametrize(
+    ("task_role_id", "receive_count", "warned"),
+    [(DEFAULT_SENDER_ID, 3, []), (None, 1, ["carried_receives_untrusted"])],
+    ids=["task-role-id-set", "bare-local-run"],
+)
+def test_process_trusts_a_carried_count_only_from_its_task_role(
+    moto_server: str,
+    server_sqs: Any,
+    tmp_path: Path,
+    process_guard: list,
+    task_role_id: str | None,
+    receive_count: int,
+    warned: list[str],
+) -> None:
+    """`consumer run` hands CONSUMER_TASK_ROLE_ID to the runtime: set to the SenderId moto gives every message,
+    a copy carrying 2 spent receives is on its third; unset (a bare local run), the count restarts at 1 and the
+    start-up log says so once."""
+    pair = create_pair(server_sqs, CONTRACT)
+    carried = {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}}
+    server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="0", MessageAttributes=carried)
+    binding = {"CONSUMER_TASK_ROLE_ID": task_role_id} if task_role_id else {}
+    process = start(moto_server, pair.queue_url, tmp_path / "effects", **binding)
+    process_guard.append(process)
+    lines = wait_for_event(process, "message_processed")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    assert [e["receive_count"] for e in effects(tmp_path / "effects")] == [receive_count]
+    assert [line["event"] for line in lines if line["event"] == "carried_receives_untrusted"] == warned
+
+
+def test_process_refuses_a_task_role_id_that_is_no_role_id(
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
+) -> None:
+    """A whole SenderId pasted into CONSUMER_TASK_ROLE_ID would match no copy: exit 2, one line naming it."""
+    pair = create_pair(server_sqs, CONTRACT)
+    process = start(
+        moto_server, pair.queue_url, tmp_path / "effects", CONSUMER_TASK_ROLE_ID="AROAEXAMPLEOWNROLE01:task"
+    )
+    process_guard.append(process)
+    assert process.wait(timeout=30) == 2
+    assert process.stderr.read().splitlines() == [
+        'consumer: cannot start: "CONSUMER_TASK_ROLE_ID" must be the task role\'s RoleId'
+        " (16 to 128 letters, digits or underscores): 'AROAEXAMPLEOWNROLE01:task'"
+    ]
 
 
 def test_process_missing_queue_is_a_clear_error(moto_server: str, tmp_path: Path, process_guard: list) -> None:

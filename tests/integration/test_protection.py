@@ -1,4 +1,5 @@
-"""Task scale-in protection against a real HTTP server on 127.0.0.1 standing in for the ECS agent endpoint."""
+"""Task scale-in protection against a real HTTP server on 127.0.0.1 standing in for the ECS agent endpoint;
+and the runtime's use of it while messages are in flight (SQS on moto)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from typing import Any
 
 import pytest
 
+from consumer import Message, runtime
 from consumer.protection import ScaleInProtection
+from tests.integration.conftest import create_pair
 from tests.integration.recorder import runtime_call_recorder
+from tests.integration.test_consumer import consumer_of, fast_contract, running, wait_until
 
 AGENT_PATH = "/api/0123456789abcdef-1234567890"  # ECS_AGENT_URI carries a per-task path
 STATE_PATH = f"{AGENT_PATH}/task-protection/v1/state"
@@ -380,3 +384,53 @@ def test_close_when_not_protected_sends_nothing(agent: Agent, protection: ScaleI
     """close() without held protection sends no request."""
     protection.close()
     assert agent.requests == []
+
+
+def test_consumer_holds_protection_while_messages_are_in_flight(
+    agent: Agent, sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime PUTs protection on before the first received message starts, once for two in flight, and
+    off when the last is done, while it keeps running. The heartbeat's once-a-tick reconciliation is held
+    off (a 30 s tick), so these are the runtime's own calls as messages arrive and finish."""
+    monkeypatch.setattr(runtime, "TICK_SECONDS", 30.0)
+    contract = fast_contract(concurrency=2)
+    pair = create_pair(sqs, contract)
+    both_started = threading.Barrier(2, timeout=10)
+    seen_at_start: list[list[Any]] = []
+
+    def handle(_: Message) -> None:
+        seen_at_start.append(agent.bodies())
+        both_started.wait()
+
+    worker = consumer_of(sqs, pair, contract, handle, protection=ScaleInProtection(agent.uri))
+    with running(worker):
+        sqs.send_message_batch(
+            QueueUrl=pair.queue_url, Entries=[{"Id": b, "MessageBody": b} for b in ("first", "second")]
+        )
+        wait_until(lambda: len(agent.requests) >= 2, timeout=10)
+    assert seen_at_start == [[ENABLE], [ENABLE]]
+    assert agent.requests == [Recorded("PUT", STATE_PATH, ENABLE), Recorded("PUT", STATE_PATH, DISABLE)]
+
+
+def test_consumer_renews_a_refused_protection_while_busy(agent: Agent, sqs: Any) -> None:
+    """The agent refuses the first enable: the heartbeat's reconciliation asks again within a tick or two, while
+    the handler still runs (its refresh, every heartbeat_interval = 60 s here, would come far too late)."""
+    contract = fast_contract(max_duration_seconds=300, concurrency=1)
+    assert contract.heartbeat_interval_seconds == 60
+    pair = create_pair(sqs, contract)
+    agent.replies.append(HTTP_500)
+    enabled_twice = threading.Event()
+
+    def handle(_: Message) -> None:
+        deadline = time.monotonic() + 10
+        while agent.bodies().count(ENABLE) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if agent.bodies().count(ENABLE) == 2:
+            enabled_twice.set()
+
+    worker = consumer_of(sqs, pair, contract, handle, protection=ScaleInProtection(agent.uri))
+    with running(worker):
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")
+        wait_until(lambda: agent.bodies()[-1:] == [DISABLE], timeout=20)
+    assert enabled_twice.is_set()
+    assert agent.bodies() == [ENABLE, ENABLE, DISABLE]

@@ -26,7 +26,7 @@ from consumer.dead_letter import (
     send_parameters,
 )
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
-from consumer.runtime import Slots, lease_extension
+from consumer.runtime import Slots, lease_extension, task_role_id_from_env
 
 HANDLER = "tests.integration.handlers:slow"
 
@@ -211,14 +211,21 @@ def test_dlq_reason_attribute_headroom_covers_name_type_and_value() -> None:
     assert SOURCE_MAX_MESSAGE_BYTES + DLQ_REASON_HEADROOM_BYTES == SQS_MAX_MESSAGE_BYTES
 
 
-def received(receive_count: str, **attributes: dict[str, str]) -> Message:
-    raw = {
-        "MessageId": "m-1",
-        "ReceiptHandle": "rh",
-        "Body": "b",
-        "Attributes": {"ApproximateReceiveCount": receive_count},
-    }
-    return Message.from_sqs({**raw, "MessageAttributes": attributes})
+#: The task role's RoleId in these tests; SQS writes a role session's SenderId as "<RoleId>:<session name>".
+OWN_ROLE_ID = "AROAEXAMPLEOWNROLE01"
+
+
+def received(
+    receive_count: str, sender_id: str | None = f"{OWN_ROLE_ID}:task-1", **attributes: dict[str, str]
+) -> Message:
+    """A message as the consumer receives it; by default a copy a task of its own role sent."""
+    system = {"ApproximateReceiveCount": receive_count} | ({"SenderId": sender_id} if sender_id else {})
+    raw = {"MessageId": "m-1", "ReceiptHandle": "rh", "Body": "b", "Attributes": system}
+    return Message.from_sqs({**raw, "MessageAttributes": attributes}, own_role_id=OWN_ROLE_ID)
+
+
+def carrying(count: str) -> dict[str, dict[str, str]]:
+    return {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": count}}
 
 
 @pytest.mark.parametrize(
@@ -227,13 +234,67 @@ def received(receive_count: str, **attributes: dict[str, str]) -> Message:
 )
 def test_message_receive_count_adds_a_requeued_copys_carried_receives(carried: str, expected: tuple) -> None:
     """A copy's count goes on from its original's; a carried value we could not have written is ignored."""
-    message = received("3", **{PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": carried}})
+    message = received("3", **carrying(carried))
     assert (message.receive_count, message.prior_receives) == expected
+
+
+@pytest.mark.parametrize(
+    "sender_id",
+    [f"{OWN_ROLE_ID}:task-2", OWN_ROLE_ID],
+    ids=["another-task-of-the-role", "role-id-alone"],
+)
+def test_message_trusts_a_carried_count_from_any_session_of_its_own_role(sender_id: str) -> None:
+    """Each ECS task is its own session of the task role: only the RoleId part of the SenderId is compared."""
+    assert received("1", sender_id, **carrying("2")).receive_count == 3
+
+
+@pytest.mark.parametrize(
+    "sender_id",
+    ["AROAEXAMPLEOTHERROLE:producer", f"{OWN_ROLE_ID}X:task-1", f"X{OWN_ROLE_ID}:task-1", "AIDAEXAMPLEUSER0001", None],
+    ids=["another-role", "longer-role-id", "role-id-inside", "an-iam-user", "no-sender-id"],
+)
+def test_message_ignores_a_carried_count_another_sender_set(sender_id: str | None) -> None:
+    """A forged x-prior-receives (say 2, to dead-letter on the first failure) leaves SQS's own count."""
+    message = received("1", sender_id, **carrying("2"))
+    assert (message.receive_count, message.prior_receives) == (1, 0)
+
+
+def test_message_without_its_own_role_id_trusts_no_carried_count() -> None:
+    """A bare local run (no CONSUMER_TASK_ROLE_ID): every copy's count restarts, even an empty SenderId's."""
+    for sender_id in (f"{OWN_ROLE_ID}:task-1", ""):
+        raw = {
+            "MessageId": "m-1",
+            "ReceiptHandle": "rh",
+            "Body": "b",
+            "Attributes": {"ApproximateReceiveCount": "1", "SenderId": sender_id},
+            "MessageAttributes": carrying("2"),
+        }
+        assert Message.from_sqs(raw).receive_count == 1
+        assert Message.from_sqs(raw, own_role_id="").receive_count == 1
+
+
+def test_task_role_id_from_env_reads_the_binding() -> None:
+    """The stack's CONSUMER_TASK_ROLE_ID as is; unset or empty (a bare local run) is None."""
+    assert task_role_id_from_env({"CONSUMER_TASK_ROLE_ID": OWN_ROLE_ID}) == OWN_ROLE_ID
+    assert task_role_id_from_env({"CONSUMER_TASK_ROLE_ID": "A" * 16}) == "A" * 16
+    assert task_role_id_from_env({"CONSUMER_TASK_ROLE_ID": "A" * 128}) == "A" * 128
+    assert task_role_id_from_env({}) is None
+    assert task_role_id_from_env({"CONSUMER_TASK_ROLE_ID": ""}) is None
+
+
+@pytest.mark.parametrize("value", [f"{OWN_ROLE_ID}:task-1", "A" * 15, "A" * 129, "AROA EXAMPLE ROLE 01"])
+def test_task_role_id_from_env_refuses_what_is_no_role_id(value: str) -> None:
+    """A whole SenderId pasted in, or a value of the wrong length, would match nothing: refused, named."""
+    with pytest.raises(ContractError) as raised:
+        task_role_id_from_env({"CONSUMER_TASK_ROLE_ID": value})
+    assert str(raised.value) == (
+        f'"CONSUMER_TASK_ROLE_ID" must be the task role\'s RoleId (16 to 128 letters, digits or underscores): {value!r}'
+    )
 
 
 def test_requeue_parameters_carry_the_receives_spent_on_attempts() -> None:
     """Unattempted, this receive is not spent; attempted, it is. An existing carried count is replaced."""
-    copy = received("2", **{PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "4"}})
+    copy = received("2", **carrying("4"))
     assert copy.receive_count == 6
     for attempted, spent in ((False, "5"), (True, "6")):
         params = requeue_parameters(copy, queue_url="src", attempted=attempted)
@@ -251,7 +312,7 @@ def test_requeue_parameters_without_room_for_the_count_keep_the_ten_attributes()
 
 def test_dlq_parameters_drop_the_carried_count_so_a_redrive_starts_afresh() -> None:
     """The DLQ copy's reason says how many receives were spent; the carried attribute itself is not kept."""
-    message = received("1", **{PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "2"}})
+    message = received("1", **carrying("2"))
     params = send_parameters(message, dlq_url="dlq", reason="r", kind="exhausted", source_queue_url="src")
     assert set(params["MessageAttributes"]) == {"x-dlq-reason"}
     assert (read_reason(params["MessageAttributes"]) or {})["receive_count"] == 3

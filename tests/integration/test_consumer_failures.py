@@ -1,0 +1,101 @@
+"""How the runtime treats a failed attempt, against moto (in-process and over HTTP): whatever the handler
+raises, the jittered backoff it gets, and the warning one receive before the DLQ."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from consumer import Message
+from consumer.dead_letter import read_reason
+from consumer.runtime import EXIT_OK
+from tests.integration.conftest import create_pair
+from tests.integration.test_consumer import consumer_of, depth, drain, fast_contract, running, wait_until
+
+
+class HandlerAborted(BaseException):
+    """A handler's own BaseException subclass, neither SystemExit nor KeyboardInterrupt."""
+
+
+@pytest.mark.parametrize(
+    "raise_it",
+    [lambda: SystemExit(3), lambda: KeyboardInterrupt(), lambda: HandlerAborted("gave up")],
+    ids=["SystemExit", "KeyboardInterrupt", "BaseException-subclass"],
+)
+def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
+    sqs: Any, caplog: pytest.LogCaptureFixture, raise_it: Callable[[], BaseException]
+) -> None:
+    """With one slot, every attempt after the first needs the slot back; each failure is logged, backed off,
+    and the last allowed receive moves the message to the DLQ with the exception as reason."""
+    contract = fast_contract(concurrency=1)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")
+    attempts: list[int] = []
+    expected = f"{type(raise_it()).__name__}: {raise_it()}"
+
+    def handle(message: Message) -> None:
+        attempts.append(message.receive_count)
+        raise raise_it()
+
+    caplog.set_level(logging.INFO, logger="consumer")
+    worker = consumer_of(sqs, pair, contract, handle)
+    with running(worker) as result:
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+    assert attempts == [1, 2, 3]
+    assert result["code"] == EXIT_OK
+    events = [(r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
+    assert events.count(("handler_failed", expected)) == 3
+    assert [e for e, _ in events].count("message_backoff") == 2
+    (moved,) = drain(sqs, pair.dlq_url)
+    reason = read_reason(moved["MessageAttributes"]) or {}
+    assert (reason["kind"], reason["reason"]) == ("exhausted", f"failed 3 times; last error: {expected}")
+
+
+def test_consumer_spreads_backoffs_with_equal_jitter(sqs: Any) -> None:
+    """Twelve first-receive failures under a seeded random source: every backoff the consumer sends lies in
+    [cap / 2, cap] of retry_backoff(1), and they are not all the same."""
+    contract = fast_contract(concurrency=12, retry_backoff_base_seconds=8, retry_backoff_max_seconds=8)
+    cap = contract.retry_backoff_seconds(1)
+    assert cap == 8
+    pair = create_pair(sqs, contract)
+    sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(10)])
+    sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in (10, 11)])
+    backoffs: list[int] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        backoffs.extend(entry["VisibilityTimeout"] for entry in params["Entries"])
+
+    sqs.meta.events.register("provide-client-params.sqs.ChangeMessageVisibilityBatch", record)
+
+    def fail(message: Message) -> None:
+        raise RuntimeError("downstream 503")
+
+    worker = consumer_of(sqs, pair, contract, fail, rng=random.Random(20261123))
+    with running(worker):
+        wait_until(lambda: len(backoffs) >= 12)
+    assert all(cap / 2 <= seconds <= cap for seconds in backoffs), backoffs
+    assert len(set(backoffs)) > 1, backoffs
+
+
+def test_consumer_warns_one_receive_before_the_dlq(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """max_receive_count 3: a message failing every time is warned about once, after its second receive fails,
+    with its id and count; the third failure moves it to the DLQ."""
+    contract = fast_contract()
+    assert contract.max_receive_count == 3
+    pair = create_pair(sqs, contract)
+    message_id = sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")["MessageId"]
+
+    def fail(message: Message) -> None:
+        raise RuntimeError("downstream 503")
+
+    caplog.set_level(logging.INFO, logger="consumer")
+    worker = consumer_of(sqs, pair, contract, fail)
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+    warnings = [r for r in caplog.records if r.getMessage() == "message_one_receive_from_dlq"]
+    assert [(r.levelno, r.message_id, r.receive_count) for r in warnings] == [(logging.WARNING, message_id, 2)]
