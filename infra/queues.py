@@ -99,9 +99,9 @@ class WorkerQueues(Construct):
         """Only ``producers`` (IAM role/user ARNs) and ``requeuer`` may send to the source queue.
 
         The source's policy allows the producers ``sqs:SendMessage`` (a producer in another account needs
-        that) and denies it to every other principal, whatever its own IAM policy grants: message
-        attributes the consumer acts on (the idempotency key, ``x-prior-receives``) are only as trusted
-        as whoever can send. ``requeuer`` is the consumer's task role, which sends hand-back copies.
+        that) and denies it to every other principal, whatever its own IAM policy grants: the message
+        attributes the consumer acts on (the idempotency key) are only as trusted as whoever can send.
+        ``requeuer`` is the consumer's task role, which sends hand-back copies.
         Without a call, same-account IAM alone decides who may send.
         """
         queue_arn = self.queue.queue_arn
