@@ -34,10 +34,9 @@ DEFAULT_RUNBOOK_URL = "docs/runbook.md"
 def alarm_name(stack_name: str, construct_id: str) -> str:
     """``<stack>-<construct id>``, the name of every alarm here.
 
-    Named, not generated, so the paging topics can admit exactly this stack's alarms
-    (``aws:SourceArn`` like ``arn:...:alarm:<stack>-*``, see :class:`infra.paging.PagingTopic`):
-    CloudFormation's generated names start with the stack name, but CDK's for a composite alarm
-    drops the hyphens (``SqsWorkerdevAlarmsConsumerStalled...``) and would not match.
+    Named, not generated, so the paging topics' and key's policies can name exactly this stack's
+    alarms (``aws:SourceArn``, see :meth:`infra.paging.PagingTopic.admit_alarms`) without a reference
+    to them: the key policy is part of the key, which the alarms' topics depend on.
     """
     return f"{stack_name}-{construct_id}"
 
@@ -252,6 +251,12 @@ class QueueAlarms(Construct):
         self.consumer_stalled.add_alarm_action(topics[PAGE])
         self.consumer_stalled.add_ok_action(topics[PAGE])
         self.severity["ConsumerStalled"] = PAGE
+
+    @property
+    def notifying_alarm_names(self) -> list[str]:
+        """The names of every alarm with actions: the ones the topics must admit."""
+        stack = Stack.of(self).stack_name
+        return [alarm_name(stack, construct_id) for construct_id in self.severity]
 
     @property
     def paging_alarms(self) -> list[cloudwatch.IAlarm]:

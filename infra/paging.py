@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
@@ -11,32 +12,32 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.alarms import alarm_name
-
 CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
 
 
-def this_stacks_alarms(scope: Construct) -> dict[str, dict[str, str]]:
-    """Conditions admitting CloudWatch only on behalf of this account's alarms named for this stack.
+def alarm_conditions(scope: Construct, alarm_names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Conditions admitting CloudWatch only on behalf of the named alarms of this account and region.
 
     Without them any account's alarm could publish through ``cloudwatch.amazonaws.com`` (the confused
-    deputy): https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html
+    deputy): https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html. The alarms are
+    named exactly, not by a ``<stack>-*`` pattern, which would also admit the alarms of a sibling
+    environment whose name extends this one's (``dev-2`` for ``dev``).
     """
     stack = Stack.of(scope)
-    alarms = stack.format_arn(
-        service="cloudwatch",
-        resource="alarm",
-        resource_name=alarm_name(stack.stack_name, "*"),
-        arn_format=ArnFormat.COLON_RESOURCE_NAME,
-    )
-    return {"StringEquals": {"aws:SourceAccount": stack.account}, "ArnLike": {"aws:SourceArn": alarms}}
+    alarms = [
+        stack.format_arn(
+            service="cloudwatch", resource="alarm", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
+        for name in alarm_names
+    ]
+    return {"StringEquals": {"aws:SourceAccount": stack.account}, "ArnEquals": {"aws:SourceArn": alarms}}
 
 
 class PagingTopic(Construct):
     """An SNS topic encrypted with its own KMS key (or a sibling topic's ``key``), TLS enforced, with subscribers.
 
-    CloudWatch may publish to it on behalf of this stack's alarms only (this account, names
-    ``<stack>-*``, see :func:`infra.alarms.alarm_name`); nothing else may.
+    CloudWatch may publish to it (and use its key) on behalf of the alarms :meth:`admit_alarms` names
+    only, in this account; nothing else may. Until then no alarm can notify it.
 
     The key is a customer-managed one on purpose: CloudWatch alarms cannot
     publish to a topic encrypted with the AWS-managed ``alias/aws/sns`` key,
@@ -57,6 +58,7 @@ class PagingTopic(Construct):
         key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self._owns_key = key is None
         if key is None:
             key = kms.Key(
                 self,
@@ -65,32 +67,39 @@ class PagingTopic(Construct):
                 enable_key_rotation=True,
                 removal_policy=removal_policy,
             )
-            # CloudWatch encrypts what it publishes to the topic with this key, under the same source
-            # conditions as the topic's own statement: https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services
-            key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AllowThisStacksAlarmsToEncrypt",
-                    principals=[iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
-                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                    resources=["*"],
-                    conditions=this_stacks_alarms(self),
-                )
-            )
         self.key = key
         self.topic = sns.Topic(self, "Topic", master_key=self.key, enforce_ssl=True)
-        # enforce_ssl attaches a topic policy holding only the TLS deny, and a topic policy replaces SNS's
-        # default one: without this statement CloudWatch may not publish and every alarm action fails.
-        # https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger
+        for email in emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        for url in https_endpoints:
+            self.topic.add_subscription(subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS))
+
+    def admit_alarms(self, alarm_names: Sequence[str]) -> None:
+        """Let CloudWatch publish to this topic, and use its key if it is this topic's own, for exactly these alarms.
+
+        ``enforce_ssl`` attaches a topic policy holding only the TLS deny, and a topic policy replaces
+        SNS's default one: without this statement CloudWatch may not publish and every alarm action
+        fails. CloudWatch also encrypts what it publishes with the topic's key, under the same source
+        conditions: https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger and
+        https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services
+        """
+        conditions = alarm_conditions(self, alarm_names)
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowThisStacksAlarmsToPublish",
                 principals=[iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
                 actions=["sns:Publish"],
                 resources=[self.topic.topic_arn],
-                conditions=this_stacks_alarms(self),
+                conditions=conditions,
             )
         )
-        for email in emails:
-            self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        for url in https_endpoints:
-            self.topic.add_subscription(subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS))
+        if self._owns_key:
+            self.key.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="AllowThisStacksAlarmsToEncrypt",
+                    principals=[iam.ServicePrincipal(CLOUDWATCH_PRINCIPAL)],
+                    actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                    resources=["*"],
+                    conditions=conditions,
+                )
+            )

@@ -115,6 +115,8 @@ class WorkerStack(Stack):
             # Container Insights is on for a cluster this stack creates; an existing one may not publish.
             running_tasks_reliable=settings.cluster_name is None,
         )
+        for topic in (self.paging, self.tickets):
+            topic.admit_alarms(self.alarms.notifying_alarm_names)
         self.dashboard = WorkerDashboard(
             self, "Dashboard", metrics=self.metrics, alarms=self.alarms, contract=self.contract
         )

@@ -311,6 +311,7 @@ class Bindings:
             "account": self.template.account,
             "other_account_alarm": self.template.arn("cloudwatch", "alarm:SqsWorker-x-DlqDepth", account=OTHER_ACCOUNT),
             "other_app_alarm": self.template.arn("cloudwatch", "alarm:OtherApp-HighCpu"),
+            "sibling_alarm": self.template.arn("cloudwatch", f"alarm:{self.template.stack_name}-2-DlqDepth"),
         }
         resource = self.resources.get(row.resource) or row.resource.format(**names)
         principal, described, identity_policies, principal_context = self.principal(row.principal)

@@ -60,6 +60,8 @@ PARAMETERS: dict[str, str] = {"PagingEndpoint": "oncall@yourco.com"}
 THIS_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{alarm}"}
 OTHER_ACCOUNTS_ALARM = {"aws:SourceAccount": OTHER_ACCOUNT, "aws:SourceArn": "{other_account_alarm}"}
 OTHER_APPS_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{other_app_alarm}"}
+#: An alarm of an environment whose name extends this one's (dev-2 for dev): a name prefix would admit it.
+SIBLING_ALARM = {"aws:SourceAccount": "{account}", "aws:SourceArn": "{sibling_alarm}"}
 PLAIN_HTTP = {"aws:SecureTransport": "false"}
 
 #: CloudWatch delivering every alarm's ALARM and OK notifications ({alarm} -> {topic}, encrypted with {key}),
@@ -72,6 +74,8 @@ PAGING: list[Row] = [
     Row(CLOUDWATCH, "kms:GenerateDataKey", "{key}", OTHER_ACCOUNTS_ALARM, DENIED, "confused deputy: another account"),
     Row(CLOUDWATCH, "sns:Publish", "{topic}", OTHER_APPS_ALARM, DENIED, "an alarm that is not this stack's"),
     Row(CLOUDWATCH, "kms:Decrypt", "{key}", OTHER_APPS_ALARM, DENIED, "an alarm that is not this stack's"),
+    Row(CLOUDWATCH, "sns:Publish", "{topic}", SIBLING_ALARM, DENIED, "a sibling environment's alarm"),
+    Row(CLOUDWATCH, "kms:GenerateDataKey", "{key}", SIBLING_ALARM, DENIED, "a sibling environment's alarm"),
     Row(CLOUDWATCH, "sns:Publish", "{topic}", {**THIS_ALARM, **PLAIN_HTTP}, EXPLICITLY_DENIED, "TLS enforced"),
     Row("anonymous", "sns:Publish", "{any_topic}", {}, DENIED, "nobody unsigned pages"),
     Row("other-account", "sns:Publish", "{any_topic}", {}, DENIED, "another account cannot page"),

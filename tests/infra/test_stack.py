@@ -187,7 +187,7 @@ def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) 
                                 "Resource": "*",
                                 "Condition": {
                                     "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
-                                    "ArnLike": {"aws:SourceArn": Match.any_value()},
+                                    "ArnEquals": {"aws:SourceArn": Match.any_value()},
                                 },
                             }
                         )
@@ -206,6 +206,28 @@ def test_paging_topic_encrypted_with_a_key_cloudwatch_can_use(dev: Synthesized) 
             }
         },
     )
+
+
+def test_topics_and_key_admit_exactly_the_alarms_that_notify(dev: Synthesized) -> None:
+    """Both topic policies and the key policy name every alarm with actions by its ARN, and no other."""
+    alarms = [
+        *dev.resources("AWS::CloudWatch::Alarm").values(),
+        *dev.resources("AWS::CloudWatch::CompositeAlarm").values(),
+    ]
+    notifying = sorted(
+        a["Properties"].get("AlarmName") or a["Properties"]["CompositeAlarmName"]
+        for a in alarms
+        if a["Properties"].get("AlarmActions")
+    )
+    assert len(notifying) == 5
+    policies = [p["Properties"]["PolicyDocument"] for p in dev.resources("AWS::SNS::TopicPolicy").values()]
+    policies.append(dev.json["Resources"][dev.logical_id(dev.stack.paging.key)]["Properties"]["KeyPolicy"])
+    for policy in policies:
+        (statement,) = [s for s in policy["Statement"] if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+        arns = statement["Condition"]["ArnEquals"]["aws:SourceArn"]
+        # Each ARN is arn:<partition>:cloudwatch:<region>:<account>:alarm:<name>, joined from pseudo parameters.
+        assert sorted(arn["Fn::Join"][1][-1].removeprefix(":alarm:") for arn in arns) == notifying
+    assert len(policies) == 3
 
 
 def test_subscriptions_come_from_cdk_json(synthesized: dict[str, Synthesized]) -> None:
