@@ -94,16 +94,27 @@ T = TypeVar("T")
 # --- clients and errors -------------------------------------------------------
 
 
-def make_client(service: str) -> Any:
-    """A boto3 client for ``service`` that fails fast; region, credentials and endpoint from the environment.
+def make_client(service: str, queue_url: str | None = None) -> Any:
+    """A boto3 client for ``service`` that fails fast; credentials and endpoint from the environment.
 
-    Tests replace this factory to wrap or hook the clients a command creates.
+    The region is the one ``consumer run`` would use (:func:`consumer.config.resolve_region`):
+    ``AWS_REGION``, ``AWS_DEFAULT_REGION``, the config file, else the one ``queue_url`` names; none
+    of them ends the command with one line naming the variable. Tests replace this factory to wrap
+    or hook the clients a command creates.
     """
     import boto3
     from botocore.config import Config
 
+    from consumer.config import resolve_region
+    from consumer.contract import ConfigurationError
+
+    try:
+        region, _ = resolve_region(os.environ, queue_url or "", configured=boto3.Session().region_name)
+    except ConfigurationError as error:
+        raise _fail(str(error), EXIT_USAGE) from None
     return boto3.client(
         service,
+        region_name=region,
         config=Config(
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
             read_timeout=READ_TIMEOUT_SECONDS,
@@ -273,7 +284,7 @@ def stats(
     """
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=False)
     dlq_url = _dlq(queues)
-    sqs = make_client("sqs")
+    sqs = make_client("sqs", dlq_url)
     attributes = _queue_attributes(sqs, dlq_url, [*_DEPTH_ATTRIBUTES, "MessageRetentionPeriod"])
     visible, in_flight, delayed = _depth(attributes)
     retention = int(attributes.get("MessageRetentionPeriod", 0))
@@ -332,7 +343,7 @@ def peek(
     """
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=False)
     dlq_url = _dlq(queues)
-    sqs = make_client("sqs")
+    sqs = make_client("sqs", dlq_url)
     messages: list[dict[str, Any]] = []
     with Lease(sqs, dlq_url, visibility=visibility) as lease:
         while len(messages) < max_messages:
@@ -545,7 +556,7 @@ def redrive(
     """
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=not cancel)
     dlq_url = _dlq(queues)
-    sqs = make_client("sqs")
+    sqs = make_client("sqs", dlq_url)
     if cancel:
         _cancel_move_task(sqs, dlq_url)
         return
@@ -823,7 +834,7 @@ def purge(
     """Delete every message in the DLQ (PurgeQueue); asks first unless --yes. Export first to keep a copy."""
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=False)
     dlq_url = _dlq(queues)
-    sqs = make_client("sqs")
+    sqs = make_client("sqs", dlq_url)
     approximate = sum(_depth(_queue_attributes(sqs, dlq_url, _DEPTH_ATTRIBUTES)))
     if not yes and not typer.confirm(
         f"Purge about {approximate} message(s) from {dlq_url}? They cannot be recovered", default=False
@@ -896,7 +907,7 @@ def export(
     dlq_url = _dlq(queues)
     if out.exists() and out.stat().st_size and not append:
         raise _fail(f"{out} already exists: pass --append to add to it, or choose another file", EXIT_USAGE)
-    sqs = make_client("sqs")
+    sqs = make_client("sqs", dlq_url)
     visible = _depth(_queue_attributes(sqs, dlq_url, _DEPTH_ATTRIBUTES))[0]
     written = deleted = 0
     kept_both: list[str] = []
@@ -1051,7 +1062,7 @@ def import_(
     if not lines:
         typer.echo(f"nothing to import: {in_file} has no line at or after line {from_line}")
         return
-    sqs = make_client("sqs")
+    sqs = make_client("sqs", target)
     sent: set[int] = set()
     failed: list[tuple[int, str]] = []
     try:

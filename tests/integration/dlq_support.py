@@ -111,8 +111,8 @@ def on_call(monkeypatch: pytest.MonkeyPatch, event: str, operation: str, hook: C
     """Register ``hook`` for botocore's ``<event>.sqs.<operation>`` on every SQS client the command creates."""
     real = dlq.make_client
 
-    def factory(service: str) -> Any:
-        client = real(service)
+    def factory(service: str, queue_url: str | None = None) -> Any:
+        client = real(service, queue_url)
         client.meta.events.register(f"{event}.{service}.{operation}", hook)
         return client
 

@@ -380,6 +380,36 @@ def test_dlq_stats_unreachable_endpoint_exits_1_with_one_line(cli: Callable[...,
     assert "Traceback" not in result.output
 
 
+def test_dlq_stats_takes_the_region_from_aws_region_alone(
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only AWS_REGION set (boto3 reads AWS_DEFAULT_REGION only): the tool uses it, as consumer run does."""
+    pair = create_pair(server_sqs, CONTRACT)
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_REGION", REGION)
+
+    result = cli("dlq", "stats", "--dlq-url", pair.dlq_url, "--json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["visible"] == 0
+
+
+def test_dlq_stats_without_any_region_exits_2_naming_the_variable(
+    cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No region anywhere and a queue URL that names none: exit 2, one line naming AWS_REGION, no AWS call."""
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    url = "http://127.0.0.1:9/123456789012/dlq"
+
+    result = cli("dlq", "stats", "--dlq-url", url, endpoint="http://127.0.0.1:9")
+
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith('consumer dlq: "AWS_REGION" must be set')
+    assert line.endswith(f"names no region: '{url}'")
+
+
 def test_dlq_peek_missing_queue_exits_1_naming_it(cli: Callable[..., Result], server_sqs: Any) -> None:
     """A DLQ URL that names no queue: exit 1 with the operation and the queue."""
     pair = create_pair(server_sqs, CONTRACT)
@@ -408,8 +438,8 @@ class MoveTaskApi:
         real = dlq.make_client
         monkeypatch.setattr(dlq, "MOVE_TASK_POLL_SECONDS", 0.0)
 
-        def factory(service: str) -> Any:
-            client = real(service)
+        def factory(service: str, queue_url: str | None = None) -> Any:
+            client = real(service, queue_url)
             for operation in ("StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask"):
                 client.meta.events.register(f"before-call.{service}.{operation}", self.answer)
             return client
