@@ -96,7 +96,7 @@ def run_setup(handler: Callable[[Message], None], environ: Mapping[str, str]) ->
         setup(environ)
     except ConfigurationError:
         raise
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a check calling sys.exit() still refuses in one line
         name = getattr(setup, "__qualname__", repr(setup))
         failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
         raise ConfigurationError(

@@ -608,7 +608,7 @@ def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     except SyntaxError as error:
         where = f"{error.filename}, line {error.lineno}: {error.msg}"
         raise ContractError(parameter, f"names a module with a syntax error ({where})", spec) from error
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a module calling sys.exit() on import must not end the process silently
         raised = f"raised {type(error).__name__} when imported ({' '.join(str(error).split())})"
         raise ContractError(parameter, f"names a module that {raised}", spec) from error
     handler = getattr(module, attribute, None)

@@ -68,6 +68,16 @@ def broken_check(environ: Mapping[str, str]) -> None:
     environ["NOT_SET_ANYWHERE"]
 
 
+def exiting_check(environ: Mapping[str, str]) -> None:
+    """A start-up check that calls sys.exit(), as a script-minded check might."""
+    raise SystemExit(4)
+
+
+@worker(max_duration=5, setup=exiting_check)
+def exiting_setup(message: Message) -> None:
+    """A handler whose start-up check exits the interpreter instead of refusing."""
+
+
 @worker(max_duration=5, setup=broken_check)
 def broken_setup(message: Message) -> None:
     """A handler whose start-up check raises something other than ConfigurationError."""

@@ -102,3 +102,13 @@ def test_load_config_start_up_check_failing_otherwise_names_the_handler() -> Non
         '"CONSUMER_HANDLER" names a handler whose start-up check broken_check failed'
         f" (KeyError: 'NOT_SET_ANYWHERE'): {spec!r}"
     )
+
+
+def test_load_config_start_up_check_calling_sys_exit_refuses_in_one_line() -> None:
+    """A check that calls sys.exit() does not end the process silently: it refuses, naming the check."""
+    spec = "tests.integration.handlers:exiting_setup"
+    with pytest.raises(ConfigurationError) as raised:
+        load_config({"QUEUE_URL": LOCAL_URL, "CONSUMER_HANDLER": spec})
+    assert str(raised.value) == (
+        f'"CONSUMER_HANDLER" names a handler whose start-up check exiting_check failed (SystemExit: 4): {spec!r}'
+    )

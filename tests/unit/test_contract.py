@@ -408,9 +408,10 @@ def test_load_handler_returns_declared_example() -> None:
 
 @pytest.fixture
 def broken_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Two importable modules that fail on import: one with a syntax error, one raising."""
+    """Importable modules that fail on import: one with a syntax error, one raising, one calling sys.exit()."""
     (tmp_path / "contract_syntax_error.py").write_text("def handle(:\n")
     (tmp_path / "contract_raises_on_import.py").write_text('raise RuntimeError("settings\\nunreadable")\n')
+    (tmp_path / "contract_exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
@@ -433,6 +434,15 @@ def test_load_handler_module_raising_on_import_is_one_contract_error(broken_modu
     assert str(raised.value) == (
         '"CONSUMER_HANDLER" names a module that raised RuntimeError when imported (settings unreadable):'
         " 'contract_raises_on_import:handle'"
+    )
+
+
+def test_load_handler_module_calling_sys_exit_on_import_is_one_contract_error(broken_modules: Path) -> None:
+    """sys.exit() at import is a refusal in one line, not a silent end of the process with its code."""
+    with pytest.raises(ContractError) as raised:
+        load_handler("contract_exits_on_import:handle", parameter="CONSUMER_HANDLER")
+    assert str(raised.value) == (
+        "\"CONSUMER_HANDLER\" names a module that raised SystemExit when imported (3): 'contract_exits_on_import:handle'"
     )
 
 
