@@ -199,9 +199,15 @@ class Lease:
             )
 
     def receive(self, count: int) -> list[dict[str, Any]] | None:
-        """Up to ``count`` messages new to this pass; None once the queue has nothing more for it."""
+        """Up to ``count`` messages new to this pass; None once the queue has nothing more for it.
+
+        A receive that brings only messages already seen (held ones whose lease ran out) hides them
+        again for ``visibility``; so the pass gives up only after enough such receives in a row to
+        have re-hidden everything it holds, plus MAX_STALE_RECEIVES: many held messages reappearing
+        at once must not end a pass while unseen ones wait behind them.
+        """
         stale = 0
-        while stale < MAX_STALE_RECEIVES:
+        while stale < MAX_STALE_RECEIVES + math.ceil(len(self.handles) / SQS_BATCH):
             # A step too: a signal during the call waits for its answer, so that the messages it hides
             # are known here and released on the way out, not left hidden until their lease ends.
             with interrupts.step():

@@ -354,3 +354,22 @@ def test_dlq_redrive_stopped_during_a_receive_releases_what_it_holds(
     assert result.exit_code == 143, result.output
     assert "interrupted after moving 10 message(s)" in result.stderr
     assert (depth(server_sqs, pair.queue_url), depth(server_sqs, pair.dlq_url)) == ((10, 0), (5, 0))
+
+
+def test_dlq_pass_keeps_going_when_many_held_messages_reappear_at_once(server_sqs: Any) -> None:
+    """Held messages whose lease ran out come back together: the pass re-hides them and still finds the unseen ones."""
+    pair = create_pair(server_sqs, CONTRACT)
+    held = [f"held-{n}" for n in range(35)]
+    for body in held:
+        server_sqs.send_message(QueueUrl=pair.dlq_url, MessageBody=body)
+    with dlq_pass.Lease(server_sqs, pair.dlq_url, visibility=2) as lease:
+        seen = []
+        while len(seen) < len(held):
+            seen += [m["Body"] for m in lease.receive(10) or []]
+        for n in range(5):
+            server_sqs.send_message(QueueUrl=pair.dlq_url, MessageBody=f"unseen-{n}")
+        wait_until(lambda: depth(server_sqs, pair.dlq_url)[0] == 40, timeout=10)  # the 35 are visible again
+
+        found = lease.receive(10)
+
+    assert sorted(m["Body"] for m in found or []) == [f"unseen-{n}" for n in range(5)]
