@@ -20,6 +20,8 @@ from tests.infra.conftest import Synthesized, synthesize
 
 HANDLER = "consumer.examples.notifications:handle"
 PRODUCERS = ["arn:aws:iam::123456789012:role/orders-api", "arn:aws:iam::210987654321:user/ci"]
+#: A secret named by its complete ARN, in a region that is not the stack's.
+SIGNING_SECRET_ARN = "arn:aws:secretsmanager:eu-central-1:123456789012:secret:qa/signing-Zz98Yy"
 #: Settings variants, synthesized once: prod with a real committed address; qa with a placeholder where
 #: paging is optional, every kind of secret and a producers list.
 VARIANTS = {
@@ -29,9 +31,9 @@ VARIANTS = {
             "handler": HANDLER,
             "paging": {"emails": ["oncall@example.com"]},
             "secrets": {
-                "DB_PASSWORD": "secretsmanager:qa/db:password",
-                "DB_URL": "secretsmanager:qa/db",
-                "SIGNING_KEY": "secretsmanager:qa/signing",
+                "DB_PASSWORD": "secretsmanager:qa/db-Ab12Cd#password",
+                "DB_URL": "secretsmanager:qa/db-Ab12Cd",
+                "SIGNING_KEY": f"secretsmanager:{SIGNING_SECRET_ARN}",
                 "HOOK_URL": "ssm:/qa/hook-url",
             },
             "producers": PRODUCERS,
@@ -197,20 +199,21 @@ def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Sy
 
 
 def test_execution_role_is_granted_exactly_the_declared_secrets(variants: dict[str, Synthesized]) -> None:
-    """Secrets Manager (whole or one JSON key) and SSM: each container secret, and read on exactly those, nothing more."""
+    """Secrets Manager (by complete name or ARN, whole or one JSON key) and SSM: each container secret by its
+    complete ARN, and read on exactly those ARNs, no "-??????" wildcard, nothing more."""
     env = variants["qa"]
     secret = ACCOUNT_ARN.format(service="secretsmanager", resource="secret:{}")
     parameter = ACCOUNT_ARN.format(service="ssm", resource="parameter/qa/hook-url")
     assert {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]} == {
-        "DB_PASSWORD": secret.format("qa/db:password::"),
-        "DB_URL": secret.format("qa/db"),
-        "SIGNING_KEY": secret.format("qa/signing"),
+        "DB_PASSWORD": secret.format("qa/db-Ab12Cd:password::"),
+        "DB_URL": secret.format("qa/db-Ab12Cd"),
+        "SIGNING_KEY": SIGNING_SECRET_ARN,
         "HOOK_URL": parameter,
     }
-    # Secrets Manager appends "-" and six characters to a secret's ARN: "??????" matches exactly that suffix.
+    # ECS requests the ValueFrom's ARN as written, so the grant must name that same complete ARN.
     assert secret_grants(env) == {
-        secret.format("qa/db-??????"): SECRET_READ,
-        secret.format("qa/signing-??????"): SECRET_READ,
+        secret.format("qa/db-Ab12Cd"): SECRET_READ,
+        SIGNING_SECRET_ARN: SECRET_READ,
         parameter: SSM_READ,
     }
 
