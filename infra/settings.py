@@ -33,17 +33,29 @@ PAGING_REQUIRED_ENVIRONMENTS = frozenset({"prod"})
 PLACEHOLDER_HOST = r"(?:[^\s@/?#:]*\.)?(?:example\.(?:com|org|net)|example|test|invalid|localhost)"
 #: Where paging is required and cdk.json commits no subscription, the stack takes one at deploy from this parameter.
 PAGING_ENDPOINT_PARAMETER = "PagingEndpoint"
-PLACEHOLDER_RULE = (
-    "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
-    " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders"
+#: The hosts PLACEHOLDER_HOST matches, in words: where paging is required, no subscription may be on one.
+PLACEHOLDER_DOMAINS = (
+    "example.com/.org/.net, their subdomains and the reserved .example, .test, .invalid and .localhost domains"
 )
-_EMAIL_LOCAL = r"[^@\s]+"
+PLACEHOLDER_RULE = (
+    f"must reach someone where paging is required (prod, or require_paging): {PLACEHOLDER_DOMAINS} are placeholders"
+)
+# No ":" in the local part: "mailto:oncall@corp.io" or "HTTPS://x@corp.io" is not an address SNS can mail.
+_EMAIL_LOCAL = r"[^@\s:]+"
 _EMAIL_DOMAIN = r"[^@\s/]+\.[^@\s/]+"  # no "/": a URL is never read as an address
 #: The deploy-time PagingEndpoint parameter's AllowedPattern (a Java regular expression on AWS; this
-#: subset reads the same in Python): an email address or an https:// URL, neither on a placeholder host.
+#: subset, scoped flags included, reads the same in Python): an email address or an https:// URL, neither on a
+#: placeholder host. Hosts match in any case, the scheme only in lower case: the stack picks the subscription's
+#: protocol by looking for "https://" (CloudFormation has no lower-case function), so "HTTPS://..." would be
+#: subscribed as an email address and refused by SNS mid-deploy.
 PAGING_ENDPOINT_PATTERN = (
     rf"(?i)^(?:{_EMAIL_LOCAL}@(?!{PLACEHOLDER_HOST}$){_EMAIL_DOMAIN}"
-    rf"|https://(?!(?:[^/?#@\s]*@)?{PLACEHOLDER_HOST}(?:[:/?#]|$))\S+)$"
+    rf"|(?-i:https://)(?!(?:[^/?#@\s]*@)?{PLACEHOLDER_HOST}(?:[:/?#]|$))\S+)$"
+)
+#: The PagingEndpoint parameter's ConstraintDescription: what CloudFormation says when a value breaks the pattern.
+PAGING_ENDPOINT_RULE = (
+    "must be an email address (no ':' before the '@') or an https:// URL (the scheme in lower case),"
+    f" not on a placeholder: {PLACEHOLDER_DOMAINS}"
 )
 
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size

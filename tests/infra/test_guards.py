@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,9 @@ def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:
         True,
     )
     assert parameter["ConstraintDescription"] == (
-        "must be an email address or an https:// URL, not on example.com/.org/.net or a reserved"
-        " .example, .test, .invalid or .localhost domain"
+        "must be an email address (no ':' before the '@') or an https:// URL (the scheme in lower case), not on a"
+        " placeholder: example.com/.org/.net, their subdomains and the reserved .example, .test, .invalid and"
+        " .localhost domains"
     )
 
 
@@ -85,14 +87,17 @@ def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:
     ("endpoint", "protocol"),
     [
         ("oncall@corp.io", "email"),
+        ("OnCall+pages@Corp.IO", "email"),
         ("https://events.pagerduty.com/integration/abc/enqueue", "https"),
-        ("ops+https://@corp.io", "email"),
+        ("https://EVENTS.PagerDuty.com/integration/abc/enqueue", "https"),
+        ("https://corp.io/hook?to=oncall@corp.io", "https"),
     ],
 )
 def test_paging_endpoint_subscribes_with_the_protocol_its_value_needs(
     prod: Synthesized, endpoint: str, protocol: str
 ) -> None:
     """The subscription's protocol is https for an https:// value, email otherwise, by a CloudFormation condition."""
+    assert re.fullmatch(prod.json["Parameters"]["PagingEndpoint"]["AllowedPattern"], endpoint)
     (subscription,) = prod.resources("AWS::SNS::Subscription").values()
     properties = subscription["Properties"]
     assert properties["Endpoint"] == {"Ref": "PagingEndpoint"}
@@ -100,6 +105,21 @@ def test_paging_endpoint_subscribes_with_the_protocol_its_value_needs(
     condition, when_true, when_false = properties["Protocol"]["Fn::If"]
     is_https = evaluate(prod.json["Conditions"][condition], {"PagingEndpoint": endpoint})
     assert (when_true if is_https else when_false) == protocol
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "HTTPS://events.pagerduty.com/x",
+        "Https://events.pagerduty.com/x",
+        "mailto:oncall@corp.io",
+        "ops+https://@corp.io",
+    ],
+)
+def test_paging_endpoint_refuses_what_the_protocol_condition_would_misread(prod: Synthesized, endpoint: str) -> None:
+    """An upper-case scheme or a ":" before the "@" would be subscribed as email, and SNS would refuse it mid-deploy:
+    AllowedPattern refuses it before anything is created."""
+    assert re.fullmatch(prod.json["Parameters"]["PagingEndpoint"]["AllowedPattern"], endpoint) is None
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "demo"])

@@ -189,10 +189,15 @@ def test_settings_required_paging_accepts_a_real_endpoint(kind: str, endpoint: s
     ("value", "accepted"),
     [(endpoint, False) for _, endpoint in PLACEHOLDERS]
     + [(endpoint, True) for _, endpoint in REAL_ENDPOINTS]
-    + [("http://corp.io/hook", False), ("not-an-address", False), ("oncall@corp", False), ("", False)],
+    + [("http://corp.io/hook", False), ("not-an-address", False), ("oncall@corp", False), ("", False)]
+    # The scheme is lower case (the stack's protocol condition looks for "https://"); hosts are not case-sensitive.
+    + [("HTTPS://events.pagerduty.com/x", False), ("Https://events.pagerduty.com/x", False)]
+    + [("https://EVENTS.PagerDuty.com/x", True), ("https://Hooks.Example.COM/x", False), ("OnCall@Corp.IO", True)]
+    # No ":" before an address's "@": neither a mailto: URL nor a scheme passes for an address.
+    + [("mailto:oncall@corp.io", False), ("ops+https://@corp.io", False), ("a:b@corp.io", False)],
 )
 def test_paging_endpoint_pattern_is_the_deploy_time_rule(value: str, accepted: bool) -> None:
-    """The PagingEndpoint parameter's AllowedPattern takes an email or https:// URL and refuses placeholders."""
+    """The PagingEndpoint parameter's AllowedPattern takes an email or a lower-case https:// URL, refuses placeholders."""
     assert (re.fullmatch(PAGING_ENDPOINT_PATTERN, value) is not None) is accepted
 
 
