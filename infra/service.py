@@ -132,14 +132,21 @@ class ConsumerService(Construct):
             TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
-        owned = set(environment) | BINDING_KEYS
-        for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
-            clashes = sorted(set(names) & owned)
+        owned, plain = set(environment) | BINDING_KEYS, set(handler_environment or {})
+        # Each variable has one source; the error says which two an option's names clash between.
+        for option, names, taken, rule in (
+            ("handler_environment", plain, owned, "must not set variables the construct sets"),
+            ("secrets", set(secrets or {}), owned, "must not set variables the construct sets"),
+            (
+                "secrets",
+                set(secrets or {}),
+                plain,
+                "must not repeat a handler_environment variable (one source per variable)",
+            ),
+        ):
+            clashes = sorted(names & taken)
             if clashes:
-                raise ValueError(
-                    f'"{option}" must not set variables the construct (or handler_environment) sets: {", ".join(clashes)}'
-                )
-            owned |= set(names)
+                raise ValueError(f'"{option}" {rule}: {", ".join(clashes)}')
         environment.update(bindings)
         environment.update(handler_environment or {})
 

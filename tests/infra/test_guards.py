@@ -248,18 +248,19 @@ def test_ecs2_acknowledgement_says_how_secrets_travel(synthesized: dict[str, Syn
 @pytest.mark.parametrize(
     ("handler_environment", "secret_name", "message"),
     [
-        ({}, "QUEUE_URL", '"secrets" must not set variables the construct (or handler_environment) sets: QUEUE_URL'),
+        ({"QUEUE_URL": "x"}, "HOOK_URL", '"handler_environment" must not set variables the construct sets: QUEUE_URL'),
+        ({}, "QUEUE_URL", '"secrets" must not set variables the construct sets: QUEUE_URL'),
         (
             {"HOOK_URL": "x"},
             "HOOK_URL",
-            '"secrets" must not set variables the construct (or handler_environment) sets: HOOK_URL',
+            '"secrets" must not repeat a handler_environment variable (one source per variable): HOOK_URL',
         ),
     ],
 )
-def test_service_construct_refuses_a_secret_that_shadows_a_variable(
+def test_service_construct_refuses_a_variable_with_two_sources(
     handler_environment: dict[str, str], secret_name: str, message: str
 ) -> None:
-    """Used without cdk.json's settings, ConsumerService still gives each variable one source."""
+    """Used without cdk.json's settings, ConsumerService still gives each variable one source, and says which clash."""
     stack = cdk.Stack(cdk.App(), "Direct")
     contract = WorkerContract(max_duration_seconds=90)
     parameter = ssm.StringParameter.from_secure_string_parameter_attributes(stack, "Hook", parameter_name="/qa/hook")
