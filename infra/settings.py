@@ -134,6 +134,7 @@ _FIND_COMPLETE_ARN = "aws secretsmanager describe-secret --secret-id {name} --qu
 #: A handler_environment name containing one of these looks like a secret. handler_environment is plain
 #: text in the task definition (anyone with ecs:DescribeTaskDefinition reads it), so such a value must
 #: come through ``secrets`` instead. A false positive is renamed or moved to ``secrets``; it never passes.
+#: WEBHOOK: a webhook URL usually carries its token (Slack's, the notifications example's NOTIFY_WEBHOOK_URL).
 SECRET_NAME_MARKERS = (
     "SECRET",
     "PASSWORD",
@@ -145,6 +146,7 @@ SECRET_NAME_MARKERS = (
     "API_KEY",
     "APIKEY",
     "ACCESS_KEY",
+    "WEBHOOK",
 )
 SECRET_LIKE_RULE = (
     f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"

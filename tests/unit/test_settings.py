@@ -474,6 +474,8 @@ def test_settings_secret_names_at_the_bounds_are_accepted() -> None:
         "STRIPE_API_KEY",
         "MAPS_APIKEY",
         "AWS_ACCESS_KEY_ID",
+        "NOTIFY_WEBHOOK_URL",
+        "SLACK_WEBHOOK",
     ],
 )
 def test_settings_handler_environment_refuses_secret_like_names(name: str) -> None:
@@ -485,8 +487,8 @@ def test_settings_handler_environment_refuses_secret_like_names(name: str) -> No
 
 
 def test_settings_handler_environment_keeps_plain_names() -> None:
-    """Names without a secret marker pass, so the example's URL and dry-run switch can still be declared here."""
-    plain = {"NOTIFY_WEBHOOK_URL": "https://hooks.corp.io/x", "NOTIFY_DRY_RUN": "true", "LOG_FORMAT": "json"}
+    """Names without a secret marker pass, so the example's dry-run switch can still be declared here."""
+    plain = {"NOTIFY_DRY_RUN": "true", "ORDERS_API_URL": "https://orders.corp.io", "LOG_FORMAT": "json"}
     assert parse_environment("qa", settings(handler_environment=plain)).handler_environment == plain
 
 
