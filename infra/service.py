@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
@@ -132,14 +132,21 @@ class ConsumerService(Construct):
             TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
-        owned = set(environment) | BINDING_KEYS
-        for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
-            clashes = sorted(set(names) & owned)
+        owned, plain = set(environment) | BINDING_KEYS, set(handler_environment or {})
+        # Each variable has one source; the error says which two an option's names clash between.
+        for option, names, taken, rule in (
+            ("handler_environment", plain, owned, "must not set variables the construct sets"),
+            ("secrets", set(secrets or {}), owned, "must not set variables the construct sets"),
+            (
+                "secrets",
+                set(secrets or {}),
+                plain,
+                "must not repeat a handler_environment variable (one source per variable)",
+            ),
+        ):
+            clashes = sorted(names & taken)
             if clashes:
-                raise ValueError(
-                    f'"{option}" must not set variables the construct (or handler_environment) sets: {", ".join(clashes)}'
-                )
-            owned |= set(names)
+                raise ValueError(f'"{option}" {rule}: {", ".join(clashes)}')
         environment.update(bindings)
         environment.update(handler_environment or {})
 
@@ -245,7 +252,8 @@ class ConsumerService(Construct):
 def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> dict[str, ecs.Secret]:
     """ECS secrets for ``sources`` (the ``secrets`` setting): SecureString parameters or Secrets Manager secrets.
 
-    Parameters and secrets are referenced by name, never created here: they exist before the first deploy.
+    Parameters and secrets are referenced, never created here: they exist before the first deploy. A secret is
+    referenced by its complete ARN, given or built from its complete name in the stack's account and region.
     Encrypted with the default keys (``aws/ssm``, ``aws/secretsmanager``) they need no KMS grant.
     """
     secrets = {}
@@ -256,7 +264,15 @@ def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> 
             )
             secrets[variable] = ecs.Secret.from_ssm_parameter(parameter)
         else:
-            secret = secretsmanager.Secret.from_secret_name_v2(scope, variable, source.name)
+            # The complete ARN, suffix included: ECS requests exactly the ARN in ValueFrom, and a partial one
+            # (from_secret_name_v2) never matches the "-??????" grant CDK gives for it (aws-cdk#18555, #20744).
+            arn = source.arn or Stack.of(scope).format_arn(
+                service="secretsmanager",
+                resource="secret",
+                resource_name=source.name,
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+            secret = secretsmanager.Secret.from_secret_complete_arn(scope, variable, arn)
             secrets[variable] = ecs.Secret.from_secrets_manager(secret, field=source.json_key)
     return secrets
 

@@ -33,17 +33,29 @@ PAGING_REQUIRED_ENVIRONMENTS = frozenset({"prod"})
 PLACEHOLDER_HOST = r"(?:[^\s@/?#:]*\.)?(?:example\.(?:com|org|net)|example|test|invalid|localhost)"
 #: Where paging is required and cdk.json commits no subscription, the stack takes one at deploy from this parameter.
 PAGING_ENDPOINT_PARAMETER = "PagingEndpoint"
-PLACEHOLDER_RULE = (
-    "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
-    " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders"
+#: The hosts PLACEHOLDER_HOST matches, in words: where paging is required, no subscription may be on one.
+PLACEHOLDER_DOMAINS = (
+    "example.com/.org/.net, their subdomains and the reserved .example, .test, .invalid and .localhost domains"
 )
-_EMAIL_LOCAL = r"[^@\s]+"
+PLACEHOLDER_RULE = (
+    f"must reach someone where paging is required (prod, or require_paging): {PLACEHOLDER_DOMAINS} are placeholders"
+)
+# No ":" in the local part: "mailto:oncall@corp.io" or "HTTPS://x@corp.io" is not an address SNS can mail.
+_EMAIL_LOCAL = r"[^@\s:]+"
 _EMAIL_DOMAIN = r"[^@\s/]+\.[^@\s/]+"  # no "/": a URL is never read as an address
 #: The deploy-time PagingEndpoint parameter's AllowedPattern (a Java regular expression on AWS; this
-#: subset reads the same in Python): an email address or an https:// URL, neither on a placeholder host.
+#: subset, scoped flags included, reads the same in Python): an email address or an https:// URL, neither on a
+#: placeholder host. Hosts match in any case, the scheme only in lower case: the stack picks the subscription's
+#: protocol by looking for "https://" (CloudFormation has no lower-case function), so "HTTPS://..." would be
+#: subscribed as an email address and refused by SNS mid-deploy.
 PAGING_ENDPOINT_PATTERN = (
     rf"(?i)^(?:{_EMAIL_LOCAL}@(?!{PLACEHOLDER_HOST}$){_EMAIL_DOMAIN}"
-    rf"|https://(?!(?:[^/?#@\s]*@)?{PLACEHOLDER_HOST}(?:[:/?#]|$))\S+)$"
+    rf"|(?-i:https://)(?!(?:[^/?#@\s]*@)?{PLACEHOLDER_HOST}(?:[:/?#]|$))\S+)$"
+)
+#: The PagingEndpoint parameter's ConstraintDescription: what CloudFormation says when a value breaks the pattern.
+PAGING_ENDPOINT_RULE = (
+    "must be an email address (no ':' before the '@') or an https:// URL (the scheme in lower case),"
+    f" not on a placeholder: {PLACEHOLDER_DOMAINS}"
 )
 
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
@@ -89,10 +101,20 @@ _HTTPS = re.compile(r"^https://\S+$")
 # https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html (naming constraints)
 _SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){0,14}$")
 # https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
-_SECRET_NAME = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
-# Secrets Manager ends every secret's ARN with "-" and six random characters; a name that ends the same way
-# makes the partial ARN ECS resolves ambiguous.
-_SECRET_ARN_SUFFIX = re.compile(r"-[A-Za-z0-9]{6}$")
+_SECRET_NAME_CHARACTERS = r"[A-Za-z0-9/_+=.@-]{1,512}"
+_SECRET_NAME = re.compile(rf"^{_SECRET_NAME_CHARACTERS}$")
+# Secrets Manager ends every secret's ARN with "-" and six random letters or digits, and ECS reads a secret only
+# by that complete ARN: given a partial one, it requests the partial ARN, which no grant matches
+# (https://github.com/aws/aws-cdk/issues/18555). So a secret is named with its suffix.
+_SECRET_FULL_NAME = rf"{_SECRET_NAME_CHARACTERS}-[A-Za-z0-9]{{6}}"
+_SECRET_COMPLETE_NAME = re.compile(rf"^{_SECRET_FULL_NAME}$")
+_SECRET_COMPLETE_ARN = re.compile(
+    r"^arn:aws(?:-[a-z]+)*:secretsmanager:[a-z]{2,}(?:-[a-z]+)+-[0-9]+:[0-9]{12}:secret:"
+    rf"(?P<name>{_SECRET_FULL_NAME})$"
+)
+#: What separates a Secrets Manager secret from a JSON key in "secrets": "#", because an ARN is full of ":" (and
+#: ECS's ValueFrom itself adds ":<json key>:<stage>:<version>"), while no secret name or ARN can hold "#".
+SECRET_JSON_KEY_SEPARATOR = "#"
 _JSON_KEY = re.compile(r"^[^:\s]+$")
 # What aws:PrincipalArn holds for a role (also when a session of it calls) or a user: no wildcard, no session.
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn
@@ -104,11 +126,15 @@ PRODUCER_RULE = (
     " allowed, a wildcard is not; for an assumed-role session name its role)"
 )
 SECRET_SOURCE_RULE = (
-    'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>-<6-character suffix>" or'
+    ' "secretsmanager:<complete secret ARN>", a secret optionally followed by "#<json key>"'
 )
+#: How to find what ECS needs: the complete ARN (its last part is the complete name).
+_FIND_COMPLETE_ARN = "aws secretsmanager describe-secret --secret-id {name} --query ARN"
 #: A handler_environment name containing one of these looks like a secret. handler_environment is plain
 #: text in the task definition (anyone with ecs:DescribeTaskDefinition reads it), so such a value must
 #: come through ``secrets`` instead. A false positive is renamed or moved to ``secrets``; it never passes.
+#: WEBHOOK: a webhook URL usually carries its token (Slack's, the notifications example's NOTIFY_WEBHOOK_URL).
 SECRET_NAME_MARKERS = (
     "SECRET",
     "PASSWORD",
@@ -120,6 +146,7 @@ SECRET_NAME_MARKERS = (
     "API_KEY",
     "APIKEY",
     "ACCESS_KEY",
+    "WEBHOOK",
 )
 SECRET_LIKE_RULE = (
     f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"
@@ -146,8 +173,11 @@ class SecretSource:
     secret, whole or one key of its JSON value."""
 
     service: str  # "ssm" or "secretsmanager"
+    #: The parameter's name; a secret's complete name, ending in the "-" and six characters of its ARN.
     name: str
     json_key: str | None = None
+    #: The secret's complete ARN where the setting gives one; else the secret is in the stack's account and region.
+    arn: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -423,21 +453,35 @@ def _secret_source(path: str, source: str) -> SecretSource:
         return SecretSource(service=service, name=rest)
     if service != "secretsmanager":
         raise SettingsError(path, SECRET_SOURCE_RULE, source)
-    name, colon, json_key = rest.partition(":")
-    if not _SECRET_NAME.match(name):
-        raise SettingsError(
-            path, f"{SECRET_SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -", source
-        )
-    if _SECRET_ARN_SUFFIX.search(name):
+    secret, separator, json_key = rest.partition(SECRET_JSON_KEY_SEPARATOR)
+    if separator and not _JSON_KEY.match(json_key):
+        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces", source)
+    key = json_key or None
+    if secret.startswith("arn:"):
+        complete = _SECRET_COMPLETE_ARN.match(secret)
+        if complete is None:
+            raise SettingsError(
+                path,
+                f"{SECRET_SOURCE_RULE}; a complete ARN is arn:aws:secretsmanager:<region>:<12-digit account>:secret:"
+                "<name>-<6 letters or digits>, as Secrets Manager shows it: " + _FIND_COMPLETE_ARN.format(name="NAME"),
+                source,
+            )
+        return SecretSource(service=service, name=complete["name"], json_key=key, arn=secret)
+    if ":" in secret:
+        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key follows '#', not ':'", source)
+    if _SECRET_COMPLETE_NAME.match(secret):
+        return SecretSource(service=service, name=secret, json_key=key)
+    if _SECRET_NAME.match(secret):
         raise SettingsError(
             path,
-            "must not name a secret ending in '-' and six letters or digits: Secrets Manager ends every ARN so,"
-            " and ECS resolves the name as a partial ARN",
+            "must name the secret completely, with the '-' and six letters or digits its ARN ends with (ECS reads"
+            " a secret only by its complete ARN; a partial one is refused access at task start): find it with "
+            + _FIND_COMPLETE_ARN.format(name=secret),
             source,
         )
-    if colon and not _JSON_KEY.match(json_key):
-        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces", source)
-    return SecretSource(service=service, name=name, json_key=json_key or None)
+    raise SettingsError(
+        path, f"{SECRET_SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -", source
+    )
 
 
 def _parse_vpc(path: str, raw: object) -> ExistingVpc | None:

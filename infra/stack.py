@@ -20,6 +20,7 @@ from infra.settings import (
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
     PAGING_ENDPOINT_PATTERN,
+    PAGING_ENDPOINT_RULE,
     EnvironmentSettings,
     is_placeholder,
 )
@@ -169,10 +170,7 @@ class WorkerStack(Stack):
             type="String",
             description="Who the page-level alarms reach: an email address or an https:// endpoint of a paging service",
             allowed_pattern=PAGING_ENDPOINT_PATTERN,
-            constraint_description=(
-                "must be an email address or an https:// URL, not on example.com/.org/.net or a reserved"
-                " .example, .test, .invalid or .localhost domain"
-            ),
+            constraint_description=PAGING_ENDPOINT_RULE,
             # A paging service's https:// endpoint usually embeds its integration key: not shown by describe-stacks.
             no_echo=True,
         )

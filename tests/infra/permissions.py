@@ -33,8 +33,6 @@ OTHER_ACCOUNT = "444455556666"
 TASK_ID = "0123456789abcdef0123456789abcdef"
 #: Row placeholders repeated for each secret the container declares, by the service holding it.
 SECRET_PLACEHOLDERS = {"ssm_parameter": "ssm", "secretsmanager_secret": "secretsmanager"}
-#: The six characters Secrets Manager appends to a secret's name in its ARN.
-SECRET_ARN_SUFFIX = "-AbCdEf"
 #: IAM actions recorded for calls that need no permission (see runtime_call_recorder.NO_PERMISSION_NEEDED).
 NO_ACTION = "none"
 #: Everything allowed to a principal of another account by its own account: a refusal then comes from
@@ -130,9 +128,10 @@ class Bindings:
             arn = str(secret["ValueFrom"])
             service = arn.split(":")[2]
             if service == "secretsmanager":
-                # valueFrom may add ":<json key>:<stage>:<version>" and name the secret without the
-                # random suffix Secrets Manager appends to its ARN; a request names the full ARN.
-                arn = ":".join(arn.split(":")[:7]) + SECRET_ARN_SUFFIX
+                # ECS calls GetSecretValue on the ValueFrom without its ":<json key>:<stage>:<version>" tail,
+                # exactly as written: a partial ARN (no "-" and six characters) is requested as it is, and
+                # IAM matches the grant against that, so nothing may be appended here.
+                arn = ":".join(arn.split(":")[:7])
             self.secrets[service].append(arn)
 
     # -- lookups in the resolved template -------------------------------------------------------------

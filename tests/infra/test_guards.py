@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,12 @@ from infra.queues import WorkerQueues
 from infra.service import ConsumerService
 from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
 from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.resolve import resolve_template
 
 HANDLER = "consumer.examples.notifications:handle"
 PRODUCERS = ["arn:aws:iam::123456789012:role/orders-api", "arn:aws:iam::210987654321:user/ci"]
+#: A secret named by its complete ARN, in a region that is not the stack's.
+SIGNING_SECRET_ARN = "arn:aws:secretsmanager:eu-central-1:123456789012:secret:qa/signing-Zz98Yy"
 #: Settings variants, synthesized once: prod with a real committed address; qa with a placeholder where
 #: paging is optional, every kind of secret and a producers list.
 VARIANTS = {
@@ -29,9 +33,9 @@ VARIANTS = {
             "handler": HANDLER,
             "paging": {"emails": ["oncall@example.com"]},
             "secrets": {
-                "DB_PASSWORD": "secretsmanager:qa/db:password",
-                "DB_URL": "secretsmanager:qa/db",
-                "SIGNING_KEY": "secretsmanager:qa/signing",
+                "DB_PASSWORD": "secretsmanager:qa/db-Ab12Cd#password",
+                "DB_URL": "secretsmanager:qa/db-Ab12Cd",
+                "SIGNING_KEY": f"secretsmanager:{SIGNING_SECRET_ARN}",
                 "HOOK_URL": "ssm:/qa/hook-url",
             },
             "producers": PRODUCERS,
@@ -45,25 +49,6 @@ def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]
     return synthesize(tmp_path_factory.mktemp("variants"), VARIANTS)
 
 
-def evaluate(expression: Any, parameters: dict[str, str]) -> Any:
-    """The few intrinsic functions the PagingEndpoint condition uses, evaluated as CloudFormation does."""
-    if not isinstance(expression, dict):
-        return expression
-    ((function, argument),) = expression.items()
-    if function == "Ref":
-        return parameters[argument]
-    if function == "Fn::Split":
-        delimiter, source = argument
-        return evaluate(source, parameters).split(delimiter)
-    if function == "Fn::Select":
-        index, values = argument
-        return evaluate(values, parameters)[index]
-    if function == "Fn::Equals":
-        left, right = argument
-        return evaluate(left, parameters) == evaluate(right, parameters)
-    raise AssertionError(f"unexpected function {function}")
-
-
 def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:
     """PagingEndpoint: no default (a deploy without it fails first), the placeholder-refusing pattern, hidden."""
     parameter = prod.json["Parameters"]["PagingEndpoint"]
@@ -74,8 +59,9 @@ def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:
         True,
     )
     assert parameter["ConstraintDescription"] == (
-        "must be an email address or an https:// URL, not on example.com/.org/.net or a reserved"
-        " .example, .test, .invalid or .localhost domain"
+        "must be an email address (no ':' before the '@') or an https:// URL (the scheme in lower case), not on a"
+        " placeholder: example.com/.org/.net, their subdomains and the reserved .example, .test, .invalid and"
+        " .localhost domains"
     )
 
 
@@ -83,21 +69,37 @@ def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:
     ("endpoint", "protocol"),
     [
         ("oncall@corp.io", "email"),
+        ("OnCall+pages@Corp.IO", "email"),
         ("https://events.pagerduty.com/integration/abc/enqueue", "https"),
-        ("ops+https://@corp.io", "email"),
+        ("https://EVENTS.PagerDuty.com/integration/abc/enqueue", "https"),
+        ("https://corp.io/hook?to=oncall@corp.io", "https"),
     ],
 )
 def test_paging_endpoint_subscribes_with_the_protocol_its_value_needs(
     prod: Synthesized, endpoint: str, protocol: str
 ) -> None:
-    """The subscription's protocol is https for an https:// value, email otherwise, by a CloudFormation condition."""
-    (subscription,) = prod.resources("AWS::SNS::Subscription").values()
-    properties = subscription["Properties"]
-    assert properties["Endpoint"] == {"Ref": "PagingEndpoint"}
-    assert properties["TopicArn"] == {"Ref": prod.logical_id(prod.stack.paging.topic)}
-    condition, when_true, when_false = properties["Protocol"]["Fn::If"]
-    is_https = evaluate(prod.json["Conditions"][condition], {"PagingEndpoint": endpoint})
-    assert (when_true if is_https else when_false) == protocol
+    """The subscription's protocol is https for an https:// value, email otherwise, by a CloudFormation condition
+    (evaluated by the permissions tier's resolver, as CloudFormation would with this parameter value)."""
+    assert re.fullmatch(prod.json["Parameters"]["PagingEndpoint"]["AllowedPattern"], endpoint)
+    resolved = resolve_template(prod.json, stack_name=prod.stack.stack_name, parameters={"PagingEndpoint": endpoint})
+    (subscription,) = resolved.of_type("AWS::SNS::Subscription")
+    topic = resolved.resources[prod.logical_id(prod.stack.paging.topic)]
+    assert subscription.properties == {"Protocol": protocol, "Endpoint": endpoint, "TopicArn": topic.ref}
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "HTTPS://events.pagerduty.com/x",
+        "Https://events.pagerduty.com/x",
+        "mailto:oncall@corp.io",
+        "ops+https://@corp.io",
+    ],
+)
+def test_paging_endpoint_refuses_what_the_protocol_condition_would_misread(prod: Synthesized, endpoint: str) -> None:
+    """An upper-case scheme or a ":" before the "@" would be subscribed as email, and SNS would refuse it mid-deploy:
+    AllowedPattern refuses it before anything is created."""
+    assert re.fullmatch(prod.json["Parameters"]["PagingEndpoint"]["AllowedPattern"], endpoint) is None
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "demo"])
@@ -197,20 +199,21 @@ def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Sy
 
 
 def test_execution_role_is_granted_exactly_the_declared_secrets(variants: dict[str, Synthesized]) -> None:
-    """Secrets Manager (whole or one JSON key) and SSM: each container secret, and read on exactly those, nothing more."""
+    """Secrets Manager (by complete name or ARN, whole or one JSON key) and SSM: each container secret by its
+    complete ARN, and read on exactly those ARNs, no "-??????" wildcard, nothing more."""
     env = variants["qa"]
     secret = ACCOUNT_ARN.format(service="secretsmanager", resource="secret:{}")
     parameter = ACCOUNT_ARN.format(service="ssm", resource="parameter/qa/hook-url")
     assert {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]} == {
-        "DB_PASSWORD": secret.format("qa/db:password::"),
-        "DB_URL": secret.format("qa/db"),
-        "SIGNING_KEY": secret.format("qa/signing"),
+        "DB_PASSWORD": secret.format("qa/db-Ab12Cd:password::"),
+        "DB_URL": secret.format("qa/db-Ab12Cd"),
+        "SIGNING_KEY": SIGNING_SECRET_ARN,
         "HOOK_URL": parameter,
     }
-    # Secrets Manager appends "-" and six characters to a secret's ARN: "??????" matches exactly that suffix.
+    # ECS requests the ValueFrom's ARN as written, so the grant must name that same complete ARN.
     assert secret_grants(env) == {
-        secret.format("qa/db-??????"): SECRET_READ,
-        secret.format("qa/signing-??????"): SECRET_READ,
+        secret.format("qa/db-Ab12Cd"): SECRET_READ,
+        SIGNING_SECRET_ARN: SECRET_READ,
         parameter: SSM_READ,
     }
 
@@ -245,18 +248,19 @@ def test_ecs2_acknowledgement_says_how_secrets_travel(synthesized: dict[str, Syn
 @pytest.mark.parametrize(
     ("handler_environment", "secret_name", "message"),
     [
-        ({}, "QUEUE_URL", '"secrets" must not set variables the construct (or handler_environment) sets: QUEUE_URL'),
+        ({"QUEUE_URL": "x"}, "HOOK_URL", '"handler_environment" must not set variables the construct sets: QUEUE_URL'),
+        ({}, "QUEUE_URL", '"secrets" must not set variables the construct sets: QUEUE_URL'),
         (
             {"HOOK_URL": "x"},
             "HOOK_URL",
-            '"secrets" must not set variables the construct (or handler_environment) sets: HOOK_URL',
+            '"secrets" must not repeat a handler_environment variable (one source per variable): HOOK_URL',
         ),
     ],
 )
-def test_service_construct_refuses_a_secret_that_shadows_a_variable(
+def test_service_construct_refuses_a_variable_with_two_sources(
     handler_environment: dict[str, str], secret_name: str, message: str
 ) -> None:
-    """Used without cdk.json's settings, ConsumerService still gives each variable one source."""
+    """Used without cdk.json's settings, ConsumerService still gives each variable one source, and says which clash."""
     stack = cdk.Stack(cdk.App(), "Direct")
     contract = WorkerContract(max_duration_seconds=90)
     parameter = ssm.StringParameter.from_secure_string_parameter_attributes(stack, "Hook", parameter_name="/qa/hook")

@@ -47,8 +47,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "handler": "consumer.examples.notifications:handle",
         "producers": PRODUCERS,
         "secrets": {
-            "NOTIFY_WEBHOOK_URL": "secretsmanager:team/notify:url",
-            "PARTNER_KEY": "secretsmanager:team/partner",
+            "NOTIFY_WEBHOOK_URL": "secretsmanager:team/notify-Ab12Cd#url",
+            "PARTNER_KEY": f"secretsmanager:arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-Xy34Zw",
         },
     },
 }
@@ -241,9 +241,10 @@ def test_secrets_are_bound_where_the_container_declares_them(bound: dict[str, Bi
         "ssm": [f"arn:aws:ssm:eu-west-1:{FAKE_ACCOUNT}:parameter/sqs-worker/prod/notify-webhook-url"],
         "secretsmanager": [],
     }
+    # ECS requests the ValueFrom without its ":<json key>:<stage>:<version>" tail, nothing appended.
     assert bound["senders"].secrets["secretsmanager"] == [
-        f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/notify-AbCdEf",
-        f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-AbCdEf",
+        f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/notify-Ab12Cd",
+        f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-Xy34Zw",
     ]
 
 
@@ -282,25 +283,39 @@ ALLOW_THIS_ACCOUNTS_ALARMS = {
 }
 
 
+def tool_scenario(
+    principal: str,
+    action: str,
+    resource: str,
+    context: dict[str, str],
+    *,
+    identity_policies: list[dict[str, Any]] | None = None,
+    resource_policy: dict[str, Any] | None = None,
+) -> Scenario:
+    """One hand-made request for the evaluator, outside any template."""
+    simulation: dict[str, Any] = {
+        "request": {
+            "principal": principal,
+            "action": action,
+            "resource": {"resource": resource, "accountId": "111122223333"},
+            "contextVariables": context,
+        },
+        "identityPolicies": identity_policies or [],
+        "serviceControlPolicies": [],
+        "resourceControlPolicies": [],
+    }
+    if resource_policy is not None:
+        simulation["resourcePolicy"] = resource_policy
+    return Scenario("tool", "tool", principal, action, resource, tuple(context.items()), ALLOWED, "", simulation)
+
+
 def publish(policy: dict[str, Any], source_account: str = "111122223333") -> Scenario:
     context = {
         "aws:SecureTransport": "true",
         "aws:SourceAccount": source_account,
         "aws:SourceArn": f"arn:aws:cloudwatch:eu-west-1:{source_account}:alarm:app-DlqDepth",
     }
-    simulation = {
-        "request": {
-            "principal": CLOUDWATCH,
-            "action": "sns:Publish",
-            "resource": {"resource": TOPIC, "accountId": "111122223333"},
-            "contextVariables": context,
-        },
-        "identityPolicies": [],
-        "serviceControlPolicies": [],
-        "resourceControlPolicies": [],
-        "resourcePolicy": policy,
-    }
-    return Scenario("tool", "tool", CLOUDWATCH, "sns:Publish", TOPIC, tuple(context.items()), ALLOWED, "", simulation)
+    return tool_scenario(CLOUDWATCH, "sns:Publish", TOPIC, context, resource_policy=policy)
 
 
 def test_evaluator_answers_as_aws_for_a_topic_policy_with_and_without_cloudwatch() -> None:
@@ -311,6 +326,27 @@ def test_evaluator_answers_as_aws_for_a_topic_policy_with_and_without_cloudwatch
         "Allowed",
         "ImplicitlyDenied",
     ]
+
+
+def test_evaluator_refuses_a_partial_secret_arn_under_a_suffix_wildcard_grant() -> None:
+    """ECS requests a secret by its ValueFrom's ARN: a grant on "<name>-??????" admits the complete ARN only,
+    so a partial ValueFrom (no suffix) is refused, as AWS refuses it at task start (aws-cdk#18555)."""
+    secret = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:team/notify"
+    grant = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": f"{secret}-??????"}],
+    }
+    requests = [
+        tool_scenario(
+            "arn:aws:iam::111122223333:role/execution",
+            "secretsmanager:GetSecretValue",
+            requested,
+            {"aws:SecureTransport": "true"},
+            identity_policies=[{"name": "grant", "policy": grant}],
+        )
+        for requested in (secret, f"{secret}-Ab12Cd")
+    ]
+    assert evaluate(requests) == ["ImplicitlyDenied", "Allowed"]
 
 
 def test_evaluator_refuses_a_scenario_it_cannot_evaluate_rather_than_answering() -> None:

@@ -189,10 +189,15 @@ def test_settings_required_paging_accepts_a_real_endpoint(kind: str, endpoint: s
     ("value", "accepted"),
     [(endpoint, False) for _, endpoint in PLACEHOLDERS]
     + [(endpoint, True) for _, endpoint in REAL_ENDPOINTS]
-    + [("http://corp.io/hook", False), ("not-an-address", False), ("oncall@corp", False), ("", False)],
+    + [("http://corp.io/hook", False), ("not-an-address", False), ("oncall@corp", False), ("", False)]
+    # The scheme is lower case (the stack's protocol condition looks for "https://"); hosts are not case-sensitive.
+    + [("HTTPS://events.pagerduty.com/x", False), ("Https://events.pagerduty.com/x", False)]
+    + [("https://EVENTS.PagerDuty.com/x", True), ("https://Hooks.Example.COM/x", False), ("OnCall@Corp.IO", True)]
+    # No ":" before an address's "@": neither a mailto: URL nor a scheme passes for an address.
+    + [("mailto:oncall@corp.io", False), ("ops+https://@corp.io", False), ("a:b@corp.io", False)],
 )
 def test_paging_endpoint_pattern_is_the_deploy_time_rule(value: str, accepted: bool) -> None:
-    """The PagingEndpoint parameter's AllowedPattern takes an email or https:// URL and refuses placeholders."""
+    """The PagingEndpoint parameter's AllowedPattern takes an email or a lower-case https:// URL, refuses placeholders."""
     assert (re.fullmatch(PAGING_ENDPOINT_PATTERN, value) is not None) is accepted
 
 
@@ -276,22 +281,29 @@ def test_settings_runbook_url_must_be_https_without_an_anchor(url: str) -> None:
     assert error.parameter == f"{CONTEXT_KEY}.qa.runbook_url"
 
 
+SECRET_ARN = "arn:aws:secretsmanager:eu-central-1:123456789012:secret:qa/signing-Zz98Yy"
+
+
 def test_settings_secrets_name_their_source() -> None:
-    """ssm:<parameter>, secretsmanager:<secret> and secretsmanager:<secret>:<json key> each parse to their source."""
+    """ssm:<parameter>, secretsmanager:<complete name> or :<complete ARN>, each secret optionally #<json key>."""
     env = parse_environment(
         "qa",
         settings(
             secrets={
                 "HOOK_URL": "ssm:/qa/hook-url",
-                "DB_URL": "secretsmanager:qa/db",
-                "DB_PASSWORD": "secretsmanager:qa/db:password",
+                "DB_URL": "secretsmanager:qa/db-Ab12Cd",
+                "DB_PASSWORD": "secretsmanager:qa/db-Ab12Cd#password",
+                "SIGNING_KEY": f"secretsmanager:{SECRET_ARN}",
+                "SIGNING_KID": f"secretsmanager:{SECRET_ARN}#kid",
             }
         ),
     )
     assert env.secrets == {
         "HOOK_URL": SecretSource(service="ssm", name="/qa/hook-url"),
-        "DB_URL": SecretSource(service="secretsmanager", name="qa/db"),
-        "DB_PASSWORD": SecretSource(service="secretsmanager", name="qa/db", json_key="password"),
+        "DB_URL": SecretSource(service="secretsmanager", name="qa/db-Ab12Cd"),
+        "DB_PASSWORD": SecretSource(service="secretsmanager", name="qa/db-Ab12Cd", json_key="password"),
+        "SIGNING_KEY": SecretSource(service="secretsmanager", name="qa/signing-Zz98Yy", arn=SECRET_ARN),
+        "SIGNING_KID": SecretSource(service="secretsmanager", name="qa/signing-Zz98Yy", json_key="kid", arn=SECRET_ARN),
     }
 
 
@@ -306,8 +318,23 @@ def test_settings_cdk_json_staging_and_prod_read_the_webhook_url_from_ssm() -> N
 
 
 SOURCE_RULE = (
-    'must be "ssm:<parameter name>", "secretsmanager:<secret name>" or "secretsmanager:<secret name>:<json key>"'
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>-<6-character suffix>" or'
+    ' "secretsmanager:<complete secret ARN>", a secret optionally followed by "#<json key>"'
 )
+NAME_RULE = f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -"
+ARN_RULE = (
+    f"{SOURCE_RULE}; a complete ARN is arn:aws:secretsmanager:<region>:<12-digit account>:secret:<name>-<6 letters"
+    " or digits>, as Secrets Manager shows it: aws secretsmanager describe-secret --secret-id NAME --query ARN"
+)
+KEY_RULE = f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces"
+
+
+def incomplete(name: str) -> str:
+    return (
+        "must name the secret completely, with the '-' and six letters or digits its ARN ends with (ECS reads a"
+        " secret only by its complete ARN; a partial one is refused access at task start): find it with"
+        f" aws secretsmanager describe-secret --secret-id {name} --query ARN"
+    )
 
 
 @pytest.mark.parametrize(
@@ -343,31 +370,58 @@ SOURCE_RULE = (
             "secrets.HOOK",
             f"{SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels: 'ssm:'",
         ),
+        ({"HOOK": "secretsmanager:qa db-Ab12Cd"}, "secrets.HOOK", f"{NAME_RULE}: 'secretsmanager:qa db-Ab12Cd'"),
+        ({"HOOK": "secretsmanager:"}, "secrets.HOOK", f"{NAME_RULE}: 'secretsmanager:'"),
         (
-            {"HOOK": "secretsmanager:qa db"},
+            {"HOOK": "secretsmanager:" + "a" * 513 + "-Ab12Cd"},
             "secrets.HOOK",
-            f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -: 'secretsmanager:qa db'",
+            f"{NAME_RULE}: 'secretsmanager:{'a' * 513}-Ab12Cd'",
         ),
         (
-            {"HOOK": "secretsmanager:" + "a" * 513},
+            {"HOOK": "secretsmanager:qa/db"},
             "secrets.HOOK",
-            f"{SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -: 'secretsmanager:{'a' * 513}'",
+            f"{incomplete('qa/db')}: 'secretsmanager:qa/db'",
         ),
         (
-            {"HOOK": "secretsmanager:qa/db-a1B2c3"},
+            {"HOOK": "secretsmanager:qa/db-a1B2c#password"},
             "secrets.HOOK",
-            "must not name a secret ending in '-' and six letters or digits: Secrets Manager ends every ARN so,"
-            " and ECS resolves the name as a partial ARN: 'secretsmanager:qa/db-a1B2c3'",
+            f"{incomplete('qa/db-a1B2c')}: 'secretsmanager:qa/db-a1B2c#password'",
         ),
         (
-            {"HOOK": "secretsmanager:qa/db:"},
+            {"HOOK": "secretsmanager:qa/db-a1B2c3:password"},
             "secrets.HOOK",
-            f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces: 'secretsmanager:qa/db:'",
+            f"{SOURCE_RULE}; a JSON key follows '#', not ':': 'secretsmanager:qa/db-a1B2c3:password'",
         ),
         (
-            {"HOOK": "secretsmanager:qa/db:a:b"},
+            {"HOOK": "secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:qa/db"},
             "secrets.HOOK",
-            f"{SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces: 'secretsmanager:qa/db:a:b'",
+            f"{ARN_RULE}: 'secretsmanager:arn:aws:secretsmanager:eu-west-1:123456789012:secret:qa/db'",
+        ),
+        (
+            {"HOOK": "secretsmanager:arn:aws:ssm:eu-west-1:123456789012:secret:qa/db-a1B2c3"},
+            "secrets.HOOK",
+            f"{ARN_RULE}: 'secretsmanager:arn:aws:ssm:eu-west-1:123456789012:secret:qa/db-a1B2c3'",
+        ),
+        (
+            {"HOOK": "secretsmanager:arn:aws:secretsmanager:eu-west-1:12345678901:secret:qa/db-a1B2c3"},
+            "secrets.HOOK",
+            f"{ARN_RULE}: 'secretsmanager:arn:aws:secretsmanager:eu-west-1:12345678901:secret:qa/db-a1B2c3'",
+        ),
+        (
+            {"HOOK": f"secretsmanager:{SECRET_ARN}:password::"},
+            "secrets.HOOK",
+            f"{ARN_RULE}: 'secretsmanager:{SECRET_ARN}:password::'",
+        ),
+        ({"HOOK": "secretsmanager:qa/db-a1B2c3#"}, "secrets.HOOK", f"{KEY_RULE}: 'secretsmanager:qa/db-a1B2c3#'"),
+        (
+            {"HOOK": "secretsmanager:qa/db-a1B2c3#a:b"},
+            "secrets.HOOK",
+            f"{KEY_RULE}: 'secretsmanager:qa/db-a1B2c3#a:b'",
+        ),
+        (
+            {"HOOK": f"secretsmanager:{SECRET_ARN}#a b"},
+            "secrets.HOOK",
+            f"{KEY_RULE}: 'secretsmanager:{SECRET_ARN}#a b'",
         ),
     ],
 )
@@ -378,15 +432,29 @@ def test_settings_secrets_rules(secrets: object, parameter: str, message: str) -
 
 
 def test_settings_secret_names_at_the_bounds_are_accepted() -> None:
-    """A 512-character secret name, one ending in '-' and five characters and a 15-level parameter are valid."""
-    name, levels = "a" * 512, "/" + "/".join(["level"] * 15)
+    """A 512-character secret name with its suffix (by name and in an ARN), a one-character name and a 15-level
+    parameter are valid; a name ending in '-' and five characters lacks its suffix and is refused."""
+    name, levels = "a" * 512 + "-Ab12Cd", "/" + "/".join(["level"] * 15)
+    long_arn = f"arn:aws-cn:secretsmanager:cn-north-1:123456789012:secret:{name}"
     env = parse_environment(
         "qa",
         settings(
-            secrets={"LONG": f"secretsmanager:{name}", "SHORT": "secretsmanager:db-a1B2c", "DEEP": f"ssm:{levels}"}
+            secrets={
+                "LONG": f"secretsmanager:{name}",
+                "LONG_ARN": f"secretsmanager:{long_arn}",
+                "SHORT": "secretsmanager:d-a1B2c3",
+                "DEEP": f"ssm:{levels}",
+            }
         ),
     )
-    assert (env.secrets["LONG"].name, env.secrets["SHORT"].name, env.secrets["DEEP"].name) == (name, "db-a1B2c", levels)
+    assert [(s.name, s.arn) for s in env.secrets.values()] == [
+        (name, None),
+        (name, long_arn),
+        ("d-a1B2c3", None),
+        (levels, None),
+    ]
+    error = error_for("qa", settings(secrets={"SHORT": "secretsmanager:db-a1B2c"}))
+    assert str(error) == f"\"{CONTEXT_KEY}.qa.secrets.SHORT\" {incomplete('db-a1B2c')}: 'secretsmanager:db-a1B2c'"
     error = error_for("qa", settings(secrets={"DEEP": f"ssm:{levels}/sixteenth"}))
     assert error.parameter == f"{CONTEXT_KEY}.qa.secrets.DEEP" and "at most 15 /-separated levels" in error.rule
 
@@ -406,6 +474,8 @@ def test_settings_secret_names_at_the_bounds_are_accepted() -> None:
         "STRIPE_API_KEY",
         "MAPS_APIKEY",
         "AWS_ACCESS_KEY_ID",
+        "NOTIFY_WEBHOOK_URL",
+        "SLACK_WEBHOOK",
     ],
 )
 def test_settings_handler_environment_refuses_secret_like_names(name: str) -> None:
@@ -417,8 +487,8 @@ def test_settings_handler_environment_refuses_secret_like_names(name: str) -> No
 
 
 def test_settings_handler_environment_keeps_plain_names() -> None:
-    """Names without a secret marker pass, so the example's URL and dry-run switch can still be declared here."""
-    plain = {"NOTIFY_WEBHOOK_URL": "https://hooks.corp.io/x", "NOTIFY_DRY_RUN": "true", "LOG_FORMAT": "json"}
+    """Names without a secret marker pass, so the example's dry-run switch can still be declared here."""
+    plain = {"NOTIFY_DRY_RUN": "true", "ORDERS_API_URL": "https://orders.corp.io", "LOG_FORMAT": "json"}
     assert parse_environment("qa", settings(handler_environment=plain)).handler_environment == plain
 
 
