@@ -427,23 +427,21 @@ def test_load_handler_module_with_a_syntax_error_is_one_contract_error(broken_mo
     )
 
 
-def test_load_handler_module_raising_on_import_is_one_contract_error(broken_modules: Path) -> None:
-    """Any exception at import becomes one line naming its type and message."""
-    with pytest.raises(ContractError) as raised:
-        load_handler("contract_raises_on_import:handle", parameter="CONSUMER_HANDLER")
-    assert str(raised.value) == (
-        '"CONSUMER_HANDLER" names a module that raised RuntimeError when imported (settings unreadable):'
-        " 'contract_raises_on_import:handle'"
-    )
-
-
-def test_load_handler_module_calling_sys_exit_on_import_is_one_contract_error(broken_modules: Path) -> None:
-    """sys.exit() at import is a refusal in one line, not a silent end of the process with its code."""
-    with pytest.raises(ContractError) as raised:
-        load_handler("contract_exits_on_import:handle", parameter="CONSUMER_HANDLER")
-    assert str(raised.value) == (
-        "\"CONSUMER_HANDLER\" names a module that raised SystemExit when imported (3): 'contract_exits_on_import:handle'"
-    )
+@pytest.mark.parametrize(
+    ("module", "raised"),
+    [
+        ("contract_raises_on_import", "RuntimeError when imported (settings unreadable)"),
+        ("contract_exits_on_import", "SystemExit when imported (3)"),
+    ],
+    ids=["exception", "sys.exit"],
+)
+def test_load_handler_module_raising_on_import_is_one_contract_error(
+    broken_modules: Path, module: str, raised: str
+) -> None:
+    """Any exception at import, sys.exit() included, becomes one line naming its type and message, never an exit."""
+    with pytest.raises(ContractError) as error:
+        load_handler(f"{module}:handle", parameter="CONSUMER_HANDLER")
+    assert str(error.value) == f"\"CONSUMER_HANDLER\" names a module that raised {raised}: '{module}:handle'"
 
 
 @pytest.mark.parametrize("spec", [".notifications:handle", "..examples.notifications:handle"])
