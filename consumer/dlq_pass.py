@@ -23,9 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as ProgressBar
 
+from consumer.contract import SQS_MAX_BATCH
+
 T = TypeVar("T")
 
-SQS_BATCH = 10
+#: SQS's most per ReceiveMessage and per batch call.
+SQS_BATCH = SQS_MAX_BATCH
 #: Long poll of every receive: any wait > 0 asks every SQS server, so an empty answer means "nothing left".
 RECEIVE_WAIT_SECONDS = 1
 #: Receives in a row that bring back nothing a pass can use (only messages it already saw, or, for a

@@ -150,7 +150,7 @@ SECRET_NAME_MARKERS = (
 )
 SECRET_LIKE_RULE = (
     f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"
-    ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name)'
+    ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name-XXXXXX)'
 )
 
 
@@ -216,7 +216,7 @@ class EnvironmentSettings:
 
     @property
     def stack_name(self) -> str:
-        return f"SqsWorker-{self.name}"
+        return stack_name_of(self.name)
 
     @property
     def has_subscription(self) -> bool:
@@ -410,10 +410,15 @@ def is_placeholder(endpoint: str) -> bool:
     return re.fullmatch(PAGING_ENDPOINT_PATTERN, endpoint) is None
 
 
+def stack_name_of(environment: str) -> str:
+    """The stack an environment deploys as (``cdk deploy SqsWorker-prod``)."""
+    return f"SqsWorker-{environment}"
+
+
 def _placeholder_rule(name: str) -> str:
     return (
         f"{PLACEHOLDER_RULE}; leave paging out of cdk.json and give the real address at deploy:"
-        f" npx cdk deploy -c env={name} --parameters SqsWorker-{name}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"
+        f" npx cdk deploy -c env={name} --parameters {stack_name_of(name)}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"
     )
 
 
