@@ -4,6 +4,7 @@
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
 # Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md)
+# make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
@@ -17,7 +18,7 @@ export AWS_EC2_METADATA_DISABLED := true
 # pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock).
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: run test synth bench chaos lock clean
+.PHONY: run test synth image bench chaos lock clean
 
 run: $(PY_STAMP)
 	$(PY) -m infra.report
@@ -28,6 +29,9 @@ test: $(PY_STAMP) $(CLI_STAMP)
 
 synth: $(PY_STAMP) $(CLI_STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth -q --no-notices $(if $(ENV),-c env=$(ENV))
+
+image: $(PY_STAMP)
+	$(PY) -m infra.image
 
 bench: $(BENCH_STAMP) $(CLI_STAMP)
 	$(PY) -m bench all $(BENCH_ARGS)

@@ -19,6 +19,7 @@ import typer
 from bench import build, latency, throughput
 from bench.common import ROOT, write_result
 from bench.endpoint import ENDPOINTS, local_endpoint
+from infra.image import ContainerToolingUnavailable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 ENDPOINT_OPTION = typer.Option("ministack", help=f"local SQS endpoint: {' | '.join(ENDPOINTS)}")
@@ -79,6 +80,14 @@ def build_command(suite: bool = typer.Option(True, help="also time the test suit
     _save("build", "none", build.run(suite=suite))
 
 
+@app.command("container")
+def container_command(runs: int = typer.Option(5, min=1, help="start/stop cycles per implementation")) -> None:
+    """8: the container as ECS runs it vs the process: image size, start-to-ready, SIGTERM-to-exit."""
+    from bench import container
+
+    _save("container", "moto", container.run(runs=runs))
+
+
 @app.command("all")
 def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True)) -> None:
     """Every benchmark in turn (about 20 minutes on 2 cores, with the suite)."""
@@ -91,6 +100,12 @@ def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True
         ):
             write_result(name, {"meta": _meta(endpoint), **bench(url)})
     _save("build", "none", build.run(suite=suite))
+    from bench import container
+
+    try:
+        _save("container", "moto", container.run())
+    except ContainerToolingUnavailable as why:
+        print(f"container benchmark skipped: {why}")
 
 
 @app.command("report")

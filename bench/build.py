@@ -14,7 +14,7 @@ from typing import Any
 from bench.common import ROOT
 
 SYNTH_RUNS = 3
-TIERS = ("tests/unit", "tests/infra", "tests/integration")
+TIERS = ("tests/unit", "tests/infra", "tests/integration", "tests/container")
 
 
 def _timed(command: list[str], env: dict[str, str] | None = None, timeout: float = 900, check: bool = True) -> float:

@@ -232,6 +232,32 @@ def _build_section(result: dict[str, Any] | None) -> str:
     return text
 
 
+def _container_section(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return _missing("python -m bench container")
+    image, median = result["image"], result["median"]
+    rows = [
+        [
+            what,
+            f"{median['container'][key]:.2f}",
+            f"{median['process'][key]:.2f}",
+            _ratio(median["container"][key], median["process"][key]),
+        ]
+        for what, key in (
+            ("start to ready (`consumer_started`)", "ready_seconds"),
+            (f"SIGTERM to exit, one {result['hold_seconds']:g} s delivery in flight", "sigterm_to_exit_seconds"),
+        )
+    ]
+    codes = sorted({r["exit_code"] for r in result["rows"]})
+    return (
+        _meta(result)
+        + f" _Engine: {result['engine']}; base `{image['base']}`._\n\n"
+        + _table(["median seconds", "container", "process", "container / process"], rows)
+        + f"\n\nImage: **{image['size_bytes'] / 1e6:.0f} MB**. Exit codes over {len(result['rows'])} stops: "
+        + f"{', '.join(map(str, codes))}; the task's stop timeout is {result['stop_timeout_seconds']} s."
+    )
+
+
 def _plots() -> None:
     throughput, latency = _load("throughput"), _load("latency")
     if throughput is None and latency is None:
@@ -290,6 +316,7 @@ def write() -> Path:
         "duplicates": _duplicates_section(_load("duplicates")),
         "memory": _memory_section(throughput),
         "build": _build_section(_load("build")),
+        "container": _container_section(_load("container")),
     }
     text = TEMPLATE.read_text()
     for name, body in sections.items():

@@ -113,6 +113,20 @@ def run() -> None:
     raise typer.Exit(running[0].run())
 
 
+def _require_local_tooling(command: str) -> None:
+    """``local`` and ``demo`` need a checkout's development set-up (moto, cdk.out); the image leaves them out."""
+    from importlib.util import find_spec
+
+    missing = [name for name in ("consumer.local", "consumer.demo", "moto") if find_spec(name) is None]
+    if missing:
+        print(
+            f"consumer {command}: local tooling, not in this installation (missing: {', '.join(missing)}); "
+            "run it from a repository checkout after `make run` or `make test` has set it up",
+            file=sys.stderr,
+        )
+        raise typer.Exit(EXIT_CONFIG)
+
+
 local_app = typer.Typer(no_args_is_help=True, help="Run the stack locally on moto's SQS server (no AWS account).")
 app.add_typer(local_app, name="local")
 
@@ -126,6 +140,8 @@ def local_up(
     import shlex
     import threading
     from pathlib import Path
+
+    _require_local_tooling("local up")
 
     from consumer.local import LocalProvisioningError, provision, start_server
 
@@ -171,6 +187,7 @@ def demo(
     """
     from pathlib import Path
 
+    _require_local_tooling("demo")
     from consumer.demo import DemoOptions, run_demo
     from consumer.local import LocalProvisioningError
 

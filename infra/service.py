@@ -9,6 +9,7 @@ from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -185,8 +186,12 @@ class ConsumerService(Construct):
         linux_parameters.drop_capabilities(ecs.Capability.ALL)
         self.container = self.task_definition.add_container(
             "Consumer",
+            # Built for the task's platform whatever the deploying machine is (an arm64 laptop would
+            # otherwise push an arm64 image that X86_64 Fargate cannot start: "exec format error").
             image=ecs.ContainerImage.from_asset(
-                str(CONSUMER_DIR), exclude=["**/__pycache__", "**/*.pyc", "**/.pytest_cache"]
+                str(CONSUMER_DIR),
+                exclude=["**/__pycache__", "**/*.pyc", "**/.pytest_cache"],
+                platform=ecr_assets.Platform.LINUX_AMD64,
             ),
             command=CONTAINER_COMMAND,
             user=CONTAINER_USER,

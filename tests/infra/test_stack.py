@@ -8,6 +8,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from consumer.contract import BINDING_KEYS, WorkerContract
+from infra.image import TASK_PLATFORM
 from infra.service import (
     CONTAINER_COMMAND,
     DEAD_LETTER_QUEUE_ACTIONS,
@@ -15,6 +16,7 @@ from infra.service import (
     SOURCE_QUEUE_ACTIONS,
     TASK_PROTECTION_ACTIONS,
 )
+from infra.task import TaskContainer
 from tests.infra.conftest import Synthesized
 
 
@@ -392,3 +394,21 @@ def test_outputs_expose_queue_urls(dev: Synthesized) -> None:
     assert outputs["QueueUrl"]["Value"] == {"Ref": dev.logical_id(dev.stack.queues.queue)}
     assert outputs["DeadLetterQueueUrl"]["Value"] == {"Ref": dev.logical_id(dev.stack.queues.dead_letter_queue)}
     assert {"PagingTopicArn", "ClusterName", "ServiceName"} <= set(outputs)
+
+
+def test_image_asset_ships_the_runtime_without_local_tooling(dev: Synthesized) -> None:
+    """The build context `cdk deploy` sends (consumer/ through its .dockerignore) leaves out what needs moto
+    or a cdk.out; the container tier checks the built image itself where an engine runs."""
+    task = TaskContainer.from_assembly(dev.outdir, dev.stack.stack_name)
+    shipped = {str(p.relative_to(task.asset_directory)) for p in task.asset_directory.rglob("*") if p.is_file()}
+    assert {"Dockerfile", "requirements.lock", "cli.py", "runtime.py", "examples/demo.py"} <= shipped
+    assert {"demo.py", "local.py"} & shipped == set()
+    assert [p for p in shipped if "__pycache__" in p or p.endswith(".pyc") or p.startswith("tests")] == []
+
+
+def test_image_is_built_for_the_task_platform_whatever_machine_deploys(dev: Synthesized) -> None:
+    """An arm64 laptop must not push an arm64 image to X86_64 Fargate (the task would fail with exec format error)."""
+    task = TaskContainer.from_assembly(dev.outdir, dev.stack.stack_name)
+    (definition,) = dev.resources("AWS::ECS::TaskDefinition").values()
+    assert definition["Properties"]["RuntimePlatform"]["CpuArchitecture"] == "X86_64"
+    assert task.platform == TASK_PLATFORM == "linux/amd64"

@@ -42,6 +42,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
         "duplicates",
         "memory",
         "build",
+        "container",
     }
 
 

@@ -1,0 +1,130 @@
+"""Benchmark 8: the consumer as ECS runs it (the container) against the same consumer as a process.
+
+The image is built from the synthesized demo environment's container asset and run with its task
+definition's settings (:mod:`infra.task`): read-only root, uid 10001, no capabilities, the task's
+CPU and memory. The baseline is ``python -m consumer run`` with the same environment, in the same
+session, against the same local stack (moto's server, provisioned from the same template).
+
+Per run: start-to-ready (start to the ``consumer_started`` log line) and SIGTERM-to-exit with a
+delivery in flight (the webhook answers after ``HOLD_SECONDS``), with the exit code. Plus the
+image's size and build time (cached layers after the first build).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from consumer.demo import LoopbackWebhook, sample_event
+from consumer.local import LocalStack, local_client, provision, start_server
+from infra.app import build_app
+from infra.image import find_engine
+from infra.task import LoggedProcess, TaskContainer, TaskRun
+
+RUNS = 5
+HOLD_SECONDS = 2.0
+STACK = "SqsWorker-demo"
+
+
+class HeldWebhook(LoopbackWebhook):
+    """Answers 200 after HOLD_SECONDS; ``started`` counts requests begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = 0
+
+    def respond(self, key: str, path: str) -> int:
+        self.started += 1
+        time.sleep(HOLD_SECONDS)
+        return 200
+
+
+def _fresh_stack(endpoint: str, template: Path) -> LocalStack:
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
+    return provision(endpoint, template)
+
+
+def _cycle(run: LoggedProcess, stack: LocalStack, webhook: HeldWebhook) -> dict[str, Any]:
+    """Start, wait until ready, put one delivery in flight, SIGTERM; what ECS would see."""
+    run.start()
+    try:
+        ready = run.wait_for("consumer_started")
+        before = webhook.started
+        event_id = f"bench-{time.monotonic_ns()}"
+        local_client("sqs", stack.endpoint).send_message(
+            QueueUrl=stack.task_environment["QUEUE_URL"], MessageBody=json.dumps(sample_event(event_id))
+        )
+        deadline = time.monotonic() + 30
+        while webhook.started == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        code, stop = run.stop()
+        return {"ready_seconds": ready, "sigterm_to_exit_seconds": stop, "exit_code": code}
+    finally:
+        run.remove()
+
+
+def run(runs: int = RUNS) -> dict[str, Any]:
+    engine = find_engine()
+    with tempfile.TemporaryDirectory(prefix="bench-container-") as scratch:
+        outdir = Path(scratch) / "cdk.out"
+        app, _ = build_app(outdir=str(outdir), context={"env": "demo"})
+        app.synth()
+        task = TaskContainer.from_assembly(outdir, STACK)
+        image = task.build(engine)
+        server, endpoint = start_server()
+        webhook = HeldWebhook()
+        webhook.start()
+        rows: list[dict[str, Any]] = []
+        try:
+            for number in range(runs):
+                for impl in ("container", "process"):
+                    stack = _fresh_stack(endpoint, outdir / f"{STACK}.template.json")
+                    environment = {**stack.process_environment(), "NOTIFY_WEBHOOK_URL": webhook.url}
+                    log = Path(scratch) / f"{impl}-{number}.log"
+                    if impl == "container":
+                        subject: LoggedProcess = TaskRun(
+                            engine, task, log, name=f"bench-consumer-{number}", environment=environment,
+                            volumes={v: _volume(Path(scratch), number, v) for v in task.volumes},
+                        )  # fmt: skip
+                    else:
+                        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+                        subject = LoggedProcess([sys.executable, "-m", "consumer", "run"], log, {**env, **environment})
+                    row = {"impl": impl, "run": number, **_cycle(subject, stack, webhook)}
+                    print(
+                        f"{impl:9} ready {row['ready_seconds']:5.2f} s  SIGTERM to exit "
+                        f"{row['sigterm_to_exit_seconds']:5.2f} s  exit {row['exit_code']}",
+                        flush=True,
+                    )
+                    rows.append(row)
+        finally:
+            webhook.stop()
+            server.stop()
+    summary = {
+        impl: {
+            key: statistics.median(r[key] for r in rows if r["impl"] == impl)
+            for key in ("ready_seconds", "sigterm_to_exit_seconds")
+        }
+        for impl in ("container", "process")
+    }
+    return {
+        "engine": engine.name,
+        "image": {"size_bytes": image.size_bytes, "base": image.base, "build_seconds": image.seconds},
+        "stop_timeout_seconds": task.stop_timeout,
+        "hold_seconds": HOLD_SECONDS,
+        "rows": rows,
+        "median": summary,
+    }
+
+
+def _volume(scratch: Path, number: int, name: str) -> Path:
+    directory = scratch / f"volume-{number}-{name}"
+    directory.mkdir()
+    directory.chmod(0o1777)  # Fargate's ephemeral storage under the image's /tmp
+    return directory

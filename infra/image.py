@@ -1,0 +1,270 @@
+"""The consumer image, built here as ``cdk deploy`` builds it: ``make image`` (``python -m infra.image``).
+
+``cdk deploy`` builds ``consumer/Dockerfile`` with Docker and pushes the result as a container
+asset. This module builds the same Dockerfile from the same context (``consumer/``, or the asset
+directory a synthesis wrote) with Docker where its daemon answers and with podman otherwise.
+
+The base is the Dockerfile's own ``BASE_IMAGE`` default (Python's slim image, pinned by digest).
+Where that registry cannot be reached, the base is the same Debian release's own Python, built by
+debootstrap and kept in the engine's image store under a tag that names its recipe, so a machine
+builds it once. That base is for building and testing here only: what AWS runs is built from the
+pinned default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import resource
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSUMER_DIR = ROOT / "consumer"
+DEFAULT_TAG = "localhost/sqs-worker-consumer:latest"
+#: The task definition's runtime platform (X86_64 Linux), which the CDK asset is built for too.
+TASK_PLATFORM = "linux/amd64"
+BASE_REPOSITORY = "localhost/sqs-worker-base"
+#: Where debootstrap downloads from; DEBIAN_MIRROR overrides it.
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+#: Bump to rebuild every cached Debian base (the tag also hashes the package list and CA bundle).
+BASE_RECIPE_VERSION = "1"
+PULL_TIMEOUT_SECONDS = 120
+BUILD_TIMEOUT_SECONDS = 900
+
+_BASE_ARG = re.compile(r"^ARG BASE_IMAGE=(\S+)$", re.MULTILINE)
+#: python:<major.minor>[.patch]-slim-<debian release>[@digest]
+_PYTHON_SLIM = re.compile(r"python:(?P<python>\d+\.\d+)(?:\.\d+)?-slim-(?P<release>[a-z]+)")
+
+
+class ContainerToolingUnavailable(Exception):
+    """No engine can run containers here, or no base can be had; the message says why in one line."""
+
+
+class ImageBuildError(Exception):
+    """The engine ran the Dockerfile and it failed; the message carries the build's last lines."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A container engine's command line: ``docker`` or ``podman`` with the options this machine needs."""
+
+    name: str
+    command: tuple[str, ...]
+    #: Options that ``build`` and ``run`` both take here (ulimits, network).
+    shared_options: tuple[str, ...] = ()
+
+    def __call__(
+        self, *args: str, timeout: float = 120, check: bool = True, **kwargs: object
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.command, *args], capture_output=True, text=True, timeout=timeout, check=check, **kwargs
+        )
+
+    def has_image(self, reference: str) -> bool:
+        return self("image", "inspect", reference, check=False).returncode == 0
+
+    def image_size(self, reference: str) -> int:
+        return int(self("image", "inspect", "--format", "{{.Size}}", reference).stdout.strip())
+
+
+#: The container's process (thread) limit: the consumer needs concurrency + pollers + a few threads. Stated
+#: because podman's default asks for more than an unprivileged host allows (this one refuses 65535).
+NPROC_LIMIT = 4096
+
+
+def _ulimit_options() -> tuple[str, ...]:
+    """Limits no higher than this process's own: podman's defaults ask for more, which some hosts refuse."""
+    options: list[str] = []
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if resource.RLIM_INFINITY not in nofile:
+        options += ["--ulimit", f"nofile={nofile[0]}:{nofile[1]}"]
+    nproc = min([NPROC_LIMIT, *(n for n in resource.getrlimit(resource.RLIMIT_NPROC) if n != resource.RLIM_INFINITY)])
+    return (*options, "--ulimit", f"nproc={nproc}:{nproc}")
+
+
+def _why_not(command: list[str]) -> str | None:
+    """None if ``command`` exits 0; otherwise its first line of complaint."""
+    if shutil.which(command[0]) is None:
+        return f"{command[0]} is not installed"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return f"`{' '.join(command)}` did not answer in 20 s"
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"`{' '.join(command)}` exited {done.returncode}"
+
+
+def find_engine() -> Engine:
+    """Docker if its daemon answers, else podman; ContainerToolingUnavailable says why neither can run."""
+    docker = _why_not(["docker", "info"])
+    if docker is None:
+        return Engine("docker", ("docker",))
+    podman = _why_not(["podman", "info"])
+    if podman is None:
+        # runc where installed: crun (podman's usual default) refuses some hybrid cgroup layouts.
+        runtime = ("--runtime", "runc") if shutil.which("runc") else ()
+        return Engine("podman", ("podman", *runtime), shared_options=(*_ulimit_options(), "--network", "host"))
+    raise ContainerToolingUnavailable(
+        f"no container engine: docker: {docker}; podman: {podman} "
+        "(on Debian: apt-get install podman runc debootstrap, as .ci/run does)"
+    )
+
+
+def dockerfile_base(dockerfile: Path) -> str:
+    """The ``ARG BASE_IMAGE`` default of ``dockerfile``: the base AWS builds from."""
+    found = _BASE_ARG.findall(dockerfile.read_text())
+    if len(found) != 1:
+        raise ImageBuildError(f"{dockerfile}: expected one `ARG BASE_IMAGE=<image>` line, found {len(found)}")
+    return found[0]
+
+
+@dataclass(frozen=True)
+class DebianBase:
+    """The recipe of a base with the same Debian release and Python minor version as the real one."""
+
+    release: str
+    python: str
+    mirror: str = field(default_factory=lambda: os.environ.get("DEBIAN_MIRROR", DEBIAN_MIRROR))
+
+    @classmethod
+    def like(cls, real_base: str) -> DebianBase:
+        match = _PYTHON_SLIM.search(real_base)
+        if not match:
+            raise ContainerToolingUnavailable(
+                f"BASE_IMAGE {real_base!r} cannot be pulled and is not python:<version>-slim-<debian release>, "
+                "so no Debian equivalent can be built here"
+            )
+        return cls(release=match["release"], python=match["python"])
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        # python-is-python3: the slim image's `python`; ca-certificates: pip's TLS.
+        return (f"python{self.python}", "python3-pip", "python-is-python3", "ca-certificates")
+
+    def tag(self, ca_bundle: bytes) -> str:
+        recipe = "\n".join([BASE_RECIPE_VERSION, self.release, self.mirror, *self.packages]).encode()
+        digest = hashlib.sha256(recipe + ca_bundle).hexdigest()[:12]
+        return f"{BASE_REPOSITORY}:{self.release}-python{self.python}-{digest}"
+
+
+def _host_ca_bundle() -> bytes:
+    """This machine's CA bundle: pip inside the build must trust what pip here trusts."""
+    path = os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().cafile
+    return Path(path).read_bytes() if path and Path(path).is_file() else b""
+
+
+def ensure_base(engine: Engine, dockerfile: Path, log: Callable[[str], None] = print) -> str:
+    """The BASE_IMAGE to build with: the pinned default if present or pullable, else a cached Debian base."""
+    real = dockerfile_base(dockerfile)
+    if engine.has_image(real):
+        return real
+    pulled = engine("pull", real, timeout=PULL_TIMEOUT_SECONDS, check=False)
+    if pulled.returncode == 0:
+        return real
+    why = (pulled.stderr.strip().splitlines() or ["no reason given"])[-1]
+    recipe = DebianBase.like(real)
+    ca_bundle = _host_ca_bundle()
+    tag = recipe.tag(ca_bundle)
+    if engine.has_image(tag):
+        return tag
+    log(f"# {real} cannot be pulled ({why[:160]}); building {tag} with debootstrap (about a minute, once)")
+    _build_debian_base(engine, recipe, ca_bundle, tag)
+    return tag
+
+
+def _build_debian_base(engine: Engine, recipe: DebianBase, ca_bundle: bytes, tag: str) -> None:
+    if shutil.which("debootstrap") is None:
+        raise ContainerToolingUnavailable("the pinned base cannot be pulled and debootstrap is not installed")
+    if os.geteuid() != 0:
+        raise ContainerToolingUnavailable("the pinned base cannot be pulled and debootstrap needs root")
+    with tempfile.TemporaryDirectory(prefix="sqs-worker-base-") as scratch:
+        rootfs = Path(scratch) / "rootfs"
+        done = subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}", recipe.release,
+             str(rootfs), recipe.mirror],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        if done.returncode != 0:
+            tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
+            raise ContainerToolingUnavailable(f"debootstrap {recipe.release} from {recipe.mirror} failed: {tail}")
+        for cache in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(rootfs / cache, ignore_errors=True)
+        if ca_bundle:
+            with (rootfs / "etc/ssl/certs/ca-certificates.crt").open("ab") as bundle:
+                bundle.write(b"\n" + ca_bundle)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        # Debian marks its Python externally managed; the image installs into it on purpose, as the slim image does.
+        engine("import", "--change", "ENV PIP_BREAK_SYSTEM_PACKAGES=1", "-", tag, stdin=tar.stdout, timeout=300)
+        tar.wait()
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    engine: str
+    base: str
+    size_bytes: int
+    seconds: float
+
+
+def build_image(
+    context: Path = CONSUMER_DIR,
+    tag: str = DEFAULT_TAG,
+    dockerfile: str = "Dockerfile",
+    build_args: dict[str, str] | None = None,
+    engine: Engine | None = None,
+    platform: str | None = None,
+    log: Callable[[str], None] = print,
+) -> BuiltImage:
+    """Build ``context`` (its ``dockerfile``) as ``tag``; ImageBuildError if the Dockerfile fails."""
+    engine = engine or find_engine()
+    base = ensure_base(engine, context / dockerfile, log=log)
+    arguments = {**(build_args or {}), "BASE_IMAGE": base}
+    started = time.monotonic()
+    built = engine(
+        "build", *engine.shared_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
+        *(["--platform", platform] if platform else []),
+        "-f", str(context / dockerfile), "-t", tag, str(context),
+        timeout=BUILD_TIMEOUT_SECONDS, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        tail = "\n".join((built.stdout + built.stderr).strip().splitlines()[-12:])
+        raise ImageBuildError(f"{engine.name} build of {context / dockerfile} failed:\n{tail}")
+    return BuiltImage(tag, engine.name, base, engine.image_size(tag), time.monotonic() - started)
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def main(
+    context: Path = typer.Option(CONSUMER_DIR, help="Build context (the CDK asset's source)."),
+    tag: str = typer.Option(DEFAULT_TAG, help="Tag of the built image."),
+) -> None:
+    """Build the consumer image with Docker or podman (make image)."""
+    try:
+        image = build_image(context, tag, platform=TASK_PLATFORM)
+    except (ContainerToolingUnavailable, ImageBuildError) as error:
+        print(f"make image: {error}", file=sys.stderr)
+        raise typer.Exit(1) from error
+    print(
+        f"built {image.tag} with {image.engine} in {image.seconds:.1f} s: {image.size_bytes / 1e6:.0f} MB, "
+        f"base {image.base}"
+    )
+
+
+if __name__ == "__main__":
+    app()

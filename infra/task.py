@@ -1,0 +1,301 @@
+"""Run a synthesized ECS task definition's container here, as ECS on Fargate starts it.
+
+Everything about the container comes from the cloud assembly, never restated: the image (the
+container asset the task definition names, built from the asset directory by :mod:`infra.image`),
+command, user, read-only root file system, volumes and mount points, Linux capabilities, init
+process, CPU and memory, environment and secret names, stop timeout and health check.
+
+What ECS supplies from outside the template is passed in by the caller: the environment values
+resolved to a local stack (as ``consumer local up`` resolves them, plus the endpoint and
+credentials a local process needs), the secrets' values, and a host directory for each task
+volume (Fargate's ephemeral storage). A name the task definition declares and the caller does not
+supply is an error, so the container never starts with less than ECS would give it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.image import BuiltImage, Engine, build_image
+
+#: ECS's stop timeout when the container definition sets none (Fargate).
+ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
+#: ECS's health check defaults (seconds; retries).
+ECS_HEALTH_DEFAULTS = {"Interval": 30, "Timeout": 5, "Retries": 3, "StartPeriod": 0}
+IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
+
+
+class TaskDefinitionError(Exception):
+    """The assembly does not hold what running its container needs; the message names what and where."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    volume: str
+    container_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class TaskContainer:
+    """The (single) container of a stack's task definition, with the image asset it runs."""
+
+    stack_name: str
+    definition: Mapping[str, Any]
+    volumes: tuple[str, ...]
+    cpu_units: int
+    memory_mib: int
+    asset_hash: str
+    asset_directory: Path
+    dockerfile: str
+    build_args: Mapping[str, str]
+    platform: str | None
+
+    @classmethod
+    def from_assembly(cls, outdir: Path, stack_name: str) -> TaskContainer:
+        template = _read_json(outdir / f"{stack_name}.template.json")
+        definitions = [r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"]
+        if len(definitions) != 1:
+            raise TaskDefinitionError(f"{stack_name}: expected one AWS::ECS::TaskDefinition, found {len(definitions)}")
+        properties = definitions[0]["Properties"]
+        containers = properties["ContainerDefinitions"]
+        if len(containers) != 1:
+            raise TaskDefinitionError(f"{stack_name}: expected one container definition, found {len(containers)}")
+        (container,) = containers
+        asset_hash = _image_asset_hash(container.get("Image"), stack_name)
+        images = _read_json(outdir / f"{stack_name}.assets.json").get("dockerImages", {})
+        if asset_hash not in images:
+            raise TaskDefinitionError(f"{stack_name}: the image tag {asset_hash} is not a container asset of the stack")
+        source = images[asset_hash]["source"]
+        return cls(
+            stack_name=stack_name,
+            definition=container,
+            volumes=tuple(v["Name"] for v in properties.get("Volumes", [])),
+            cpu_units=int(properties["Cpu"]),
+            memory_mib=int(properties["Memory"]),
+            asset_hash=asset_hash,
+            asset_directory=outdir / source["directory"],
+            dockerfile=source.get("dockerFile", "Dockerfile"),
+            build_args=dict(source.get("dockerBuildArgs", {})),
+            platform=source.get("platform"),
+        )
+
+    def build(self, engine: Engine) -> BuiltImage:
+        """Build the asset directory as ``cdk deploy`` would (its Dockerfile, build args and platform)."""
+        return build_image(
+            self.asset_directory, self.image_tag, self.dockerfile, dict(self.build_args), engine, self.platform
+        )
+
+    # ----------------------------------------------------------------- what the definition says
+
+    @property
+    def image_tag(self) -> str:
+        return f"{IMAGE_REPOSITORY}:{self.asset_hash}"
+
+    @property
+    def user(self) -> str | None:
+        return self.definition.get("User")
+
+    @property
+    def stop_timeout(self) -> int:
+        return int(self.definition.get("StopTimeout", ECS_DEFAULT_STOP_TIMEOUT_SECONDS))
+
+    @property
+    def mounts(self) -> tuple[Mount, ...]:
+        return tuple(
+            Mount(m["SourceVolume"], m["ContainerPath"], bool(m.get("ReadOnly", False)))
+            for m in self.definition.get("MountPoints", [])
+        )
+
+    @property
+    def environment_names(self) -> tuple[str, ...]:
+        return tuple(e["Name"] for e in self.definition.get("Environment", []))
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        return tuple(s["Name"] for s in self.definition.get("Secrets", []))
+
+    @property
+    def health_check(self) -> Mapping[str, Any] | None:
+        check = self.definition.get("HealthCheck")
+        return {**ECS_HEALTH_DEFAULTS, **check} if check else None
+
+    # ----------------------------------------------------------------- as an engine's run command
+
+    def run_arguments(
+        self,
+        engine: Engine,
+        *,
+        name: str,
+        environment: Mapping[str, str],
+        secrets: Mapping[str, str] | None = None,
+        volumes: Mapping[str, Path],
+        image: str | None = None,
+        command: list[str] | None = None,
+    ) -> list[str]:
+        """``<engine> run ...`` for this container; ``environment`` must hold every declared name.
+
+        ``command`` replaces the definition's (a probe in the same container set-up), as ECS's
+        container overrides do.
+        """
+        secrets = secrets or {}
+        missing = [n for n in self.environment_names if n not in environment]
+        missing += [f"{n} (secret)" for n in self.secret_names if n not in secrets]
+        missing += [f"volume {v}" for v in self.volumes if v not in volumes]
+        if missing:
+            raise TaskDefinitionError(f"{self.stack_name}: no value for {', '.join(missing)}")
+        undeclared = sorted(set(self.secret_names) ^ set(secrets))
+        if undeclared:
+            raise TaskDefinitionError(f"{self.stack_name}: secrets not in the task definition: {undeclared}")
+        definition = self.definition
+        arguments = [*engine.command, "run", "--name", name, *engine.shared_options]
+        arguments += ["--cpus", f"{self.cpu_units / 1024:g}", "--memory", f"{self.memory_mib}m"]
+        if self.user:
+            arguments += ["--user", self.user]
+        if definition.get("ReadonlyRootFilesystem"):
+            arguments.append("--read-only")
+            if engine.name == "podman":
+                arguments.append("--read-only-tmpfs=false")  # podman adds writable /tmp, /run otherwise
+        for mount in self.mounts:
+            mode = "ro" if mount.read_only else "rw"
+            arguments += ["--volume", f"{volumes[mount.volume]}:{mount.container_path}:{mode}"]
+        linux = definition.get("LinuxParameters", {})
+        arguments += [f"--cap-drop={c}" for c in linux.get("Capabilities", {}).get("Drop", [])]
+        arguments += [f"--cap-add={c}" for c in linux.get("Capabilities", {}).get("Add", [])]
+        if linux.get("InitProcessEnabled"):
+            arguments.append("--init")
+        arguments += _health_arguments(self.health_check)
+        arguments += ["--stop-timeout", str(self.stop_timeout)]
+        for key, value in {**environment, **secrets}.items():
+            arguments += ["--env", f"{key}={value}"]
+        if "EntryPoint" in definition:
+            arguments += ["--entrypoint", json.dumps(definition["EntryPoint"])]
+        return [*arguments, image or self.image_tag, *(definition.get("Command", []) if command is None else command)]
+
+
+def _health_arguments(check: Mapping[str, Any] | None) -> list[str]:
+    if not check:
+        return []
+    kind, *command = check["Command"]
+    if kind == "CMD-SHELL":
+        health_command = command[0]
+    elif kind == "CMD":
+        health_command = json.dumps(command)
+    else:
+        raise TaskDefinitionError(f"HealthCheck.Command must start with CMD or CMD-SHELL, got {kind!r}")
+    return [
+        "--health-cmd", health_command,
+        "--health-interval", f"{check['Interval']}s",
+        "--health-timeout", f"{check['Timeout']}s",
+        "--health-retries", str(check["Retries"]),
+        "--health-start-period", f"{check['StartPeriod']}s",
+    ]  # fmt: skip
+
+
+def _image_asset_hash(image: Any, stack_name: str) -> str:
+    """The tag of a CDK container asset's image reference: ``{"Fn::Sub": "...container-assets-...:<hash>"}``."""
+    reference = image.get("Fn::Sub") if isinstance(image, dict) else image
+    if not isinstance(reference, str) or "container-assets" not in reference:
+        raise TaskDefinitionError(f"{stack_name}: the container's Image is not a CDK container asset: {image!r}")
+    return reference.rsplit(":", 1)[-1]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise TaskDefinitionError(f"{path} does not exist; synthesize first (python app.py)")
+    return json.loads(path.read_text())
+
+
+def container_state(engine: Engine, name: str) -> dict[str, Any]:
+    """``<engine> inspect`` of a container: its State and HostConfig among the rest."""
+    (state,) = json.loads(engine("container", "inspect", name).stdout)
+    return state
+
+
+def remove(engine: Engine, name: str) -> None:
+    """Remove the container ``name`` if it exists, running or not."""
+    engine("rm", "--force", name, check=False)
+
+
+class LoggedProcess:
+    """A process whose stdout (JSON log lines) goes to a file: started, watched for events, stopped by SIGTERM."""
+
+    def __init__(self, arguments: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> None:
+        self.arguments, self.log_path, self.env = arguments, log_path, env
+        self.name = Path(arguments[0]).name
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def start(self) -> LoggedProcess:
+        self.started_at = time.monotonic()
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.arguments, stdout=log, stderr=subprocess.STDOUT, env=None if self.env is None else dict(self.env)
+            )
+        return self
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log lines written so far (EMF and other lines skipped)."""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.startswith('{"timestamp"') and '"event"' in line]
+
+    def wait_for(self, event: str, timeout: float = 60.0) -> float:
+        """Seconds from start until ``event`` was logged; TaskDefinitionError if the process ends first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e.get("event") == event for e in self.events()):
+                return time.monotonic() - self.started_at
+            if self.process is not None and self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        raise TaskDefinitionError(f"{self.name}: {event} not logged in {timeout:.0f} s; log ends:\n{tail}")
+
+    def stop(self, timeout: float = 120.0) -> tuple[int, float]:
+        """SIGTERM, then wait. Returns (exit code, seconds from the signal to the exit)."""
+        assert self.process is not None
+        began = time.monotonic()
+        self.process.terminate()
+        return self.process.wait(timeout=timeout), time.monotonic() - began
+
+    def remove(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=60)
+
+
+class TaskRun(LoggedProcess):
+    """The container of a :class:`TaskContainer` started as ECS starts it: stdout to a log file (the
+    awslogs driver's view); stopped as ECS stops it, SIGTERM then SIGKILL past the stop timeout."""
+
+    def __init__(self, engine: Engine, task: TaskContainer, log_path: Path, **run: Any) -> None:
+        super().__init__(task.run_arguments(engine, **run), log_path)
+        self.engine, self.task = engine, task
+        self.name: str = run["name"]
+
+    def start(self) -> TaskRun:
+        remove(self.engine, self.name)
+        super().start()
+        return self
+
+    def stop(self, timeout: float = 60.0) -> tuple[int, float]:
+        """``<engine> stop -t <StopTimeout>``. Returns (exit code, seconds from the signal to the exit)."""
+        began = time.monotonic()
+        self.engine("stop", "-t", str(self.task.stop_timeout), self.name, timeout=self.task.stop_timeout + timeout)
+        assert self.process is not None
+        return self.process.wait(timeout=timeout), time.monotonic() - began
+
+    def state(self) -> dict[str, Any]:
+        return container_state(self.engine, self.name)
+
+    def remove(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.engine("kill", self.name, check=False)
+            self.process.wait(timeout=60)
+        remove(self.engine, self.name)

@@ -1,0 +1,183 @@
+"""The container tier: the consumer image, built as ``cdk deploy`` builds it, run as ECS runs the task.
+
+The image is built from the synthesized container asset (``cdk.out/asset.<hash>``, the directory
+``cdk deploy`` would build) and started with the synthesized task definition's own settings
+(:mod:`infra.task`) against a local stack provisioned from the same template (:mod:`consumer.local`).
+
+If no container engine can run here, every test of this tier is skipped with one line saying why,
+and the rest of the suite runs; with ``CONTAINER_TIER_REQUIRED=1`` (``.ci/run`` sets it once it has
+an engine) that is a failure instead. A Dockerfile that does not build is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+from consumer.demo import LoopbackWebhook  # noqa: E402
+from consumer.local import LocalStack, local_client, provision, start_server  # noqa: E402
+from infra.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
+from infra.task import TaskContainer, TaskRun  # noqa: E402
+
+#: The environment whose task definition the tier runs: the one `make run` deploys locally.
+ENVIRONMENT = "demo"
+STACK = f"SqsWorker-{ENVIRONMENT}"
+
+
+#: Set by .ci/run where it has installed an engine: then the tier must run, never skip.
+REQUIRED_ENV = "CONTAINER_TIER_REQUIRED"
+
+
+def unavailable(why: ContainerToolingUnavailable) -> None:
+    if os.environ.get(REQUIRED_ENV) == "1":
+        pytest.fail(f"container tier required ({REQUIRED_ENV}=1) but cannot run: {why}", pytrace=False)
+    pytest.skip(f"container tier: {why}")
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    try:
+        return find_engine()
+    except ContainerToolingUnavailable as why:
+        unavailable(why)
+        raise
+
+
+@pytest.fixture(scope="session")
+def task(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> TaskContainer:
+    """The demo environment, synthesized by the real app (nag included); its task's container (after the
+    engine: without one the tier skips before synthesizing)."""
+    from infra.app import build_app
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app, _ = build_app(outdir=str(outdir), context={"env": ENVIRONMENT})
+    app.synth()
+    return TaskContainer.from_assembly(outdir, STACK)
+
+
+@pytest.fixture(scope="session")
+def image(engine: Engine, task: TaskContainer) -> BuiltImage:
+    """The asset directory built as the image the task definition names (ImageBuildError fails the tier)."""
+    try:
+        built = task.build(engine)
+    except ContainerToolingUnavailable as why:
+        unavailable(why)
+        raise
+    print(f"\n{built.tag}: {built.size_bytes / 1e6:.0f} MB, base {built.base}, built by {built.engine}")
+    return built
+
+
+@pytest.fixture(scope="session")
+def endpoint() -> Iterator[str]:
+    server, url = start_server()
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def stack(task: TaskContainer, endpoint: str) -> LocalStack:
+    """The demo stack created from the synthesized template on moto's server, reset first."""
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
+    return provision(endpoint, task.asset_directory.parent / f"{STACK}.template.json")
+
+
+class Webhook(LoopbackWebhook):
+    """The downstream the example handler POSTs to: 200 for every event, after ``pause[event]`` seconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pause: dict[str, float] = {}
+        self.started: Counter[str] = Counter()
+        self.finished: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def respond(self, key: str, path: str) -> int:
+        with self._lock:
+            self.started[key] += 1
+        time.sleep(self.pause.get(key, 0.0))
+        with self._lock:
+            self.finished[key] += 1
+        return 200
+
+    def in_flight(self) -> set[str]:
+        with self._lock:
+            return {k for k, n in self.started.items() if n > self.finished[k]}
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    hook.start()
+    yield hook
+    hook.stop()
+
+
+RunFactory = Callable[..., TaskRun]
+
+
+@pytest.fixture
+def run_task(
+    engine: Engine, task: TaskContainer, image: BuiltImage, stack: LocalStack, webhook: Webhook, tmp_path: Path
+) -> Iterator[RunFactory]:
+    """Start the task's container (more than one: a deployment's old and new task) on the local stack.
+
+    The environment is the task definition's, resolved to the local stack, plus what ECS would supply
+    (region, credentials: here the local endpoint's) and ``NOTIFY_WEBHOOK_URL``: the demo environment
+    declares a dry run, which only logs; the loopback webhook makes each delivery, and a delivery in
+    flight, observable (staging and prod inject that URL as a secret).
+    """
+    runs: list[TaskRun] = []
+
+    def start(command: list[str] | None = None, **overrides: str) -> TaskRun:
+        name = f"consumer-test-{uuid.uuid4().hex[:8]}"
+        volumes = {}
+        for volume in task.volumes:  # Fargate ephemeral storage: an empty directory, like the image's /tmp
+            directory = tmp_path / f"{name}-{volume}"
+            directory.mkdir()
+            directory.chmod(0o1777)
+            volumes[volume] = directory
+        environment = {**stack.process_environment(), "NOTIFY_WEBHOOK_URL": webhook.url, **overrides}
+        run = TaskRun(
+            engine, task, tmp_path / f"{name}.log", name=name, environment=environment, volumes=volumes, command=command
+        )
+        runs.append(run.start())
+        return run
+
+    yield start
+    for run in runs:
+        run.remove()
+
+
+def send(stack: LocalStack, bodies: list[str]) -> None:
+    sqs = local_client("sqs", stack.endpoint)
+    for first in range(0, len(bodies), 10):
+        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[first : first + 10])]
+        assert not sqs.send_message_batch(QueueUrl=stack.task_environment["QUEUE_URL"], Entries=entries).get("Failed")
+
+
+def depths(stack: LocalStack, url_key: str) -> tuple[int, int]:
+    """(visible, in flight) of the queue whose URL the task receives as ``url_key``."""
+    attributes = local_client("sqs", stack.endpoint).get_queue_attributes(
+        QueueUrl=stack.task_environment[url_key],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.1)

@@ -1,0 +1,149 @@
+"""The consumer container as ECS runs it: image, user, read-only root, volumes, environment, stop timeout.
+
+Every test starts the image the synthesized task definition names, with that definition's settings
+(see conftest), against a local stack created from the same template.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from consumer.dead_letter import read_reason
+from consumer.demo import sample_event
+from consumer.local import LocalStack, local_client
+from infra.image import BuiltImage, Engine
+from infra.task import TaskContainer
+from tests.container.conftest import RunFactory, Webhook, depths, send, wait_until
+
+#: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys) and
+#: must not (test and local tooling: the demo runner and local stack need moto and a cdk.out).
+SHIPPED = [
+    "consumer.runtime",
+    "consumer.cli",
+    "consumer.dlq",
+    "consumer.examples.notifications",
+    "consumer.examples.demo",
+]
+NOT_SHIPPED = ["consumer.demo", "consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk"]
+#: moto's CloudFormation warns for each resource type it skips (policies, scaling, alarms); consumer.local
+#: creates what matters from the template itself.
+pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
+
+POISON_ID = "poison-000001"
+
+
+def events(prefix: str, count: int) -> dict[str, str]:
+    """``count`` valid notification events: event id -> body (the handler's Idempotency-Key is the id)."""
+    ids = [f"{prefix}-{i:06d}" for i in range(count)]  # the schema wants at least 8 characters
+    return {event_id: json.dumps(sample_event(event_id, i)) for i, event_id in enumerate(ids)}
+
+
+def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, image: BuiltImage) -> None:
+    probe = (
+        "import importlib.util, json; "
+        f"print(json.dumps({{n: importlib.util.find_spec(n) is not None for n in {SHIPPED + NOT_SHIPPED!r}}}))"
+    )
+    found = json.loads(engine("run", "--rm", *engine.shared_options, image.tag, "python", "-c", probe).stdout)
+    assert {n for n in SHIPPED if not found[n]} == set()
+    assert {n for n in NOT_SHIPPED if found[n]} == set()
+    # A local-only command says so in one line instead of a traceback.
+    demo = engine("run", "--rm", *engine.shared_options, image.tag, "python", "-m", "consumer", "demo", check=False)
+    assert demo.returncode == 2
+    assert demo.stderr.strip().splitlines() == [
+        "consumer demo: local tooling, not in this installation (missing: consumer.local, consumer.demo, moto); "
+        "run it from a repository checkout after `make run` or `make test` has set it up"
+    ]
+    print(f"\nimage size: {image.size_bytes / 1e6:.0f} MB ({image.tag}, base {image.base})")
+
+
+def test_task_processes_messages_and_dead_letters_a_poison_one_with_its_reason(
+    run_task: RunFactory, stack: LocalStack, webhook: Webhook
+) -> None:
+    run = run_task()
+    run.wait_for("consumer_started")
+    valid = events("ok", 20)
+    send(stack, [*valid.values(), json.dumps(sample_event(POISON_ID, 1, recipient=None))])
+
+    wait_until(
+        lambda: set(webhook.finished) >= set(valid) and depths(stack, "DLQ_URL") == (1, 0),
+        timeout=60,
+        what="20 events delivered and one in the DLQ",
+    )
+    wait_until(lambda: depths(stack, "QUEUE_URL") == (0, 0), timeout=30, what="the source queue empty (all deleted)")
+    assert {k: n for k, n in webhook.finished.items() if n != 1} == {}
+    assert POISON_ID not in webhook.started  # refused by the schema check, never posted
+
+    sqs = local_client("sqs", stack.endpoint)
+    (dead,) = sqs.receive_message(
+        QueueUrl=stack.task_environment["DLQ_URL"], MessageAttributeNames=["All"], MaxNumberOfMessages=10
+    )["Messages"]
+    reason = read_reason(dead["MessageAttributes"])
+    assert reason is not None
+    assert (reason["kind"], reason["reason"]) == ("poison", 'schema check failed at (root): required ["recipient"]')
+    assert json.loads(dead["Body"])["event_id"] == POISON_ID
+
+    code, _ = run.stop()
+    assert code == 0
+
+
+def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
+    engine: Engine, task: TaskContainer, run_task: RunFactory, stack: LocalStack, webhook: Webhook, tmp_path: Path
+) -> None:
+    run = run_task()
+    run.wait_for("consumer_started")
+    valid = events("work", 10)
+    send(stack, list(valid.values()))
+    wait_until(lambda: set(webhook.finished) >= set(valid), timeout=60, what="10 events delivered")
+
+    state = run.state()
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{state['State']['Pid']}/status").read_text().splitlines())
+    uid, gid = task.user.split(":")
+    assert status["Uid"].split() == [uid] * 4 and status["Gid"].split() == [gid] * 4  # real, effective, saved, fs
+    if task.definition["LinuxParameters"]["Capabilities"]["Drop"] == ["ALL"]:
+        assert int(status["CapEff"], 16) == 0 and int(status["CapBnd"], 16) == 0
+    assert state["HostConfig"]["ReadonlyRootfs"] is bool(task.definition["ReadonlyRootFilesystem"])
+    if task.health_check is None:
+        assert not state["Config"].get("Healthcheck")
+    else:  # the definition's own check, run the way ECS runs it
+        assert engine("healthcheck", "run", run.name, check=False).returncode == 0
+
+    code, _ = run.stop()
+    assert code == 0
+    # What changed in the container's file system beyond what the engine itself writes at start
+    # (/etc/hosts and the like: a container that runs `true` shows the same).
+    baseline = run_task(command=["true"])
+    assert baseline.process is not None and baseline.process.wait(timeout=60) == 0
+    changed = set(engine("diff", run.name).stdout.split("\n")) - set(engine("diff", baseline.name).stdout.split("\n"))
+    assert changed == set()
+
+
+def test_sigterm_during_work_finishes_in_flight_and_exits_0_within_the_stop_timeout(
+    task: TaskContainer, run_task: RunFactory, stack: LocalStack, webhook: Webhook
+) -> None:
+    """A deployment's stop: SIGTERM (``stop -t <StopTimeout>``) while deliveries are in flight."""
+    slow, quick = events("slow", 8), events("quick", 16)
+    webhook.pause.update(dict.fromkeys(slow, 4.0))
+    old = run_task()
+    old.wait_for("consumer_started")
+    send(stack, [*slow.values(), *quick.values()])
+    wait_until(lambda: webhook.in_flight() & set(slow), timeout=30, what="a slow delivery in flight")
+
+    in_flight = webhook.in_flight()
+    code, seconds = old.stop()
+    assert code == 0 and old.state()["State"]["ExitCode"] == 0
+    assert seconds < task.stop_timeout, f"exited {seconds:.1f} s after SIGTERM; stop timeout {task.stop_timeout} s"
+    assert {k: webhook.finished[k] for k in in_flight} == dict.fromkeys(in_flight, 1)  # in flight: finished
+
+    new = run_task()  # what is left is still in the queue: the next task delivers it, nothing twice
+    wait_until(
+        lambda: set(webhook.finished) >= set(slow) | set(quick) and depths(stack, "QUEUE_URL") == (0, 0),
+        timeout=90,
+        what="every event delivered by the old or the new task",
+    )
+    assert {k: n for k, n in webhook.finished.items() if n != 1} == {}
+    assert depths(stack, "DLQ_URL") == (0, 0)
+    code, _ = new.stop()
+    assert code == 0

@@ -1,0 +1,107 @@
+"""infra.task and infra.image without an engine: a task definition read into the engine's run command."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base
+from infra.task import TaskContainer, TaskDefinitionError
+
+PODMAN = Engine("podman", ("podman", "--runtime", "runc"), shared_options=("--network", "host"))
+ASSET = "ab" * 32
+CONTAINER: dict[str, Any] = {
+    "Command": ["python", "-m", "consumer", "run"],
+    "Environment": [{"Name": "QUEUE_URL", "Value": {"Ref": "Queue"}}],
+    "Secrets": [{"Name": "NOTIFY_WEBHOOK_URL", "ValueFrom": "arn:aws:ssm:::parameter/x"}],
+    "Image": {"Fn::Sub": "${AWS::AccountId}.dkr.ecr.${AWS::Region}.${AWS::URLSuffix}/cdk-container-assets:" + ASSET},
+    "User": "10001:10001",
+    "ReadonlyRootFilesystem": True,
+    "LinuxParameters": {"Capabilities": {"Drop": ["ALL"]}},
+    "MountPoints": [{"ContainerPath": "/tmp", "ReadOnly": False, "SourceVolume": "tmp"}],
+    "StopTimeout": 35,
+    "HealthCheck": {"Command": ["CMD-SHELL", "python -m consumer health || exit 1"], "Interval": 10},
+}
+
+
+def assembly(tmp_path: Path, container: dict[str, Any]) -> Path:
+    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [container], "Volumes": [{"Name": "tmp"}]}
+    template = {"Resources": {"Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": definition}}}
+    (tmp_path / "S.template.json").write_text(json.dumps(template))
+    assets = {"dockerImages": {ASSET: {"source": {"directory": f"asset.{ASSET}"}}}}
+    (tmp_path / "S.assets.json").write_text(json.dumps(assets))
+    return tmp_path
+
+
+def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, **run: Any) -> list[str]:
+    task = TaskContainer.from_assembly(assembly(tmp_path, container), "S")
+    options = {
+        "name": "c",
+        "environment": {"QUEUE_URL": "http://127.0.0.1:1/q"},
+        "secrets": {"NOTIFY_WEBHOOK_URL": "http://127.0.0.1:2/notify"},
+        "volumes": {"tmp": tmp_path},
+    }
+    return task.run_arguments(PODMAN, **{**options, **run})
+
+
+def test_every_setting_of_the_definition_reaches_the_run_command(tmp_path: Path) -> None:
+    argv = arguments(tmp_path)
+    pairs = set(zip(argv, argv[1:], strict=False))
+    assert argv[:6] == ["podman", "--runtime", "runc", "run", "--name", "c"]
+    assert argv[-5:] == [f"localhost/sqs-worker-consumer:{ASSET}", "python", "-m", "consumer", "run"]
+    assert {("--user", "10001:10001"), ("--volume", f"{tmp_path}:/tmp:rw"), ("--stop-timeout", "35")} <= pairs
+    assert {("--cpus", "0.25"), ("--memory", "512m"), ("--health-interval", "10s"), ("--health-retries", "3")} <= pairs
+    assert ("--health-cmd", "python -m consumer health || exit 1") in pairs
+    assert {"--read-only", "--read-only-tmpfs=false", "--cap-drop=ALL"} <= set(argv)
+    assert {
+        ("--env", "QUEUE_URL=http://127.0.0.1:1/q"),
+        ("--env", "NOTIFY_WEBHOOK_URL=http://127.0.0.1:2/notify"),
+    } <= pairs
+
+
+def test_settings_the_definition_lacks_are_not_added(tmp_path: Path) -> None:
+    bare = {k: v for k, v in CONTAINER.items() if k in ("Image", "Environment")}
+    argv = arguments(tmp_path, bare, secrets={})
+    assert not {"--user", "--read-only", "--cap-drop=ALL", "--health-cmd", "--volume"} & set(argv)
+    assert ("--stop-timeout", "30") in set(zip(argv, argv[1:], strict=False))  # ECS's default
+    assert argv[-1] == f"localhost/sqs-worker-consumer:{ASSET}"  # the image's own CMD
+
+
+@pytest.mark.parametrize(
+    ("run", "named"),
+    [
+        ({"environment": {}}, "no value for QUEUE_URL"),
+        ({"secrets": {}}, "no value for NOTIFY_WEBHOOK_URL (secret)"),
+        ({"volumes": {}}, "no value for volume tmp"),
+        ({"secrets": {"NOTIFY_WEBHOOK_URL": "u", "OTHER": "v"}}, "secrets not in the task definition: ['OTHER']"),
+    ],
+)
+def test_a_value_ecs_would_supply_and_the_caller_does_not_is_an_error(
+    tmp_path: Path, run: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(TaskDefinitionError, match="^" + re.escape(f"S: {named}")):
+        arguments(tmp_path, **run)
+
+
+def test_an_image_that_is_not_a_cdk_asset_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TaskDefinitionError, match="S: the container's Image is not a CDK container asset: 'nginx'"):
+        arguments(tmp_path, {**CONTAINER, "Image": "nginx"})
+
+
+def test_the_base_comes_from_the_dockerfiles_own_default() -> None:
+    base = dockerfile_base(Path(__file__).resolve().parents[2] / "consumer" / "Dockerfile")
+    recipe = DebianBase.like(base)
+    assert base.startswith("python:3.11") and (recipe.release, recipe.python) == ("bookworm", "3.11")
+    assert recipe.packages[0] == "python3.11"
+
+
+def test_a_base_with_no_debian_equivalent_and_a_dockerfile_without_one_say_why(tmp_path: Path) -> None:
+    with pytest.raises(ContainerToolingUnavailable, match="'alpine:3' cannot be pulled and is not python"):
+        DebianBase.like("alpine:3")
+    (tmp_path / "Dockerfile").write_text("FROM python:3.11\n")
+    with pytest.raises(ImageBuildError, match="expected one `ARG BASE_IMAGE=<image>` line, found 0"):
+        dockerfile_base(tmp_path / "Dockerfile")
