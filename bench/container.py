@@ -22,11 +22,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from consumer.demo import LoopbackWebhook, sample_event
-from consumer.local import LocalStack, local_client, provision, start_server
-from infra.app import build_app
-from infra.image import find_engine
-from infra.task import LoggedProcess, TaskContainer, TaskRun
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # as make does; before jsii loads
+
+from consumer.demo import LoopbackWebhook, sample_event  # noqa: E402
+from consumer.local import LocalStack, local_client, provision, start_server  # noqa: E402
+from infra.app import build_app  # noqa: E402
+from infra.image import find_engine  # noqa: E402
+from infra.task import LoggedProcess, TaskContainer, TaskRun  # noqa: E402
 
 RUNS = 5
 HOLD_SECONDS = 2.0
