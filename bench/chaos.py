@@ -3,7 +3,7 @@
 What one run does, all on 127.0.0.1 with no AWS account:
 
 1. provisions the ``demo`` stack from ``cdk.out/SqsWorker-demo.template.json`` on
-   moto's server (:mod:`consumer.local`) and puts the fault-injecting proxy of
+   moto's server (:mod:`consumer.local.stack`) and puts the fault-injecting proxy of
    :mod:`bench.proxy` in front of it: the consumers' ``AWS_ENDPOINT_URL`` is the
    proxy, so every SQS call they make may be throttled, fail with HTTP 500
    before reaching moto, or be applied and then answered with HTTP 500 (a lost
@@ -56,9 +56,9 @@ from rich.table import Table
 from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, fifo_handle, standard_cases
 from bench.proxy import FAULT_KINDS, FaultPlan, FaultProxy
 from consumer.contract import contract_of
-from consumer.dead_letter import read_reason
-from consumer.demo import ConsumerProcess, Fleet, LoopbackWebhook, sample_event
 from consumer.examples.notifications import WEBHOOK_URL_ENV
+from consumer.local.demo import ConsumerProcess, Fleet, LoopbackWebhook, sample_event
+from consumer.runtime.dead_letter import read_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"
@@ -241,7 +241,7 @@ class Chaos:
 
     # --- orchestration ------------------------------------------------------
     def run(self) -> ChaosResult:
-        from consumer.local import LOCAL_CREDENTIALS, LOCAL_REGION, local_client, provision, start_server
+        from consumer.local.stack import LOCAL_CREDENTIALS, LOCAL_REGION, local_client, provision, start_server
 
         options = self.options
         options.log_dir.mkdir(parents=True, exist_ok=True)

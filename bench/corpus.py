@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer import Message, worker
-from consumer.demo import sample_event
 from consumer.examples import demo, notifications
+from consumer.local.demo import sample_event
 
 #: The attribute the producer uses for the event id (also the consumer's idempotency-key attribute).
 KEY_ATTRIBUTE = "idempotency-key"

@@ -37,10 +37,10 @@ import typer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from consumer import runtime
 from consumer.contract import WorkerContract
-from consumer.observability import Metrics
-from consumer.runtime import Consumer
+from consumer.runtime import consumer as runtime
+from consumer.runtime.consumer import Consumer
+from consumer.runtime.observability import Metrics
 
 NAIVE_EMPTY_DELAY_SECONDS = 1.0
 app = typer.Typer(add_completion=False)

@@ -1,6 +1,6 @@
-"""``python -m consumer run``: the container's command."""
+"""``python -m consumer run``: the container's command; ``python -m consumer --help`` lists the rest."""
 
-from consumer.cli import app
+from consumer.cli import main
 
 if __name__ == "__main__":
-    app()
+    main()

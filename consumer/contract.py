@@ -116,7 +116,7 @@ MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECOND
 AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
 #: Room the source queue keeps below SQS's size limit for the reason attribute a move to the DLQ adds:
 #: a message at the source's limit can then always be moved with its reason (the DLQ takes the full
-#: limit). consumer.dead_letter keeps the reason attribute within it.
+#: limit). consumer.runtime.dead_letter keeps the reason attribute within it.
 DLQ_REASON_HEADROOM_BYTES = 8_192
 SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
 #: Receives the queue's redrive policy allows beyond max_receive_count (see redrive_max_receive_count).

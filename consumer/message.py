@@ -39,7 +39,7 @@ class Message:
     ``receive_count`` counts the receives of the message across the copies the
     consumer made of it: ``ApproximateReceiveCount`` plus ``prior_receives``, the
     receives its earlier copies spent on attempts (the ``x-prior-receives``
-    attribute of a requeued copy, see ``consumer.dead_letter.requeue_parameters``).
+    attribute of a requeued copy, see ``consumer.runtime.dead_letter.requeue_parameters``).
     Retries, backoff and the move to the DLQ all go by it. ``prior_receives`` is 0
     unless the consumer itself sent the copy (see :meth:`from_sqs`).
     """

@@ -35,7 +35,7 @@ CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
 #: Exactly what the consumer calls (tests/infra/runtime_calls.json, recorded from the integration tests).
 #: Batch calls need no separate action: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
 #: sqs:SendMessage: a hand-back on a standard queue is a fresh copy sent to the source
-#: (consumer/runtime.py _requeue), so it keeps its retry budget.
+#: (consumer/runtime/consumer.py _requeue), so it keeps its retry budget.
 SOURCE_QUEUE_ACTIONS = (
     "sqs:ChangeMessageVisibility",
     "sqs:DeleteMessage",
@@ -44,7 +44,7 @@ SOURCE_QUEUE_ACTIONS = (
     "sqs:SendMessage",
 )
 DEAD_LETTER_QUEUE_ACTIONS = ("sqs:SendMessage",)
-#: The idempotency guard's conditional writes (consumer/idempotency.py DynamoDBStore).
+#: The idempotency guard's conditional writes (consumer/runtime/idempotency.py DynamoDBStore).
 IDEMPOTENCY_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 #: Attribute names the consumer's DynamoDBStore uses.
 IDEMPOTENCY_PARTITION_KEY = "pk"

@@ -2,7 +2,7 @@
 
 The image is built from the synthesized container asset (``cdk.out/asset.<hash>``, the directory
 ``cdk deploy`` would build) and started with the synthesized task definition's own settings
-(:mod:`infra.task`) against a local stack provisioned from the same template (:mod:`consumer.local`).
+(:mod:`infra.task`) against a local stack provisioned from the same template (:mod:`consumer.local.stack`).
 
 If no container engine can run here, every test of this tier is skipped with one line saying why,
 and the rest of the suite runs; with ``CONTAINER_TIER_REQUIRED=1`` (``.ci/run`` sets it once it has
@@ -25,8 +25,8 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from consumer.demo import LoopbackWebhook  # noqa: E402
-from consumer.local import LocalStack, local_client, provision, start_server  # noqa: E402
+from consumer.local.demo import LoopbackWebhook  # noqa: E402
+from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
 from infra.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
 from infra.task import TaskContainer, TaskRun  # noqa: E402
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer.dead_letter import read_reason
-from consumer.demo import sample_event
-from consumer.local import LocalStack, local_client
+from consumer.local.demo import sample_event
+from consumer.local.stack import LocalStack, local_client
+from consumer.runtime.dead_letter import read_reason
 from infra.image import BuiltImage, Engine
 from infra.task import TaskContainer
 from tests.container.conftest import RunFactory, Webhook, depths, send, wait_until
@@ -21,13 +21,13 @@ from tests.container.conftest import RunFactory, Webhook, depths, send, wait_unt
 #: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys) and
 #: must not (test and local tooling: the demo runner and local stack need moto and a cdk.out).
 SHIPPED = [
-    "consumer.runtime",
+    "consumer.runtime.consumer",
     "consumer.cli",
-    "consumer.dlq",
+    "consumer.ops.commands",
     "consumer.examples.notifications",
     "consumer.examples.demo",
 ]
-NOT_SHIPPED = ["consumer.demo", "consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk"]
+NOT_SHIPPED = ["consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk"]
 #: moto's CloudFormation warns for each resource type it skips (policies, scaling, alarms); consumer.local
 #: creates what matters from the template itself.
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
@@ -53,7 +53,7 @@ def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, im
     demo = engine("run", "--rm", *engine.shared_options, image.tag, "python", "-m", "consumer", "demo", check=False)
     assert demo.returncode == 2
     assert demo.stderr.strip().splitlines() == [
-        "consumer demo: local tooling, not in this installation (missing: consumer.local, consumer.demo, moto); "
+        "consumer demo: local tooling, not in this installation (missing: consumer.local, moto); "
         "run it from a repository checkout after `make run` or `make test` has set it up"
     ]
     print(f"\nimage size: {image.size_bytes / 1e6:.0f} MB ({image.tag}, base {image.base})")

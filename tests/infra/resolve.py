@@ -4,7 +4,7 @@ Test tooling for the permissions tier (no boto3, no AWS): every resource gets th
 CloudFormation would give it (its name property, else ``<stack>-<logical id>-<suffix>``) and the
 ``Ref`` / ``Fn::GetAtt`` values AWS documents for its type, so the policies in the template can be
 evaluated against real-looking ARNs. ``Ref`` follows CloudFormation's return values, as
-``consumer/local.py`` does for ``consumer local up``: a queue's ``Ref`` is its URL, a cluster's its
+``consumer/local/stack.py`` does for ``consumer local up``: a queue's ``Ref`` is its URL, a cluster's its
 name, a topic's its ARN.
 
 Resolved: ``Ref`` (resources, parameters, pseudo parameters), ``Fn::GetAtt``, ``Fn::Join``,

@@ -401,8 +401,15 @@ def test_image_asset_ships_the_runtime_without_local_tooling(dev: Synthesized) -
     or a cdk.out; the container tier checks the built image itself where an engine runs."""
     task = TaskContainer.from_assembly(dev.outdir, dev.stack.stack_name)
     shipped = {str(p.relative_to(task.asset_directory)) for p in task.asset_directory.rglob("*") if p.is_file()}
-    assert {"Dockerfile", "requirements.lock", "cli.py", "runtime.py", "examples/demo.py"} <= shipped
-    assert {"demo.py", "local.py"} & shipped == set()
+    assert {
+        "Dockerfile",
+        "requirements.lock",
+        "cli.py",
+        "runtime/consumer.py",
+        "ops/commands.py",
+        "examples/demo.py",
+    } <= shipped
+    assert [p for p in shipped if p.startswith("local/")] == []
     assert [p for p in shipped if "__pycache__" in p or p.endswith(".pyc") or p.startswith("tests")] == []
 
 

@@ -14,10 +14,10 @@ import boto3
 import pytest
 from typer.testing import CliRunner, Result
 
-from consumer import dlq
 from consumer.contract import WorkerContract
-from consumer.dead_letter import send_parameters
 from consumer.message import Message
+from consumer.ops import commands as dlq
+from consumer.runtime.dead_letter import send_parameters
 from tests.integration.conftest import REGION, QueuePair
 
 CONTRACT = WorkerContract(max_duration_seconds=5)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from consumer.acknowledger import Acknowledger, Ticket
 from consumer.contract import WorkerContract
+from consumer.runtime.acknowledger import Acknowledger, Ticket
 from tests.integration.conftest import create_pair
 
 CONTRACT = WorkerContract(max_duration_seconds=5)

@@ -18,10 +18,10 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
-from consumer.dead_letter import read_reason
-from consumer.idempotency import Claim, InMemoryStore
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.runtime import EXIT_OK, EXIT_STUCK, Consumer
+from consumer.runtime.consumer import EXIT_OK, EXIT_STUCK, Consumer
+from consumer.runtime.dead_letter import read_reason
+from consumer.runtime.idempotency import Claim, InMemoryStore
 from tests.integration.conftest import QueuePair, create_pair
 
 #: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from consumer import Message
-from consumer.runtime import EXIT_OK
+from consumer.runtime.consumer import EXIT_OK
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import consumer_of, depth, fast_contract, running, wait_until
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from consumer import Message
-from consumer.dead_letter import read_reason
-from consumer.runtime import EXIT_OK
+from consumer.runtime.consumer import EXIT_OK
+from consumer.runtime.dead_letter import read_reason
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import consumer_of, depth, drain, fast_contract, running, wait_until
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from consumer.demo import Downstream, Planned
 from consumer.examples.notifications import DownstreamUnavailable, deliver
+from consumer.local.demo import Downstream, Planned
 from consumer.message import PoisonMessage
 from tests.integration.conftest import ROOT, run_module
 

@@ -12,9 +12,9 @@ import boto3
 import pytest
 from typer.testing import Result
 
-from consumer import dlq
-from consumer.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
+from consumer.ops import commands as dlq
+from consumer.runtime.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason
 from tests.integration import dlq_support
 from tests.integration.conftest import REGION, QueuePair, create_pair
 from tests.integration.dlq_support import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from consumer import dlq
+from consumer.ops import commands as dlq
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
 from tests.integration.dlq_support import CONTRACT, dead_letter, depth, drain, on_call, signal_on_call

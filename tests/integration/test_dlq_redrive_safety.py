@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from consumer import PoisonMessage, dlq, dlq_pass
-from consumer.dead_letter import ORIGINAL_ATTRIBUTES
+from consumer import PoisonMessage
 from consumer.message import Message
-from consumer.runtime import Consumer
+from consumer.ops import commands as dlq
+from consumer.ops import passes as dlq_pass
+from consumer.runtime.consumer import Consumer
+from consumer.runtime.dead_letter import ORIGINAL_ATTRIBUTES
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
 from tests.integration.dlq_support import CONTRACT, dead_letter, depth, drain, on_call, signal_on_call

@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from consumer.contract import WorkerContract
-from consumer.drift import QueueDriftError, StartupError, check_queue
+from consumer.runtime.drift import QueueDriftError, StartupError, check_queue
 from tests.integration.conftest import REGION, create_pair
 
 CONTRACT = WorkerContract(max_duration_seconds=90, concurrency=8)

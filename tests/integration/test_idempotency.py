@@ -16,7 +16,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from consumer.idempotency import (
+from consumer.message import Message
+from consumer.runtime.idempotency import (
     MAX_PLAIN_KEY_BYTES,
     Claim,
     DynamoDBStore,
@@ -25,7 +26,6 @@ from consumer.idempotency import (
     InMemoryStore,
     idempotency_key,
 )
-from consumer.message import Message
 from tests.integration.conftest import REGION, create_pair
 from tests.integration.test_consumer import consumer_of, depth, fast_contract, running, wait_until
 
@@ -176,7 +176,7 @@ def test_complete_by_non_holder_warns_and_keeps_holder(
 ) -> None:
     """A complete from a lapsed holder logs a warning, does not raise, and leaves the new holder's lease."""
     store.claim(KEY, owner="a", lease_seconds=LEASE)
-    with caplog.at_level(logging.WARNING, logger="consumer.idempotency"):
+    with caplog.at_level(logging.WARNING, logger="consumer.runtime.idempotency"):
         store.complete(KEY, owner="b", keep_seconds=KEEP)
     assert "b" in caplog.text and KEY in caplog.text
     assert store.claim(KEY, owner="c", lease_seconds=LEASE) is Claim.IN_PROGRESS

@@ -17,8 +17,15 @@ import pytest
 from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer.contract import BINDING_KEYS, WorkerContract
-from consumer.dead_letter import read_reason
-from consumer.local import LOCAL_SKIPPED_TYPES, LocalProvisioningError, LocalStack, _resolve, provision, start_server
+from consumer.local.stack import (
+    LOCAL_SKIPPED_TYPES,
+    LocalProvisioningError,
+    LocalStack,
+    _resolve,
+    provision,
+    start_server,
+)
+from consumer.runtime.dead_letter import read_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT = {

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from consumer import Message, runtime
-from consumer.protection import ScaleInProtection
+from consumer import Message
+from consumer.runtime import consumer as runtime
+from consumer.runtime.protection import ScaleInProtection
 from tests.integration.conftest import create_pair
 from tests.integration.recorder import runtime_call_recorder
 from tests.integration.test_consumer import consumer_of, fast_contract, running, wait_until
@@ -293,7 +294,7 @@ def test_busy_rejected_by_agent_is_logged_not_raised(
 ) -> None:
     """An HTTP error, a failure/error object or a non-JSON reply logs task_protection_failed and returns."""
     agent.replies.append(reply)
-    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+    with caplog.at_level(logging.WARNING, logger="consumer.runtime.protection"):
         protection.busy()
     [record] = failures(caplog)
     assert (record.levelno, record.action) == (logging.WARNING, "enable")
@@ -317,7 +318,7 @@ def test_busy_failure_object_names_the_reason(
 ) -> None:
     """The agent's failure Reason appears in the logged error."""
     agent.replies.append(FAILURE_200)
-    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+    with caplog.at_level(logging.WARNING, logger="consumer.runtime.protection"):
         protection.busy()
     assert "TASK_NOT_VALID" in failures(caplog)[0].error
 
@@ -325,7 +326,7 @@ def test_busy_failure_object_names_the_reason(
 def test_busy_connection_refused_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     """An agent that refuses the connection logs task_protection_failed and returns."""
     protection = ScaleInProtection(REFUSED_URI, timeout_seconds=1.0)
-    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+    with caplog.at_level(logging.WARNING, logger="consumer.runtime.protection"):
         protection.busy()
     [record] = failures(caplog)
     assert record.action == "enable"
@@ -337,7 +338,7 @@ def test_busy_timeout_is_logged_not_raised(agent: Agent, caplog: pytest.LogCaptu
     agent.delay_seconds = 1.0
     protection = ScaleInProtection(agent.uri, timeout_seconds=0.2)
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="consumer.protection"):
+    with caplog.at_level(logging.WARNING, logger="consumer.runtime.protection"):
         protection.busy()
     assert time.monotonic() - started < 0.9
     assert "timed out" in failures(caplog)[0].error

@@ -19,7 +19,7 @@ import boto3
 import pytest
 
 from consumer.contract import WorkerContract
-from consumer.drift import check_queue
+from consumer.runtime.drift import check_queue
 from tests.integration.conftest import REGION, ROOT, create_pair
 from tests.integration.recorder import runtime_call_recorder
 
@@ -33,7 +33,7 @@ def listed_calls() -> set[tuple[str, str, str]]:
 
 
 def test_recorder_keeps_runtime_calls_and_ignores_the_tests_own(sqs: Any) -> None:
-    """A call made by consumer/drift.py is recorded with its action and queue; the test's own calls are not."""
+    """A call made by consumer/runtime/drift.py is recorded with its action and queue; the test's own calls are not."""
     call = ("sqs.GetQueueAttributes", "sqs:GetQueueAttributes", "source")
     runtime_call_recorder.forget(call)
     pair = create_pair(sqs, CONTRACT)
@@ -52,7 +52,7 @@ def test_recorder_follows_subprocesses(moto_server: str, runtime_calls: Path, tm
         f"""
         import boto3
         from consumer.contract import WorkerContract
-        from consumer.drift import check_queue
+        from consumer.runtime.drift import check_queue
         sqs = boto3.client("sqs", region_name={REGION!r}, endpoint_url={moto_server!r})
         sqs.list_queues()
         check_queue(sqs, queue_url={pair.queue_url!r}, dlq_url={pair.dlq_url!r},

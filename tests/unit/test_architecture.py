@@ -63,3 +63,32 @@ def test_log_extras_never_shadow_log_record_attributes() -> None:
                     if isinstance(key, ast.Constant) and key.value in reserved
                 ]
     assert clashes == []
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "consumer" / "runtime").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_runtime_never_imports_the_tools_that_use_it(path: Path) -> None:
+    """consumer/runtime/ is what the container runs: no arrow back up to ops/ or local/, no rich, no moto."""
+    tree = ast.parse(path.read_text())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    forbidden = ("consumer.ops", "consumer.local", "consumer.cli", "rich", "moto", "bench", "tests")
+    assert sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden)) == []
+
+
+def test_consumer_run_loads_neither_rich_nor_moto_nor_the_tools() -> None:
+    """`python -m consumer run` (here refusing a missing QUEUE_URL) imports only the runtime's part of the CLI."""
+    import os
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from consumer.cli import main\n"
+        "try:\n    main(['run'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'moto')"
+        " or m.startswith(('consumer.ops', 'consumer.local'))))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_URL", "CONSUMER_", "AWS_"))}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

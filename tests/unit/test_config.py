@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.config import load_config, region_of_queue_url, resolve_region
 from consumer.contract import ConfigurationError, contract_of
+from consumer.runtime.config import load_config, region_of_queue_url, resolve_region
 from tests.integration import handlers
 
 LOCAL_URL = "http://127.0.0.1:5000/123456789012/orders"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from consumer import dlq_pass
+from consumer.ops import passes as dlq_pass
 
 
 def answers(*dates: str | None) -> tuple[list[int], Any]:

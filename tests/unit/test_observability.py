@@ -1,4 +1,4 @@
-"""Unit tests for consumer.observability: JSON log lines, EMF documents, trace context.
+"""Unit tests for consumer.runtime.observability: JSON log lines, EMF documents, trace context.
 
 Rule for this folder: no network, no CDK, no boto3 calls.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from consumer.contract import ConfigurationError
-from consumer.observability import JsonFormatter, Metrics, configure_logging, log_level, trace_context
+from consumer.runtime.observability import JsonFormatter, Metrics, configure_logging, log_level, trace_context
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -127,9 +127,9 @@ def test_configure_logging_writes_json_to_stream(root_logger: logging.Logger) ->
     """After configure_logging, a root-propagated record is a JSON line on the stream."""
     out = io.StringIO()
     configure_logging(stream=out)
-    logging.getLogger("consumer.runtime").info("worker_started", extra={"queue": "orders"})
+    logging.getLogger("consumer.runtime.consumer").info("worker_started", extra={"queue": "orders"})
     line = json.loads(out.getvalue().splitlines()[-1])
-    assert (line["event"], line["queue"], line["logger"]) == ("worker_started", "orders", "consumer.runtime")
+    assert (line["event"], line["queue"], line["logger"]) == ("worker_started", "orders", "consumer.runtime.consumer")
 
 
 def test_configure_logging_is_idempotent(root_logger: logging.Logger) -> None:

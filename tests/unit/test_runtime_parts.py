@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from consumer.config import check_declaration, load_config
 from consumer.contract import (
     DLQ_REASON_HEADROOM_BYTES,
     SOURCE_MAX_MESSAGE_BYTES,
@@ -16,7 +15,10 @@ from consumer.contract import (
     ContractError,
     WorkerContract,
 )
-from consumer.dead_letter import (
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
+from consumer.runtime.config import check_declaration, load_config
+from consumer.runtime.consumer import Slots, lease_extension, task_role_id_from_env
+from consumer.runtime.dead_letter import (
     MAX_REASON_RECORD_BYTES,
     ORIGINAL_ATTRIBUTES,
     REASON_ATTRIBUTE,
@@ -25,8 +27,6 @@ from consumer.dead_letter import (
     requeue_parameters,
     send_parameters,
 )
-from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
-from consumer.runtime import Slots, lease_extension, task_role_id_from_env
 
 HANDLER = "tests.integration.handlers:slow"
 

@@ -9,7 +9,7 @@ How calls are caught, without a hook in product code:
 
 * boto3/botocore calls: every client gets a ``before-parameter-build`` handler (botocore's event
   hooks) by wrapping ``botocore.session.Session.create_client``; a call is kept only when the frame
-  that made it belongs to a runtime module (:data:`RUNTIME_MODULES`), so the tests' own set-up and
+  that made it belongs to a runtime module (:data:`RUNTIME_PACKAGE`), so the tests' own set-up and
   assertion calls are ignored.
 * subprocesses (``python -m consumer run``): ``sitecustomize.py`` next to this file installs the same
   wrapper when this directory is on ``PYTHONPATH`` and :data:`RECORD_DIR_ENV` names a directory;
@@ -34,19 +34,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 RECORD_DIR_ENV = "SQS_WORKER_RECORD_RUNTIME_CALLS_TO"
-#: Modules whose AWS calls are the runtime's, i.e. made with the task role in ECS (cli.py: the run path;
-#: the operator's DLQ tool lives in consumer/dlq.py and runs with the operator's credentials).
-RUNTIME_MODULES = frozenset(
-    {
-        "consumer.runtime",
-        "consumer.acknowledger",
-        "consumer.idempotency",
-        "consumer.drift",
-        "consumer.dead_letter",
-        "consumer.cli",
-        "consumer.protection",
-    }
-)
+#: The package whose AWS calls are the runtime's, i.e. made with the task role in ECS (the operator's DLQ
+#: tool lives in consumer/ops/ and runs with the operator's credentials).
+RUNTIME_PACKAGE = "consumer.runtime"
 #: Frames skipped when looking for the caller: the SDK's own and this module's.
 _SDK_MODULE_PREFIXES = ("botocore", "boto3", "s3transfer", __name__, "runtime_call_recorder")
 #: botocore operations whose IAM action has another name. SQS authorises a batch call with the action of
@@ -102,7 +92,7 @@ def resource_kind(service: str, caller: str, params: dict[str, Any], frame: Any 
     """Which of the stack's resources a call touches, in the vocabulary of ``tests/infra/runtime_calls.json``."""
     if service == "sqs":
         return queue_kind(str(params.get("QueueUrl") or params.get("QueueName", "")), frame)
-    if service == "dynamodb" and caller == "consumer.idempotency":
+    if service == "dynamodb" and caller == "consumer.runtime.idempotency":
         return "idempotency-table"
     if service == "sts":
         return "*"
@@ -123,7 +113,7 @@ def record(operation: str, action: str, resource: str) -> None:
 
 
 def record_agent_request(method: str, path: str) -> None:
-    """A request the stand-in ECS agent received (only ``consumer/protection.py`` talks to it)."""
+    """A request the stand-in ECS agent received (only ``consumer/runtime/protection.py`` talks to it)."""
     if path.endswith(AGENT_STATE_PATH) and method in AGENT_ACTIONS:
         record(f"ecs-agent.{method} {AGENT_STATE_PATH}", AGENT_ACTIONS[method], "task")
     else:
@@ -143,7 +133,7 @@ def _caller() -> tuple[str, Any]:
 
 def _on_call(params: dict[str, Any], model: Any, **_: Any) -> None:
     caller, frame = _caller()
-    if caller not in RUNTIME_MODULES:
+    if caller != RUNTIME_PACKAGE and not caller.startswith(RUNTIME_PACKAGE + "."):
         return
     service = model.service_model.signing_name
     record(

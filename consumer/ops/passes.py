@@ -1,7 +1,7 @@
 """What every ``dlq`` command runs on: its AWS calls, its lease on the messages it received, the run's
 start on SQS's own clock, interrupts held back while a step must not be cut, and progress on stderr.
 
-None of this is a command; ``consumer/dlq.py`` builds the commands from these parts.
+None of this is a command; ``consumer/ops/commands.py`` builds the commands from these parts.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 What it does, with no AWS account:
 
 1. provisions the ``demo`` stack from the synthesized ``cdk.out`` template on
-   moto's server on 127.0.0.1 (:mod:`consumer.local`);
+   moto's server on 127.0.0.1 (:mod:`consumer.local.stack`);
 2. starts a downstream webhook on 127.0.0.1 that behaves per event: accepts,
    fails transiently (HTTP 503 once or twice), answers slower than the queue's
    visibility lease, rejects (HTTP 422), or is in an outage until the operator
@@ -23,7 +23,7 @@ The exit code is 0 only if the accounting balances: every produced event is in
 exactly one final place, the one its kind calls for, no event was delivered
 twice, and every consumer exited 0 after SIGTERM.
 
-moto is a development dependency; it is imported (through :mod:`consumer.local`)
+moto is a development dependency; it is imported (through :mod:`consumer.local.stack`)
 only when the demo runs.
 """
 
@@ -48,9 +48,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from consumer.dead_letter import read_reason
-from consumer.dlq import fingerprint
 from consumer.examples.notifications import WEBHOOK_URL_ENV
+from consumer.ops.commands import fingerprint
+from consumer.runtime.dead_letter import read_reason
 
 #: The event kinds the producer mixes, and where each must end.
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
@@ -458,7 +458,7 @@ class Demo:
         self.depths = (0, 0, 0)  # (source visible, source in flight or delayed, DLQ), refreshed by _wait()
 
     def run(self) -> DemoResult:
-        from consumer.local import local_client, provision, start_server
+        from consumer.local.stack import local_client, provision, start_server
 
         options = self.options
         options.log_dir.mkdir(parents=True, exist_ok=True)

@@ -16,15 +16,15 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from consumer.dead_letter import (
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
+from consumer.ops.passes import SQS_BATCH
+from consumer.runtime.dead_letter import (
     ORIGINAL_ATTRIBUTES,
     REASON_ATTRIBUTE,
     SQS_MAX_MESSAGE_ATTRIBUTES,
     attributes_from_json,
     attributes_to_json,
 )
-from consumer.dlq_pass import SQS_BATCH
-from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ the DLQ only after SQS confirmed its copy (redrive) or its line is on disk
 (``export --delete``), and that send (or write) and its delete are one step that
 SIGINT and SIGTERM wait for. Only an error between the two (an endpoint gone
 mid-step) can leave a message in both places, which the consumer's idempotency
-guard absorbs. The parts every command runs on are in ``consumer/dlq_pass.py``;
-the record format and its checks in ``consumer/dlq_records.py``.
+guard absorbs. The parts every command runs on are in ``consumer/ops/passes.py``;
+the record format and its checks in ``consumer/ops/records.py``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from consumer.dead_letter import attributes_from_json
-from consumer.dlq_pass import (
+from consumer.ops.passes import (
     CONNECT_TIMEOUT_SECONDS,
     MAX_ATTEMPTS,
     MAX_STALE_RECEIVES,
@@ -56,7 +55,7 @@ from consumer.dlq_pass import (
     interrupts,
     start_on_sqs_clock,
 )
-from consumer.dlq_records import (
+from consumer.ops.records import (
     RecordError,
     check_line,
     entry_bytes,
@@ -68,6 +67,7 @@ from consumer.dlq_records import (
     size_batches,
     source_attributes,
 )
+from consumer.runtime.dead_letter import attributes_from_json
 
 app = typer.Typer(
     add_completion=False,
@@ -97,7 +97,7 @@ T = TypeVar("T")
 def make_client(service: str, queue_url: str | None = None) -> Any:
     """A boto3 client for ``service`` that fails fast; credentials and endpoint from the environment.
 
-    The region is the one ``consumer run`` would use (:func:`consumer.config.resolve_region`):
+    The region is the one ``consumer run`` would use (:func:`consumer.runtime.config.resolve_region`):
     ``AWS_REGION``, ``AWS_DEFAULT_REGION``, the config file, else the one ``queue_url`` names; none
     of them ends the command with one line naming the variable. Tests replace this factory to wrap
     or hook the clients a command creates.
@@ -105,8 +105,8 @@ def make_client(service: str, queue_url: str | None = None) -> Any:
     import boto3
     from botocore.config import Config
 
-    from consumer.config import resolve_region
     from consumer.contract import ConfigurationError
+    from consumer.runtime.config import resolve_region
 
     try:
         region, _ = resolve_region(os.environ, queue_url or "", configured=boto3.Session().region_name)

@@ -45,13 +45,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.acknowledger import Acknowledger, Ticket
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, TASK_ROLE_ID_ENV, ContractError, WorkerContract
-from consumer.dead_letter import can_carry_receives, requeue_parameters, send_parameters
-from consumer.idempotency import Claim, IdempotencyStore, InMemoryStore, idempotency_key
 from consumer.message import Message, PoisonMessage
-from consumer.observability import Metrics, trace_context
-from consumer.protection import ScaleInProtection
+from consumer.runtime.acknowledger import Acknowledger, Ticket
+from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
+from consumer.runtime.idempotency import Claim, IdempotencyStore, InMemoryStore, idempotency_key
+from consumer.runtime.observability import Metrics, trace_context
+from consumer.runtime.protection import ScaleInProtection
 
 log = logging.getLogger("consumer")
 

@@ -1,0 +1,103 @@
+"""``python -m consumer run``: the ECS container's command (typer for its exit; no rich, no ops or local tooling)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import typer
+
+from consumer.exit_codes import ExitCode
+
+log = logging.getLogger("consumer")
+
+
+class _StoppedBeforeStart(BaseException):
+    """SIGTERM/SIGINT arrived while starting up: nothing is held yet, so stopping means exiting.
+
+    A BaseException, like KeyboardInterrupt, because botocore treats any Exception raised while
+    sending as a failed attempt to retry, which would keep a stopping task in its start-up.
+    """
+
+
+def run() -> None:
+    """Consume QUEUE_URL with CONSUMER_HANDLER until SIGTERM/SIGINT; exit 0 after a clean drain.
+
+    Reads QUEUE_URL, CONSUMER_HANDLER, the stack's CONSUMER_* contract (or the
+    handler's own declaration when absent), DLQ_URL, CONSUMER_IDEMPOTENCY_TABLE
+    and the standard AWS variables (region, credentials, AWS_ENDPOINT_URL).
+    """
+    import boto3
+    from botocore.config import Config
+
+    from consumer.contract import ConfigurationError
+    from consumer.runtime.config import LOG_LEVEL_ENV, load_config, resolve_region
+    from consumer.runtime.consumer import LONG_POLL_SECONDS, Consumer, task_role_id_from_env
+    from consumer.runtime.drift import StartupError, check_queue, queue_name_from_url
+    from consumer.runtime.idempotency import DynamoDBStore, InMemoryStore
+    from consumer.runtime.observability import Metrics, configure_logging, log_level
+    from consumer.runtime.protection import ScaleInProtection
+
+    configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
+    # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
+    # and a start-up blocked on a slow endpoint must still end at once with exit 0, not be killed.
+    running: list[Consumer] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not running:
+            raise _StoppedBeforeStart(signal.Signals(signum).name)
+        running[0].stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    try:
+        configure_logging(level=log_level(os.environ.get(LOG_LEVEL_ENV) or "INFO", LOG_LEVEL_ENV))
+        log.info("consumer_starting", extra={"pid": os.getpid()})
+        config = load_config(os.environ)
+        region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
+        session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
+        client = session.client(
+            "sqs",
+            config=Config(
+                retries={"mode": "standard", "max_attempts": 3},
+                connect_timeout=5,
+                read_timeout=LONG_POLL_SECONDS + 10,  # a long poll must not time out on our side
+            ),
+        )
+        binding = check_queue(
+            client,
+            queue_url=config.queue_url,
+            dlq_url=config.dlq_url,
+            contract=config.contract,
+            check_retention=config.from_stack,
+        )
+        dlq_url = config.dlq_url
+        if dlq_url is None:  # a local run: find the DLQ through the queue's own redrive policy
+            account, _ = queue_name_from_url(config.queue_url)
+            dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
+            dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+        table = config.idempotency_table
+        store = DynamoDBStore(table, client=session.client("dynamodb")) if table else InMemoryStore()
+        running.append(
+            Consumer(
+                client,
+                queue_url=config.queue_url,
+                dlq_url=dlq_url,
+                contract=config.contract,
+                handler=config.handler,
+                idempotency=store,
+                protection=ScaleInProtection.from_env(os.environ),
+                metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+                task_role_id=task_role_id_from_env(os.environ),
+            )
+        )
+    except (ConfigurationError, StartupError) as error:
+        log.error("startup_failed", extra={"error": str(error)})
+        print(f"consumer: cannot start: {error}", file=sys.stderr)
+        raise typer.Exit(ExitCode.CONFIG) from error
+    except _StoppedBeforeStart as stopped:
+        log.info("consumer_stopped_before_start", extra={"signal": str(stopped)})
+        raise typer.Exit(0) from None
+    raise typer.Exit(running[0].run())
