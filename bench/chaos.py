@@ -55,8 +55,9 @@ from rich.table import Table
 
 from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, fifo_handle, standard_cases
 from bench.proxy import FAULT_KINDS, FaultPlan, FaultProxy
-from consumer.contract import contract_of
+from consumer.contract import SQS_MAX_BATCH, contract_of
 from consumer.examples.notifications import WEBHOOK_URL_ENV
+from consumer.exit_codes import ExitCode
 from consumer.local.demo import ConsumerProcess, Fleet, LoopbackWebhook, sample_event
 from consumer.runtime.dead_letter import read_reason
 
@@ -74,9 +75,6 @@ POLL_SECONDS = 1.0
 #: Nothing moving for this long (source empty) means the phase has settled: longer than the demo
 #: contract's 10 s lease plus its 4 s maximum backoff, so every lease a SIGKILL left has expired.
 QUIET_SECONDS = 16.0
-#: A consumer killed at start-up, or started while the endpoint is down, exits 2 (StartupError): ECS
-#: would start another task, and so does the supervisor here.
-EXIT_STARTUP = 2
 PRODUCER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
 
 
@@ -377,22 +375,11 @@ class Chaos:
         contract = contract_of(fifo_handle)
         sqs = self.moto
         suffix = f"chaos-{os.getpid()}"
-        fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
-        dlq_url = sqs.create_queue(
-            QueueName=f"{suffix}-dlq.fifo",
-            Attributes={**fifo, "MessageRetentionPeriod": str(contract.dlq_retention_seconds)},
-        )["QueueUrl"]
+        pair = contract.queue_attributes()
+        dlq_url = sqs.create_queue(QueueName=f"{suffix}-dlq.fifo", Attributes=pair.dead_letter.to_sqs())["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         queue_url = sqs.create_queue(
-            QueueName=f"{suffix}-source.fifo",
-            Attributes={
-                **fifo,
-                "VisibilityTimeout": str(contract.visibility_timeout_seconds),
-                "MessageRetentionPeriod": str(contract.source_retention_seconds),
-                "RedrivePolicy": json.dumps(
-                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": contract.redrive_max_receive_count}
-                ),
-            },
+            QueueName=f"{suffix}-source.fifo", Attributes=pair.source.to_sqs(dead_letter_target_arn=dlq_arn)
         )["QueueUrl"]
         env = {k: v for k, v in child.items() if not k.startswith("CONSUMER_") and k != "DLQ_URL"}
         env.update(
@@ -586,7 +573,10 @@ class Chaos:
         out = []
         while True:
             messages = self.moto.receive_message(
-                QueueUrl=dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=300, MessageAttributeNames=["All"]
+                QueueUrl=dlq_url,
+                MaxNumberOfMessages=SQS_MAX_BATCH,
+                VisibilityTimeout=300,
+                MessageAttributeNames=["All"],
             ).get("Messages", [])
             if not messages:
                 return out
@@ -713,7 +703,9 @@ class Chaos:
                 )
                 if how == "SIGTERM" and code != 0:
                     failures.append(f"consumer {c.number} exited {code} after SIGTERM")
-                if replaced and replaced[0]["exit_code"] != EXIT_STARTUP:
+                # A consumer killed at start-up, or started while the endpoint is down, exits CONFIG (StartupError):
+                # ECS would start another task, and so does the supervisor here.
+                if replaced and replaced[0]["exit_code"] != ExitCode.CONFIG:
                     failures.append(f"consumer {c.number} crashed with exit {replaced[0]['exit_code']}")
         events: Counter[str] = Counter()
         for one in fleets:

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer import Message, worker
+from consumer.contract import SQS_MAX_MESSAGE_BYTES
 from consumer.examples import demo, notifications
 from consumer.local.demo import sample_event
 
 #: The attribute the producer uses for the event id (also the consumer's idempotency-key attribute).
 KEY_ATTRIBUTE = "idempotency-key"
 #: What the chaos producer adds to every message: room to leave in a max-size body.
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_576
+DEFAULT_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True)

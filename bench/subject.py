@@ -37,7 +37,7 @@ import typer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from consumer.contract import WorkerContract
+from consumer.contract import SQS_MAX_BATCH, WorkerContract
 from consumer.runtime import consumer as runtime
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.observability import Metrics
@@ -128,7 +128,9 @@ class Naive:
 
     def _loop(self) -> None:
         while not self.stop_event.is_set():
-            messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10).get("Messages", [])
+            messages = self.client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=SQS_MAX_BATCH).get(
+                "Messages", []
+            )
             if not messages:
                 time.sleep(NAIVE_EMPTY_DELAY_SECONDS)
                 continue

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ __all__ = [
     "ContractError",
     "DERIVED_FORMULAS",
     "ENV_PREFIX",
+    "QueueAttributes",
+    "QueuePairAttributes",
     "WorkerContract",
     "contract_of",
     "load_handler",
@@ -88,14 +91,19 @@ __all__ = [
     "worker",
 ]
 
-# --- AWS limits -------------------------------------------------------------
+# --- AWS limits (the one home of SQS's numbers; every other module imports them from here) -----
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
 SQS_MAX_VISIBILITY_SECONDS = 43_200  # 12 h, counted from the receive
 SQS_MIN_RETENTION_SECONDS = 60
 SQS_MAX_RETENTION_SECONDS = 1_209_600  # 14 days
+#: Messages per ReceiveMessage, entries per SendMessageBatch / DeleteMessageBatch / ChangeMessageVisibilityBatch.
 SQS_MAX_BATCH = 10
 SQS_MAX_RECEIVE_COUNT = 1_000
 SQS_MAX_MESSAGE_BYTES = 1_048_576  # body + attributes (1 MiB since August 2025)
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
+SQS_MAX_DELAY_SECONDS = 900  # DelaySeconds: 15 min
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html
+SQS_MAX_QUEUE_NAME_CHARS = 80  # ".fifo" included
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
 FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
 
@@ -431,6 +439,32 @@ class WorkerContract:
         """True when the queue's visibility is a lease shorter than a handler may run."""
         return self.attempt_timeout_seconds > self.visibility_timeout_seconds
 
+    def queue_attributes(self) -> QueuePairAttributes:
+        """What SQS must hold for this contract: the source queue's attributes and the DLQ's.
+
+        The one derivation the CDK construct, its synth-time invariants, the consumer's drift check,
+        the tests' queue pairs and the chaos suite's FIFO pair all read.
+
+        >>> source = WorkerContract(max_duration_seconds=90).queue_attributes().source
+        >>> source.to_sqs(dead_letter_target_arn="arn:aws:sqs:eu-west-1:123456789012:w-dlq")["RedrivePolicy"]
+        '{"deadLetterTargetArn": "arn:aws:sqs:eu-west-1:123456789012:w-dlq", "maxReceiveCount": 7}'
+        """
+        fifo = {"fifo": self.fifo, "content_based_deduplication": self.content_based_deduplication}
+        return QueuePairAttributes(
+            source=QueueAttributes(
+                visibility_timeout_seconds=self.visibility_timeout_seconds,
+                message_retention_seconds=self.source_retention_seconds,
+                maximum_message_bytes=SOURCE_MAX_MESSAGE_BYTES,
+                redrive_max_receive_count=self.redrive_max_receive_count,
+                **fifo,
+            ),
+            dead_letter=QueueAttributes(
+                message_retention_seconds=self.dlq_retention_seconds,
+                maximum_message_bytes=SQS_MAX_MESSAGE_BYTES,
+                **fifo,
+            ),
+        )
+
     def derived(self) -> dict[str, int]:
         """Every derived value by name (the keys of :data:`DERIVED_FORMULAS`)."""
         return {name: getattr(self, name) for name in DERIVED_FORMULAS}
@@ -483,6 +517,54 @@ class WorkerContract:
                     environ[key],
                 )
         return contract
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueAttributes:
+    """One queue's attributes, in units, with :meth:`to_sqs` spelling them as SQS's CreateQueue does.
+
+    ``None`` leaves SQS's default: the DLQ has no visibility timeout or redrive policy of its own,
+    and a benchmark queue sets only what it measures.
+    """
+
+    visibility_timeout_seconds: int | None = None
+    message_retention_seconds: int | None = None
+    maximum_message_bytes: int | None = None
+    fifo: bool = False
+    content_based_deduplication: bool = False
+    #: The redrive policy's ``maxReceiveCount`` (towards the DLQ named when calling :meth:`to_sqs`).
+    redrive_max_receive_count: int | None = None
+
+    def to_sqs(self, *, dead_letter_target_arn: str | None = None) -> dict[str, str]:
+        """CreateQueue's ``Attributes``; a redrive policy needs the DLQ's ARN, known once the DLQ exists."""
+        numbers = {
+            "VisibilityTimeout": self.visibility_timeout_seconds,
+            "MessageRetentionPeriod": self.message_retention_seconds,
+            "MaximumMessageSize": self.maximum_message_bytes,
+        }
+        attributes = {name: str(value) for name, value in numbers.items() if value is not None}
+        if self.fifo:  # SQS's FIFO attributes exist on FIFO queues only
+            attributes["FifoQueue"] = "true"
+            attributes["ContentBasedDeduplication"] = _to_env_value(self.content_based_deduplication)
+        if self.redrive_max_receive_count is not None:
+            if not dead_letter_target_arn:
+                raise ContractError(
+                    "dead_letter_target_arn",
+                    "must name the DLQ of a queue with a redrive policy",
+                    dead_letter_target_arn,
+                )
+            attributes["RedrivePolicy"] = json.dumps(
+                {"deadLetterTargetArn": dead_letter_target_arn, "maxReceiveCount": self.redrive_max_receive_count}
+            )
+        return attributes
+
+
+@dataclass(frozen=True)
+class QueuePairAttributes:
+    """The source queue's attributes and its DLQ's (:meth:`WorkerContract.queue_attributes`)."""
+
+    source: QueueAttributes
+    dead_letter: QueueAttributes
 
 
 _BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication"})

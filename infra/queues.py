@@ -10,9 +10,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
-from consumer.contract import SOURCE_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES, WorkerContract
+from consumer.contract import SQS_MAX_QUEUE_NAME_CHARS, QueueAttributes, WorkerContract
 
-SQS_MAX_QUEUE_NAME = 80
 #: Also authorises SendMessageBatch: batch calls need no separate action.
 SEND_ACTION = "sqs:SendMessage"
 
@@ -53,22 +52,18 @@ class WorkerQueues(Construct):
         suffix = ".fifo" if contract.fifo else ""
         source_name = self.source_name = f"{stack.stack_name}-source{suffix}"
         dlq_name = self.dlq_name = f"{stack.stack_name}-dlq{suffix}"
-        if len(source_name) > SQS_MAX_QUEUE_NAME:
+        if len(source_name) > SQS_MAX_QUEUE_NAME_CHARS:
             raise ValueError(
-                f'"stack_name" must be short enough for a queue name of at most {SQS_MAX_QUEUE_NAME}'
+                f'"stack_name" must be short enough for a queue name of at most {SQS_MAX_QUEUE_NAME_CHARS}'
                 f" characters: {stack.stack_name!r}"
             )
-        fifo_props = (
-            {"fifo": True, "content_based_deduplication": contract.content_based_deduplication} if contract.fifo else {}
-        )
+        pair = contract.queue_attributes()
         source_arn = stack.format_arn(service="sqs", resource=source_name)
 
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",
             queue_name=dlq_name,
-            retention_period=Duration.seconds(contract.dlq_retention_seconds),
-            max_message_size_bytes=SQS_MAX_MESSAGE_BYTES,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             redrive_allow_policy=sqs.RedriveAllowPolicy(
@@ -76,22 +71,19 @@ class WorkerQueues(Construct):
                 source_queues=[sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn)],
             ),
             removal_policy=removal_policy,
-            **fifo_props,
+            **_queue_props(pair.dead_letter),
         )
         self.queue = sqs.Queue(
             self,
             "Queue",
             queue_name=source_name,
-            visibility_timeout=Duration.seconds(contract.visibility_timeout_seconds),
-            retention_period=Duration.seconds(contract.source_retention_seconds),
-            max_message_size_bytes=SOURCE_MAX_MESSAGE_BYTES,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             dead_letter_queue=sqs.DeadLetterQueue(
-                max_receive_count=contract.redrive_max_receive_count, queue=self.dead_letter_queue
+                max_receive_count=pair.source.redrive_max_receive_count, queue=self.dead_letter_queue
             ),
             removal_policy=removal_policy,
-            **fifo_props,
+            **_queue_props(pair.source),
         )
         self.node.add_validation(_QueueInvariants(self))
 
@@ -125,6 +117,20 @@ class WorkerQueues(Construct):
         )
 
 
+def _queue_props(attributes: QueueAttributes) -> dict[str, object]:
+    """The ``sqs.Queue`` props for what the contract derives (the redrive policy aside: it needs the DLQ construct)."""
+    durations = {
+        "visibility_timeout": attributes.visibility_timeout_seconds,
+        "retention_period": attributes.message_retention_seconds,
+    }
+    props: dict[str, object] = {name: Duration.seconds(value) for name, value in durations.items() if value is not None}
+    if attributes.maximum_message_bytes is not None:
+        props["max_message_size_bytes"] = attributes.maximum_message_bytes
+    if attributes.fifo:
+        props.update(fifo=True, content_based_deduplication=attributes.content_based_deduplication)
+    return props
+
+
 @jsii.implements(IValidation)
 class _QueueInvariants:
     """Re-checks the contract's invariants on the synthesized resources.
@@ -138,6 +144,7 @@ class _QueueInvariants:
 
     def validate(self) -> list[str]:
         contract = self._queues.contract
+        expected = contract.queue_attributes().source
         source = self._queues.queue.node.default_child
         dlq = self._queues.dead_letter_queue.node.default_child
         stack = Stack.of(self._queues)
@@ -147,15 +154,15 @@ class _QueueInvariants:
         if not (Token.is_unresolved(source_retention) or dlq_retention > source_retention):
             errors.append(f"DLQ retention ({dlq_retention} s) must exceed the source queue's ({source_retention} s)")
         visibility = stack.resolve(source.visibility_timeout)
-        if visibility != contract.visibility_timeout_seconds:
+        if visibility != expected.visibility_timeout_seconds:
             errors.append(
                 f"source visibility timeout is {visibility} s but the worker contract derives"
-                f" {contract.visibility_timeout_seconds} s from max_duration {contract.max_duration_seconds} s"
+                f" {expected.visibility_timeout_seconds} s from max_duration {contract.max_duration_seconds} s"
             )
         redrive = stack.resolve(source.redrive_policy) or {}
-        if redrive.get("maxReceiveCount") != contract.redrive_max_receive_count:
+        if redrive.get("maxReceiveCount") != expected.redrive_max_receive_count:
             errors.append(
                 f"redrive maxReceiveCount is {redrive.get('maxReceiveCount')} but the worker contract derives"
-                f" {contract.redrive_max_receive_count} (max_receive_count {contract.max_receive_count} + backstop)"
+                f" {expected.redrive_max_receive_count} (max_receive_count {contract.max_receive_count} + backstop)"
             )
         return errors

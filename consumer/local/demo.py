@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from consumer.contract import SQS_MAX_BATCH
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 from consumer.ops.commands import fingerprint
 from consumer.runtime.dead_letter import read_reason
@@ -677,7 +678,10 @@ class Demo:
         while True:
             # Held for 5 minutes and never deleted: this reads, it does not consume.
             messages = self.sqs.receive_message(
-                QueueUrl=self.dlq_url, MaxNumberOfMessages=10, VisibilityTimeout=300, MessageAttributeNames=["All"]
+                QueueUrl=self.dlq_url,
+                MaxNumberOfMessages=SQS_MAX_BATCH,
+                VisibilityTimeout=300,
+                MessageAttributeNames=["All"],
             ).get("Messages", [])
             if not messages:
                 break

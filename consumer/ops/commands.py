@@ -37,12 +37,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from consumer.contract import SQS_MAX_BATCH, SQS_MAX_VISIBILITY_SECONDS
+from consumer.exit_codes import ExitCode
 from consumer.ops.passes import (
     CONNECT_TIMEOUT_SECONDS,
     MAX_ATTEMPTS,
     MAX_STALE_RECEIVES,
     READ_TIMEOUT_SECONDS,
-    SQS_BATCH,
     AwsFailure,
     Interrupted,
     Lease,
@@ -50,7 +51,6 @@ from consumer.ops.passes import (
     RunStart,
     aws,
     entry_failure,
-    error_code,
     explain,
     interrupts,
     start_on_sqs_clock,
@@ -62,12 +62,11 @@ from consumer.ops.records import (
     message_record,
     original_dedup_id,
     parse_json,
-    read_reason_safely,
-    send_entry,
     size_batches,
     source_attributes,
 )
-from consumer.runtime.dead_letter import attributes_from_json
+from consumer.runtime.aws_errors import error_code
+from consumer.runtime.dead_letter import attributes_from_json, read_reason_safely, send_entry
 
 app = typer.Typer(
     add_completion=False,
@@ -75,8 +74,6 @@ app = typer.Typer(
     help="Inspect and repair the dead-letter queue: stats, peek, redrive, purge, export, import.",
 )
 
-EXIT_AWS = 1
-EXIT_USAGE = 2
 #: A FIFO queue drops (while reporting success) a send whose MessageDeduplicationId it saw this recently.
 FIFO_DEDUP_WINDOW_SECONDS = 300
 MOVE_TASK_POLL_SECONDS = 2.0
@@ -111,7 +108,7 @@ def make_client(service: str, queue_url: str | None = None) -> Any:
     try:
         region, _ = resolve_region(os.environ, queue_url or "", configured=boto3.Session().region_name)
     except ConfigurationError as error:
-        raise _fail(str(error), EXIT_USAGE) from None
+        raise _fail(str(error), ExitCode.CONFIG) from None
     return boto3.client(
         service,
         region_name=region,
@@ -140,9 +137,9 @@ def _command(function: Callable[..., T]) -> Callable[..., T]:
         except Interrupted as stop:
             raise typer.Exit(128 + stop.signum) from None
         except AwsFailure as failure:
-            raise _fail(str(failure), EXIT_AWS) from None
+            raise _fail(str(failure), ExitCode.FAILED) from None
         except (ClientError, BotoCoreError) as error:  # a call not wrapped by aws(): still one line
-            raise _fail(f"AWS call failed: {explain(error)}", EXIT_AWS) from None
+            raise _fail(f"AWS call failed: {explain(error)}", ExitCode.FAILED) from None
 
     return wrapper
 
@@ -182,7 +179,7 @@ def resolve_queues(
     missing = [name for name, url, needed in wanted if needed and not url]
     if missing:
         where = f" (stack {stack} has no such output)" if stack else ""
-        raise _fail(f"cannot tell which {' and '.join(missing)} to use{where}: {_HOW_TO_NAME_QUEUES}", EXIT_USAGE)
+        raise _fail(f"cannot tell which {' and '.join(missing)} to use{where}: {_HOW_TO_NAME_QUEUES}", ExitCode.CONFIG)
     return Queues(dlq_url=dlq_url, queue_url=queue_url)
 
 
@@ -291,7 +288,7 @@ def stats(
     sent: list[int] = []
     if visible:
         with Lease(sqs, dlq_url, visibility=30) as lease:
-            sample = lease.receive(SQS_BATCH) or []
+            sample = lease.receive(SQS_MAX_BATCH) or []
         sent = [int(m["Attributes"]["SentTimestamp"]) for m in sample if "SentTimestamp" in m.get("Attributes", {})]
     age = max(0, int(time.time() - min(sent) / 1000)) if sent else None
     report = {
@@ -330,7 +327,13 @@ def peek(
     stack: StackOption = None,
     max_messages: Annotated[int, typer.Option("--max", min=1, help="Messages to look at.")] = 10,
     visibility: Annotated[
-        int, typer.Option("--visibility", min=1, max=43_200, help="Seconds the peeked messages stay hidden at most.")
+        int,
+        typer.Option(
+            "--visibility",
+            min=1,
+            max=SQS_MAX_VISIBILITY_SECONDS,
+            help="Seconds the peeked messages stay hidden at most.",
+        ),
     ] = 30,
     json_output: Annotated[bool, typer.Option("--json", help="One JSON line per message on stdout.")] = False,
 ) -> None:
@@ -528,7 +531,10 @@ def redrive(
     ] = False,
     cancel: Annotated[bool, typer.Option("--cancel", help="Cancel the running native move task and exit.")] = False,
     visibility: Annotated[
-        int, typer.Option("--visibility", min=10, max=43_200, help="Seconds a message being moved stays hidden.")
+        int,
+        typer.Option(
+            "--visibility", min=10, max=SQS_MAX_VISIBILITY_SECONDS, help="Seconds a message being moved stays hidden."
+        ),
     ] = 60,
 ) -> None:
     """Move DLQ messages back to the source queue.
@@ -571,7 +577,7 @@ def redrive(
         raise _fail(
             f"{queue_url} sends its failures to {policy['deadLetterTargetArn']}, not to {dlq_arn}:"
             " pass the source queue that belongs to this DLQ",
-            EXIT_USAGE,
+            ExitCode.CONFIG,
         )
     summary = RedriveSummary(dry_run=dry_run)
     native = not (dry_run or filter_text or max_messages or client_side)
@@ -617,7 +623,7 @@ def redrive(
         raise
     _print_redrive_summary(summary, limit=max_messages)
     if summary.failed or summary.malformed:
-        raise typer.Exit(EXIT_AWS)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _native_redrive(sqs: Any, dlq_url: str, dlq_arn: str, source_arn: str, rate: int | None) -> str | None:
@@ -672,7 +678,7 @@ def _cancel_move_task(sqs: Any, dlq_url: str) -> None:
         if move_tasks_unsupported(error):
             raise _fail(
                 f"ListMessageMoveTasks on {dlq_url}: this endpoint has no message move tasks, nothing to cancel",
-                EXIT_AWS,
+                ExitCode.FAILED,
             ) from None
         raise AwsFailure(f"ListMessageMoveTasks on {dlq_url} failed: {explain(error)}") from None
     running = next((task for task in tasks if task.get("Status") == "RUNNING"), None)
@@ -723,7 +729,7 @@ def _copy_redrive(
     with Lease(sqs, dlq_url, visibility=visibility) as lease, progress:
         only_arrivals = 0
         while (limit is None or summary.counted() < limit) and only_arrivals < MAX_STALE_RECEIVES:
-            batch = lease.receive(SQS_BATCH if limit is None else limit - summary.counted())
+            batch = lease.receive(SQS_MAX_BATCH if limit is None else limit - summary.counted())
             if batch is None:
                 break
             handled, entries, by_id = summary.handled(), [], {}
@@ -839,7 +845,7 @@ def purge(
     if not yes and not typer.confirm(
         f"Purge about {approximate} message(s) from {dlq_url}? They cannot be recovered", default=False
     ):
-        raise _fail("purge cancelled: nothing was deleted", EXIT_AWS)
+        raise _fail("purge cancelled: nothing was deleted", ExitCode.FAILED)
     aws(sqs, "PurgeQueue", dlq_url, QueueUrl=dlq_url)
     typer.echo(f"purged about {approximate} message(s) from {dlq_url} (SQS takes up to 60 s to finish)")
 
@@ -888,7 +894,13 @@ def export(
     ] = False,
     append: Annotated[bool, typer.Option("--append", help="Append to an existing file instead of refusing.")] = False,
     visibility: Annotated[
-        int, typer.Option("--visibility", min=10, max=43_200, help="Seconds exported messages stay hidden at most.")
+        int,
+        typer.Option(
+            "--visibility",
+            min=10,
+            max=SQS_MAX_VISIBILITY_SECONDS,
+            help="Seconds exported messages stay hidden at most.",
+        ),
     ] = 60,
 ) -> None:
     """Write every DLQ message as one JSON line; the messages stay unless --delete.
@@ -906,7 +918,7 @@ def export(
     queues = resolve_queues(queue_url, dlq_url, stack, need_source=False)
     dlq_url = _dlq(queues)
     if out.exists() and out.stat().st_size and not append:
-        raise _fail(f"{out} already exists: pass --append to add to it, or choose another file", EXIT_USAGE)
+        raise _fail(f"{out} already exists: pass --append to add to it, or choose another file", ExitCode.CONFIG)
     sqs = make_client("sqs", dlq_url)
     visible = _depth(_queue_attributes(sqs, dlq_url, _DEPTH_ATTRIBUTES))[0]
     written = deleted = 0
@@ -918,7 +930,7 @@ def export(
             Lease(sqs, dlq_url, visibility=visibility) as lease,
             Progress("export", visible, unit="message(s) written") as progress,
         ):
-            while (batch := lease.receive(SQS_BATCH)) is not None:
+            while (batch := lease.receive(SQS_MAX_BATCH)) is not None:
                 if not delete:
                     _write_lines(stream, batch)
                     written += len(batch)
@@ -995,14 +1007,14 @@ def _read_import_lines(
             except UnicodeDecodeError as error:
                 raise _fail(
                     f'{in_file}:{number}: "line" must be UTF-8 ({error.reason} at byte {error.start + 1}); nothing was sent',
-                    EXIT_USAGE,
+                    ExitCode.CONFIG,
                 ) from None
             if not line.strip():
                 continue
             try:
                 made = entry(number, check_line(parse_json(line, "line")))
             except RecordError as error:
-                raise _fail(f"{in_file}:{number}: {error}; nothing was sent", EXIT_USAGE) from None
+                raise _fail(f"{in_file}:{number}: {error}; nothing was sent", ExitCode.CONFIG) from None
             if number >= from_line:
                 entries.append((number, made))
     return entries
@@ -1095,4 +1107,4 @@ def import_(
         typer.echo(f"  line {number} failed: {why}")
     if failed:
         typer.echo(f"  stopped after that batch: {_resume_advice(numbers, sent)}")
-        raise typer.Exit(EXIT_AWS)
+        raise typer.Exit(ExitCode.FAILED)

@@ -24,11 +24,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as ProgressBar
 
 from consumer.contract import SQS_MAX_BATCH
+from consumer.runtime.aws_errors import error_code, is_missing_queue
 
 T = TypeVar("T")
 
-#: SQS's most per ReceiveMessage and per batch call.
-SQS_BATCH = SQS_MAX_BATCH
 #: Long poll of every receive: any wait > 0 asks every SQS server, so an empty answer means "nothing left".
 RECEIVE_WAIT_SECONDS = 1
 #: Receives in a row that bring back nothing a pass can use (only messages it already saw, or, for a
@@ -64,15 +63,11 @@ def one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def error_code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
-
-
 def explain(error: Exception) -> str:
     """One line saying what an AWS error means."""
     if isinstance(error, ClientError):
         code = error_code(error)
-        if "NonExistentQueue" in code or "QueueDoesNotExist" in code:
+        if is_missing_queue(error):
             return "the queue does not exist (check the URL, the account and the region)"
         message = one_line(str(error.response.get("Error", {}).get("Message", "")))
         return f"{code}: {message}" if message else code or one_line(str(error))
@@ -210,7 +205,7 @@ class Lease:
         at once must not end a pass while unseen ones wait behind them.
         """
         stale = 0
-        while stale < MAX_STALE_RECEIVES + math.ceil(len(self.handles) / SQS_BATCH):
+        while stale < MAX_STALE_RECEIVES + math.ceil(len(self.handles) / SQS_MAX_BATCH):
             # A step too: a signal during the call waits for its answer, so that the messages it hides
             # are known here and released on the way out, not left hidden until their lease ends.
             with interrupts.step():
@@ -220,7 +215,7 @@ class Lease:
                     "ReceiveMessage",
                     self.queue_url,
                     QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=max(1, min(SQS_BATCH, count)),
+                    MaxNumberOfMessages=max(1, min(SQS_MAX_BATCH, count)),
                     VisibilityTimeout=self.visibility,
                     WaitTimeSeconds=RECEIVE_WAIT_SECONDS,
                     MessageAttributeNames=["All"],
@@ -267,7 +262,7 @@ class Lease:
         short = [m for m in messages if self.expires[m["MessageId"]] - now < seconds]
         lease = max(self.visibility, math.ceil(seconds))
         refused: list[tuple[str, str]] = []
-        for chunk in chunks(short, SQS_BATCH):
+        for chunk in chunks(short, SQS_MAX_BATCH):
             entries = [
                 {"Id": str(i), "ReceiptHandle": self.handle(m), "VisibilityTimeout": lease} for i, m in enumerate(chunk)
             ]
@@ -286,7 +281,7 @@ class Lease:
     def delete(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Delete ``messages`` from the queue; returns those SQS did not delete (still there)."""
         not_deleted: list[dict[str, Any]] = []
-        for chunk in chunks(messages, SQS_BATCH):
+        for chunk in chunks(messages, SQS_MAX_BATCH):
             entries = [{"Id": str(i), "ReceiptHandle": self.handle(m)} for i, m in enumerate(chunk)]
             response = aws(self.client, "DeleteMessageBatch", self.queue_url, QueueUrl=self.queue_url, Entries=entries)
             failed = {entry["Id"] for entry in response.get("Failed", [])}
@@ -300,7 +295,7 @@ class Lease:
     def release(self, message_ids: list[str]) -> int:
         """Make these messages visible again now; returns how many SQS refused."""
         failed = 0
-        for chunk in chunks([i for i in message_ids if i in self.handles], SQS_BATCH):
+        for chunk in chunks([i for i in message_ids if i in self.handles], SQS_MAX_BATCH):
             entries = [
                 {"Id": str(n), "ReceiptHandle": self.handles[message_id], "VisibilityTimeout": 0}
                 for n, message_id in enumerate(chunk)

@@ -16,14 +16,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from consumer.contract import SQS_MAX_BATCH, SQS_MAX_MESSAGE_ATTRIBUTES
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.ops.passes import SQS_BATCH
 from consumer.runtime.dead_letter import (
     ORIGINAL_ATTRIBUTES,
     REASON_ATTRIBUTE,
-    SQS_MAX_MESSAGE_ATTRIBUTES,
     attributes_from_json,
     attributes_to_json,
+    read_reason_safely,
 )
 
 T = TypeVar("T")
@@ -155,18 +155,6 @@ def unfold(folded: str) -> dict[str, Any]:
     return attributes_from_json(originals)
 
 
-def read_reason_safely(message: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The consumer's reason record; None when SQS's own redrive moved the message."""
-    raw = message.get("MessageAttributes", {}).get(REASON_ATTRIBUTE, {}).get("StringValue")
-    if not raw:
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return {"kind": "unknown", "reason": raw}
-    return record if isinstance(record, dict) else {"kind": "unknown", "reason": raw}
-
-
 def original_dedup_id(reason: Mapping[str, Any] | None) -> str | None:
     """The deduplication id the message had in the source, from the consumer's reason record (if a string)."""
     value = (reason or {}).get("original_deduplication_id")
@@ -207,37 +195,6 @@ def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def send_entry(
-    entry_id: str,
-    *,
-    body: str,
-    message_attributes: Mapping[str, Any],
-    attributes: Mapping[str, Any],
-    fallback_dedup_id: str,
-    fifo: bool,
-    original_dedup_id: str | None = None,
-) -> dict[str, Any]:
-    """A SendMessageBatch entry keeping body, attributes, FIFO group and deduplication ids and the trace header.
-
-    ``original_dedup_id`` (from the consumer's reason record) restores the id the message had in
-    the source: the consumer moves FIFO messages to the DLQ under their delivery's MessageId.
-    """
-    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": body}
-    if message_attributes:
-        entry["MessageAttributes"] = dict(message_attributes)
-    if fifo:
-        if "MessageGroupId" in attributes:
-            entry["MessageGroupId"] = attributes["MessageGroupId"]
-        entry["MessageDeduplicationId"] = original_dedup_id or attributes.get(
-            "MessageDeduplicationId", fallback_dedup_id
-        )
-    if attributes.get("AWSTraceHeader"):
-        entry["MessageSystemAttributes"] = {
-            "AWSTraceHeader": {"DataType": "String", "StringValue": attributes["AWSTraceHeader"]}
-        }
-    return entry
-
-
 def entry_bytes(entry: Mapping[str, Any]) -> int:
     size = len(entry["MessageBody"].encode())
     for name, value in entry.get("MessageAttributes", {}).items():
@@ -247,12 +204,12 @@ def entry_bytes(entry: Mapping[str, Any]) -> int:
 
 
 def size_batches(entries: list[T], size: Callable[[T], int]) -> Iterator[list[T]]:
-    """Consecutive batches of at most 10 entries and :data:`MAX_BATCH_BYTES` (one oversized entry goes alone)."""
+    """Consecutive batches of at most SQS_MAX_BATCH entries and :data:`MAX_BATCH_BYTES` (one oversized entry goes alone)."""
     batch: list[T] = []
     total = 0
     for entry in entries:
         entry_size = size(entry)
-        if batch and (len(batch) == SQS_BATCH or total + entry_size > MAX_BATCH_BYTES):
+        if batch and (len(batch) == SQS_MAX_BATCH or total + entry_size > MAX_BATCH_BYTES):
             yield batch
             batch, total = [], 0
         batch.append(entry)

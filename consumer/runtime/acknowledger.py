@@ -18,9 +18,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from consumer.contract import SQS_MAX_BATCH
+
 log = logging.getLogger(__name__)
 
-SQS_MAX_BATCH = 10
 #: A successful message's delete waits at most this long for nine others to share its call.
 DELETE_FLUSH_SECONDS = 1.0
 #: Per-entry delete failures SQS marks as its own fault are retried this often.

@@ -46,6 +46,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, TASK_ROLE_ID_ENV, ContractError, WorkerContract
+from consumer.exit_codes import ExitCode
 from consumer.message import Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger, Ticket
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
@@ -64,9 +65,9 @@ BATCH_FILL_SECONDS = 0.1
 METRICS_FLUSH_SECONDS = 60
 #: At shutdown, how long to wait for a poller handing on the messages of a receive answered meanwhile.
 DISPATCH_WAIT_SECONDS = 2.0
-EXIT_OK = 0
-EXIT_CRASHED = 1
-EXIT_STUCK = 3
+#: The names the tests import; the codes themselves are consumer.exit_codes.ExitCode's.
+EXIT_OK = ExitCode.OK
+EXIT_STUCK = ExitCode.STUCK
 #: An IAM RoleId as IAM writes it (the API's pattern and length limits).
 ROLE_ID_PATTERN = re.compile(r"\w{16,128}", re.ASCII)
 
@@ -275,7 +276,7 @@ class Consumer:
                 target()
             except Exception:
                 log.critical("thread_crashed", exc_info=True, extra={"thread_name": threading.current_thread().name})
-                self.exit_code = EXIT_CRASHED
+                self.exit_code = ExitCode.FAILED
                 self.stop()
 
         return run

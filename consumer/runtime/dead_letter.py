@@ -4,6 +4,10 @@ SQS's own redrive moves a message only after ``maxReceiveCount`` receives and
 says nothing about why. A message the handler declares poison goes now, without
 spending the retry budget, and carries the reason for whoever reads the DLQ.
 The caller deletes it from the source only after this send succeeded.
+
+This module is the one home of the DLQ message format: the reason attribute, the folded original
+attributes, how a message goes in (:func:`send_parameters`) and how it is read and sent back out
+(:func:`read_reason`, :func:`read_reason_safely`, :func:`send_entry`, used by the DLQ tool).
 """
 
 from __future__ import annotations
@@ -14,13 +18,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from consumer.contract import DLQ_REASON_HEADROOM_BYTES
+from consumer.contract import DLQ_REASON_HEADROOM_BYTES, SQS_MAX_DELAY_SECONDS, SQS_MAX_MESSAGE_ATTRIBUTES
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
 
-#: SQS allows at most 10 message attributes per message.
-SQS_MAX_MESSAGE_ATTRIBUTES = 10
-#: DelaySeconds allows at most 15 minutes.
-SQS_MAX_DELAY_SECONDS = 900
 REASON_ATTRIBUTE = "x-dlq-reason"
 ORIGINAL_ATTRIBUTES = "x-original-attributes"
 MAX_REASON_CHARS = 1_000
@@ -64,7 +64,7 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
         # and failing again gets a new MessageId, so its second move is never silently dropped
         # (the original dedup id would be, if reused within 5 min, and the message then lost).
         params["MessageDeduplicationId"] = message.message_id
-    return _with_trace(params, message)
+    return _with_trace(params, message.attributes.get("AWSTraceHeader"))
 
 
 def _bounded_json(record: dict[str, Any]) -> str:
@@ -103,21 +103,69 @@ def requeue_parameters(
     params: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": message.body, "MessageAttributes": attributes}
     if delay_seconds:
         params["DelaySeconds"] = min(delay_seconds, SQS_MAX_DELAY_SECONDS)
-    return _with_trace(params, message)
+    return _with_trace(params, message.attributes.get("AWSTraceHeader"))
 
 
-def _with_trace(params: dict[str, Any], message: Message) -> dict[str, Any]:
+def _with_trace(params: dict[str, Any], trace: str | None) -> dict[str, Any]:
     """Carry the X-Ray trace header along, so the move or copy stays in the message's trace."""
-    trace = message.attributes.get("AWSTraceHeader")
     if trace:
         params["MessageSystemAttributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}
     return params
 
 
+def _reason_text(message_attributes: Mapping[str, Any]) -> str | None:
+    return message_attributes.get(REASON_ATTRIBUTE, {}).get("StringValue") or None
+
+
 def read_reason(message_attributes: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The reason record a DLQ message carries, or None (moved by SQS's redrive)."""
-    raw = message_attributes.get(REASON_ATTRIBUTE, {}).get("StringValue")
+    """The reason record a DLQ message carries, or None (moved by SQS's redrive); a malformed one raises."""
+    raw = _reason_text(message_attributes)
     return json.loads(raw) if raw else None
+
+
+def read_reason_safely(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The reason record of a received DLQ message, never raising: whoever reads a DLQ must get past any record.
+
+    None when SQS's own redrive moved the message; ``{"kind": "unknown", "reason": <the text>}`` when the
+    attribute is not a JSON object (someone else wrote it).
+    """
+    raw = _reason_text(message.get("MessageAttributes", {}))
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return {"kind": "unknown", "reason": raw}
+    return record if isinstance(record, dict) else {"kind": "unknown", "reason": raw}
+
+
+def send_entry(
+    entry_id: str,
+    *,
+    body: str,
+    message_attributes: Mapping[str, Any],
+    attributes: Mapping[str, Any],
+    fallback_dedup_id: str,
+    fifo: bool,
+    original_dedup_id: str | None = None,
+) -> dict[str, Any]:
+    """A SendMessageBatch entry keeping body, attributes, FIFO group and deduplication ids and the trace header.
+
+    The DLQ tool's way back out of the DLQ (redrive, import), beside the consumer's way in
+    (:func:`send_parameters`), so that both read and write one format.
+    ``original_dedup_id`` (from the consumer's reason record) restores the id the message had in
+    the source: the consumer moves FIFO messages to the DLQ under their delivery's MessageId.
+    """
+    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": body}
+    if message_attributes:
+        entry["MessageAttributes"] = dict(message_attributes)
+    if fifo:
+        if "MessageGroupId" in attributes:
+            entry["MessageGroupId"] = attributes["MessageGroupId"]
+        entry["MessageDeduplicationId"] = original_dedup_id or attributes.get(
+            "MessageDeduplicationId", fallback_dedup_id
+        )
+    return _with_trace(entry, attributes.get("AWSTraceHeader"))
 
 
 def attributes_to_json(attributes: Mapping[str, Any]) -> dict[str, Any]:

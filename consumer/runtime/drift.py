@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import WorkerContract
+from consumer.runtime.aws_errors import error_code, is_missing_queue
 
 CHECKED_ATTRIBUTES = ("VisibilityTimeout", "RedrivePolicy", "MessageRetentionPeriod", "FifoQueue", "QueueArn")
 REDEPLOY = "redeploy the stack (cdk deploy -c env=...) or change the handler's @worker declaration"
@@ -71,31 +72,31 @@ def check_queue(
             "Attributes"
         ]
     except ClientError as error:
-        code = error.response.get("Error", {}).get("Code", "")
-        if "NonExistentQueue" in code or "QueueDoesNotExist" in code:
+        if is_missing_queue(error):
             raise StartupError(
                 f"GetQueueAttributes on {queue_url}: the queue does not exist (QUEUE_URL is wrong, or the"
                 " stack is not deployed in this account and region); the consumer never creates queues"
             ) from error
-        raise StartupError(f"GetQueueAttributes on {queue_url} failed: {code}: {error}") from error
+        raise StartupError(f"GetQueueAttributes on {queue_url} failed: {error_code(error)}: {error}") from error
     except BotoCoreError as error:
         raise StartupError(f"GetQueueAttributes on {queue_url} failed: {error}") from error
 
+    expected = contract.queue_attributes().source
     differences = []
     visibility = int(attributes.get("VisibilityTimeout", "-1"))
-    if visibility != contract.visibility_timeout_seconds:
+    if visibility != expected.visibility_timeout_seconds:
         differences.append(
-            f"VisibilityTimeout is {visibility} s, the contract derives {contract.visibility_timeout_seconds} s"
+            f"VisibilityTimeout is {visibility} s, the contract derives {expected.visibility_timeout_seconds} s"
             f" from max_duration {contract.max_duration_seconds} s"
         )
     retention = int(attributes.get("MessageRetentionPeriod", "-1"))
-    if check_retention and retention != contract.source_retention_seconds:
+    if check_retention and retention != expected.message_retention_seconds:
         differences.append(
-            f"MessageRetentionPeriod is {retention} s, the contract says {contract.source_retention_seconds} s"
+            f"MessageRetentionPeriod is {retention} s, the contract says {expected.message_retention_seconds} s"
         )
     fifo = attributes.get("FifoQueue", "false") == "true"
-    if fifo != contract.fifo:
-        differences.append(f"FifoQueue is {str(fifo).lower()}, the contract says {str(contract.fifo).lower()}")
+    if fifo != expected.fifo:
+        differences.append(f"FifoQueue is {str(fifo).lower()}, the contract says {str(expected.fifo).lower()}")
 
     raw_redrive = attributes.get("RedrivePolicy")
     dlq_arn = ""
@@ -104,10 +105,10 @@ def check_queue(
     else:
         redrive = json.loads(raw_redrive)
         dlq_arn = str(redrive.get("deadLetterTargetArn", ""))
-        if int(redrive.get("maxReceiveCount", -1)) != contract.redrive_max_receive_count:
+        if int(redrive.get("maxReceiveCount", -1)) != expected.redrive_max_receive_count:
             differences.append(
                 f"RedrivePolicy maxReceiveCount is {redrive.get('maxReceiveCount')}, the contract derives"
-                f" {contract.redrive_max_receive_count} (max_receive_count {contract.max_receive_count} + backstop)"
+                f" {expected.redrive_max_receive_count} (max_receive_count {contract.max_receive_count} + backstop)"
             )
         if dlq_url is not None:
             dlq_account, dlq_name = queue_name_from_url(dlq_url)

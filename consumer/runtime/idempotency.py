@@ -36,6 +36,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.message import Message
+from consumer.runtime.aws_errors import error_code
 
 logger = logging.getLogger(__name__)
 
@@ -308,7 +309,7 @@ class DynamoDBStore:
             )
             return Claim.ACQUIRED
         except ClientError as error:
-            if _error_code(error) != _CONDITION_FAILED:
+            if error_code(error) != _CONDITION_FAILED:
                 raise self._wrap("claim", error) from error
             item = error.response.get("Item")
         except BotoCoreError as error:
@@ -344,7 +345,7 @@ class DynamoDBStore:
             )
             return True
         except ClientError as error:
-            if _error_code(error) == _CONDITION_FAILED:
+            if error_code(error) == _CONDITION_FAILED:
                 return False
             raise self._wrap("renew", error) from error
         except BotoCoreError as error:
@@ -367,7 +368,7 @@ class DynamoDBStore:
                 },
             )
         except ClientError as error:
-            if _error_code(error) != _CONDITION_FAILED:
+            if error_code(error) != _CONDITION_FAILED:
                 raise self._wrap("complete", error) from error
             _warn_lost_lease(key, owner)
         except BotoCoreError as error:
@@ -386,7 +387,7 @@ class DynamoDBStore:
             )
         except ClientError as error:
             # A failed condition means someone else holds it, or it is done: nothing of ours to give up.
-            if _error_code(error) != _CONDITION_FAILED:
+            if error_code(error) != _CONDITION_FAILED:
                 raise self._wrap("release", error) from error
         except BotoCoreError as error:
             raise self._wrap("release", error) from error
@@ -399,16 +400,10 @@ class DynamoDBStore:
         return response.get("Item")
 
     def _wrap(self, operation: str, error: Exception) -> IdempotencyStoreError:
-        detail = f"{_error_code(error)}: {error}" if isinstance(error, ClientError) else str(error)
+        detail = f"{error_code(error)}: {error}" if isinstance(error, ClientError) else str(error)
         hint = ""
-        if isinstance(error, ClientError) and _error_code(error) == "ResourceNotFoundException":
+        if isinstance(error, ClientError) and error_code(error) == "ResourceNotFoundException":
             hint = " (does the table exist in this account and region?)"
         return IdempotencyStoreError(
             f"idempotency {operation} on DynamoDB table {self.table_name!r} failed{hint}: {detail}"
         )
-
-
-def _error_code(error: Exception) -> str:
-    if isinstance(error, ClientError):
-        return str(error.response.get("Error", {}).get("Code", ""))
-    return ""

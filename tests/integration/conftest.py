@@ -7,7 +7,6 @@ Queue names are unique per test.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -124,20 +123,10 @@ def create_pair(sqs: Any, contract: WorkerContract, **source_overrides: str) -> 
     """Create a pair shaped like the stack's (test helper; the local run uses the synthesized template)."""
     suffix = ".fifo" if contract.fifo else ""
     name = f"t-{uuid.uuid4().hex[:12]}"
-    fifo = {"FifoQueue": "true"} if contract.fifo else {}
-    dlq_url = sqs.create_queue(
-        QueueName=f"{name}-dlq{suffix}",
-        Attributes={"MessageRetentionPeriod": str(contract.dlq_retention_seconds), **fifo},
-    )["QueueUrl"]
+    pair = contract.queue_attributes()
+    dlq_url = sqs.create_queue(QueueName=f"{name}-dlq{suffix}", Attributes=pair.dead_letter.to_sqs())["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    attributes = {
-        "VisibilityTimeout": str(contract.visibility_timeout_seconds),
-        "MessageRetentionPeriod": str(contract.source_retention_seconds),
-        "RedrivePolicy": json.dumps(
-            {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": contract.redrive_max_receive_count}
-        ),
-        **fifo,
-    }
+    attributes = pair.source.to_sqs(dead_letter_target_arn=dlq_arn)
     attributes.update(source_overrides)
     attributes = {k: v for k, v in attributes.items() if v != ""}
     queue_url = sqs.create_queue(QueueName=f"{name}-source{suffix}", Attributes=attributes)["QueueUrl"]

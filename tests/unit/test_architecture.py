@@ -92,3 +92,27 @@ def test_consumer_run_loads_neither_rich_nor_moto_nor_the_tools() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_URL", "CONSUMER_", "AWS_"))}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _defined_names(path: Path) -> set[str]:
+    """Names a module binds at its top level (plain and annotated assignments)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_sqs_limits_are_defined_only_in_the_contract() -> None:
+    """SQS's numbers (SQS_MAX_..., SQS_MIN_...) live in consumer/contract.py; every other module imports them."""
+    sources = [*(ROOT / "consumer").rglob("*.py"), *(ROOT / "infra").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    elsewhere = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sources
+        if path != ROOT / "consumer" / "contract.py"
+        for name in _defined_names(path)
+        if name.startswith(("SQS_MAX", "SQS_MIN", "SQS_BATCH"))
+    )
+    assert elsewhere == []

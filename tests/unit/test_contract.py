@@ -16,6 +16,7 @@ from consumer.contract import (
     DERIVED_FORMULAS,
     ContractDriftError,
     ContractError,
+    QueueAttributes,
     WorkerContract,
     contract_of,
     load_handler,
@@ -498,3 +499,48 @@ def test_worker_setup_must_be_callable() -> None:
     assert str(raised.value) == (
         "\"setup\" must be a function taking the environment (a Mapping[str, str]), or None: 'check'"
     )
+
+
+# --- queue attributes -------------------------------------------------------
+
+
+def test_queue_attributes_source_spells_the_derived_values_for_sqs() -> None:
+    """The source queue gets the contract's visibility, retention, size limit and redrive policy, as SQS spells them."""
+    arn = "arn:aws:sqs:eu-west-1:123456789012:w-dlq"
+    assert make(max_receive_count=4).queue_attributes().source.to_sqs(dead_letter_target_arn=arn) == {
+        "VisibilityTimeout": "100",
+        "MessageRetentionPeriod": str(4 * DAY),
+        "MaximumMessageSize": "1040384",
+        "RedrivePolicy": '{"deadLetterTargetArn": "arn:aws:sqs:eu-west-1:123456789012:w-dlq", "maxReceiveCount": 6}',
+    }
+
+
+def test_queue_attributes_dead_letter_has_its_retention_and_no_visibility_or_redrive() -> None:
+    """The DLQ keeps messages for dlq_retention at SQS's full size limit; visibility and redrive stay SQS's."""
+    assert make(dlq_retention_seconds=10 * DAY).queue_attributes().dead_letter.to_sqs() == {
+        "MessageRetentionPeriod": str(10 * DAY),
+        "MaximumMessageSize": "1048576",
+    }
+
+
+@pytest.mark.parametrize("deduplication", [True, False])
+def test_queue_attributes_fifo_pair_is_fifo_on_both_sides(deduplication: bool) -> None:
+    """A FIFO contract makes both queues FIFO, with its content-based deduplication setting."""
+    pair = make(fifo=True, content_based_deduplication=deduplication).queue_attributes()
+    expected = {"FifoQueue": "true", "ContentBasedDeduplication": str(deduplication).lower()}
+    for attributes in (pair.source.to_sqs(dead_letter_target_arn="arn"), pair.dead_letter.to_sqs()):
+        assert {k: attributes[k] for k in expected} == expected
+
+
+def test_queue_attributes_standard_pair_sets_no_fifo_attribute() -> None:
+    """A standard pair carries neither FifoQueue nor ContentBasedDeduplication (SQS knows them on FIFO only)."""
+    pair = make().queue_attributes()
+    names = set(pair.source.to_sqs(dead_letter_target_arn="arn")) | set(pair.dead_letter.to_sqs())
+    assert names & {"FifoQueue", "ContentBasedDeduplication"} == set()
+
+
+def test_queue_attributes_redrive_without_dlq_arn_is_refused() -> None:
+    """A redrive policy cannot be spelled without the DLQ's ARN: the error names the parameter."""
+    with pytest.raises(ContractError) as raised:
+        QueueAttributes(redrive_max_receive_count=7).to_sqs()
+    assert str(raised.value) == '"dead_letter_target_arn" must name the DLQ of a queue with a redrive policy: None'
