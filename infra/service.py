@@ -72,7 +72,7 @@ class ConsumerService(Construct):
       on the idempotency table and task scale-in protection on this cluster's tasks;
     * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
-    * deletion protection on the idempotency table when ``log_removal_policy`` retains; every Linux
+    * deletion protection on the idempotency table when ``data_removal_policy`` retains; every Linux
       capability dropped; ``secrets`` as ECS secrets, read at task start by the execution role,
       which may read exactly those;
     * target tracking on backlog per task (metric math, an L1 policy because
@@ -100,9 +100,9 @@ class ConsumerService(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         handler_environment: Mapping[str, str] | None = None,
         secrets: Mapping[str, ecs.Secret] | None = None,
-        log_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        data_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
-        # log_removal_policy also applies to the idempotency table: both are disposable state.
+        # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.cluster = cluster
@@ -115,9 +115,9 @@ class ConsumerService(Construct):
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),
-            removal_policy=log_removal_policy,
+            removal_policy=data_removal_policy,
             # Where the data is retained (staging, prod), DeleteTable fails until protection is turned off.
-            deletion_protection=log_removal_policy == RemovalPolicy.RETAIN,
+            deletion_protection=data_removal_policy == RemovalPolicy.RETAIN,
         )
         self.task_role = iam.Role(
             self,
@@ -179,7 +179,7 @@ class ConsumerService(Construct):
             ),
         )
         self.task_definition.add_volume(name="tmp")
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=log_removal_policy)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=data_removal_policy)
         # The consumer needs no Linux capability: a compromised handler gets none of Docker's defaults either.
         # Fargate accepts any drop (it restricts only additions, to SYS_PTRACE).
         linux_parameters = ecs.LinuxParameters(self, "LinuxParameters")

@@ -100,7 +100,7 @@ class WorkerStack(Stack):
             log_retention=RETENTION_DAYS[settings.log_retention_days],
             handler_environment=settings.handler_environment,
             secrets=container_secrets(Construct(self, "Secrets"), settings.secrets),
-            log_removal_policy=removal,
+            data_removal_policy=removal,
         )
         if settings.producers:
             self.queues.restrict_senders(settings.producers, requeuer=self.consumer.task_role)

@@ -137,12 +137,12 @@ def idempotency_key(message: Message) -> str:
 def _check_arguments(key: str, owner: str, **seconds: int) -> None:
     # The same checks in both stores, so a bad call fails the same way locally and on AWS.
     if not key:
-        raise ValueError("idempotency key must be a non-empty string")
+        raise ValueError(f'"key" must be a non-empty string: {key!r}')
     if not owner:
-        raise ValueError("owner must be a non-empty string")
+        raise ValueError(f'"owner" must be a non-empty string: {owner!r}')
     for name, value in seconds.items():
         if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+            raise ValueError(f'"{name}" must be positive: {value!r}')
 
 
 def _lease_times(now: float, lease_seconds: int) -> tuple[float, int]:

@@ -67,10 +67,11 @@ class ScaleInProtection:
     ) -> None:
         if not MIN_EXPIRES_IN_MINUTES <= expires_in_minutes <= MAX_EXPIRES_IN_MINUTES:
             raise ValueError(
-                f"expires_in_minutes must be {MIN_EXPIRES_IN_MINUTES}..{MAX_EXPIRES_IN_MINUTES}, got {expires_in_minutes}"
+                f'"expires_in_minutes" must be within {MIN_EXPIRES_IN_MINUTES}..{MAX_EXPIRES_IN_MINUTES}'
+                f" (the ECS agent's limits): {expires_in_minutes!r}"
             )
         if timeout_seconds <= 0:
-            raise ValueError(f"timeout_seconds must be positive, got {timeout_seconds}")
+            raise ValueError(f'"timeout_seconds" must be positive: {timeout_seconds!r}')
         self._url = f"{agent_uri.rstrip('/')}{STATE_PATH}" if agent_uri else None
         self._expires_in_minutes = expires_in_minutes
         self._timeout_seconds = timeout_seconds
