@@ -1,7 +1,9 @@
-"""What every ``dlq`` command runs on: its AWS calls, its lease on the messages it received, the run's
-start on SQS's own clock, interrupts held back while a step must not be cut, and progress on stderr.
+"""What every ``dlq`` command runs on: its AWS calls and errors, its lease on the messages it received,
+the run's start on SQS's own clock, interrupts held back while a step must not be cut, and the protocol a
+pass reports its progress through.
 
-None of this is a command; ``consumer/ops/commands.py`` builds the commands from these parts.
+None of this is a command and none of it shows anything but a warning line on stderr: typer and rich stay
+in ``consumer/ops/commands.py``, which builds the commands from these parts and draws the progress.
 """
 
 from __future__ import annotations
@@ -9,19 +11,16 @@ from __future__ import annotations
 import math
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import typer
 from botocore.exceptions import BotoCoreError, ClientError
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as ProgressBar
 
 from consumer.contract import SQS_MAX_BATCH
 from consumer.runtime.aws_errors import error_code, is_missing_queue
@@ -33,7 +32,7 @@ RECEIVE_WAIT_SECONDS = 1
 #: Receives in a row that bring back nothing a pass can use (only messages it already saw, or, for a
 #: redrive, only ones that arrived after it started) before the pass ends.
 MAX_STALE_RECEIVES = 3
-#: The commands' botocore client settings (``dlq.make_client``); STEP_SECONDS is derived from them.
+#: The commands' botocore client settings (``queues.make_client``); STEP_SECONDS is derived from them.
 CONNECT_TIMEOUT_SECONDS = 2
 READ_TIMEOUT_SECONDS = 10
 MAX_ATTEMPTS = 2
@@ -41,8 +40,6 @@ MAX_ATTEMPTS = 2
 #: MAX_ATTEMPTS times up to both timeouts, plus botocore's backoff before its one retry (under 1 s) and slack.
 #: A message whose lease could end sooner is extended before the step, so its delete's receipt handle is good.
 STEP_SECONDS = 2 * MAX_ATTEMPTS * (CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS) + 5
-#: Without a terminal (a pipe, CI, a log file) the progress bar is off; a line this often says how far a run is.
-PROGRESS_LINE_SECONDS = 10
 #: How often the run's start asks SQS the time until its clock turns to the next second, for at most
 #: CLOCK_TICK_WAIT_SECONDS.
 CLOCK_POLL_SECONDS = 0.1
@@ -54,6 +51,15 @@ CLOCK_TICK_WAIT_SECONDS = 1.5
 
 class AwsFailure(Exception):
     """An AWS call failed; the message names the operation and the queue (or stack)."""
+
+
+class UsageError(Exception):
+    """The command cannot run as asked (no queue named, a bad input file...); refused before anything moved."""
+
+
+def warn(text: str) -> None:
+    """One line on stderr, beside whatever the command prints on stdout."""
+    print(text, file=sys.stderr, flush=True)
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -141,7 +147,7 @@ class Interrupts:
         if not self._holding:
             raise Interrupted(signum)
         if self._pending is None:
-            typer.echo(f"{signal.Signals(signum).name} received: finishing the step under way, then stopping", err=True)
+            warn(f"{signal.Signals(signum).name} received: finishing the step under way, then stopping")
         self._pending = signum
 
     @contextmanager
@@ -189,12 +195,9 @@ class Lease:
             failed = self.release(list(self.handles))
         except AwsFailure as failure:
             failed = len(self.handles)
-            typer.echo(f"warning: {failure}", err=True)
+            warn(f"warning: {failure}")
         if failed:
-            typer.echo(
-                f"warning: {failed} message(s) could not be released; they reappear within {self.visibility} s",
-                err=True,
-            )
+            warn(f"warning: {failed} message(s) could not be released; they reappear within {self.visibility} s")
 
     def receive(self, count: int) -> list[dict[str, Any]] | None:
         """Up to ``count`` messages new to this pass; None once the queue has nothing more for it.
@@ -366,51 +369,18 @@ def start_on_sqs_clock(read: Callable[[], Mapping[str, Any]]) -> tuple[RunStart,
 # --- progress -----------------------------------------------------------------------------
 
 
-class Progress:
-    """A pass's progress on stderr: rich's bar on a terminal; elsewhere (a pipe, CI, a log file) a line
-    every PROGRESS_LINE_SECONDS, ``<label>: <done> of <total> <unit> (<detail>), <elapsed> s``, so that
-    a long run is never silent. The final summary is the command's own."""
+class Progress(Protocol):
+    """How far a pass is. The logic says; the command layer shows it (a rich bar, or a line now and then)."""
 
-    def __init__(self, label: str, total: int | None, *, unit: str, detail: Callable[[], str] = lambda: "") -> None:
-        self.label, self.total, self.unit, self.detail = label, total, unit, detail
-        self.completed = 0
-        self.console = Console(stderr=True, highlight=False)
-        self.bar: ProgressBar | None = None
-        self.task: Any = None
-        self.started = self.last_line = time.monotonic()
+    def advance(self, count: int) -> None: ...
 
-    def __enter__(self) -> Progress:
-        if self.console.is_terminal:
-            self.bar = ProgressBar(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=self.total or None)
-        return self
+    def update(self, completed: int, total: int | None = None) -> None: ...
 
-    def __exit__(self, *exc_info: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
-    def advance(self, count: int) -> None:
-        if count:
-            self.update(self.completed + count)
+class ProgressFactory(Protocol):
+    """Opens the progress of one pass: ``label``, ``total`` (None: unknown), what is counted (``unit``) and
+    ``detail``, a callable saying more on demand (e.g. "moved 3, skipped by filter 1")."""
 
-    def update(self, completed: int, total: int | None = None) -> None:
-        self.completed = completed
-        self.total = self.total if total is None else total
-        if self.bar is not None:
-            self.bar.update(self.task, completed=completed, total=self.total or None)
-        elif time.monotonic() - self.last_line >= PROGRESS_LINE_SECONDS:
-            self.last_line = time.monotonic()
-            detail = self.detail()
-            typer.echo(
-                f"{self.label}: {completed} of {self.total if self.total else '?'} {self.unit}"
-                f"{f' ({detail})' if detail else ''}, {int(self.last_line - self.started)} s",
-                err=True,
-            )
+    def __call__(
+        self, label: str, total: int | None, *, unit: str, detail: Callable[[], str] = ...
+    ) -> AbstractContextManager[Progress]: ...

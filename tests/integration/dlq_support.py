@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 
 from consumer.contract import WorkerContract
 from consumer.message import Message
-from consumer.ops import commands as dlq
+from consumer.ops.queues import make_client
 from consumer.runtime.dead_letter import send_parameters
 from tests.integration.conftest import REGION, QueuePair
 
@@ -34,16 +34,37 @@ def server_sqs(moto_server: str) -> Any:
     return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
+class Clients:
+    """The client factory a test runs the CLI with: the tool's own ``make_client``, plus botocore hooks
+    registered on every client a command creates (``on_call``)."""
+
+    def __init__(self) -> None:
+        self.hooks: list[tuple[str, str, Callable[..., Any]]] = []
+
+    def __call__(self, service: str, queue_url: str | None = None) -> Any:
+        client = make_client(service, queue_url)
+        for event, operation, hook in self.hooks:
+            client.meta.events.register(f"{event}.{service}.{operation}", hook)
+        return client
+
+
 @pytest.fixture
-def cli(moto_server: str) -> Callable[..., Result]:
-    """Run ``python -m consumer <args>`` in-process with AWS_ENDPOINT_URL pointing at moto's server."""
+def clients() -> Clients:
+    """The factory of every client the CLI creates in this test; hooks are added with ``on_call``."""
+    return Clients()
+
+
+@pytest.fixture
+def cli(moto_server: str, clients: Clients) -> Callable[..., Result]:
+    """Run ``python -m consumer <args>`` in-process with AWS_ENDPOINT_URL pointing at moto's server, its
+    clients made by ``clients`` (passed as the context's ``obj``, which the dlq commands take their factory from)."""
     from consumer.cli import app
 
     runner = CliRunner()
 
     def invoke(*args: str, input: str | None = None, endpoint: str = moto_server) -> Result:
         env = {"AWS_ENDPOINT_URL": endpoint, "COLUMNS": "250", "QUEUE_URL": None, "DLQ_URL": None}
-        return runner.invoke(app, list(args), input=input, env=env)
+        return runner.invoke(app, list(args), input=input, env=env, obj=clients)
 
     return invoke
 
@@ -107,19 +128,12 @@ def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
     return messages
 
 
-def on_call(monkeypatch: pytest.MonkeyPatch, event: str, operation: str, hook: Callable[..., Any]) -> None:
+def on_call(clients: Clients, event: str, operation: str, hook: Callable[..., Any]) -> None:
     """Register ``hook`` for botocore's ``<event>.sqs.<operation>`` on every SQS client the command creates."""
-    real = dlq.make_client
-
-    def factory(service: str, queue_url: str | None = None) -> Any:
-        client = real(service, queue_url)
-        client.meta.events.register(f"{event}.{service}.{operation}", hook)
-        return client
-
-    monkeypatch.setattr(dlq, "make_client", factory)
+    clients.hooks.append((event, operation, hook))
 
 
-def hook_client(monkeypatch: pytest.MonkeyPatch, operation: str, *, allowed: int, error: BaseException) -> None:
+def hook_client(clients: Clients, operation: str, *, allowed: int, error: BaseException) -> None:
     """Make ``operation`` raise ``error`` after ``allowed`` calls, on every client the command creates."""
     calls = {"count": 0}
 
@@ -128,10 +142,10 @@ def hook_client(monkeypatch: pytest.MonkeyPatch, operation: str, *, allowed: int
         if calls["count"] > allowed:
             raise error
 
-    on_call(monkeypatch, "before-call", operation, fail_after)
+    on_call(clients, "before-call", operation, fail_after)
 
 
-def signal_on_call(monkeypatch: pytest.MonkeyPatch, event: str, operation: str, signum: int) -> None:
+def signal_on_call(clients: Clients, event: str, operation: str, signum: int) -> None:
     """Deliver ``signum`` to this process from inside the first ``operation`` call: a deterministic Ctrl-C or stop."""
     calls = {"count": 0}
 
@@ -140,4 +154,4 @@ def signal_on_call(monkeypatch: pytest.MonkeyPatch, event: str, operation: str, 
         if calls["count"] == 1:
             signal.raise_signal(signum)
 
-    on_call(monkeypatch, event, operation, deliver)
+    on_call(clients, event, operation, deliver)

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import Result
 
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.ops import commands as dlq
+from consumer.ops import redrive
 from consumer.runtime.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason
 from tests.integration import dlq_support
 from tests.integration.conftest import REGION, QueuePair, create_pair
@@ -21,13 +21,16 @@ from tests.integration.dlq_support import (
     ATTRIBUTES,
     CONTRACT,
     FIFO_CONTRACT,
+    Clients,
     dead_letter,
     depth,
     drain,
     hook_client,
+    on_call,
 )
 
 cli = dlq_support.cli
+clients = dlq_support.clients
 server_sqs = dlq_support.server_sqs
 
 
@@ -148,7 +151,7 @@ def test_dlq_redrive_fifo_keeps_group_and_dedup_ids(
     cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """FIFO messages go back in order with their MessageGroupId and MessageDeduplicationId."""
-    monkeypatch.setattr(dlq, "FIFO_DEDUP_WINDOW_SECONDS", 0)  # these ids never were in the source
+    monkeypatch.setattr(redrive, "FIFO_DEDUP_WINDOW_SECONDS", 0)  # these ids never were in the source
     pair = create_pair(server_sqs, FIFO_CONTRACT)
     for n in range(3):
         dead_letter(server_sqs, pair, "bad", body=f"m{n}", MessageGroupId="g-1", MessageDeduplicationId=f"d-{n}")
@@ -226,15 +229,14 @@ def test_dlq_redrive_filter_moves_only_matches(cli: Callable[..., Result], serve
 
 
 def test_dlq_redrive_interrupted_loses_nothing_and_a_rerun_finishes(
-    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], server_sqs: Any, clients: Clients
 ) -> None:
     """Ctrl-C during the second SendMessageBatch leaves every message in a queue; a second run moves the rest."""
     pair = create_pair(server_sqs, CONTRACT)
     bodies = [f"b{n}" for n in range(15)]
     for body in bodies:
         dead_letter(server_sqs, pair, "bad", body=body)
-    make_client = dlq.make_client
-    hook_client(monkeypatch, "SendMessageBatch", allowed=1, error=KeyboardInterrupt())
+    hook_client(clients, "SendMessageBatch", allowed=1, error=KeyboardInterrupt())
 
     interrupted = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -242,7 +244,7 @@ def test_dlq_redrive_interrupted_loses_nothing_and_a_rerun_finishes(
     assert "interrupted after moving 10 message(s)" in interrupted.output
     assert depth(server_sqs, pair.queue_url) == (10, 0)
     assert depth(server_sqs, pair.dlq_url) == (5, 0)  # the unsent batch was released, not left hidden
-    monkeypatch.setattr(dlq, "make_client", make_client)
+    clients.hooks.clear()
 
     rerun = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -285,7 +287,7 @@ def test_dlq_export_writes_every_message_and_leaves_them(
 
 
 def test_dlq_export_interrupted_loses_nothing(
-    cli: Callable[..., Result], server_sqs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], server_sqs: Any, tmp_path: Path, clients: Clients
 ) -> None:
     """export --delete cut off after one batch: every message is in the file or still in the DLQ, visible."""
     from botocore.exceptions import EndpointConnectionError
@@ -293,7 +295,7 @@ def test_dlq_export_interrupted_loses_nothing(
     pair = create_pair(server_sqs, CONTRACT)
     for n in range(13):
         dead_letter(server_sqs, pair, "bad", body=f"b{n}")
-    hook_client(monkeypatch, "ReceiveMessage", allowed=1, error=EndpointConnectionError(endpoint_url="cut"))
+    hook_client(clients, "ReceiveMessage", allowed=1, error=EndpointConnectionError(endpoint_url="cut"))
     out = tmp_path / "dlq.jsonl"
 
     result = cli("dlq", "export", "--dlq-url", pair.dlq_url, "--out", str(out), "--delete")
@@ -431,20 +433,19 @@ class MoveTaskApi:
     uses), after botocore has validated the request parameters.
     """
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, listings: list[list[dict[str, Any]]], moved: int = 0) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        clients: Clients,
+        listings: list[list[dict[str, Any]]],
+        moved: int = 0,
+    ) -> None:
         self.listings = listings  # one ListMessageMoveTasks answer per call; the last one repeats
         self.moved = moved
         self.calls: list[tuple[str, dict[str, Any]]] = []
-        real = dlq.make_client
-        monkeypatch.setattr(dlq, "MOVE_TASK_POLL_SECONDS", 0.0)
-
-        def factory(service: str, queue_url: str | None = None) -> Any:
-            client = real(service, queue_url)
-            for operation in ("StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask"):
-                client.meta.events.register(f"before-call.{service}.{operation}", self.answer)
-            return client
-
-        monkeypatch.setattr(dlq, "make_client", factory)
+        monkeypatch.setattr(redrive, "MOVE_TASK_POLL_SECONDS", 0.0)
+        for operation in ("StartMessageMoveTask", "ListMessageMoveTasks", "CancelMessageMoveTask"):
+            on_call(clients, "before-call", operation, self.answer)
 
     def answer(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]]:
         from botocore.awsrequest import AWSResponse
@@ -476,11 +477,11 @@ def arns(sqs: Any, pair: QueuePair) -> tuple[str, str]:
 
 
 def test_dlq_redrive_native_starts_a_move_task_and_follows_it(
-    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients
 ) -> None:
     """Where the endpoint has move tasks, redrive starts one from the DLQ to the source at --rate and follows it."""
     pair = create_pair(server_sqs, CONTRACT)
-    api = MoveTaskApi(monkeypatch, [[], [task("RUNNING", 1)], [task("COMPLETED", 3)]])
+    api = MoveTaskApi(monkeypatch, clients, [[], [task("RUNNING", 1)], [task("COMPLETED", 3)]])
     dlq_arn, source_arn = arns(server_sqs, pair)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url, "--rate", "5")
@@ -500,12 +501,12 @@ def test_dlq_redrive_native_starts_a_move_task_and_follows_it(
 
 
 def test_dlq_redrive_native_follows_a_task_already_running(
-    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients
 ) -> None:
     """A move task already running on the DLQ is followed, never started twice."""
     pair = create_pair(server_sqs, CONTRACT)
     running = task("RUNNING", 2, handle="task-0")
-    api = MoveTaskApi(monkeypatch, [[running], [running], [task("COMPLETED", 3, handle="task-0")]])
+    api = MoveTaskApi(monkeypatch, clients, [[running], [running], [task("COMPLETED", 3, handle="task-0")]])
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -516,11 +517,11 @@ def test_dlq_redrive_native_follows_a_task_already_running(
 
 
 def test_dlq_redrive_native_failed_task_exits_1_with_its_reason(
-    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients
 ) -> None:
     """A move task that fails is reported with SQS's failure reason and exit 1."""
     pair = create_pair(server_sqs, CONTRACT)
-    MoveTaskApi(monkeypatch, [[], [task("FAILED", 1, FailureReason="AccessDenied on the destination")]])
+    MoveTaskApi(monkeypatch, clients, [[], [task("FAILED", 1, FailureReason="AccessDenied on the destination")]])
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -532,11 +533,13 @@ def test_dlq_redrive_native_failed_task_exits_1_with_its_reason(
 
 
 def test_dlq_redrive_cancel_cancels_the_running_task(
-    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Callable[..., Result], server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients
 ) -> None:
     """--cancel stops the running move task by its handle and says how far it got."""
     pair = create_pair(server_sqs, CONTRACT)
-    api = MoveTaskApi(monkeypatch, [[task("COMPLETED", 3, handle="old"), task("RUNNING", 2, handle="task-7")]], moved=2)
+    api = MoveTaskApi(
+        monkeypatch, clients, [[task("COMPLETED", 3, handle="old"), task("RUNNING", 2, handle="task-7")]], moved=2
+    )
 
     result = cli("dlq", "redrive", "--dlq-url", pair.dlq_url, "--cancel")
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from consumer.ops import commands as dlq
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
-from tests.integration.dlq_support import CONTRACT, dead_letter, depth, drain, on_call, signal_on_call
+from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, depth, drain, on_call, signal_on_call
 
 cli = dlq_support.cli
+clients = dlq_support.clients
 server_sqs = dlq_support.server_sqs
 
 ATTRIBUTES_SHAPE = "an object of attribute name to {DataType, StringValue or BinaryValue}"
@@ -74,7 +74,7 @@ def test_dlq_export_append_keeps_the_existing_files_mode_and_warns_if_others_can
 
 
 def test_dlq_export_delete_interrupted_before_the_delete_leaves_each_message_in_one_place(
-    cli: Any, server_sqs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Any, server_sqs: Any, tmp_path: Path, clients: Clients
 ) -> None:
     """Ctrl-C after a batch's lines are on disk, before its delete: the delete still happens, then the run stops;
     every message is in the file or in the DLQ (visible), never in both."""
@@ -82,7 +82,7 @@ def test_dlq_export_delete_interrupted_before_the_delete_leaves_each_message_in_
     bodies = {f"b{n}" for n in range(13)}
     for body in bodies:
         dead_letter(server_sqs, pair, "bad", body=body)
-    signal_on_call(monkeypatch, "before-call", "DeleteMessageBatch", signal.SIGINT)
+    signal_on_call(clients, "before-call", "DeleteMessageBatch", signal.SIGINT)
     out = tmp_path / "dlq.jsonl"
 
     result = cli("dlq", "export", "--dlq-url", pair.dlq_url, "--out", str(out), "--delete")
@@ -210,15 +210,14 @@ def export_lines(path: Path, count: int) -> list[str]:
 
 
 def test_dlq_import_interrupted_says_where_to_resume_and_a_resumed_run_sends_the_rest_once(
-    cli: Any, server_sqs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Any, server_sqs: Any, tmp_path: Path, clients: Clients
 ) -> None:
     """Ctrl-C while a batch is being sent: the answer is awaited, the report names the last line sent and the
     --from-line to resume with, and resuming there sends every line exactly once in all."""
     pair = create_pair(server_sqs, CONTRACT)
     source = tmp_path / "in.jsonl"
     bodies = export_lines(source, 15)
-    make_client = dlq.make_client
-    signal_on_call(monkeypatch, "before-call", "SendMessageBatch", signal.SIGINT)
+    signal_on_call(clients, "before-call", "SendMessageBatch", signal.SIGINT)
 
     interrupted = cli("dlq", "import", "--dlq-url", pair.dlq_url, "--in", str(source))
 
@@ -227,7 +226,7 @@ def test_dlq_import_interrupted_says_where_to_resume_and_a_resumed_run_sends_the
         f"interrupted: sent 10 of 15 line(s) from {source}; last line sent: 10; resume with --from-line 11"
         in interrupted.stderr
     )
-    monkeypatch.setattr(dlq, "make_client", make_client)
+    clients.hooks.clear()
     resumed = cli("dlq", "import", "--dlq-url", pair.dlq_url, "--in", str(source), "--from-line", "11")
 
     assert resumed.exit_code == 0, resumed.output
@@ -236,7 +235,7 @@ def test_dlq_import_interrupted_says_where_to_resume_and_a_resumed_run_sends_the
 
 
 def test_dlq_import_stops_at_a_failed_batch_and_says_where_to_resume(
-    cli: Any, server_sqs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Any, server_sqs: Any, tmp_path: Path, clients: Clients
 ) -> None:
     """A line SQS refuses stops the import after its batch: the report names it, the lines of that batch that
     did go, and the --from-line to resume with; no later batch is sent."""
@@ -248,7 +247,7 @@ def test_dlq_import_stops_at_a_failed_batch_and_says_where_to_resume(
         parsed["Successful"] = [entry for entry in parsed["Successful"] if entry["Id"] != "3"]
         parsed["Failed"] = [{"Id": "3", "Code": "InvalidMessageContents", "SenderFault": True, "Message": "no"}]
 
-    on_call(monkeypatch, "after-call", "SendMessageBatch", refuse_line_3)
+    on_call(clients, "after-call", "SendMessageBatch", refuse_line_3)
 
     result = cli("dlq", "import", "--dlq-url", pair.dlq_url, "--in", str(source))
 

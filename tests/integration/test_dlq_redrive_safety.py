@@ -15,21 +15,22 @@ import pytest
 
 from consumer import PoisonMessage
 from consumer.message import Message
-from consumer.ops import commands as dlq
 from consumer.ops import passes as dlq_pass
+from consumer.ops import progress, redrive
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import ORIGINAL_ATTRIBUTES
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
-from tests.integration.dlq_support import CONTRACT, dead_letter, depth, drain, on_call, signal_on_call
+from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, depth, drain, on_call, signal_on_call
 from tests.integration.test_consumer import fast_contract, running, wait_until
 
 cli = dlq_support.cli
+clients = dlq_support.clients
 server_sqs = dlq_support.server_sqs
 sigterm_raises = dlq_support.sigterm_raises
 
 
-def guard_against_loops(monkeypatch: pytest.MonkeyPatch, most: int) -> None:
+def guard_against_loops(clients: Clients, most: int) -> None:
     """Fail the command (instead of letting it run for ever) once it has sent more than ``most`` copies."""
     sent = {"count": 0}
 
@@ -38,23 +39,23 @@ def guard_against_loops(monkeypatch: pytest.MonkeyPatch, most: int) -> None:
         if sent["count"] > most:
             raise RuntimeError(f"redrive looped: {sent['count']} copies sent for {most} messages")
 
-    on_call(monkeypatch, "before-parameter-build", "SendMessageBatch", count)
+    on_call(clients, "before-parameter-build", "SendMessageBatch", count)
 
 
 def run_clock_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     """This run's start as a clock an hour ahead of SQS would put it: every message looks older than the run."""
-    real = dlq.start_on_sqs_clock
+    real = redrive.start_on_sqs_clock
 
     def ahead(read: Any) -> tuple[dlq_pass.RunStart, dict[str, Any]]:
         start, response = real(read)
         return dlq_pass.RunStart(sqs_ms=start.sqs_ms + 3_600_000, monotonic=start.monotonic), response
 
-    monkeypatch.setattr(dlq, "start_on_sqs_clock", ahead)
+    monkeypatch.setattr(redrive, "start_on_sqs_clock", ahead)
 
 
 @pytest.mark.parametrize("clock", ["sqs", "an-hour-ahead"])
 def test_dlq_redrive_with_a_consumer_poisoning_each_message_back_ends_and_leaves_each_once(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clock: str
+    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients, clock: str
 ) -> None:
     """GIVEN poison messages in the DLQ and a running consumer that poisons each straight back, WHEN redrive runs,
     THEN each is moved once, its return is left in the DLQ for the next run and reported, and the run ends
@@ -70,13 +71,13 @@ def test_dlq_redrive_with_a_consumer_poisoning_each_message_back_ends_and_leaves
         poisoned.append(message.body)
         raise PoisonMessage("still bad")
 
-    guard_against_loops(monkeypatch, most=2 * len(bodies))
+    guard_against_loops(clients, most=2 * len(bodies))
     if clock == "an-hour-ahead":
         run_clock_ahead(monkeypatch)
     # Deterministic, not a race: once the copies are in and the originals deleted, the run waits until the
     # consumer has poisoned every copy back before it receives again.
     returned = lambda: depth(server_sqs, pair.dlq_url)[0] == len(bodies)  # noqa: E731
-    on_call(monkeypatch, "after-call", "DeleteMessageBatch", lambda **_: wait_until(returned))
+    on_call(clients, "after-call", "DeleteMessageBatch", lambda **_: wait_until(returned))
     consumer = Consumer(server_sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=reject)
 
     with running(consumer):
@@ -93,13 +94,13 @@ def test_dlq_redrive_with_a_consumer_poisoning_each_message_back_ends_and_leaves
 
 @pytest.mark.parametrize("clock", ["sqs", "an-hour-ahead"])
 def test_dlq_redrive_leaves_a_copy_that_sqs_dead_letters_again_during_the_run(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clock: str
+    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients, clock: str
 ) -> None:
     """A copy that SQS's own backstop redrive moves back (received maxReceiveCount times, never deleted) keeps its
     MessageId and SentTimestamp: the run recognises it by either and leaves it for the next run."""
     pair = create_pair(server_sqs, CONTRACT)
     dead_letter(server_sqs, pair, "bad", body="job")
-    guard_against_loops(monkeypatch, most=2)
+    guard_against_loops(clients, most=2)
     if clock == "an-hour-ahead":
         run_clock_ahead(monkeypatch)
 
@@ -107,7 +108,7 @@ def test_dlq_redrive_leaves_a_copy_that_sqs_dead_letters_again_during_the_run(
         for _attempt in range(CONTRACT.redrive_max_receive_count + 1):  # the last receive makes SQS move it
             server_sqs.receive_message(QueueUrl=pair.queue_url, VisibilityTimeout=0)
 
-    on_call(monkeypatch, "after-call", "DeleteMessageBatch", exhaust_the_copy)
+    on_call(clients, "after-call", "DeleteMessageBatch", exhaust_the_copy)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -117,9 +118,7 @@ def test_dlq_redrive_leaves_a_copy_that_sqs_dead_letters_again_during_the_run(
     assert depth(server_sqs, pair.queue_url) == (0, 0)
 
 
-def test_dlq_redrive_leaves_a_failure_that_arrives_during_the_run(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_dlq_redrive_leaves_a_failure_that_arrives_during_the_run(cli: Any, server_sqs: Any, clients: Clients) -> None:
     """A message the consumer dead-letters while redrive runs (not a copy of this run's) stays for the next run:
     the run is bounded to what the DLQ held when it started, by SentTimestamp on SQS's clock."""
     pair = create_pair(server_sqs, CONTRACT)
@@ -132,7 +131,7 @@ def test_dlq_redrive_leaves_a_failure_that_arrives_during_the_run(
             arrived["count"] += 1
             dead_letter(server_sqs, pair, "bad", body="new")
 
-    on_call(monkeypatch, "after-call", "SendMessageBatch", new_failure)
+    on_call(clients, "after-call", "SendMessageBatch", new_failure)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -146,7 +145,7 @@ def test_dlq_redrive_prints_progress_lines_when_stderr_is_not_a_terminal(
     cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In a pipe or CI (no terminal, so no progress bar) redrive says how far it is, then prints its summary."""
-    monkeypatch.setattr(dlq_pass, "PROGRESS_LINE_SECONDS", 0)
+    monkeypatch.setattr(progress, "PROGRESS_LINE_SECONDS", 0)
     pair = create_pair(server_sqs, CONTRACT)
     for n in range(12):
         dead_letter(server_sqs, pair, "bad", body=f"b{n}")
@@ -163,7 +162,7 @@ def test_dlq_redrive_prints_progress_lines_when_stderr_is_not_a_terminal(
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.usefixtures("sigterm_raises")
 def test_dlq_redrive_interrupted_between_send_and_delete_leaves_each_message_in_one_place(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, signum: int
+    cli: Any, server_sqs: Any, clients: Clients, signum: int
 ) -> None:
     """A signal that arrives once SQS has the copies but before the originals are deleted waits for the delete:
     the run then stops, releases the rest and reports; no message is in both queues."""
@@ -171,7 +170,7 @@ def test_dlq_redrive_interrupted_between_send_and_delete_leaves_each_message_in_
     bodies = [f"b{n}" for n in range(15)]
     for body in bodies:
         dead_letter(server_sqs, pair, "bad", body=body)
-    signal_on_call(monkeypatch, "after-call", "SendMessageBatch", signum)
+    signal_on_call(clients, "after-call", "SendMessageBatch", signum)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -185,7 +184,7 @@ def test_dlq_redrive_interrupted_between_send_and_delete_leaves_each_message_in_
 
 @pytest.mark.parametrize(("visibility", "extended"), [(10, True), (60, False)], ids=["short-lease", "default-lease"])
 def test_dlq_redrive_extends_a_lease_too_short_for_the_send_and_delete(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, visibility: int, extended: bool
+    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients, visibility: int, extended: bool
 ) -> None:
     """Before a batch's send, a lease that could run out before its delete is answered is extended to cover the
     step's worst case, so the delete's receipt handles are still valid; a long enough lease costs no call."""
@@ -196,7 +195,7 @@ def test_dlq_redrive_extends_a_lease_too_short_for_the_send_and_delete(
     calls: list[tuple[str, dict[str, Any]]] = []
     for operation in ("ChangeMessageVisibilityBatch", "SendMessageBatch"):
         on_call(
-            monkeypatch,
+            clients,
             "before-parameter-build",
             operation,
             lambda params, model, **_: calls.append((model.name, params)),
@@ -217,7 +216,7 @@ def test_dlq_redrive_extends_a_lease_too_short_for_the_send_and_delete(
 
 
 def test_dlq_redrive_leaves_a_message_whose_lease_cannot_be_extended(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch, clients: Clients
 ) -> None:
     """A message SQS will not extend (its receipt handle no longer good: another reader has it) is not sent: its
     delete could not follow. It stays in the DLQ and is reported as failed; the others move."""
@@ -233,7 +232,7 @@ def test_dlq_redrive_leaves_a_message_whose_lease_cannot_be_extended(
             parsed["Successful"] = [entry for entry in parsed["Successful"] if entry["Id"] != "1"]
             parsed["Failed"] = [{"Id": "1", "Code": "ReceiptHandleIsInvalid", "SenderFault": True, "Message": "gone"}]
 
-    on_call(monkeypatch, "after-call", "ChangeMessageVisibilityBatch", refuse_the_second)
+    on_call(clients, "after-call", "ChangeMessageVisibilityBatch", refuse_the_second)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url, "--visibility", "10")
 
@@ -282,9 +281,7 @@ def test_dlq_redrive_skips_and_reports_malformed_folded_attributes(cli: Any, ser
     assert depth(server_sqs, pair.dlq_url) == (2, 0)
 
 
-def test_dlq_redrive_ends_while_failures_keep_arriving(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_dlq_redrive_ends_while_failures_keep_arriving(cli: Any, server_sqs: Any, clients: Clients) -> None:
     """A DLQ that keeps receiving new failures does not hold the run: after MAX_STALE_RECEIVES receives that
     bring only messages that arrived after the start, it ends, leaving them for the next run."""
     pair = create_pair(server_sqs, CONTRACT)
@@ -296,7 +293,7 @@ def test_dlq_redrive_ends_while_failures_keep_arriving(
             arrivals["count"] += 1
             dead_letter(server_sqs, pair, "bad", body=f"new-{arrivals['count']}")
 
-    on_call(monkeypatch, "after-call", "ReceiveMessage", another_failure)
+    on_call(clients, "after-call", "ReceiveMessage", another_failure)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -308,7 +305,7 @@ def test_dlq_redrive_ends_while_failures_keep_arriving(
 
 
 def test_dlq_redrive_says_when_it_handled_fewer_messages_than_the_dlq_held(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Any, server_sqs: Any, clients: Clients
 ) -> None:
     """A message the DLQ held at the start that the run never got (another reader had it hidden) is not
     silently missing from the report: the run says how many it handled of how many, and to run again."""
@@ -322,7 +319,7 @@ def test_dlq_redrive_says_when_it_handled_fewer_messages_than_the_dlq_held(
             taken["count"] += 1
             server_sqs.receive_message(QueueUrl=pair.dlq_url, MaxNumberOfMessages=1, VisibilityTimeout=60)
 
-    on_call(monkeypatch, "before-call", "ReceiveMessage", another_reader)
+    on_call(clients, "before-call", "ReceiveMessage", another_reader)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 
@@ -335,7 +332,7 @@ def test_dlq_redrive_says_when_it_handled_fewer_messages_than_the_dlq_held(
 
 @pytest.mark.usefixtures("sigterm_raises")
 def test_dlq_redrive_stopped_during_a_receive_releases_what_it_holds(
-    cli: Any, server_sqs: Any, monkeypatch: pytest.MonkeyPatch
+    cli: Any, server_sqs: Any, clients: Clients
 ) -> None:
     """SIGTERM (an ECS task or a CI job stopping) while a receive is answered: the run notes what the answer hid,
     stops with exit 143, and every message it held is visible in the DLQ again, not hidden until its lease ends."""
@@ -349,7 +346,7 @@ def test_dlq_redrive_stopped_during_a_receive_releases_what_it_holds(
         if calls["count"] == 2:
             signal.raise_signal(signal.SIGTERM)
 
-    on_call(monkeypatch, "after-call", "ReceiveMessage", stop_on_second_receive)
+    on_call(clients, "after-call", "ReceiveMessage", stop_on_second_receive)
 
     result = cli("dlq", "redrive", "--queue-url", pair.queue_url, "--dlq-url", pair.dlq_url)
 

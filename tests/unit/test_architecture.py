@@ -77,6 +77,16 @@ def test_runtime_never_imports_the_tools_that_use_it(path: Path) -> None:
     assert sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden)) == []
 
 
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in (ROOT / "consumer" / "ops").glob("*.py") if p.name not in ("commands.py", "progress.py")),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_dlq_tool_logic_leaves_presentation_to_its_commands(path: Path) -> None:
+    """consumer/ops/: only commands.py and progress.py render (typer, rich); the logic returns what they show."""
+    assert imported_roots(path) & {"typer", "rich", "click"} == set()
+
+
 def test_consumer_run_loads_neither_rich_nor_moto_nor_the_tools() -> None:
     """`python -m consumer run` (here refusing a missing QUEUE_URL) imports only the runtime's part of the CLI."""
     import os

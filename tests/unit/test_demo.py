@@ -10,7 +10,7 @@ import pytest
 from consumer.examples.notifications import parse
 from consumer.local.demo import DEAD_LETTERED, DELIVERED, KINDS, Accounting, DemoResult, Planned, account, build_mix
 from consumer.message import PoisonMessage
-from consumer.ops.commands import fingerprint
+from consumer.ops.queues import fingerprint
 
 POISON = {"kind": "poison", "reason": "body is not JSON: Expecting value: line 1 column 1 (char 0)"}
 

@@ -1,0 +1,65 @@
+"""A pass's progress on stderr, drawn with rich: the command layer's :class:`~consumer.ops.passes.ProgressFactory`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as ProgressBar
+
+#: Without a terminal (a pipe, CI, a log file) the progress bar is off; a line this often says how far a run is.
+PROGRESS_LINE_SECONDS = 10
+
+
+class Progress:
+    """A pass's progress on stderr: rich's bar on a terminal; elsewhere (a pipe,
+    CI, a log file) a line every PROGRESS_LINE_SECONDS, ``<label>: <done> of <total> <unit> (<detail>),
+    <elapsed> s``, so that a long run is never silent. The final summary is the command's own."""
+
+    def __init__(self, label: str, total: int | None, *, unit: str, detail: Callable[[], str] = lambda: "") -> None:
+        self.label, self.total, self.unit, self.detail = label, total, unit, detail
+        self.completed = 0
+        self.console = Console(stderr=True, highlight=False)
+        self.bar: ProgressBar | None = None
+        self.task: Any = None
+        self.started = self.last_line = time.monotonic()
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal:
+            self.bar = ProgressBar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=self.total or None)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def advance(self, count: int) -> None:
+        if count:
+            self.update(self.completed + count)
+
+    def update(self, completed: int, total: int | None = None) -> None:
+        self.completed = completed
+        self.total = self.total if total is None else total
+        if self.bar is not None:
+            self.bar.update(self.task, completed=completed, total=self.total or None)
+        elif time.monotonic() - self.last_line >= PROGRESS_LINE_SECONDS:
+            self.last_line = time.monotonic()
+            detail = self.detail()
+            typer.echo(
+                f"{self.label}: {completed} of {self.total if self.total else '?'} {self.unit}"
+                f"{f' ({detail})' if detail else ''}, {int(self.last_line - self.started)} s",
+                err=True,
+            )
