@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import sys
 import threading
 import time
@@ -51,15 +50,40 @@ import boto3
 import typer
 from botocore.config import Config
 from rich.console import Console
-from rich.table import Table
 
-from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, fifo_handle, standard_cases
-from bench.proxy import FAULT_KINDS, FaultPlan, FaultProxy
-from consumer.contract import SQS_MAX_BATCH, contract_of
+from bench.chaos_accounting import (
+    Delivery,
+    account_stream,
+    consumer_endings,
+    corpus_checks,
+    repeats,
+    reported_events,
+    sort_dlq,
+    stream_failures,
+)
+from bench.chaos_fifo import create_fifo_pair, fifo_report
+from bench.chaos_fleet import Supervisor
+from bench.chaos_report import render, write_markdown
+from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, standard_cases
+from bench.proxy import FaultPlan, FaultProxy
 from consumer.examples.notifications import WEBHOOK_URL_ENV
-from consumer.exit_codes import ExitCode
-from consumer.local.demo import ConsumerProcess, Fleet, LoopbackWebhook, sample_event
-from consumer.runtime.dead_letter import read_reason
+from consumer.local import accounting
+from consumer.local.harness import (
+    TIMED_OUT,
+    Fleet,
+    LoopbackWebhook,
+    Planned,
+    Tick,
+    batch_entries,
+    batches,
+    consumer_environment,
+    demo_contract,
+    queue_depth,
+    quiet_seconds,
+    read_dlq,
+    sample_event,
+    settle,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"
@@ -71,10 +95,14 @@ KINDS: dict[str, tuple[float, str]] = {
     "malformed": (0.05, DEAD_LETTERED),  # not JSON or breaks the schema
     "rejected": (0.05, DEAD_LETTERED),  # the downstream answers 422
 }
+#: Where each kind must end, in the shared accounting's terms.
+PLACES = {
+    kind: accounting.DELIVERED if place == APPLIED else accounting.DEAD_LETTERED for kind, (_, place) in KINDS.items()
+}
 POLL_SECONDS = 1.0
-#: Nothing moving for this long (source empty) means the phase has settled: longer than the demo
-#: contract's 10 s lease plus its 4 s maximum backoff, so every lease a SIGKILL left has expired.
-QUIET_SECONDS = 16.0
+#: Nothing moving for this long (source empty) means the phase has settled: the demo contract's lease
+#: plus its maximum backoff (10 + 4 s) and two ticks, so every lease a SIGKILL left has expired.
+QUIET_SECONDS = quiet_seconds(demo_contract(), margin_seconds=2 * POLL_SECONDS)
 PRODUCER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
 
 
@@ -101,13 +129,6 @@ class ChaosOptions:
 
 
 # --------------------------------------------------------------------------- the downstream
-
-
-@dataclass
-class Delivery:
-    sender: int  # consumer process number (from the URL path)
-    at: float  # monotonic, when the request arrived
-    status: int
 
 
 class IdempotentDownstream(LoopbackWebhook):
@@ -157,13 +178,6 @@ class IdempotentDownstream(LoopbackWebhook):
 
 
 # --------------------------------------------------------------------------- the plan
-
-
-@dataclass(frozen=True)
-class Planned:
-    event_id: str
-    kind: str
-    body: str
 
 
 def build_stream(count: int, seed: int) -> list[Planned]:
@@ -230,12 +244,9 @@ class Chaos:
         self.deadline = self.started + options.timeout_seconds
         self.produced_ids: set[str] = set()
         self.sent_messages = 0
-        self.killed: dict[int, float] = {}  # consumer number -> when it was SIGKILLed
-        self.replaced: list[dict[str, Any]] = []  # consumers that exited on their own, replaced
         self.phase = "provisioning"
         self.phases: dict[str, float] = {}
         self._producing = threading.Event()
-        self._fleet_lock = threading.Lock()
 
     # --- orchestration ------------------------------------------------------
     def run(self) -> ChaosResult:
@@ -259,6 +270,7 @@ class Chaos:
             reject={p.event_id for p in self.plan if p.kind == "rejected"},
             flaky={p.event_id for p in self.plan if p.kind == "flaky"},
         )
+        self.supervisor = Supervisor(downstream.url, self.rng, self._producing, self.deadline)
         fleets: list[Fleet] = []
         try:
             local = provision(moto, options.template)
@@ -267,16 +279,14 @@ class Chaos:
             self.moto = local_client("sqs", moto)  # the harness's own view: never faulted
             proxy.start()
             downstream.start()
-            child = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
-            child.update(env)
-            child.update(
+            child = consumer_environment(
+                env,
                 {
                     "AWS_ENDPOINT_URL": proxy.url,
                     "AWS_ENDPOINT_URL_DYNAMODB": moto,  # the idempotency table: not the fault target
                     WEBHOOK_URL_ENV: downstream.url,
-                    "PYTHONUNBUFFERED": "1",
                     "PYTHONPATH": str(ROOT),
-                }
+                },
             )
             fleet = Fleet(child, options.log_dir)
             fleets.append(fleet)
@@ -296,17 +306,15 @@ class Chaos:
             )
             self._chaos_phase(fleet, proxy, downstream, producer)
             corpus = self._corpus_phase(fleet, proxy, downstream)
-            fifo = self._fifo_phase(child, proxy, downstream, local_client, fleets)
+            fifo = self._fifo_phase(child, downstream, fleets)
             self.phase = "stopping consumers (SIGTERM)"
             stop_timeout = float(env["CONSUMER_STOP_TIMEOUT_SECONDS"])
             for one in fleets:
-                for consumer in one.alive():
-                    one.stop(consumer, timeout=stop_timeout)
+                one.stop_all(timeout=stop_timeout)
             return self._result(fleets, proxy, downstream, corpus, fifo)
         finally:
             for one in fleets:
-                for consumer in one.alive():
-                    consumer.process.kill()
+                one.kill_all()
             downstream.stop()
             proxy.stop()
             server.stop()
@@ -319,11 +327,16 @@ class Chaos:
     def _chaos_phase(self, fleet: Fleet, proxy: FaultProxy, downstream: IdempotentDownstream, producer: Any) -> None:
         self._mark("chaos: producing under kills, faults and one endpoint restart")
         for _ in range(self.options.consumers):
-            self._start(fleet, downstream)
+            self.supervisor.start(fleet)
         self._producing.set()
         threads = [
             threading.Thread(target=self._produce, args=(producer, proxy), name="producer", daemon=True),
-            threading.Thread(target=self._kill_loop, args=(fleet, downstream), name="killer", daemon=True),
+            threading.Thread(
+                target=self.supervisor.kill_loop,
+                args=(fleet, self.options.kill_every_seconds),
+                name="killer",
+                daemon=True,
+            ),
         ]
         for thread in threads:
             thread.start()
@@ -364,23 +377,10 @@ class Chaos:
         return [{"name": c.name, "what": c.what, "body_chars": len(c.body)} for c in self.corpus]
 
     def _fifo_phase(
-        self,
-        child: dict[str, str],
-        proxy: FaultProxy,
-        downstream: IdempotentDownstream,
-        local_client: Callable[[str, str], Any],
-        fleets: list[Fleet],
+        self, child: dict[str, str], downstream: IdempotentDownstream, fleets: list[Fleet]
     ) -> dict[str, Any]:
         self._mark("FIFO corpus: faults paused, no kills")
-        contract = contract_of(fifo_handle)
-        sqs = self.moto
-        suffix = f"chaos-{os.getpid()}"
-        pair = contract.queue_attributes()
-        dlq_url = sqs.create_queue(QueueName=f"{suffix}-dlq.fifo", Attributes=pair.dead_letter.to_sqs())["QueueUrl"]
-        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        queue_url = sqs.create_queue(
-            QueueName=f"{suffix}-source.fifo", Attributes=pair.source.to_sqs(dead_letter_target_arn=dlq_arn)
-        )["QueueUrl"]
+        queue_url, dlq_url = create_fifo_pair(self.moto, f"chaos-{os.getpid()}")
         env = {k: v for k, v in child.items() if not k.startswith("CONSUMER_") and k != "DLQ_URL"}
         env.update(
             {
@@ -389,77 +389,22 @@ class Chaos:
                 "CONSUMER_IDEMPOTENCY_TABLE": child["CONSUMER_IDEMPOTENCY_TABLE"],
             }
         )
-        fleet = Fleet(env, self.options.log_dir)
-        fleet.log_dir = self.options.log_dir / "fifo"
+        fleet = Fleet(env, self.options.log_dir / "fifo")
         fleet.log_dir.mkdir(exist_ok=True)
         fleets.append(fleet)
-        self._start(fleet, downstream)
+        self.supervisor.start(fleet)
         cases = fifo_cases()
-        ids: dict[str, Case] = {}
+        sent: dict[str, Case] = {}
         for case in cases:
-            message_id = sqs.send_message(**case.send_arguments(queue_url))["MessageId"]
-            ids.setdefault(message_id, case)  # a deduplicated send returns the first send's MessageId
+            message_id = self.moto.send_message(**case.send_arguments(queue_url))["MessageId"]
+            sent.setdefault(message_id, case)  # a deduplicated send returns the first send's MessageId
         goods = {c.event_id for c in cases if c.expect == "applied"}
         self._wait(lambda: goods <= downstream.snapshot()[0], fleet, downstream, queue_url=queue_url)
         self._wait(lambda: False, fleet, downstream, quiet_is_done=True, quiet_seconds=4.0, queue_url=queue_url)
-        dlq = self._read_dlq(dlq_url)
-        order = [k for k in downstream.order if k.startswith("evt-fifo-")]
-        checks = []
-        by_message = {r["original_message_id"]: r for r in (record for _, record in dlq) if r}
-        for message_id, case in ids.items():
-            if case.expect == "deduplicated":
-                continue  # moto answers a deduplicated send with a new MessageId; checked below
-            record = by_message.get(message_id)
-            if case.expect == "dlq":
-                ok = record is not None and record["receive_count"] == 1 and record["kind"] == "poison"
-                place = "DLQ" if record else "missing"
-            else:
-                ok = case.event_id in downstream.snapshot()[0]
-                place = "applied" if ok else "missing"
-            checks.append(
-                {
-                    "name": case.name,
-                    "what": case.what,
-                    "expect": case.expect,
-                    "place": place,
-                    "receive_count": record["receive_count"] if record else None,
-                    "reason": record["reason"][:120] if record else None,
-                    "ok": ok,
-                }
-            )
-        dropped = [c for c in cases if c.expect == "deduplicated"]
-        for case in dropped:
-            applied = case.event_id in downstream.snapshot()[0]
-            checks.append(
-                {
-                    "name": case.name,
-                    "what": case.what,
-                    "expect": case.expect,
-                    "place": "applied" if applied else "dropped by SQS",
-                    "receive_count": None,
-                    "reason": None,
-                    "ok": not applied,
-                }
-            )
-        groups: dict[str, list[str]] = defaultdict(list)
-        for key in order:
-            groups[key.split("-")[2]].append(key)
-        in_order = all(keys == sorted(keys, key=lambda k: int(k.rsplit("-", 1)[1])) for keys in groups.values())
-        return {
-            "queue": queue_url.rsplit("/", 1)[-1],
-            "checks": checks,
-            "order": {g: keys for g, keys in groups.items()},
-            "groups_in_order": in_order,
-            "dlq_messages": len(dlq),
-        }
+        dlq = read_dlq(self.moto, dlq_url)
+        return fifo_report(queue_url, sent, cases, dlq, downstream.snapshot()[0], list(downstream.order))
 
     # --- actors -------------------------------------------------------------
-    def _start(self, fleet: Fleet, downstream: IdempotentDownstream) -> ConsumerProcess:
-        """Start a consumer whose webhook URL names it, so the downstream knows who delivered."""
-        with self._fleet_lock:
-            fleet.environment[WEBHOOK_URL_ENV] = f"{downstream.url}/c{len(fleet.processes) + 1}"
-            return fleet.start()
-
     def _produce(self, producer: Any, proxy: FaultProxy) -> None:
         """Send the plan in batches of 10 through the proxy (faults on), paced and depth-bounded.
 
@@ -467,26 +412,18 @@ class Chaos:
         puts two copies on the queue, which the consumers' idempotency must absorb.
         """
         options = self.options
-        batches = [self.plan[i : i + 10] for i in range(0, len(self.plan), 10)]
+        sends = batches(self.plan)
         pause = 10 / options.rate_per_second
-        outage_at = len(batches) // 2
-        for number, batch in enumerate(batches):
+        outage_at = len(sends) // 2
+        for number, batch in enumerate(sends):
             if number == outage_at and options.outage_seconds > 0:
                 threading.Thread(target=proxy.outage, args=(options.outage_seconds,), name="outage").start()
             while self._depth()[0] > options.max_depth and time.monotonic() < self.deadline:
                 time.sleep(0.5)
             pending = {str(n): p for n, p in enumerate(batch)}
             while pending and time.monotonic() < self.deadline:
-                entries = [
-                    {
-                        "Id": n,
-                        "MessageBody": p.body,
-                        "MessageAttributes": {KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.event_id}},
-                    }
-                    for n, p in pending.items()
-                ]
                 try:
-                    response = producer.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+                    response = producer.send_message_batch(QueueUrl=self.queue_url, Entries=batch_entries(pending))
                 except Exception:  # noqa: BLE001 (retries exhausted or endpoint down: send again)
                     time.sleep(0.5)
                     continue
@@ -496,41 +433,10 @@ class Chaos:
             time.sleep(pause)
         self._producing.clear()
 
-    def _kill_loop(self, fleet: Fleet, downstream: IdempotentDownstream) -> None:
-        """SIGKILL a random running consumer every few seconds and start its replacement."""
-        every = self.options.kill_every_seconds
-        while every > 0 and self._producing.is_set() and time.monotonic() < self.deadline:
-            time.sleep(self.rng.uniform(0.7 * every, 1.3 * every))
-            if not self._producing.is_set():
-                return
-            candidates = [c for c in fleet.alive() if c.ready]
-            if not candidates:
-                continue
-            victim = self.rng.choice(candidates)
-            victim.asked_to_stop = True  # not a crash: the supervisor must not count it
-            victim.process.send_signal(signal.SIGKILL)
-            victim.process.wait()
-            self.killed[victim.number] = time.monotonic()
-            self._start(fleet, downstream)
-
-    def _supervise(self, fleet: Fleet, downstream: IdempotentDownstream) -> None:
-        """Replace consumers that exited on their own (as ECS would), recording how they ended."""
-        for consumer in fleet.crashed():
-            consumer.asked_to_stop = True
-            consumer.exit_code = consumer.process.returncode
-            self.replaced.append({"number": consumer.number, "exit_code": consumer.exit_code})
-            self._start(fleet, downstream)
-
     # --- observation ----------------------------------------------------------
     def _depth(self, queue_url: str | None = None) -> tuple[int, int]:
-        attributes = self.moto.get_queue_attributes(QueueUrl=queue_url or self.queue_url, AttributeNames=["All"])[
-            "Attributes"
-        ]
-        return (
-            int(attributes["ApproximateNumberOfMessages"]),
-            int(attributes["ApproximateNumberOfMessagesNotVisible"])
-            + int(attributes["ApproximateNumberOfMessagesDelayed"]),
-        )
+        depth = queue_depth(self.moto, queue_url or self.queue_url)
+        return depth.visible, depth.not_visible + depth.delayed
 
     def _wait(
         self,
@@ -543,44 +449,31 @@ class Chaos:
         queue_url: str | None = None,
     ) -> None:
         """Until ``done()``, or (``quiet_is_done``) the source is empty and no log line came for ``quiet_seconds``."""
-        quiet_since, last, last_print = time.monotonic(), None, 0.0
-        while time.monotonic() < self.deadline:
-            self._supervise(fleet, downstream)
+        last_print = 0.0
+
+        def look() -> Tick:
+            nonlocal last_print
+            self.supervisor.supervise(fleet)
             fleet.read_logs()
             depth = self._depth(queue_url)
-            if done():
-                return
-            state = (depth, sum(fleet.events.values()))
-            if state != last or depth != (0, 0) or self._producing.is_set():
-                quiet_since, last = time.monotonic(), state
-            elif quiet_is_done and time.monotonic() - quiet_since > quiet_seconds:
-                return
             if time.monotonic() - last_print > 5:
                 last_print = time.monotonic()
-                applied, _ = downstream.snapshot()
-                self.console.print(
-                    f"  {time.monotonic() - self.started:5.0f} s  sent {self.sent_messages}/{len(self.plan)}"
-                    f"  source visible/in flight {depth[0]}/{depth[1]}  applied {len(applied)}"
-                    f"  processed {fleet.events['message_processed']}  to DLQ {fleet.events['message_moved_to_dlq']}"
-                    f"  running {len(fleet.alive())}  killed {len(self.killed)}",
-                    highlight=False,
-                )
-            time.sleep(POLL_SECONDS)
-        self.console.print(f"[red]timed out after {self.options.timeout_seconds:.0f} s[/red] in {self.phase}")
+                self._progress(depth, fleet, downstream)
+            return Tick((depth, sum(fleet.events.values())), depth != (0, 0) or self._producing.is_set())
 
-    def _read_dlq(self, dlq_url: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-        """Every DLQ message (held for 5 minutes, never deleted) with its reason record."""
-        out = []
-        while True:
-            messages = self.moto.receive_message(
-                QueueUrl=dlq_url,
-                MaxNumberOfMessages=SQS_MAX_BATCH,
-                VisibilityTimeout=300,
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
-                return out
-            out.extend((m, read_reason(m.get("MessageAttributes", {}))) for m in messages)
+        quiet = quiet_seconds if quiet_is_done else None
+        if settle(look, done, deadline=self.deadline, poll_seconds=POLL_SECONDS, quiet_seconds=quiet) == TIMED_OUT:
+            self.console.print(f"[red]timed out after {self.options.timeout_seconds:.0f} s[/red] in {self.phase}")
+
+    def _progress(self, depth: tuple[int, int], fleet: Fleet, downstream: IdempotentDownstream) -> None:
+        applied, _ = downstream.snapshot()
+        self.console.print(
+            f"  {time.monotonic() - self.started:5.0f} s  sent {self.sent_messages}/{len(self.plan)}"
+            f"  source visible/in flight {depth[0]}/{depth[1]}  applied {len(applied)}"
+            f"  processed {fleet.events['message_processed']}  to DLQ {fleet.events['message_moved_to_dlq']}"
+            f"  running {len(fleet.alive())}  killed {len(self.supervisor.killed)}",
+            highlight=False,
+        )
 
     # --- accounting -----------------------------------------------------------
     def _result(
@@ -592,87 +485,14 @@ class Chaos:
         fifo: dict[str, Any],
     ) -> ChaosResult:
         self._mark("accounting")
-        failures: list[str] = []
         applied, deliveries = downstream.snapshot()
-        dlq = self._read_dlq(self.dlq_url)
+        by_event, corpus_found, unknown = sort_dlq(read_dlq(self.moto, self.dlq_url), self.corpus_ids, "evt-chaos-")
         left = sum(self._depth())
-        by_event: dict[str, list[dict[str, Any] | None]] = defaultdict(list)
-        corpus_found: dict[str, dict[str, Any] | None] = {}
-        unknown = 0
-        for message, record in dlq:
-            key = message.get("MessageAttributes", {}).get(KEY_ATTRIBUTE, {}).get("StringValue")
-            if record and record.get("original_message_id") in self.corpus_ids:
-                corpus_found[self.corpus_ids[record["original_message_id"]].name] = record
-            elif key and key.startswith("evt-chaos-"):
-                by_event[key].append(record)
-            else:
-                unknown += 1
-        lost, misplaced, two_places, no_reason, good_in_dlq = [], [], [], [], []
-        for p in self.plan:
-            place = KINDS[p.kind][1]
-            in_dlq, is_applied = p.event_id in by_event, p.event_id in applied
-            if not in_dlq and not is_applied:
-                lost.append(p.event_id)
-            elif in_dlq and is_applied:
-                two_places.append(p.event_id)
-            elif is_applied and place != APPLIED:
-                misplaced.append(p.event_id)
-            elif in_dlq and place == APPLIED:
-                good_in_dlq.append(p.event_id)
-            if in_dlq and not all(by_event[p.event_id]):
-                no_reason.append(p.event_id)
-        unsent = [p.event_id for p in self.plan if p.event_id not in self.produced_ids]
-        repeats = self._repeats(deliveries)
-        reasons = Counter(
-            (r["kind"] + ": " + r["reason"].split(":")[0]) if r else "no reason (SQS redrive)"
-            for records in by_event.values()
-            for r in records
-        )
-        accounting = {
-            "applied_once": sum(1 for p in self.plan if p.event_id in applied),
-            "applied_more_than_once": 0,  # the downstream applies a key at most once; repeats below
-            "dead_lettered_events": len(by_event),
-            "dlq_copies": sum(len(v) for v in by_event.values()),
-            "good_in_dlq_with_reason": len(good_in_dlq),
-            "lost": lost,
-            "misplaced": misplaced,
-            "in_two_places": two_places,
-            "dlq_without_reason": no_reason,
-            "unknown_in_dlq": unknown,
-            "left_in_source": left,
-            "unsent": unsent,
-            "dlq_reasons": dict(reasons.most_common()),
-        }
-        for label, values in (
-            ("lost", lost),
-            ("in a wrong place", misplaced),
-            ("in two places", two_places),
-            ("in the DLQ without a reason (SQS's silent redrive)", no_reason),
-            ("never sent (time ran out)", unsent),
-        ):
-            if values:
-                failures.append(f"{len(values)} events {label}: {values[:5]}")
-        if left:
-            failures.append(f"{left} messages left in the source queue")
-        if repeats["unexplained"]:
-            failures.append(f"{len(repeats['unexplained'])} repeat deliveries not explained by a SIGKILL")
-        corpus_checks = []
-        for case in self.corpus:
-            record = corpus_found.get(case.name)
-            ok = record is not None and record["receive_count"] == 1 and record["kind"] == "poison"
-            corpus_checks.append(
-                {
-                    "name": case.name,
-                    "what": case.what,
-                    "body_chars": len(case.body),
-                    "place": "DLQ" if record else "missing",
-                    "receive_count": record["receive_count"] if record else None,
-                    "reason": record["reason"][:120] if record else None,
-                    "ok": ok,
-                }
-            )
-            if not ok:
-                failures.append(f"corpus {case.name}: not in the DLQ with a reason at receive 1 ({record})")
+        stream = account_stream(self.plan, PLACES, applied, by_event, unknown, left, self.produced_ids)
+        repeated = repeats(deliveries, self.supervisor.killed)
+        failures = stream_failures(stream, repeated)
+        checks, corpus_failures = corpus_checks(self.corpus, corpus_found)
+        failures += corpus_failures
         if self.canaries_applied != 5 or not self.corpus_alive:
             failures.append(
                 f"after the corpus: {self.canaries_applied}/5 canaries applied, consumers alive {self.corpus_alive}"
@@ -682,302 +502,31 @@ class Chaos:
                 failures.append(f"FIFO {check['name']}: expected {check['expect']}, found {check['place']}")
         if not fifo["groups_in_order"]:
             failures.append(f"a FIFO group was applied out of order: {fifo['order']}")
-        consumers = []
-        for one in fleets:
-            for c in one.processes:
-                how = "SIGKILL" if c.number in self.killed and one is fleets[0] else None
-                replaced = [r for r in self.replaced if r["number"] == c.number and one is fleets[0]]
-                if replaced:
-                    how = f"exited on its own ({replaced[0]['exit_code']})"
-                elif how is None:
-                    how = "SIGTERM"
-                code = c.exit_code if c.exit_code is not None else c.process.returncode
-                consumers.append(
-                    {
-                        "fleet": "fifo" if one is not fleets[0] else "standard",
-                        "number": c.number,
-                        "ended_by": how,
-                        "exit_code": code,
-                        "stopped_in_seconds": None if c.stopped_in_seconds is None else round(c.stopped_in_seconds, 2),
-                    }
-                )
-                if how == "SIGTERM" and code != 0:
-                    failures.append(f"consumer {c.number} exited {code} after SIGTERM")
-                # A consumer killed at start-up, or started while the endpoint is down, exits CONFIG (StartupError):
-                # ECS would start another task, and so does the supervisor here.
-                if replaced and replaced[0]["exit_code"] != ExitCode.CONFIG:
-                    failures.append(f"consumer {c.number} crashed with exit {replaced[0]['exit_code']}")
+        consumers, exit_failures = consumer_endings(fleets, self.supervisor.killed, self.supervisor.replaced)
+        failures += exit_failures
         events: Counter[str] = Counter()
         for one in fleets:
             one.read_logs()
             events.update(one.events)
         if events["thread_crashed"]:
             failures.append(f"{events['thread_crashed']} consumer threads crashed")
-        produced = Counter(p.kind for p in self.plan)
         return ChaosResult(
             options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
-            produced={**produced, "sends_confirmed": self.sent_messages},
-            accounting=accounting,
-            repeats=repeats,
-            corpus=corpus_checks,
+            produced={**Counter(p.kind for p in self.plan), "sends_confirmed": self.sent_messages},
+            accounting=stream,
+            repeats=repeated,
+            corpus=checks,
             fifo=fifo,
             faults=proxy.fault_counts(),
             forwarded=dict(proxy.forwarded),
             outages=proxy.outages,
-            kills=len(self.killed),
+            kills=len(self.supervisor.killed),
             consumers=consumers,
-            events={
-                k: v
-                for k, v in sorted(events.items())
-                if k
-                in {
-                    "message_processed",
-                    "message_moved_to_dlq",
-                    "message_backoff",
-                    "duplicate_skipped",
-                    "message_in_progress_elsewhere",
-                    "receive_failed",
-                    "message_requeued",
-                    "dlq_send_failed",
-                    "handler_failed",
-                    "idempotency_update_failed",
-                    "idempotency_unavailable",
-                    "thread_crashed",
-                    "startup_failed",
-                }
-                or k.startswith("moved_to_dlq:")
-            },
+            events=reported_events(events),
             phases=self.phases,
             elapsed_seconds=round(time.monotonic() - self.started, 1),
             failures=failures,
         )
-
-    def _repeats(self, deliveries: dict[str, list[Delivery]]) -> dict[str, Any]:
-        """Deliveries after the first 200 per key, split by cause.
-
-        A repeat is explained when an earlier delivery's sender was SIGKILLed after it: the
-        downstream had answered, but the consumer died before recording completion, so after the
-        lease another consumer delivered again (the downstream's Idempotency-Key absorbed it).
-        Anything else would be a duplicate the consumer caused.
-        """
-        explained, unexplained = 0, []
-        for key, history in deliveries.items():
-            successes = [d for d in history if d.status == 200]
-            for n in range(1, len(successes)):
-                earlier = successes[:n]
-                if any(d.sender in self.killed and self.killed[d.sender] >= d.at for d in earlier):
-                    explained += 1
-                else:
-                    unexplained.append({"key": key, "senders": [d.sender for d in successes]})
-        return {
-            "raw_repeat_deliveries": explained + len(unexplained),
-            "explained_by_sigkill": explained,
-            "unexplained": unexplained,
-        }
-
-
-# --------------------------------------------------------------------------- report
-
-
-def render(result: ChaosResult, console: Console) -> None:
-    """The closing summary: final places, repeats, corpus, FIFO, faults and consumer exits."""
-    a = result.accounting
-    summary = Table(title="Chaos suite: where every message ended", show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column()
-    rows = [
-        ("produced (plan)", ", ".join(f"{k} {v}" for k, v in result.produced.items())),
-        ("applied once at the downstream", str(a["applied_once"])),
-        ("events in the DLQ with a reason (copies)", f"{a['dead_lettered_events']} ({a['dlq_copies']})"),
-        ("good events in the DLQ with a reason (faults exhausted retries)", str(a["good_in_dlq_with_reason"])),
-        ("lost", str(len(a["lost"]))),
-        ("in a wrong place / in two places", f"{len(a['misplaced'])} / {len(a['in_two_places'])}"),
-        ("in the DLQ without a reason (SQS silent redrive)", str(len(a["dlq_without_reason"]))),
-        ("left in the source", str(a["left_in_source"])),
-        (
-            "raw repeat deliveries (explained by SIGKILL / not)",
-            f"{result.repeats['raw_repeat_deliveries']} ({result.repeats['explained_by_sigkill']}"
-            f" / {len(result.repeats['unexplained'])})",
-        ),
-        ("SIGKILLs", str(result.kills)),
-        ("endpoint restarts", ", ".join(f"{o['seconds']} s down" for o in result.outages) or "none"),
-        (
-            "corpus (standard) in the DLQ at receive 1",
-            f"{sum(c['ok'] for c in result.corpus)} / {len(result.corpus)}",
-        ),
-        ("FIFO checks passed", f"{sum(c['ok'] for c in result.fifo['checks'])} / {len(result.fifo['checks'])}"),
-        ("consumer log events", ", ".join(f"{k} {v}" for k, v in result.events.items())),
-        ("elapsed", f"{result.elapsed_seconds} s"),
-    ]
-    for label, value in rows:
-        summary.add_row(label, value)
-    console.print(summary)
-    faults = Table(title="Injected faults (by kind and operation)")
-    faults.add_column("kind")
-    faults.add_column("operations")
-    faults.add_column("total", justify="right")
-    for kind in FAULT_KINDS:
-        counts = result.faults.get(kind, {})
-        faults.add_row(kind, ", ".join(f"{op} {n}" for op, n in counts.items()), str(sum(counts.values())))
-    console.print(faults)
-    if result.failures:
-        for failure in result.failures:
-            console.print(f"[red]FAIL[/red] {failure}")
-    else:
-        console.print("[green]OK[/green]: nothing lost, nothing misplaced, every corpus message dead-lettered at once")
-
-
-def write_markdown(result: ChaosResult, path: Path) -> None:
-    """``docs/CHAOS.md``: what was run, the command, the figures, and what each fault demonstrates."""
-    a, o = result.accounting, result.options
-    faults = "\n".join(
-        f"| {kind} | {sum(result.faults.get(kind, {}).values())} | "
-        + ", ".join(f"{op} {n}" for op, n in result.faults.get(kind, {}).items())
-        + " |"
-        for kind in FAULT_KINDS
-    )
-    corpus = "\n".join(
-        f"| `{c['name']}` | {c['what']} | {c['place']} | {c['receive_count']} | {'yes' if c['ok'] else 'NO'} |"
-        for c in result.corpus
-    )
-    fifo = "\n".join(
-        f"| `{c['name']}` | {c['what']} | {c['expect']} | {c['place']} | {'yes' if c['ok'] else 'NO'} |"
-        for c in result.fifo["checks"]
-    )
-    exits = Counter(f"{c['fleet']} {c['ended_by']} -> exit {c['exit_code']}" for c in result.consumers)
-    text = f"""# Chaos suite
-
-Issue #5: several consumer processes on one queue, thousands of messages, a random consumer
-SIGKILLed every few seconds and restarted, the endpoint restarted once, throttling and HTTP 500s
-injected; afterwards every message has either succeeded with its side effect applied once, or is
-in the DLQ with a reason. Plus a bad-input corpus whose every message must reach the DLQ with a
-reason at its first receive while the consumer keeps running. Everything runs on 127.0.0.1.
-
-## How to run it
-
-```
-{o["command"] or "python -m bench.chaos"}
-```
-
-`bench/chaos.py` (the run), `bench/proxy.py` (the fault-injecting proxy), `bench/corpus.py`
-(the bad-input corpus). The short form runs in CI as `tests/integration/test_chaos.py` (a few
-hundred messages, 3 consumers, a few kills, one endpoint restart, faults on). The exit code is 1
-if anything is lost, misplaced, in two places or in the DLQ without a reason, if a corpus message
-missed the DLQ at its first receive, if a repeat delivery is not explained by a SIGKILL, or if a
-consumer that was not SIGKILLed did not exit 0 on SIGTERM. Results: `docs/bench/chaos.json`.
-
-## The set-up
-
-- The `demo` stack (`cdk.out/SqsWorker-demo.template.json`: 10 s lease, 3 receives before the
-  consumer dead-letters, redrive backstop 5, 1-4 s retry backoff) provisioned on moto's server,
-  the handler being the notifications example; {o["consumers"]} `python -m consumer run` processes.
-- **A fault-injecting reverse proxy** between the consumers and moto (`AWS_ENDPOINT_URL`). Per
-  SQS request, with probabilities {o["throttle"]} / {o["error_before"]} / {o["error_after"]}:
-  - `throttle_before`: HTTP 400 `RequestThrottled` (SQS's JSON protocol: `__type` plus the
-    `x-amzn-query-error` header); botocore classifies it as throttling and retries it. Nothing
-    reached moto.
-  - `error_before`: HTTP 500 `InternalError`, not forwarded; botocore retries it as transient.
-  - `error_after`: forwarded and **applied by moto**, then answered with HTTP 500: the lost
-    answer. A lost ReceiveMessage leaves messages in flight that no consumer saw (they return
-    after the lease, one receive closer to the DLQ); a lost SendMessageBatch makes the producer
-    send again (two copies of one event: the idempotency table must absorb the second); a lost
-    DeleteMessageBatch is retried on a handle that is already gone.
-- **The endpoint restart** is the proxy closing its socket and every open connection for
-  {o["outage_seconds"]} s, then listening again on the same port: moto's server keeps its state in
-  memory, so restarting moto itself would lose every queue and message, which a restart of the
-  real SQS endpoint never does. Consumers see refused and reset connections and back off.
-- **SIGKILL** of a random consumer every {o["kill_every_seconds"]} s (+-30 %), replaced at once;
-  its received messages come back after the 10 s lease.
-- **The downstream** honours `Idempotency-Key` like Stripe: the first success per key applies the
-  effect, later requests with that key get 200 without applying again. It also counts raw
-  deliveries, per sender (each consumer process has its own webhook path).
-- The idempotency table (DynamoDB on moto) is reached directly, not through the proxy: the faults
-  are SQS's; the table is what keeps a side effect single across them.
-- Stream: {result.produced.get("good", 0)} good, {result.produced.get("flaky", 0)} flaky (downstream 503 on
-  the first delivery), {result.produced.get("malformed", 0)} malformed, {result.produced.get("rejected", 0)}
-  rejected (downstream 422), paced at {o["rate_per_second"]} msg/s with the source kept under
-  {o["max_depth"]} visible messages (moto's receive slows down as the queue grows).
-
-## Figures of the full run
-
-| figure | value |
-|---|---|
-| events produced (sends SQS confirmed; copies from lost answers come on top) | {sum(v for k, v in result.produced.items() if k in KINDS)} ({result.produced["sends_confirmed"]}) |
-| applied exactly once at the downstream | {a["applied_once"]} |
-| events in the DLQ with a reason (DLQ copies) | {a["dead_lettered_events"]} ({a["dlq_copies"]}) |
-| good events in the DLQ with a reason (faults exhausted their retries) | {a["good_in_dlq_with_reason"]} |
-| **lost** | **{len(a["lost"])}** |
-| in a wrong place / in two places / in the DLQ without a reason | {len(a["misplaced"])} / {len(a["in_two_places"])} / {len(a["dlq_without_reason"])} |
-| left in the source queue | {a["left_in_source"]} |
-| raw repeat deliveries at the downstream | {result.repeats["raw_repeat_deliveries"]} |
-| of which explained by a SIGKILL of the earlier sender / not explained | {result.repeats["explained_by_sigkill"]} / {len(result.repeats["unexplained"])} |
-| SIGKILLs / endpoint restarts | {result.kills} / {len(result.outages)} ({", ".join(f"{x['seconds']} s" for x in result.outages)}) |
-| consumers and how they ended | {"; ".join(f"{k}: {v}" for k, v in sorted(exits.items()))} |
-| consumer log events | {", ".join(f"{k} {v}" for k, v in result.events.items())} |
-| DLQ reasons (grouped) | {"; ".join(f"{k}: {v}" for k, v in a["dlq_reasons"].items())} |
-| elapsed | {result.elapsed_seconds} s (phases: {", ".join(f"{k} at {v} s" for k, v in result.phases.items())}) |
-| verdict | {"OK" if result.ok else "FAILED: " + "; ".join(result.failures)} |
-
-**Raw repeat deliveries are not consumer-caused duplicates.** A consumer SIGKILLed after the
-downstream answered 200 but before it recorded completion in the idempotency table leaves an
-in-progress record whose lease lapses; after the message's lease, another consumer delivers it
-again. The downstream's `Idempotency-Key` makes that harmless (applied stays 1), which is why the
-example handler sends one. The suite traces each repeat to its earlier sender: a repeat whose
-earlier sender was not SIGKILLed afterwards would be a duplicate the consumer caused, and fails
-the run.
-
-## Injected faults
-
-| kind | total | by operation |
-|---|---:|---|
-{faults}
-
-What each demonstrates: throttles and pre-forward 500s are retried by botocore (standard mode;
-the consumer's `max_attempts: 3` means 3 retries, 4 attempts in all) and, past that, by the consumer's own paths (receive backoff, per-entry retry of
-batched deletes and visibility changes, a failed DLQ send leaving the message for a later
-receive). Post-forward 500s are the hard case: the operation happened and the client believes it
-did not. Nothing is lost and no effect is applied twice because deletes are idempotent, a
-message is deleted only after SQS confirmed its DLQ copy, and the idempotency key (the event id
-in the `idempotency-key` attribute) turns a second copy into `duplicate_skipped`. DLQ copies
-beyond one per event are lost-answer duplicates of a poison event, each moved with its reason.
-Consumers that "exited on its own (2)" were started while the endpoint was down: the start-up
-check (GetQueueAttributes) failed and the process exited 2, as it should; the supervisor
-started another, as ECS would.
-
-## Bad-input corpus (standard queue): each in the DLQ with a reason at receive 1
-
-Faults paused and no kills during this phase: a lost ReceiveMessage answer would make any
-message's first visible receive its second, which says nothing about the consumer. The corpus is
-sent only once every request forwarded before the pause has been answered: a consumer SIGKILLed
-mid long poll leaves its poll waiting at moto, and a message handed to it comes back one receive
-count up after its lease (`FaultProxy.settle`). Five good
-canaries sent after the corpus were applied ({"yes" if not any("canaries" in f for f in result.failures) else "NO"}),
-by the same consumer processes.
-
-| kind | what | place | receive count | ok |
-|---|---|---|---:|---|
-{corpus}
-
-The body of `max_size_body` is the source queue's `MaximumMessageSize` as moto reports it
-(1,040,384 bytes: the stack keeps the source 8 KiB under the DLQ's 1,048,576, SQS's limit since
-August 2025). Real SQS counts body plus attributes in bytes, so without that headroom the DLQ copy
-of a maximum-size message (the same body plus the reason attribute) would be refused, and the
-message would cycle until SQS's redrive dead-lettered it without a reason. moto checks only the
-body's length in characters, so here the headroom is asserted on the template
-(`tests/infra/test_stack.py`) and on the reason attribute's size (`tests/unit/test_runtime_parts.py`).
-
-## FIFO corpus
-
-Queue `{result.fifo["queue"]}` under the FIFO form of the demo declaration (`bench/corpus.py:fifo_handle`);
-good neighbours applied in group order: {"yes" if result.fifo["groups_in_order"] else "NO"}
-({"; ".join(f"{g}: {', '.join(k.rsplit('-', 1)[1] for k in keys)}" for g, keys in result.fifo["order"].items())}).
-
-| case | what | expected | found | ok |
-|---|---|---|---|---|
-{fifo}
-"""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -24,7 +24,7 @@ from typing import Any
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # as make does; before jsii loads
 
-from consumer.local.demo import LoopbackWebhook, sample_event  # noqa: E402
+from consumer.local.harness import LoopbackWebhook, sample_event  # noqa: E402
 from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
 from infra.app import build_app  # noqa: E402
 from infra.image import find_engine  # noqa: E402

@@ -31,10 +31,10 @@ from typing import Any
 from consumer import Message, worker
 from consumer.contract import SQS_MAX_MESSAGE_BYTES
 from consumer.examples import demo, notifications
-from consumer.local.demo import sample_event
+from consumer.local.harness import IDEMPOTENCY_ATTRIBUTE, sample_event
 
 #: The attribute the producer uses for the event id (also the consumer's idempotency-key attribute).
-KEY_ATTRIBUTE = "idempotency-key"
+KEY_ATTRIBUTE = IDEMPOTENCY_ATTRIBUTE
 #: What the chaos producer adds to every message: room to leave in a max-size body.
 DEFAULT_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES
 

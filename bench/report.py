@@ -7,6 +7,7 @@ rebuilds it after saving. Sections whose results are missing say how to produce 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +303,14 @@ def _plots() -> None:
 TEMPLATE = Path(__file__).with_name("BENCHMARKS.template.md")
 
 
+def fill(template: Path, values: Mapping[str, str]) -> str:
+    """The template's text with every ``{{name}}`` replaced by its value (docs/BENCHMARKS.md, docs/CHAOS.md)."""
+    text = template.read_text()
+    for name, body in values.items():
+        text = text.replace("{{" + name + "}}", body)
+    return text
+
+
 def write() -> Path:
     """Regenerate the plots and docs/BENCHMARKS.md from the saved results; returns the document's path."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
@@ -318,8 +327,5 @@ def write() -> Path:
         "build": _build_section(_load("build")),
         "container": _container_section(_load("container")),
     }
-    text = TEMPLATE.read_text()
-    for name, body in sections.items():
-        text = text.replace("{{" + name + "}}", body)
-    DOC.write_text(text)
+    DOC.write_text(fill(TEMPLATE, sections))
     return DOC

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -40,18 +39,34 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
-from consumer.contract import SQS_MAX_BATCH
 from consumer.examples.notifications import WEBHOOK_URL_ENV
-from consumer.ops.commands import fingerprint
-from consumer.runtime.dead_letter import read_reason
+from consumer.local import accounting
+from consumer.local.display import LiveDisplay
+from consumer.local.harness import (
+    QUIET,
+    TIMED_OUT,
+    Fleet,
+    LoopbackWebhook,
+    Planned,
+    Tick,
+    batch_entries,
+    batches,
+    consumer_environment,
+    demo_contract,
+    event_id_of,
+    queue_depth,
+    quiet_seconds,
+    read_dlq,
+    sample_event,
+    settle,
+)
+from consumer.ops.queues import fingerprint
 
 #: The event kinds the producer mixes, and where each must end.
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
@@ -73,39 +88,12 @@ KINDS: dict[str, Kind] = {
 }
 #: The redrive filter: the exhausted-retries reason of an outage event names the handler's error.
 REDRIVE_FILTER = "DownstreamUnavailable"
-IDEMPOTENCY_ATTRIBUTE = "idempotency-key"
 POLL_SECONDS = 0.5
-#: Nothing moving for this long with the source empty means the run has settled (longer than the
-#: demo contract's 10 s lease plus its 4 s maximum backoff).
-QUIET_SECONDS = 20.0
-QUIET = "settled"
+#: Nothing moving for this long with the source empty means the run has settled: the demo contract's
+#: lease plus its maximum backoff (10 + 4 s), and 6 s of slack.
+QUIET_SECONDS = quiet_seconds(demo_contract(), margin_seconds=6.0)
 #: How often the operator step may run: once, plus again for events that reach the DLQ after it.
 REDRIVE_ROUNDS = 3
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One event the producer sends: its id, kind and body (malformed bodies are not JSON events)."""
-
-    event_id: str
-    kind: str
-    body: str
-    transient_failures: int = 0
-
-
-def sample_event(event_id: str, index: int = 0, **overrides: Any) -> dict[str, Any]:
-    """A valid notification event (the notifications example's schema); None overrides drop a field."""
-    event = {
-        "event_id": event_id,
-        "type": "notification.requested",
-        "channel": ("email", "sms", "push")[index % 3],
-        "recipient": f"user{index}@example.com",
-        "template": ("welcome", "password_reset", "invoice.ready")[index % 3],
-        "data": {"name": f"User {index}", "locale": ("en-GB", "de-DE", "ja-JP")[index % 3]},
-        "occurred_at": "2026-11-22T10:00:00Z",
-    }
-    event.update(overrides)
-    return {k: v for k, v in event.items() if v is not None}
 
 
 def _malformed_body(event_id: str, index: int, variant: int) -> str:
@@ -147,41 +135,6 @@ def build_mix(count: int, seed: int = 7) -> list[Planned]:
 
 
 # --------------------------------------------------------------------------- the downstream
-
-
-class LoopbackWebhook:
-    """An HTTP server on 127.0.0.1 (``url`` ends in ``/notify``) that answers every POST with an
-    empty body and the status :meth:`respond` returns for its ``Idempotency-Key`` and path."""
-
-    def __init__(self) -> None:
-        webhook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                status = webhook.respond(self.headers.get("Idempotency-Key", ""), self.path)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:  # keep the terminal for the progress display
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notify"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
-
-    def respond(self, key: str, path: str) -> int:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() waits for serve_forever(), forever if it never ran
-            self._server.shutdown()
-        self._server.server_close()
 
 
 class Downstream(LoopbackWebhook):
@@ -236,89 +189,6 @@ class Downstream(LoopbackWebhook):
             return {event_id for event_id, n in self.successes.items() if n}
 
 
-# --------------------------------------------------------------------------- consumer processes
-
-
-@dataclass
-class ConsumerProcess:
-    number: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    ready: bool = False  # logged consumer_started
-    log_offset: int = 0  # bytes of its log already counted
-    asked_to_stop: bool = False
-    stopped_in_seconds: float | None = None
-    exit_code: int | None = None
-
-
-class Fleet:
-    """``python -m consumer run`` processes, each logging to its own file (JSON lines and EMF)."""
-
-    def __init__(self, environment: Mapping[str, str], log_dir: Path) -> None:
-        self.environment = dict(environment)
-        self.log_dir = log_dir
-        self.processes: list[ConsumerProcess] = []
-        self.events: Counter[str] = Counter()
-        self.metrics: Counter[str] = Counter()
-
-    def start(self) -> ConsumerProcess:
-        number = len(self.processes) + 1
-        log_path = self.log_dir / f"consumer-{number}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "consumer", "run"],
-                env=self.environment,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-        started = ConsumerProcess(number, process, log_path)
-        self.processes.append(started)
-        return started
-
-    def alive(self) -> list[ConsumerProcess]:
-        return [p for p in self.processes if p.process.poll() is None]
-
-    def crashed(self) -> list[ConsumerProcess]:
-        """Processes that exited without being asked to."""
-        return [p for p in self.processes if not p.asked_to_stop and p.process.poll() is not None]
-
-    def stop(self, consumer: ConsumerProcess, timeout: float) -> None:
-        """SIGTERM, as ECS sends on a deployment or scale-in; SIGKILL only past ``timeout`` (ECS's stop timeout)."""
-        started = time.monotonic()
-        consumer.asked_to_stop = True
-        consumer.process.send_signal(signal.SIGTERM)
-        try:
-            consumer.exit_code = consumer.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            consumer.process.kill()
-            consumer.exit_code = consumer.process.wait()
-        consumer.stopped_in_seconds = time.monotonic() - started
-
-    def read_logs(self) -> None:
-        """Count the new log events and EMF metric values since the last call."""
-        for consumer in self.processes:
-            with consumer.log_path.open("rb") as log_file:
-                log_file.seek(consumer.log_offset)
-                chunk = log_file.read()
-            complete = chunk.rfind(b"\n") + 1  # leave a half-written last line for the next call
-            consumer.log_offset += complete
-            for raw in chunk[:complete].splitlines():
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if "_aws" in line:
-                    for metric in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
-                        value = line.get(metric["Name"])
-                        if metric["Unit"] == "Count" and isinstance(value, int | float):
-                            self.metrics[metric["Name"]] += value
-                elif "event" in line:
-                    self.events[line["event"]] += 1
-                    consumer.ready = consumer.ready or line["event"] == "consumer_started"
-                    if line["event"] == "message_moved_to_dlq":
-                        self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
-
-
 # --------------------------------------------------------------------------- accounting
 
 
@@ -365,31 +235,26 @@ def account(
     planned = list(plan)
     known = {p.event_id for p in planned}
     delivered = {event_id for event_id, n in successes.items() if n > 0}
+    found = accounting.places(
+        (
+            (p.event_id, accounting.DELIVERED if KINDS[p.kind].place == DELIVERED else accounting.DEAD_LETTERED)
+            for p in planned
+        ),
+        delivered,
+        {event_id: [reason] for event_id, reason in dlq.items()},
+    )
     produced = Counter(p.kind for p in planned)
-    dead_lettered: Counter[str] = Counter()
-    lost, misplaced, in_two_places = [], [], []
-    for p in planned:
-        here = [
-            place for place, hit in ((DELIVERED, p.event_id in delivered), (DEAD_LETTERED, p.event_id in dlq)) if hit
-        ]
-        if not here:
-            lost.append(p.event_id)
-        elif len(here) > 1:
-            in_two_places.append(p.event_id)
-        elif here[0] != KINDS[p.kind].place or (here[0] == DEAD_LETTERED and not dlq[p.event_id]):
-            misplaced.append(p.event_id)
-        if p.event_id in dlq:
-            dead_lettered[p.kind] += 1
+    dead_lettered = Counter(p.kind for p in planned if p.event_id in dlq)
     return Accounting(
         produced=dict(produced),
         delivered=len(delivered & known),
         dead_lettered=dict(dead_lettered),
         dlq_reasons=dict(Counter(": ".join(fingerprint(dlq[i])) for i in dlq if i in known)),
-        duplicates=sum(n - 1 for i, n in successes.items() if n > 1),
-        lost=lost,
-        misplaced=misplaced,
+        duplicates=accounting.extra_deliveries(successes),
+        lost=found.lost,
+        misplaced=found.misplaced,
         unknown_in_dlq=sorted(set(dlq) - known),
-        in_two_places=in_two_places,
+        in_two_places=found.in_two_places,
         left_in_source=left_in_source,
     )
 
@@ -477,16 +342,12 @@ class Demo:
             )
             self.sqs = local_client("sqs", endpoint)
             downstream.start()
-            child_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
-            child_env.update(self.env)
-            child_env.update({WEBHOOK_URL_ENV: downstream.url, "PYTHONUNBUFFERED": "1"})
-            fleet = Fleet(child_env, options.log_dir)
+            fleet = Fleet(consumer_environment(self.env, {WEBHOOK_URL_ENV: downstream.url}), options.log_dir)
             stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
             return self._run(downstream, fleet, stop_timeout)
         finally:
             if fleet is not None:
-                for consumer in fleet.alive():
-                    consumer.process.kill()
+                fleet.kill_all()
             downstream.stop()
             server.stop()
 
@@ -553,8 +414,7 @@ class Demo:
             refresh()
             if self._restart is not None:
                 self._restart.join()
-            for consumer in fleet.alive():
-                fleet.stop(consumer, timeout=stop_timeout)
+            fleet.stop_all(timeout=stop_timeout)
             fleet.read_logs()
             self.phase = "accounting"
             refresh()
@@ -565,8 +425,8 @@ class Demo:
             consumers=[
                 {
                     "number": c.number,
-                    "exit_code": c.exit_code if c.exit_code is not None else c.process.returncode,
-                    "stopped_in_seconds": None if c.stopped_in_seconds is None else round(c.stopped_in_seconds, 2),
+                    "exit_code": c.final_exit_code,
+                    "stopped_in_seconds": c.stopped_in_rounded,
                     "log": str(c.log_path),
                 }
                 for c in fleet.processes
@@ -585,19 +445,12 @@ class Demo:
     # --- steps ----------------------------------------------------------------
     def _produce(self, fleet: Fleet) -> None:
         """Send the plan in batches of 10, paced over ``produce_seconds``; a rolling restart halfway."""
-        batches = [self.plan[i : i + 10] for i in range(0, len(self.plan), 10)]
-        pause = self.options.produce_seconds / max(1, len(batches))
+        sends = batches(self.plan)
+        pause = self.options.produce_seconds / max(1, len(sends))
         restarted = not self.options.rolling_restart
         stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
-        for batch in batches:
-            entries = [
-                {
-                    "Id": str(n),
-                    "MessageBody": p.body,
-                    "MessageAttributes": {IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": p.event_id}},
-                }
-                for n, p in enumerate(batch)
-            ]
+        for batch in sends:
+            entries = batch_entries({str(n): p for n, p in enumerate(batch)})
             response = self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
             if response.get("Failed"):
                 raise RuntimeError(f"SendMessageBatch to {self.queue_url} failed: {response['Failed']}")
@@ -634,13 +487,8 @@ class Demo:
 
     def _depths(self) -> tuple[int, int, int]:
         """(source visible, source in flight or delayed, DLQ visible + in flight)."""
-        source = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["All"])["Attributes"]
-        dlq = self.sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=["All"])["Attributes"]
-        return (
-            int(source["ApproximateNumberOfMessages"]),
-            int(source["ApproximateNumberOfMessagesNotVisible"]) + int(source["ApproximateNumberOfMessagesDelayed"]),
-            int(dlq["ApproximateNumberOfMessages"]) + int(dlq["ApproximateNumberOfMessagesNotVisible"]),
-        )
+        source, dlq = queue_depth(self.sqs, self.queue_url), queue_depth(self.sqs, self.dlq_url)
+        return source.visible, source.not_visible + source.delayed, dlq.visible + dlq.not_visible
 
     def _wait(
         self,
@@ -654,41 +502,29 @@ class Demo:
 
         The queue depths are read once per tick, into ``self.depths``, for ``done()`` and the display.
         """
-        quiet_since, last = time.monotonic(), None
-        while time.monotonic() < deadline:
+
+        def look() -> Tick:
             self.depths = self._depths()
             refresh()
             if fleet.crashed():
                 self.phase = "a consumer exited on its own: stopping"
-                return "a consumer exited on its own"
-            if done():
-                return None
-            state = (self.depths, sum(fleet.events.values()))
-            if state != last or self.depths[:2] != (0, 0) or producer.is_alive():
-                quiet_since, last = time.monotonic(), state
-            elif time.monotonic() - quiet_since > QUIET_SECONDS:
-                # Source empty and nothing logged for longer than any backoff or lease: it will not get there.
-                return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places"
-            time.sleep(POLL_SECONDS)
-        return f"timed out after {self.options.timeout_seconds:.0f} s"
+                return Tick(None, True, stop="a consumer exited on its own")
+            busy = self.depths[:2] != (0, 0) or producer.is_alive()
+            return Tick((self.depths, sum(fleet.events.values())), busy)
+
+        stalled = settle(look, done, deadline=deadline, poll_seconds=POLL_SECONDS, quiet_seconds=QUIET_SECONDS)
+        if stalled == QUIET:
+            # Source empty and nothing logged for longer than any backoff or lease: it will not get there.
+            return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places"
+        if stalled == TIMED_OUT:
+            return f"timed out after {self.options.timeout_seconds:.0f} s"
+        return stalled
 
     def _final_places(self) -> tuple[dict[str, dict[str, Any] | None], int]:
         """Every DLQ message by event id (with its reason), and how many are left in the source."""
-        dlq: dict[str, dict[str, Any] | None] = {}
-        while True:
-            # Held for 5 minutes and never deleted: this reads, it does not consume.
-            messages = self.sqs.receive_message(
-                QueueUrl=self.dlq_url,
-                MaxNumberOfMessages=SQS_MAX_BATCH,
-                VisibilityTimeout=300,
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
-                break
-            for message in messages:
-                attributes = message.get("MessageAttributes", {})
-                event_id = attributes.get(IDEMPOTENCY_ATTRIBUTE, {}).get("StringValue", message["MessageId"])
-                dlq[event_id] = read_reason(attributes)
+        dlq = {
+            event_id_of(message) or message["MessageId"]: reason for message, reason in read_dlq(self.sqs, self.dlq_url)
+        }
         self.depths = self._depths()
         return dlq, self.depths[0] + self.depths[1]
 
@@ -708,130 +544,18 @@ class Demo:
         table.add_row("consumer processes running", str(len(fleet.alive())))
         return table
 
-    def _display(self, downstream: Downstream, fleet: Fleet) -> _Display:
-        return _Display(self.console, lambda: self._snapshot(downstream, fleet), tick=fleet.read_logs)
+    def _display(self, downstream: Downstream, fleet: Fleet) -> LiveDisplay:
+        return LiveDisplay(self.console, lambda: self._snapshot(downstream, fleet), tick=fleet.read_logs)
 
 
 def _triple(events: Mapping[str, int], processed: str, retried: str) -> str:
     return f"{events.get(processed, 0)} / {events.get(retried, 0)} / {events.get('moved_to_dlq:poison', 0)}"
 
 
-class _Display:
-    """Live progress in a terminal; a plain line every few seconds elsewhere (CI logs)."""
-
-    PLAIN_EVERY_SECONDS = 5.0
-
-    def __init__(self, console: Console, render: Callable[[], Table], tick: Callable[[], None]) -> None:
-        self.console = console
-        self.render = render
-        self.tick = tick
-        self._live: Live | None = None
-        self._last_plain = 0.0
-
-    def __enter__(self) -> Callable[[], None]:
-        if self.console.is_terminal:
-            self._live = Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
-            self._live.__enter__()
-        return self.refresh
-
-    def refresh(self) -> None:
-        self.tick()
-        if self._live is not None:
-            self._live.update(self.render())
-        elif time.monotonic() - self._last_plain >= self.PLAIN_EVERY_SECONDS:
-            self._last_plain = time.monotonic()
-            table = self.render()
-            cells = [
-                f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)
-            ]
-            self.console.print(f"[{table.title}] " + ", ".join(cells), markup=False, highlight=False, soft_wrap=True)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.tick()
-        if self._live is not None:
-            self._live.update(self.render())
-            self._live.__exit__(None, None, None)
-
-
-# --------------------------------------------------------------------------- the report
-
-
-def render_report(result: DemoResult, console: Console) -> None:
-    """The closing report: final places, retries, redrive, duplicates, losses, cost and shutdowns."""
-    a = result.accounting
-    total = sum(a.produced.values())
-    table = Table(title="Where every message ended", show_lines=False)
-    table.add_column("kind")
-    table.add_column("produced", justify="right")
-    table.add_column("expected place")
-    table.add_column("in the DLQ", justify="right")
-    for name, kind in KINDS.items():
-        table.add_row(
-            f"{name} ({kind.downstream})", str(a.produced.get(name, 0)), kind.place, str(a.dead_lettered.get(name, 0))
-        )
-    console.print(table)
-
-    reasons = Table(title="DLQ reasons (grouped)")
-    reasons.add_column("reason")
-    reasons.add_column("messages", justify="right")
-    for reason, count in sorted(a.dlq_reasons.items(), key=lambda item: -item[1]):
-        reasons.add_row(reason, str(count))
-    console.print(reasons)
-
-    per_message = result.requests_per_message
-    summary = Table(title="Report", show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column()
-    rows = [
-        ("produced", str(total)),
-        ("processed (delivered exactly once at the webhook)", f"{a.delivered}"),
-        ("retried (backoffs after a failure)", f"{result.retried}; downstream refusals {result.downstream_refusals}"),
-        ("heartbeat visibility extensions", str(result.heartbeat_extensions)),
-        ("handed back as copies keeping their spent receives", str(result.requeued)),
-        ("sent to the DLQ with a reason (still there)", str(sum(a.dead_lettered.values()))),
-        (
-            "redriven (outage over, then the operator's command)",
-            f"{result.redrive.get('moved', 0)} via `{result.redrive.get('command', 'not run')}`",
-        ),
-        ("duplicates (extra deliveries at the webhook)", str(a.duplicates)),
-        ("lost", str(len(a.lost)) + (f" {a.lost[:5]}" if a.lost else "")),
-        (
-            "misplaced / in two places / unknown in DLQ",
-            f"{len(a.misplaced)} / {len(a.in_two_places)} / {len(a.unknown_in_dlq)}",
-        ),
-        ("left in the source queue", str(a.left_in_source)),
-        (
-            "SQS requests per processed message",
-            f"{per_message:.2f} ({result.sqs_requests} requests / {result.processed} processed, from the consumers'"
-            " sqs_requests metric). Half of this mix fails at least once, so backoffs, DLQ moves and the"
-            " trickle-fed long polls dominate; at saturation the floor is 0.2 (one receive and one batched"
-            " delete per 10), a delete call per message costs about 1.1"
-            if per_message is not None
-            else "n/a (nothing processed)",
-        ),
-        (
-            "consumer shutdowns (SIGTERM)",
-            ", ".join(
-                f"#{c['number']}: exit {c['exit_code']} in {c['stopped_in_seconds']} s" for c in result.consumers
-            ),
-        ),
-        ("elapsed", f"{result.elapsed_seconds} s"),
-    ]
-    for label, value in rows:
-        summary.add_row(label, value)
-    console.print(summary)
-    if result.timed_out_phase:
-        console.print(f"[red]timed out[/red] {result.timed_out_phase}")
-    verdict = "[green]balanced[/green]" if result.ok else "[red]does NOT balance[/red]"
-    console.print(
-        f"accounting {verdict}: {a.delivered} delivered + {sum(a.dead_lettered.values())} in the DLQ"
-        f" = {a.delivered + sum(a.dead_lettered.values())} of {total} produced;"
-        f" logs in {result.consumers[0]['log'].rsplit('/', 1)[0] if result.consumers else '-'}"
-    )
-
-
 def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     """Run the demo, print the report, write ``options.report`` (JSON) if set; returns the exit code."""
+    from consumer.local.demo_report import render_report
+
     console = console or Console()
     result = Demo(options, console).run()
     render_report(result, console)

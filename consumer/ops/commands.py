@@ -72,7 +72,7 @@ from consumer.ops.redrive import (
 )
 from consumer.runtime.dead_letter import read_reason_safely
 
-__all__ = ["app", "fingerprint"]  # fingerprint: consumer.local.demo groups its DLQ report with it
+__all__ = ["app"]
 
 app = typer.Typer(
     add_completion=False,

@@ -25,7 +25,7 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from consumer.local.demo import LoopbackWebhook  # noqa: E402
+from consumer.local.harness import LoopbackWebhook  # noqa: E402
 from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
 from infra.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
 from infra.task import TaskContainer, TaskRun  # noqa: E402

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from consumer.local.demo import sample_event
+from consumer.local.harness import sample_event
 from consumer.local.stack import LocalStack, local_client
 from consumer.runtime.dead_letter import read_reason
 from infra.image import BuiltImage, Engine

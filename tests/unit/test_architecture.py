@@ -21,6 +21,12 @@ def imported_roots(path: Path) -> set[str]:
     return roots
 
 
+def imported_modules(tree: ast.Module) -> set[str]:
+    """The full names of the modules a file imports (``import a.b``, ``from a.b import c``: ``a.b``)."""
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return modules | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+
 def test_contract_imports_standard_library_only() -> None:
     """consumer/contract.py must import nothing outside the standard library."""
     roots = imported_roots(ROOT / "consumer" / "contract.py") - {"__future__"}
@@ -70,9 +76,7 @@ def test_log_extras_never_shadow_log_record_attributes() -> None:
 )
 def test_runtime_never_imports_the_tools_that_use_it(path: Path) -> None:
     """consumer/runtime/ is what the container runs: no arrow back up to ops/ or local/, no rich, no moto."""
-    tree = ast.parse(path.read_text())
-    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    modules = imported_modules(ast.parse(path.read_text()))
     forbidden = ("consumer.ops", "consumer.local", "consumer.cli", "rich", "moto", "bench", "tests")
     assert sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden)) == []
 
@@ -126,3 +130,17 @@ def test_sqs_limits_are_defined_only_in_the_contract() -> None:
         if name.startswith(("SQS_MAX", "SQS_MIN", "SQS_BATCH"))
     )
     assert elsewhere == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "bench").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_bench_uses_the_local_harness_never_the_demo(path: Path) -> None:
+    """bench/ (the chaos suite, the benchmarks) builds on consumer.local.harness; the demo is a scenario, not a library."""
+    tree = ast.parse(path.read_text())
+    modules = imported_modules(tree)
+    imported_names = {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    assert sorted(m for m in modules | imported_names if m == "consumer.local.demo") == []

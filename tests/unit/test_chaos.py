@@ -8,11 +8,15 @@ import pytest
 from botocore.parsers import create_parser
 from botocore.retries.standard import RetryContext, ThrottledRetryableChecker, TransientRetryableChecker
 
-from bench.chaos import KINDS, Chaos, ChaosOptions, Delivery, IdempotentDownstream, build_stream
+from bench.chaos import KINDS, PLACES, Delivery, IdempotentDownstream, build_stream
+from bench.chaos_accounting import account_stream, repeats, stream_failures
 from bench.corpus import fifo_cases, standard_cases
 from bench.proxy import ERROR_AFTER, ERROR_BEFORE, THROTTLE_BEFORE, FaultPlan, error_body
 from consumer.examples.notifications import parse
+from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
+
+POISON_RECORD = {"kind": "poison", "reason": "body is not JSON: Expecting value"}
 
 
 def parsed_error(kind: str) -> tuple[dict, int]:
@@ -131,36 +135,30 @@ def test_downstream_flaky_key_fails_its_first_delivery_only() -> None:
     assert downstream.snapshot()[0] == {"f"}
 
 
-def chaos_with_kills(killed: dict[int, float]) -> Chaos:
-    chaos = Chaos(ChaosOptions(messages=10), console=None)  # type: ignore[arg-type]
-    chaos.killed = killed
-    return chaos
-
-
 def test_repeats_after_a_sigkilled_sender_are_explained() -> None:
     """A repeat whose earlier sender was SIGKILLed after delivering is explained, not a duplicate."""
     history = {"k": [Delivery(sender=1, at=10.0, status=200), Delivery(sender=2, at=25.0, status=200)]}
-    repeats = chaos_with_kills({1: 10.5})._repeats(history)
-    assert (repeats["explained_by_sigkill"], repeats["unexplained"]) == (1, [])
+    found = repeats(history, {1: 10.5})
+    assert (found["explained_by_sigkill"], found["unexplained"]) == (1, [])
 
 
 def test_repeats_from_a_sender_never_killed_are_unexplained() -> None:
     """Two 200s for one key from consumers that were not killed is a duplicate the consumer caused."""
     history = {"k": [Delivery(sender=1, at=10.0, status=200), Delivery(sender=2, at=25.0, status=200)]}
-    repeats = chaos_with_kills({})._repeats(history)
-    assert repeats["unexplained"] == [{"key": "k", "senders": [1, 2]}]
+    found = repeats(history, {})
+    assert found["unexplained"] == [{"key": "k", "senders": [1, 2]}]
 
 
 def test_repeats_ignore_a_sender_killed_before_its_delivery() -> None:
     """A kill before the earlier delivery cannot explain the repeat (the sender was alive after it)."""
     history = {"k": [Delivery(sender=1, at=10.0, status=200), Delivery(sender=1, at=12.0, status=200)]}
-    assert len(chaos_with_kills({1: 9.0})._repeats(history)["unexplained"]) == 1
+    assert len(repeats(history, {1: 9.0})["unexplained"]) == 1
 
 
 def test_repeats_count_only_successful_deliveries() -> None:
     """A 503 then a 200 is a retry, not a repeat."""
     history = {"k": [Delivery(sender=1, at=10.0, status=503), Delivery(sender=1, at=12.0, status=200)]}
-    assert chaos_with_kills({})._repeats(history)["raw_repeat_deliveries"] == 0
+    assert repeats(history, {})["raw_repeat_deliveries"] == 0
 
 
 def test_error_body_is_json_with_the_sqs_type() -> None:
@@ -168,3 +166,27 @@ def test_error_body_is_json_with_the_sqs_type() -> None:
     _, headers, body = error_body(THROTTLE_BEFORE, "SendMessage")
     assert json.loads(body)["__type"] == "com.amazonaws.sqs#RequestThrottled"
     assert headers["x-amzn-query-error"] == "RequestThrottled;Sender"
+
+
+def test_account_stream_tells_faults_casualties_from_wrong_places() -> None:
+    """A good event in the DLQ with a reason is counted, not failed; a malformed one applied is misplaced."""
+    plan = [Planned(f"evt-chaos-{i}", kind, "{}") for i, kind in enumerate(("good", "good", "malformed", "good"))]
+    dlq = {"evt-chaos-1": [POISON_RECORD], "evt-chaos-3": [None]}
+    a = account_stream(plan, PLACES, {"evt-chaos-0", "evt-chaos-2"}, dlq, 0, 0, {p.event_id for p in plan})
+    assert (a["applied_once"], a["good_in_dlq_with_reason"], a["misplaced"]) == (2, 2, ["evt-chaos-2"])
+    assert (a["lost"], a["dlq_without_reason"], a["dlq_reasons"]) == (
+        [],
+        ["evt-chaos-3"],
+        {"poison: body is not JSON": 1, "no reason (SQS redrive)": 1},
+    )
+    assert stream_failures(a, {"unexplained": []}) == [
+        "1 events in a wrong place: ['evt-chaos-2']",
+        "1 events in the DLQ without a reason (SQS's silent redrive): ['evt-chaos-3']",
+    ]
+
+
+def test_account_stream_an_event_nowhere_is_lost_and_fails_the_run() -> None:
+    """Neither applied nor in the DLQ: lost, and the verdict names it."""
+    plan = [Planned("evt-chaos-0", "good", "{}")]
+    a = account_stream(plan, PLACES, set(), {}, 0, 0, {"evt-chaos-0"})
+    assert stream_failures(a, {"unexplained": []}) == ["1 events lost: ['evt-chaos-0']"]

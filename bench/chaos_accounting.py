@@ -1,0 +1,214 @@
+"""The chaos suite's verdict, as pure functions over what a run read back.
+
+Final places come from :func:`consumer.local.accounting.places`, the rule the demo's report uses
+too; what is particular to chaos is here: DLQ copies from lost answers, the bad-input corpus,
+repeat deliveries traced to SIGKILLs, and how each consumer process ended.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.corpus import Case
+from consumer.exit_codes import ExitCode
+from consumer.local import accounting
+from consumer.local.harness import Fleet, Planned, event_id_of
+
+#: A consumer killed at start-up, or started while the endpoint is down, exits 2 (a StartupError is
+#: refused configuration to the CLI): ECS would start another task, and so does the supervisor here.
+EXIT_STARTUP = int(ExitCode.CONFIG)
+#: The consumers' log events the report counts.
+REPORTED_EVENTS = frozenset(
+    {
+        "message_processed",
+        "message_moved_to_dlq",
+        "message_backoff",
+        "duplicate_skipped",
+        "message_in_progress_elsewhere",
+        "receive_failed",
+        "message_requeued",
+        "dlq_send_failed",
+        "handler_failed",
+        "idempotency_update_failed",
+        "idempotency_unavailable",
+        "thread_crashed",
+        "startup_failed",
+    }
+)
+
+Record = dict[str, Any] | None
+
+
+@dataclass
+class Delivery:
+    sender: int  # consumer process number (from the URL path)
+    at: float  # monotonic, when the request arrived
+    status: int
+
+
+def account_stream(
+    plan: Sequence[Planned],
+    places: Mapping[str, str],
+    applied: set[str],
+    by_event: Mapping[str, list[Record]],
+    unknown: int,
+    left: int,
+    sent: set[str],
+) -> dict[str, Any]:
+    """Where each event of the stream ended. ``places``: kind -> its expected place (accounting's);
+    ``by_event``: the DLQ's reason records per event id (``unknown``: DLQ messages of no event);
+    ``left``: messages still in the source; ``sent``: the event ids SQS confirmed."""
+    found = accounting.places(((p.event_id, places[p.kind]) for p in plan), applied, by_event)
+    reasons = Counter(
+        (r["kind"] + ": " + r["reason"].split(":")[0]) if r else "no reason (SQS redrive)"
+        for records in by_event.values()
+        for r in records
+    )
+    return {
+        "applied_once": sum(1 for p in plan if p.event_id in applied),
+        "applied_more_than_once": 0,  # the downstream applies a key at most once; repeats below
+        "dead_lettered_events": len(by_event),
+        "dlq_copies": sum(len(v) for v in by_event.values()),
+        "good_in_dlq_with_reason": len(found.dead_lettered_unexpectedly),
+        "lost": found.lost,
+        "misplaced": found.delivered_unexpectedly,
+        "in_two_places": found.in_two_places,
+        "dlq_without_reason": found.without_reason,
+        "unknown_in_dlq": unknown,
+        "left_in_source": left,
+        "unsent": [p.event_id for p in plan if p.event_id not in sent],
+        "dlq_reasons": dict(reasons.most_common()),
+    }
+
+
+def sort_dlq(
+    dlq: Iterable[tuple[dict[str, Any], Record]], corpus_ids: Mapping[str, Case], prefix: str
+) -> tuple[dict[str, list[Record]], dict[str, Record], int]:
+    """The DLQ's messages split into stream events (by event id), corpus cases (by name), and unknown."""
+    by_event: dict[str, list[Record]] = defaultdict(list)
+    corpus_found: dict[str, Record] = {}
+    unknown = 0
+    for message, record in dlq:
+        key = event_id_of(message)
+        if record and record.get("original_message_id") in corpus_ids:
+            corpus_found[corpus_ids[record["original_message_id"]].name] = record
+        elif key and key.startswith(prefix):
+            by_event[key].append(record)
+        else:
+            unknown += 1
+    return by_event, corpus_found, unknown
+
+
+def stream_failures(a: Mapping[str, Any], repeats: Mapping[str, Any]) -> list[str]:
+    failures = []
+    for label, values in (
+        ("lost", a["lost"]),
+        ("in a wrong place", a["misplaced"]),
+        ("in two places", a["in_two_places"]),
+        ("in the DLQ without a reason (SQS's silent redrive)", a["dlq_without_reason"]),
+        ("never sent (time ran out)", a["unsent"]),
+    ):
+        if values:
+            failures.append(f"{len(values)} events {label}: {values[:5]}")
+    if a["left_in_source"]:
+        failures.append(f"{a['left_in_source']} messages left in the source queue")
+    if repeats["unexplained"]:
+        failures.append(f"{len(repeats['unexplained'])} repeat deliveries not explained by a SIGKILL")
+    return failures
+
+
+def dead_lettered_at_first_receive(record: Record) -> bool:
+    """A poison message the consumer moved itself, with its reason, on its first receive."""
+    return record is not None and record["receive_count"] == 1 and record["kind"] == "poison"
+
+
+def check_of(name: str, what: str, place: str, record: Record, ok: bool, **extra: Any) -> dict[str, Any]:
+    """One corpus or FIFO row of the report."""
+    return {
+        "name": name,
+        "what": what,
+        **extra,
+        "place": place,
+        "receive_count": record["receive_count"] if record else None,
+        "reason": record["reason"][:120] if record else None,
+        "ok": ok,
+    }
+
+
+def corpus_checks(corpus: Iterable[Case], found: Mapping[str, Record]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each standard corpus case: in the DLQ with a reason at receive 1, or a failure."""
+    checks, failures = [], []
+    for case in corpus:
+        record = found.get(case.name)
+        ok = dead_lettered_at_first_receive(record)
+        place = "DLQ" if record else "missing"
+        checks.append(check_of(case.name, case.what, place, record, ok, body_chars=len(case.body)))
+        if not ok:
+            failures.append(f"corpus {case.name}: not in the DLQ with a reason at receive 1 ({record})")
+    return checks, failures
+
+
+def consumer_endings(
+    fleets: Sequence[Fleet], killed: Mapping[int, float], replaced: Sequence[Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """How each consumer process ended (SIGKILL, on its own, SIGTERM), and the endings that fail the run.
+
+    ``killed`` and ``replaced`` number the processes of the first (standard) fleet.
+    """
+    consumers, failures = [], []
+    for one in fleets:
+        standard = one is fleets[0]
+        for c in one.processes:
+            how = "SIGKILL" if c.number in killed and standard else None
+            own = [r for r in replaced if r["number"] == c.number and standard]
+            if own:
+                how = f"exited on its own ({own[0]['exit_code']})"
+            elif how is None:
+                how = "SIGTERM"
+            code = c.final_exit_code
+            consumers.append(
+                {
+                    "fleet": "standard" if standard else "fifo",
+                    "number": c.number,
+                    "ended_by": how,
+                    "exit_code": code,
+                    "stopped_in_seconds": c.stopped_in_rounded,
+                }
+            )
+            if how == "SIGTERM" and code != 0:
+                failures.append(f"consumer {c.number} exited {code} after SIGTERM")
+            if own and own[0]["exit_code"] != EXIT_STARTUP:
+                failures.append(f"consumer {c.number} crashed with exit {own[0]['exit_code']}")
+    return consumers, failures
+
+
+def reported_events(events: Mapping[str, int]) -> dict[str, int]:
+    """The log events the report shows, sorted by name."""
+    return {k: v for k, v in sorted(events.items()) if k in REPORTED_EVENTS or k.startswith("moved_to_dlq:")}
+
+
+def repeats(deliveries: Mapping[str, list[Delivery]], killed: Mapping[int, float]) -> dict[str, Any]:
+    """Deliveries after the first 200 per key, split by cause.
+
+    A repeat is explained when an earlier delivery's sender was SIGKILLed after it: the
+    downstream had answered, but the consumer died before recording completion, so after the
+    lease another consumer delivered again (the downstream's Idempotency-Key absorbed it).
+    Anything else would be a duplicate the consumer caused.
+    """
+    explained, unexplained = 0, []
+    for key, history in deliveries.items():
+        successes = [d for d in history if d.status == 200]
+        for n in range(1, len(successes)):
+            earlier = successes[:n]
+            if any(d.sender in killed and killed[d.sender] >= d.at for d in earlier):
+                explained += 1
+            else:
+                unexplained.append({"key": key, "senders": [d.sender for d in successes]})
+    return {
+        "raw_repeat_deliveries": explained + len(unexplained),
+        "explained_by_sigkill": explained,
+        "unexplained": unexplained,
+    }

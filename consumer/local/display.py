@@ -1,0 +1,47 @@
+"""Live progress for a local run: a rich table redrawn in a terminal, a plain line every few seconds elsewhere."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+class LiveDisplay:
+    """Live progress in a terminal; a plain line every few seconds elsewhere (CI logs)."""
+
+    PLAIN_EVERY_SECONDS = 5.0
+
+    def __init__(self, console: Console, render: Callable[[], Table], tick: Callable[[], None]) -> None:
+        self.console = console
+        self.render = render
+        self.tick = tick
+        self._live: Live | None = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> Callable[[], None]:
+        if self.console.is_terminal:
+            self._live = Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self.refresh
+
+    def refresh(self) -> None:
+        self.tick()
+        if self._live is not None:
+            self._live.update(self.render())
+        elif time.monotonic() - self._last_plain >= self.PLAIN_EVERY_SECONDS:
+            self._last_plain = time.monotonic()
+            table = self.render()
+            cells = [
+                f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)
+            ]
+            self.console.print(f"[{table.title}] " + ", ".join(cells), markup=False, highlight=False, soft_wrap=True)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.tick()
+        if self._live is not None:
+            self._live.update(self.render())
+            self._live.__exit__(None, None, None)

@@ -1,0 +1,330 @@
+"""The scenario harness the local demo and the chaos suite share (dev only; never in the image).
+
+The pieces of a run on 127.0.0.1 that do not depend on the scenario: a loopback webhook for the
+example handler to call, a fleet of ``python -m consumer run`` processes with their log and EMF
+reader, sample events, the producer's batches, the queue depths, the settle loop (wait until the
+source is empty and nothing moves) and the read of the DLQ's final places. ``consumer.local.demo``
+and ``bench.chaos`` each add their scenario on top; bench imports this module, never the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from consumer.contract import WorkerContract, contract_of
+from consumer.runtime.acknowledger import SQS_MAX_BATCH
+from consumer.runtime.dead_letter import read_reason
+
+#: The attribute the producers put the event id in (also the consumer's idempotency-key attribute).
+IDEMPOTENCY_ATTRIBUTE = "idempotency-key"
+#: What :func:`settle` returns when nothing moved for its quiet time, and when its deadline passed.
+QUIET, TIMED_OUT = "settled", "timed out"
+
+
+def demo_contract() -> WorkerContract:
+    """The contract of the demo declaration (``consumer.examples.demo``), which both scenarios run."""
+    from consumer.examples import demo
+
+    return contract_of(demo.handle)
+
+
+def quiet_seconds(contract: WorkerContract, margin_seconds: float) -> float:
+    """How long nothing may move before a run counts as settled: past the lease plus the longest backoff.
+
+    A message a SIGKILL, a lost answer or a failure left behind comes back within the lease (its
+    visibility timeout) plus its retry backoff; once that much time passed with the source empty and
+    the logs quiet, nothing else is coming. ``margin_seconds`` is the caller's slack on top.
+    """
+    return contract.visibility_timeout_seconds + contract.retry_backoff_max_seconds + margin_seconds
+
+
+def sample_event(event_id: str, index: int = 0, **overrides: Any) -> dict[str, Any]:
+    """A valid notification event (the notifications example's schema); None overrides drop a field."""
+    event = {
+        "event_id": event_id,
+        "type": "notification.requested",
+        "channel": ("email", "sms", "push")[index % 3],
+        "recipient": f"user{index}@example.com",
+        "template": ("welcome", "password_reset", "invoice.ready")[index % 3],
+        "data": {"name": f"User {index}", "locale": ("en-GB", "de-DE", "ja-JP")[index % 3]},
+        "occurred_at": "2026-11-22T10:00:00Z",
+    }
+    event.update(overrides)
+    return {k: v for k, v in event.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One event a producer sends: its id, kind and body (malformed bodies are not JSON events)."""
+
+    event_id: str
+    kind: str
+    body: str
+    transient_failures: int = 0
+
+
+def batches(plan: Sequence[Planned]) -> list[Sequence[Planned]]:
+    """The plan in SendMessageBatch-sized slices, in order."""
+    return [plan[i : i + SQS_MAX_BATCH] for i in range(0, len(plan), SQS_MAX_BATCH)]
+
+
+def batch_entries(pending: Mapping[str, Planned]) -> list[dict[str, Any]]:
+    """SendMessageBatch entries (entry id -> event), the event id in the idempotency-key attribute."""
+    return [
+        {
+            "Id": entry_id,
+            "MessageBody": p.body,
+            "MessageAttributes": {IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": p.event_id}},
+        }
+        for entry_id, p in pending.items()
+    ]
+
+
+# --------------------------------------------------------------------------- the downstream
+
+
+class LoopbackWebhook:
+    """An HTTP server on 127.0.0.1 (``url`` ends in ``/notify``) that answers every POST with an
+    empty body and the status :meth:`respond` returns for its ``Idempotency-Key`` and path."""
+
+    def __init__(self) -> None:
+        webhook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                status = webhook.respond(self.headers.get("Idempotency-Key", ""), self.path)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:  # keep the terminal for the progress display
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notify"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
+
+    def respond(self, key: str, path: str) -> int:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():  # shutdown() waits for serve_forever(), forever if it never ran
+            self._server.shutdown()
+        self._server.server_close()
+
+
+# --------------------------------------------------------------------------- consumer processes
+
+
+def consumer_environment(task: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """A consumer process's environment: the task's (as ECS sets it) and ``extra`` over this process's own.
+
+    This process's ``AWS_`` and ``CONSUMER_`` settings are left out, so none leaks into the
+    consumer; its output is unbuffered, so the harness reads its log as it is written.
+    """
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+    return environment | dict(task) | {"PYTHONUNBUFFERED": "1"} | dict(extra)
+
+
+@dataclass
+class ConsumerProcess:
+    number: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    ready: bool = False  # logged consumer_started
+    log_offset: int = 0  # bytes of its log already counted
+    asked_to_stop: bool = False
+    stopped_in_seconds: float | None = None
+    exit_code: int | None = None
+
+    @property
+    def final_exit_code(self) -> int | None:
+        """The exit code :meth:`Fleet.stop` saw, else the process's own (None while it runs)."""
+        return self.exit_code if self.exit_code is not None else self.process.returncode
+
+    @property
+    def stopped_in_rounded(self) -> float | None:
+        return None if self.stopped_in_seconds is None else round(self.stopped_in_seconds, 2)
+
+
+class Fleet:
+    """``python -m consumer run`` processes, each logging to its own file (JSON lines and EMF)."""
+
+    def __init__(self, environment: Mapping[str, str], log_dir: Path) -> None:
+        self.environment = dict(environment)
+        self.log_dir = log_dir
+        self.processes: list[ConsumerProcess] = []
+        self.events: Counter[str] = Counter()
+        self.metrics: Counter[str] = Counter()
+
+    def start(self) -> ConsumerProcess:
+        number = len(self.processes) + 1
+        log_path = self.log_dir / f"consumer-{number}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "consumer", "run"],
+                env=self.environment,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        started = ConsumerProcess(number, process, log_path)
+        self.processes.append(started)
+        return started
+
+    def alive(self) -> list[ConsumerProcess]:
+        return [p for p in self.processes if p.process.poll() is None]
+
+    def crashed(self) -> list[ConsumerProcess]:
+        """Processes that exited without being asked to."""
+        return [p for p in self.processes if not p.asked_to_stop and p.process.poll() is not None]
+
+    def stop(self, consumer: ConsumerProcess, timeout: float) -> None:
+        """SIGTERM, as ECS sends on a deployment or scale-in; SIGKILL only past ``timeout`` (ECS's stop timeout)."""
+        started = time.monotonic()
+        consumer.asked_to_stop = True
+        consumer.process.send_signal(signal.SIGTERM)
+        try:
+            consumer.exit_code = consumer.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            consumer.process.kill()
+            consumer.exit_code = consumer.process.wait()
+        consumer.stopped_in_seconds = time.monotonic() - started
+
+    def stop_all(self, timeout: float) -> None:
+        """SIGTERM every process still running, one after the other."""
+        for consumer in self.alive():
+            self.stop(consumer, timeout=timeout)
+
+    def kill_all(self) -> None:
+        """SIGKILL whatever still runs (the harness's own clean-up, never part of a scenario)."""
+        for consumer in self.alive():
+            consumer.process.kill()
+
+    def read_logs(self) -> None:
+        """Count the new log events and EMF metric values since the last call."""
+        for consumer in self.processes:
+            for line in _new_lines(consumer):
+                self._count(consumer, line)
+
+    def _count(self, consumer: ConsumerProcess, line: Any) -> None:
+        if "_aws" in line:
+            for metric in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+                value = line.get(metric["Name"])
+                if metric["Unit"] == "Count" and isinstance(value, int | float):
+                    self.metrics[metric["Name"]] += value
+        elif "event" in line:
+            self.events[line["event"]] += 1
+            consumer.ready = consumer.ready or line["event"] == "consumer_started"
+            if line["event"] == "message_moved_to_dlq":
+                self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
+
+
+def _new_lines(consumer: ConsumerProcess) -> Iterator[Any]:
+    """The complete JSON lines of the consumer's log since the last read (others are skipped)."""
+    with consumer.log_path.open("rb") as log_file:
+        log_file.seek(consumer.log_offset)
+        chunk = log_file.read()
+    complete = chunk.rfind(b"\n") + 1  # leave a half-written last line for the next call
+    consumer.log_offset += complete
+    for raw in chunk[:complete].splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        yield line
+
+
+# --------------------------------------------------------------------------- queues
+
+
+class Depth(NamedTuple):
+    """A queue's approximate counts, as GetQueueAttributes reports them."""
+
+    visible: int
+    not_visible: int
+    delayed: int
+
+
+def queue_depth(sqs: Any, queue_url: str) -> Depth:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+    return Depth(
+        int(attributes["ApproximateNumberOfMessages"]),
+        int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        int(attributes["ApproximateNumberOfMessagesDelayed"]),
+    )
+
+
+def read_dlq(sqs: Any, dlq_url: str) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Every DLQ message with its reason record (None when it carries none).
+
+    Each is held for 5 minutes and never deleted: this reads the final places, it does not consume.
+    """
+    out = []
+    while True:
+        messages = sqs.receive_message(
+            QueueUrl=dlq_url, MaxNumberOfMessages=SQS_MAX_BATCH, VisibilityTimeout=300, MessageAttributeNames=["All"]
+        ).get("Messages", [])
+        if not messages:
+            return out
+        out.extend((m, read_reason(m.get("MessageAttributes", {}))) for m in messages)
+
+
+def event_id_of(message: Mapping[str, Any]) -> str | None:
+    """The producer's event id (the idempotency-key attribute), None when the message has none."""
+    return message.get("MessageAttributes", {}).get(IDEMPOTENCY_ATTRIBUTE, {}).get("StringValue")
+
+
+# --------------------------------------------------------------------------- the settle loop
+
+
+class Tick(NamedTuple):
+    """One look at a run: ``state`` changes while work moves; ``busy`` while anything is still to come."""
+
+    state: Hashable
+    busy: bool
+    stop: str | None = None  # a reason to stop waiting at once (a consumer died)
+
+
+def settle(
+    look: Callable[[], Tick],
+    done: Callable[[], bool],
+    *,
+    deadline: float,
+    poll_seconds: float,
+    quiet_seconds: float | None,
+) -> str | None:
+    """Look every ``poll_seconds`` until ``done()`` (None), or say why the wait ended instead.
+
+    The answer is ``look()``'s stop reason, :data:`QUIET` once nothing moved and nothing was busy
+    for longer than ``quiet_seconds`` (never when it is None), or :data:`TIMED_OUT` at ``deadline``.
+    """
+    quiet_since, last = time.monotonic(), None
+    while time.monotonic() < deadline:
+        tick = look()
+        if tick.stop is not None:
+            return tick.stop
+        if done():
+            return None
+        if tick.state != last or tick.busy:
+            quiet_since, last = time.monotonic(), tick.state
+        elif quiet_seconds is not None and time.monotonic() - quiet_since > quiet_seconds:
+            return QUIET
+        time.sleep(poll_seconds)
+    return TIMED_OUT

@@ -1,0 +1,170 @@
+"""The scenario harness the demo and the chaos suite share: accounting, settle loop, batches, quiet time, CHAOS.md."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bench import chaos
+from bench.chaos import ChaosResult
+from bench.chaos_report import sections, write_markdown
+from consumer import Message, worker
+from consumer.contract import contract_of
+from consumer.local import accounting, demo
+from consumer.local.accounting import DEAD_LETTERED, DELIVERED, extra_deliveries, places
+from consumer.local.harness import (
+    IDEMPOTENCY_ATTRIBUTE,
+    QUIET,
+    TIMED_OUT,
+    Planned,
+    Tick,
+    batch_entries,
+    batches,
+    quiet_seconds,
+    settle,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+REASON = {"kind": "poison", "reason": "body is not JSON"}
+
+
+def test_places_an_event_nowhere_is_lost() -> None:
+    """Neither delivered nor in the DLQ: lost, and nothing else."""
+    found = places([("a", DELIVERED)], set(), {})
+    assert (found.lost, found.misplaced, found.in_two_places) == (["a"], [], [])
+
+
+def test_places_an_event_in_both_places_is_in_two_places_not_misplaced() -> None:
+    """Delivered and in the DLQ (even without a reason): in two places, not counted as misplaced."""
+    found = places([("a", DELIVERED)], {"a"}, {"a": [None]})
+    assert (found.in_two_places, found.misplaced, found.without_reason) == (["a"], [], ["a"])
+
+
+def test_places_delivered_when_the_dlq_was_expected_is_misplaced() -> None:
+    """A poison event delivered downstream is in the wrong place."""
+    found = places([("a", DEAD_LETTERED)], {"a"}, {})
+    assert (found.delivered_unexpectedly, found.misplaced) == (["a"], ["a"])
+
+
+def test_places_dead_lettered_when_delivery_was_expected_is_told_apart() -> None:
+    """A good event in the DLQ with a reason: the demo counts it misplaced, chaos as faults' casualty."""
+    found = places([("a", DELIVERED)], set(), {"a": [REASON]})
+    assert (found.dead_lettered_unexpectedly, found.misplaced, found.without_reason) == (["a"], ["a"], [])
+
+
+def test_places_a_dlq_copy_without_a_reason_is_misplaced() -> None:
+    """An expected DLQ event with one reasonless copy (SQS's silent redrive) fails as misplaced."""
+    found = places([("a", DEAD_LETTERED)], set(), {"a": [REASON, None]})
+    assert (found.without_reason, found.misplaced) == (["a"], ["a"])
+
+
+def test_places_events_in_their_own_place_are_clean() -> None:
+    """Delivered as expected and dead-lettered with a reason as expected: every list empty, plan order kept."""
+    found = places([("a", DELIVERED), ("b", DEAD_LETTERED)], {"a"}, {"b": [REASON]})
+    assert found == accounting.Places([], [], [], [], [], [])
+
+
+def test_extra_deliveries_counts_successes_beyond_the_first() -> None:
+    """Three successes for one event and one for another: two extra side effects."""
+    assert extra_deliveries({"a": 3, "b": 1, "c": 0}) == 2
+
+
+def test_quiet_seconds_is_the_lease_plus_the_longest_backoff_plus_margin() -> None:
+    """A declaration's 30 s lease and 8 s maximum backoff, with 2 s of slack: 40 s."""
+
+    @worker(
+        max_duration=timedelta(seconds=60),
+        max_lease=timedelta(seconds=30),
+        retry_backoff_base=1,
+        retry_backoff_max=8,
+    )
+    def handle(message: Message) -> None: ...
+
+    assert quiet_seconds(contract_of(handle), margin_seconds=2.0) == 30 + 8 + 2.0
+
+
+def test_quiet_seconds_of_both_scenarios_follow_the_demo_contract() -> None:
+    """Chaos waits 16 s and the demo 20 s: the demo contract's 10 s lease and 4 s backoff, plus their slack."""
+    assert (chaos.QUIET_SECONDS, demo.QUIET_SECONDS) == (16.0, 20.0)
+
+
+def test_batches_are_sqs_sized_and_entries_carry_the_event_id() -> None:
+    """25 events make batches of 10, 10, 5; each entry carries its event id in the idempotency-key attribute."""
+    plan = [Planned(f"e{i}", "good", "{}") for i in range(25)]
+    sends = batches(plan)
+    (entry,) = batch_entries({"0": plan[3]})
+    assert [len(b) for b in sends] == [10, 10, 5]
+    assert entry == {
+        "Id": "0",
+        "MessageBody": "{}",
+        "MessageAttributes": {IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": "e3"}},
+    }
+
+
+def wait(ticks: list[Tick], done_at: int | None = None, quiet: float | None = 0.0) -> str | None:
+    """settle() over scripted looks (the last repeated), on a clock that moves 0.5 s per reading, never sleeping."""
+    looks = itertools.chain(ticks, itertools.repeat(ticks[-1]))
+    seen = itertools.count()
+    number = -1
+
+    def look() -> Tick:
+        nonlocal number
+        number = next(seen)
+        return next(looks)
+
+    clock = itertools.count()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("consumer.local.harness.time.monotonic", lambda: next(clock) * 0.5)
+        patch.setattr("consumer.local.harness.time.sleep", lambda _: None)
+        return settle(
+            look,
+            lambda: done_at is not None and number >= done_at,
+            deadline=60.0,
+            poll_seconds=0.5,
+            quiet_seconds=quiet,
+        )
+
+
+def test_settle_returns_none_once_done() -> None:
+    """done() true at the third look: None, even while work still moves."""
+    assert wait([Tick(1, True), Tick(2, True), Tick(3, True)], done_at=2) is None
+
+
+def test_settle_is_quiet_when_nothing_moves_and_nothing_is_busy() -> None:
+    """The same state, not busy, for longer than the quiet time: QUIET."""
+    assert wait([Tick("same", False)], quiet=3.0) == QUIET
+
+
+def test_settle_is_never_quiet_while_busy() -> None:
+    """The same state while busy (the producer still running): it waits until the deadline."""
+    assert wait([Tick("same", True)], quiet=3.0) == TIMED_OUT
+
+
+def test_settle_without_a_quiet_time_waits_for_done_or_the_deadline() -> None:
+    """quiet_seconds None: a quiet run is not an answer; the deadline is."""
+    assert wait([Tick("same", False)], quiet=None) == TIMED_OUT
+
+
+def test_settle_stops_at_once_with_the_look_s_reason() -> None:
+    """A look that reports a dead consumer ends the wait with its reason, before done() is asked."""
+    assert wait([Tick(1, True, stop="a consumer exited on its own")], done_at=0) == "a consumer exited on its own"
+
+
+def test_chaos_markdown_is_the_template_filled_from_the_stored_results(tmp_path: Path) -> None:
+    """docs/CHAOS.md is what bench/CHAOS.template.md makes of docs/bench/chaos.json, every placeholder filled."""
+    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
+    write_markdown(stored, tmp_path / "CHAOS.md")
+    text = (tmp_path / "CHAOS.md").read_text()
+    assert "{{" not in text
+    assert text == (ROOT / "docs" / "CHAOS.md").read_text()
+
+
+def test_chaos_markdown_takes_the_set_up_timings_from_the_demo_contract() -> None:
+    """The set-up's lease, receives, backstop and backoff are the demo contract's, not restated."""
+    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
+    filled = sections(stored)
+    assert [filled[k] for k in ("lease", "max_receives", "redrive_backstop", "backoff")] == ["10", "3", "5", "1-4"]
