@@ -17,6 +17,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from consumer.testing import depth
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench"
 REGION = "eu-west-1"
@@ -50,15 +52,6 @@ def make_queues(sqs: Any, visibility_seconds: int, max_receive_count: int = 100)
         Attributes={"VisibilityTimeout": str(visibility_seconds), "RedrivePolicy": redrive},
     )["QueueUrl"]
     return source, dlq
-
-
-def depth(sqs: Any, queue_url: str) -> tuple[int, int]:
-    """(visible, in flight) as the queue reports them."""
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
 def send(sqs: Any, queue_url: str, events: list[dict[str, Any]]) -> None:

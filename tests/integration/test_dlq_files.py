@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from consumer.ops import commands as dlq
+from consumer.testing import depth, drain
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
-from tests.integration.dlq_support import CONTRACT, dead_letter, depth, drain, on_call, signal_on_call
+from tests.integration.dlq_support import CONTRACT, dead_letter, on_call, signal_on_call
 
 cli = dlq_support.cli
 server_sqs = dlq_support.server_sqs
