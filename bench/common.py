@@ -18,6 +18,7 @@ import boto3
 from botocore.config import Config
 
 from consumer.contract import SQS_MAX_BATCH, QueueAttributes
+from consumer.testing import depth
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench"
@@ -57,15 +58,6 @@ def make_queues(sqs: Any, visibility_seconds: int, max_receive_count: int = 100)
         "QueueUrl"
     ]
     return source, dlq
-
-
-def depth(sqs: Any, queue_url: str) -> tuple[int, int]:
-    """(visible, in flight) as the queue reports them."""
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
 
 def send(sqs: Any, queue_url: str, events: list[dict[str, Any]]) -> None:

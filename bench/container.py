@@ -26,6 +26,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # 
 
 from consumer.local.harness import LoopbackWebhook, sample_event  # noqa: E402
 from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
+from consumer.testing import poll_until  # noqa: E402
 from infra.app import build_app  # noqa: E402
 from infra.image import find_engine  # noqa: E402
 from infra.task import LoggedProcess, TaskContainer, TaskRun  # noqa: E402
@@ -63,9 +64,7 @@ def _cycle(run: LoggedProcess, stack: LocalStack, webhook: HeldWebhook) -> dict[
         local_client("sqs", stack.endpoint).send_message(
             QueueUrl=stack.task_environment["QUEUE_URL"], MessageBody=json.dumps(sample_event(event_id))
         )
-        deadline = time.monotonic() + 30
-        while webhook.started == before and time.monotonic() < deadline:
-            time.sleep(0.01)
+        poll_until(lambda: webhook.started != before, 30, interval=0.01)
         code, stop = run.stop()
         return {"ready_seconds": ready, "sigterm_to_exit_seconds": stop, "exit_code": code}
     finally:

@@ -8,19 +8,11 @@ import signal
 import time
 from typing import Any
 
-from bench.common import IMPLS, Subject, client, depth, event, make_queues, percentile, send
+from bench.common import IMPLS, Subject, client, event, make_queues, percentile, send
 from consumer.contract import WorkerContract
+from consumer.testing import depth, poll_until
 
 LATENCY_SAMPLES = 120
-
-
-def _wait_for(condition, timeout: float, every: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(every)
-    return False
 
 
 def _starts(subject: Subject) -> list[dict[str, Any]]:
@@ -38,7 +30,7 @@ def pickup_latency(endpoint: str, impl: str, samples: int = LATENCY_SAMPLES, see
         for _ in range(samples):
             time.sleep(rng.uniform(0.1, 0.4))
             send(sqs, source, [event()])
-        _wait_for(lambda: len(_starts(subject)) >= samples, 30)
+        poll_until(lambda: len(_starts(subject)) >= samples, 30, interval=0.2)
         latencies = [r["t"] - r["sent"] for r in _starts(subject)]
     finally:
         subject.process.send_signal(signal.SIGTERM)
@@ -73,7 +65,7 @@ def shutdown(endpoint: str, impl: str, busy: bool) -> dict[str, Any]:
         subject.ready()
         if busy:
             send(sqs, source, [event() for _ in range(produced)])
-            _wait_for(lambda: len(_starts(subject)) >= 8, 30, every=0.05)
+            poll_until(lambda: len(_starts(subject)) >= 8, 30, interval=0.05)
             time.sleep(0.5)
         else:
             time.sleep(2)
@@ -137,7 +129,7 @@ def duplicates(endpoint: str, impl: str, count: int = 120, timeout: float = 300)
             finished = {r["id"] for r in subject.records() if r["e"] == "end"}
             return ids <= finished and depth(sqs, source) == (0, 0)
 
-        drained = _wait_for(done, timeout, every=0.5)
+        drained = poll_until(done, timeout, interval=0.5)
         elapsed = time.monotonic() - began
         subject.process.send_signal(signal.SIGTERM)
         subject.wait(60)

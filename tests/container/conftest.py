@@ -19,7 +19,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from consumer.local.harness import LoopbackWebhook  # noqa: E402
 from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
+from consumer.testing import QueueDepth, depth  # noqa: E402
 from infra.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
 from infra.task import TaskContainer, TaskRun  # noqa: E402
 
@@ -166,18 +166,6 @@ def send(stack: LocalStack, bodies: list[str]) -> None:
         assert not sqs.send_message_batch(QueueUrl=stack.task_environment["QUEUE_URL"], Entries=entries).get("Failed")
 
 
-def depths(stack: LocalStack, url_key: str) -> tuple[int, int]:
+def depths(stack: LocalStack, url_key: str) -> QueueDepth:
     """(visible, in flight) of the queue whose URL the task receives as ``url_key``."""
-    attributes = local_client("sqs", stack.endpoint).get_queue_attributes(
-        QueueUrl=stack.task_environment[url_key],
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.1)
+    return depth(local_client("sqs", stack.endpoint), stack.task_environment[url_key])

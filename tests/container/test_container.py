@@ -14,9 +14,10 @@ import pytest
 from consumer.local.harness import sample_event
 from consumer.local.stack import LocalStack, local_client
 from consumer.runtime.dead_letter import read_reason
+from consumer.testing import wait_until
 from infra.image import BuiltImage, Engine
 from infra.task import TaskContainer
-from tests.container.conftest import RunFactory, Webhook, depths, send, wait_until
+from tests.container.conftest import RunFactory, Webhook, depths, send
 
 #: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys) and
 #: must not (test and local tooling: the demo runner and local stack need moto and a cdk.out).

@@ -105,29 +105,6 @@ def dead_letter(
     return params
 
 
-def depth(sqs: Any, url: str) -> tuple[int, int]:
-    """(visible, in flight)."""
-    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-    return int(attributes[names[0]]), int(attributes[names[1]])
-
-
-def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
-    """Receive (and delete) everything in ``url``, in order."""
-    messages: list[dict[str, Any]] = []
-    while batch := sqs.receive_message(
-        QueueUrl=url,
-        MaxNumberOfMessages=10,
-        MessageAttributeNames=["All"],
-        MessageSystemAttributeNames=["All"],
-    ).get("Messages", []):
-        messages.extend(batch)
-        sqs.delete_message_batch(
-            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)]
-        )
-    return messages
-
-
 def on_call(clients: Clients, event: str, operation: str, hook: Callable[..., Any]) -> None:
     """Register ``hook`` for botocore's ``<event>.sqs.<operation>`` on every SQS client the command creates."""
     clients.hooks.append((event, operation, hook))

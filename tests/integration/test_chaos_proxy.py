@@ -16,6 +16,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from bench.proxy import ERROR_AFTER, THROTTLE_BEFORE, FaultPlan, FaultProxy
+from consumer.testing import depth, wait_until
 from tests.integration.conftest import REGION
 
 NO_RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 1})
@@ -58,11 +59,6 @@ def client(proxy: FaultProxy, config: Config = NO_RETRIES) -> Any:
     return boto3.client("sqs", region_name=REGION, endpoint_url=proxy.url, config=config)
 
 
-def visible(direct: Any, queue_url: str) -> int:
-    attributes = direct.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])
-    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
-
-
 def test_proxy_throttle_is_retried_by_botocore_and_never_reaches_moto(
     throttling: FaultProxy, direct: Any, queue_url: str
 ) -> None:
@@ -73,7 +69,7 @@ def test_proxy_throttle_is_retried_by_botocore_and_never_reaches_moto(
     assert raised.value.response["Error"]["Code"] == "RequestThrottled"
     assert raised.value.response["ResponseMetadata"]["RetryAttempts"] == 2
     assert throttling.faults[(THROTTLE_BEFORE, "SendMessage")] == 3
-    assert visible(direct, queue_url) == 0
+    assert depth(direct, queue_url).visible == 0
 
 
 def test_proxy_error_after_forwarding_applied_the_operation(
@@ -82,7 +78,7 @@ def test_proxy_error_after_forwarding_applied_the_operation(
     """The client sees InternalError, yet moto holds the message: the lost answer."""
     with pytest.raises(ClientError, match="InternalError"):
         client(answer_losing).send_message(QueueUrl=queue_url, MessageBody="applied anyway")
-    assert visible(direct, queue_url) == 1
+    assert depth(direct, queue_url).visible == 1
     assert answer_losing.faults[(ERROR_AFTER, "SendMessage")] == 1
 
 
@@ -94,7 +90,7 @@ def test_proxy_lost_send_answer_retried_makes_a_duplicate(
         client(answer_losing, Config(retries={"mode": "standard", "total_max_attempts": 2})).send_message(
             QueueUrl=queue_url, MessageBody="twice"
         )
-    assert visible(direct, queue_url) == 2
+    assert depth(direct, queue_url).visible == 2
 
 
 def test_proxy_lost_receive_answer_leaves_the_message_in_flight(
@@ -124,7 +120,7 @@ def test_proxy_paused_faults_forward_everything(throttling: FaultProxy, direct: 
     """pause_faults() turns a throttle-everything plan into a clean pass-through."""
     throttling.pause_faults()
     client(throttling).send_message(QueueUrl=queue_url, MessageBody="x")
-    assert visible(direct, queue_url) == 1
+    assert depth(direct, queue_url).visible == 1
 
 
 def test_proxy_outage_refuses_connections_then_serves_on_the_same_port(
@@ -141,18 +137,11 @@ def test_proxy_outage_refuses_connections_then_serves_on_the_same_port(
         client(clean).get_queue_attributes(QueueUrl=queue_url)
     outage.join()
     assert clean.url == url
-    assert visible(direct, queue_url) == 1
+    assert depth(direct, queue_url).visible == 1
     assert sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"])[
         "Attributes"
     ] == {"ApproximateNumberOfMessages": "1"}
     assert len(clean.outages) == 1
-
-
-def wait_for(condition: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_proxy_paused_faults_apply_to_answers_of_earlier_requests(
@@ -164,7 +153,7 @@ def test_proxy_paused_faults_apply_to_answers_of_earlier_requests(
         target=lambda: got.append(client(answer_losing).receive_message(QueueUrl=queue_url, WaitTimeSeconds=10))
     )
     poll.start()
-    wait_for(lambda: answer_losing.in_flight == 1)
+    wait_until(lambda: answer_losing.in_flight == 1, 20.0, interval=0.02)
     answer_losing.pause_faults()
     direct.send_message(QueueUrl=queue_url, MessageBody="after the pause")
     poll.join(15)
@@ -187,13 +176,15 @@ def test_proxy_settle_outlasts_the_long_poll_of_a_sigkilled_client(
 
     def killed_poller() -> None:
         process = subprocess.Popen([sys.executable, "-c", DEAD_POLL, clean.url, queue_url, REGION])
-        wait_for(lambda: clean.in_flight == 1)
+        wait_until(lambda: clean.in_flight == 1, 20.0, interval=0.02)
         process.kill()
         process.wait()
 
     killed_poller()
     direct.send_message(QueueUrl=queue_url, MessageBody="swallowed")
-    wait_for(lambda: visible(direct, queue_url) == 0)  # the hazard is real: the dead poll took it
+    wait_until(
+        lambda: depth(direct, queue_url).visible == 0, 20.0, interval=0.02
+    )  # the hazard is real: the dead poll took it
     attributes = direct.get_queue_attributes(
         QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
     )

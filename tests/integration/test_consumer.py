@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime.consumer import EXIT_OK, EXIT_STUCK, Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
+from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import QueuePair, create_pair
 
 #: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
@@ -41,52 +41,11 @@ def fast_contract(**overrides: Any) -> WorkerContract:
     return WorkerContract(**values)
 
 
-@contextmanager
-def running(consumer: Consumer) -> Iterator[dict[str, Any]]:
-    """Run the consumer in a thread; stop it and collect its exit code on leaving."""
-    result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.update(code=consumer.run()), daemon=True)
-    thread.start()
-    try:
-        yield result
-    finally:
-        consumer.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "consumer did not stop"
-
-
 def consumer_of(
     sqs: Any, pair: QueuePair, contract: WorkerContract, handler: Callable[[Message], None], **options: Any
 ) -> Consumer:
     """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
     return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
-
-
-def depth(sqs: Any, url: str) -> int:
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
-
-
-def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
-    response = sqs.receive_message(
-        QueueUrl=url,
-        MaxNumberOfMessages=10,
-        WaitTimeSeconds=0,
-        MessageAttributeNames=["All"],
-        MessageSystemAttributeNames=["All"],
-    )
-    return response.get("Messages", [])
 
 
 def test_consumer_deletes_successful_messages(sqs: Any) -> None:
@@ -99,10 +58,10 @@ def test_consumer_deletes_successful_messages(sqs: Any) -> None:
     consumer = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     with running(consumer) as result:
         wait_until(lambda: len(seen) == 5)
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert sorted(seen) == [f"m{i}" for i in range(5)]
-    assert result["code"] == EXIT_OK
-    assert depth(sqs, pair.dlq_url) == 0
+    assert result.exit_code == EXIT_OK
+    assert depth(sqs, pair.dlq_url).total == 0
 
 
 def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -> None:
@@ -118,11 +77,11 @@ def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -
 
     consumer = consumer_of(sqs, pair, contract, fail)
     with running(consumer):
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert len(attempts) == 3
     assert all(later - earlier >= 0.4 for earlier, later in zip(attempts, attempts[1:], strict=False))
-    (moved,) = drain(sqs, pair.dlq_url)
+    (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"])
     assert moved["Body"] == "flaky"
     assert reason["kind"] == "exhausted" and reason["receive_count"] == 3
@@ -146,10 +105,10 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
 
     consumer = consumer_of(sqs, pair, contract, reject)
     with running(consumer):
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert calls == ["{not json"]
-    (moved,) = drain(sqs, pair.dlq_url)
+    (moved,) = receive_visible(sqs, pair.dlq_url)
     assert moved["Body"] == "{not json"
     assert moved["MessageAttributes"]["tenant"]["StringValue"] == "acme"
     reason = read_reason(moved["MessageAttributes"])
@@ -176,8 +135,8 @@ def test_consumer_stopping_mid_dlq_move_finishes_it_before_exiting(sqs: Any) -> 
     worker = consumer_of(sqs, pair, contract, reject)
     with running(worker) as result:
         assert sending.wait(20)
-    assert result["code"] == EXIT_OK
-    assert (depth(sqs, pair.queue_url), depth(sqs, pair.dlq_url)) == (0, 1)
+    assert result.exit_code == EXIT_OK
+    assert (depth(sqs, pair.queue_url).total, depth(sqs, pair.dlq_url).total) == (0, 1)
 
 
 def stop_when_received(sqs: Any, worker: Consumer, body: str, then: Callable[[], None] = lambda: None) -> None:
@@ -212,8 +171,8 @@ def test_consumer_hands_back_a_receive_answered_during_the_drain_without_startin
         assert first_running.wait(20)
         time.sleep(0.5)  # the poller is long-polling with the free slot
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
-    assert result["code"] == EXIT_OK and started == ["first"]
-    (copy,) = drain(sqs, pair.queue_url)
+    assert result.exit_code == EXIT_OK and started == ["first"]
+    (copy,) = receive_visible(sqs, pair.queue_url)
     assert (copy["Body"], copy["MessageAttributes"][PRIOR_RECEIVES_ATTRIBUTE]["StringValue"]) == ("late", "0")
 
 
@@ -235,9 +194,9 @@ def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
         wait_until(lambda: worker._closed.is_set())
         finished.set()
         logged = lambda: any(r.getMessage() == "received_after_shutdown" for r in caplog.records)  # noqa: E731
-        wait_until(lambda: logged() or depth(sqs, pair.queue_url) > 1)  # > 1: a copy was sent after all
-    assert result["code"] == EXIT_OK and started == [] and logged()
-    assert depth(sqs, pair.queue_url) == 1  # the original, in flight until its lease ends; no copy
+        wait_until(lambda: logged() or depth(sqs, pair.queue_url).total > 1)  # > 1: a copy was sent after all
+    assert result.exit_code == EXIT_OK and started == [] and logged()
+    assert depth(sqs, pair.queue_url).total == 1  # the original, in flight until its lease ends; no copy
 
 
 def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) -> None:
@@ -254,7 +213,7 @@ def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) ->
 
     worker = consumer_of(sqs, pair, contract, slow)
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0, timeout=20)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
         time.sleep(1)
     assert calls == [1]
 
@@ -275,7 +234,7 @@ def test_consumer_gives_up_on_an_overrunning_handler_without_deleting(sqs: Any) 
     with running(worker):
         # Visibility is 11 s: the message returns after it, the second run succeeds and deletes.
         wait_until(lambda: len(calls) == 2, timeout=30)
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert calls == [1, 2]
 
 
@@ -301,7 +260,7 @@ def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
     calls: list[str] = []
     worker = consumer_of(sqs, pair, contract, lambda m: calls.append(m.body))
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert len(calls) == 1
 
 
@@ -351,7 +310,7 @@ def test_consumer_survives_an_unreachable_endpoint_without_busy_looping(moto_ser
     with running(worker) as result:
         time.sleep(4)
     assert 2 <= len(receives) <= 4  # waits of 1 s, 2 s, 4 s: three receive calls in four seconds, not hundreds
-    assert result["code"] == EXIT_OK
+    assert result.exit_code == EXIT_OK
 
 
 def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) -> None:
@@ -379,7 +338,7 @@ def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) ->
             server.start()
             sqs.send_message(QueueUrl=pair.queue_url, MessageBody="after-outage")
             wait_until(lambda: seen == ["after-outage"], timeout=40)
-        assert result["code"] == EXIT_OK
+        assert result.exit_code == EXIT_OK
     finally:
         server.stop()
 
@@ -426,7 +385,7 @@ def test_consumer_requeues_a_deferred_message_keeping_its_spent_receives(sqs: An
     assert all(s["DelaySeconds"] >= 1 for s in sends)  # the backoff: the other holder may still be working on it
     counts = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["All"])["Attributes"]
     assert sum(int(counts[f"ApproximateNumberOfMessages{n}"]) for n in ("", "NotVisible", "Delayed")) == 1
-    assert depth(sqs, pair.dlq_url) == 0 and calls == []
+    assert depth(sqs, pair.dlq_url).total == 0 and calls == []
 
 
 def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None:
@@ -447,9 +406,9 @@ def test_consumer_gives_a_requeued_copy_only_the_attempts_left(sqs: Any) -> None
 
     worker = consumer_of(sqs, pair, contract, fail, task_role_id=MOTO_SENDER_ID)
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
     assert attempts == [2, 3]
-    (moved,) = drain(sqs, pair.dlq_url)
+    (moved,) = receive_visible(sqs, pair.dlq_url)
     assert (read_reason(moved["MessageAttributes"]) or {}).get("receive_count") == 3
     assert set(moved["MessageAttributes"]) == {"tenant", "x-dlq-reason"}
 
@@ -471,7 +430,7 @@ def test_consumer_ignores_a_carried_count_another_sender_set(sqs: Any) -> None:
     assert own_role_id != MOTO_SENDER_ID
     worker = consumer_of(sqs, pair, contract, fail, task_role_id=own_role_id)
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
     assert attempts == [1, 2, 3]
 
 
@@ -489,7 +448,7 @@ def test_consumer_without_a_task_role_id_restarts_carried_counts_and_says_so_onc
     caplog.set_level(logging.WARNING, logger="consumer")
     worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.receive_count))
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert seen == [1, 1]
     (warning,) = [r for r in caplog.records if r.getMessage() == "carried_receives_untrusted"]
     assert warning.binding == "CONSUMER_TASK_ROLE_ID"
@@ -523,7 +482,7 @@ def test_consumer_hands_back_a_handler_running_past_the_drain_time_counting_its_
     assert send["MessageAttributes"] == {**trace, PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": "1"}}
     (requeued,) = [r for r in caplog.records if r.getMessage() == "message_requeued"]
     assert (requeued.why, requeued.trace_id) == ("drain_timeout", "ab" * 16)
-    (copy,) = drain(sqs, pair.queue_url)
+    (copy,) = receive_visible(sqs, pair.queue_url)
     assert Message.from_sqs(copy, own_role_id=MOTO_SENDER_ID).receive_count == 2
 
 
@@ -537,9 +496,9 @@ def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_
     assert store.claim("dedup:d-1", owner="another-task", lease_seconds=300) is Claim.ACQUIRED
     worker = consumer_of(sqs, pair, contract, lambda m: None, idempotency=store)
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
-    (moved,) = drain(sqs, pair.dlq_url)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+    (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"])
     assert (reason["kind"], reason["receive_count"]) == ("unattempted", 3)
     assert reason["reason"].startswith("not attempted: handed back (deferred) on its last allowed receive (3 of 3)")

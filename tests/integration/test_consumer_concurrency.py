@@ -7,8 +7,9 @@ from typing import Any
 
 from consumer import Message
 from consumer.runtime.consumer import EXIT_OK
+from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, depth, fast_contract, running, wait_until
+from tests.integration.test_consumer import consumer_of, fast_contract
 
 
 def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None:
@@ -33,9 +34,9 @@ def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None
 
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
-        wait_until(lambda: len(deleted) >= 16 and depth(sqs, pair.queue_url) == 0)
-    assert result["code"] == EXIT_OK
+        wait_until(lambda: len(deleted) >= 16 and depth(sqs, pair.queue_url).total == 0)
+    assert result.exit_code == EXIT_OK
     assert not all_started.broken
     assert sorted(started) == sorted(bodies)
     assert len(deleted) == len(set(deleted)) == 16
-    assert depth(sqs, pair.dlq_url) == 0
+    assert depth(sqs, pair.dlq_url).total == 0

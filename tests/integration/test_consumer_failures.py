@@ -13,8 +13,9 @@ import pytest
 from consumer import Message
 from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
+from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, depth, drain, fast_contract, running, wait_until
+from tests.integration.test_consumer import consumer_of, fast_contract
 
 
 class HandlerAborted(BaseException):
@@ -44,14 +45,14 @@ def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
     caplog.set_level(logging.INFO, logger="consumer")
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url) == 0)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert attempts == [1, 2, 3]
-    assert result["code"] == EXIT_OK
+    assert result.exit_code == EXIT_OK
     events = [(r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
     assert events.count(("handler_failed", expected)) == 3
     assert [e for e, _ in events].count("message_backoff") == 2
-    (moved,) = drain(sqs, pair.dlq_url)
+    (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"]) or {}
     assert (reason["kind"], reason["reason"]) == ("exhausted", f"failed 3 times; last error: {expected}")
 
@@ -96,6 +97,6 @@ def test_consumer_warns_one_receive_before_the_dlq(sqs: Any, caplog: pytest.LogC
     caplog.set_level(logging.INFO, logger="consumer")
     worker = consumer_of(sqs, pair, contract, fail)
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.dlq_url) == 1)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
     warnings = [r for r in caplog.records if r.getMessage() == "message_one_receive_from_dlq"]
     assert [(r.levelno, r.message_id, r.receive_count) for r in warnings] == [(logging.WARNING, message_id, 2)]

@@ -15,6 +15,7 @@ from typer.testing import Result
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.ops import redrive
 from consumer.runtime.dead_letter import ORIGINAL_ATTRIBUTES, REASON_ATTRIBUTE, read_reason
+from consumer.testing import depth, drain
 from tests.integration import dlq_support
 from tests.integration.conftest import REGION, QueuePair, create_pair
 from tests.integration.dlq_support import (
@@ -23,8 +24,6 @@ from tests.integration.dlq_support import (
     FIFO_CONTRACT,
     Clients,
     dead_letter,
-    depth,
-    drain,
     hook_client,
     on_call,
 )

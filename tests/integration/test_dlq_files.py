@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from consumer.testing import depth, drain
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
-from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, depth, drain, on_call, signal_on_call
+from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, on_call, signal_on_call
 
 cli = dlq_support.cli
 clients = dlq_support.clients

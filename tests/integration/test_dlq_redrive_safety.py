@@ -19,10 +19,11 @@ from consumer.ops import passes as dlq_pass
 from consumer.ops import progress, redrive
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import ORIGINAL_ATTRIBUTES
+from consumer.testing import depth, drain, running, wait_until
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
-from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, depth, drain, on_call, signal_on_call
-from tests.integration.test_consumer import fast_contract, running, wait_until
+from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, on_call, signal_on_call
+from tests.integration.test_consumer import fast_contract
 
 cli = dlq_support.cli
 clients = dlq_support.clients

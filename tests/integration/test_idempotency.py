@@ -26,8 +26,9 @@ from consumer.runtime.idempotency import (
     InMemoryStore,
     idempotency_key,
 )
+from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import REGION, create_pair
-from tests.integration.test_consumer import consumer_of, depth, fast_contract, running, wait_until
+from tests.integration.test_consumer import consumer_of, fast_contract
 
 LEASE = 30
 KEEP = 3600
@@ -375,6 +376,6 @@ def test_heartbeat_renews_the_idempotency_lease_of_a_long_handler(dynamodb: Any)
 
     worker = consumer_of(sqs, pair, contract, slow, idempotency=DynamoDBStore(table, client=dynamodb))
     with running(worker):
-        wait_until(lambda: len(leases) == 2 and depth(sqs, pair.queue_url) == 0, timeout=20)
+        wait_until(lambda: len(leases) == 2 and depth(sqs, pair.queue_url).total == 0, timeout=20)
     claimed, pushed = leases
     assert pushed >= claimed + 1, leases

@@ -19,6 +19,7 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer.contract import contract_of
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
+from consumer.testing import depth, poll_until
 from tests.integration.conftest import REGION, create_pair
 from tests.integration.handlers import slow
 
@@ -77,17 +78,8 @@ def wait_for_event(process: subprocess.Popen[str], event: str, timeout: float = 
     raise AssertionError(f"{event} not logged; stderr: {process.stderr.read() if process.poll() is not None else ''}")
 
 
-def counts(sqs: Any, url: str) -> tuple[int, int]:
-    a = sqs.get_queue_attributes(
-        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-    )["Attributes"]
-    return int(a["ApproximateNumberOfMessages"]), int(a["ApproximateNumberOfMessagesNotVisible"])
-
-
 def wait_in_flight(sqs: Any, url: str, count: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while counts(sqs, url)[1] < count and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll_until(lambda: depth(sqs, url).in_flight >= count, timeout)
 
 
 def effects(path: Path) -> list[dict[str, Any]]:
@@ -130,11 +122,11 @@ def test_process_sigterm_finishes_in_flight_and_holds_nothing_back(
     process_guard.append(process)
     wait_for_event(process, "consumer_started")
     wait_in_flight(server_sqs, pair.queue_url, 2)
-    assert counts(server_sqs, pair.queue_url) == (1, 2)  # two running (concurrency 2), one waiting
+    assert depth(server_sqs, pair.queue_url) == (1, 2)  # two running (concurrency 2), one waiting
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=CONTRACT.stop_timeout_seconds + 5) == 0
     assert len(effects(tmp_path / "effects")) == 2
-    assert counts(server_sqs, pair.queue_url) == (1, 0)  # deleted the two, the third was never held
+    assert depth(server_sqs, pair.queue_url) == (1, 0)  # deleted the two, the third was never held
 
 
 def test_process_sigkill_mid_work_redelivers_and_side_effect_happens_once(
@@ -160,7 +152,7 @@ def test_process_sigkill_mid_work_redelivers_and_side_effect_happens_once(
     assert second.wait(timeout=20) == 0
     applied = effects(tmp_path / "effects")
     assert [e["pid"] for e in applied] == [second.pid]
-    assert counts(server_sqs, pair.queue_url) == (0, 0)
+    assert depth(server_sqs, pair.queue_url) == (0, 0)
 
 
 def test_process_refuses_to_start_on_queue_drift(
@@ -269,11 +261,11 @@ def test_process_sigterm_releases_received_but_unstarted_fifo_messages(
     process_guard.append(process)
     wait_for_event(process, "consumer_started")
     wait_in_flight(server_sqs, pair.queue_url, 3)
-    assert counts(server_sqs, pair.queue_url) == (0, 3)
+    assert depth(server_sqs, pair.queue_url) == (0, 3)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
     assert [e["body"] for e in effects(tmp_path / "effects")] == ["o0"]
-    assert counts(server_sqs, pair.queue_url) == (2, 0)
+    assert depth(server_sqs, pair.queue_url) == (2, 0)
 
 
 def test_process_without_credentials_is_a_clear_error(moto_server: str, tmp_path: Path, process_guard: list) -> None:
