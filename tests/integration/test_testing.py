@@ -1,4 +1,4 @@
-"""consumer.testing's queue helpers against moto (in-process and over HTTP), and the README's example run as written."""
+"""consumer.testing's queue helpers against moto (in-process and over HTTP), and the docs' example run as written."""
 
 from __future__ import annotations
 
@@ -57,17 +57,17 @@ def test_drain_receives_and_deletes_more_than_one_batch(sqs: Any) -> None:
     assert depth(sqs, pair.queue_url) == (0, 0)
 
 
-def readme_example() -> str:
-    """The python block under the README's "Testing a handler" heading."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Testing a handler\n", 1)[1]
+def docs_example() -> str:
+    """The python block under the "Testing a handler" heading of docs/testing.md."""
+    page = (ROOT / "docs" / "testing.md").read_text()
+    section = page.split("## Testing a handler\n", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "no python block under ### Testing a handler"
+    assert match, "no python block under ## Testing a handler in docs/testing.md"
     return match.group(1)
 
 
-def test_readme_testing_example_runs_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's example, with `orders.handle` a real @worker handler, passes and the handler saw the order."""
+def test_docs_testing_example_runs_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs' example, with `orders.handle` a real @worker handler, passes and the handler saw the order."""
     seen: list[str] = []
 
     @worker(max_duration=5)
@@ -78,6 +78,6 @@ def test_readme_testing_example_runs_as_written(monkeypatch: pytest.MonkeyPatch)
     orders.handle = handle  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "orders", orders)
     namespace: dict[str, Any] = {}
-    exec(compile(readme_example(), "README.md#testing-a-handler", "exec"), namespace)
+    exec(compile(docs_example(), "docs/testing.md#testing-a-handler", "exec"), namespace)
     namespace["test_an_order_is_handled_and_deleted"]()
     assert seen == ['{"order": 1}']
