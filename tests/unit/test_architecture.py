@@ -144,3 +144,28 @@ def test_bench_uses_the_local_harness_never_the_demo(path: Path) -> None:
         for alias in node.names
     }
     assert sorted(m for m in modules | imported_names if m == "consumer.local.demo") == []
+
+
+#: Past these, two things usually live together (the developers' guide): split by audience, then by concern.
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 300
+_SIZED = sorted(
+    path for package in ("consumer", "infra", "bench") for path in (ROOT / package).rglob("*.py") if path.is_file()
+)
+
+
+@pytest.mark.parametrize("path", _SIZED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_or_class_outgrows_one_concern(path: Path) -> None:
+    """No module in consumer/, infra/ or bench/ over 600 lines, no class over 300."""
+    source = path.read_text()
+    too_long = (
+        [f"{len(source.splitlines())} lines > {MAX_MODULE_LINES}"]
+        if len(source.splitlines()) > MAX_MODULE_LINES
+        else []
+    )
+    too_long += [
+        f"class {node.name}: {node.end_lineno - node.lineno + 1} lines > {MAX_CLASS_LINES}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef) and node.end_lineno and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert too_long == []
