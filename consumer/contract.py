@@ -324,7 +324,8 @@ class WorkerContract:
     def retry_backoff_seconds(self, receive_count: int) -> int:
         """Cap of the delay after the ``receive_count``-th failed receive (1-based)."""
         exponent = min(max(receive_count, 1) - 1, 32)  # 2**32 s already exceeds any cap
-        return min(self.retry_backoff_max_seconds, self.retry_backoff_base_seconds * 2**exponent)
+        factor: int = 2**exponent  # typeshed types int ** int as Any: a negative exponent would give a float
+        return min(self.retry_backoff_max_seconds, self.retry_backoff_base_seconds * factor)
 
     @property
     def redrive_max_receive_count(self) -> int:
@@ -565,7 +566,7 @@ def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     except (Exception, SystemExit) as error:  # a module calling sys.exit() on import must not end the process silently
         raised = f"raised {type(error).__name__} when imported ({' '.join(str(error).split())})"
         raise ContractError(parameter, f"names a module that {raised}", spec) from error
-    handler = getattr(module, attribute, None)
+    handler: object = getattr(module, attribute, None)
     if not callable(handler):
         raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)
     contract_of(handler, parameter)
