@@ -32,10 +32,11 @@ class ContractError(ConfigurationError):
 
     Example::
 
+        >>> from consumer.contract import WorkerContract
         >>> WorkerContract(max_duration_seconds=90, max_receive_count=1)
         Traceback (most recent call last):
         ...
-        consumer.contract.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
+        consumer.errors.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
     """
 
 
