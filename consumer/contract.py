@@ -16,64 +16,53 @@ scaling target), validated once, here. The CDK stack (``infra/``) and the
 consumer runtime both import this module; it uses the standard library only so
 that it stays importable from either side.
 
-The formulas (also in the README's configuration table, generated from
-:data:`DERIVED_FORMULAS`):
-
-* ``visibility_margin = clamp(ceil(max_duration / 10), 10, 300)``: room for the
-  receive-to-start delay, the batched delete's flush interval and clock skew.
-* ``attempt_timeout = max_duration + visibility_margin``: the longest one
-  receive may hold a message; the heartbeat never extends past it.
-* ``visibility_timeout = min(attempt_timeout, max_lease)`` with ``max_lease``
-  900 s unless declared: short handlers are covered by the queue's visibility
-  alone, so a heartbeat failure cannot cause a duplicate; longer handlers get a
-  lease (15 min by default) that the heartbeat extends, so a crashed task's
-  messages come back within the lease, not hours later. Declaring a shorter
-  ``max_lease`` trades that heartbeat independence for a faster return of a
-  crashed task's messages.
-* ``heartbeat_interval = clamp(visibility_timeout // 5, 1, 60)``; a message is
-  extended when its lease has at most ``2 * heartbeat_interval`` left, so one
-  failed heartbeat call still leaves a second chance before expiry.
-* ``message_timeout = max_duration``.
-* ``stop_timeout = min(120, max_duration + 5)`` unless declared; the consumer
-  drains in-flight work for ``stop_timeout - 5`` s and uses the last 5 s to
-  flush deletes and hand back what did not finish.
-* ``retry_backoff(n) = min(retry_backoff_max, retry_backoff_base * 2 ** (n - 1))``
-  after the n-th failed receive (the consumer adds jitter below this cap).
-* ``redrive_max_receive_count = max_receive_count + 2``: the queue's redrive
-  policy. The consumer itself moves a message that fails on its
-  ``max_receive_count``-th receive to the DLQ, with the reason; SQS's silent
-  redrive is only the backstop for receives the consumer never saw (a receive
-  response lost on the network and retried, a process killed in a long poll),
-  so up to two of those cannot dead-letter a message unseen and unexplained.
-* ``retry_horizon = redrive_max_receive_count * attempt_timeout +
-  sum(retry_backoff(n) for n < max_receive_count)``: the longest a failing message can take to reach
-  the DLQ; it must fit in the source retention or messages could expire
-  instead of reaching the DLQ.
-* ``dlq_age_alarm = (dlq_retention - source_retention) // 2``: for standard
-  queues a message's expiry counts from its original enqueue time, but the DLQ's
-  ``ApproximateAgeOfOldestMessage`` counts from the move, so a message can sit
-  in the DLQ for as little as the retention gap; the alarm fires with at least
-  half of that gap left.
-  https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html
-* ``backlog_age_alarm = acceptable_latency + sum(attempt_timeout +
-  retry_backoff(n) for n in 1..min(3, max_receive_count))``: SQS's age metric
-  skips messages received three times or more, so a message being retried
-  legitimately ages by at most three attempt cycles before it stops counting.
-* ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
-  messages of backlog per task (AWS's "acceptable backlog per task").
-* ``pollers = ceil(concurrency / batch_size)`` receive loops per process.
+The formulas, SQS's limits and the contract's bounds are in :mod:`consumer.limits`, the errors in
+:mod:`consumer.errors` and the queue attributes' SQS spelling in :mod:`consumer.queue_attributes`
+(all standard library only); this module re-exports their names, so ``from consumer.contract import``
+reaches every name it always has.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
+
+from consumer.errors import ConfigurationError, ContractDriftError, ContractError
+from consumer.limits import (
+    AGE_METRIC_SKIPPED_AFTER_RECEIVES,
+    DAY,
+    DERIVED_FORMULAS,
+    DLQ_REASON_HEADROOM_BYTES,
+    FARGATE_MAX_STOP_TIMEOUT_SECONDS,
+    HEARTBEAT_MAX_INTERVAL_SECONDS,
+    LEASE_CAP_SECONDS,
+    MAX_CONCURRENCY,
+    MAX_DURATION_SECONDS,
+    MIN_LEASE_SECONDS,
+    MIN_MAX_RECEIVE_COUNT,
+    MIN_RETENTION_GAP_SECONDS,
+    MIN_STOP_TIMEOUT_SECONDS,
+    REDRIVE_BACKSTOP_RECEIVES,
+    SHUTDOWN_FLUSH_SECONDS,
+    SOURCE_MAX_MESSAGE_BYTES,
+    SQS_MAX_BATCH,
+    SQS_MAX_DELAY_SECONDS,
+    SQS_MAX_MESSAGE_ATTRIBUTES,
+    SQS_MAX_MESSAGE_BYTES,
+    SQS_MAX_QUEUE_NAME_CHARS,
+    SQS_MAX_RECEIVE_COUNT,
+    SQS_MAX_RETENTION_SECONDS,
+    SQS_MAX_VISIBILITY_SECONDS,
+    SQS_MIN_RETENTION_SECONDS,
+    VISIBILITY_MARGIN_MAX_SECONDS,
+    VISIBILITY_MARGIN_MIN_SECONDS,
+)
+from consumer.queue_attributes import QueueAttributes, QueuePairAttributes
 
 __all__ = [
     "BINDING_KEYS",
@@ -89,46 +78,34 @@ __all__ = [
     "load_handler",
     "setup_of",
     "worker",
+    # consumer.limits, re-exported: both halves import SQS's limits and the contract's bounds from here
+    "AGE_METRIC_SKIPPED_AFTER_RECEIVES",
+    "DAY",
+    "DLQ_REASON_HEADROOM_BYTES",
+    "FARGATE_MAX_STOP_TIMEOUT_SECONDS",
+    "HEARTBEAT_MAX_INTERVAL_SECONDS",
+    "LEASE_CAP_SECONDS",
+    "MAX_CONCURRENCY",
+    "MAX_DURATION_SECONDS",
+    "MIN_LEASE_SECONDS",
+    "MIN_MAX_RECEIVE_COUNT",
+    "MIN_RETENTION_GAP_SECONDS",
+    "MIN_STOP_TIMEOUT_SECONDS",
+    "REDRIVE_BACKSTOP_RECEIVES",
+    "SHUTDOWN_FLUSH_SECONDS",
+    "SOURCE_MAX_MESSAGE_BYTES",
+    "SQS_MAX_BATCH",
+    "SQS_MAX_DELAY_SECONDS",
+    "SQS_MAX_MESSAGE_ATTRIBUTES",
+    "SQS_MAX_MESSAGE_BYTES",
+    "SQS_MAX_QUEUE_NAME_CHARS",
+    "SQS_MAX_RECEIVE_COUNT",
+    "SQS_MAX_RETENTION_SECONDS",
+    "SQS_MAX_VISIBILITY_SECONDS",
+    "SQS_MIN_RETENTION_SECONDS",
+    "VISIBILITY_MARGIN_MAX_SECONDS",
+    "VISIBILITY_MARGIN_MIN_SECONDS",
 ]
-
-# --- AWS limits (the one home of SQS's numbers; every other module imports them from here) -----
-# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
-SQS_MAX_VISIBILITY_SECONDS = 43_200  # 12 h, counted from the receive
-SQS_MIN_RETENTION_SECONDS = 60
-SQS_MAX_RETENTION_SECONDS = 1_209_600  # 14 days
-#: Messages per ReceiveMessage, entries per SendMessageBatch / DeleteMessageBatch / ChangeMessageVisibilityBatch.
-SQS_MAX_BATCH = 10
-SQS_MAX_RECEIVE_COUNT = 1_000
-SQS_MAX_MESSAGE_BYTES = 1_048_576  # body + attributes (1 MiB since August 2025)
-SQS_MAX_MESSAGE_ATTRIBUTES = 10
-SQS_MAX_DELAY_SECONDS = 900  # DelaySeconds: 15 min
-# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html
-SQS_MAX_QUEUE_NAME_CHARS = 80  # ".fifo" included
-# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
-FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
-
-# --- Policy constants (documented in the module docstring) ------------------
-VISIBILITY_MARGIN_MIN_SECONDS = 10
-VISIBILITY_MARGIN_MAX_SECONDS = 300
-LEASE_CAP_SECONDS = 900
-#: The smallest lease: twice the smallest extension threshold (2 x 1 s heartbeat), so an
-#: extension sent at the threshold still has a second chance before the lease runs out.
-MIN_LEASE_SECONDS = 4
-HEARTBEAT_MAX_INTERVAL_SECONDS = 60
-SHUTDOWN_FLUSH_SECONDS = 5
-MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
-MIN_MAX_RECEIVE_COUNT = 2
-MAX_CONCURRENCY = 256
-MIN_RETENTION_GAP_SECONDS = 86_400
-MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECONDS
-AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
-#: Room the source queue keeps below SQS's size limit for the reason attribute a move to the DLQ adds:
-#: a message at the source's limit can then always be moved with its reason (the DLQ takes the full
-#: limit). consumer.runtime.dead_letter keeps the reason attribute within it.
-DLQ_REASON_HEADROOM_BYTES = 8_192
-SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
-#: Receives the queue's redrive policy allows beyond max_receive_count (see redrive_max_receive_count).
-REDRIVE_BACKSTOP_RECEIVES = 2
 
 ENV_PREFIX = "CONSUMER_"
 #: The CloudWatch namespace of the consumer's EMF metrics (dimension ``Queue``); the dashboard reads it.
@@ -146,63 +123,6 @@ BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_T
 ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})
 HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"
-
-DAY = 86_400
-
-DERIVED_FORMULAS: dict[str, str] = {
-    "visibility_margin_seconds": "clamp(ceil(max_duration / 10), 10, 300)",
-    "attempt_timeout_seconds": "max_duration + visibility_margin",
-    "visibility_timeout_seconds": "min(attempt_timeout, max_lease)",
-    "heartbeat_interval_seconds": "clamp(visibility_timeout // 5, 1, 60)",
-    "heartbeat_threshold_seconds": "2 * heartbeat_interval",
-    "message_timeout_seconds": "max_duration",
-    "drain_timeout_seconds": "stop_timeout - 5",
-    "redrive_max_receive_count": "max_receive_count + 2",
-    "retry_horizon_seconds": (
-        "redrive_max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"
-    ),
-    "dlq_age_alarm_seconds": "(dlq_retention - source_retention) // 2",
-    "backlog_age_alarm_seconds": (
-        "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
-    ),
-    "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
-    "pollers": "ceil(concurrency / batch_size)",
-}
-
-
-class ConfigurationError(ValueError):
-    """A setting breaks a rule, so the consumer must not start; the message names the parameter, the rule and the value.
-
-    Raise it from a handler's start-up check (``@worker(..., setup=check)``) to refuse to start;
-    ``python -m consumer run`` exits 2 with this one line.
-
-    Example::
-
-        >>> print(ConfigurationError("CONSUMER_LOG_LEVEL", "must be one of DEBUG, INFO", "LOUD"))
-        "CONSUMER_LOG_LEVEL" must be one of DEBUG, INFO: 'LOUD'
-    """
-
-    def __init__(self, parameter: str, rule: str, value: object) -> None:
-        self.parameter = parameter
-        self.rule = rule
-        self.value = value
-        super().__init__(f'"{parameter}" {rule}: {value!r}')
-
-
-class ContractError(ConfigurationError):
-    """A contract value breaks a rule; the message names the parameter, the rule and the value.
-
-    Example::
-
-        >>> WorkerContract(max_duration_seconds=90, max_receive_count=1)
-        Traceback (most recent call last):
-        ...
-        consumer.contract.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
-    """
-
-
-class ContractDriftError(ContractError):
-    """Two places that must agree on a contract value do not (e.g. the stack and the image)."""
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -404,7 +324,8 @@ class WorkerContract:
     def retry_backoff_seconds(self, receive_count: int) -> int:
         """Cap of the delay after the ``receive_count``-th failed receive (1-based)."""
         exponent = min(max(receive_count, 1) - 1, 32)  # 2**32 s already exceeds any cap
-        return min(self.retry_backoff_max_seconds, self.retry_backoff_base_seconds * 2**exponent)
+        factor: int = 2**exponent  # typeshed types int ** int as Any: a negative exponent would give a float
+        return min(self.retry_backoff_max_seconds, self.retry_backoff_base_seconds * factor)
 
     @property
     def redrive_max_receive_count(self) -> int:
@@ -517,54 +438,6 @@ class WorkerContract:
                     environ[key],
                 )
         return contract
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueueAttributes:
-    """One queue's attributes, in units, with :meth:`to_sqs` spelling them as SQS's CreateQueue does.
-
-    ``None`` leaves SQS's default: the DLQ has no visibility timeout or redrive policy of its own,
-    and a benchmark queue sets only what it measures.
-    """
-
-    visibility_timeout_seconds: int | None = None
-    message_retention_seconds: int | None = None
-    maximum_message_bytes: int | None = None
-    fifo: bool = False
-    content_based_deduplication: bool = False
-    #: The redrive policy's ``maxReceiveCount`` (towards the DLQ named when calling :meth:`to_sqs`).
-    redrive_max_receive_count: int | None = None
-
-    def to_sqs(self, *, dead_letter_target_arn: str | None = None) -> dict[str, str]:
-        """CreateQueue's ``Attributes``; a redrive policy needs the DLQ's ARN, known once the DLQ exists."""
-        numbers = {
-            "VisibilityTimeout": self.visibility_timeout_seconds,
-            "MessageRetentionPeriod": self.message_retention_seconds,
-            "MaximumMessageSize": self.maximum_message_bytes,
-        }
-        attributes = {name: str(value) for name, value in numbers.items() if value is not None}
-        if self.fifo:  # SQS's FIFO attributes exist on FIFO queues only
-            attributes["FifoQueue"] = "true"
-            attributes["ContentBasedDeduplication"] = _to_env_value(self.content_based_deduplication)
-        if self.redrive_max_receive_count is not None:
-            if not dead_letter_target_arn:
-                raise ContractError(
-                    "dead_letter_target_arn",
-                    "must name the DLQ of a queue with a redrive policy",
-                    dead_letter_target_arn,
-                )
-            attributes["RedrivePolicy"] = json.dumps(
-                {"deadLetterTargetArn": dead_letter_target_arn, "maxReceiveCount": self.redrive_max_receive_count}
-            )
-        return attributes
-
-
-@dataclass(frozen=True)
-class QueuePairAttributes:
-    """The source queue's attributes and its DLQ's (:meth:`WorkerContract.queue_attributes`)."""
-
-    source: QueueAttributes
-    dead_letter: QueueAttributes
 
 
 _BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication"})
@@ -693,7 +566,7 @@ def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
     except (Exception, SystemExit) as error:  # a module calling sys.exit() on import must not end the process silently
         raised = f"raised {type(error).__name__} when imported ({' '.join(str(error).split())})"
         raise ContractError(parameter, f"names a module that {raised}", spec) from error
-    handler = getattr(module, attribute, None)
+    handler: object = getattr(module, attribute, None)
     if not callable(handler):
         raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)
     contract_of(handler, parameter)

@@ -19,7 +19,8 @@ CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"
 
 def cdk_json_context(path: Path = CDK_JSON) -> dict[str, Any]:
     """The ``context`` block of ``cdk.json`` (the CDK CLI passes it, plain ``python app.py`` does not)."""
-    return json.loads(path.read_text())["context"]
+    context: dict[str, Any] = json.loads(path.read_text())["context"]
+    return context
 
 
 def build_app(

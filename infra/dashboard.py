@@ -39,7 +39,14 @@ class WorkerDashboard(Construct):
         def line(value: float, label: str) -> cloudwatch.HorizontalAnnotation:
             return cloudwatch.HorizontalAnnotation(value=value, label=label)
 
-        def graph(title: str, left: list, *, width: int = THIRD, lines: list | None = None, right: list | None = None):
+        def graph(
+            title: str,
+            left: list[cloudwatch.IMetric],
+            *,
+            width: int = THIRD,
+            lines: list[cloudwatch.HorizontalAnnotation] | None = None,
+            right: list[cloudwatch.IMetric] | None = None,
+        ) -> cloudwatch.GraphWidget:
             return cloudwatch.GraphWidget(
                 title=title,
                 left=left,

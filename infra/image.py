@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import typer
 
@@ -65,10 +66,10 @@ class Engine:
     shared_options: tuple[str, ...] = ()
 
     def __call__(
-        self, *args: str, timeout: float = 120, check: bool = True, **kwargs: object
+        self, *args: str, timeout: float = 120, check: bool = True, stdin: IO[Any] | int | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*self.command, *args], capture_output=True, text=True, timeout=timeout, check=check, **kwargs
+            [*self.command, *args], capture_output=True, text=True, timeout=timeout, check=check, stdin=stdin
         )
 
     def has_image(self, reference: str) -> bool:
@@ -125,7 +126,7 @@ def find_engine() -> Engine:
 
 def dockerfile_base(dockerfile: Path) -> str:
     """The ``ARG BASE_IMAGE`` default of ``dockerfile``: the base AWS builds from."""
-    found = _BASE_ARG.findall(dockerfile.read_text())
+    found: list[str] = _BASE_ARG.findall(dockerfile.read_text())
     if len(found) != 1:
         raise ImageBuildError(f"{dockerfile}: expected one `ARG BASE_IMAGE=<image>` line, found {len(found)}")
     return found[0]

@@ -8,6 +8,8 @@ https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-a
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
@@ -17,6 +19,13 @@ from infra.queues import WorkerQueues
 
 SQS_METRIC_PERIOD = Duration.minutes(1)
 CONSUMER_PERIOD = Duration.minutes(1)
+
+
+class _Statistic(TypedDict):
+    """The metric options every queue metric here sets (the ``metric_*`` methods take them as keywords)."""
+
+    period: Duration
+    statistic: str
 
 
 class WorkerMetrics:
@@ -34,8 +43,8 @@ class WorkerMetrics:
     def __init__(self, *, queues: WorkerQueues, service: ecs.FargateService | None) -> None:
         self.queues = queues
         source, dlq = queues.queue, queues.dead_letter_queue
-        maximum = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
-        total = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.SUM}
+        maximum: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
+        total: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.SUM}
         self.source_visible = source.metric_approximate_number_of_messages_visible(**maximum)
         self.source_in_flight = source.metric_approximate_number_of_messages_not_visible(**maximum)
         self.source_age = source.metric_approximate_age_of_oldest_message(**maximum)

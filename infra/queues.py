@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict, cast
 
 import jsii
 from aws_cdk import Duration, RemovalPolicy, Stack, Token
@@ -59,6 +60,8 @@ class WorkerQueues(Construct):
             )
         pair = contract.queue_attributes()
         source_arn = stack.format_arn(service="sqs", resource=source_name)
+        source_redrive = pair.source.redrive_max_receive_count
+        assert source_redrive is not None  # the contract always gives the source a redrive policy
 
         self.dead_letter_queue = sqs.Queue(
             self,
@@ -79,9 +82,7 @@ class WorkerQueues(Construct):
             queue_name=source_name,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
-            dead_letter_queue=sqs.DeadLetterQueue(
-                max_receive_count=pair.source.redrive_max_receive_count, queue=self.dead_letter_queue
-            ),
+            dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=source_redrive, queue=self.dead_letter_queue),
             removal_policy=removal_policy,
             **_queue_props(pair.source),
         )
@@ -117,17 +118,28 @@ class WorkerQueues(Construct):
         )
 
 
-def _queue_props(attributes: QueueAttributes) -> dict[str, object]:
+class _QueueProps(TypedDict, total=False):
+    """The ``sqs.Queue`` keyword arguments the contract derives; a key left out keeps the CDK's default."""
+
+    visibility_timeout: Duration
+    retention_period: Duration
+    max_message_size_bytes: int
+    fifo: bool
+    content_based_deduplication: bool
+
+
+def _queue_props(attributes: QueueAttributes) -> _QueueProps:
     """The ``sqs.Queue`` props for what the contract derives (the redrive policy aside: it needs the DLQ construct)."""
-    durations = {
-        "visibility_timeout": attributes.visibility_timeout_seconds,
-        "retention_period": attributes.message_retention_seconds,
-    }
-    props: dict[str, object] = {name: Duration.seconds(value) for name, value in durations.items() if value is not None}
+    props: _QueueProps = {}
+    if attributes.visibility_timeout_seconds is not None:
+        props["visibility_timeout"] = Duration.seconds(attributes.visibility_timeout_seconds)
+    if attributes.message_retention_seconds is not None:
+        props["retention_period"] = Duration.seconds(attributes.message_retention_seconds)
     if attributes.maximum_message_bytes is not None:
         props["max_message_size_bytes"] = attributes.maximum_message_bytes
     if attributes.fifo:
-        props.update(fifo=True, content_based_deduplication=attributes.content_based_deduplication)
+        props["fifo"] = True
+        props["content_based_deduplication"] = attributes.content_based_deduplication
     return props
 
 
@@ -145,8 +157,9 @@ class _QueueInvariants:
     def validate(self) -> list[str]:
         contract = self._queues.contract
         expected = contract.queue_attributes().source
-        source = self._queues.queue.node.default_child
-        dlq = self._queues.dead_letter_queue.node.default_child
+        # A Queue's default child is its CfnQueue; jsii types node.default_child as IConstruct | None.
+        source = cast(sqs.CfnQueue, self._queues.queue.node.default_child)
+        dlq = cast(sqs.CfnQueue, self._queues.dead_letter_queue.node.default_child)
         stack = Stack.of(self._queues)
         errors = []
         source_retention = stack.resolve(source.message_retention_period)

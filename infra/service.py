@@ -291,7 +291,9 @@ def _backlog_per_task_tracking(
     """
     policy = appscaling.CfnScalingPolicy
 
-    def metric(query_id: str, namespace: str, name: str, dimensions: dict[str, str], stat: str):
+    def metric(
+        query_id: str, namespace: str, name: str, dimensions: dict[str, str], stat: str
+    ) -> appscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty:
         return policy.TargetTrackingMetricDataQueryProperty(
             id=query_id,
             return_data=False,

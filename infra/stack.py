@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from aws_cdk import Annotations, CfnCondition, CfnOutput, CfnParameter, Environment, Fn, RemovalPolicy, Stack
+from typing import cast
+
+from aws_cdk import (
+    Annotations,
+    CfnCondition,
+    CfnElement,
+    CfnOutput,
+    CfnParameter,
+    Environment,
+    Fn,
+    RemovalPolicy,
+    Stack,
+)
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
@@ -211,4 +223,5 @@ class WorkerStack(Stack):
         """How cdk-nag spells the cluster name inside a finding id (a Ref for a new cluster)."""
         if self.settings.cluster_name is not None:
             return self.settings.cluster_name
-        return f"<{self.get_logical_id(cluster.node.default_child)}>"
+        # A new cluster's default child is its CfnCluster; jsii types node.default_child as IConstruct | None.
+        return f"<{self.get_logical_id(cast(CfnElement, cluster.node.default_child))}>"

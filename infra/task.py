@@ -209,11 +209,13 @@ def _image_asset_hash(image: Any, stack_name: str) -> str:
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise TaskDefinitionError(f"{path} does not exist; synthesize first (python app.py)")
-    return json.loads(path.read_text())
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
 
 
 def container_state(engine: Engine, name: str) -> dict[str, Any]:
     """``<engine> inspect`` of a container: its State and HostConfig among the rest."""
+    state: dict[str, Any]
     (state,) = json.loads(engine("container", "inspect", name).stdout)
     return state
 

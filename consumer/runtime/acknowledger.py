@@ -12,13 +12,27 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_BATCH
+
+if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import (
+        BatchResultErrorEntryTypeDef,
+        ChangeMessageVisibilityBatchRequestEntryTypeDef,
+        ChangeMessageVisibilityBatchResultTypeDef,
+        DeleteMessageBatchRequestEntryTypeDef,
+        DeleteMessageBatchResultTypeDef,
+    )
+
+    _BatchEntry = DeleteMessageBatchRequestEntryTypeDef | ChangeMessageVisibilityBatchRequestEntryTypeDef
+    _BatchResult = DeleteMessageBatchResultTypeDef | ChangeMessageVisibilityBatchResultTypeDef
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +79,7 @@ class Acknowledger:
 
     def __init__(
         self,
-        client: Any,
+        client: SQSClient,
         queue_url: str,
         *,
         on_deleted: Callable[[Ticket], None] | None = None,
@@ -147,8 +161,11 @@ class Acknowledger:
     def _send_deletes(self, everything: bool = True) -> None:
         while self._deletes and (everything or len(self._deletes) >= SQS_MAX_BATCH):
             batch, self._deletes = self._deletes[:SQS_MAX_BATCH], self._deletes[SQS_MAX_BATCH:]
-            entries = [{"Id": str(i), "ReceiptHandle": t.receipt_handle} for i, t in enumerate(batch)]
-            failed = self._call("DeleteMessageBatch", entries, batch)
+            entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
+                {"Id": str(i), "ReceiptHandle": t.receipt_handle} for i, t in enumerate(batch)
+            ]
+            send = partial(self._client.delete_message_batch, QueueUrl=self._queue_url, Entries=entries)
+            failed = self._call("DeleteMessageBatch", entries, send)
             for index, ticket in enumerate(batch):
                 failure = failed.get(str(index))
                 if failure is None:
@@ -177,12 +194,13 @@ class Acknowledger:
         changes = [c for c in changes if c.reason != "extend" or c.ticket.is_running()]
         for start in range(0, len(changes), SQS_MAX_BATCH):
             batch = changes[start : start + SQS_MAX_BATCH]
-            entries = [
+            entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
                 {"Id": str(i), "ReceiptHandle": c.ticket.receipt_handle, "VisibilityTimeout": c.seconds}
                 for i, c in enumerate(batch)
             ]
+            send = partial(self._client.change_message_visibility_batch, QueueUrl=self._queue_url, Entries=entries)
             sent_at = self._clock()
-            failed = self._call("ChangeMessageVisibilityBatch", entries, [c.ticket for c in batch])
+            failed = self._call("ChangeMessageVisibilityBatch", entries, send)
             for index, change in enumerate(batch):
                 failure = failed.get(str(index))
                 if failure is None:
@@ -201,15 +219,12 @@ class Acknowledger:
                     },
                 )
 
-    def _call(self, operation: str, entries: list[dict[str, Any]], tickets: list[Ticket]) -> dict[str, dict]:
-        """Run one batch call; returns failed entries by Id (every entry, if the call itself failed)."""
-        method = (
-            self._client.delete_message_batch
-            if operation == "DeleteMessageBatch"
-            else (self._client.change_message_visibility_batch)
-        )
+    def _call(
+        self, operation: str, entries: Sequence[_BatchEntry], send: Callable[[], _BatchResult]
+    ) -> dict[str, BatchResultErrorEntryTypeDef]:
+        """Run one batch call (``send``); returns failed entries by Id (every entry, if the call itself failed)."""
         try:
-            response = method(QueueUrl=self._queue_url, Entries=entries)
+            response = send()
         except (ClientError, BotoCoreError) as error:
             log.warning(
                 "sqs_batch_failed",
@@ -220,5 +235,8 @@ class Acknowledger:
                     "entries": len(entries),
                 },
             )
-            return {e["Id"]: {"SenderFault": False, "Code": "CallFailed", "Message": str(error)} for e in entries}
+            return {
+                e["Id"]: {"Id": e["Id"], "SenderFault": False, "Code": "CallFailed", "Message": str(error)}
+                for e in entries
+            }
         return {f["Id"]: f for f in response.get("Failed", [])}

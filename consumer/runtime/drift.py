@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -20,7 +20,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 from consumer.contract import WorkerContract
 from consumer.runtime.aws_errors import error_code, is_missing_queue
 
-CHECKED_ATTRIBUTES = ("VisibilityTimeout", "RedrivePolicy", "MessageRetentionPeriod", "FifoQueue", "QueueArn")
+if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.literals import QueueAttributeFilterType
+
+CHECKED_ATTRIBUTES: tuple[QueueAttributeFilterType, ...] = (
+    "VisibilityTimeout",
+    "RedrivePolicy",
+    "MessageRetentionPeriod",
+    "FifoQueue",
+    "QueueArn",
+)
 REDEPLOY = "redeploy the stack (cdk deploy -c env=...) or change the handler's @worker declaration"
 
 
@@ -55,7 +65,7 @@ def queue_name_from_url(url: str) -> tuple[str, str]:
 
 
 def check_queue(
-    client: Any, *, queue_url: str, dlq_url: str | None, contract: WorkerContract, check_retention: bool = True
+    client: SQSClient, *, queue_url: str, dlq_url: str | None, contract: WorkerContract, check_retention: bool = True
 ) -> QueueBinding:
     """Compare the live source queue with ``contract``; raise :class:`QueueDriftError` on any difference.
 

@@ -30,13 +30,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.message import Message
 from consumer.runtime.aws_errors import error_code
+
+if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +261,7 @@ def _warn_lost_lease(key: str, owner: str) -> None:
     )
 
 
-def _number(value: float) -> dict[str, str]:
+def _number(value: float) -> AttributeValueTypeDef:
     return {"N": str(int(value)) if float(value).is_integer() else repr(float(value))}
 
 
@@ -278,7 +282,9 @@ class DynamoDBStore:
             ...
     """
 
-    def __init__(self, table_name: str, *, client: Any = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, table_name: str, *, client: DynamoDBClient | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.table_name = table_name
         # Created here, never at import: importing the consumer must not need credentials or a region.
         self._client = client if client is not None else boto3.client("dynamodb")
@@ -311,7 +317,9 @@ class DynamoDBStore:
         except ClientError as error:
             if error_code(error) != _CONDITION_FAILED:
                 raise self._wrap("claim", error) from error
-            item = error.response.get("Item")
+            # botocore-stubs' error response declares no "Item" (ReturnValuesOnConditionCheckFailure's old item).
+            response: Mapping[str, Any] = error.response
+            item: Mapping[str, Any] | None = response.get("Item")
         except BotoCoreError as error:
             raise self._wrap("claim", error) from error
         if item is None:
@@ -392,7 +400,7 @@ class DynamoDBStore:
         except BotoCoreError as error:
             raise self._wrap("release", error) from error
 
-    def _get_item(self, key: str) -> dict[str, Any] | None:
+    def _get_item(self, key: str) -> Mapping[str, Any] | None:
         try:
             response = self._client.get_item(TableName=self.table_name, Key={"pk": {"S": key}}, ConsistentRead=True)
         except (ClientError, BotoCoreError) as error:

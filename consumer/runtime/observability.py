@@ -103,7 +103,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-class _JsonHandler(logging.StreamHandler):
+class _JsonHandler(logging.StreamHandler[IO[str]]):
     """The handler :func:`configure_logging` installs; its type is how a second call finds it."""
 
 

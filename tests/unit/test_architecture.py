@@ -27,10 +27,21 @@ def imported_modules(tree: ast.Module) -> set[str]:
     return modules | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
 
 
-def test_contract_imports_standard_library_only() -> None:
-    """consumer/contract.py must import nothing outside the standard library."""
-    roots = imported_roots(ROOT / "consumer" / "contract.py") - {"__future__"}
-    assert sorted(roots - set(sys.stdlib_module_names)) == []
+#: The contract and the sibling modules it is split into; each imports the standard library and the others only.
+CONTRACT_MODULES = ("consumer.contract", "consumer.errors", "consumer.limits", "consumer.queue_attributes")
+
+
+@pytest.mark.parametrize("module", CONTRACT_MODULES)
+def test_contract_imports_standard_library_only(module: str) -> None:
+    """consumer/contract.py and its siblings import nothing outside the standard library (and each other)."""
+    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    imported = imported_modules(tree)
+    outside = {
+        name
+        for name in imported - {"__future__", *CONTRACT_MODULES}
+        if name.split(".")[0] not in sys.stdlib_module_names
+    }
+    assert sorted(outside) == []
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "consumer").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
@@ -120,12 +131,12 @@ def _defined_names(path: Path) -> set[str]:
 
 
 def test_sqs_limits_are_defined_only_in_the_contract() -> None:
-    """SQS's numbers (SQS_MAX_..., SQS_MIN_...) live in consumer/contract.py; every other module imports them."""
+    """SQS's numbers (SQS_MAX_..., SQS_MIN_...) live in consumer/limits.py; every other module imports them."""
     sources = [*(ROOT / "consumer").rglob("*.py"), *(ROOT / "infra").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
     elsewhere = sorted(
         f"{path.relative_to(ROOT)}: {name}"
         for path in sources
-        if path != ROOT / "consumer" / "contract.py"
+        if path != ROOT / "consumer" / "limits.py"
         for name in _defined_names(path)
         if name.startswith(("SQS_MAX", "SQS_MIN", "SQS_BATCH"))
     )

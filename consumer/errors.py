@@ -1,0 +1,44 @@
+"""The errors of the public API: a setting or a contract value that breaks a rule.
+
+Each names the parameter, the rule and the value. ``consumer.contract`` and ``consumer`` re-export them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigurationError", "ContractDriftError", "ContractError"]
+
+
+class ConfigurationError(ValueError):
+    """A setting breaks a rule, so the consumer must not start; the message names the parameter, the rule and the value.
+
+    Raise it from a handler's start-up check (``@worker(..., setup=check)``) to refuse to start;
+    ``python -m consumer run`` exits 2 with this one line.
+
+    Example::
+
+        >>> print(ConfigurationError("CONSUMER_LOG_LEVEL", "must be one of DEBUG, INFO", "LOUD"))
+        "CONSUMER_LOG_LEVEL" must be one of DEBUG, INFO: 'LOUD'
+    """
+
+    def __init__(self, parameter: str, rule: str, value: object) -> None:
+        self.parameter = parameter
+        self.rule = rule
+        self.value = value
+        super().__init__(f'"{parameter}" {rule}: {value!r}')
+
+
+class ContractError(ConfigurationError):
+    """A contract value breaks a rule; the message names the parameter, the rule and the value.
+
+    Example::
+
+        >>> from consumer.contract import WorkerContract
+        >>> WorkerContract(max_duration_seconds=90, max_receive_count=1)
+        Traceback (most recent call last):
+        ...
+        consumer.errors.ContractError: "max_receive_count" must be between 2 and 998 ...: 1
+    """
+
+
+class ContractDriftError(ContractError):
+    """Two places that must agree on a contract value do not (e.g. the stack and the image)."""

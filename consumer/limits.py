@@ -1,0 +1,116 @@
+"""The numbers the worker contract is made of: AWS's limits, the contract's own bounds and its formulas.
+
+:class:`consumer.contract.WorkerContract` checks a declaration against these bounds and derives every
+timing with these formulas. ``consumer.contract`` re-exports every name here (both halves import them
+from there); standard library only, like the contract (tests/unit/test_architecture.py).
+
+The formulas (also in the README's configuration table, generated from
+:data:`DERIVED_FORMULAS`):
+
+* ``visibility_margin = clamp(ceil(max_duration / 10), 10, 300)``: room for the
+  receive-to-start delay, the batched delete's flush interval and clock skew.
+* ``attempt_timeout = max_duration + visibility_margin``: the longest one
+  receive may hold a message; the heartbeat never extends past it.
+* ``visibility_timeout = min(attempt_timeout, max_lease)`` with ``max_lease``
+  900 s unless declared: short handlers are covered by the queue's visibility
+  alone, so a heartbeat failure cannot cause a duplicate; longer handlers get a
+  lease (15 min by default) that the heartbeat extends, so a crashed task's
+  messages come back within the lease, not hours later. Declaring a shorter
+  ``max_lease`` trades that heartbeat independence for a faster return of a
+  crashed task's messages.
+* ``heartbeat_interval = clamp(visibility_timeout // 5, 1, 60)``; a message is
+  extended when its lease has at most ``2 * heartbeat_interval`` left, so one
+  failed heartbeat call still leaves a second chance before expiry.
+* ``message_timeout = max_duration``.
+* ``stop_timeout = min(120, max_duration + 5)`` unless declared; the consumer
+  drains in-flight work for ``stop_timeout - 5`` s and uses the last 5 s to
+  flush deletes and hand back what did not finish.
+* ``retry_backoff(n) = min(retry_backoff_max, retry_backoff_base * 2 ** (n - 1))``
+  after the n-th failed receive (the consumer adds jitter below this cap).
+* ``redrive_max_receive_count = max_receive_count + 2``: the queue's redrive
+  policy. The consumer itself moves a message that fails on its
+  ``max_receive_count``-th receive to the DLQ, with the reason; SQS's silent
+  redrive is only the backstop for receives the consumer never saw (a receive
+  response lost on the network and retried, a process killed in a long poll),
+  so up to two of those cannot dead-letter a message unseen and unexplained.
+* ``retry_horizon = redrive_max_receive_count * attempt_timeout +
+  sum(retry_backoff(n) for n < max_receive_count)``: the longest a failing message can take to reach
+  the DLQ; it must fit in the source retention or messages could expire
+  instead of reaching the DLQ.
+* ``dlq_age_alarm = (dlq_retention - source_retention) // 2``: for standard
+  queues a message's expiry counts from its original enqueue time, but the DLQ's
+  ``ApproximateAgeOfOldestMessage`` counts from the move, so a message can sit
+  in the DLQ for as little as the retention gap; the alarm fires with at least
+  half of that gap left.
+  https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html
+* ``backlog_age_alarm = acceptable_latency + sum(attempt_timeout +
+  retry_backoff(n) for n in 1..min(3, max_receive_count))``: SQS's age metric
+  skips messages received three times or more, so a message being retried
+  legitimately ages by at most three attempt cycles before it stops counting.
+* ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
+  messages of backlog per task (AWS's "acceptable backlog per task").
+* ``pollers = ceil(concurrency / batch_size)`` receive loops per process.
+"""
+
+from __future__ import annotations
+
+# --- AWS limits (the one home of SQS's numbers; every other module imports them) --------------
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
+SQS_MAX_VISIBILITY_SECONDS = 43_200  # 12 h, counted from the receive
+SQS_MIN_RETENTION_SECONDS = 60
+SQS_MAX_RETENTION_SECONDS = 1_209_600  # 14 days
+#: Messages per ReceiveMessage, entries per SendMessageBatch / DeleteMessageBatch / ChangeMessageVisibilityBatch.
+SQS_MAX_BATCH = 10
+SQS_MAX_RECEIVE_COUNT = 1_000
+SQS_MAX_MESSAGE_BYTES = 1_048_576  # body + attributes (1 MiB since August 2025)
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
+SQS_MAX_DELAY_SECONDS = 900  # DelaySeconds: 15 min
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html
+SQS_MAX_QUEUE_NAME_CHARS = 80  # ".fifo" included
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
+FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
+
+# --- Policy constants (documented in the module docstring) ------------------
+VISIBILITY_MARGIN_MIN_SECONDS = 10
+VISIBILITY_MARGIN_MAX_SECONDS = 300
+LEASE_CAP_SECONDS = 900
+#: The smallest lease: twice the smallest extension threshold (2 x 1 s heartbeat), so an
+#: extension sent at the threshold still has a second chance before the lease runs out.
+MIN_LEASE_SECONDS = 4
+HEARTBEAT_MAX_INTERVAL_SECONDS = 60
+SHUTDOWN_FLUSH_SECONDS = 5
+MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
+MIN_MAX_RECEIVE_COUNT = 2
+MAX_CONCURRENCY = 256
+MIN_RETENTION_GAP_SECONDS = 86_400
+MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECONDS
+AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
+#: Room the source queue keeps below SQS's size limit for the reason attribute a move to the DLQ adds:
+#: a message at the source's limit can then always be moved with its reason (the DLQ takes the full
+#: limit). consumer.runtime.dead_letter keeps the reason attribute within it.
+DLQ_REASON_HEADROOM_BYTES = 8_192
+SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
+#: Receives the queue's redrive policy allows beyond max_receive_count (see redrive_max_receive_count).
+REDRIVE_BACKSTOP_RECEIVES = 2
+
+DAY = 86_400
+
+DERIVED_FORMULAS: dict[str, str] = {
+    "visibility_margin_seconds": "clamp(ceil(max_duration / 10), 10, 300)",
+    "attempt_timeout_seconds": "max_duration + visibility_margin",
+    "visibility_timeout_seconds": "min(attempt_timeout, max_lease)",
+    "heartbeat_interval_seconds": "clamp(visibility_timeout // 5, 1, 60)",
+    "heartbeat_threshold_seconds": "2 * heartbeat_interval",
+    "message_timeout_seconds": "max_duration",
+    "drain_timeout_seconds": "stop_timeout - 5",
+    "redrive_max_receive_count": "max_receive_count + 2",
+    "retry_horizon_seconds": (
+        "redrive_max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"
+    ),
+    "dlq_age_alarm_seconds": "(dlq_retention - source_retention) // 2",
+    "backlog_age_alarm_seconds": (
+        "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
+    ),
+    "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
+    "pollers": "ceil(concurrency / batch_size)",
+}
