@@ -35,7 +35,7 @@ CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
 #: Exactly what the consumer calls (tests/infra/runtime_calls.json, recorded from the integration tests).
 #: Batch calls need no separate action: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
 #: sqs:SendMessage: a hand-back on a standard queue is a fresh copy sent to the source
-#: (consumer/runtime/consumer.py _requeue), so it keeps its retry budget.
+#: (consumer/runtime/settlement.py, Settlement.hand_back), so it keeps its retry budget.
 SOURCE_QUEUE_ACTIONS = (
     "sqs:ChangeMessageVisibility",
     "sqs:DeleteMessage",

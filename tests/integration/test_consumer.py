@@ -348,7 +348,7 @@ def test_consumer_stops_with_exit_1_when_a_thread_crashes(sqs: Any, monkeypatch:
     contract = fast_contract()
     pair = create_pair(sqs, contract)
     worker = consumer_of(sqs, pair, contract, lambda m: None)
-    monkeypatch.setattr(worker, "_groups", lambda received: 1 / 0)
+    monkeypatch.setattr(worker._poller, "_groups", lambda received: 1 / 0)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="x")
     assert worker.run() == 1
 

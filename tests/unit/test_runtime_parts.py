@@ -1,9 +1,11 @@
-"""Unit tests for the runtime's pure parts: slots, DLQ send parameters, configuration (no network)."""
+"""Unit tests for the runtime's parts: slots, the in-flight table, the timing knobs, DLQ send parameters, configuration (no network)."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
+from typing import Any
 
 import pytest
 
@@ -16,8 +18,9 @@ from consumer.contract import (
     WorkerContract,
 )
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
+from consumer.runtime import consumer as runtime
 from consumer.runtime.config import check_declaration, load_config
-from consumer.runtime.consumer import Slots, lease_extension, task_role_id_from_env
+from consumer.runtime.consumer import Consumer, Slots, lease_extension, task_role_id_from_env
 from consumer.runtime.dead_letter import (
     MAX_REASON_RECORD_BYTES,
     ORIGINAL_ATTRIBUTES,
@@ -27,6 +30,8 @@ from consumer.runtime.dead_letter import (
     requeue_parameters,
     send_parameters,
 )
+from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext, State
+from consumer.runtime.observability import Metrics
 
 HANDLER = "tests.integration.handlers:slow"
 
@@ -69,6 +74,141 @@ def test_slots_reserve_returns_zero_once_stopping() -> None:
     slots.reserve_up_to(1, stop)
     threading.Timer(0.2, stop.set).start()
     assert slots.reserve_up_to(1, stop) == 0
+
+
+class OneReceive:
+    """An SQS client stand-in: records the first receive's arguments, stops ``consumer`` and answers no message."""
+
+    def __init__(self) -> None:
+        self.receives: list[dict[str, Any]] = []
+        self.consumer: Consumer | None = None
+
+    def receive_message(self, **arguments: Any) -> dict[str, Any]:
+        self.receives.append(arguments)
+        assert self.consumer is not None
+        self.consumer.stop()
+        return {"Messages": []}
+
+
+def consumer_with(client: OneReceive) -> Consumer:
+    contract = WorkerContract(max_duration_seconds=3, concurrency=1)
+    client.consumer = Consumer(
+        client,  # type: ignore[arg-type]
+        queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+        dlq_url=None,
+        contract=contract,
+        handler=lambda _: None,
+        metrics=Metrics(stream=io.StringIO()),
+    )
+    return client.consumer
+
+
+def test_consumer_long_polls_as_long_as_the_consumer_module_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LONG_POLL_SECONDS set on consumer.runtime.consumer (where the CLI reads it too) is the poller's wait."""
+    monkeypatch.setattr(runtime, "LONG_POLL_SECONDS", 3)
+    client = OneReceive()
+    assert consumer_with(client).run() == runtime.EXIT_OK
+    assert [r["WaitTimeSeconds"] for r in client.receives] == [3]
+
+
+def test_consumer_fills_batches_as_long_as_the_consumer_module_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BATCH_FILL_SECONDS set on consumer.runtime.consumer (as bench/subject.py's ablation does) is the fill wait."""
+    monkeypatch.setattr(runtime, "BATCH_FILL_SECONDS", 0.25)
+    fills: list[float] = []
+    reserve = Slots.reserve_up_to
+
+    def recorded(slots: Slots, wanted: int, stop: threading.Event, fill_seconds: float = 0.0) -> int:
+        fills.append(fill_seconds)
+        return reserve(slots, wanted, stop, fill_seconds)
+
+    monkeypatch.setattr(Slots, "reserve_up_to", recorded)
+    assert consumer_with(OneReceive()).run() == runtime.EXIT_OK
+    assert fills and set(fills) == {0.25}
+
+
+class CountingProtection:
+    """A ScaleInProtection stand-in that counts the heartbeat's once-a-tick reconciliations."""
+
+    def __init__(self) -> None:
+        self.idle_calls = 0
+
+    def busy(self) -> None: ...
+
+    def idle(self) -> None:
+        self.idle_calls += 1
+
+    def refresh(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class QuietQueue:
+    """An SQS client stand-in whose long polls wait 0.2 s and answer no message."""
+
+    def receive_message(self, **arguments: Any) -> dict[str, Any]:
+        threading.Event().wait(0.2)
+        return {"Messages": []}
+
+
+def test_consumer_ticks_as_often_as_the_consumer_module_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TICK_SECONDS set on consumer.runtime.consumer paces the heartbeat (test_protection holds it off that way)."""
+    monkeypatch.setattr(runtime, "TICK_SECONDS", 0.02)
+    protection = CountingProtection()
+    consumer = Consumer(
+        QuietQueue(),  # type: ignore[arg-type]
+        queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+        dlq_url=None,
+        contract=WorkerContract(max_duration_seconds=3, concurrency=1),
+        handler=lambda _: None,
+        protection=protection,  # type: ignore[arg-type]
+        metrics=Metrics(stream=io.StringIO()),
+    )
+    threading.Timer(0.5, consumer.stop).start()
+    assert consumer.run() == runtime.EXIT_OK
+    assert protection.idle_calls >= 10  # about 25 ticks in 0.5 s; the default 0.5 s tick gives 1 or 2
+
+
+def in_flight(message_id: str = "m-1") -> InFlight:
+    received = Message(body="payload", message_id=message_id, receipt_handle=f"rh-{message_id}")
+    return InFlight(received, 0.0, 30.0, LogContext.of(received, "https://sqs.example/q"))
+
+
+def test_in_flight_table_admits_the_first_receive_as_first_and_none_once_closed() -> None:
+    """The first receive makes the task busy; one answered after close() is late and not admitted."""
+    table = InFlightTable()
+    assert (table.admit([in_flight("a")]), table.admit([in_flight("b")])) == (Admission.FIRST, Admission.MORE)
+    assert table.close() == 2  # both pollers still dispatching
+    assert (table.admit([in_flight("c")]), len(table)) == (Admission.LATE, 2)
+
+
+def test_in_flight_table_starts_only_a_waiting_message() -> None:
+    """A message handed back before its worker reached it does not start."""
+    table, item = InFlightTable(), in_flight()
+    table.admit([item])
+    assert table.release_waiting(item) and table.is_idle()
+    assert not table.start(item, started_at=1.0, key="k", owner="o")
+    assert (item.state, item.started_at) == (State.RELEASED, None)
+
+
+def test_in_flight_table_finishes_only_a_running_message() -> None:
+    """A handler returning after it was given up on finds TIMED_OUT, and its result does not count."""
+    table, item = InFlightTable(), in_flight()
+    table.admit([item])
+    assert table.start(item, started_at=0.0, key="k", owner="o")
+    assert table.time_out_overruns(now=10.0, timeout_seconds=5.0) == ([item], 1)
+    assert (table.finish(item), item.state) == (State.TIMED_OUT, State.TIMED_OUT)
+
+
+def test_in_flight_table_releases_the_unfinished_with_whether_they_were_attempted() -> None:
+    """At the drain timeout a running message counts its attempt, a waiting one does not; done ones stay."""
+    table = InFlightTable()
+    running, waiting, done = in_flight("r"), in_flight("w"), in_flight("d")
+    table.admit([running, waiting, done])
+    table.start(running, started_at=0.0, key="r", owner="o")
+    table.start(done, started_at=0.0, key="d", owner="o")
+    assert table.finish(done) is State.RUNNING
+    assert table.release_unfinished() == [(running, True), (waiting, False)]
+    assert (running.state, waiting.state, done.state) == (State.RELEASED, State.RELEASED, State.DONE)
 
 
 def message(**overrides: object) -> Message:

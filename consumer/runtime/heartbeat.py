@@ -1,0 +1,125 @@
+"""The heartbeat: gives up on overrunning handlers, extends leases, keeps task protection and flushes metrics."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.idempotency import IdempotencyStore
+from consumer.runtime.inflight import InFlight, InFlightTable, update_record
+from consumer.runtime.observability import Metrics
+from consumer.runtime.protection import ScaleInProtection
+
+log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
+
+METRICS_FLUSH_SECONDS = 60
+
+
+def lease_extension(
+    contract: WorkerContract, *, now: float, received_at: float, started_at: float, visible_until: float
+) -> int | None:
+    """New visibility (seconds from now) for a running message, or None if it needs no extension.
+
+    Only when the lease has at most ``heartbeat_threshold`` left; never past the
+    attempt end (``started + max_duration + margin``: the handler is given up on
+    then) nor 12 h after the receive (SQS's limit, which extensions do not reset).
+    """
+    remaining = visible_until - now
+    if remaining > contract.heartbeat_threshold_seconds:
+        return None
+    attempt_end = started_at + contract.max_duration_seconds + contract.visibility_margin_seconds
+    target = int(
+        min(contract.visibility_timeout_seconds, attempt_end - now, received_at + SQS_MAX_VISIBILITY_SECONDS - now - 1)
+    )
+    return target if target > remaining else None
+
+
+class Heartbeat:
+    """Once a tick until ``closed``: time out overruns, reconcile task protection; every heartbeat interval,
+    extend the leases of running messages close to expiry (through the acknowledger, so an extension can never
+    overwrite a backoff or touch a deleted message) with their idempotency leases, and refresh protection.
+
+    ``on_stuck`` is called when every slot holds a handler that was given up on.
+    """
+
+    def __init__(
+        self,
+        *,
+        contract: WorkerContract,
+        table: InFlightTable,
+        ack: Acknowledger,
+        idempotency: IdempotencyStore,
+        metrics: Metrics,
+        protection: ScaleInProtection,
+        stop: threading.Event,
+        closed: threading.Event,
+        on_stuck: Callable[[], None],
+        clock: Callable[[], float],
+        tick_seconds: float,
+    ) -> None:
+        self.contract = contract
+        self._table = table
+        self._ack = ack
+        self._idempotency = idempotency
+        self._metrics = metrics
+        self._protection = protection
+        self._stop = stop
+        self._closed = closed
+        self._on_stuck = on_stuck
+        self._clock = clock
+        self._tick_seconds = tick_seconds
+
+    def run(self) -> None:
+        last_beat = last_flush = self._clock()
+        while not self._closed.wait(self._tick_seconds):
+            now = self._clock()
+            self._give_up_overruns(now)
+            # Busy/idle are decided on several threads; reconciling here means a late idle() can never
+            # leave a busy task unprotected for longer than one tick. Both calls are no-ops when unchanged.
+            self._protection.idle() if self._table.is_idle() else self._protection.busy()
+            if now - last_beat >= self.contract.heartbeat_interval_seconds:
+                last_beat = now
+                self._extend_leases(now)
+                self._protection.refresh()
+            if now - last_flush >= METRICS_FLUSH_SECONDS:
+                last_flush = now
+                self._metrics.flush()
+
+    def _give_up_overruns(self, now: float) -> None:
+        overrun, stuck = self._table.time_out_overruns(now, self.contract.message_timeout_seconds)
+        for item in overrun:
+            self._metrics.count("timed_out")
+            log.error(
+                "handler_timed_out",
+                extra={
+                    "message_id": item.message.message_id,
+                    "max_duration_seconds": self.contract.max_duration_seconds,
+                },
+            )
+        if stuck >= self.contract.concurrency and not self._stop.is_set():
+            # Every slot holds a handler that will not return: only a new task can make progress.
+            log.critical("handlers_stuck", extra={"stuck": stuck})
+            self._on_stuck()
+
+    def _extend_leases(self, now: float) -> None:
+        for item in self._table.running():
+            assert item.started_at is not None
+            target = lease_extension(
+                self.contract,
+                now=now,
+                received_at=item.received_at,
+                started_at=item.started_at,
+                visible_until=item.visible_until,
+            )
+            if target is None:
+                continue
+
+            def extended(sent_at: float, item: InFlight = item, target: int = target) -> None:
+                item.visible_until = sent_at + target
+
+            self._ack.change_visibility(item.ticket, target, "extend", on_sent=extended)
+            update_record(self._idempotency, "renew", item, lease_seconds=target)
+            self._metrics.count("visibility_extensions")

@@ -1,0 +1,212 @@
+"""The messages this process holds, and the one lock every change of their state goes through.
+
+A received message is an :class:`InFlight` record in the :class:`InFlightTable` from its
+receive until its outcome has reached the acknowledger. Pollers, workers, the heartbeat and
+shutdown all move records between states; the table makes each move one step under its
+lock, so a handler finishing, the heartbeat giving up on it and shutdown handing it back
+can never all act on the same message.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from consumer.message import Message
+from consumer.runtime.acknowledger import Ticket
+from consumer.runtime.idempotency import IdempotencyStore
+from consumer.runtime.observability import trace_context
+
+# Every runtime module logs as "consumer": the logger name is part of each JSON line operators filter on.
+log = logging.getLogger("consumer")
+
+
+class State(enum.Enum):
+    WAITING = "waiting"  # received, not started
+    RUNNING = "running"
+    TIMED_OUT = "timed_out"  # given up on: no extension, no delete; still holds its slot
+    DONE = "done"
+    RELEASED = "released"  # handed back unstarted, or at the drain timeout
+
+
+@dataclass(frozen=True)
+class LogContext:
+    """The fields every log line about one message carries, trace ids included; bound once at the receive."""
+
+    message_id: str
+    receive_count: int
+    queue_url: str
+    trace: Mapping[str, str]
+
+    @classmethod
+    def of(cls, message: Message, queue_url: str) -> LogContext:
+        trace = trace_context(message.message_attributes, message.attributes)
+        return cls(message.message_id, message.receive_count, queue_url, trace)
+
+    def fields(self, **more: Any) -> dict[str, Any]:
+        """The bound fields, then ``more``, as a log call's ``extra``."""
+        bound: dict[str, Any] = {
+            "message_id": self.message_id,
+            "receive_count": self.receive_count,
+            "queue_url": self.queue_url,
+        }
+        return bound | dict(self.trace) | more
+
+
+@dataclass(eq=False)
+class InFlight:
+    message: Message
+    received_at: float
+    visible_until: float
+    context: LogContext
+    state: State = State.WAITING
+    started_at: float | None = None
+    key: str | None = None
+    owner: str = ""  # unique per attempt, so a stale attempt can never touch a newer one's record
+    ticket: Ticket = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ticket = Ticket(
+            self.message.message_id, self.message.receipt_handle, is_running=lambda: self.state is State.RUNNING
+        )
+
+
+def update_record(
+    store: IdempotencyStore, operation: Literal["complete", "release", "renew"], item: InFlight, **seconds: int
+) -> None:
+    """Complete, release or renew ``item``'s idempotency record; a failure is logged, never raised."""
+    try:
+        getattr(store, operation)(item.key, owner=item.owner, **seconds)
+    except Exception as error:  # noqa: BLE001 (the message outcome stands; the record expires)
+        log.warning(
+            "idempotency_update_failed",
+            extra={"operation": operation, "message_id": item.message.message_id, "error": str(error)},
+        )
+
+
+class Admission(enum.Enum):
+    """What :meth:`InFlightTable.admit` did with a receive's messages."""
+
+    LATE = "late"  # shutdown has collected its hand-backs: not admitted
+    FIRST = "first"  # admitted into an empty table: the task has just become busy
+    MORE = "more"  # admitted beside messages already in flight
+
+
+class InFlightTable:
+    """The in-flight records and their state transitions, each one step under one lock.
+
+    It also counts pollers between a receive's answer and handing its messages on
+    (``dispatching``): shutdown waits for them before it collects what to hand back,
+    and admits no receive once it has (:meth:`close`).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[int, InFlight] = {}
+        self._dispatching = 0
+        self._closing = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def is_idle(self) -> bool:
+        with self._lock:
+            return not self._items
+
+    # --- pollers ----------------------------------------------------------------
+    def admit(self, items: list[InFlight]) -> Admission:
+        """Take a receive's messages in and count their poller as dispatching (until :meth:`dispatched`)."""
+        with self._lock:
+            if self._closing:
+                return Admission.LATE
+            self._dispatching += 1
+            for item in items:
+                self._items[id(item)] = item
+            return Admission.FIRST if len(self._items) == len(items) else Admission.MORE
+
+    def dispatched(self) -> None:
+        """The poller of an admitted receive has handed all of it on (or back)."""
+        with self._lock:
+            self._dispatching -= 1
+
+    # --- workers ----------------------------------------------------------------
+    def start(self, item: InFlight, *, started_at: float, key: str, owner: str) -> bool:
+        """WAITING -> RUNNING; False if it was handed back (or given up on) before it could start."""
+        with self._lock:
+            if item.state is not State.WAITING:
+                return False
+            item.state, item.started_at = State.RUNNING, started_at
+            item.key, item.owner = key, owner
+            return True
+
+    def finish(self, item: InFlight) -> State:
+        """RUNNING -> DONE; returns the state found, so a result that no longer counts can be told apart."""
+        with self._lock:
+            found = item.state
+            if found is State.RUNNING:
+                item.state = State.DONE
+            return found
+
+    def release_waiting(self, item: InFlight) -> bool:
+        """WAITING -> RELEASED and out of the table; False if it had started (or was released) already."""
+        with self._lock:
+            if item.state is not State.WAITING:
+                return False
+            item.state = State.RELEASED
+            self._items.pop(id(item), None)
+            return True
+
+    def remove(self, item: InFlight) -> bool:
+        """Take ``item`` out once its outcome has reached the acknowledger; True if nothing is left in flight."""
+        with self._lock:
+            self._items.pop(id(item), None)
+            return not self._items
+
+    # --- heartbeat --------------------------------------------------------------
+    def time_out_overruns(self, now: float, timeout_seconds: float) -> tuple[list[InFlight], int]:
+        """RUNNING past ``timeout_seconds`` -> TIMED_OUT; returns those, and how many are timed out in all."""
+        with self._lock:
+            overrun = [
+                i
+                for i in self._items.values()
+                if i.state is State.RUNNING and i.started_at is not None and now - i.started_at > timeout_seconds
+            ]
+            for item in overrun:
+                item.state = State.TIMED_OUT
+            stuck = sum(1 for i in self._items.values() if i.state is State.TIMED_OUT)
+        return overrun, stuck
+
+    def running(self) -> list[InFlight]:
+        with self._lock:
+            return [i for i in self._items.values() if i.state is State.RUNNING and i.started_at is not None]
+
+    # --- shutdown ---------------------------------------------------------------
+    def unsettled(self) -> list[InFlight]:
+        """Running, or done with an outcome not yet handed to the acknowledger."""
+        with self._lock:
+            return [i for i in self._items.values() if i.state in (State.RUNNING, State.DONE)]
+
+    def close(self) -> int:
+        """Admit no more receives; returns how many pollers are still dispatching."""
+        with self._lock:
+            self._closing = True
+            return self._dispatching
+
+    @property
+    def dispatching(self) -> int:
+        with self._lock:
+            return self._dispatching
+
+    def release_unfinished(self) -> list[tuple[InFlight, bool]]:
+        """RUNNING or WAITING -> RELEASED; returns each with whether it was attempted (it was running)."""
+        with self._lock:
+            unfinished = [
+                (i, i.state is State.RUNNING) for i in self._items.values() if i.state in (State.RUNNING, State.WAITING)
+            ]
+            for item, _ in unfinished:
+                item.state = State.RELEASED
+        return unfinished

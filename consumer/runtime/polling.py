@@ -1,0 +1,186 @@
+"""Receiving: free handler slots, and the pollers that long-poll only for as many messages as there are slots.
+
+A poller reserves free slots first, then long-polls for at most that many messages, so
+a received message always has a slot to start in.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from consumer.contract import WorkerContract
+from consumer.message import Message
+from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
+from consumer.runtime.observability import Metrics
+from consumer.runtime.protection import ScaleInProtection
+
+if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import ReceiveMessageResultTypeDef
+
+log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
+
+LONG_POLL_SECONDS = 20
+RECEIVE_ERROR_MAX_BACKOFF_SECONDS = 20
+#: How often a thread waiting on something else looks at the stop event again.
+TICK_SECONDS = 0.5
+#: A busy poller waits at most this long for enough free slots to receive a full batch
+#: (see Slots.reserve_up_to); 0.2 SQS requests per message needs full batches.
+BATCH_FILL_SECONDS = 0.1
+
+
+class Slots:
+    """Counts free handler slots; a timed-out handler keeps its slot until its thread returns."""
+
+    def __init__(
+        self, total: int, clock: Callable[[], float] = time.monotonic, *, tick_seconds: float = TICK_SECONDS
+    ) -> None:
+        self._total = total
+        self._free = total
+        self._clock = clock
+        self._tick_seconds = tick_seconds
+        self._condition = threading.Condition()
+
+    def reserve_up_to(self, wanted: int, stop: threading.Event, fill_seconds: float = 0.0) -> int:
+        """Take between 1 and ``wanted`` free slots, waiting for the first; 0 once ``stop`` is set.
+
+        With fewer than ``wanted`` free (some handlers still running), wait up to
+        ``fill_seconds`` longer for more to free up: a busy consumer then receives
+        full batches instead of one message per ReceiveMessage call. An idle
+        consumer has every slot free and never waits.
+        """
+        with self._condition:
+            while self._free == 0 and not stop.is_set():
+                self._condition.wait(self._tick_seconds)
+            wanted = min(wanted, self._total)
+            deadline = self._clock() + fill_seconds
+            while self._free < wanted and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
+                self._condition.wait(remaining)
+            if stop.is_set():
+                return 0
+            taken = min(wanted, self._free)
+            self._free -= taken
+            return taken
+
+    def release(self, count: int = 1) -> None:
+        if count:
+            with self._condition:
+                self._free += count
+                self._condition.notify_all()
+
+
+class Poller:
+    """Reserve free slots, long-poll for at most that many messages, admit them and queue them for the workers.
+
+    One instance serves every poller thread (``contract.pollers``); each runs :meth:`run`.
+    ``hand_back_unstarted`` returns the messages of a receive answered after shutdown began.
+    """
+
+    def __init__(
+        self,
+        client: SQSClient,
+        *,
+        queue_url: str,
+        contract: WorkerContract,
+        task_role_id: str | None,
+        slots: Slots,
+        table: InFlightTable,
+        work: queue.Queue[list[InFlight]],
+        stop: threading.Event,
+        metrics: Metrics,
+        protection: ScaleInProtection,
+        hand_back_unstarted: Callable[[list[InFlight], str], None],
+        clock: Callable[[], float],
+        long_poll_seconds: int,
+        batch_fill_seconds: float,
+    ) -> None:
+        self.client = client
+        self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
+        self.contract = contract
+        self.task_role_id = task_role_id
+        self._slots = slots
+        self._table = table
+        self._work = work
+        self._stop = stop
+        self._metrics = metrics
+        self._protection = protection
+        self._hand_back_unstarted = hand_back_unstarted
+        self._clock = clock
+        self._long_poll_seconds = long_poll_seconds
+        self._batch_fill_seconds = batch_fill_seconds
+
+    def run(self) -> None:
+        error_backoff = 1.0
+        while not self._stop.is_set():
+            reserved = self._slots.reserve_up_to(self.contract.batch_size, self._stop, self._batch_fill_seconds)
+            if not reserved:
+                continue
+            try:
+                response = self.client.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=reserved,
+                    WaitTimeSeconds=self._long_poll_seconds,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+                error_backoff = 1.0
+            except (ClientError, BotoCoreError) as error:
+                self._slots.release(reserved)
+                log.warning(
+                    "receive_failed",
+                    extra={"queue_url": self.queue_url, "error": str(error), "retry_in_seconds": error_backoff},
+                )
+                # Bounded exponential wait: an unreachable endpoint costs one call per wait, no busy loop.
+                self._stop.wait(error_backoff)
+                error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
+                continue
+            self._dispatch(self._received(response), reserved)
+
+    def _received(self, response: ReceiveMessageResultTypeDef) -> list[InFlight]:
+        now = self._clock()
+        lease_end = now + self.contract.visibility_timeout_seconds
+        received = []
+        for raw in response.get("Messages", []):
+            message = Message.from_sqs(raw, own_role_id=self.task_role_id)
+            received.append(InFlight(message, now, lease_end, LogContext.of(message, self.queue_url)))
+        return received
+
+    def _dispatch(self, received: list[InFlight], reserved: int) -> None:
+        self._slots.release(reserved - len(received))
+        if not received:
+            return
+        self._metrics.count("received", len(received))
+        admission = self._table.admit(received)
+        if admission is Admission.LATE:
+            # Answered after shutdown collected its hand-backs: they come back after their lease.
+            self._slots.release(len(received))
+            log.warning("received_after_shutdown", extra={"count": len(received), "queue_url": self.queue_url})
+            return
+        try:
+            if self._stop.is_set():
+                # A long poll answered during shutdown: nothing of it may start now.
+                self._hand_back_unstarted(received, "shutdown")
+                return
+            if admission is Admission.FIRST:
+                self._protection.busy()
+            for group in self._groups(received):
+                self._work.put(group)
+        finally:
+            self._table.dispatched()
+
+    def _groups(self, received: list[InFlight]) -> list[list[InFlight]]:
+        """Standard queue: one task per message. FIFO: one task per message group, in order."""
+        if not self.contract.fifo:
+            return [[item] for item in received]
+        by_group: OrderedDict[str, list[InFlight]] = OrderedDict()
+        for item in received:
+            by_group.setdefault(item.message.attributes.get("MessageGroupId", ""), []).append(item)
+        return list(by_group.values())

@@ -1,0 +1,103 @@
+"""The workers: take a task (one message, or a FIFO group in order), run the handler under the idempotency guard."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+
+from consumer.contract import WorkerContract
+from consumer.message import Message, PoisonMessage
+from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
+from consumer.runtime.inflight import InFlight, InFlightTable
+from consumer.runtime.observability import Metrics
+from consumer.runtime.settlement import ALREADY_DONE, DEFERRED, SUCCEEDED, Outcome, Settlement, Verdict
+
+log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
+
+
+class Worker:
+    """Runs on every worker thread (``contract.concurrency``); each runs :meth:`run`.
+
+    ``owner`` names this process in idempotency records; each attempt adds its own suffix.
+    """
+
+    def __init__(
+        self,
+        *,
+        handler: Callable[[Message], None],
+        contract: WorkerContract,
+        table: InFlightTable,
+        settlement: Settlement,
+        idempotency: IdempotencyStore,
+        metrics: Metrics,
+        work: queue.Queue[list[InFlight]],
+        stop: threading.Event,
+        owner: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.handler = handler
+        self.contract = contract
+        self._table = table
+        self._settlement = settlement
+        self._idempotency = idempotency
+        self._metrics = metrics
+        self._work = work
+        self._stop = stop
+        self._owner = owner
+        self._clock = clock
+
+    def run(self) -> None:
+        while True:
+            group = self._work.get()
+            for index, item in enumerate(group):
+                if self._stop.is_set():
+                    self._settlement.hand_back_unstarted(group[index:], "shutdown")
+                    break
+                succeeded = self._process(item)
+                if not succeeded and self.contract.fifo:
+                    # Order within a group: nothing after a failed message may run before it.
+                    self._settlement.hand_back_unstarted(group[index + 1 :], "fifo_group_blocked")
+                    break
+
+    def _process(self, item: InFlight) -> bool:
+        """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
+        message = item.message
+        owner = f"{self._owner}:{uuid.uuid4().hex[:12]}"
+        if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
+            return False
+        return self._settlement.settle(item, self._attempt(item))
+
+    def _attempt(self, item: InFlight) -> Outcome:
+        assert item.key is not None
+        try:
+            claim = self._idempotency.claim(
+                item.key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds
+            )
+        except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
+            log.warning("idempotency_unavailable", extra=item.context.fields(error=str(error)))
+            return Outcome(Verdict.FAILED, error)
+        if claim is Claim.COMPLETED:
+            log.info("duplicate_skipped", extra=item.context.fields())
+            self._metrics.count("duplicates_skipped")
+            return ALREADY_DONE
+        if claim is Claim.IN_PROGRESS:
+            log.info("message_in_progress_elsewhere", extra=item.context.fields())
+            return DEFERRED
+
+        started = self._clock()
+        try:
+            self.handler(item.message)
+            outcome = SUCCEEDED
+        except PoisonMessage as poison:
+            outcome = Outcome(Verdict.POISON, poison)
+        except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
+            # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
+            # (signals reach only the main thread), they would end the thread with its slot still taken
+            # and strand the message; as a failed attempt it backs off and, on its last receive, goes
+            # to the DLQ like any other failure.
+            outcome = Outcome(Verdict.FAILED, failure)
+        self._metrics.timing("duration", (self._clock() - started) * 1000)
+        return outcome

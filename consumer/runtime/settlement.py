@@ -1,0 +1,266 @@
+"""What happens to a message once its fate is known: one outcome type, one place that settles it.
+
+Outcomes: return -> delete (batched); raise -> visibility set to a jittered backoff
+from the receive count, or on the last allowed receive a move to the DLQ with the
+error as reason; ``PoisonMessage`` -> moved to the DLQ at once with its reason, then
+deleted; another holder's lease is live -> deferred, handed back, not an attempt. A
+handler raising anything, ``SystemExit`` and ``KeyboardInterrupt`` included, has
+failed an attempt.
+
+Handing back is the one way a message returns to the queue without an attempt
+settling it (unstarted at shutdown, deferred to another holder, behind a failed
+message in its FIFO group, still running at the drain timeout): on a standard queue
+it is requeued as a fresh copy that carries the receives spent on attempts
+(``x-prior-receives``, trusted only on a copy the task role sent), because SQS counts
+every receive toward the redrive policy, attempted or not. On a FIFO queue, where a
+copy would jump its group, the hand-back is a visibility change, and an unattempted
+message on its last allowed receive is moved to the DLQ with the reason. See
+:meth:`Settlement.hand_back`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.message import Message, PoisonMessage
+from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
+from consumer.runtime.idempotency import IdempotencyStore
+from consumer.runtime.inflight import InFlight, InFlightTable, State, update_record
+from consumer.runtime.observability import Metrics
+from consumer.runtime.polling import Slots
+from consumer.runtime.protection import ScaleInProtection
+
+if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
+    from mypy_boto3_sqs import SQSClient
+
+log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
+
+
+class Verdict(enum.Enum):
+    SUCCEEDED = "succeeded"  # the handler returned: delete, complete the idempotency record
+    ALREADY_DONE = "already_done"  # the idempotency record is complete: delete, nothing to record
+    FAILED = "failed"  # retry after a backoff, or to the DLQ once the receives are exhausted
+    DEFERRED = "deferred"  # another holder's lease is live: no attempt, hand back after a backoff
+    POISON = "poison"  # to the DLQ at once with its reason; the retry budget is not spent
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended; ``error`` is what failed it (FAILED, POISON)."""
+
+    verdict: Verdict
+    error: BaseException | None = None
+
+
+SUCCEEDED = Outcome(Verdict.SUCCEEDED)
+ALREADY_DONE = Outcome(Verdict.ALREADY_DONE)
+DEFERRED = Outcome(Verdict.DEFERRED)
+
+
+class Settlement:
+    """Turns outcomes into SQS calls (through the acknowledger, or a send for a copy) and frees the slot.
+
+    ``rng`` draws the backoff jitter (a seeded ``random.Random`` makes it reproducible).
+    """
+
+    def __init__(
+        self,
+        client: SQSClient,
+        *,
+        queue_url: str,
+        dlq_url: str | None,
+        contract: WorkerContract,
+        ack: Acknowledger,
+        table: InFlightTable,
+        slots: Slots,
+        idempotency: IdempotencyStore,
+        metrics: Metrics,
+        protection: ScaleInProtection,
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.client = client
+        # These two names tell the runtime call recorder (tests) which queue a send is for.
+        self.queue_url = queue_url
+        self.dlq_url = dlq_url
+        self.contract = contract
+        self._ack = ack
+        self._table = table
+        self._slots = slots
+        self._idempotency = idempotency
+        self._metrics = metrics
+        self._protection = protection
+        self._clock = clock
+        self._random = rng
+
+    def settle(self, item: InFlight, outcome: Outcome) -> bool:
+        """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
+
+        A FIFO worker goes on with the rest of the message's group only after True.
+        """
+        try:
+            found = self._table.finish(item)
+            if found is not State.RUNNING:
+                # Given up on (timeout) or handed back at shutdown: its result no longer counts.
+                log.warning("handler_finished_after_giving_up", extra=item.context.fields(state=found.value))
+                return False
+            verdict = outcome.verdict
+            if verdict is Verdict.SUCCEEDED or verdict is Verdict.ALREADY_DONE:
+                return self._succeed(item, complete=verdict is Verdict.SUCCEEDED)
+            if verdict is Verdict.POISON:
+                assert isinstance(outcome.error, PoisonMessage)
+                return self._poison(item, outcome.error)
+            if verdict is Verdict.DEFERRED:
+                return self._defer(item)
+            assert outcome.error is not None
+            return self._fail(item, outcome.error)
+        finally:
+            self._slots.release(1)
+            if self._table.remove(item):
+                self._protection.idle()
+
+    def hand_back_unstarted(self, items: list[InFlight], why: str) -> None:
+        """Hand messages that will not start here back to the queue at once, freeing their slots."""
+        for item in items:
+            if not self._table.release_waiting(item):
+                continue
+            self.hand_back(item, why)
+            self._slots.release(1)
+            log.info("message_released", extra={"message_id": item.message.message_id, "why": why})
+        if self._table.is_idle():
+            self._protection.idle()
+
+    def hand_back(self, item: InFlight, why: str, delay: int = 0, attempted: bool = False) -> None:
+        """Return a message to the queue without spending the retry budget on a receive that was no attempt.
+
+        SQS counts every receive toward ``maxReceiveCount``, attempted or not, so a plain
+        hand-back (visibility change) costs the message one of its attempts; on its last
+        allowed receive it spends the backstop receives the redrive policy keeps for
+        receives the consumer never sees, and SQS then moves it to the DLQ silently,
+        never tried. So on a standard queue every hand-back is a fresh copy (same body
+        and attributes, so the same idempotency key) carrying the receives spent so far
+        (``x-prior-receives``, this one only if ``attempted``), sent before the original
+        is deleted. A FIFO queue, where a copy would jump its group's order, keeps the
+        plain hand-back, and on the last allowed receive moves an unattempted message
+        to the DLQ with the reason instead. If a send fails, the plain hand-back remains.
+        """
+        message = item.message
+        last = message.receive_count >= self.contract.max_receive_count
+        if self.contract.fifo:
+            if last and not attempted:
+                reason = (
+                    f"not attempted: handed back ({why}) on its last allowed receive"
+                    f" ({message.receive_count} of {self.contract.max_receive_count}); FIFO order forbids a requeue"
+                )
+                if self._move_to_dlq(item, reason, "unattempted"):
+                    return
+        elif (last or self._copies(message)) and self._send_copy(item, why, delay, attempted):
+            return
+        self._ack.change_visibility(item.ticket, delay, "release")
+
+    # --- outcomes ---------------------------------------------------------------
+    def _succeed(self, item: InFlight, complete: bool) -> bool:
+        if complete:
+            update_record(self._idempotency, "complete", item, keep_seconds=self.contract.source_retention_seconds)
+        self._ack.delete(item.ticket)
+        self._metrics.count("processed")
+        log.info("message_processed", extra=item.context.fields())
+        return True
+
+    def _poison(self, item: InFlight, error: PoisonMessage) -> bool:
+        update_record(self._idempotency, "release", item)
+        self._metrics.count("poisoned")
+        if self._move_to_dlq(item, error.reason, "poison"):
+            return True  # moved: the group may go on, nothing is waiting for this message
+        self._back_off(item)
+        return False
+
+    def _fail(self, item: InFlight, error: BaseException) -> bool:
+        update_record(self._idempotency, "release", item)
+        self._metrics.count("failed")
+        receive_count = item.message.receive_count
+        log.warning("handler_failed", extra=item.context.fields(error=f"{type(error).__name__}: {error}"))
+        if receive_count >= self.contract.max_receive_count and self.dlq_url:
+            reason = f"failed {receive_count} times; last error: {type(error).__name__}: {error}"
+            if self._move_to_dlq(item, reason, "exhausted"):
+                return True  # moved: as with poison, the rest of a FIFO group may go on
+        elif receive_count == self.contract.max_receive_count - 1:
+            log.warning("message_one_receive_from_dlq", extra=item.context.fields())
+        self._back_off(item)
+        return False
+
+    def _defer(self, item: InFlight) -> bool:
+        # The other holder keeps the idempotency lease: nothing of ours to release.
+        self._metrics.count("deferred")
+        if item.message.receive_count >= self.contract.max_receive_count or self._copies(item.message):
+            # Deferred (another holder's lease is live): not an attempt, so it must cost the message
+            # neither its retry budget nor, on its last receive, its place in the queue.
+            self.hand_back(item, "deferred", delay=self._backoff_delay(item))
+            return False
+        self._back_off(item)
+        return False
+
+    def _backoff_delay(self, item: InFlight) -> int:
+        cap = self.contract.retry_backoff_seconds(item.message.receive_count)
+        # Equal jitter: at least half the cap, so retries of a burst spread without coming back early.
+        return int(self._random.uniform(cap / 2, cap) + 0.5)
+
+    def _back_off(self, item: InFlight) -> None:
+        """A spent attempt: the message comes back after a jittered backoff (a visibility change)."""
+        delay = self._backoff_delay(item)
+        budget = int(item.received_at + SQS_MAX_VISIBILITY_SECONDS - self._clock()) - 1
+        self._ack.change_visibility(item.ticket, max(0, min(delay, budget)), "backoff")
+        log.info("message_backoff", extra=item.context.fields(delay_seconds=delay))
+
+    # --- how a message leaves: a copy first, then the delete ------------------------
+    def _copies(self, message: Message) -> bool:
+        """Whether a hand-back of ``message`` is a requeued copy that keeps its retry budget (standard queues)."""
+        return not self.contract.fifo and can_carry_receives(message)
+
+    def _send_copy(self, item: InFlight, why: str, delay: int, attempted: bool) -> bool:
+        """Send a copy to the source, then delete the original; False if the send failed."""
+        params = requeue_parameters(item.message, queue_url=self.queue_url, delay_seconds=delay, attempted=attempted)
+        fields = item.context.fields(why=why)
+        if not self._send_then_delete(item, params, "requeue_failed", "message_requeued", fields, logging.INFO):
+            return False
+        self._metrics.count("requeued")
+        return True
+
+    def _move_to_dlq(self, item: InFlight, reason: str, kind: str) -> bool:
+        """Send to the DLQ, then delete from the source; False (nothing deleted) if the send failed."""
+        if not self.dlq_url:
+            log.error("dlq_unknown", extra=item.context.fields(reason=reason))
+            return False
+        params = send_parameters(
+            item.message, dlq_url=self.dlq_url, reason=reason, kind=kind, source_queue_url=self.queue_url
+        )
+        fields = item.context.fields(kind=kind, reason=reason)
+        return self._send_then_delete(item, params, "dlq_send_failed", "message_moved_to_dlq", fields)
+
+    def _send_then_delete(
+        self,
+        item: InFlight,
+        params: dict[str, Any],
+        failed: str,
+        done: str,
+        fields: dict[str, Any],
+        level: int = logging.WARNING,
+    ) -> bool:
+        """The message is deleted only once SQS has confirmed its copy: at worst in two places, never in none."""
+        try:
+            self.client.send_message(**params)
+        except (ClientError, BotoCoreError) as error:
+            log.error(failed, extra={**fields, "error": str(error)})
+            return False
+        self._ack.delete(item.ticket)
+        log.log(level, done, extra=fields)
+        return True
