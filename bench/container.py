@@ -92,7 +92,7 @@ def run(runs: int = RUNS) -> dict[str, Any]:
                     if impl == "container":
                         subject: LoggedProcess = TaskRun(
                             engine, task, log, name=f"bench-consumer-{number}", environment=environment,
-                            volumes={v: _volume(Path(scratch), number, v) for v in task.volumes},
+                            volumes=task.volume_directories(engine, Path(scratch) / f"volumes-{number}"),
                         )  # fmt: skip
                     else:
                         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
@@ -122,10 +122,3 @@ def run(runs: int = RUNS) -> dict[str, Any]:
         "rows": rows,
         "median": summary,
     }
-
-
-def _volume(scratch: Path, number: int, name: str) -> Path:
-    directory = scratch / f"volume-{number}-{name}"
-    directory.mkdir()
-    directory.chmod(0o1777)  # Fargate's ephemeral storage under the image's /tmp
-    return directory

@@ -14,6 +14,7 @@ pinned default.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import resource
@@ -77,6 +78,11 @@ class Engine:
 
     def image_size(self, reference: str) -> int:
         return int(self("image", "inspect", "--format", "{{.Size}}", reference).stdout.strip())
+
+    def image_volumes(self, reference: str) -> set[str]:
+        """The paths the image declares with ``VOLUME`` (its ``Config.Volumes``)."""
+        declared = json.loads(self("image", "inspect", "--format", "{{json .Config.Volumes}}", reference).stdout)
+        return set(declared or {})
 
 
 #: The container's process (thread) limit: the consumer needs concurrency + pollers + a few threads. Stated

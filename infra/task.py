@@ -8,7 +8,8 @@ process, CPU and memory, environment and secret names, stop timeout and health c
 What ECS supplies from outside the template is passed in by the caller: the environment values
 resolved to a local stack (as ``consumer local up`` resolves them, plus the endpoint and
 credentials a local process needs), the secrets' values, and a host directory for each task
-volume (Fargate's ephemeral storage). A name the task definition declares and the caller does not
+volume (Fargate's ephemeral storage, made as Fargate makes it by
+:meth:`TaskContainer.volume_directories`). A name the task definition declares and the caller does not
 supply is an error, so the container never starts with less than ECS would give it.
 """
 
@@ -28,6 +29,10 @@ from infra.image import BuiltImage, Engine, build_image
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
 #: ECS's health check defaults (seconds; retries).
 ECS_HEALTH_DEFAULTS = {"Interval": 30, "Timeout": 5, "Retries": 3, "StartPeriod": 0}
+#: The mode of a fresh Fargate bind-mount volume (root-owned), when the image declares no VOLUME at its path.
+ECS_VOLUME_MODE = 0o755
+#: Where the copy of an image's declared VOLUME path is mounted in the container that makes it.
+_VOLUME_TARGET = "/ecs-volume"
 IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
 
 
@@ -126,6 +131,31 @@ class TaskContainer:
         check = self.definition.get("HealthCheck")
         return {**ECS_HEALTH_DEFAULTS, **check} if check else None
 
+    def volume_directories(self, engine: Engine, root: Path, image: str | None = None) -> dict[str, Path]:
+        """A fresh host directory under ``root`` per task volume, as Fargate makes its bind mounts.
+
+        ECS's bind mounts page (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/bind-mounts.html):
+        "By default, the volume permissions are set to 0755 and the owner as root", and "the Amazon ECS
+        data plane looks for a VOLUME directive. If the absolute path that's specified in the VOLUME
+        directive is the same as the containerPath that's specified in the task definition, the data in the
+        VOLUME directive path is copied to the data volume." So each directory starts empty with mode 0755,
+        owned by the user running this (root here; a rootless engine maps that user to the container's
+        root), and where ``image`` declares a VOLUME at a mount's container path, that path's contents and
+        mode are copied in from the image.
+        """
+        image = image or self.image_tag
+        declared = engine.image_volumes(image)
+        directories: dict[str, Path] = {}
+        for volume in self.volumes:
+            directory = root / volume
+            directory.mkdir(parents=True)
+            directory.chmod(ECS_VOLUME_MODE)
+            directories[volume] = directory
+        for mount in self.mounts:
+            if mount.container_path in declared:
+                _copy_image_path(engine, image, mount.container_path, directories[mount.volume])
+        return directories
+
     # ----------------------------------------------------------------- as an engine's run command
 
     def run_arguments(
@@ -196,6 +226,14 @@ def _health_arguments(check: Mapping[str, Any] | None) -> list[str]:
         "--health-retries", str(check["Retries"]),
         "--health-start-period", f"{check['StartPeriod']}s",
     ]  # fmt: skip
+
+
+def _copy_image_path(engine: Engine, image: str, path: str, directory: Path) -> None:
+    """Copy ``path`` of ``image`` (contents, owners and the directory's own mode) into ``directory``."""
+    engine(
+        "run", "--rm", *engine.shared_options, "--user", "0:0", "--entrypoint", "cp",
+        "--volume", f"{directory}:{_VOLUME_TARGET}", image, "-a", f"{path.rstrip('/')}/.", f"{_VOLUME_TARGET}/",
+    )  # fmt: skip
 
 
 def _image_asset_hash(image: Any, stack_name: str) -> str:

@@ -141,12 +141,7 @@ def run_task(
 
     def start(command: list[str] | None = None, **overrides: str) -> TaskRun:
         name = f"consumer-test-{uuid.uuid4().hex[:8]}"
-        volumes = {}
-        for volume in task.volumes:  # Fargate ephemeral storage: an empty directory, like the image's /tmp
-            directory = tmp_path / f"{name}-{volume}"
-            directory.mkdir()
-            directory.chmod(0o1777)
-            volumes[volume] = directory
+        volumes = task.volume_directories(engine, tmp_path / f"{name}-volumes", image.tag)
         environment = {**stack.process_environment(), "NOTIFY_WEBHOOK_URL": webhook.url, **overrides}
         run = TaskRun(
             engine, task, tmp_path / f"{name}.log", name=name, environment=environment, volumes=volumes, command=command

@@ -121,6 +121,19 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     assert changed == set()
 
 
+def test_a_handler_can_write_a_temp_file_in_the_tasks_tmp_volume(run_task: RunFactory, task: TaskContainer) -> None:
+    """Fargate's /tmp volume is root-owned 0755 unless the image declares VOLUME /tmp; uid 10001 must write there."""
+    probe = run_task(
+        command=["python", "-c", "import os, tempfile; f = tempfile.NamedTemporaryFile(); print(os.getuid(), f.name)"]
+    )
+    assert probe.process is not None
+    code = probe.process.wait(timeout=60)
+    output = probe.log_path.read_text()
+    assert code == 0, output
+    uid, written = output.split()
+    assert (uid, str(Path(written).parent)) == (task.user.split(":")[0], "/tmp")
+
+
 def test_sigterm_during_work_finishes_in_flight_and_exits_0_within_the_stop_timeout(
     task: TaskContainer, run_task: RunFactory, stack: LocalStack, webhook: Webhook
 ) -> None:
