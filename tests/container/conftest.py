@@ -130,7 +130,8 @@ RunFactory = Callable[..., TaskRun]
 def run_task(
     engine: Engine, task: TaskContainer, image: BuiltImage, stack: LocalStack, webhook: Webhook, tmp_path: Path
 ) -> Iterator[RunFactory]:
-    """Start the task's container (more than one: a deployment's old and new task) on the local stack.
+    """Start the task's container (more than one: a deployment's old and new task) on the local stack;
+    ``command`` and ``other_image`` replace the definition's, as a probe in the same set-up.
 
     The environment is the task definition's, resolved to the local stack, plus what ECS would supply
     (region, credentials: here the local endpoint's) and ``NOTIFY_WEBHOOK_URL``: the demo environment
@@ -139,13 +140,15 @@ def run_task(
     """
     runs: list[TaskRun] = []
 
-    def start(command: list[str] | None = None, **overrides: str) -> TaskRun:
+    def start(command: list[str] | None = None, other_image: str | None = None, **overrides: str) -> TaskRun:
         name = f"consumer-test-{uuid.uuid4().hex[:8]}"
-        volumes = task.volume_directories(engine, tmp_path / f"{name}-volumes", image.tag)
+        tag = other_image or image.tag
+        volumes = task.volume_directories(engine, tmp_path / f"{name}-volumes", tag)
         environment = {**stack.process_environment(), "NOTIFY_WEBHOOK_URL": webhook.url, **overrides}
         run = TaskRun(
-            engine, task, tmp_path / f"{name}.log", name=name, environment=environment, volumes=volumes, command=command
-        )
+            engine, task, tmp_path / f"{name}.log", name=name, environment=environment, volumes=volumes,
+            command=command, image=tag,
+        )  # fmt: skip
         runs.append(run.start())
         return run
 

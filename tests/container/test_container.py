@@ -121,6 +121,18 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     assert changed == set()
 
 
+def test_the_user_comes_from_the_task_definition_whatever_the_images_user(
+    engine: Engine, image: BuiltImage, task: TaskContainer, run_task: RunFactory, tmp_path: Path
+) -> None:
+    """The image's own USER is 10001 too, so only an image whose USER differs shows that ``--user`` is passed."""
+    as_root = f"{image.tag}-user-root"
+    (tmp_path / "Dockerfile").write_text(f"FROM {image.tag}\nUSER 0:0\n")
+    engine("build", *engine.shared_options, "-t", as_root, str(tmp_path))
+    probe = run_task(command=["python", "-c", "import os; print(f'{os.getuid()}:{os.getgid()}')"], other_image=as_root)
+    assert probe.process is not None and probe.process.wait(timeout=60) == 0
+    assert probe.log_path.read_text().split() == [task.user]
+
+
 def test_a_handler_can_write_a_temp_file_in_the_tasks_tmp_volume(run_task: RunFactory, task: TaskContainer) -> None:
     """Fargate's /tmp volume is root-owned 0755 unless the image declares VOLUME /tmp; uid 10001 must write there."""
     probe = run_task(
