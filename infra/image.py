@@ -42,6 +42,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 #: Bump to rebuild every cached Debian base (the tag also hashes the package list and CA bundle).
 BASE_RECIPE_VERSION = "1"
 PULL_TIMEOUT_SECONDS = 120
+DEBOOTSTRAP_TIMEOUT_SECONDS = 900
 BUILD_TIMEOUT_SECONDS = 900
 
 _BASE_ARG = re.compile(r"^ARG BASE_IMAGE=(\S+)$", re.MULTILINE)
@@ -57,6 +58,14 @@ class ImageBuildError(Exception):
     """The engine ran the Dockerfile and it failed; the message carries the build's last lines."""
 
 
+class EngineCommandError(Exception):
+    """An engine command failed or did not finish in time; the message names the command and its last line."""
+
+
+def _last_line(text: str, default: str = "no reason given") -> str:
+    return (text.strip().splitlines() or [default])[-1]
+
+
 @dataclass(frozen=True)
 class Engine:
     """A container engine's command line: ``docker`` or ``podman`` with the options this machine needs."""
@@ -69,9 +78,16 @@ class Engine:
     def __call__(
         self, *args: str, timeout: float = 120, check: bool = True, stdin: IO[Any] | int | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.command, *args], capture_output=True, text=True, timeout=timeout, check=check, stdin=stdin
-        )
+        """Run ``<engine> *args``; EngineCommandError if it times out, or (with ``check``) exits non-zero."""
+        command = [*self.command, *args]
+        shown = " ".join(command[:4] + (["..."] if len(command) > 4 else []))
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=stdin)
+        except subprocess.TimeoutExpired as expired:
+            raise EngineCommandError(f"`{shown}` did not finish in {timeout:g} s") from expired
+        if check and done.returncode != 0:
+            raise EngineCommandError(f"`{shown}` exited {done.returncode}: {_last_line(done.stderr or done.stdout)}")
+        return done
 
     def has_image(self, reference: str) -> bool:
         return self("image", "inspect", reference, check=False).returncode == 0
@@ -174,20 +190,24 @@ def _host_ca_bundle() -> bytes:
 
 
 def ensure_base(engine: Engine, dockerfile: Path, log: Callable[[str], None] = print) -> str:
-    """The BASE_IMAGE to build with: the pinned default if present or pullable, else a cached Debian base."""
+    """The BASE_IMAGE to build with: the pinned default if in the store, else a Debian base already built
+    here (a machine that built one could not pull, so it does not wait for the registry again), else the
+    pinned default pulled, else a Debian base built now. A pull that fails or times out falls back."""
     real = dockerfile_base(dockerfile)
     if engine.has_image(real):
         return real
-    pulled = engine("pull", real, timeout=PULL_TIMEOUT_SECONDS, check=False)
-    if pulled.returncode == 0:
-        return real
-    why = (pulled.stderr.strip().splitlines() or ["no reason given"])[-1]
-    recipe = DebianBase.like(real)
     ca_bundle = _host_ca_bundle()
+    recipe = DebianBase.like(real) if _PYTHON_SLIM.search(real) else None
+    if recipe is not None and engine.has_image(cached := recipe.tag(ca_bundle)):
+        return cached
+    try:
+        engine("pull", real, timeout=PULL_TIMEOUT_SECONDS)
+        return real
+    except EngineCommandError as error:
+        why = str(error)
+    recipe = recipe or DebianBase.like(real)  # says why there is no Debian equivalent
     tag = recipe.tag(ca_bundle)
-    if engine.has_image(tag):
-        return tag
-    log(f"# {real} cannot be pulled ({why[:160]}); building {tag} with debootstrap (about a minute, once)")
+    log(f"# {real} cannot be pulled ({why}); building {tag} with debootstrap (about 40 s, once)")
     _build_debian_base(engine, recipe, ca_bundle, tag)
     return tag
 
@@ -199,11 +219,14 @@ def _build_debian_base(engine: Engine, recipe: DebianBase, ca_bundle: bytes, tag
         raise ContainerToolingUnavailable("the pinned base cannot be pulled and debootstrap needs root")
     with tempfile.TemporaryDirectory(prefix="sqs-worker-base-") as scratch:
         rootfs = Path(scratch) / "rootfs"
-        done = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}", recipe.release,
-             str(rootfs), recipe.mirror],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+        command = ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}", recipe.release,
+                   str(rootfs), recipe.mirror]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired as expired:
+            raise ContainerToolingUnavailable(
+                f"debootstrap {recipe.release} from {recipe.mirror} did not finish in {DEBOOTSTRAP_TIMEOUT_SECONDS} s"
+            ) from expired
         if done.returncode != 0:
             tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
             raise ContainerToolingUnavailable(f"debootstrap {recipe.release} from {recipe.mirror} failed: {tail}")
@@ -212,10 +235,27 @@ def _build_debian_base(engine: Engine, recipe: DebianBase, ca_bundle: bytes, tag
         if ca_bundle:
             with (rootfs / "etc/ssl/certs/ca-certificates.crt").open("ab") as bundle:
                 bundle.write(b"\n" + ca_bundle)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        _import_rootfs(engine, rootfs, tag)
+
+
+def _import_rootfs(engine: Engine, rootfs: Path, tag: str) -> None:
+    """``tar -c rootfs | <engine> import - tag``; ContainerToolingUnavailable if either side fails."""
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert tar.stdout is not None and tar.stderr is not None
+    failure: EngineCommandError | None = None
+    try:
         # Debian marks its Python externally managed; the image installs into it on purpose, as the slim image does.
         engine("import", "--change", "ENV PIP_BREAK_SYSTEM_PACKAGES=1", "-", tag, stdin=tar.stdout, timeout=300)
-        tar.wait()
+    except EngineCommandError as error:
+        failure = error
+    finally:
+        tar.stdout.close()  # an import that stopped reading must not leave tar blocked on a full pipe
+        tar_code = tar.wait()
+    if tar_code != 0 and (failure is None or tar_code != -13):  # -13: SIGPIPE, because the import failed first
+        why = _last_line(tar.stderr.read().decode(errors="replace"))
+        raise ContainerToolingUnavailable(f"tar of the Debian base's root file system exited {tar_code}: {why}")
+    if failure is not None:
+        raise ContainerToolingUnavailable(f"importing the Debian base as {tag} failed: {failure}") from failure
 
 
 @dataclass(frozen=True)
@@ -241,12 +281,15 @@ def build_image(
     base = ensure_base(engine, context / dockerfile, log=log)
     arguments = {**(build_args or {}), "BASE_IMAGE": base}
     started = time.monotonic()
-    built = engine(
-        "build", *engine.shared_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
-        *(["--platform", platform] if platform else []),
-        "-f", str(context / dockerfile), "-t", tag, str(context),
-        timeout=BUILD_TIMEOUT_SECONDS, check=False,
-    )  # fmt: skip
+    try:
+        built = engine(
+            "build", *engine.shared_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
+            *(["--platform", platform] if platform else []),
+            "-f", str(context / dockerfile), "-t", tag, str(context),
+            timeout=BUILD_TIMEOUT_SECONDS, check=False,
+        )  # fmt: skip
+    except EngineCommandError as error:
+        raise ImageBuildError(f"{engine.name} build of {context / dockerfile}: {error}") from error
     if built.returncode != 0:
         tail = "\n".join((built.stdout + built.stderr).strip().splitlines()[-12:])
         raise ImageBuildError(f"{engine.name} build of {context / dockerfile} failed:\n{tail}")
@@ -264,7 +307,7 @@ def main(
     """Build the consumer image with Docker or podman (make image)."""
     try:
         image = build_image(context, tag, platform=TASK_PLATFORM)
-    except (ContainerToolingUnavailable, ImageBuildError) as error:
+    except (ContainerToolingUnavailable, ImageBuildError, EngineCommandError) as error:
         print(f"make image: {error}", file=sys.stderr)
         raise typer.Exit(1) from error
     print(

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 
-from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base
+import infra.image as image_module
+from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base, ensure_base
 from infra.task import TaskContainer, TaskDefinitionError
 
 PODMAN = Engine("podman", ("podman", "--runtime", "runc"), shared_options=("--network", "host"))
 ASSET = "ab" * 32
+DOCKERFILE = Path(__file__).resolve().parents[2] / "consumer" / "Dockerfile"
 CONTAINER: dict[str, Any] = {
     "Command": ["python", "-m", "consumer", "run"],
     "Environment": [{"Name": "QUEUE_URL", "Value": {"Ref": "Queue"}}],
@@ -93,7 +97,7 @@ def test_an_image_that_is_not_a_cdk_asset_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_base_comes_from_the_dockerfiles_own_default() -> None:
-    base = dockerfile_base(Path(__file__).resolve().parents[2] / "consumer" / "Dockerfile")
+    base = dockerfile_base(DOCKERFILE)
     recipe = DebianBase.like(base)
     assert base.startswith("python:3.11") and (recipe.release, recipe.python) == ("bookworm", "3.11")
     assert recipe.packages[0] == "python3.11"
@@ -105,3 +109,92 @@ def test_a_base_with_no_debian_equivalent_and_a_dockerfile_without_one_say_why(t
     (tmp_path / "Dockerfile").write_text("FROM python:3.11\n")
     with pytest.raises(ImageBuildError, match="expected one `ARG BASE_IMAGE=<image>` line, found 0"):
         dockerfile_base(tmp_path / "Dockerfile")
+
+
+# ------------------------------------------------------------------ the base, with stub commands on PATH
+
+#: A stand-in for the engine's command line: logs its arguments, answers `image inspect` for the Debian base
+#: only when BASE_CACHED=1, hangs on `pull`, and refuses `import` (reading its input first, as an engine does).
+STUB_ENGINE = """#!/bin/sh
+echo "$*" >> "$STUB_LOG"
+case "$1" in
+  image) case "$3" in *sqs-worker-base*) [ "$BASE_CACHED" = 1 ] && exit 0;; esac; exit 1;;
+  pull) sleep 10;;
+  import) cat > /dev/null; [ "$IMPORT_OK" = 1 ] && exit 0; echo "Error: no space left on device" >&2; exit 125;;
+esac
+exit 0
+"""
+#: debootstrap that makes an empty root file system (its fourth argument) and succeeds.
+STUB_DEBOOTSTRAP = '#!/bin/sh\nmkdir -p "$4/etc/ssl/certs"\n'
+STUB_TAR = '#!/bin/sh\necho "tar: ./etc: Cannot open: Permission denied" >&2\nexit 2\n'
+
+
+@pytest.fixture
+def stub_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in {"engine": STUB_ENGINE, "debootstrap": STUB_DEBOOTSTRAP}.items():
+        (bin_dir / name).write_text(script)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_LOG", str(tmp_path / "calls.log"))
+    monkeypatch.setattr(image_module, "PULL_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(image_module.os, "geteuid", lambda: 0)  # debootstrap is a stub: no root needed
+    return Engine("stub", (str(bin_dir / "engine"),))
+
+
+def calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls.log").read_text().splitlines()
+
+
+def test_a_cached_debian_base_is_used_without_waiting_for_the_registry(
+    stub_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BASE_CACHED", "1")
+    assert ensure_base(stub_engine, DOCKERFILE, log=pytest.fail).startswith("localhost/sqs-worker-base:bookworm-")
+    assert [c.split()[0] for c in calls(tmp_path)] == ["image", "image"]  # the pinned base, then the cached one
+
+
+def test_a_pull_that_times_out_falls_back_to_building_the_debian_base(
+    stub_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMPORT_OK", "1")
+    logged: list[str] = []
+    tag = ensure_base(stub_engine, DOCKERFILE, log=logged.append)
+    assert tag.startswith("localhost/sqs-worker-base:bookworm-python3.11-")
+    assert [c.split()[0] for c in calls(tmp_path)] == ["image", "image", "pull", "import"]
+    assert "did not finish in 0.5 s); building" in logged[0]
+
+
+def test_a_failed_import_of_the_debian_base_says_why_in_one_line(stub_engine: Engine) -> None:
+    with pytest.raises(ContainerToolingUnavailable) as raised:
+        ensure_base(stub_engine, DOCKERFILE, log=lambda _: None)
+    assert re.fullmatch(
+        r"importing the Debian base as localhost/sqs-worker-base:\S+ failed: `\S+ import --change ENV PIP_BREAK_"
+        r"SYSTEM_PACKAGES=1 \.\.\.` exited 125: Error: no space left on device",
+        str(raised.value),
+    )
+
+
+def test_a_tar_that_fails_stops_the_debian_base(
+    stub_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMPORT_OK", "1")
+    (tmp_path / "bin" / "tar").write_text(STUB_TAR)
+    (tmp_path / "bin" / "tar").chmod(0o755)
+    with pytest.raises(
+        ContainerToolingUnavailable,
+        match="^tar of the Debian base's root file system exited 2: tar: ./etc: Cannot open: Permission denied$",
+    ):
+        ensure_base(stub_engine, DOCKERFILE, log=lambda _: None)
+
+
+def test_make_image_reports_a_failure_in_one_line_and_exits_1(
+    stub_engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(image_module, "find_engine", lambda: stub_engine)
+    with pytest.raises(typer.Exit) as exited:
+        image_module.main(context=DOCKERFILE.parent, tag="localhost/t:latest")
+    assert exited.value.exit_code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("make image: importing the Debian base as localhost/sqs-worker-base:")
