@@ -29,6 +29,17 @@ from infra.image import BuiltImage, Engine, build_image
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
 #: ECS's health check defaults (seconds; retries).
 ECS_HEALTH_DEFAULTS = {"Interval": 30, "Timeout": 5, "Retries": 3, "StartPeriod": 0}
+#: Container definition keys :meth:`TaskContainer.run_arguments` turns into the engine's options.
+RUN_KEYS = frozenset(
+    {"Command", "EntryPoint", "Environment", "Secrets", "Image", "User", "ReadonlyRootFilesystem", "LinuxParameters",
+     "MountPoints", "StopTimeout", "HealthCheck"}
+)  # fmt: skip
+#: Keys with nothing to reproduce here: one container is always essential, the name is ECS's, and the
+#: awslogs driver ships the stdout this module writes to a file.
+HARMLESS_KEYS = frozenset({"Essential", "Name", "LogConfiguration"})
+RUN_LINUX_PARAMETERS = frozenset({"Capabilities", "InitProcessEnabled"})
+#: A Fargate task volume with only a name is a bind mount on the task's ephemeral storage.
+RUN_VOLUME_KEYS = frozenset({"Name"})
 #: The mode of a fresh Fargate bind-mount volume (root-owned), when the image declares no VOLUME at its path.
 ECS_VOLUME_MODE = 0o755
 #: Where the copy of an image's declared VOLUME path is mounted in the container that makes it.
@@ -73,6 +84,10 @@ class TaskContainer:
         if len(containers) != 1:
             raise TaskDefinitionError(f"{stack_name}: expected one container definition, found {len(containers)}")
         (container,) = containers
+        _refuse_unknown(stack_name, "ContainerDefinitions[0]", container, RUN_KEYS | HARMLESS_KEYS)
+        _refuse_unknown(stack_name, "LinuxParameters", container.get("LinuxParameters", {}), RUN_LINUX_PARAMETERS)
+        for volume in properties.get("Volumes", []):
+            _refuse_unknown(stack_name, f"Volumes[{volume.get('Name')!r}]", volume, RUN_VOLUME_KEYS)
         asset_hash = _image_asset_hash(container.get("Image"), stack_name)
         images = _read_json(outdir / f"{stack_name}.assets.json").get("dockerImages", {})
         if asset_hash not in images:
@@ -226,6 +241,16 @@ def _health_arguments(check: Mapping[str, Any] | None) -> list[str]:
         "--health-retries", str(check["Retries"]),
         "--health-start-period", f"{check['StartPeriod']}s",
     ]  # fmt: skip
+
+
+def _refuse_unknown(stack_name: str, where: str, definition: Mapping[str, Any], known: frozenset[str]) -> None:
+    """A key this module neither runs nor knows to be harmless would be dropped silently: refuse it instead."""
+    unknown = sorted(set(definition) - known)
+    if unknown:
+        raise TaskDefinitionError(
+            f"{stack_name}: {where} has keys that cannot be run here as ECS runs them: {unknown} "
+            f"(run here: {sorted(known)})"
+        )
 
 
 def _copy_image_path(engine: Engine, image: str, path: str, directory: Path) -> None:

@@ -32,8 +32,9 @@ CONTAINER: dict[str, Any] = {
 }
 
 
-def assembly(tmp_path: Path, container: dict[str, Any]) -> Path:
-    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [container], "Volumes": [{"Name": "tmp"}]}
+def assembly(tmp_path: Path, container: dict[str, Any], volume: dict[str, Any] | None = None) -> Path:
+    volumes = [volume or {"Name": "tmp"}]
+    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [container], "Volumes": volumes}
     template = {"Resources": {"Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": definition}}}
     (tmp_path / "S.template.json").write_text(json.dumps(template))
     assets = {"dockerImages": {ASSET: {"source": {"directory": f"asset.{ASSET}"}}}}
@@ -94,6 +95,38 @@ def test_a_value_ecs_would_supply_and_the_caller_does_not_is_an_error(
 def test_an_image_that_is_not_a_cdk_asset_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TaskDefinitionError, match="S: the container's Image is not a CDK container asset: 'nginx'"):
         arguments(tmp_path, {**CONTAINER, "Image": "nginx"})
+
+
+@pytest.mark.parametrize(
+    ("container", "where", "unknown"),
+    [
+        (
+            {**CONTAINER, "Ulimits": [], "WorkingDirectory": "/srv"},
+            "ContainerDefinitions[0]",
+            "['Ulimits', 'WorkingDirectory']",
+        ),
+        ({**CONTAINER, "Memory": 256}, "ContainerDefinitions[0]", "['Memory']"),
+        ({**CONTAINER, "LinuxParameters": {"Tmpfs": []}}, "LinuxParameters", "['Tmpfs']"),
+    ],
+)
+def test_a_container_setting_neither_run_nor_known_harmless_is_refused(
+    tmp_path: Path, container: dict[str, Any], where: str, unknown: str
+) -> None:
+    with pytest.raises(
+        TaskDefinitionError,
+        match="^" + re.escape(f"S: {where} has keys that cannot be run here as ECS runs them: {unknown} (run here: ["),
+    ):
+        arguments(tmp_path, container)
+
+
+def test_a_volume_that_is_not_a_bind_mount_is_refused(tmp_path: Path) -> None:
+    outdir = assembly(tmp_path, CONTAINER, {"Name": "tmp", "EFSVolumeConfiguration": {}})
+    with pytest.raises(
+        TaskDefinitionError,
+        match="^"
+        + re.escape("S: Volumes['tmp'] has keys that cannot be run here as ECS runs them: ['EFSVolumeConfiguration']"),
+    ):
+        TaskContainer.from_assembly(outdir, "S")
 
 
 def test_the_base_comes_from_the_dockerfiles_own_default() -> None:
