@@ -72,8 +72,10 @@ class Engine:
 
     name: str
     command: tuple[str, ...]
-    #: Options that ``build`` and ``run`` both take here (ulimits, network).
-    shared_options: tuple[str, ...] = ()
+    #: Options every ``run`` takes here: the host's network, since the local endpoints listen on 127.0.0.1 only.
+    run_options: tuple[str, ...] = ()
+    #: Options every ``build`` takes here.
+    build_options: tuple[str, ...] = ()
 
     def __call__(
         self, *args: str, timeout: float = 120, check: bool = True, stdin: IO[Any] | int | None = None
@@ -130,16 +132,22 @@ def _why_not(command: list[str]) -> str | None:
     return lines[-1] if lines else f"`{' '.join(command)}` exited {done.returncode}"
 
 
+HOST_NETWORK = ("--network", "host")
+
+
 def find_engine() -> Engine:
     """Docker if its daemon answers, else podman; ContainerToolingUnavailable says why neither can run."""
     docker = _why_not(["docker", "info"])
     if docker is None:
-        return Engine("docker", ("docker",))
+        # Docker's daemon sets its own limits and builds on its own network; runs need the host's (Docker
+        # Desktop: host networking enabled in its settings).
+        return Engine("docker", ("docker",), run_options=HOST_NETWORK)
     podman = _why_not(["podman", "info"])
     if podman is None:
         # runc where installed: crun (podman's usual default) refuses some hybrid cgroup layouts.
         runtime = ("--runtime", "runc") if shutil.which("runc") else ()
-        return Engine("podman", ("podman", *runtime), shared_options=(*_ulimit_options(), "--network", "host"))
+        options = (*_ulimit_options(), *HOST_NETWORK)  # podman build's RUN steps ask for limits too
+        return Engine("podman", ("podman", *runtime), run_options=options, build_options=options)
     raise ContainerToolingUnavailable(
         f"no container engine: docker: {docker}; podman: {podman} "
         "(on Debian: apt-get install podman runc debootstrap, as .ci/run does)"
@@ -283,7 +291,7 @@ def build_image(
     started = time.monotonic()
     try:
         built = engine(
-            "build", *engine.shared_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
+            "build", *engine.build_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
             *(["--platform", platform] if platform else []),
             "-f", str(context / dockerfile), "-t", tag, str(context),
             timeout=BUILD_TIMEOUT_SECONDS, check=False,

@@ -16,6 +16,7 @@ supply is an error, so the container never starts with less than ECS would give 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import time
 from collections.abc import Mapping
@@ -199,7 +200,7 @@ class TaskContainer:
         if undeclared:
             raise TaskDefinitionError(f"{self.stack_name}: secrets not in the task definition: {undeclared}")
         definition = self.definition
-        arguments = [*engine.command, "run", "--name", name, *engine.shared_options]
+        arguments = [*engine.command, "run", "--name", name, *engine.run_options]
         arguments += ["--cpus", f"{self.cpu_units / 1024:g}", "--memory", f"{self.memory_mib}m"]
         if self.user:
             arguments += ["--user", self.user]
@@ -215,25 +216,36 @@ class TaskContainer:
         arguments += [f"--cap-add={c}" for c in linux.get("Capabilities", {}).get("Add", [])]
         if linux.get("InitProcessEnabled"):
             arguments.append("--init")
-        arguments += _health_arguments(self.health_check)
+        arguments += _health_arguments(self.health_check, engine, self.stack_name)
         arguments += ["--stop-timeout", str(self.stop_timeout)]
         for key, value in {**environment, **secrets}.items():
             arguments += ["--env", f"{key}={value}"]
-        if "EntryPoint" in definition:
-            arguments += ["--entrypoint", json.dumps(definition["EntryPoint"])]
-        return [*arguments, image or self.image_tag, *(definition.get("Command", []) if command is None else command)]
+        entry_point = list(definition.get("EntryPoint", []))
+        arguments_after_image = list(definition.get("Command", []) if command is None else command)
+        if entry_point and engine.name == "docker":
+            # Docker's --entrypoint is one executable (docker/cli: Entrypoint = []string{value}): the rest of
+            # ECS's EntryPoint goes first among the arguments, which Docker appends to it, as ECS's Command is.
+            arguments += ["--entrypoint", entry_point[0]]
+            arguments_after_image = [*entry_point[1:], *arguments_after_image]
+        elif entry_point:
+            arguments += ["--entrypoint", json.dumps(entry_point)]  # podman takes the whole list as a JSON array
+        return [*arguments, image or self.image_tag, *arguments_after_image]
 
 
-def _health_arguments(check: Mapping[str, Any] | None) -> list[str]:
+def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_name: str) -> list[str]:
     if not check:
         return []
     kind, *command = check["Command"]
     if kind == "CMD-SHELL":
         health_command = command[0]
+    elif kind == "CMD" and engine.name == "docker":
+        # Docker's --health-cmd is always CMD-SHELL (docker/cli: Test = {"CMD-SHELL", value}): quote the exec
+        # form so the shell runs exactly those arguments.
+        health_command = shlex.join(command)
     elif kind == "CMD":
-        health_command = json.dumps(command)
+        health_command = json.dumps(command)  # podman runs a JSON array in exec form
     else:
-        raise TaskDefinitionError(f"HealthCheck.Command must start with CMD or CMD-SHELL, got {kind!r}")
+        raise TaskDefinitionError(f"{stack_name}: HealthCheck.Command must start with CMD or CMD-SHELL, got {kind!r}")
     return [
         "--health-cmd", health_command,
         "--health-interval", f"{check['Interval']}s",
@@ -256,7 +268,7 @@ def _refuse_unknown(stack_name: str, where: str, definition: Mapping[str, Any], 
 def _copy_image_path(engine: Engine, image: str, path: str, directory: Path) -> None:
     """Copy ``path`` of ``image`` (contents, owners and the directory's own mode) into ``directory``."""
     engine(
-        "run", "--rm", *engine.shared_options, "--user", "0:0", "--entrypoint", "cp",
+        "run", "--rm", *engine.run_options, "--user", "0:0", "--entrypoint", "cp",
         "--volume", f"{directory}:{_VOLUME_TARGET}", image, "-a", f"{path.rstrip('/')}/.", f"{_VOLUME_TARGET}/",
     )  # fmt: skip
 
@@ -358,6 +370,24 @@ class TaskRun(LoggedProcess):
 
     def state(self) -> dict[str, Any]:
         return container_state(self.engine, self.name)
+
+    def health_check_passes(self) -> bool:
+        """Whether the definition's health check passes. podman runs it on demand (``healthcheck run``: its own
+        schedule needs systemd timers); Docker runs it on its own schedule, so this waits for Docker's verdict
+        as long as the check's start period, retries and timeout allow."""
+        if self.engine.name == "podman":
+            return self.engine("healthcheck", "run", self.name, check=False).returncode == 0
+        check = self.task.health_check
+        if check is None:
+            raise TaskDefinitionError(f"{self.task.stack_name}: the task definition has no HealthCheck")
+        waited = check["StartPeriod"] + (check["Interval"] + check["Timeout"]) * (check["Retries"] + 1)
+        deadline = time.monotonic() + waited
+        while time.monotonic() < deadline:
+            status = (self.state()["State"].get("Health") or {}).get("Status")
+            if status in ("healthy", "unhealthy"):
+                return bool(status == "healthy")
+            time.sleep(0.5)
+        return False
 
     def remove(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -15,7 +15,7 @@ import infra.image as image_module
 from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base, ensure_base
 from infra.task import TaskContainer, TaskDefinitionError
 
-PODMAN = Engine("podman", ("podman", "--runtime", "runc"), shared_options=("--network", "host"))
+PODMAN = Engine("podman", ("podman", "--runtime", "runc"), run_options=("--network", "host"))
 ASSET = "ab" * 32
 DOCKERFILE = Path(__file__).resolve().parents[2] / "consumer" / "Dockerfile"
 CONTAINER: dict[str, Any] = {
@@ -42,7 +42,7 @@ def assembly(tmp_path: Path, container: dict[str, Any], volume: dict[str, Any] |
     return tmp_path
 
 
-def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, **run: Any) -> list[str]:
+def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, engine: Engine = PODMAN, **run: Any) -> list[str]:
     task = TaskContainer.from_assembly(assembly(tmp_path, container), "S")
     options = {
         "name": "c",
@@ -50,7 +50,7 @@ def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, **run: Any)
         "secrets": {"NOTIFY_WEBHOOK_URL": "http://127.0.0.1:2/notify"},
         "volumes": {"tmp": tmp_path},
     }
-    return task.run_arguments(PODMAN, **{**options, **run})
+    return task.run_arguments(engine, **{**options, **run})
 
 
 def test_every_setting_of_the_definition_reaches_the_run_command(tmp_path: Path) -> None:
@@ -66,6 +66,47 @@ def test_every_setting_of_the_definition_reaches_the_run_command(tmp_path: Path)
         ("--env", "QUEUE_URL=http://127.0.0.1:1/q"),
         ("--env", "NOTIFY_WEBHOOK_URL=http://127.0.0.1:2/notify"),
     } <= pairs
+
+
+DOCKER = Engine("docker", ("docker",), run_options=("--network", "host"))
+
+
+def test_docker_gets_the_entrypoint_as_one_executable_and_the_rest_before_the_command(tmp_path: Path) -> None:
+    """docker/cli turns --entrypoint into a one-element list (podman parses a JSON array)."""
+    container = {**CONTAINER, "EntryPoint": ["/usr/bin/tini", "--"]}
+    argv = arguments(tmp_path, container, engine=DOCKER)
+    pairs = set(zip(argv, argv[1:], strict=False))
+    assert ("--entrypoint", "/usr/bin/tini") in pairs
+    assert argv[-6:] == [f"localhost/sqs-worker-consumer:{ASSET}", "--", "python", "-m", "consumer", "run"]
+    assert argv[:4] == ["docker", "run", "--name", "c"] and ("--network", "host") in pairs
+    assert "--read-only" in argv and "--read-only-tmpfs=false" not in argv  # a podman-only option
+    podman = arguments(tmp_path, container)
+    assert ("--entrypoint", '["/usr/bin/tini", "--"]') in set(zip(podman, podman[1:], strict=False))
+
+
+def test_docker_gets_an_exec_form_health_check_as_one_quoted_shell_command(tmp_path: Path) -> None:
+    """docker/cli always stores --health-cmd as CMD-SHELL; podman takes the exec form as a JSON array."""
+    container = {**CONTAINER, "HealthCheck": {"Command": ["CMD", "python", "-c", "print('ok')"]}}
+    docker = arguments(tmp_path, container, engine=DOCKER)
+    assert ("--health-cmd", "python -c 'print('\"'\"'ok'\"'\"')'") in set(zip(docker, docker[1:], strict=False))
+    podman = arguments(tmp_path, container)
+    assert ("--health-cmd", '["python", "-c", "print(\'ok\')"]') in set(zip(podman, podman[1:], strict=False))
+
+
+def test_a_health_check_of_another_kind_names_the_stack(tmp_path: Path) -> None:
+    with pytest.raises(
+        TaskDefinitionError, match="^S: HealthCheck.Command must start with CMD or CMD-SHELL, got 'NONE'$"
+    ):
+        arguments(tmp_path, {**CONTAINER, "HealthCheck": {"Command": ["NONE"]}})
+
+
+def test_docker_runs_on_the_hosts_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local endpoints listen on 127.0.0.1 only: Docker's default bridge network cannot reach them."""
+    (tmp_path / "docker").write_text("#!/bin/sh\nexit 0\n")  # `docker info` answers: the daemon is up
+    (tmp_path / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    engine = image_module.find_engine()
+    assert (engine.name, engine.run_options, engine.build_options) == ("docker", ("--network", "host"), ())
 
 
 def test_settings_the_definition_lacks_are_not_added(tmp_path: Path) -> None:
