@@ -215,7 +215,7 @@ def ensure_base(engine: Engine, dockerfile: Path, log: Callable[[str], None] = p
         why = str(error)
     recipe = recipe or DebianBase.like(real)  # says why there is no Debian equivalent
     tag = recipe.tag(ca_bundle)
-    log(f"# {real} cannot be pulled ({why}); building {tag} with debootstrap (about 40 s, once)")
+    log(f"# {real} cannot be pulled ({why}); building {tag} with debootstrap (about a minute, once)")
     _build_debian_base(engine, recipe, ca_bundle, tag)
     return tag
 

@@ -52,6 +52,10 @@ class TaskDefinitionError(Exception):
     """The assembly does not hold what running its container needs; the message names what and where."""
 
 
+class EventNotLoggedError(Exception):
+    """A started process did not log the awaited event in time (or ended first); the message ends with its log."""
+
+
 @dataclass(frozen=True)
 class Mount:
     volume: str
@@ -98,8 +102,8 @@ class TaskContainer:
             stack_name=stack_name,
             definition=container,
             volumes=tuple(v["Name"] for v in properties.get("Volumes", [])),
-            cpu_units=int(properties["Cpu"]),
-            memory_mib=int(properties["Memory"]),
+            cpu_units=int(_required(properties, "Cpu", stack_name)),
+            memory_mib=int(_required(properties, "Memory", stack_name)),
             asset_hash=asset_hash,
             asset_directory=outdir / source["directory"],
             dockerfile=source.get("dockerFile", "Dockerfile"),
@@ -196,7 +200,7 @@ class TaskContainer:
         missing += [f"volume {v}" for v in self.volumes if v not in volumes]
         if missing:
             raise TaskDefinitionError(f"{self.stack_name}: no value for {', '.join(missing)}")
-        undeclared = sorted(set(self.secret_names) ^ set(secrets))
+        undeclared = sorted(set(secrets) - set(self.secret_names))
         if undeclared:
             raise TaskDefinitionError(f"{self.stack_name}: secrets not in the task definition: {undeclared}")
         definition = self.definition
@@ -253,6 +257,12 @@ def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_nam
         "--health-retries", str(check["Retries"]),
         "--health-start-period", f"{check['StartPeriod']}s",
     ]  # fmt: skip
+
+
+def _required(properties: Mapping[str, Any], key: str, stack_name: str) -> Any:
+    if key not in properties:
+        raise TaskDefinitionError(f"{stack_name}: the task definition has no {key} (Fargate requires it)")
+    return properties[key]
 
 
 def _refuse_unknown(stack_name: str, where: str, definition: Mapping[str, Any], known: frozenset[str]) -> None:
@@ -323,7 +333,7 @@ class LoggedProcess:
         return [json.loads(line) for line in lines if line.startswith('{"timestamp"') and '"event"' in line]
 
     def wait_for(self, event: str, timeout: float = 60.0) -> float:
-        """Seconds from start until ``event`` was logged; TaskDefinitionError if the process ends first."""
+        """Seconds from start until ``event`` was logged; EventNotLoggedError if not in time or the process ends first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(e.get("event") == event for e in self.events()):
@@ -332,7 +342,7 @@ class LoggedProcess:
                 break
             time.sleep(0.05)
         tail = self.log_path.read_text(errors="replace")[-3000:]
-        raise TaskDefinitionError(f"{self.name}: {event} not logged in {timeout:.0f} s; log ends:\n{tail}")
+        raise EventNotLoggedError(f"{self.name}: {event} not logged in {timeout:.0f} s; log ends:\n{tail}")
 
     def stop(self, timeout: float = 120.0) -> tuple[int, float]:
         """SIGTERM, then wait. Returns (exit code, seconds from the signal to the exit)."""

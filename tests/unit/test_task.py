@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import typer
 
 import infra.image as image_module
 from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base, ensure_base
-from infra.task import TaskContainer, TaskDefinitionError
+from infra.task import EventNotLoggedError, LoggedProcess, TaskContainer, TaskDefinitionError
 
 PODMAN = Engine("podman", ("podman", "--runtime", "runc"), run_options=("--network", "host"))
 ASSET = "ab" * 32
@@ -168,6 +169,21 @@ def test_a_volume_that_is_not_a_bind_mount_is_refused(tmp_path: Path) -> None:
         + re.escape("S: Volumes['tmp'] has keys that cannot be run here as ECS runs them: ['EFSVolumeConfiguration']"),
     ):
         TaskContainer.from_assembly(outdir, "S")
+
+
+def test_a_task_definition_without_cpu_says_so(tmp_path: Path) -> None:
+    outdir = assembly(tmp_path, CONTAINER)
+    template = json.loads((outdir / "S.template.json").read_text())
+    del template["Resources"]["Task"]["Properties"]["Cpu"]
+    (outdir / "S.template.json").write_text(json.dumps(template))
+    with pytest.raises(TaskDefinitionError, match="^S: the task definition has no Cpu \\(Fargate requires it\\)$"):
+        TaskContainer.from_assembly(outdir, "S")
+
+
+def test_a_process_that_ends_without_logging_the_event_raises_its_own_error(tmp_path: Path) -> None:
+    process = LoggedProcess([sys.executable, "-c", "print('bye')"], tmp_path / "p.log").start()
+    with pytest.raises(EventNotLoggedError, match="^python[0-9.]*: consumer_started not logged in 5 s; log ends:\nbye"):
+        process.wait_for("consumer_started", timeout=5)
 
 
 def test_the_base_comes_from_the_dockerfiles_own_default() -> None:
