@@ -1,7 +1,7 @@
 """Benchmark 8: the consumer as ECS runs it (the container) against the same consumer as a process.
 
 The image is built from the synthesized demo environment's container asset and run with its task
-definition's settings (:mod:`infra.task`): read-only root, uid 10001, no capabilities, the task's
+definition's settings (:mod:`consumer.local.task`): read-only root, uid 10001, no capabilities, the task's
 CPU and memory. The baseline is ``python -m consumer run`` with the same environment, in the same
 session, against the same local stack (moto's server, provisioned from the same template).
 
@@ -18,17 +18,16 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # as make does; before jsii loads
 
 from consumer.local.harness import LoopbackWebhook, sample_event  # noqa: E402
-from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
+from consumer.local.image import find_engine  # noqa: E402
+from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server  # noqa: E402
+from consumer.local.task import LoggedProcess, TaskContainer, TaskRun  # noqa: E402
 from consumer.testing import poll_until  # noqa: E402
-from infra.image import find_engine  # noqa: E402
-from infra.task import LoggedProcess, TaskContainer, TaskRun  # noqa: E402
 
 RUNS = 5
 HOLD_SECONDS = 2.0
@@ -46,11 +45,6 @@ class HeldWebhook(LoopbackWebhook):
         self.started += 1
         time.sleep(HOLD_SECONDS)
         return 200
-
-
-def _fresh_stack(endpoint: str, template: Path) -> LocalStack:
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
-    return provision(endpoint, template)
 
 
 def _cycle(run: LoggedProcess, stack: LocalStack, webhook: HeldWebhook) -> dict[str, Any]:
@@ -89,7 +83,7 @@ def run(runs: int = RUNS) -> dict[str, Any]:
         try:
             for number in range(runs):
                 for impl in ("container", "process"):
-                    stack = _fresh_stack(endpoint, outdir / f"{STACK}.template.json")
+                    stack = provision_fresh(endpoint, outdir / f"{STACK}.template.json")
                     environment = {**stack.process_environment(), "NOTIFY_WEBHOOK_URL": webhook.url}
                     log = Path(scratch) / f"{impl}-{number}.log"
                     if impl == "container":

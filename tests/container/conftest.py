@@ -2,7 +2,7 @@
 
 The image is built from the synthesized container asset (``cdk.out/asset.<hash>``, the directory
 ``cdk deploy`` would build) and started with the synthesized task definition's own settings
-(:mod:`infra.task`) against a local stack provisioned from the same template (:mod:`consumer.local.stack`).
+(:mod:`consumer.local.task`) against a local stack provisioned from the same template (:mod:`consumer.local.stack`).
 
 If no container engine can run here, every test of this tier is skipped with one line saying why,
 and the rest of the suite runs; with ``CONTAINER_TIER_REQUIRED=1`` (``.ci/run`` sets it once it has
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,10 +24,10 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from consumer.local.harness import LoopbackWebhook  # noqa: E402
-from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
+from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
+from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server  # noqa: E402
+from consumer.local.task import TaskContainer, TaskRun  # noqa: E402
 from consumer.testing import QueueDepth, depth  # noqa: E402
-from infra.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
-from infra.task import TaskContainer, TaskRun  # noqa: E402
 
 #: The environment whose task definition the tier runs: the one `make run` deploys locally.
 ENVIRONMENT = "demo"
@@ -88,8 +87,7 @@ def endpoint() -> Iterator[str]:
 @pytest.fixture
 def stack(task: TaskContainer, endpoint: str) -> LocalStack:
     """The demo stack created from the synthesized template on moto's server, reset first."""
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
-    return provision(endpoint, task.asset_directory.parent / f"{STACK}.template.json")
+    return provision_fresh(endpoint, task.asset_directory.parent / f"{STACK}.template.json")
 
 
 class Webhook(LoopbackWebhook):

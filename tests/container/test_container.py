@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from consumer.local.harness import sample_event
+from consumer.local.image import BuiltImage, Engine
 from consumer.local.stack import LocalStack, local_client
+from consumer.local.task import TaskContainer
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import wait_until
-from infra.image import BuiltImage, Engine
-from infra.task import TaskContainer
 from tests.container.conftest import RunFactory, Webhook, depths, send
 
 #: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys) and

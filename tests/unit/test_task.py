@@ -1,4 +1,4 @@
-"""infra.task and infra.image without an engine: a task definition read into the engine's run command."""
+"""consumer.local.task and consumer.local.image without an engine: a task definition read into the engine's run command."""
 
 from __future__ import annotations
 
@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 import typer
 
-import infra.image as image_module
-from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base, ensure_base
-from infra.task import EventNotLoggedError, LoggedProcess, TaskContainer, TaskDefinitionError
+import consumer.local.image as image_module
+from consumer.local.image import (
+    ContainerToolingUnavailable,
+    DebianBase,
+    Engine,
+    ImageBuildError,
+    dockerfile_base,
+    ensure_base,
+)
+from consumer.local.task import EventNotLoggedError, LoggedProcess, TaskContainer, TaskDefinitionError
 
 PODMAN = Engine("podman", ("podman", "--runtime", "runc"), run_options=("--network", "host"))
 ASSET = "ab" * 32

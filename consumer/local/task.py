@@ -1,7 +1,7 @@
 """Run a synthesized ECS task definition's container here, as ECS on Fargate starts it.
 
 Everything about the container comes from the cloud assembly, never restated: the image (the
-container asset the task definition names, built from the asset directory by :mod:`infra.image`),
+container asset the task definition names, built from the asset directory by :mod:`consumer.local.image`),
 command, user, read-only root file system, volumes and mount points, Linux capabilities, init
 process, CPU and memory, environment and secret names, stop timeout and health check.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.image import BuiltImage, Engine, build_image
+from consumer.local.image import IMAGE_REPOSITORY, BuiltImage, Engine, build_image
 
 #: ECS's stop timeout when the container definition sets none (Fargate).
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
@@ -45,7 +45,6 @@ RUN_VOLUME_KEYS = frozenset({"Name"})
 ECS_VOLUME_MODE = 0o755
 #: Where the copy of an image's declared VOLUME path is mounted in the container that makes it.
 _VOLUME_TARGET = "/ecs-volume"
-IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
 
 
 class TaskDefinitionError(Exception):

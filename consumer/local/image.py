@@ -1,4 +1,4 @@
-"""The consumer image, built here as ``cdk deploy`` builds it: ``make image`` (``python -m infra.image``).
+"""The consumer image, built here as ``cdk deploy`` builds it: ``make image`` (``python -m consumer.local.image``).
 
 ``cdk deploy`` builds ``consumer/Dockerfile`` with Docker and pushes the result as a container
 asset. This module builds the same Dockerfile from the same context (``consumer/``, or the asset
@@ -31,9 +31,10 @@ from typing import IO, Any
 
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
-CONSUMER_DIR = ROOT / "consumer"
-DEFAULT_TAG = "localhost/sqs-worker-consumer:latest"
+CONSUMER_DIR = Path(__file__).resolve().parents[1]
+#: Where every locally built consumer image goes: ``:latest`` from make image, ``:<asset hash>`` from a task.
+IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
+DEFAULT_TAG = f"{IMAGE_REPOSITORY}:latest"
 #: The task definition's runtime platform (X86_64 Linux), which the CDK asset is built for too.
 TASK_PLATFORM = "linux/amd64"
 BASE_REPOSITORY = "localhost/sqs-worker-base"
