@@ -31,7 +31,7 @@ synth: $(PY_STAMP) $(CLI_STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth -q --no-notices $(if $(ENV),-c env=$(ENV))
 
 image: $(PY_STAMP)
-	$(PY) -m infra.image
+	$(PY) -m consumer.local.image
 
 bench: $(BENCH_STAMP) $(CLI_STAMP)
 	$(PY) -m bench all $(BENCH_ARGS)

@@ -19,7 +19,7 @@ import typer
 from bench import build, latency, throughput
 from bench.common import ROOT, write_result
 from bench.endpoint import ENDPOINTS, local_endpoint
-from infra.image import ContainerToolingUnavailable
+from consumer.local.image import ContainerToolingUnavailable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 ENDPOINT_OPTION = typer.Option("ministack", help=f"local SQS endpoint: {' | '.join(ENDPOINTS)}")

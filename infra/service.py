@@ -188,11 +188,8 @@ class ConsumerService(Construct):
             "Consumer",
             # Built for the task's platform whatever the deploying machine is (an arm64 laptop would
             # otherwise push an arm64 image that X86_64 Fargate cannot start: "exec format error").
-            image=ecs.ContainerImage.from_asset(
-                str(CONSUMER_DIR),
-                exclude=["**/__pycache__", "**/*.pyc", "**/.pytest_cache"],
-                platform=ecr_assets.Platform.LINUX_AMD64,
-            ),
+            # What the asset leaves out is consumer/.dockerignore, which the CDK applies to the asset as well.
+            image=ecs.ContainerImage.from_asset(str(CONSUMER_DIR), platform=ecr_assets.Platform.LINUX_AMD64),
             command=CONTAINER_COMMAND,
             user=CONTAINER_USER,
             readonly_root_filesystem=True,

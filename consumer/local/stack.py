@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import urllib.request
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,6 +84,12 @@ def local_client(service: str, endpoint: str) -> Any:
         aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
+
+
+def provision_fresh(endpoint: str, template_path: Path) -> LocalStack:
+    """:func:`provision` on an emptied moto server (``/moto-api/reset``): each run starts from the template alone."""
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
+    return provision(endpoint, template_path)
 
 
 def provision(endpoint: str, template_path: Path, stack_name: str | None = None) -> LocalStack:

@@ -2,7 +2,7 @@
 
 The image is built from the synthesized container asset (``cdk.out/asset.<hash>``, the directory
 ``cdk deploy`` would build) and started with the synthesized task definition's own settings
-(:mod:`infra.task`) against a local stack provisioned from the same template (:mod:`consumer.local.stack`).
+(:mod:`consumer.local.task`) against a local stack provisioned from the same template (:mod:`consumer.local.stack`).
 
 If no container engine can run here, every test of this tier is skipped with one line saying why,
 and the rest of the suite runs; with ``CONTAINER_TIER_REQUIRED=1`` (``.ci/run`` sets it once it has
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,10 +24,10 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from consumer.local.harness import LoopbackWebhook  # noqa: E402
-from consumer.local.stack import LocalStack, local_client, provision, start_server  # noqa: E402
+from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
+from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server  # noqa: E402
+from consumer.local.task import TaskContainer, TaskRun  # noqa: E402
 from consumer.testing import QueueDepth, depth  # noqa: E402
-from infra.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
-from infra.task import TaskContainer, TaskRun  # noqa: E402
 
 #: The environment whose task definition the tier runs: the one `make run` deploys locally.
 ENVIRONMENT = "demo"
@@ -88,8 +87,7 @@ def endpoint() -> Iterator[str]:
 @pytest.fixture
 def stack(task: TaskContainer, endpoint: str) -> LocalStack:
     """The demo stack created from the synthesized template on moto's server, reset first."""
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=10).close()
-    return provision(endpoint, task.asset_directory.parent / f"{STACK}.template.json")
+    return provision_fresh(endpoint, task.asset_directory.parent / f"{STACK}.template.json")
 
 
 class Webhook(LoopbackWebhook):
@@ -130,7 +128,8 @@ RunFactory = Callable[..., TaskRun]
 def run_task(
     engine: Engine, task: TaskContainer, image: BuiltImage, stack: LocalStack, webhook: Webhook, tmp_path: Path
 ) -> Iterator[RunFactory]:
-    """Start the task's container (more than one: a deployment's old and new task) on the local stack.
+    """Start the task's container (more than one: a deployment's old and new task) on the local stack;
+    ``command`` and ``other_image`` replace the definition's, as a probe in the same set-up.
 
     The environment is the task definition's, resolved to the local stack, plus what ECS would supply
     (region, credentials: here the local endpoint's) and ``NOTIFY_WEBHOOK_URL``: the demo environment
@@ -139,18 +138,15 @@ def run_task(
     """
     runs: list[TaskRun] = []
 
-    def start(command: list[str] | None = None, **overrides: str) -> TaskRun:
+    def start(command: list[str] | None = None, other_image: str | None = None, **overrides: str) -> TaskRun:
         name = f"consumer-test-{uuid.uuid4().hex[:8]}"
-        volumes = {}
-        for volume in task.volumes:  # Fargate ephemeral storage: an empty directory, like the image's /tmp
-            directory = tmp_path / f"{name}-{volume}"
-            directory.mkdir()
-            directory.chmod(0o1777)
-            volumes[volume] = directory
+        tag = other_image or image.tag
+        volumes = task.volume_directories(engine, tmp_path / f"{name}-volumes", tag)
         environment = {**stack.process_environment(), "NOTIFY_WEBHOOK_URL": webhook.url, **overrides}
         run = TaskRun(
-            engine, task, tmp_path / f"{name}.log", name=name, environment=environment, volumes=volumes, command=command
-        )
+            engine, task, tmp_path / f"{name}.log", name=name, environment=environment, volumes=volumes,
+            command=command, image=tag,
+        )  # fmt: skip
         runs.append(run.start())
         return run
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from consumer.local.harness import sample_event
+from consumer.local.image import BuiltImage, Engine
 from consumer.local.stack import LocalStack, local_client
+from consumer.local.task import TaskContainer
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import wait_until
-from infra.image import BuiltImage, Engine
-from infra.task import TaskContainer
 from tests.container.conftest import RunFactory, Webhook, depths, send
 
 #: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys) and
@@ -47,11 +47,11 @@ def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, im
         "import importlib.util, json; "
         f"print(json.dumps({{n: importlib.util.find_spec(n) is not None for n in {SHIPPED + NOT_SHIPPED!r}}}))"
     )
-    found = json.loads(engine("run", "--rm", *engine.shared_options, image.tag, "python", "-c", probe).stdout)
+    found = json.loads(engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", probe).stdout)
     assert {n for n in SHIPPED if not found[n]} == set()
     assert {n for n in NOT_SHIPPED if found[n]} == set()
     # A local-only command says so in one line instead of a traceback.
-    demo = engine("run", "--rm", *engine.shared_options, image.tag, "python", "-m", "consumer", "demo", check=False)
+    demo = engine("run", "--rm", *engine.run_options, image.tag, "python", "-m", "consumer", "demo", check=False)
     assert demo.returncode == 2
     assert demo.stderr.strip().splitlines() == [
         "consumer demo: local tooling, not in this installation (missing: consumer.local, moto); "
@@ -100,7 +100,9 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     wait_until(lambda: set(webhook.finished) >= set(valid), timeout=60, what="10 events delivered")
 
     state = run.state()
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{state['State']['Pid']}/status").read_text().splitlines())
+    # PID 1 is the init process (InitProcessEnabled) or the consumer; either runs as the task's user.
+    proc_status = engine("exec", run.name, "cat", "/proc/1/status").stdout
+    status = dict(line.split(":", 1) for line in proc_status.splitlines())
     uid, gid = task.user.split(":")
     assert status["Uid"].split() == [uid] * 4 and status["Gid"].split() == [gid] * 4  # real, effective, saved, fs
     if task.definition["LinuxParameters"]["Capabilities"]["Drop"] == ["ALL"]:
@@ -109,7 +111,7 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     if task.health_check is None:
         assert not state["Config"].get("Healthcheck")
     else:  # the definition's own check, run the way ECS runs it
-        assert engine("healthcheck", "run", run.name, check=False).returncode == 0
+        assert run.health_check_passes()
 
     code, _ = run.stop()
     assert code == 0
@@ -119,6 +121,31 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     assert baseline.process is not None and baseline.process.wait(timeout=60) == 0
     changed = set(engine("diff", run.name).stdout.split("\n")) - set(engine("diff", baseline.name).stdout.split("\n"))
     assert changed == set()
+
+
+def test_the_user_comes_from_the_task_definition_whatever_the_images_user(
+    engine: Engine, image: BuiltImage, task: TaskContainer, run_task: RunFactory, tmp_path: Path
+) -> None:
+    """The image's own USER is 10001 too, so only an image whose USER differs shows that ``--user`` is passed."""
+    as_root = f"{image.tag}-user-root"
+    (tmp_path / "Dockerfile").write_text(f"FROM {image.tag}\nUSER 0:0\n")
+    engine("build", *engine.build_options, "-t", as_root, str(tmp_path))
+    probe = run_task(command=["python", "-c", "import os; print(f'{os.getuid()}:{os.getgid()}')"], other_image=as_root)
+    assert probe.process is not None and probe.process.wait(timeout=60) == 0
+    assert probe.log_path.read_text().split() == [task.user]
+
+
+def test_a_handler_can_write_a_temp_file_in_the_tasks_tmp_volume(run_task: RunFactory, task: TaskContainer) -> None:
+    """Fargate's /tmp volume is root-owned 0755 unless the image declares VOLUME /tmp; uid 10001 must write there."""
+    probe = run_task(
+        command=["python", "-c", "import os, tempfile; f = tempfile.NamedTemporaryFile(); print(os.getuid(), f.name)"]
+    )
+    assert probe.process is not None
+    code = probe.process.wait(timeout=60)
+    output = probe.log_path.read_text()
+    assert code == 0, output
+    uid, written = output.split()
+    assert (uid, str(Path(written).parent)) == (task.user.split(":")[0], "/tmp")
 
 
 def test_sigterm_during_work_finishes_in_flight_and_exits_0_within_the_stop_timeout(

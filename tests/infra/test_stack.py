@@ -8,7 +8,8 @@ import pytest
 from aws_cdk.assertions import Match
 
 from consumer.contract import BINDING_KEYS, WorkerContract
-from infra.image import TASK_PLATFORM
+from consumer.local.image import TASK_PLATFORM
+from consumer.local.task import TaskContainer
 from infra.service import (
     CONTAINER_COMMAND,
     DEAD_LETTER_QUEUE_ACTIONS,
@@ -16,7 +17,6 @@ from infra.service import (
     SOURCE_QUEUE_ACTIONS,
     TASK_PROTECTION_ACTIONS,
 )
-from infra.task import TaskContainer
 from tests.infra.conftest import Synthesized
 
 

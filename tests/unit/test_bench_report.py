@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from bench import report
+import pytest
+
+from bench import container, report
 
 
 def _row(impl: str, concurrency: int, handler: str, rate: float, cost: float) -> dict:
@@ -60,3 +62,14 @@ def test_report_requests_table_shows_both_costs() -> None:
 def test_report_missing_result_names_the_command_to_run() -> None:
     """A benchmark not run yet says which command produces it instead of showing stale figures."""
     assert "python -m bench shutdown" in report._shutdown_section(None)
+
+
+def test_bench_container_counts_stop_times_only_with_a_delivery_in_flight() -> None:
+    """A SIGTERM with nothing in flight measures a different stop: recorded, left out of the median."""
+    rows = [
+        {"impl": "container", "ready_seconds": r, "sigterm_to_exit_seconds": s, "in_flight": f}
+        for r, s, f in ((1.0, 2.5, True), (2.0, 0.4, False), (3.0, 2.7, True))
+    ]
+    assert container._medians(rows) == {"ready_seconds": 2.0, "sigterm_to_exit_seconds": 2.6}
+    with pytest.raises(RuntimeError, match="^no container run had a delivery in flight within 30 s of being ready$"):
+        container._medians([{**r, "in_flight": False} for r in rows])

@@ -1,19 +1,31 @@
-"""infra.task and infra.image without an engine: a task definition read into the engine's run command."""
+"""consumer.local.task and consumer.local.image without an engine: a task definition read into the engine's run command."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 
-from infra.image import ContainerToolingUnavailable, DebianBase, Engine, ImageBuildError, dockerfile_base
-from infra.task import TaskContainer, TaskDefinitionError
+import consumer.local.image as image_module
+from consumer.local.image import (
+    ContainerToolingUnavailable,
+    DebianBase,
+    Engine,
+    ImageBuildError,
+    dockerfile_base,
+    ensure_base,
+)
+from consumer.local.task import EventNotLoggedError, LoggedProcess, TaskContainer, TaskDefinitionError
 
-PODMAN = Engine("podman", ("podman", "--runtime", "runc"), shared_options=("--network", "host"))
+PODMAN = Engine("podman", ("podman", "--runtime", "runc"), run_options=("--network", "host"))
 ASSET = "ab" * 32
+DOCKERFILE = Path(__file__).resolve().parents[2] / "consumer" / "Dockerfile"
 CONTAINER: dict[str, Any] = {
     "Command": ["python", "-m", "consumer", "run"],
     "Environment": [{"Name": "QUEUE_URL", "Value": {"Ref": "Queue"}}],
@@ -28,8 +40,9 @@ CONTAINER: dict[str, Any] = {
 }
 
 
-def assembly(tmp_path: Path, container: dict[str, Any]) -> Path:
-    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [container], "Volumes": [{"Name": "tmp"}]}
+def assembly(tmp_path: Path, container: dict[str, Any], volume: dict[str, Any] | None = None) -> Path:
+    volumes = [volume or {"Name": "tmp"}]
+    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [container], "Volumes": volumes}
     template = {"Resources": {"Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": definition}}}
     (tmp_path / "S.template.json").write_text(json.dumps(template))
     assets = {"dockerImages": {ASSET: {"source": {"directory": f"asset.{ASSET}"}}}}
@@ -37,7 +50,7 @@ def assembly(tmp_path: Path, container: dict[str, Any]) -> Path:
     return tmp_path
 
 
-def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, **run: Any) -> list[str]:
+def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, engine: Engine = PODMAN, **run: Any) -> list[str]:
     task = TaskContainer.from_assembly(assembly(tmp_path, container), "S")
     options = {
         "name": "c",
@@ -45,7 +58,7 @@ def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, **run: Any)
         "secrets": {"NOTIFY_WEBHOOK_URL": "http://127.0.0.1:2/notify"},
         "volumes": {"tmp": tmp_path},
     }
-    return task.run_arguments(PODMAN, **{**options, **run})
+    return task.run_arguments(engine, **{**options, **run})
 
 
 def test_every_setting_of_the_definition_reaches_the_run_command(tmp_path: Path) -> None:
@@ -61,6 +74,47 @@ def test_every_setting_of_the_definition_reaches_the_run_command(tmp_path: Path)
         ("--env", "QUEUE_URL=http://127.0.0.1:1/q"),
         ("--env", "NOTIFY_WEBHOOK_URL=http://127.0.0.1:2/notify"),
     } <= pairs
+
+
+DOCKER = Engine("docker", ("docker",), run_options=("--network", "host"))
+
+
+def test_docker_gets_the_entrypoint_as_one_executable_and_the_rest_before_the_command(tmp_path: Path) -> None:
+    """docker/cli turns --entrypoint into a one-element list (podman parses a JSON array)."""
+    container = {**CONTAINER, "EntryPoint": ["/usr/bin/tini", "--"]}
+    argv = arguments(tmp_path, container, engine=DOCKER)
+    pairs = set(zip(argv, argv[1:], strict=False))
+    assert ("--entrypoint", "/usr/bin/tini") in pairs
+    assert argv[-6:] == [f"localhost/sqs-worker-consumer:{ASSET}", "--", "python", "-m", "consumer", "run"]
+    assert argv[:4] == ["docker", "run", "--name", "c"] and ("--network", "host") in pairs
+    assert "--read-only" in argv and "--read-only-tmpfs=false" not in argv  # a podman-only option
+    podman = arguments(tmp_path, container)
+    assert ("--entrypoint", '["/usr/bin/tini", "--"]') in set(zip(podman, podman[1:], strict=False))
+
+
+def test_docker_gets_an_exec_form_health_check_as_one_quoted_shell_command(tmp_path: Path) -> None:
+    """docker/cli always stores --health-cmd as CMD-SHELL; podman takes the exec form as a JSON array."""
+    container = {**CONTAINER, "HealthCheck": {"Command": ["CMD", "python", "-c", "print('ok')"]}}
+    docker = arguments(tmp_path, container, engine=DOCKER)
+    assert ("--health-cmd", "python -c 'print('\"'\"'ok'\"'\"')'") in set(zip(docker, docker[1:], strict=False))
+    podman = arguments(tmp_path, container)
+    assert ("--health-cmd", '["python", "-c", "print(\'ok\')"]') in set(zip(podman, podman[1:], strict=False))
+
+
+def test_a_health_check_of_another_kind_names_the_stack(tmp_path: Path) -> None:
+    with pytest.raises(
+        TaskDefinitionError, match="^S: HealthCheck.Command must start with CMD or CMD-SHELL, got 'NONE'$"
+    ):
+        arguments(tmp_path, {**CONTAINER, "HealthCheck": {"Command": ["NONE"]}})
+
+
+def test_docker_runs_on_the_hosts_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local endpoints listen on 127.0.0.1 only: Docker's default bridge network cannot reach them."""
+    (tmp_path / "docker").write_text("#!/bin/sh\nexit 0\n")  # `docker info` answers: the daemon is up
+    (tmp_path / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    engine = image_module.find_engine()
+    assert (engine.name, engine.run_options, engine.build_options) == ("docker", ("--network", "host"), ())
 
 
 def test_settings_the_definition_lacks_are_not_added(tmp_path: Path) -> None:
@@ -92,8 +146,55 @@ def test_an_image_that_is_not_a_cdk_asset_is_refused(tmp_path: Path) -> None:
         arguments(tmp_path, {**CONTAINER, "Image": "nginx"})
 
 
+@pytest.mark.parametrize(
+    ("container", "where", "unknown"),
+    [
+        (
+            {**CONTAINER, "Ulimits": [], "WorkingDirectory": "/srv"},
+            "ContainerDefinitions[0]",
+            "['Ulimits', 'WorkingDirectory']",
+        ),
+        ({**CONTAINER, "Memory": 256}, "ContainerDefinitions[0]", "['Memory']"),
+        ({**CONTAINER, "LinuxParameters": {"Tmpfs": []}}, "LinuxParameters", "['Tmpfs']"),
+    ],
+)
+def test_a_container_setting_neither_run_nor_known_harmless_is_refused(
+    tmp_path: Path, container: dict[str, Any], where: str, unknown: str
+) -> None:
+    with pytest.raises(
+        TaskDefinitionError,
+        match="^" + re.escape(f"S: {where} has keys that cannot be run here as ECS runs them: {unknown} (run here: ["),
+    ):
+        arguments(tmp_path, container)
+
+
+def test_a_volume_that_is_not_a_bind_mount_is_refused(tmp_path: Path) -> None:
+    outdir = assembly(tmp_path, CONTAINER, {"Name": "tmp", "EFSVolumeConfiguration": {}})
+    with pytest.raises(
+        TaskDefinitionError,
+        match="^"
+        + re.escape("S: Volumes['tmp'] has keys that cannot be run here as ECS runs them: ['EFSVolumeConfiguration']"),
+    ):
+        TaskContainer.from_assembly(outdir, "S")
+
+
+def test_a_task_definition_without_cpu_says_so(tmp_path: Path) -> None:
+    outdir = assembly(tmp_path, CONTAINER)
+    template = json.loads((outdir / "S.template.json").read_text())
+    del template["Resources"]["Task"]["Properties"]["Cpu"]
+    (outdir / "S.template.json").write_text(json.dumps(template))
+    with pytest.raises(TaskDefinitionError, match="^S: the task definition has no Cpu \\(Fargate requires it\\)$"):
+        TaskContainer.from_assembly(outdir, "S")
+
+
+def test_a_process_that_ends_without_logging_the_event_raises_its_own_error(tmp_path: Path) -> None:
+    process = LoggedProcess([sys.executable, "-c", "print('bye')"], tmp_path / "p.log").start()
+    with pytest.raises(EventNotLoggedError, match="^python[0-9.]*: consumer_started not logged in 5 s; log ends:\nbye"):
+        process.wait_for("consumer_started", timeout=5)
+
+
 def test_the_base_comes_from_the_dockerfiles_own_default() -> None:
-    base = dockerfile_base(Path(__file__).resolve().parents[2] / "consumer" / "Dockerfile")
+    base = dockerfile_base(DOCKERFILE)
     recipe = DebianBase.like(base)
     assert base.startswith("python:3.11") and (recipe.release, recipe.python) == ("bookworm", "3.11")
     assert recipe.packages[0] == "python3.11"
@@ -105,3 +206,92 @@ def test_a_base_with_no_debian_equivalent_and_a_dockerfile_without_one_say_why(t
     (tmp_path / "Dockerfile").write_text("FROM python:3.11\n")
     with pytest.raises(ImageBuildError, match="expected one `ARG BASE_IMAGE=<image>` line, found 0"):
         dockerfile_base(tmp_path / "Dockerfile")
+
+
+# ------------------------------------------------------------------ the base, with stub commands on PATH
+
+#: A stand-in for the engine's command line: logs its arguments, answers `image inspect` for the Debian base
+#: only when BASE_CACHED=1, hangs on `pull`, and refuses `import` (reading its input first, as an engine does).
+STUB_ENGINE = """#!/bin/sh
+echo "$*" >> "$STUB_LOG"
+case "$1" in
+  image) case "$3" in *sqs-worker-base*) [ "$BASE_CACHED" = 1 ] && exit 0;; esac; exit 1;;
+  pull) sleep 10;;
+  import) cat > /dev/null; [ "$IMPORT_OK" = 1 ] && exit 0; echo "Error: no space left on device" >&2; exit 125;;
+esac
+exit 0
+"""
+#: debootstrap that makes an empty root file system (its fourth argument) and succeeds.
+STUB_DEBOOTSTRAP = '#!/bin/sh\nmkdir -p "$4/etc/ssl/certs"\n'
+STUB_TAR = '#!/bin/sh\necho "tar: ./etc: Cannot open: Permission denied" >&2\nexit 2\n'
+
+
+@pytest.fixture
+def stub_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, script in {"engine": STUB_ENGINE, "debootstrap": STUB_DEBOOTSTRAP}.items():
+        (bin_dir / name).write_text(script)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STUB_LOG", str(tmp_path / "calls.log"))
+    monkeypatch.setattr(image_module, "PULL_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(image_module.os, "geteuid", lambda: 0)  # debootstrap is a stub: no root needed
+    return Engine("stub", (str(bin_dir / "engine"),))
+
+
+def calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls.log").read_text().splitlines()
+
+
+def test_a_cached_debian_base_is_used_without_waiting_for_the_registry(
+    stub_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BASE_CACHED", "1")
+    assert ensure_base(stub_engine, DOCKERFILE, log=pytest.fail).startswith("localhost/sqs-worker-base:bookworm-")
+    assert [c.split()[0] for c in calls(tmp_path)] == ["image", "image"]  # the pinned base, then the cached one
+
+
+def test_a_pull_that_times_out_falls_back_to_building_the_debian_base(
+    stub_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMPORT_OK", "1")
+    logged: list[str] = []
+    tag = ensure_base(stub_engine, DOCKERFILE, log=logged.append)
+    assert tag.startswith("localhost/sqs-worker-base:bookworm-python3.11-")
+    assert [c.split()[0] for c in calls(tmp_path)] == ["image", "image", "pull", "import"]
+    assert "did not finish in 0.5 s); building" in logged[0]
+
+
+def test_a_failed_import_of_the_debian_base_says_why_in_one_line(stub_engine: Engine) -> None:
+    with pytest.raises(ContainerToolingUnavailable) as raised:
+        ensure_base(stub_engine, DOCKERFILE, log=lambda _: None)
+    assert re.fullmatch(
+        r"importing the Debian base as localhost/sqs-worker-base:\S+ failed: `\S+ import --change ENV PIP_BREAK_"
+        r"SYSTEM_PACKAGES=1 \.\.\.` exited 125: Error: no space left on device",
+        str(raised.value),
+    )
+
+
+def test_a_tar_that_fails_stops_the_debian_base(
+    stub_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMPORT_OK", "1")
+    (tmp_path / "bin" / "tar").write_text(STUB_TAR)
+    (tmp_path / "bin" / "tar").chmod(0o755)
+    with pytest.raises(
+        ContainerToolingUnavailable,
+        match="^tar of the Debian base's root file system exited 2: tar: ./etc: Cannot open: Permission denied$",
+    ):
+        ensure_base(stub_engine, DOCKERFILE, log=lambda _: None)
+
+
+def test_make_image_reports_a_failure_in_one_line_and_exits_1(
+    stub_engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(image_module, "find_engine", lambda: stub_engine)
+    with pytest.raises(typer.Exit) as exited:
+        image_module.main(context=DOCKERFILE.parent, tag="localhost/t:latest")
+    assert exited.value.exit_code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("make image: importing the Debian base as localhost/sqs-worker-base:")

@@ -1,20 +1,22 @@
 """Run a synthesized ECS task definition's container here, as ECS on Fargate starts it.
 
 Everything about the container comes from the cloud assembly, never restated: the image (the
-container asset the task definition names, built from the asset directory by :mod:`infra.image`),
+container asset the task definition names, built from the asset directory by :mod:`consumer.local.image`),
 command, user, read-only root file system, volumes and mount points, Linux capabilities, init
 process, CPU and memory, environment and secret names, stop timeout and health check.
 
 What ECS supplies from outside the template is passed in by the caller: the environment values
 resolved to a local stack (as ``consumer local up`` resolves them, plus the endpoint and
 credentials a local process needs), the secrets' values, and a host directory for each task
-volume (Fargate's ephemeral storage). A name the task definition declares and the caller does not
+volume (Fargate's ephemeral storage, made as Fargate makes it by
+:meth:`TaskContainer.volume_directories`). A name the task definition declares and the caller does not
 supply is an error, so the container never starts with less than ECS would give it.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import time
 from collections.abc import Mapping
@@ -22,17 +24,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.image import BuiltImage, Engine, build_image
+from consumer.local.image import IMAGE_REPOSITORY, BuiltImage, Engine, build_image
 
 #: ECS's stop timeout when the container definition sets none (Fargate).
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
 #: ECS's health check defaults (seconds; retries).
 ECS_HEALTH_DEFAULTS = {"Interval": 30, "Timeout": 5, "Retries": 3, "StartPeriod": 0}
-IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
+#: Container definition keys :meth:`TaskContainer.run_arguments` turns into the engine's options.
+RUN_KEYS = frozenset(
+    {"Command", "EntryPoint", "Environment", "Secrets", "Image", "User", "ReadonlyRootFilesystem", "LinuxParameters",
+     "MountPoints", "StopTimeout", "HealthCheck"}
+)  # fmt: skip
+#: Keys with nothing to reproduce here: one container is always essential, the name is ECS's, and the
+#: awslogs driver ships the stdout this module writes to a file.
+HARMLESS_KEYS = frozenset({"Essential", "Name", "LogConfiguration"})
+RUN_LINUX_PARAMETERS = frozenset({"Capabilities", "InitProcessEnabled"})
+#: A Fargate task volume with only a name is a bind mount on the task's ephemeral storage.
+RUN_VOLUME_KEYS = frozenset({"Name"})
+#: The mode of a fresh Fargate bind-mount volume (root-owned), when the image declares no VOLUME at its path.
+ECS_VOLUME_MODE = 0o755
+#: Where the copy of an image's declared VOLUME path is mounted in the container that makes it.
+_VOLUME_TARGET = "/ecs-volume"
 
 
 class TaskDefinitionError(Exception):
     """The assembly does not hold what running its container needs; the message names what and where."""
+
+
+class EventNotLoggedError(Exception):
+    """A started process did not log the awaited event in time (or ended first); the message ends with its log."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +88,10 @@ class TaskContainer:
         if len(containers) != 1:
             raise TaskDefinitionError(f"{stack_name}: expected one container definition, found {len(containers)}")
         (container,) = containers
+        _refuse_unknown(stack_name, "ContainerDefinitions[0]", container, RUN_KEYS | HARMLESS_KEYS)
+        _refuse_unknown(stack_name, "LinuxParameters", container.get("LinuxParameters", {}), RUN_LINUX_PARAMETERS)
+        for volume in properties.get("Volumes", []):
+            _refuse_unknown(stack_name, f"Volumes[{volume.get('Name')!r}]", volume, RUN_VOLUME_KEYS)
         asset_hash = _image_asset_hash(container.get("Image"), stack_name)
         images = _read_json(outdir / f"{stack_name}.assets.json").get("dockerImages", {})
         if asset_hash not in images:
@@ -77,8 +101,8 @@ class TaskContainer:
             stack_name=stack_name,
             definition=container,
             volumes=tuple(v["Name"] for v in properties.get("Volumes", [])),
-            cpu_units=int(properties["Cpu"]),
-            memory_mib=int(properties["Memory"]),
+            cpu_units=int(_required(properties, "Cpu", stack_name)),
+            memory_mib=int(_required(properties, "Memory", stack_name)),
             asset_hash=asset_hash,
             asset_directory=outdir / source["directory"],
             dockerfile=source.get("dockerFile", "Dockerfile"),
@@ -126,6 +150,31 @@ class TaskContainer:
         check = self.definition.get("HealthCheck")
         return {**ECS_HEALTH_DEFAULTS, **check} if check else None
 
+    def volume_directories(self, engine: Engine, root: Path, image: str | None = None) -> dict[str, Path]:
+        """A fresh host directory under ``root`` per task volume, as Fargate makes its bind mounts.
+
+        ECS's bind mounts page (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/bind-mounts.html):
+        "By default, the volume permissions are set to 0755 and the owner as root", and "the Amazon ECS
+        data plane looks for a VOLUME directive. If the absolute path that's specified in the VOLUME
+        directive is the same as the containerPath that's specified in the task definition, the data in the
+        VOLUME directive path is copied to the data volume." So each directory starts empty with mode 0755,
+        owned by the user running this (root here; a rootless engine maps that user to the container's
+        root), and where ``image`` declares a VOLUME at a mount's container path, that path's contents and
+        mode are copied in from the image.
+        """
+        image = image or self.image_tag
+        declared = engine.image_volumes(image)
+        directories: dict[str, Path] = {}
+        for volume in self.volumes:
+            directory = root / volume
+            directory.mkdir(parents=True)
+            directory.chmod(ECS_VOLUME_MODE)
+            directories[volume] = directory
+        for mount in self.mounts:
+            if mount.container_path in declared:
+                _copy_image_path(engine, image, mount.container_path, directories[mount.volume])
+        return directories
+
     # ----------------------------------------------------------------- as an engine's run command
 
     def run_arguments(
@@ -150,11 +199,11 @@ class TaskContainer:
         missing += [f"volume {v}" for v in self.volumes if v not in volumes]
         if missing:
             raise TaskDefinitionError(f"{self.stack_name}: no value for {', '.join(missing)}")
-        undeclared = sorted(set(self.secret_names) ^ set(secrets))
+        undeclared = sorted(set(secrets) - set(self.secret_names))
         if undeclared:
             raise TaskDefinitionError(f"{self.stack_name}: secrets not in the task definition: {undeclared}")
         definition = self.definition
-        arguments = [*engine.command, "run", "--name", name, *engine.shared_options]
+        arguments = [*engine.command, "run", "--name", name, *engine.run_options]
         arguments += ["--cpus", f"{self.cpu_units / 1024:g}", "--memory", f"{self.memory_mib}m"]
         if self.user:
             arguments += ["--user", self.user]
@@ -170,25 +219,36 @@ class TaskContainer:
         arguments += [f"--cap-add={c}" for c in linux.get("Capabilities", {}).get("Add", [])]
         if linux.get("InitProcessEnabled"):
             arguments.append("--init")
-        arguments += _health_arguments(self.health_check)
+        arguments += _health_arguments(self.health_check, engine, self.stack_name)
         arguments += ["--stop-timeout", str(self.stop_timeout)]
         for key, value in {**environment, **secrets}.items():
             arguments += ["--env", f"{key}={value}"]
-        if "EntryPoint" in definition:
-            arguments += ["--entrypoint", json.dumps(definition["EntryPoint"])]
-        return [*arguments, image or self.image_tag, *(definition.get("Command", []) if command is None else command)]
+        entry_point = list(definition.get("EntryPoint", []))
+        arguments_after_image = list(definition.get("Command", []) if command is None else command)
+        if entry_point and engine.name == "docker":
+            # Docker's --entrypoint is one executable (docker/cli: Entrypoint = []string{value}): the rest of
+            # ECS's EntryPoint goes first among the arguments, which Docker appends to it, as ECS's Command is.
+            arguments += ["--entrypoint", entry_point[0]]
+            arguments_after_image = [*entry_point[1:], *arguments_after_image]
+        elif entry_point:
+            arguments += ["--entrypoint", json.dumps(entry_point)]  # podman takes the whole list as a JSON array
+        return [*arguments, image or self.image_tag, *arguments_after_image]
 
 
-def _health_arguments(check: Mapping[str, Any] | None) -> list[str]:
+def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_name: str) -> list[str]:
     if not check:
         return []
     kind, *command = check["Command"]
     if kind == "CMD-SHELL":
         health_command = command[0]
+    elif kind == "CMD" and engine.name == "docker":
+        # Docker's --health-cmd is always CMD-SHELL (docker/cli: Test = {"CMD-SHELL", value}): quote the exec
+        # form so the shell runs exactly those arguments.
+        health_command = shlex.join(command)
     elif kind == "CMD":
-        health_command = json.dumps(command)
+        health_command = json.dumps(command)  # podman runs a JSON array in exec form
     else:
-        raise TaskDefinitionError(f"HealthCheck.Command must start with CMD or CMD-SHELL, got {kind!r}")
+        raise TaskDefinitionError(f"{stack_name}: HealthCheck.Command must start with CMD or CMD-SHELL, got {kind!r}")
     return [
         "--health-cmd", health_command,
         "--health-interval", f"{check['Interval']}s",
@@ -196,6 +256,30 @@ def _health_arguments(check: Mapping[str, Any] | None) -> list[str]:
         "--health-retries", str(check["Retries"]),
         "--health-start-period", f"{check['StartPeriod']}s",
     ]  # fmt: skip
+
+
+def _required(properties: Mapping[str, Any], key: str, stack_name: str) -> Any:
+    if key not in properties:
+        raise TaskDefinitionError(f"{stack_name}: the task definition has no {key} (Fargate requires it)")
+    return properties[key]
+
+
+def _refuse_unknown(stack_name: str, where: str, definition: Mapping[str, Any], known: frozenset[str]) -> None:
+    """A key this module neither runs nor knows to be harmless would be dropped silently: refuse it instead."""
+    unknown = sorted(set(definition) - known)
+    if unknown:
+        raise TaskDefinitionError(
+            f"{stack_name}: {where} has keys that cannot be run here as ECS runs them: {unknown} "
+            f"(run here: {sorted(known)})"
+        )
+
+
+def _copy_image_path(engine: Engine, image: str, path: str, directory: Path) -> None:
+    """Copy ``path`` of ``image`` (contents, owners and the directory's own mode) into ``directory``."""
+    engine(
+        "run", "--rm", *engine.run_options, "--user", "0:0", "--entrypoint", "cp",
+        "--volume", f"{directory}:{_VOLUME_TARGET}", image, "-a", f"{path.rstrip('/')}/.", f"{_VOLUME_TARGET}/",
+    )  # fmt: skip
 
 
 def _image_asset_hash(image: Any, stack_name: str) -> str:
@@ -248,7 +332,7 @@ class LoggedProcess:
         return [json.loads(line) for line in lines if line.startswith('{"timestamp"') and '"event"' in line]
 
     def wait_for(self, event: str, timeout: float = 60.0) -> float:
-        """Seconds from start until ``event`` was logged; TaskDefinitionError if the process ends first."""
+        """Seconds from start until ``event`` was logged; EventNotLoggedError if not in time or the process ends first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(e.get("event") == event for e in self.events()):
@@ -257,7 +341,7 @@ class LoggedProcess:
                 break
             time.sleep(0.05)
         tail = self.log_path.read_text(errors="replace")[-3000:]
-        raise TaskDefinitionError(f"{self.name}: {event} not logged in {timeout:.0f} s; log ends:\n{tail}")
+        raise EventNotLoggedError(f"{self.name}: {event} not logged in {timeout:.0f} s; log ends:\n{tail}")
 
     def stop(self, timeout: float = 120.0) -> tuple[int, float]:
         """SIGTERM, then wait. Returns (exit code, seconds from the signal to the exit)."""
@@ -295,6 +379,24 @@ class TaskRun(LoggedProcess):
 
     def state(self) -> dict[str, Any]:
         return container_state(self.engine, self.name)
+
+    def health_check_passes(self) -> bool:
+        """Whether the definition's health check passes. podman runs it on demand (``healthcheck run``: its own
+        schedule needs systemd timers); Docker runs it on its own schedule, so this waits for Docker's verdict
+        as long as the check's start period, retries and timeout allow."""
+        if self.engine.name == "podman":
+            return self.engine("healthcheck", "run", self.name, check=False).returncode == 0
+        check = self.task.health_check
+        if check is None:
+            raise TaskDefinitionError(f"{self.task.stack_name}: the task definition has no HealthCheck")
+        waited = check["StartPeriod"] + (check["Interval"] + check["Timeout"]) * (check["Retries"] + 1)
+        deadline = time.monotonic() + waited
+        while time.monotonic() < deadline:
+            status = (self.state()["State"].get("Health") or {}).get("Status")
+            if status in ("healthy", "unhealthy"):
+                return bool(status == "healthy")
+            time.sleep(0.5)
+        return False
 
     def remove(self) -> None:
         if self.process is not None and self.process.poll() is None:

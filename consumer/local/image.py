@@ -1,4 +1,4 @@
-"""The consumer image, built here as ``cdk deploy`` builds it: ``make image`` (``python -m infra.image``).
+"""The consumer image, built here as ``cdk deploy`` builds it: ``make image`` (``python -m consumer.local.image``).
 
 ``cdk deploy`` builds ``consumer/Dockerfile`` with Docker and pushes the result as a container
 asset. This module builds the same Dockerfile from the same context (``consumer/``, or the asset
@@ -14,6 +14,7 @@ pinned default.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import resource
@@ -30,9 +31,10 @@ from typing import IO, Any
 
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
-CONSUMER_DIR = ROOT / "consumer"
-DEFAULT_TAG = "localhost/sqs-worker-consumer:latest"
+CONSUMER_DIR = Path(__file__).resolve().parents[1]
+#: Where every locally built consumer image goes: ``:latest`` from make image, ``:<asset hash>`` from a task.
+IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
+DEFAULT_TAG = f"{IMAGE_REPOSITORY}:latest"
 #: The task definition's runtime platform (X86_64 Linux), which the CDK asset is built for too.
 TASK_PLATFORM = "linux/amd64"
 BASE_REPOSITORY = "localhost/sqs-worker-base"
@@ -41,6 +43,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 #: Bump to rebuild every cached Debian base (the tag also hashes the package list and CA bundle).
 BASE_RECIPE_VERSION = "1"
 PULL_TIMEOUT_SECONDS = 120
+DEBOOTSTRAP_TIMEOUT_SECONDS = 900
 BUILD_TIMEOUT_SECONDS = 900
 
 _BASE_ARG = re.compile(r"^ARG BASE_IMAGE=(\S+)$", re.MULTILINE)
@@ -56,27 +59,49 @@ class ImageBuildError(Exception):
     """The engine ran the Dockerfile and it failed; the message carries the build's last lines."""
 
 
+class EngineCommandError(Exception):
+    """An engine command failed or did not finish in time; the message names the command and its last line."""
+
+
+def _last_line(text: str, default: str = "no reason given") -> str:
+    return (text.strip().splitlines() or [default])[-1]
+
+
 @dataclass(frozen=True)
 class Engine:
     """A container engine's command line: ``docker`` or ``podman`` with the options this machine needs."""
 
     name: str
     command: tuple[str, ...]
-    #: Options that ``build`` and ``run`` both take here (ulimits, network).
-    shared_options: tuple[str, ...] = ()
+    #: Options every ``run`` takes here: the host's network, since the local endpoints listen on 127.0.0.1 only.
+    run_options: tuple[str, ...] = ()
+    #: Options every ``build`` takes here.
+    build_options: tuple[str, ...] = ()
 
     def __call__(
         self, *args: str, timeout: float = 120, check: bool = True, stdin: IO[Any] | int | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.command, *args], capture_output=True, text=True, timeout=timeout, check=check, stdin=stdin
-        )
+        """Run ``<engine> *args``; EngineCommandError if it times out, or (with ``check``) exits non-zero."""
+        command = [*self.command, *args]
+        shown = " ".join(command[:4] + (["..."] if len(command) > 4 else []))
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=stdin)
+        except subprocess.TimeoutExpired as expired:
+            raise EngineCommandError(f"`{shown}` did not finish in {timeout:g} s") from expired
+        if check and done.returncode != 0:
+            raise EngineCommandError(f"`{shown}` exited {done.returncode}: {_last_line(done.stderr or done.stdout)}")
+        return done
 
     def has_image(self, reference: str) -> bool:
         return self("image", "inspect", reference, check=False).returncode == 0
 
     def image_size(self, reference: str) -> int:
         return int(self("image", "inspect", "--format", "{{.Size}}", reference).stdout.strip())
+
+    def image_volumes(self, reference: str) -> set[str]:
+        """The paths the image declares with ``VOLUME`` (its ``Config.Volumes``)."""
+        declared = json.loads(self("image", "inspect", "--format", "{{json .Config.Volumes}}", reference).stdout)
+        return set(declared or {})
 
 
 #: The container's process (thread) limit: the consumer needs concurrency + pollers + a few threads. Stated
@@ -108,16 +133,22 @@ def _why_not(command: list[str]) -> str | None:
     return lines[-1] if lines else f"`{' '.join(command)}` exited {done.returncode}"
 
 
+HOST_NETWORK = ("--network", "host")
+
+
 def find_engine() -> Engine:
     """Docker if its daemon answers, else podman; ContainerToolingUnavailable says why neither can run."""
     docker = _why_not(["docker", "info"])
     if docker is None:
-        return Engine("docker", ("docker",))
+        # Docker's daemon sets its own limits and builds on its own network; runs need the host's (Docker
+        # Desktop: host networking enabled in its settings).
+        return Engine("docker", ("docker",), run_options=HOST_NETWORK)
     podman = _why_not(["podman", "info"])
     if podman is None:
         # runc where installed: crun (podman's usual default) refuses some hybrid cgroup layouts.
         runtime = ("--runtime", "runc") if shutil.which("runc") else ()
-        return Engine("podman", ("podman", *runtime), shared_options=(*_ulimit_options(), "--network", "host"))
+        options = (*_ulimit_options(), *HOST_NETWORK)  # podman build's RUN steps ask for limits too
+        return Engine("podman", ("podman", *runtime), run_options=options, build_options=options)
     raise ContainerToolingUnavailable(
         f"no container engine: docker: {docker}; podman: {podman} "
         "(on Debian: apt-get install podman runc debootstrap, as .ci/run does)"
@@ -168,20 +199,24 @@ def _host_ca_bundle() -> bytes:
 
 
 def ensure_base(engine: Engine, dockerfile: Path, log: Callable[[str], None] = print) -> str:
-    """The BASE_IMAGE to build with: the pinned default if present or pullable, else a cached Debian base."""
+    """The BASE_IMAGE to build with: the pinned default if in the store, else a Debian base already built
+    here (a machine that built one could not pull, so it does not wait for the registry again), else the
+    pinned default pulled, else a Debian base built now. A pull that fails or times out falls back."""
     real = dockerfile_base(dockerfile)
     if engine.has_image(real):
         return real
-    pulled = engine("pull", real, timeout=PULL_TIMEOUT_SECONDS, check=False)
-    if pulled.returncode == 0:
-        return real
-    why = (pulled.stderr.strip().splitlines() or ["no reason given"])[-1]
-    recipe = DebianBase.like(real)
     ca_bundle = _host_ca_bundle()
+    recipe = DebianBase.like(real) if _PYTHON_SLIM.search(real) else None
+    if recipe is not None and engine.has_image(cached := recipe.tag(ca_bundle)):
+        return cached
+    try:
+        engine("pull", real, timeout=PULL_TIMEOUT_SECONDS)
+        return real
+    except EngineCommandError as error:
+        why = str(error)
+    recipe = recipe or DebianBase.like(real)  # says why there is no Debian equivalent
     tag = recipe.tag(ca_bundle)
-    if engine.has_image(tag):
-        return tag
-    log(f"# {real} cannot be pulled ({why[:160]}); building {tag} with debootstrap (about a minute, once)")
+    log(f"# {real} cannot be pulled ({why}); building {tag} with debootstrap (about a minute, once)")
     _build_debian_base(engine, recipe, ca_bundle, tag)
     return tag
 
@@ -193,11 +228,14 @@ def _build_debian_base(engine: Engine, recipe: DebianBase, ca_bundle: bytes, tag
         raise ContainerToolingUnavailable("the pinned base cannot be pulled and debootstrap needs root")
     with tempfile.TemporaryDirectory(prefix="sqs-worker-base-") as scratch:
         rootfs = Path(scratch) / "rootfs"
-        done = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}", recipe.release,
-             str(rootfs), recipe.mirror],
-            capture_output=True, text=True, timeout=900,
-        )  # fmt: skip
+        command = ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}", recipe.release,
+                   str(rootfs), recipe.mirror]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=DEBOOTSTRAP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired as expired:
+            raise ContainerToolingUnavailable(
+                f"debootstrap {recipe.release} from {recipe.mirror} did not finish in {DEBOOTSTRAP_TIMEOUT_SECONDS} s"
+            ) from expired
         if done.returncode != 0:
             tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
             raise ContainerToolingUnavailable(f"debootstrap {recipe.release} from {recipe.mirror} failed: {tail}")
@@ -206,10 +244,27 @@ def _build_debian_base(engine: Engine, recipe: DebianBase, ca_bundle: bytes, tag
         if ca_bundle:
             with (rootfs / "etc/ssl/certs/ca-certificates.crt").open("ab") as bundle:
                 bundle.write(b"\n" + ca_bundle)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        _import_rootfs(engine, rootfs, tag)
+
+
+def _import_rootfs(engine: Engine, rootfs: Path, tag: str) -> None:
+    """``tar -c rootfs | <engine> import - tag``; ContainerToolingUnavailable if either side fails."""
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert tar.stdout is not None and tar.stderr is not None
+    failure: EngineCommandError | None = None
+    try:
         # Debian marks its Python externally managed; the image installs into it on purpose, as the slim image does.
         engine("import", "--change", "ENV PIP_BREAK_SYSTEM_PACKAGES=1", "-", tag, stdin=tar.stdout, timeout=300)
-        tar.wait()
+    except EngineCommandError as error:
+        failure = error
+    finally:
+        tar.stdout.close()  # an import that stopped reading must not leave tar blocked on a full pipe
+        tar_code = tar.wait()
+    if tar_code != 0 and (failure is None or tar_code != -13):  # -13: SIGPIPE, because the import failed first
+        why = _last_line(tar.stderr.read().decode(errors="replace"))
+        raise ContainerToolingUnavailable(f"tar of the Debian base's root file system exited {tar_code}: {why}")
+    if failure is not None:
+        raise ContainerToolingUnavailable(f"importing the Debian base as {tag} failed: {failure}") from failure
 
 
 @dataclass(frozen=True)
@@ -235,12 +290,15 @@ def build_image(
     base = ensure_base(engine, context / dockerfile, log=log)
     arguments = {**(build_args or {}), "BASE_IMAGE": base}
     started = time.monotonic()
-    built = engine(
-        "build", *engine.shared_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
-        *(["--platform", platform] if platform else []),
-        "-f", str(context / dockerfile), "-t", tag, str(context),
-        timeout=BUILD_TIMEOUT_SECONDS, check=False,
-    )  # fmt: skip
+    try:
+        built = engine(
+            "build", *engine.build_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
+            *(["--platform", platform] if platform else []),
+            "-f", str(context / dockerfile), "-t", tag, str(context),
+            timeout=BUILD_TIMEOUT_SECONDS, check=False,
+        )  # fmt: skip
+    except EngineCommandError as error:
+        raise ImageBuildError(f"{engine.name} build of {context / dockerfile}: {error}") from error
     if built.returncode != 0:
         tail = "\n".join((built.stdout + built.stderr).strip().splitlines()[-12:])
         raise ImageBuildError(f"{engine.name} build of {context / dockerfile} failed:\n{tail}")
@@ -258,7 +316,7 @@ def main(
     """Build the consumer image with Docker or podman (make image)."""
     try:
         image = build_image(context, tag, platform=TASK_PLATFORM)
-    except (ContainerToolingUnavailable, ImageBuildError) as error:
+    except (ContainerToolingUnavailable, ImageBuildError, EngineCommandError) as error:
         print(f"make image: {error}", file=sys.stderr)
         raise typer.Exit(1) from error
     print(
