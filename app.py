@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """CDK entry point: ``cdk synth`` / ``cdk deploy -c env=prod`` (or ``python app.py``)."""
 
-from infra.app import build_app
+from infra.toolchain import use_pinned_node
+
+use_pinned_node()  # before the CDK loads: jsii starts its Node process at import
+
+from infra.app import build_app  # noqa: E402
 
 if __name__ == "__main__":
     app, _ = build_app()
