@@ -1,5 +1,5 @@
 """The entry points a user runs by hand: ``python app.py`` (what ``cdk synth/diff/deploy`` runs) on the pinned
-Node, and quiet on success."""
+Node, quiet on success and one line on a configuration error."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from infra.app import cdk_json_context
+from infra.settings import CONTEXT_KEY
 from infra.toolchain import NODE_BIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,13 @@ def app_py(tmp_path: Path, context: dict[str, Any], path: str) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CDK_", "JSII_"))}
     env.update(PATH=path, CDK_OUTDIR=str(tmp_path), CDK_CONTEXT_JSON=json.dumps(context))
     return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+
+
+def environments_with(**dev: Any) -> dict[str, Any]:
+    """cdk.json's environments with dev's settings changed, as ``-c env=dev`` would synthesize them."""
+    environments = cdk_json_context()[CONTEXT_KEY]
+    environments["dev"] = {**environments["dev"], **dev}
+    return {CONTEXT_KEY: environments, "env": "dev"}
 
 
 def test_pinned_node_is_node_22() -> None:
@@ -49,3 +58,30 @@ def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: boo
     assert BANNER not in result.stderr
     assert result.stderr == ""
     assert (tmp_path / "SqsWorker-dev.template.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (
+            environments_with(source_retention_days=3, dlq_retention_days=1),
+            f'"{CONTEXT_KEY}.dev.dlq_retention_days" must exceed source_retention_days (3) by at least 1 day,'
+            " because a message keeps its original enqueue time in the DLQ and would expire there before anyone"
+            " acts: 1",
+        ),
+        (
+            {"env": "qa"},
+            "\"env\" must be one of the environments in cdk.json (dev, staging, prod, demo): 'qa'",
+        ),
+    ],
+    ids=["retention", "unknown env"],
+)
+def test_app_py_reports_a_configuration_error_in_one_line(
+    tmp_path: Path, context: dict[str, Any], message: str
+) -> None:
+    """A bad setting or -c env= exits 2 with the error on one stderr line, no traceback, nothing synthesized."""
+    result = app_py(tmp_path, context, os.environ["PATH"])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr == f"invalid configuration: {message}\n"
+    assert not list(tmp_path.glob("*.template.json"))
