@@ -178,7 +178,8 @@ def test_python_app_py_synthesizes_all_environments_without_boto3(tmp_path: Path
 
 @pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(), reason="make test installs the CDK CLI")
 def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
-    """`cdk synth -c env=staging` (the pinned CLI) synthesizes only that stack."""
+    """`cdk synth -c env=staging` (the pinned CLI) synthesizes only that stack, and says nothing else: no
+    feature-flag notice (cdk.json decides them all), no warning, no Node banner."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     result = subprocess.run(
         [
@@ -199,6 +200,7 @@ def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert [p.name for p in tmp_path.glob("*.template.json")] == ["SqsWorker-staging.template.json"]
+    assert (result.stdout + result.stderr).strip() == ""  # with CI=true the CLI writes its notices to stdout
 
 
 def test_unknown_environment_fails_synth_with_a_clear_message(tmp_path: Path) -> None:
