@@ -63,6 +63,7 @@ FLAGS_BEFORE_THE_DECISION = {
 #: Recommended flags left at their default (false in cdk.json), each because it changes a resource or can
 #: fail a synth that passes today: docs/upgrades.md says why.
 FLAGS_LEFT = {
+    "@aws-cdk/core:annotationsInValidationReport",
     "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup",
     "@aws-cdk/aws-ecs:disableExplicitDeploymentControllerForCircuitBreaker",
     "@aws-cdk/aws-ecs:removeDefaultDeploymentAlarm",
@@ -87,7 +88,7 @@ def templates(outdir: Path, context: dict[str, Any]) -> dict[str, Any]:
 
 def test_feature_flags_in_cdk_json_change_no_template(tmp_path: Path) -> None:
     """The recommended flags cdk.json adopted leave every environment's template as it was (logical ids,
-    properties, CDKMetadata): adopting them replaced or changed nothing deployed; the six left stay off."""
+    properties, CDKMetadata): adopting them replaced or changed nothing deployed; the seven left stay off."""
     context = {**cdk_json_context(), **CLI_CONTEXT}
     added = {key for key in context if key.startswith("@aws-cdk")} - FLAGS_BEFORE_THE_DECISION
     assert {key for key in added if context[key] is False} == FLAGS_LEFT
