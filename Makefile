@@ -1,42 +1,59 @@
-# Two commands do all set-up on a fresh machine (Python 3.11, Node 20, npm):
+# Two commands do all set-up on a fresh machine (Python 3.11, Node 20 or later, npm; make brings Node 22 and the CDK CLI):
 #   make run    synthesize every environment (cdk-nag included), then run the whole system
 #               locally on moto: provisioning from the demo template, consumers, a producer,
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
 # Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md)
 # make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
+# Deploying (docs/deploy.md): make synth|diff|deploy ENV=staging, with the venv and the pinned CLI brought here.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.installed
 CLI_STAMP := node_modules/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# The pinned Node (package.json: npm serves Node 22 LTS as a package) first on PATH for everything make runs and
+# what that spawns (jsii under python, npx cdk, tests running the CLI): the machine's Node may be 20, which jsii
+# calls end-of-life with a banner on every synth. Any target that synthesizes therefore needs $(CLI_STAMP).
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 
 # pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock).
 PIP_TOOLS := pip-tools==7.6.2
 
-.PHONY: run test synth image bench chaos lock clean
+.PHONY: run test synth diff deploy image bench chaos lock clean
 
-run: $(PY_STAMP)
+run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
 	$(PY) -m consumer demo $(DEMO_ARGS)
 
 test: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m pytest
 
-synth: $(PY_STAMP) $(CLI_STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npx --no-install cdk synth -q --no-notices $(if $(ENV),-c env=$(ENV))
+# The pinned CDK CLI (node_modules/.bin is on PATH). cdk.json's app is `python3 app.py`: the venv's bin goes
+# first so it finds the installed CDK, as an activated venv would. ENV picks one environment of cdk.json
+# (synth and diff: every environment without it); CDK_ARGS passes more options, e.g. --parameters.
+CDK := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" cdk
+# diff and deploy talk to AWS: they may need the instance metadata service for credentials (an EC2 runner).
+CDK_AWS := env -u AWS_EC2_METADATA_DISABLED $(CDK)
 
-image: $(PY_STAMP)
+synth: $(PY_STAMP) $(CLI_STAMP)
+	$(CDK) synth -q --no-notices $(if $(ENV),-c env=$(ENV)) $(CDK_ARGS)
+
+diff: $(PY_STAMP) $(CLI_STAMP)
+	$(CDK_AWS) diff --no-notices $(if $(ENV),-c env=$(ENV)) $(CDK_ARGS)
+
+deploy: $(PY_STAMP) $(CLI_STAMP)
+	$(CDK_AWS) deploy --no-notices -c env=$(or $(ENV),$(error make deploy needs ENV=<an environment of cdk.json>)) $(CDK_ARGS)
+
+image: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m consumer.local.image
 
 bench: $(BENCH_STAMP) $(CLI_STAMP)
 	$(PY) -m bench all $(BENCH_ARGS)
 
-chaos: $(PY_STAMP)
+chaos: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 

@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """CDK entry point: ``cdk synth`` / ``cdk deploy -c env=prod`` (or ``python app.py``)."""
 
-from infra.app import build_app
+import sys
+
+from infra.toolchain import use_pinned_node
+
+use_pinned_node()  # before the CDK loads: jsii starts its Node process at import
+
+from infra.app import main  # noqa: E402
 
 if __name__ == "__main__":
-    app, _ = build_app()
-    app.synth()
+    sys.exit(main())

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")  # as make does; before jsii loads
+from infra.toolchain import use_pinned_node
+
+use_pinned_node()  # as make does; before jsii loads
 
 from consumer.local.harness import LoopbackWebhook, sample_event  # noqa: E402
 from consumer.local.image import find_engine  # noqa: E402

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aws_cdk import App
 
+from consumer.errors import ContractError
 from infra.nag import enable_nag
 from infra.settings import CONTEXT_KEY, load_environments
 from infra.stack import WorkerStack
@@ -41,3 +43,19 @@ def build_app(
     ]
     enable_nag(app)
     return app, stacks
+
+
+def main() -> int:
+    """``python app.py``, what ``cdk synth/diff/deploy`` runs: synthesize, or exit 2 with the error in one line.
+
+    A ``cdk.json`` setting or ``-c env=`` that breaks a rule is the user's to fix, so it is said as
+    ``python -m infra.report`` says it (the setting's path, the rule, the value), on stderr, without a
+    Python traceback the CDK CLI would print in full.
+    """
+    try:
+        app, _ = build_app()
+    except ContractError as error:
+        print(f"invalid configuration: {error}", file=sys.stderr)
+        return 2
+    app.synth()
+    return 0

@@ -8,7 +8,6 @@ README's configuration table instead (the README test keeps them equal).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from rich.table import Table
 
 from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract, contract_of, load_handler
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
+from infra.toolchain import use_pinned_node
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -103,7 +103,7 @@ def main(
     if markdown:
         print(formula_table(contract_of(load_handler(EXAMPLE_HANDLER))))
         return
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    use_pinned_node()
     from infra.app import build_app  # imported late: loading the CDK takes seconds
 
     started = time.monotonic()

@@ -22,8 +22,11 @@ from consumer.contract import (
     contract_of,
     load_handler,
 )
+from consumer.limits import MIN_RETENTION_GAP_SECONDS
 
 CONTEXT_KEY = "sqs-worker:environments"
+#: The contract's minimum DLQ-over-source retention gap, in the unit cdk.json's settings use.
+RETENTION_GAP_DAYS = MIN_RETENTION_GAP_SECONDS // DAY
 #: Environments that must page someone: a placeholder subscription fails synth, and without a committed
 #: subscription the stack takes one at deploy (PAGING_ENDPOINT_PARAMETER).
 PAGING_REQUIRED_ENVIRONMENTS = frozenset({"prod"})
@@ -370,6 +373,19 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
             path("producers"), "must list at least one role or user ARN (leave it out to let IAM alone decide)", []
         )
 
+    source_retention = integer("source_retention_days", 4, 1, 13)
+    dlq_retention = raw.get("dlq_retention_days", 14)
+    # The user writes days, so the relation is checked and said in days before the bound, which alone
+    # ("between 2 and 14: 1") would hide that the DLQ must outlive the source.
+    if type(dlq_retention) is int and dlq_retention < source_retention + RETENTION_GAP_DAYS:
+        raise SettingsError(
+            path("dlq_retention_days"),
+            f"must exceed source_retention_days ({source_retention}) by at least {RETENTION_GAP_DAYS} day,"
+            " because a message keeps its original enqueue time in the DLQ and would expire there before anyone acts",
+            dlq_retention,
+        )
+    dlq_retention = integer("dlq_retention_days", 14, 2, 14)
+
     settings = EnvironmentSettings(
         name=name,
         handler=text("handler") or "",
@@ -379,8 +395,8 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         max_tasks=max_tasks,
         cpu=cpu,
         memory_mib=memory,
-        source_retention_days=integer("source_retention_days", 4, 1, 13),
-        dlq_retention_days=integer("dlq_retention_days", 14, 2, 14),
+        source_retention_days=source_retention,
+        dlq_retention_days=dlq_retention,
         log_retention_days=log_retention,
         retain_queues=boolean("retain_queues", True),
         require_paging=require_paging,

@@ -21,13 +21,11 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
-from consumer.local.harness import LoopbackWebhook  # noqa: E402
-from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine  # noqa: E402
-from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server  # noqa: E402
-from consumer.local.task import TaskContainer, TaskRun  # noqa: E402
-from consumer.testing import QueueDepth, depth  # noqa: E402
+from consumer.local.harness import LoopbackWebhook
+from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine, find_engine
+from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server
+from consumer.local.task import TaskContainer, TaskRun
+from consumer.testing import QueueDepth, depth
 
 #: The environment whose task definition the tier runs: the one `make run` deploys locally.
 ENVIRONMENT = "demo"

@@ -7,20 +7,16 @@ Rule for this folder: synthesize, then assert template properties with
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_cdk.assertions import Template
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
-from aws_cdk.assertions import Template  # noqa: E402
-
-from infra.app import build_app  # noqa: E402
-from infra.stack import WorkerStack  # noqa: E402
+from infra.app import build_app
+from infra.stack import WorkerStack
 
 
 @dataclass

@@ -72,7 +72,7 @@ def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cloud assembly of every environment, synthesized once by the real entry point (``python app.py``)."""
     outdir = tmp_path_factory.mktemp("cdk.out")
-    env = {**os.environ, "CDK_OUTDIR": str(outdir), "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    env = {**os.environ, "CDK_OUTDIR": str(outdir)}
     subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
     return outdir
 

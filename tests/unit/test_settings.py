@@ -238,12 +238,23 @@ def test_settings_rules(overrides: dict, key: str, rule: str) -> None:
     assert rule in str(error)
 
 
-def test_settings_retention_checked_against_handler_contract() -> None:
-    """A DLQ retention not a day above the source's fails with the setting's path."""
-    error = error_for("dev", settings(source_retention_days=7, dlq_retention_days=7))
-    assert error.parameter == f"{CONTEXT_KEY}.dev.dlq_retention_days"
-    assert '"dlq_retention_seconds" must exceed source_retention_seconds' in str(error)
-    assert error.value == 7
+RETENTION_RULE = (
+    "must exceed source_retention_days ({source}) by at least 1 day, because a message keeps its original"
+    " enqueue time in the DLQ and would expire there before anyone acts"
+)
+
+
+@pytest.mark.parametrize(("source", "dlq"), [(7, 7), (4, 4), (3, 1)])
+def test_settings_retention_relation_is_said_in_days(source: int, dlq: int) -> None:
+    """A DLQ retention not a day above the source's fails in the unit the user wrote, before the 2..14 bound."""
+    error = error_for("dev", settings(source_retention_days=source, dlq_retention_days=dlq))
+    assert str(error) == (f'"{CONTEXT_KEY}.dev.dlq_retention_days" {RETENTION_RULE.format(source=source)}: {dlq}')
+
+
+def test_settings_retention_one_day_above_the_source_is_enough() -> None:
+    """The other edge: a DLQ kept exactly one day longer than the source parses."""
+    env = parse_environment("dev", settings(source_retention_days=3, dlq_retention_days=4))
+    assert (env.source_retention_days, env.dlq_retention_days) == (3, 4)
 
 
 def test_settings_contract_applies_environment_retention() -> None:

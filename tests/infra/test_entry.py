@@ -1,0 +1,87 @@
+"""The entry points a user runs by hand: ``python app.py`` (what ``cdk synth/diff/deploy`` runs) on the pinned
+Node, quiet on success and one line on a configuration error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.app import cdk_json_context
+from infra.settings import CONTEXT_KEY
+from infra.toolchain import NODE_BIN
+
+ROOT = Path(__file__).resolve().parents[2]
+#: jsii's end-of-life banner names the Node it runs on ("Node 20 is end-of-life ...").
+BANNER = "end-of-life"
+
+
+def machine_path() -> str:
+    """The PATH without the project's Node: what a shell has before ``make`` or ``app.py`` pins it."""
+    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(NODE_BIN))
+
+
+def app_py(tmp_path: Path, context: dict[str, Any], path: str) -> subprocess.CompletedProcess[str]:
+    """``python app.py`` as the CDK CLI runs it (context in CDK_CONTEXT_JSON), with no banner silenced."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDK_", "JSII_"))}
+    env.update(PATH=path, CDK_OUTDIR=str(tmp_path), CDK_CONTEXT_JSON=json.dumps(context))
+    return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+
+
+def environments_with(**dev: Any) -> dict[str, Any]:
+    """cdk.json's environments with dev's settings changed, as ``-c env=dev`` would synthesize them."""
+    environments = cdk_json_context()[CONTEXT_KEY]
+    environments["dev"] = {**environments["dev"], **dev}
+    return {CONTEXT_KEY: environments, "env": "dev"}
+
+
+def test_pinned_node_is_node_22() -> None:
+    """make's PATH (node_modules/.bin first) gives `node` 22 LTS, the version package.json pins."""
+    result = subprocess.run(
+        ["node", "--version"], env={"PATH": f"{NODE_BIN}{os.pathsep}{machine_path()}"}, capture_output=True, text=True
+    )
+    assert result.stdout.strip() == "v" + json.loads((ROOT / "package.json").read_text())["devDependencies"]["node"]
+    assert result.stdout.startswith("v22.")
+
+
+@pytest.mark.parametrize("pinned_on_path", [True, False], ids=["make's PATH", "the machine's PATH"])
+def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: bool) -> None:
+    """No silencing variable: synth runs on the pinned Node (app.py pins it itself) and prints nothing."""
+    path = f"{NODE_BIN}{os.pathsep}{machine_path()}" if pinned_on_path else machine_path()
+    result = app_py(tmp_path, {"env": "dev"}, path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert BANNER not in result.stderr
+    assert result.stderr == ""
+    assert (tmp_path / "SqsWorker-dev.template.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (
+            environments_with(source_retention_days=3, dlq_retention_days=1),
+            f'"{CONTEXT_KEY}.dev.dlq_retention_days" must exceed source_retention_days (3) by at least 1 day,'
+            " because a message keeps its original enqueue time in the DLQ and would expire there before anyone"
+            " acts: 1",
+        ),
+        (
+            {"env": "qa"},
+            "\"env\" must be one of the environments in cdk.json (dev, staging, prod, demo): 'qa'",
+        ),
+    ],
+    ids=["retention", "unknown env"],
+)
+def test_app_py_reports_a_configuration_error_in_one_line(
+    tmp_path: Path, context: dict[str, Any], message: str
+) -> None:
+    """A bad setting or -c env= exits 2 with the error on one stderr line, no traceback, nothing synthesized."""
+    result = app_py(tmp_path, context, os.environ["PATH"])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr == f"invalid configuration: {message}\n"
+    assert not list(tmp_path.glob("*.template.json"))
