@@ -1,13 +1,23 @@
-"""``python -m consumer local up`` and ``python -m consumer demo``: development tooling, not in the image."""
+"""``python -m consumer local up|send`` and ``python -m consumer demo``: development tooling, not in the image."""
 
 from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
+from typing import NoReturn
 
 import typer
 
 from consumer.exit_codes import ExitCode
+
+#: ``local up``'s port, fixed so the environment it writes stays valid across restarts. Below every
+#: common ephemeral range (Linux 32768-60999, others 49152+), so no outgoing connection holds it, and
+#: not the default of another local AWS endpoint (moto 5000, LocalStack 4566, ElasticMQ 9324) or of a
+#: common dev server (3000, 5173, 8000, 8080).
+LOCAL_PORT = 4750
+#: Where ``local up`` writes the environment and ``local send`` looks for it (ignored by git).
+DEFAULT_ENV_FILE = Path(".local.env")
 
 local_app = typer.Typer(no_args_is_help=True, help="Run the stack locally on moto's SQS server (no AWS account).")
 
@@ -15,35 +25,103 @@ local_app = typer.Typer(no_args_is_help=True, help="Run the stack locally on mot
 @local_app.command("up")
 def local_up(
     template: str = typer.Option("cdk.out/SqsWorker-dev.template.json", help="Synthesized template to provision."),
-    port: int = typer.Option(0, help="Port on 127.0.0.1 (0 = any free port)."),
+    port: int = typer.Option(
+        LOCAL_PORT, min=0, max=65535, help="Port on 127.0.0.1, fixed so the env file stays valid (0 = any free port)."
+    ),
+    env_file: Path = typer.Option(
+        DEFAULT_ENV_FILE, help="Write the task's environment here (KEY=value lines) before serving."
+    ),
 ) -> None:
-    """Start moto's server on 127.0.0.1, create the stack from TEMPLATE, print the task's environment, wait for Ctrl-C."""
+    """Start moto's server on 127.0.0.1, create the stack from TEMPLATE, write the task's environment, wait for Ctrl-C.
+
+    In another terminal: `set -a; . ./.local.env; set +a; python -m consumer run`, then
+    `python -m consumer local send` to give it an event.
+    """
     import shlex
     import threading
-    from pathlib import Path
 
+    from consumer.local.manual import shell_path, write_env_file
     from consumer.local.stack import LocalProvisioningError, provision, start_server
 
-    server, endpoint = start_server(port)
+    try:
+        server, endpoint = start_server(port)
+    except LocalProvisioningError as error:
+        _fail(error)
     try:
         try:
             local = provision(endpoint, Path(template))
         except LocalProvisioningError as error:
-            print(f"consumer local: {error}", file=sys.stderr)
-            raise typer.Exit(ExitCode.CONFIG) from error
-        print(f"# local stack {local.stack_name} on {endpoint}; alarms: {', '.join(local.alarms)}")
+            _fail(error)
+        environment = local.process_environment()
+        write_env_file(
+            env_file,
+            environment,
+            header=f"the environment the ECS task of {local.stack_name} receives, resolved to the local stack on"
+            f" {endpoint},\nplus what a local process needs; written by `python -m consumer local up`."
+            f"\nload it: set -a; . {shell_path(env_file)}; set +a",
+        )
+        python = _python()
+        send = f"{python} -m consumer local send"
+        if env_file != DEFAULT_ENV_FILE:
+            send += f" --env-file {shlex.quote(str(env_file))}"
+        print(f"local stack {local.stack_name} on {endpoint}; alarms: {', '.join(local.alarms)}")
         if local.skipped:
-            print(f"# not created locally: {', '.join(local.skipped)}")
-        print("# the environment the ECS task receives, plus what a local process needs:")
-        for key, value in sorted(local.process_environment().items()):
-            print(f"export {key}={shlex.quote(value)}")
-        print("# ready: run `python -m consumer run` with these variables; Ctrl-C stops the server", flush=True)
+            print(f"not created locally: {', '.join(local.skipped)}")
+        print(f"wrote the task's environment ({len(environment)} variables) to {env_file}")
+        print("ready; Ctrl-C stops the server. In another terminal, start a consumer, then send it an event:")
+        print(f"  set -a; . {shell_path(env_file)}; set +a; {python} -m consumer run")
+        print(f"  {send}", flush=True)
         stopped = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stopped.set())
         stopped.wait()
     finally:
         server.stop()
+
+
+@local_app.command("send")
+def local_send(
+    count: int = typer.Option(1, min=1, max=100, help="How many events to send."),
+    poison: bool = typer.Option(False, "--poison", help="Send events that break the schema (they go to the DLQ)."),
+    env_file: Path | None = typer.Option(
+        None,
+        help="The env file `local up` wrote; without it QUEUE_URL and AWS_ENDPOINT_URL from the environment,"
+        f" else {DEFAULT_ENV_FILE}.",
+        show_default=False,
+    ),
+) -> None:
+    """Send sample notification events (the example handler's schema) to the local stack's source queue."""
+    import os
+
+    from consumer.local.manual import send_environment, send_samples
+    from consumer.local.stack import LocalProvisioningError
+
+    try:
+        environment, source = send_environment(os.environ, env_file, DEFAULT_ENV_FILE)
+        queue_url, sent = send_samples(environment, count, poison)
+    except LocalProvisioningError as error:
+        _fail(error)
+    kind = "schema-breaking (poison)" if poison else "valid"
+    print(f"sent {len(sent)} {kind} event(s) to {queue_url} (from {source}):")
+    for event in sent:
+        print(f"  event_id {event.event_id}  message_id {event.message_id}")
+    if poison:
+        print("the consumer logs message_moved_to_dlq for each; `python -m consumer dlq peek` (env loaded) shows them")
+    else:
+        print("the consumer logs message_processed for each (a dry run on dev: notification_dry_run first)")
+
+
+def _fail(error: Exception) -> NoReturn:
+    print(f"consumer local: {error}", file=sys.stderr)
+    raise typer.Exit(ExitCode.CONFIG) from error
+
+
+def _python() -> str:
+    """This interpreter as the user can type it: relative when it is under the current directory (.venv/bin/python)."""
+    import os
+
+    relative = os.path.relpath(sys.executable)
+    return relative if not relative.startswith("..") else sys.executable
 
 
 def demo(
@@ -63,8 +141,6 @@ def demo(
     in the DLQ with a reason), none was lost or delivered twice, and every
     consumer exited 0 on SIGTERM.
     """
-    from pathlib import Path
-
     from consumer.local.demo import DemoOptions, run_demo
     from consumer.local.stack import LocalProvisioningError
 

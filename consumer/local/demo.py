@@ -47,7 +47,7 @@ from rich.table import Table
 
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 from consumer.local import accounting
-from consumer.local.display import LiveDisplay
+from consumer.local.display import LiveDisplay, output_console
 from consumer.local.harness import (
     QUIET,
     TIMED_OUT,
@@ -67,6 +67,7 @@ from consumer.local.harness import (
     settle,
 )
 from consumer.ops.queues import fingerprint
+from consumer.runtime.consumer import METRICS_FLUSH_SECONDS
 
 #: The event kinds the producer mixes, and where each must end.
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
@@ -540,7 +541,12 @@ class Demo:
         table.add_row("dead-letter queue", str(dlq))
         table.add_row("delivered at the webhook (unique)", str(len(downstream.delivered())))
         table.add_row("processed / retried / poisoned", _triple(fleet.events, "message_processed", "message_backoff"))
-        table.add_row("heartbeat extensions (metric)", str(int(fleet.metrics["visibility_extensions"])))
+        # A consumer writes its metrics every METRICS_FLUSH_SECONDS and when it stops: until then this lags
+        # behind the extensions made (the closing report counts after every consumer has stopped).
+        table.add_row(
+            f"heartbeat extensions (metric, written every {METRICS_FLUSH_SECONDS} s and at stop)",
+            str(int(fleet.metrics["visibility_extensions"])),
+        )
         table.add_row("consumer processes running", str(len(fleet.alive())))
         return table
 
@@ -556,7 +562,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     """Run the demo, print the report, write ``options.report`` (JSON) if set; returns the exit code."""
     from consumer.local.demo_report import render_report
 
-    console = console or Console()
+    console = console or output_console()
     result = Demo(options, console).run()
     render_report(result, console)
     if options.report is not None:

@@ -1,4 +1,4 @@
-"""Live progress for a local run: a rich table redrawn in a terminal, a plain line every few seconds elsewhere."""
+"""Output for a local run: a rich table redrawn in a terminal; elsewhere (CI, a log file) plain, whole lines."""
 
 from __future__ import annotations
 
@@ -9,9 +9,22 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+#: The width a console that is no terminal renders at: wider than any line the demo prints, so a log
+#: reader gets each line whole, where rich's default for a non-terminal (80 columns) cuts and wraps.
+UNWRAPPED_WIDTH = 10_000
+
+
+def output_console() -> Console:
+    """A console on stdout: the terminal's own width there; elsewhere never wrapping (:data:`UNWRAPPED_WIDTH`)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=UNWRAPPED_WIDTH)
+
 
 class LiveDisplay:
-    """Live progress in a terminal; a plain line every few seconds elsewhere (CI logs)."""
+    """Live progress in a terminal; a plain line every few seconds elsewhere (CI logs), and a last one at the end.
+
+    The last line is printed after the final ``tick``, so it carries the same numbers as the closing report.
+    """
 
     PLAIN_EVERY_SECONDS = 5.0
 
@@ -33,15 +46,18 @@ class LiveDisplay:
         if self._live is not None:
             self._live.update(self.render())
         elif time.monotonic() - self._last_plain >= self.PLAIN_EVERY_SECONDS:
-            self._last_plain = time.monotonic()
-            table = self.render()
-            cells = [
-                f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)
-            ]
-            self.console.print(f"[{table.title}] " + ", ".join(cells), markup=False, highlight=False, soft_wrap=True)
+            self._print_plain()
+
+    def _print_plain(self) -> None:
+        self._last_plain = time.monotonic()
+        table = self.render()
+        cells = [f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)]
+        self.console.print(f"[{table.title}] " + ", ".join(cells), markup=False, highlight=False, soft_wrap=True)
 
     def __exit__(self, *exc_info: object) -> None:
         self.tick()
         if self._live is not None:
             self._live.update(self.render())
             self._live.__exit__(None, None, None)
+        else:
+            self._print_plain()

@@ -13,8 +13,10 @@ consumer image (which does not install it) never needs it.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import socket
 import time
 import urllib.request
 import warnings
@@ -60,8 +62,14 @@ class LocalStack:
 
 
 def start_server(port: int = 0) -> tuple[Any, str]:
-    """Start moto's server on 127.0.0.1 (a free port by default); returns (server, endpoint URL)."""
+    """Start moto's server on 127.0.0.1 (a free port by default); returns (server, endpoint URL).
+
+    :class:`LocalProvisioningError` names the port when it is taken.
+    """
     from moto.server import ThreadedMotoServer
+
+    if port:
+        _check_port_free(port)
 
     # One access-log line per request would bury the caller's own output, and moto's CloudFormation
     # warns (twice) for every resource type it skips: the policies and scaling, which have no local
@@ -73,6 +81,27 @@ def start_server(port: int = 0) -> tuple[Any, str]:
     server.start()
     host, bound = server.get_host_and_port()
     return server, f"http://{host}:{bound}"
+
+
+def _check_port_free(port: int) -> None:
+    """Raise a one-line error when ``port`` on 127.0.0.1 cannot be bound.
+
+    ThreadedMotoServer binds in its own thread and, when that fails, waits forever for a server that
+    never starts: so try the bind here first, with the same SO_REUSEADDR werkzeug sets (it still
+    refuses a port another socket listens on).
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            rule = (
+                "is in use (another `local up`?)" if error.errno == errno.EADDRINUSE else f"cannot be bound ({error})"
+            )
+            raise LocalProvisioningError(
+                f'"--port" must be a free port on 127.0.0.1: {port} {rule}; stop what holds it or pass'
+                " --port N (0 = any free port)"
+            ) from error
 
 
 def local_client(service: str, endpoint: str) -> Any:
@@ -101,6 +130,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
     template = json.loads(template_path.read_text())
     stack_name = stack_name or template_path.name.removesuffix(".template.json")
     skipped = _drop_monitoring_only(template)
+    _name_tables(template, stack_name)
     local_client("ssm", endpoint).put_parameter(
         Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True
     )
@@ -120,7 +150,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
     resources = template["Resources"]
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::DynamoDB::Table" and not physical.get(logical_id):
-            physical[logical_id] = _create_table(endpoint, stack_name, logical_id, resource["Properties"])
+            physical[logical_id] = _create_table(endpoint, resource["Properties"])
     local = LocalStack(
         endpoint=endpoint,
         stack_name=stack_name,
@@ -151,6 +181,19 @@ def _drop_monitoring_only(template: dict[str, Any]) -> list[str]:
     for key in [k for k, v in outputs.items() if any(f'"{d}"' in json.dumps(v) for d in dropped)]:
         del outputs[key]
     return [f"{logical_id} ({why})" for logical_id, why in dropped.items()]
+
+
+def _name_tables(template: dict[str, Any], stack_name: str) -> None:
+    """Give each unnamed DynamoDB table the name ``<stack>-<logical id>`` (and :func:`_create_table` uses it).
+
+    CloudFormation (and moto's) names an unnamed table with a random suffix: a new name on every
+    ``local up``, which would leave the environment written before a restart pointing at a table
+    that is gone. The queues are named in the template already, so with this the whole environment
+    is the same on every restart on the same port.
+    """
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::DynamoDB::Table":
+            resource.setdefault("Properties", {}).setdefault("TableName", f"{stack_name}-{logical_id}"[:255])
 
 
 def _wait_for_stack(cloudformation: Any, stack_name: str) -> dict[str, Any]:
@@ -210,8 +253,8 @@ def _task_environment(resources: Mapping[str, Any], physical: Mapping[str, str],
     return {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
 
 
-def _create_table(endpoint: str, stack_name: str, logical_id: str, properties: Mapping[str, Any]) -> str:
-    name = f"{stack_name}-{logical_id}"[:255]
+def _create_table(endpoint: str, properties: Mapping[str, Any]) -> str:
+    name: str = properties["TableName"]  # set by _name_tables
     dynamodb = local_client("dynamodb", endpoint)
     dynamodb.create_table(
         TableName=name,

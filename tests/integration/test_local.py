@@ -160,41 +160,6 @@ def test_local_provision_without_a_template_says_how_to_make_one(tmp_path: Path)
         provision("http://127.0.0.1:9", tmp_path / "SqsWorker-dev.template.json")
 
 
-def test_local_up_prints_the_environment_and_serves_until_interrupted(dev_template: Path) -> None:
-    """`python -m consumer local up` provisions, prints export lines, serves, and exits 0 on SIGINT."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "consumer", "local", "up", "--template", str(dev_template)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        exports: dict[str, str] = {}
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("export "):
-                key, _, value = line[len("export ") :].strip().partition("=")
-                exports[key] = value.strip("'")
-            if line.startswith("# ready"):
-                break
-        assert exports["QUEUE_URL"].endswith("/123456789012/SqsWorker-dev-source")
-        sqs = boto3.client(
-            "sqs",
-            endpoint_url=exports["AWS_ENDPOINT_URL"],
-            region_name="eu-west-1",
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-        )
-        attributes = sqs.get_queue_attributes(QueueUrl=exports["QUEUE_URL"], AttributeNames=["VisibilityTimeout"])
-        assert attributes["Attributes"]["VisibilityTimeout"] == exports["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"]
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=15) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-
-
 def test_local_reference_to_an_unknown_resource_is_a_clear_error() -> None:
     """A Ref the local stack cannot resolve names itself instead of failing on a missing value."""
     with pytest.raises(LocalProvisioningError, match="Nowhere"):

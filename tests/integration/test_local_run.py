@@ -1,0 +1,222 @@
+"""The manual local run as docs/local.md gives it: `local up` in one terminal, `run` in a second, `local send` in a third."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer.local.harness import event_id_of
+from consumer.local.manual import read_env_file
+from consumer.local.stack import local_client
+from consumer.runtime.dead_letter import read_reason
+from tests.integration.conftest import ROOT
+
+PYTHON = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
+
+
+def user_environment() -> dict[str, str]:
+    """A new terminal's environment: nothing of this session's AWS_ or CONSUMER_ settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+
+
+def shell(command: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """``command`` in a POSIX shell from the repository root, as a user pastes it."""
+    return subprocess.Popen(
+        ["sh", "-c", command], cwd=ROOT, env=user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
+    )
+
+
+def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:
+    process.send_signal(signum)
+    try:
+        return process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.fixture(scope="module")
+def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """`python -m consumer local up` serving the dev stack (any free port) and its env file; yields (env file, output)."""
+    env_file = tmp_path_factory.mktemp("local") / "local.env"
+    template = cdk_out / "SqsWorker-dev.template.json"
+    up = shell(
+        f"exec {PYTHON} -m consumer local up --port 0 --template {template} --env-file {env_file}",
+        stderr=subprocess.PIPE,
+    )
+    assert up.stdout is not None
+    output = []
+    for line in up.stdout:
+        output.append(line)
+        if line.startswith("  ") and "local send" in line:  # the last line printed before serving
+            break
+    try:
+        assert env_file.is_file(), "".join(output) + (up.stderr.read() if up.poll() is not None and up.stderr else "")
+        yield env_file, "".join(output)
+    finally:
+        assert stop(up, signal.SIGINT) == 0
+
+
+def test_local_up_env_file_is_the_provisioned_task_environment(served: tuple[Path, str], cdk_out: Path) -> None:
+    """The env file holds exactly what a stack provisioned from the same template gives the task (plus the
+    endpoint and credentials), so a restart on the same port writes the same file."""
+    env_file, _ = served
+    written = read_env_file(env_file)
+    # Another process, as a restart is: moto's backends are per process, and this one's already hold the stack.
+    done = subprocess.run(
+        [sys.executable, "-c", PROVISION_AND_PRINT, str(cdk_out / "SqsWorker-dev.template.json")],
+        cwd=ROOT,
+        env=user_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    expected = json.loads(done.stdout)
+    endpoint, served_endpoint = expected["AWS_ENDPOINT_URL"], written["AWS_ENDPOINT_URL"]
+    assert written == {key: value.replace(endpoint, served_endpoint) for key, value in expected.items()}
+
+
+PROVISION_AND_PRINT = """
+import json, sys
+from pathlib import Path
+from consumer.local.stack import provision, start_server
+server, endpoint = start_server()
+print(json.dumps(provision(endpoint, Path(sys.argv[1])).process_environment()))
+server.stop()
+"""
+
+
+def test_local_up_env_file_loads_in_a_posix_shell(served: tuple[Path, str]) -> None:
+    """`set -a; . FILE; set +a` exports every variable of the file with its value unchanged."""
+    env_file, _ = served
+    loaded = shell(
+        f"set -a; . {env_file}; set +a; exec {PYTHON} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
+    )
+    output, _ = loaded.communicate(timeout=30)
+    environment = json.loads(output)
+    assert {key: environment.get(key) for key in read_env_file(env_file)} == read_env_file(env_file)
+
+
+def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None:
+    """What `local up` prints last is the consumer command (env file loaded) and the send command, ready to paste."""
+    env_file, output = served
+    assert output.splitlines()[-2:] == [
+        f"  set -a; . {env_file}; set +a; {PYTHON} -m consumer run",
+        f"  {PYTHON} -m consumer local send --env-file {env_file}",
+    ]
+
+
+def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tuple[Path, str]) -> None:
+    """The docs' commands: a consumer started from the env file processes what `local send` sends, and a
+    `--poison` event ends in the DLQ with the schema rule it broke as its reason."""
+    env_file, _ = served
+    environment = read_env_file(env_file)
+    consumer = shell(f"set -a; . {env_file}; set +a; exec {PYTHON} -m consumer run", stderr=subprocess.STDOUT)
+    try:
+        sent = subprocess.run(
+            [sys.executable, "-m", "consumer", "local", "send", "--count", "2", "--env-file", str(env_file)],
+            cwd=ROOT,
+            env=user_environment(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert sent.returncode == 0, sent.stderr
+        poisoned = subprocess.run(
+            [sys.executable, "-m", "consumer", "local", "send", "--poison"],
+            cwd=ROOT,
+            env=user_environment() | environment,  # this time from the environment, as after `set -a; . FILE`
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert poisoned.returncode == 0, poisoned.stderr
+        sqs = local_client("sqs", environment["AWS_ENDPOINT_URL"])
+        dead = wait_for_dlq(sqs, environment["QUEUE_URL"], environment["DLQ_URL"])
+    finally:
+        exit_code = stop(consumer)
+    assert exit_code == 0
+    assert consumer.stdout is not None
+    log = [json.loads(line) for line in consumer.stdout.read().splitlines() if line.startswith("{")]
+    processed = {line["message_id"] for line in log if line.get("event") == "message_processed"}
+    assert processed == set(message_ids(sent.stdout))
+    assert sent.stdout.startswith(f"sent 2 valid event(s) to {environment['QUEUE_URL']} (from {env_file}):")
+    (moved,) = dead
+    reason = read_reason(moved["MessageAttributes"])
+    assert [event_id_of(moved)] == event_ids(poisoned.stdout)
+    assert reason is not None and reason["kind"] == "poison"
+    assert reason["reason"] == 'schema check failed at properties/channel: enum ["email", "sms", "push"]'
+
+
+def message_ids(output: str) -> list[str]:
+    """The message ids `local send` printed."""
+    return [line.split("message_id ")[1] for line in output.splitlines() if "message_id " in line]
+
+
+def event_ids(output: str) -> list[str]:
+    """The event ids `local send` printed (each also its idempotency-key attribute)."""
+    return [line.split()[1] for line in output.splitlines() if line.startswith("  event_id ")]
+
+
+def wait_for_dlq(sqs: Any, queue_url: str, dlq_url: str) -> list[dict[str, Any]]:
+    """The DLQ's messages once the source is empty and the DLQ holds one, within 30 s."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        source = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
+        dlq = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
+        counts = (source["ApproximateNumberOfMessages"], source["ApproximateNumberOfMessagesNotVisible"])
+        if counts == ("0", "0") and dlq["ApproximateNumberOfMessages"] == "1":
+            return sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"])["Messages"]
+        time.sleep(0.2)
+    raise AssertionError(f"source not drained into one DLQ message within 30 s: {counts}, DLQ {dlq}")
+
+
+def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: Path) -> None:
+    """`local up --port N` with N already listening exits 2 at once with one line naming the port."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "consumer", "local", "up", "--port", str(port), "--env-file", str(tmp_path / "e")],
+            cwd=ROOT,
+            env=user_environment(),
+            capture_output=True,
+            text=True,
+            timeout=30,  # moto's threaded server waits forever for a bind that failed: this must not
+        )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f'consumer local: "--port" must be a free port on 127.0.0.1: {port} is in use (another `local up`?);'
+        " stop what holds it or pass --port N (0 = any free port)\n"
+    )
+    assert not (tmp_path / "e").exists()
+
+
+def test_local_send_refuses_an_endpoint_that_is_not_local() -> None:
+    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused."""
+    queue_url = "https://sqs.eu-west-1.amazonaws.com/123456789012/SqsWorker-prod-source"
+    done = subprocess.run(
+        [sys.executable, "-m", "consumer", "local", "send"],
+        cwd=ROOT,
+        env=user_environment() | {"QUEUE_URL": queue_url},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        'consumer local: "AWS_ENDPOINT_URL" must be a local endpoint (127.0.0.1 or localhost; `local send` never'
+        " sends to AWS): ''\n"
+    )
