@@ -427,14 +427,24 @@ class WorkerContract:
                     raise ContractError(key, "must be set (the stack writes it into the task)", None)
                 continue
             values[field.name] = _from_env_value(key, environ[key], field.name in _BOOL_FIELDS)
-        contract = cls(**values)
+        try:
+            contract = cls(**values)
+        except ContractError as error:
+            # The user set a variable, not a field: name the variable and the text it holds.
+            key = _env_name(error.parameter)
+            if error.parameter not in values or key not in environ:
+                raise
+            raise type(error)(key, error.rule, environ[key]) from None
+        max_duration = _env_name("max_duration_seconds")
         for name, value in contract.derived().items():
             key = _env_name(name)
             if key in environ and environ[key] != str(value):
                 raise ContractDriftError(
                     key,
-                    f"differs from the value this image derives ({value}); the stack and the image"
-                    " were built from different versions of consumer/contract.py, redeploy both",
+                    f"differs from {value}, the value this image derives from {max_duration}="
+                    f"{environ[max_duration]} and the other CONSUMER_ inputs: either one of those was changed"
+                    " by hand (take the task's environment from the stack: cdk deploy), or the stack and the"
+                    " image were built from different versions of consumer/contract.py (redeploy both)",
                     environ[key],
                 )
         return contract

@@ -12,19 +12,22 @@ class ConfigurationError(ValueError):
     """A setting breaks a rule, so the consumer must not start; the message names the parameter, the rule and the value.
 
     Raise it from a handler's start-up check (``@worker(..., setup=check)``) to refuse to start;
-    ``python -m consumer run`` exits 2 with this one line.
+    ``python -m consumer run`` exits 2 with this one line. A value of ``None`` means nothing was
+    received (an unset variable) and reads "not set".
 
     Example::
 
         >>> print(ConfigurationError("CONSUMER_LOG_LEVEL", "must be one of DEBUG, INFO", "LOUD"))
         "CONSUMER_LOG_LEVEL" must be one of DEBUG, INFO: 'LOUD'
+        >>> print(ConfigurationError("QUEUE_URL", "must be set to the source queue's URL", None))
+        "QUEUE_URL" must be set to the source queue's URL: not set
     """
 
     def __init__(self, parameter: str, rule: str, value: object) -> None:
         self.parameter = parameter
         self.rule = rule
         self.value = value
-        super().__init__(f'"{parameter}" {rule}: {value!r}')
+        super().__init__(f'"{parameter}" {rule}: {"not set" if value is None else repr(value)}')
 
 
 class ContractError(ConfigurationError):

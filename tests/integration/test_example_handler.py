@@ -126,9 +126,9 @@ def test_delivery_target_url_delivers_declared_dry_run_logs(environ: dict[str, s
 @pytest.mark.parametrize(
     ("environ", "error"),
     [
-        ({}, f"{REFUSAL}: None"),
+        ({}, f"{REFUSAL}: not set"),
         ({"NOTIFY_WEBHOOK_URL": ""}, f"{REFUSAL}: ''"),
-        ({"NOTIFY_DRY_RUN": "false"}, f"{REFUSAL}: None"),
+        ({"NOTIFY_DRY_RUN": "false"}, f"{REFUSAL}: not set"),
         ({"NOTIFY_DRY_RUN": "yes"}, '"NOTIFY_DRY_RUN" must be "true" or "false": \'yes\''),
         (
             {"NOTIFY_WEBHOOK_URL": "ftp://hooks.example.com/T0KEN"},

@@ -411,7 +411,7 @@ def test_process_without_any_region_is_one_line(moto_server: str, tmp_path: Path
 @pytest.mark.parametrize(
     ("spec", "refusal"),
     [
-        ("guarded", '"HANDLER_TOKEN" must be set to the downstream\'s token: None'),
+        ("guarded", '"HANDLER_TOKEN" must be set to the downstream\'s token: not set'),
         (
             "broken_setup",
             '"CONSUMER_HANDLER" names a handler whose start-up check broken_check failed'

@@ -357,7 +357,7 @@ def test_contract_from_env_detects_formula_drift() -> None:
     with pytest.raises(ContractDriftError) as raised:
         WorkerContract.from_env(environ)
     assert raised.value.parameter == "CONSUMER_VISIBILITY_TIMEOUT_SECONDS"
-    assert "this image derives (100)" in str(raised.value)
+    assert "differs from 100, the value this image derives" in str(raised.value)
 
 
 def test_worker_decorator_attaches_contract_and_returns_function() -> None:
@@ -468,7 +468,7 @@ def test_configuration_error_names_the_parameter_the_rule_and_the_value() -> Non
 
     error = consumer.ConfigurationError("NOTIFY_WEBHOOK_URL", "must be set", None)
     assert (str(error), error.parameter, error.rule, error.value) == (
-        '"NOTIFY_WEBHOOK_URL" must be set: None',
+        '"NOTIFY_WEBHOOK_URL" must be set: not set',
         "NOTIFY_WEBHOOK_URL",
         "must be set",
         None,
@@ -543,4 +543,4 @@ def test_queue_attributes_redrive_without_dlq_arn_is_refused() -> None:
     """A redrive policy cannot be spelled without the DLQ's ARN: the error names the parameter."""
     with pytest.raises(ContractError) as raised:
         QueueAttributes(redrive_max_receive_count=7).to_sqs()
-    assert str(raised.value) == '"dead_letter_target_arn" must name the DLQ of a queue with a redrive policy: None'
+    assert str(raised.value) == '"dead_letter_target_arn" must name the DLQ of a queue with a redrive policy: not set'
