@@ -67,7 +67,7 @@ from consumer.local.harness import (
     settle,
 )
 from consumer.ops.queues import fingerprint
-from consumer.runtime.consumer import METRICS_FLUSH_SECONDS
+from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS
 
 #: The event kinds the producer mixes, and where each must end.
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"

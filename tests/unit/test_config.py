@@ -90,7 +90,7 @@ def test_load_config_start_up_check_refusing_is_its_configuration_error() -> Non
     """The check's own ConfigurationError is the refusal, unchanged."""
     with pytest.raises(ConfigurationError) as raised:
         load_config({"QUEUE_URL": LOCAL_URL, "CONSUMER_HANDLER": "tests.integration.handlers:guarded"})
-    assert str(raised.value) == '"HANDLER_TOKEN" must be set to the downstream\'s token: None'
+    assert str(raised.value) == '"HANDLER_TOKEN" must be set to the downstream\'s token: not set'
 
 
 def test_load_config_start_up_check_failing_otherwise_names_the_handler() -> None:
