@@ -94,12 +94,23 @@ def nag_results(outdir: Path, stack_name: str) -> tuple[list[str], list[tuple[st
     return sorted(open_findings), sorted(acknowledged)
 
 
+#: Off a terminal (CI, `make run > log`) rich renders 80 columns and cuts or wraps; a log reader needs each
+#: line whole, so the width there is wider than any line the report prints.
+UNWRAPPED_WIDTH = 10_000
+
+
+def output_console() -> Console:
+    """A console on stdout: the terminal's width there; elsewhere lines are never cut or wrapped."""
+    console = Console()
+    return console if console.is_terminal else Console(width=UNWRAPPED_WIDTH)
+
+
 def main(
     outdir: Path = typer.Option(DEFAULT_OUTDIR, help="Where to write the cloud assembly."),
     markdown: bool = typer.Option(False, help="Print the README's configuration table and exit."),
 ) -> None:
     """Synthesize every environment in cdk.json and print the derived parameters."""
-    console = Console()
+    console = output_console()
     if markdown:
         print(formula_table(contract_of(load_handler(EXAMPLE_HANDLER))))
         return

@@ -85,3 +85,26 @@ def test_app_py_reports_a_configuration_error_in_one_line(
     assert "Traceback" not in result.stderr
     assert result.stderr == f"invalid configuration: {message}\n"
     assert not list(tmp_path.glob("*.template.json"))
+
+
+def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
+    """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
+    names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise)."""
+    environ = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "FORCE_COLOR", "TERM")}
+    out = subprocess.run(
+        [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    environments = cdk_json_context()[CONTEXT_KEY]
+    ok_lines = [line for line in lines if line.startswith("ok ")]
+    assert len(ok_lines) == len(environments)
+    for line in ok_lines:  # stack, template path and the nag summary on one line
+        assert ".template.json - cdk-nag AwsSolutions:" in line and line.endswith("acknowledged with reasons")
+    handler_row = next(line for line in lines if line.lstrip("│ ").startswith("handler "))
+    assert "…" not in handler_row and "notifications" in handler_row
