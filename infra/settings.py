@@ -434,7 +434,8 @@ def stack_name_of(environment: str) -> str:
 def _placeholder_rule(name: str) -> str:
     return (
         f"{PLACEHOLDER_RULE}; leave paging out of cdk.json and give the real address at deploy:"
-        f" npx cdk deploy -c env={name} --parameters {stack_name_of(name)}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"
+        f' make deploy ENV={name} CDK_ARGS="--parameters'
+        f' {stack_name_of(name)}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"'
     )
 
 

@@ -167,7 +167,7 @@ def test_settings_required_paging_refuses_a_placeholder(kind: str, endpoint: str
         "must reach someone where paging is required (prod, or require_paging): example.com/.org/.net,"
         " their subdomains and the reserved .example, .test, .invalid and .localhost domains are placeholders;"
     )
-    assert "npx cdk deploy -c env=prod --parameters SqsWorker-prod:PagingEndpoint=oncall@yourco.com" in error.rule
+    assert 'make deploy ENV=prod CDK_ARGS="--parameters SqsWorker-prod:PagingEndpoint=oncall@yourco.com"' in error.rule
     assert error_for("qa", settings(require_paging=True, paging={kind: [endpoint]})).parameter.endswith(kind)
 
 
