@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ __all__ = [
     "load_handler",
     "setup_of",
     "worker",
+    "worker_argument",
     # consumer.limits, re-exported: both halves import SQS's limits and the contract's bounds from here
     "AGE_METRIC_SKIPPED_AFTER_RECEIVES",
     "DAY",
@@ -514,20 +516,25 @@ def worker(
     """
     if setup is not None and not callable(setup):
         raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
-    contract = WorkerContract(
-        max_duration_seconds=seconds("max_duration", max_duration),
-        concurrency=concurrency,
-        batch_size=batch_size,
-        max_receive_count=max_receive_count,
-        fifo=fifo,
-        content_based_deduplication=content_based_deduplication,
-        acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
-        average_duration_seconds=None if average_duration is None else seconds("average_duration", average_duration),
-        retry_backoff_base_seconds=seconds("retry_backoff_base", retry_backoff_base),
-        retry_backoff_max_seconds=seconds("retry_backoff_max", retry_backoff_max),
-        max_lease_seconds=seconds("max_lease", max_lease),
-        stop_timeout_seconds=None if stop_timeout is None else seconds("stop_timeout", stop_timeout),
-    )
+    try:
+        contract = WorkerContract(
+            max_duration_seconds=seconds("max_duration", max_duration),
+            concurrency=concurrency,
+            batch_size=batch_size,
+            max_receive_count=max_receive_count,
+            fifo=fifo,
+            content_based_deduplication=content_based_deduplication,
+            acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
+            average_duration_seconds=None
+            if average_duration is None
+            else seconds("average_duration", average_duration),
+            retry_backoff_base_seconds=seconds("retry_backoff_base", retry_backoff_base),
+            retry_backoff_max_seconds=seconds("retry_backoff_max", retry_backoff_max),
+            max_lease_seconds=seconds("max_lease", max_lease),
+            stop_timeout_seconds=None if stop_timeout is None else seconds("stop_timeout", stop_timeout),
+        )
+    except ContractError as error:  # name what the author wrote: max_duration, not max_duration_seconds
+        raise type(error)(worker_argument(error.parameter), error.rule, error.value) from None
 
     def declare(function: F) -> F:
         setattr(function, HANDLER_ATTRIBUTE, contract)
@@ -535,6 +542,12 @@ def worker(
         return function
 
     return declare
+
+
+def worker_argument(field: str) -> str:
+    """The ``@worker`` argument a contract field comes from (``max_duration_seconds``: ``max_duration``)."""
+    argument = field.removesuffix("_seconds")
+    return argument if argument in inspect.signature(worker).parameters else field
 
 
 def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> WorkerContract:

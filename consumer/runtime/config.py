@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from consumer.contract import (
     contract_of,
     load_handler,
     setup_of,
-    worker,
+    worker_argument,
 )
 from consumer.message import Message
 
@@ -115,19 +114,13 @@ def check_declaration(declared: WorkerContract, deployed: WorkerContract) -> Non
     ]
     if differences:
         name, deployed_value, declared_value = differences[0]
-        listed = ", ".join(f"{declared_name(n)}: stack {d!r}, handler {h!r}" for n, d, h in differences)
+        listed = ", ".join(f"{worker_argument(n)}: stack {d!r}, handler {h!r}" for n, d, h in differences)
         raise ContractDriftError(
             f"{ENV_PREFIX}{name.upper()}",
             f"differs from the handler's @worker declaration ({listed}); redeploy the stack from the"
             " image's code (cdk deploy) or change the declaration back",
             deployed_value,
         )
-
-
-def declared_name(field: str) -> str:
-    """The ``@worker`` argument a contract field comes from (``max_duration_seconds``: ``max_duration``)."""
-    argument = field.removesuffix("_seconds")
-    return argument if argument in inspect.signature(worker).parameters else field
 
 
 def region_of_queue_url(url: str) -> str | None:

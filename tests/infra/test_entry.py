@@ -108,3 +108,25 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
         assert ".template.json - cdk-nag AwsSolutions:" in line and line.endswith("acknowledged with reasons")
     handler_row = next(line for line in lines if line.lstrip("│ ").startswith("handler "))
     assert "…" not in handler_row and "notifications" in handler_row
+
+
+#: Runs app.py as a python3 without the CDK installed would (the machine's, when `npx cdk` runs outside the venv).
+WITHOUT_CDK = """
+import importlib.abc, runpy, sys
+class NoCdk(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("aws_cdk", "constructs", "cdk_nag", "jsii"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoCdk())
+runpy.run_path("app.py", run_name="__main__")
+"""
+
+
+def test_app_py_without_the_cdk_says_how_in_one_line() -> None:
+    """`npx cdk ls` outside the venv: one line saying what to run instead, no ModuleNotFoundError traceback."""
+    result = subprocess.run([sys.executable, "-c", WITHOUT_CDK], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("app.py: the AWS CDK is not installed for ")
+    assert "make synth ENV=<env>" in line and ". .venv/bin/activate" in line

@@ -372,10 +372,10 @@ def test_worker_decorator_attaches_contract_and_returns_function() -> None:
 
 
 def test_worker_decorator_validates_at_declaration() -> None:
-    """A bad declaration fails at import time of the handler, naming the parameter."""
+    """A bad declaration fails at import time of the handler, naming the argument as the author wrote it (max_duration, not the field max_duration_seconds)."""
     with pytest.raises(ContractError, match='"max_duration" must be a timedelta or a number of seconds'):
         worker(max_duration="90")
-    with pytest.raises(ContractError, match='"max_duration_seconds" must be between 1 and 42900'):
+    with pytest.raises(ContractError, match='"max_duration" must be between 1 and 42900'):
         worker(max_duration=timedelta(hours=12))
 
 
