@@ -134,9 +134,9 @@ def main(
     elapsed = time.monotonic() - started
 
     table = Table(title="Worker contract per environment (derived once, used by the stack and the consumer)")
-    table.add_column("parameter")
+    table.add_column("parameter", overflow="fold")  # a narrow terminal wraps a cell, never cuts it
     for stack in stacks:
-        table.add_column(stack.settings.name, justify="right")
+        table.add_column(stack.settings.name, justify="right", overflow="fold")
     table.add_row("handler", *[s.settings.handler.rpartition(".")[2] for s in stacks])
     table.add_row("tasks (min..max)", *[f"{s.settings.min_tasks}..{s.settings.max_tasks}" for s in stacks])
     for label, attribute in ROWS:

@@ -9,15 +9,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-#: The width a console that is no terminal renders at: wider than any line the demo prints, so a log
-#: reader gets each line whole, where rich's default for a non-terminal (80 columns) cuts and wraps.
-UNWRAPPED_WIDTH = 10_000
+from consumer.ops.progress import UNWRAPPED_WIDTH, output_console
 
-
-def output_console() -> Console:
-    """A console on stdout: the terminal's own width there; elsewhere never wrapping (:data:`UNWRAPPED_WIDTH`)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=UNWRAPPED_WIDTH)
+__all__ = ["UNWRAPPED_WIDTH", "LiveDisplay", "output_console"]
 
 
 class LiveDisplay:

@@ -34,7 +34,6 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -43,7 +42,7 @@ from consumer.exit_codes import ExitCode
 from consumer.ops import files
 from consumer.ops.files import ExportResult, ImportResult
 from consumer.ops.passes import AwsFailure, Interrupted, UsageError, explain, interrupts
-from consumer.ops.progress import Progress
+from consumer.ops.progress import Progress, output_console
 from consumer.ops.queues import (
     NO_REASON_KIND,
     ClientFactory,
@@ -196,7 +195,7 @@ def stats(
     if json_output:
         typer.echo(json.dumps(report.as_json()))
         return
-    console = Console(highlight=False)
+    console = output_console()
     console.print(Text(f"DLQ {dlq}"))
     table = Table(show_header=False)
     table.add_row("visible (waiting)", str(report.visible))
@@ -245,7 +244,7 @@ def peek(
             kind, pattern = fingerprint(record["reason"])
             typer.echo(json.dumps({**record, "fingerprint": {"kind": kind, "reason": pattern}}))
         return
-    console = Console(highlight=False)
+    console = output_console()
     if not records:
         console.print(Text(f"no visible messages in {dlq}"))
         return
@@ -381,7 +380,7 @@ def _print_redrive_summary(summary: RedriveSummary, *, limit: int | None) -> Non
             table.add_row(
                 Text(message["MessageId"]), Text(kind), _reason_preview(reason), Text(_preview(message.get("Body", "")))
             )
-        Console(highlight=False).print(table)
+        output_console().print(table)
     moved = f"would move {len(summary.would_move)}" if summary.dry_run else f"moved {summary.moved}"
     optional = [
         ("malformed", len(summary.malformed)),

@@ -11,6 +11,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as ProgressBar
 
+#: Off a terminal rich renders 80 columns and wraps or cuts; a pipe or a log file gets each line whole instead.
+UNWRAPPED_WIDTH = 10_000
+
+
+def output_console(*, stderr: bool = False) -> Console:
+    """A console for the tools' output: the terminal's own width there; elsewhere (a pipe, CI, a log file)
+    wide enough that no line is wrapped or cut (:data:`UNWRAPPED_WIDTH`)."""
+    console = Console(stderr=stderr, highlight=False)
+    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=UNWRAPPED_WIDTH)
+
+
 #: Without a terminal (a pipe, CI, a log file) the progress bar is off; a line this often says how far a run is.
 PROGRESS_LINE_SECONDS = 10
 

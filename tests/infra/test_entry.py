@@ -87,6 +87,22 @@ def test_app_py_reports_a_configuration_error_in_one_line(
     assert not list(tmp_path.glob("*.template.json"))
 
 
+def test_the_report_in_a_narrow_terminal_wraps_cells_and_cuts_none(tmp_path: Path) -> None:
+    """In an 80-column terminal the table wraps a long cell (a handler name, a secret) onto more lines
+    instead of cutting it with an ellipsis."""
+    environ = {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1"}  # rich: a terminal 80 columns wide
+    out = subprocess.run(
+        [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "…" not in out.stdout
+
+
 def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
     """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
     names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise)."""

@@ -62,8 +62,10 @@ def cli(moto_server: str, clients: Clients) -> Callable[..., Result]:
 
     runner = CliRunner()
 
-    def invoke(*args: str, input: str | None = None, endpoint: str = moto_server) -> Result:
-        env = {"AWS_ENDPOINT_URL": endpoint, "COLUMNS": "250", "QUEUE_URL": None, "DLQ_URL": None}
+    def invoke(
+        *args: str, input: str | None = None, endpoint: str = moto_server, columns: str | None = "250"
+    ) -> Result:
+        env = {"AWS_ENDPOINT_URL": endpoint, "COLUMNS": columns, "QUEUE_URL": None, "DLQ_URL": None}
         return runner.invoke(app, list(args), input=input, env=env, obj=clients)
 
     return invoke

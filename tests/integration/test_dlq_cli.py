@@ -101,6 +101,24 @@ def test_dlq_peek_groups_by_fingerprint(cli: Callable[..., Result], server_sqs: 
     assert any(re.match(r"\|\s+1 \| poison\s+\| body is not JSON: Expecting value", row) for row in rows)
 
 
+def test_dlq_peek_into_a_pipe_prints_whole_lines(cli: Callable[..., Result], server_sqs: Any) -> None:
+    """Piped or logged (no terminal), a peek's rows are not folded at 80 columns: the message id and the
+    reason each stay whole on the row that names them."""
+    pair = create_pair(server_sqs, CONTRACT)
+    reason = "schema check failed at properties/channel: enum [email, sms, push]"  # under the 80-char preview
+    dead_letter(server_sqs, pair, reason, body='{"channel": "pigeon", "recipient": "someone@example.com"}')
+    (message_id,) = [
+        json.loads(line)["message_id"]
+        for line in cli("dlq", "peek", "--dlq-url", pair.dlq_url, "--json").stdout.splitlines()
+    ]
+
+    result = cli("dlq", "peek", "--dlq-url", pair.dlq_url, columns=None)  # no COLUMNS: a pipe's width
+
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.splitlines()
+    assert any(message_id in row and reason in row for row in rows), result.stdout
+
+
 def test_dlq_peek_json_carries_the_reason_record(cli: Callable[..., Result], server_sqs: Any) -> None:
     """--json prints one line per message with the reason the consumer wrote and its fingerprint."""
     pair = create_pair(server_sqs, CONTRACT)
