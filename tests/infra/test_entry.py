@@ -87,18 +87,16 @@ def test_app_py_reports_a_configuration_error_in_one_line(
     assert not list(tmp_path.glob("*.template.json"))
 
 
+def report(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.report` (make run's first step) with ``environ``, its output captured."""
+    command = [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")]
+    return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
+
+
 def test_the_report_in_a_narrow_terminal_wraps_cells_and_cuts_none(tmp_path: Path) -> None:
     """In an 80-column terminal the table wraps a long cell (a handler name, a secret) onto more lines
     instead of cutting it with an ellipsis."""
-    environ = {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1"}  # rich: a terminal 80 columns wide
-    out = subprocess.run(
-        [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = report(tmp_path, {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1"})  # rich: an 80-column terminal
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout
 
@@ -106,15 +104,7 @@ def test_the_report_in_a_narrow_terminal_wraps_cells_and_cuts_none(tmp_path: Pat
 def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
     """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
     names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise)."""
-    environ = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "FORCE_COLOR", "TERM")}
-    out = subprocess.run(
-        [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = report(tmp_path, {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     environments = cdk_json_context()[CONTEXT_KEY]
