@@ -28,6 +28,7 @@ class LiveDisplay:
         self.tick = tick
         self._live: Live | None = None
         self._last_plain = 0.0
+        self._last_line = ""
 
     def __enter__(self) -> Callable[[], None]:
         if self.console.is_terminal:
@@ -42,11 +43,15 @@ class LiveDisplay:
         elif time.monotonic() - self._last_plain >= self.PLAIN_EVERY_SECONDS:
             self._print_plain()
 
-    def _print_plain(self) -> None:
+    def _print_plain(self, *, unless_unchanged: bool = False) -> None:
         self._last_plain = time.monotonic()
         table = self.render()
         cells = [f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)]
-        self.console.print(f"[{table.title}] " + ", ".join(cells), markup=False, highlight=False, soft_wrap=True)
+        line = f"[{table.title}] " + ", ".join(cells)
+        if unless_unchanged and line == self._last_line:
+            return  # the last refresh already printed exactly this: a log shows it once
+        self._last_line = line
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def __exit__(self, *exc_info: object) -> None:
         self.tick()
@@ -54,4 +59,4 @@ class LiveDisplay:
             self._live.update(self.render())
             self._live.__exit__(None, None, None)
         else:
-            self._print_plain()
+            self._print_plain(unless_unchanged=True)

@@ -95,3 +95,17 @@ def test_progress_names_when_the_heartbeat_metric_is_written() -> None:
     demo = Demo(DemoOptions(template=Path("unused.json")), Console(file=io.StringIO()))
     table = demo._snapshot(NoDeliveries(), Fleet({}, Path(".")))
     assert "heartbeat extensions (metric, written every 60 s and at stop)" in list(table.columns[0].cells)
+
+
+def test_the_last_progress_line_is_not_repeated_when_nothing_changed(
+    log_file: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The closing line is printed after the final look only if it says something the log has not just said."""
+    console = output_console()
+    demo = Demo(DemoOptions(template=tmp_path / "unused.json"), console)
+    fleet = Fleet({}, tmp_path)
+    display = LiveDisplay(console, lambda: demo._snapshot(NoDeliveries(), fleet), tick=lambda: None)
+    with display as refresh:
+        refresh()  # the final look inside the run prints; the close sees the same numbers
+    progress = [line for line in log_file.readouterr().out.splitlines() if line.startswith("[sqs-worker demo")]
+    assert len(progress) == 1
