@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from consumer.contract import WorkerContract
 from consumer.runtime.aws_errors import error_code, is_missing_queue
@@ -88,6 +88,11 @@ def check_queue(
                 " stack is not deployed in this account and region); the consumer never creates queues"
             ) from error
         raise StartupError(f"GetQueueAttributes on {queue_url} failed: {error_code(error)}: {error}") from error
+    except EndpointConnectionError as error:
+        raise StartupError(
+            f"GetQueueAttributes on {queue_url} failed: {error}: nothing answers there; check QUEUE_URL and"
+            " AWS_ENDPOINT_URL, and for a local run that `python -m consumer local up` is serving"
+        ) from error
     except BotoCoreError as error:
         raise StartupError(f"GetQueueAttributes on {queue_url} failed: {error}") from error
 

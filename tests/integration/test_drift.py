@@ -79,7 +79,7 @@ def test_check_queue_missing_queue_is_a_clear_startup_error(sqs: Any) -> None:
 
 
 def test_check_queue_unreachable_endpoint_is_a_clear_startup_error() -> None:
-    """A dead endpoint fails fast with the operation and the queue in the message."""
+    """A dead endpoint fails fast with the operation, the queue and what to check (a local stack not served)."""
     from botocore.config import Config
 
     client = boto3.client(
@@ -89,5 +89,7 @@ def test_check_queue_unreachable_endpoint_is_a_clear_startup_error() -> None:
         config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1),
     )
     url = "http://127.0.0.1:9/123456789012/source"
-    with pytest.raises(StartupError, match=f"GetQueueAttributes on {url} failed"):
+    with pytest.raises(StartupError, match=f"GetQueueAttributes on {url} failed") as raised:
         check_queue(client, queue_url=url, dlq_url="http://127.0.0.1:9/123456789012/dlq", contract=CONTRACT)
+    assert "nothing answers there; check QUEUE_URL and AWS_ENDPOINT_URL" in str(raised.value)
+    assert "`python -m consumer local up` is serving" in str(raised.value)

@@ -187,7 +187,7 @@ def test_process_refuses_to_start_when_the_stack_contract_differs_from_the_handl
     assert process.wait(timeout=30) == 2
     stderr = process.stderr.read()
     assert '"CONSUMER_MAX_DURATION_SECONDS" differs from the handler\'s @worker declaration' in stderr
-    assert "max_duration_seconds: stack 90, handler 5" in stderr
+    assert "(max_duration: stack 90, handler 5" in stderr  # the @worker argument, as the author wrote it
 
 
 @pytest.mark.parametrize(
