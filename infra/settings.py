@@ -10,19 +10,39 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from consumer.contract import (
-    BINDING_KEYS,
-    DAY,
-    ContractError,
-    WorkerContract,
-    check_int,
-    contract_of,
-    load_handler,
-)
+from consumer.contract import DAY, ContractError, WorkerContract, check_int, contract_of, load_handler
 from consumer.limits import MIN_RETENTION_GAP_SECONDS
+from infra.worker_settings import (
+    DEFAULT_WORKER_NAME,
+    FARGATE_MEMORY_MIB,
+    MAX_TASKS_LIMIT,
+    SECRET_JSON_KEY_SEPARATOR,
+    SECRET_LIKE_RULE,
+    SECRET_NAME_MARKERS,
+    SECRET_SOURCE_RULE,
+    WORKER_KEYS,
+    SecretSource,
+    SettingsError,
+    WorkerSettings,
+    check_worker_name,
+    parse_worker,
+)
+
+# Re-exported: they were defined here before the per-worker settings moved to infra/worker_settings.py.
+__all__ = [
+    "FARGATE_MEMORY_MIB",
+    "MAX_TASKS_LIMIT",
+    "SECRET_JSON_KEY_SEPARATOR",
+    "SECRET_LIKE_RULE",
+    "SECRET_NAME_MARKERS",
+    "SECRET_SOURCE_RULE",
+    "SecretSource",
+    "SettingsError",
+    "WorkerSettings",
+]
 
 CONTEXT_KEY = "sqs-worker:environments"
 #: The contract's minimum DLQ-over-source retention gap, in the unit cdk.json's settings use.
@@ -61,16 +81,6 @@ PAGING_ENDPOINT_RULE = (
     f" not on a placeholder: {PLACEHOLDER_DOMAINS}"
 )
 
-# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
-FARGATE_MEMORY_MIB: dict[int, range] = {
-    256: range(512, 2048 + 1, 512),
-    512: range(1024, 4096 + 1, 1024),
-    1024: range(2048, 8192 + 1, 1024),
-    2048: range(4096, 16384 + 1, 1024),
-    4096: range(8192, 30720 + 1, 1024),
-    8192: range(16384, 61440 + 1, 4096),
-    16384: range(32768, 122880 + 1, 8192),
-}
 # Values CloudWatch Logs accepts for a log group's retention.
 LOG_RETENTION_DAYS = (
     1,
@@ -96,29 +106,9 @@ LOG_RETENTION_DAYS = (
     3288,
     3653,
 )
-MAX_TASKS_LIMIT = 100
 _EMAIL = re.compile(rf"^{_EMAIL_LOCAL}@{_EMAIL_DOMAIN}$")
 _ENV_NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-_ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _HTTPS = re.compile(r"^https://\S+$")
-# https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html (naming constraints)
-_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){0,14}$")
-# https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
-_SECRET_NAME_CHARACTERS = r"[A-Za-z0-9/_+=.@-]{1,512}"
-_SECRET_NAME = re.compile(rf"^{_SECRET_NAME_CHARACTERS}$")
-# Secrets Manager ends every secret's ARN with "-" and six random letters or digits, and ECS reads a secret only
-# by that complete ARN: given a partial one, it requests the partial ARN, which no grant matches
-# (https://github.com/aws/aws-cdk/issues/18555). So a secret is named with its suffix.
-_SECRET_FULL_NAME = rf"{_SECRET_NAME_CHARACTERS}-[A-Za-z0-9]{{6}}"
-_SECRET_COMPLETE_NAME = re.compile(rf"^{_SECRET_FULL_NAME}$")
-_SECRET_COMPLETE_ARN = re.compile(
-    r"^arn:aws(?:-[a-z]+)*:secretsmanager:[a-z]{2,}(?:-[a-z]+)+-[0-9]+:[0-9]{12}:secret:"
-    rf"(?P<name>{_SECRET_FULL_NAME})$"
-)
-#: What separates a Secrets Manager secret from a JSON key in "secrets": "#", because an ARN is full of ":" (and
-#: ECS's ValueFrom itself adds ":<json key>:<stage>:<version>"), while no secret name or ARN can hold "#".
-SECRET_JSON_KEY_SEPARATOR = "#"
-_JSON_KEY = re.compile(r"^[^:\s]+$")
 # What aws:PrincipalArn holds for a role (also when a session of it calls) or a user: no wildcard, no session.
 # https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn
 _PRINCIPAL_ARN = re.compile(
@@ -128,37 +118,6 @@ PRODUCER_RULE = (
     "must be an IAM role or user ARN, arn:aws:iam::<12-digit account>:role/NAME or :user/NAME (a path is"
     " allowed, a wildcard is not; for an assumed-role session name its role)"
 )
-SECRET_SOURCE_RULE = (
-    'must be "ssm:<parameter name>", "secretsmanager:<secret name>-<6-character suffix>" or'
-    ' "secretsmanager:<complete secret ARN>", a secret optionally followed by "#<json key>"'
-)
-#: How to find what ECS needs: the complete ARN (its last part is the complete name).
-_FIND_COMPLETE_ARN = "aws secretsmanager describe-secret --secret-id {name} --query ARN"
-#: A handler_environment name containing one of these looks like a secret. handler_environment is plain
-#: text in the task definition (anyone with ecs:DescribeTaskDefinition reads it), so such a value must
-#: come through ``secrets`` instead. A false positive is renamed or moved to ``secrets``; it never passes.
-#: WEBHOOK: a webhook URL usually carries its token (Slack's, the notifications example's NOTIFY_WEBHOOK_URL).
-SECRET_NAME_MARKERS = (
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "PASSPHRASE",
-    "TOKEN",
-    "CREDENTIAL",
-    "PRIVATE_KEY",
-    "API_KEY",
-    "APIKEY",
-    "ACCESS_KEY",
-    "WEBHOOK",
-)
-SECRET_LIKE_RULE = (
-    f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"
-    ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name-XXXXXX)'
-)
-
-
-class SettingsError(ContractError):
-    """A ``cdk.json`` setting breaks a rule (same message shape as :class:`ContractError`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,30 +130,14 @@ class ExistingVpc:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SecretSource:
-    """Where one container secret is read at task start (``secrets``): an SSM parameter, or a Secrets Manager
-    secret, whole or one key of its JSON value."""
-
-    service: str  # "ssm" or "secretsmanager"
-    #: The parameter's name; a secret's complete name, ending in the "-" and six characters of its ARN.
-    name: str
-    json_key: str | None = None
-    #: The secret's complete ARN where the setting gives one; else the secret is in the stack's account and region.
-    arn: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class EnvironmentSettings:
     """One environment's settings; see the README's "Deploy per environment" for each key."""
 
     name: str
-    handler: str
+    #: The environment's workers, in cdk.json's order; the first keeps the ids and names of a one-worker stack.
+    workers: tuple[WorkerSettings, ...]
     account: str | None = None
     region: str | None = None
-    min_tasks: int = 1
-    max_tasks: int = 2
-    cpu: int = 256
-    memory_mib: int = 512
     source_retention_days: int = 4
     dlq_retention_days: int = 14
     log_retention_days: int = 30
@@ -211,9 +154,6 @@ class EnvironmentSettings:
     nat_gateways: int = 1
     vpc: ExistingVpc | None = None
     cluster_name: str | None = None
-    handler_environment: Mapping[str, str] = field(default_factory=dict)
-    #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
-    secrets: Mapping[str, SecretSource] = field(default_factory=dict)
     #: The only principals (besides the consumer's task role) allowed to send to the source; () = IAM decides.
     producers: tuple[str, ...] = ()
 
@@ -231,10 +171,46 @@ class EnvironmentSettings:
         """Paging is required and cdk.json commits no subscription: the PagingEndpoint parameter supplies it."""
         return self.require_paging and not self.has_subscription
 
-    def contract(self) -> WorkerContract:
-        """The handler's declared contract with this environment's retention applied."""
+    @property
+    def first_worker(self) -> WorkerSettings:
+        """The worker that keeps a one-worker stack's ids and names (the only one in the ``handler`` form)."""
+        return self.workers[0]
+
+    # The first worker's knobs, as a one-worker environment has always named them.
+    @property
+    def handler(self) -> str:
+        return self.first_worker.handler
+
+    @property
+    def min_tasks(self) -> int:
+        return self.first_worker.min_tasks
+
+    @property
+    def max_tasks(self) -> int:
+        return self.first_worker.max_tasks
+
+    @property
+    def cpu(self) -> int:
+        return self.first_worker.cpu
+
+    @property
+    def memory_mib(self) -> int:
+        return self.first_worker.memory_mib
+
+    @property
+    def handler_environment(self) -> Mapping[str, str]:
+        return self.first_worker.handler_environment
+
+    @property
+    def secrets(self) -> Mapping[str, SecretSource]:
+        """Every worker's secret sources (the report lists their variable names)."""
+        return {name: source for worker in self.workers for name, source in worker.secrets.items()}
+
+    def contract(self, worker: WorkerSettings | None = None) -> WorkerContract:
+        """``worker``'s (default: the first worker's) declared contract with this environment's retention applied."""
+        worker = worker or self.first_worker
         try:
-            declared = contract_of(load_handler(self.handler, parameter=self._path("handler")))
+            declared = contract_of(load_handler(worker.handler, parameter=f"{worker.path}.handler"))
         except ContractError as error:
             raise SettingsError(error.parameter, error.rule, error.value) from error
         try:
@@ -260,7 +236,55 @@ _FIELDS = {f.name for f in dataclasses.fields(EnvironmentSettings)} - {
     "ticket_emails",
     "ticket_https",
 }
-_KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets"})
+_KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets", *WORKER_KEYS})
+#: The most workers one environment supports: every limit it meets is checked by tests/infra/test_workers.py.
+#: - CloudFormation: 500 resources per stack; a worker adds 23 (queues and policies 4, table, task and execution
+#:   roles and policies 4, task definition, log group, service, security group, scaling target and policy,
+#:   8 alarms), the shared VPC, cluster, topics, key and dashboard about 36:
+#:   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
+#: - CloudWatch: 100 alarms in one alarm status widget (the dashboard's "any worker paging" view holds each
+#:   worker's 5 notifying alarms) and 500 widgets per dashboard (11 per worker):
+#:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html
+#:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/CloudWatch-Dashboard-Body-Structure.html
+#: - A composite alarm's rule is at most 10,240 characters: each worker has its own ConsumerStalled over its own
+#:   three inputs, so no rule grows with the worker count.
+MAX_WORKERS = 20
+
+
+def _workers(prefix: str, raw: Mapping[str, Any]) -> tuple[WorkerSettings, ...]:
+    """The ``workers`` form (``{name: {handler, ...}}``), or the top-level ``handler`` form: one worker."""
+    if "workers" not in raw:
+        return (parse_worker(DEFAULT_WORKER_NAME, prefix, raw),)
+    workers = raw["workers"]
+    path = f"{prefix}.workers"
+    # A per-worker key beside "workers" would leave unsaid which worker it is for.
+    beside = [key for key in WORKER_KEYS if key in raw]
+    if beside:
+        raise SettingsError(
+            f"{prefix}.{beside[0]}",
+            f'is a per-worker setting: with "workers" set it goes under each worker (workers.<name>.{beside[0]})',
+            raw[beside[0]],
+        )
+    if not isinstance(workers, Mapping) or not workers:
+        raise SettingsError(path, 'must be an object of workers, {"<name>": {"handler": ...}, ...}', workers)
+    if len(workers) > MAX_WORKERS:
+        raise SettingsError(
+            path, f"must list at most {MAX_WORKERS} workers (CloudFormation's and CloudWatch's limits)", len(workers)
+        )
+    parsed = []
+    for name, worker in workers.items():
+        check_worker_name(f"{path}.{name}", name)
+        if not isinstance(worker, Mapping):
+            raise SettingsError(f"{path}.{name}", "must be an object of worker settings", worker)
+        unknown = sorted(set(worker) - set(WORKER_KEYS))
+        if unknown:
+            raise SettingsError(
+                f"{path}.{name}.{unknown[0]}",
+                f"is not a per-worker setting (known: {', '.join(WORKER_KEYS)})",
+                worker[unknown[0]],
+            )
+        parsed.append(parse_worker(name, f"{path}.{name}", worker))
+    return tuple(parsed)
 
 
 def parse_environment(name: str, raw: object) -> EnvironmentSettings:
@@ -275,8 +299,7 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         raise SettingsError(
             f"{prefix}.{unknown[0]}", f"is not a known setting (known: {', '.join(_KNOWN_KEYS)})", raw[unknown[0]]
         )
-    if "handler" not in raw:
-        raise SettingsError(f"{prefix}.handler", 'must be set to "package.module:function"', None)
+    workers = _workers(prefix, raw)
 
     def path(key: str) -> str:
         return f"{prefix}.{key}"
@@ -307,25 +330,6 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
                 raise SettingsError(path(key), rule, item)
         return tuple(value)
 
-    min_tasks = integer(
-        "min_tasks",
-        1,
-        1,
-        MAX_TASKS_LIMIT,
-        " (backlog-per-task scaling divides by running tasks, so it cannot scale out from zero)",
-    )
-    max_tasks = integer("max_tasks", max(2, min_tasks), min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
-    cpu = raw.get("cpu", 256)
-    if cpu not in FARGATE_MEMORY_MIB or isinstance(cpu, bool):
-        raise SettingsError(path("cpu"), f"must be one of Fargate's CPU sizes {sorted(FARGATE_MEMORY_MIB)}", cpu)
-    memory = raw.get("memory_mib", FARGATE_MEMORY_MIB[cpu][0])
-    allowed = FARGATE_MEMORY_MIB[cpu]
-    if isinstance(memory, bool) or memory not in allowed:
-        raise SettingsError(
-            path("memory_mib"),
-            f"must be {allowed.start}..{allowed.stop - 1} in steps of {allowed.step} for cpu {cpu}",
-            memory,
-        )
     log_retention = raw.get("log_retention_days", 30)
     if isinstance(log_retention, bool) or log_retention not in LOG_RETENTION_DAYS:
         raise SettingsError(
@@ -361,12 +365,6 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
     cluster_name = text("cluster_name")
     if cluster_name is not None and vpc is None:
         raise SettingsError(path("cluster_name"), "needs an existing vpc too (the cluster lives in it)", cluster_name)
-    reserved = WorkerContract.env_keys() | BINDING_KEYS
-    handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
-    secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
-    if secret_like:
-        raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
-    secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
     producers = strings("producers", raw.get("producers", []), _PRINCIPAL_ARN, PRODUCER_RULE)
     if "producers" in raw and not producers:
         raise SettingsError(
@@ -388,13 +386,9 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
 
     settings = EnvironmentSettings(
         name=name,
-        handler=text("handler") or "",
+        workers=workers,
         account=text("account"),
         region=text("region"),
-        min_tasks=min_tasks,
-        max_tasks=max_tasks,
-        cpu=cpu,
-        memory_mib=memory,
         source_retention_days=source_retention,
         dlq_retention_days=dlq_retention,
         log_retention_days=log_retention,
@@ -409,15 +403,14 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         nat_gateways=integer("nat_gateways", 1, 0, 3),
         vpc=vpc,
         cluster_name=cluster_name,
-        handler_environment=handler_environment,
-        secrets=secrets,
         producers=producers,
     )
     if settings.require_paging and settings.pages_to_tickets:
         raise SettingsError(
             path("pages_to_tickets"), "must be false where alarms must page someone (prod, or require_paging)", True
         )
-    settings.contract()  # fail here, with the setting's path, if retention and handler disagree
+    for worker in workers:  # fail here, with the setting's path, if retention and a handler disagree
+        settings.contract(worker)
     return settings
 
 
@@ -436,73 +429,6 @@ def _placeholder_rule(name: str) -> str:
         f"{PLACEHOLDER_RULE}; leave paging out of cdk.json and give the real address at deploy:"
         f' make deploy ENV={name} CDK_ARGS="--parameters'
         f' {stack_name_of(name)}:{PAGING_ENDPOINT_PARAMETER}=oncall@yourco.com"'
-    )
-
-
-def _variables(path: str, raw: object, reserved: frozenset[str], values: str = "string values") -> dict[str, str]:
-    """Container variables: UPPER_CASE names to strings, none of them one the stack writes itself."""
-    if not isinstance(raw, Mapping):
-        raise SettingsError(path, f"must map UPPER_CASE names to {values}", raw)
-    for key, value in raw.items():
-        # Only the name is shown: the value may be a secret.
-        if not (isinstance(key, str) and _ENV_VAR.match(key)) or not isinstance(value, str):
-            raise SettingsError(path, f"must map UPPER_CASE names to {values}", key)
-    owned = sorted(set(raw) & reserved)
-    if owned:
-        raise SettingsError(path, "must not set variables the stack writes itself", ", ".join(owned))
-    return dict(raw)
-
-
-def _parse_secrets(
-    path: str, raw: object, reserved: frozenset[str], handler_environment: Mapping[str, str]
-) -> dict[str, SecretSource]:
-    sources = _variables(path, raw, reserved, values='"ssm:..." or "secretsmanager:..." sources')
-    repeated = sorted(set(sources) & set(handler_environment))
-    if repeated:
-        raise SettingsError(path, "must not repeat a handler_environment name (one source per variable)", repeated[0])
-    return {name: _secret_source(f"{path}.{name}", source) for name, source in sources.items()}
-
-
-def _secret_source(path: str, source: str) -> SecretSource:
-    service, _, rest = source.partition(":")
-    if service == "ssm":
-        if not _SSM_PARAMETER.match(rest):
-            raise SettingsError(
-                path,
-                f"{SECRET_SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels",
-                source,
-            )
-        return SecretSource(service=service, name=rest)
-    if service != "secretsmanager":
-        raise SettingsError(path, SECRET_SOURCE_RULE, source)
-    secret, separator, json_key = rest.partition(SECRET_JSON_KEY_SEPARATOR)
-    if separator and not _JSON_KEY.match(json_key):
-        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces", source)
-    key = json_key or None
-    if secret.startswith("arn:"):
-        complete = _SECRET_COMPLETE_ARN.match(secret)
-        if complete is None:
-            raise SettingsError(
-                path,
-                f"{SECRET_SOURCE_RULE}; a complete ARN is arn:aws:secretsmanager:<region>:<12-digit account>:secret:"
-                "<name>-<6 letters or digits>, as Secrets Manager shows it: " + _FIND_COMPLETE_ARN.format(name="NAME"),
-                source,
-            )
-        return SecretSource(service=service, name=complete["name"], json_key=key, arn=secret)
-    if ":" in secret:
-        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key follows '#', not ':'", source)
-    if _SECRET_COMPLETE_NAME.match(secret):
-        return SecretSource(service=service, name=secret, json_key=key)
-    if _SECRET_NAME.match(secret):
-        raise SettingsError(
-            path,
-            "must name the secret completely, with the '-' and six letters or digits its ARN ends with (ECS reads"
-            " a secret only by its complete ARN; a partial one is refused access at task start): find it with "
-            + _FIND_COMPLETE_ARN.format(name=secret),
-            source,
-        )
-    raise SettingsError(
-        path, f"{SECRET_SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -", source
     )
 
 

@@ -568,3 +568,57 @@ def test_settings_handler_raising_on_import_names_the_setting(tmp_path: Path, mo
         f"\"{CONTEXT_KEY}.dev.handler\" names a module that raised KeyError when imported ('DATABASE_URL'):"
         " 'settings_raises_on_import:handle'"
     )
+
+
+def workers(**entries: object) -> dict[str, object]:
+    return {"workers": entries}
+
+
+def test_settings_workers_each_take_their_own_knobs() -> None:
+    """An environment lists workers by name; each has its handler, tasks and size; the first is first."""
+    env = parse_environment(
+        "qa", workers(notify={"handler": HANDLER}, exports={"handler": HANDLER, "max_tasks": 6, "cpu": 512})
+    )
+    assert [(w.name, w.max_tasks, w.cpu, w.memory_mib) for w in env.workers] == [
+        ("notify", 2, 256, 512),
+        ("exports", 6, 512, 1024),
+    ]
+    assert env.first_worker.name == "notify"
+
+
+def test_settings_handler_form_is_one_default_worker() -> None:
+    """Today's top-level handler means one worker named "default"."""
+    env = parse_environment("qa", settings(max_tasks=3))
+    assert [(w.name, w.handler, w.max_tasks) for w in env.workers] == [("default", HANDLER, 3)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "parameter", "rule"),
+    [
+        (workers(exports={"cpu": 256}), "workers.exports.handler", 'must be set to "package.module:function"'),
+        (workers(exports={"handler": HANDLER, "cpu": 300}), "workers.exports.cpu", "must be one of Fargate's CPU"),
+        (workers(exports={"handler": HANDLER, "vpc": {}}), "workers.exports.vpc", "is not a per-worker setting"),
+        ({**workers(exports={"handler": HANDLER}), "max_tasks": 3}, "max_tasks", "is a per-worker setting"),
+        (workers(Exports={"handler": HANDLER}), "workers.Exports", "lowercase words of letters and digits"),
+        (workers(**{"a-1": {"handler": HANDLER}}), "workers.a-1", "each word starting with a letter"),
+        (workers(**{"a" * 21: {"handler": HANDLER}}), "workers." + "a" * 21, "at most 20 characters"),
+        ({"workers": {}}, "workers", "must be an object of workers"),
+        (
+            {"workers": {f"w{i}": {"handler": HANDLER} for i in range(21)}},
+            "workers",
+            "must list at most 20 workers",
+        ),
+    ],
+)
+def test_settings_workers_rules(raw: dict, parameter: str, rule: str) -> None:
+    """Each workers rule names the setting's full path and states the rule."""
+    error = error_for("qa", raw)
+    assert error.parameter == f"{CONTEXT_KEY}.qa.{parameter}"
+    assert rule in str(error)
+
+
+def test_settings_worker_name_at_the_bound_is_accepted() -> None:
+    """A 20-character name of hyphen-joined words is a valid worker name."""
+    name = "order-emails-to-send"
+    assert len(name) == 20
+    assert parse_environment("qa", workers(**{name: {"handler": HANDLER}})).workers[0].name == name

@@ -1,0 +1,249 @@
+"""One worker's settings in ``cdk.json``: its handler, tasks, size, variables and secrets.
+
+An environment lists them either at its top level (one worker, today's form) or under ``workers``
+(``{name: {...}}``, several); both forms go through :func:`parse_worker`, so a rule and its error read the
+same in both, with the setting's full path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from consumer.contract import BINDING_KEYS, ContractError, WorkerContract, check_int
+
+# https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
+FARGATE_MEMORY_MIB: dict[int, range] = {
+    256: range(512, 2048 + 1, 512),
+    512: range(1024, 4096 + 1, 1024),
+    1024: range(2048, 8192 + 1, 1024),
+    2048: range(4096, 16384 + 1, 1024),
+    4096: range(8192, 30720 + 1, 1024),
+    8192: range(16384, 61440 + 1, 4096),
+    16384: range(32768, 122880 + 1, 8192),
+}
+MAX_TASKS_LIMIT = 100
+_ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html (naming constraints)
+_SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){0,14}$")
+# https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html
+_SECRET_NAME_CHARACTERS = r"[A-Za-z0-9/_+=.@-]{1,512}"
+_SECRET_NAME = re.compile(rf"^{_SECRET_NAME_CHARACTERS}$")
+# Secrets Manager ends every secret's ARN with "-" and six random letters or digits, and ECS reads a secret only
+# by that complete ARN: given a partial one, it requests the partial ARN, which no grant matches
+# (https://github.com/aws/aws-cdk/issues/18555). So a secret is named with its suffix.
+_SECRET_FULL_NAME = rf"{_SECRET_NAME_CHARACTERS}-[A-Za-z0-9]{{6}}"
+_SECRET_COMPLETE_NAME = re.compile(rf"^{_SECRET_FULL_NAME}$")
+_SECRET_COMPLETE_ARN = re.compile(
+    r"^arn:aws(?:-[a-z]+)*:secretsmanager:[a-z]{2,}(?:-[a-z]+)+-[0-9]+:[0-9]{12}:secret:"
+    rf"(?P<name>{_SECRET_FULL_NAME})$"
+)
+#: What separates a Secrets Manager secret from a JSON key in "secrets": "#", because an ARN is full of ":" (and
+#: ECS's ValueFrom itself adds ":<json key>:<stage>:<version>"), while no secret name or ARN can hold "#".
+SECRET_JSON_KEY_SEPARATOR = "#"
+_JSON_KEY = re.compile(r"^[^:\s]+$")
+SECRET_SOURCE_RULE = (
+    'must be "ssm:<parameter name>", "secretsmanager:<secret name>-<6-character suffix>" or'
+    ' "secretsmanager:<complete secret ARN>", a secret optionally followed by "#<json key>"'
+)
+#: How to find what ECS needs: the complete ARN (its last part is the complete name).
+_FIND_COMPLETE_ARN = "aws secretsmanager describe-secret --secret-id {name} --query ARN"
+#: A handler_environment name containing one of these looks like a secret. handler_environment is plain
+#: text in the task definition (anyone with ecs:DescribeTaskDefinition reads it), so such a value must
+#: come through ``secrets`` instead. A false positive is renamed or moved to ``secrets``; it never passes.
+#: WEBHOOK: a webhook URL usually carries its token (Slack's, the notifications example's NOTIFY_WEBHOOK_URL).
+SECRET_NAME_MARKERS = (
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "TOKEN",
+    "CREDENTIAL",
+    "PRIVATE_KEY",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+    "WEBHOOK",
+)
+SECRET_LIKE_RULE = (
+    f"must not hold secrets: a name containing {', '.join(SECRET_NAME_MARKERS)} is refused because these"
+    ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name-XXXXXX)'
+)
+
+#: The per-worker keys: at an environment's top level (one worker) or under ``workers.<name>``.
+WORKER_KEYS = ("handler", "min_tasks", "max_tasks", "cpu", "memory_mib", "handler_environment", "secrets")
+#: The name of the one worker an environment declares with a top-level ``handler``.
+DEFAULT_WORKER_NAME = "default"
+#: At most 20 characters, lowercase words of letters and digits joined by single "-", each word starting with a
+#: letter: it fits a queue name (``SqsWorker-<env>-<worker>-source.fifo`` within SQS's 80 characters for a 20-character
+#: environment name), and the PascalCase output prefix (``order-emails`` -> ``OrderEmails``) is then one per name.
+WORKER_NAME_MAX_CHARS = 20
+_WORKER_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)*$")
+WORKER_NAME_RULE = (
+    f"must be at most {WORKER_NAME_MAX_CHARS} characters: lowercase words of letters and digits joined by single"
+    " '-', each word starting with a letter"
+).format(WORKER_NAME_MAX_CHARS=WORKER_NAME_MAX_CHARS)
+
+
+class SettingsError(ContractError):
+    """A ``cdk.json`` setting breaks a rule (same message shape as :class:`ContractError`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretSource:
+    """Where one container secret is read at task start (``secrets``): an SSM parameter, or a Secrets Manager
+    secret, whole or one key of its JSON value."""
+
+    service: str  # "ssm" or "secretsmanager"
+    #: The parameter's name; a secret's complete name, ending in the "-" and six characters of its ARN.
+    name: str
+    json_key: str | None = None
+    #: The secret's complete ARN where the setting gives one; else the secret is in the stack's account and region.
+    arn: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """One worker's settings: the handler it runs and the knobs of its own fleet."""
+
+    name: str
+    handler: str
+    min_tasks: int = 1
+    max_tasks: int = 2
+    cpu: int = 256
+    memory_mib: int = 512
+    handler_environment: Mapping[str, str] = field(default_factory=dict)
+    #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
+    secrets: Mapping[str, SecretSource] = field(default_factory=dict)
+    #: Where these keys live in cdk.json (``...<env>`` or ``...<env>.workers.<name>``), for errors.
+    path: str = ""
+
+
+def check_worker_name(path: str, name: object) -> str:
+    """``name`` if it follows :data:`WORKER_NAME_RULE`, else a :class:`SettingsError` naming ``path``."""
+    if not isinstance(name, str) or len(name) > WORKER_NAME_MAX_CHARS or not _WORKER_NAME.match(name):
+        raise SettingsError(path, WORKER_NAME_RULE, name)
+    return name
+
+
+def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSettings:
+    """Validate the per-worker keys (:data:`WORKER_KEYS`) of ``raw``, whose settings live at ``prefix``."""
+
+    def path(key: str) -> str:
+        return f"{prefix}.{key}"
+
+    def integer(key: str, default: int, low: int, high: int, why: str = "") -> int:
+        try:
+            return check_int(path(key), raw.get(key, default), low, high, why)
+        except ContractError as error:
+            raise SettingsError(error.parameter, error.rule, error.value) from None
+
+    handler = raw.get("handler")
+    if handler is None:
+        raise SettingsError(path("handler"), 'must be set to "package.module:function"', None)
+    if not isinstance(handler, str) or not handler:
+        raise SettingsError(path("handler"), "must be a non-empty string", handler)
+    min_tasks = integer(
+        "min_tasks",
+        1,
+        1,
+        MAX_TASKS_LIMIT,
+        " (backlog-per-task scaling divides by running tasks, so it cannot scale out from zero)",
+    )
+    max_tasks = integer("max_tasks", max(2, min_tasks), min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
+    cpu = raw.get("cpu", 256)
+    if cpu not in FARGATE_MEMORY_MIB or not isinstance(cpu, int) or isinstance(cpu, bool):
+        raise SettingsError(path("cpu"), f"must be one of Fargate's CPU sizes {sorted(FARGATE_MEMORY_MIB)}", cpu)
+    allowed = FARGATE_MEMORY_MIB[cpu]
+    memory = raw.get("memory_mib", allowed[0])
+    if isinstance(memory, bool) or memory not in allowed or not isinstance(memory, int):
+        raise SettingsError(
+            path("memory_mib"),
+            f"must be {allowed.start}..{allowed.stop - 1} in steps of {allowed.step} for cpu {cpu}",
+            memory,
+        )
+    reserved = WorkerContract.env_keys() | BINDING_KEYS
+    handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
+    secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
+    if secret_like:
+        raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
+    secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
+    return WorkerSettings(
+        name=name,
+        handler=handler,
+        min_tasks=min_tasks,
+        max_tasks=max_tasks,
+        cpu=cpu,
+        memory_mib=memory,
+        handler_environment=handler_environment,
+        secrets=secrets,
+        path=prefix,
+    )
+
+
+def _variables(path: str, raw: object, reserved: frozenset[str], values: str = "string values") -> dict[str, str]:
+    """Container variables: UPPER_CASE names to strings, none of them one the stack writes itself."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(path, f"must map UPPER_CASE names to {values}", raw)
+    for key, value in raw.items():
+        # Only the name is shown: the value may be a secret.
+        if not (isinstance(key, str) and _ENV_VAR.match(key)) or not isinstance(value, str):
+            raise SettingsError(path, f"must map UPPER_CASE names to {values}", key)
+    owned = sorted(set(raw) & reserved)
+    if owned:
+        raise SettingsError(path, "must not set variables the stack writes itself", ", ".join(owned))
+    return dict(raw)
+
+
+def _parse_secrets(
+    path: str, raw: object, reserved: frozenset[str], handler_environment: Mapping[str, str]
+) -> dict[str, SecretSource]:
+    sources = _variables(path, raw, reserved, values='"ssm:..." or "secretsmanager:..." sources')
+    repeated = sorted(set(sources) & set(handler_environment))
+    if repeated:
+        raise SettingsError(path, "must not repeat a handler_environment name (one source per variable)", repeated[0])
+    return {name: _secret_source(f"{path}.{name}", source) for name, source in sources.items()}
+
+
+def _secret_source(path: str, source: str) -> SecretSource:
+    service, _, rest = source.partition(":")
+    if service == "ssm":
+        if not _SSM_PARAMETER.match(rest):
+            raise SettingsError(
+                path,
+                f"{SECRET_SOURCE_RULE}; a parameter name is letters, digits, _ . - in at most 15 /-separated levels",
+                source,
+            )
+        return SecretSource(service=service, name=rest)
+    if service != "secretsmanager":
+        raise SettingsError(path, SECRET_SOURCE_RULE, source)
+    secret, separator, json_key = rest.partition(SECRET_JSON_KEY_SEPARATOR)
+    if separator and not _JSON_KEY.match(json_key):
+        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key is not empty and has no ':' or spaces", source)
+    key = json_key or None
+    if secret.startswith("arn:"):
+        complete = _SECRET_COMPLETE_ARN.match(secret)
+        if complete is None:
+            raise SettingsError(
+                path,
+                f"{SECRET_SOURCE_RULE}; a complete ARN is arn:aws:secretsmanager:<region>:<12-digit account>:secret:"
+                "<name>-<6 letters or digits>, as Secrets Manager shows it: " + _FIND_COMPLETE_ARN.format(name="NAME"),
+                source,
+            )
+        return SecretSource(service=service, name=complete["name"], json_key=key, arn=secret)
+    if ":" in secret:
+        raise SettingsError(path, f"{SECRET_SOURCE_RULE}; a JSON key follows '#', not ':'", source)
+    if _SECRET_COMPLETE_NAME.match(secret):
+        return SecretSource(service=service, name=secret, json_key=key)
+    if _SECRET_NAME.match(secret):
+        raise SettingsError(
+            path,
+            "must name the secret completely, with the '-' and six letters or digits its ARN ends with (ECS reads"
+            " a secret only by its complete ARN; a partial one is refused access at task start): find it with "
+            + _FIND_COMPLETE_ARN.format(name=secret),
+            source,
+        )
+    raise SettingsError(
+        path, f"{SECRET_SOURCE_RULE}; a secret name is 1 to 512 letters, digits and / _ + = . @ -", source
+    )
