@@ -32,13 +32,20 @@ DEFAULT_RUNBOOK_URL = "docs/runbook.md"
 
 
 def alarm_name(stack_name: str, construct_id: str) -> str:
-    """``<stack>-<construct id>``, the name of every alarm here.
+    """``<stack>-<construct id>``, the name of every alarm here (``<stack>-<worker>-<construct id>`` for a stack's
+    second and later workers: ``stack_name`` is then their name prefix).
 
     Named, not generated, so the paging topics' and key's policies can name exactly this stack's
     alarms (``aws:SourceArn``, see :meth:`infra.paging.PagingTopic.admit_alarms`) without a reference
     to them: the key policy is part of the key, which the alarms' topics depend on.
     """
     return f"{stack_name}-{construct_id}"
+
+
+def output_prefix(worker: str | None) -> str:
+    """What a worker's stack outputs start with: ``""`` for the first (today's names), else its name in PascalCase
+    (``order-emails`` -> ``OrderEmailsQueueUrl``)."""
+    return "".join(word.capitalize() for word in worker.split("-")) if worker else ""
 
 
 class QueueAlarms(Construct):
@@ -72,16 +79,22 @@ class QueueAlarms(Construct):
         ticket_topic: sns.ITopic,
         runbook_url: str = DEFAULT_RUNBOOK_URL,
         running_tasks_reliable: bool = True,
+        name_prefix: str | None = None,
+        worker: str | None = None,
     ) -> None:
+        # name_prefix starts every alarm name (default the stack's name: one worker per stack); worker, where the
+        # stack holds several, is the name the dlq commands in the descriptions pick this worker's queues by.
         super().__init__(scope, construct_id)
         stack = Stack.of(self).stack_name
+        self.name_prefix = prefix = name_prefix or stack
         self.runbook_url = runbook_url
         self.severity: dict[str, str] = {}
         topics = {PAGE: actions.SnsAction(page_topic), TICKET: actions.SnsAction(ticket_topic)}
         dlq_name, source_name = metrics.queues.dlq_name, metrics.queues.source_name
-        stats = f"python -m consumer dlq stats --stack {stack}"
-        peek = f"python -m consumer dlq peek --stack {stack}"
-        redrive = f"python -m consumer dlq redrive --stack {stack} --dry-run"
+        queues = f"--stack {stack}" + (f" --worker {worker}" if worker else "")
+        stats = f"python -m consumer dlq stats {queues}"
+        peek = f"python -m consumer dlq peek {queues}"
+        redrive = f"python -m consumer dlq redrive {queues} --dry-run"
 
         def describe(severity: str, section: str, means: str, causes: str, first: str) -> str:
             text = f"[{severity.upper()}] {means} Likely: {causes} First: {first} Runbook: {runbook_url}#{section}"
@@ -104,7 +117,7 @@ class QueueAlarms(Construct):
             created = cloudwatch.Alarm(
                 self,
                 construct_id,
-                alarm_name=alarm_name(stack, construct_id),
+                alarm_name=alarm_name(prefix, construct_id),
                 alarm_description=description,
                 metric=metric,
                 threshold=threshold,
@@ -162,7 +175,7 @@ class QueueAlarms(Construct):
                 f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s, half the time"
                 " between the source's and the DLQ's retention: it will expire (be lost) if nobody acts.",
                 "a DLQ page acknowledged but never worked off.",
-                f"`python -m consumer dlq export --stack {stack} --out dlq-backup.jsonl`, then fix and `{redrive}`.",
+                f"`python -m consumer dlq export {queues} --out dlq-backup.jsonl`, then fix and `{redrive}`.",
             ),
             metrics.dlq_age,
             contract.dlq_age_alarm_seconds,
@@ -235,7 +248,7 @@ class QueueAlarms(Construct):
         self.consumer_stalled = cloudwatch.CompositeAlarm(
             self,
             "ConsumerStalled",
-            composite_alarm_name=alarm_name(stack, "ConsumerStalled"),
+            composite_alarm_name=alarm_name(prefix, "ConsumerStalled"),
             alarm_rule=rule,
             alarm_description=describe(
                 PAGE,
@@ -244,7 +257,7 @@ class QueueAlarms(Construct):
                 " none was deleted for 5 minutes, or no consumer task is running.",
                 "tasks crash-looping (exit 2: configuration or drift refused at start-up; exit 3: stuck"
                 " handlers), the service scaled to zero, every message failing, the downstream down.",
-                f"`aws ecs describe-services --cluster <ClusterName> --services <ServiceName>` (stack {stack}"
+                f"`aws ecs describe-services --cluster <ClusterName> --services <{output_prefix(worker)}ServiceName>` (stack {stack}"
                 " outputs), the consumer's logs (events consumer_started, startup_failed, handler_failed).",
             ),
         )
@@ -255,8 +268,7 @@ class QueueAlarms(Construct):
     @property
     def notifying_alarm_names(self) -> list[str]:
         """The names of every alarm with actions: the ones the topics must admit."""
-        stack = Stack.of(self).stack_name
-        return [alarm_name(stack, construct_id) for construct_id in self.severity]
+        return [alarm_name(self.name_prefix, construct_id) for construct_id in self.severity]
 
     @property
     def paging_alarms(self) -> list[cloudwatch.IAlarm]:

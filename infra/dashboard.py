@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
@@ -15,94 +18,120 @@ HALF, THIRD = WIDTH // 2, WIDTH // 3
 HEIGHT = 6
 
 
-class WorkerDashboard(Construct):
-    """``<stack>``: alarm status, source and DLQ depth and age, deletes and receives, the consumer's own
-    metrics (processed, failed, poisoned, duration percentiles, visibility extensions, SQS requests per
-    message), running tasks and backlog per task against the scaling target.
+#: CloudWatch draws at most 100 alarms in one alarm status widget (the "any worker paging" view).
+MAX_ALARMS_PER_STATUS_WIDGET = 100
 
-    Thresholds appear as horizontal lines taken from the same contract values the alarms use.
-    Attribute: ``dashboard``.
+
+@dataclass(frozen=True, kw_only=True)
+class DashboardSection:
+    """What the dashboard draws for one worker: its title (its name), metrics, alarms and contract."""
+
+    title: str
+    metrics: WorkerMetrics
+    alarms: QueueAlarms
+    contract: WorkerContract
+
+
+class WorkerDashboard(Construct):
+    """``<stack>``: alarm status, then per worker: source and DLQ depth and age, deletes and receives, the
+    consumer's own metrics (processed, failed, poisoned, duration percentiles, visibility extensions, SQS requests
+    per message), running tasks and backlog per task against the scaling target.
+
+    With one section the dashboard is exactly that worker's; with several, the first row is the "any worker
+    paging" view (every worker's notifying alarms in one status widget) and each worker's rows follow under a
+    heading with its name. Thresholds appear as horizontal lines taken from the same contract values the alarms
+    use. Attribute: ``dashboard``.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        metrics: WorkerMetrics,
-        alarms: QueueAlarms,
-        contract: WorkerContract,
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, sections: Sequence[DashboardSection]) -> None:
         super().__init__(scope, construct_id)
-        m = metrics
-
-        def line(value: float, label: str) -> cloudwatch.HorizontalAnnotation:
-            return cloudwatch.HorizontalAnnotation(value=value, label=label)
-
-        def graph(
-            title: str,
-            left: list[cloudwatch.IMetric],
-            *,
-            width: int = THIRD,
-            lines: list[cloudwatch.HorizontalAnnotation] | None = None,
-            right: list[cloudwatch.IMetric] | None = None,
-        ) -> cloudwatch.GraphWidget:
-            return cloudwatch.GraphWidget(
-                title=title,
-                left=left,
-                right=right or [],
-                left_annotations=lines or [],
-                width=width,
-                height=HEIGHT,
+        alarms = [alarm for section in sections for alarm in section.alarms.paging_alarms]
+        if not sections or len(alarms) > MAX_ALARMS_PER_STATUS_WIDGET:
+            raise ValueError(
+                f'"sections" must draw 1 to {MAX_ALARMS_PER_STATUS_WIDGET} alarms in the alarm status widget'
+                f" (CloudWatch's limit): {len(alarms)}"
             )
-
+        title = "Alarms" if len(sections) == 1 else "Alarms: any worker paging"
         rows: list[list[cloudwatch.IWidget]] = [
-            [cloudwatch.AlarmStatusWidget(title="Alarms", alarms=alarms.paging_alarms, width=WIDTH, height=3)],
-            [
-                graph("Source queue: depth", [m.source_visible, m.source_in_flight]),
-                graph(
-                    "Source queue: oldest message age (s)",
-                    [m.source_age],
-                    lines=[
-                        line(contract.acceptable_latency_seconds, "acceptable latency (stalled input)"),
-                        line(contract.backlog_age_alarm_seconds, "BacklogAge alarm"),
-                    ],
-                ),
-                graph("Source queue: received and deleted per minute", [m.source_received, m.source_deleted]),
-            ],
-            [
-                graph("DLQ: depth and new arrivals", [m.dlq_visible, m.dlq_new_arrivals], width=HALF),
-                graph(
-                    "DLQ: oldest message age (s)",
-                    [m.dlq_age],
-                    width=HALF,
-                    lines=[line(contract.dlq_age_alarm_seconds, "DlqAge alarm")],
-                ),
-            ],
-            [
-                graph("Consumer: outcomes per minute", [m.processed, m.failed, m.poisoned, m.timed_out]),
-                graph(
-                    "Consumer: handler duration (ms)",
-                    list(m.duration.values()),
-                    lines=[line(contract.max_duration_seconds * 1000, "max_duration")],
-                ),
-                graph(
-                    "Consumer: SQS cost and leases",
-                    [m.requests_per_message],
-                    right=[m.visibility_extensions],
-                ),
-            ],
+            [cloudwatch.AlarmStatusWidget(title=title, alarms=alarms, width=WIDTH, height=3)]
         ]
-        if m.running_tasks is not None and m.desired_tasks is not None and m.backlog_per_task is not None:
-            rows.append(
-                [
-                    graph("Service: tasks", [m.running_tasks, m.desired_tasks], width=HALF),
-                    graph(
-                        "Service: backlog per task",
-                        [m.backlog_per_task],
-                        width=HALF,
-                        lines=[line(contract.scaling_target_backlog_per_task, "scaling target")],
-                    ),
-                ]
-            )
+        for section in sections:
+            if len(sections) > 1:
+                rows.append([cloudwatch.TextWidget(markdown=f"## Worker {section.title}", width=WIDTH, height=1)])
+            rows.extend(_section_rows(section))
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=Stack.of(self).stack_name, widgets=rows)
+
+
+def _section_rows(section: DashboardSection) -> list[list[cloudwatch.IWidget]]:
+    """One worker's graphs, a row per subject: source, DLQ, consumer, service."""
+    m, contract = section.metrics, section.contract
+
+    def line(value: float, label: str) -> cloudwatch.HorizontalAnnotation:
+        return cloudwatch.HorizontalAnnotation(value=value, label=label)
+
+    def graph(
+        title: str,
+        left: list[cloudwatch.IMetric],
+        *,
+        width: int = THIRD,
+        lines: list[cloudwatch.HorizontalAnnotation] | None = None,
+        right: list[cloudwatch.IMetric] | None = None,
+    ) -> cloudwatch.GraphWidget:
+        return cloudwatch.GraphWidget(
+            title=title,
+            left=left,
+            right=right or [],
+            left_annotations=lines or [],
+            width=width,
+            height=HEIGHT,
+        )
+
+    rows: list[list[cloudwatch.IWidget]] = [
+        [
+            graph("Source queue: depth", [m.source_visible, m.source_in_flight]),
+            graph(
+                "Source queue: oldest message age (s)",
+                [m.source_age],
+                lines=[
+                    line(contract.acceptable_latency_seconds, "acceptable latency (stalled input)"),
+                    line(contract.backlog_age_alarm_seconds, "BacklogAge alarm"),
+                ],
+            ),
+            graph("Source queue: received and deleted per minute", [m.source_received, m.source_deleted]),
+        ],
+        [
+            graph("DLQ: depth and new arrivals", [m.dlq_visible, m.dlq_new_arrivals], width=HALF),
+            graph(
+                "DLQ: oldest message age (s)",
+                [m.dlq_age],
+                width=HALF,
+                lines=[line(contract.dlq_age_alarm_seconds, "DlqAge alarm")],
+            ),
+        ],
+        [
+            graph("Consumer: outcomes per minute", [m.processed, m.failed, m.poisoned, m.timed_out]),
+            graph(
+                "Consumer: handler duration (ms)",
+                list(m.duration.values()),
+                lines=[line(contract.max_duration_seconds * 1000, "max_duration")],
+            ),
+            graph(
+                "Consumer: SQS cost and leases",
+                [m.requests_per_message],
+                right=[m.visibility_extensions],
+            ),
+        ],
+    ]
+    if m.running_tasks is not None and m.desired_tasks is not None and m.backlog_per_task is not None:
+        rows.append(
+            [
+                graph("Service: tasks", [m.running_tasks, m.desired_tasks], width=HALF),
+                graph(
+                    "Service: backlog per task",
+                    [m.backlog_per_task],
+                    width=HALF,
+                    lines=[line(contract.scaling_target_backlog_per_task, "scaling target")],
+                ),
+            ]
+        )
+    return rows

@@ -30,7 +30,7 @@ class WorkerQueues(Construct):
     * optionally, :meth:`restrict_senders`: only named producers (and the consumer) may send to the source.
 
     Queue names are derived from the stack name (``<stack>-source``,
-    ``<stack>-dlq``): the DLQ's redrive allow policy must name the source's ARN,
+    ``<stack>-dlq``), or ``name_prefix`` where a stack holds several pairs: the DLQ's redrive allow policy must name the source's ARN,
     and a name known at synth time avoids a source -> DLQ -> source reference
     cycle. A named queue also cannot be silently replaced by a deploy
     (CloudFormation refuses to replace a custom-named resource).
@@ -46,17 +46,20 @@ class WorkerQueues(Construct):
         *,
         contract: WorkerContract,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        name_prefix: str | None = None,
     ) -> None:
+        # name_prefix: what the queue names start with; default the stack's name (one worker per stack).
         super().__init__(scope, construct_id)
         self.contract = contract
         stack = Stack.of(self)
+        prefix = name_prefix or stack.stack_name
         suffix = ".fifo" if contract.fifo else ""
-        source_name = self.source_name = f"{stack.stack_name}-source{suffix}"
-        dlq_name = self.dlq_name = f"{stack.stack_name}-dlq{suffix}"
+        source_name = self.source_name = f"{prefix}-source{suffix}"
+        dlq_name = self.dlq_name = f"{prefix}-dlq{suffix}"
         if len(source_name) > SQS_MAX_QUEUE_NAME_CHARS:
             raise ValueError(
-                f'"stack_name" must be short enough for a queue name of at most {SQS_MAX_QUEUE_NAME_CHARS}'
-                f" characters: {stack.stack_name!r}"
+                f'"{"name_prefix" if name_prefix else "stack_name"}" must be short enough for a queue name of at most'
+                f" {SQS_MAX_QUEUE_NAME_CHARS} characters: {prefix!r}"
             )
         pair = contract.queue_attributes()
         source_arn = stack.format_arn(service="sqs", resource=source_name)

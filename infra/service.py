@@ -101,8 +101,10 @@ class ConsumerService(Construct):
         handler_environment: Mapping[str, str] | None = None,
         secrets: Mapping[str, ecs.Secret] | None = None,
         data_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        name_prefix: str | None = None,
     ) -> None:
         # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
+        # name_prefix starts the scaling policy's name; default the stack's name (one service per stack).
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.cluster = cluster
@@ -239,7 +241,7 @@ class ConsumerService(Construct):
         self.scaling_policy = appscaling.CfnScalingPolicy(
             self,
             "BacklogPerTaskScaling",
-            policy_name=f"{stack.stack_name}-backlog-per-task",
+            policy_name=f"{name_prefix or stack.stack_name}-backlog-per-task",
             policy_type="TargetTrackingScaling",
             scaling_target_id=target.scalable_target_id,
             target_tracking_scaling_policy_configuration=_backlog_per_task_tracking(

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from aws_cdk import (
     Annotations,
     CfnCondition,
-    CfnElement,
     CfnOutput,
     CfnParameter,
     Environment,
@@ -21,13 +18,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.alarms import QueueAlarms
 from infra.dashboard import WorkerDashboard
-from infra.metrics import WorkerMetrics
-from infra.nag import acknowledge
 from infra.paging import PagingTopic
-from infra.queues import WorkerQueues
-from infra.service import ConsumerService, container_secrets
 from infra.settings import (
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
@@ -36,6 +28,7 @@ from infra.settings import (
     EnvironmentSettings,
     is_placeholder,
 )
+from infra.worker import FIRST_WORKER_ID, Worker
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
 RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
@@ -44,9 +37,12 @@ RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG
 class WorkerStack(Stack):
     """Everything one environment needs, from its ``cdk.json`` settings.
 
-    Construct ids are a contract: renaming one replaces the resource (and a
-    replaced queue loses its messages). Attributes: ``settings``, ``contract``,
-    ``queues``, ``paging``, ``tickets``, ``consumer``, ``metrics``, ``alarms``, ``dashboard``.
+    One :class:`Worker` per entry of the environment's workers, sharing the VPC, the cluster, the paging and
+    ticket topics and one dashboard with a section per worker. Construct ids are a contract: renaming one
+    replaces the resource (and a replaced queue loses its messages); the first worker is ``Default``, so a
+    one-worker environment keeps the ids it always had. Attributes: ``settings``, ``workers`` (by name),
+    ``paging``, ``tickets``, ``dashboard``, and the first worker's ``contract``, ``queues``, ``consumer``,
+    ``metrics`` and ``alarms``.
     """
 
     def __init__(self, scope: Construct, *, settings: EnvironmentSettings) -> None:
@@ -62,10 +58,8 @@ class WorkerStack(Stack):
             description=f"SQS worker ({settings.name}): queue pair, alarms and consumer service",
         )
         self.settings = settings
-        self.contract = settings.contract()
         removal = RemovalPolicy.RETAIN if settings.retain_queues else RemovalPolicy.DESTROY
 
-        self.queues = WorkerQueues(self, "Queues", contract=self.contract, removal_policy=removal)
         self.paging = PagingTopic(
             self,
             "Paging",
@@ -96,75 +90,65 @@ class WorkerStack(Stack):
         )
 
         cluster = self._cluster(settings)
-        self.consumer = ConsumerService(
-            self,
-            "Consumer",
-            queues=self.queues,
-            contract=self.contract,
-            handler=settings.handler,
-            cluster=cluster,
-            min_tasks=settings.min_tasks,
-            max_tasks=settings.max_tasks,
-            cpu=settings.cpu,
-            memory_mib=settings.memory_mib,
-            log_retention=RETENTION_DAYS[settings.log_retention_days],
-            handler_environment=settings.handler_environment,
-            secrets=container_secrets(Construct(self, "Secrets"), settings.secrets),
-            data_removal_policy=removal,
-        )
-        if settings.producers:
-            self.queues.restrict_senders(settings.producers, requeuer=self.consumer.task_role)
-        self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
-        self.alarms = QueueAlarms(
-            self,
-            "Alarms",
-            metrics=self.metrics,
-            contract=self.contract,
-            page_topic=self.tickets.topic if settings.pages_to_tickets else self.paging.topic,
-            ticket_topic=self.tickets.topic,
-            runbook_url=settings.runbook_url,
-            # Container Insights is on for a cluster this stack creates; an existing one may not publish.
-            running_tasks_reliable=settings.cluster_name is None,
-        )
+        page_topic = self.tickets.topic if settings.pages_to_tickets else self.paging.topic
+        #: The workers by name, in cdk.json's order; the first is "Default", so it keeps a one-worker stack's ids.
+        self.workers: dict[str, Worker] = {}
+        for index, worker in enumerate(settings.workers):
+            self.workers[worker.name] = Worker(
+                self,
+                FIRST_WORKER_ID if index == 0 else worker.name,
+                name=worker.name,
+                contract=settings.contract(worker),
+                handler=worker.handler,
+                cluster=cluster,
+                page_topic=page_topic,
+                ticket_topic=self.tickets.topic,
+                min_tasks=worker.min_tasks,
+                max_tasks=worker.max_tasks,
+                cpu=worker.cpu,
+                memory_mib=worker.memory_mib,
+                log_retention=RETENTION_DAYS[settings.log_retention_days],
+                handler_environment=worker.handler_environment,
+                secrets=worker.secrets,
+                producers=settings.producers,
+                data_removal_policy=removal,
+                runbook_url=settings.runbook_url,
+                # Container Insights is on for a cluster this stack creates; an existing one may not publish.
+                running_tasks_reliable=settings.cluster_name is None,
+            )
+        first = next(iter(self.workers.values()))
+        # The first worker's parts, by the names a one-worker stack has always had.
+        self.contract, self.queues, self.consumer = first.contract, first.queues, first.consumer
+        self.metrics, self.alarms = first.metrics, first.alarms
         for topic in (self.paging, self.tickets):
-            topic.admit_alarms(self.alarms.notifying_alarm_names)
+            topic.admit_alarms([name for w in self.workers.values() for name in w.alarms.notifying_alarm_names])
         self.dashboard = WorkerDashboard(
-            self, "Dashboard", metrics=self.metrics, alarms=self.alarms, contract=self.contract
-        )
-        acknowledge(
-            self.consumer.task_definition,
-            "AwsSolutions-ECS2",
-            "The environment holds only non-secret values: queue URLs, the handler path, the worker"
-            " contract's timings and handler_environment, which refuses secret-like names (SECRET, PASSWORD,"
-            " TOKEN, API_KEY, ...) at synth. Secrets travel as ECS secrets (the secrets setting): SSM"
-            " SecureString parameters or Secrets Manager secrets, read by the execution role at task start,"
-            " which may read exactly those and nothing else.",
-        )
-        acknowledge(
-            self.consumer.task_role,
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/"
-            f"{self._cluster_name_in_finding(cluster)}/*]",
-            "Task scale-in protection is set by each task on itself; task ids are not known at deploy"
-            " time, so the resource is every task of this cluster only.",
-        )
-        execution_role = self.consumer.task_definition.obtain_execution_role()
-        acknowledge(
-            execution_role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "ecr:GetAuthorizationToken has no resource-level permissions; the ECR pull actions"
-            " themselves are scoped to the asset repository by CDK.",
+            self, "Dashboard", sections=[w.dashboard_section for w in self.workers.values()]
         )
 
+        def worker_outputs(w: Worker) -> list[tuple[str, str, str]]:
+            of = f" of worker {w.name}" if w.output_prefix else ""
+            return [
+                (f"{w.output_prefix}{output_id}", value, description + of)
+                for output_id, value, description in (
+                    ("QueueUrl", w.queues.queue.queue_url, "Source queue URL (QUEUE_URL)"),
+                    ("DeadLetterQueueUrl", w.queues.dead_letter_queue.queue_url, "Dead-letter queue URL (DLQ_URL)"),
+                    ("QueueArn", w.queues.queue.queue_arn, "Source queue ARN"),
+                    ("DeadLetterQueueArn", w.queues.dead_letter_queue.queue_arn, "Dead-letter queue ARN"),
+                    ("ServiceName", w.consumer.service.service_name, "ECS service running the consumer"),
+                )
+            ]
+
+        # The first worker's outputs keep their names (and order); the others' start with their PascalCase name.
+        queue_outputs, service_output = worker_outputs(first)[:4], worker_outputs(first)[4]
         for output_id, value, description in (
-            ("QueueUrl", self.queues.queue.queue_url, "Source queue URL (QUEUE_URL)"),
-            ("DeadLetterQueueUrl", self.queues.dead_letter_queue.queue_url, "Dead-letter queue URL (DLQ_URL)"),
-            ("QueueArn", self.queues.queue.queue_arn, "Source queue ARN"),
-            ("DeadLetterQueueArn", self.queues.dead_letter_queue.queue_arn, "Dead-letter queue ARN"),
+            *queue_outputs,
             ("PagingTopicArn", self.paging.topic.topic_arn, "SNS topic the page-level alarms notify"),
             ("TicketTopicArn", self.tickets.topic.topic_arn, "SNS topic the ticket-level alarms notify"),
             ("DashboardName", self.dashboard.dashboard.dashboard_name, "CloudWatch dashboard of this environment"),
             ("ClusterName", cluster.cluster_name, "ECS cluster running the consumer"),
-            ("ServiceName", self.consumer.service.service_name, "ECS service running the consumer"),
+            service_output,
+            *(output for w in list(self.workers.values())[1:] for output in worker_outputs(w)),
         ):
             CfnOutput(self, output_id, value=value, description=description)
 
@@ -216,10 +200,3 @@ class WorkerStack(Stack):
                 self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]
             )
         return ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
-
-    def _cluster_name_in_finding(self, cluster: ecs.ICluster) -> str:
-        """How cdk-nag spells the cluster name inside a finding id (a Ref for a new cluster)."""
-        if self.settings.cluster_name is not None:
-            return self.settings.cluster_name
-        # A new cluster's default child is its CfnCluster; jsii types node.default_child as IConstruct | None.
-        return f"<{self.get_logical_id(cast(CfnElement, cluster.node.default_child))}>"

@@ -38,6 +38,82 @@ def test_queue_and_table_logical_ids_are_pinned(synthesized: dict[str, Synthesiz
     assert found == PINNED_LOGICAL_IDS
 
 
+#: Every resource of prod's template before an environment could hold several workers (issue 15), by logical id:
+#: a one-worker environment keeps exactly these, so upgrading to the Worker construct replaces nothing.
+PROD_RESOURCES_BEFORE_WORKERS = {
+    "QueuesDeadLetterQueue82AA3FB7": "AWS::SQS::Queue",
+    "QueuesDeadLetterQueuePolicyCCAD37A7": "AWS::SQS::QueuePolicy",
+    "QueuesQueueD811C857": "AWS::SQS::Queue",
+    "QueuesQueuePolicyA91E61E7": "AWS::SQS::QueuePolicy",
+    "PagingKey83442547": "AWS::KMS::Key",
+    "PagingTopicF7F4870D": "AWS::SNS::Topic",
+    "PagingTopicPolicy281CF58C": "AWS::SNS::TopicPolicy",
+    "PagingEndpointSubscription": "AWS::SNS::Subscription",
+    "TicketsTopicC7E9F99F": "AWS::SNS::Topic",
+    "TicketsTopicPolicyEE34497F": "AWS::SNS::TopicPolicy",
+    "Vpc8378EB38": "AWS::EC2::VPC",
+    "VpcPublicSubnet1Subnet5C2D37C4": "AWS::EC2::Subnet",
+    "VpcPublicSubnet1RouteTable6C95E38E": "AWS::EC2::RouteTable",
+    "VpcPublicSubnet1RouteTableAssociation97140677": "AWS::EC2::SubnetRouteTableAssociation",
+    "VpcPublicSubnet1DefaultRoute3DA9E72A": "AWS::EC2::Route",
+    "VpcPublicSubnet1EIPD7E02669": "AWS::EC2::EIP",
+    "VpcPublicSubnet1NATGateway4D7517AA": "AWS::EC2::NatGateway",
+    "VpcPublicSubnet2Subnet691E08A3": "AWS::EC2::Subnet",
+    "VpcPublicSubnet2RouteTable94F7E489": "AWS::EC2::RouteTable",
+    "VpcPublicSubnet2RouteTableAssociationDD5762D8": "AWS::EC2::SubnetRouteTableAssociation",
+    "VpcPublicSubnet2DefaultRoute97F91067": "AWS::EC2::Route",
+    "VpcPublicSubnet2EIP3C605A87": "AWS::EC2::EIP",
+    "VpcPublicSubnet2NATGateway9182C01D": "AWS::EC2::NatGateway",
+    "VpcPrivateSubnet1Subnet536B997A": "AWS::EC2::Subnet",
+    "VpcPrivateSubnet1RouteTableB2C5B500": "AWS::EC2::RouteTable",
+    "VpcPrivateSubnet1RouteTableAssociation70C59FA6": "AWS::EC2::SubnetRouteTableAssociation",
+    "VpcPrivateSubnet1DefaultRouteBE02A9ED": "AWS::EC2::Route",
+    "VpcPrivateSubnet2Subnet3788AAA1": "AWS::EC2::Subnet",
+    "VpcPrivateSubnet2RouteTableA678073B": "AWS::EC2::RouteTable",
+    "VpcPrivateSubnet2RouteTableAssociationA89CAD56": "AWS::EC2::SubnetRouteTableAssociation",
+    "VpcPrivateSubnet2DefaultRoute060D2087": "AWS::EC2::Route",
+    "VpcIGWD7BA715C": "AWS::EC2::InternetGateway",
+    "VpcVPCGWBF912B6E": "AWS::EC2::VPCGatewayAttachment",
+    "VpcFlowLogIAMRole6A475D41": "AWS::IAM::Role",
+    "VpcFlowLogIAMRoleDefaultPolicy406FB995": "AWS::IAM::Policy",
+    "VpcFlowLogLogGroup7B5C56B9": "AWS::Logs::LogGroup",
+    "VpcFlowLog8FF33A73": "AWS::EC2::FlowLog",
+    "ClusterEB0386A7": "AWS::ECS::Cluster",
+    "ConsumerIdempotencyTableBB140E0E": "AWS::DynamoDB::Table",
+    "ConsumerTaskRoleA73879CF": "AWS::IAM::Role",
+    "ConsumerTaskRoleDefaultPolicy2B66DE99": "AWS::IAM::Policy",
+    "ConsumerTaskDefinition15934FC1": "AWS::ECS::TaskDefinition",
+    "ConsumerTaskDefinitionExecutionRole454258BE": "AWS::IAM::Role",
+    "ConsumerTaskDefinitionExecutionRoleDefaultPolicyE23C85D6": "AWS::IAM::Policy",
+    "ConsumerLogs7B9AAC61": "AWS::Logs::LogGroup",
+    "ConsumerService6A611E3B": "AWS::ECS::Service",
+    "ConsumerServiceSecurityGroup92D9723A": "AWS::EC2::SecurityGroup",
+    "ConsumerScalableTargetF2B23CCC": "AWS::ApplicationAutoScaling::ScalableTarget",
+    "ConsumerBacklogPerTaskScaling1E7CA1FF": "AWS::ApplicationAutoScaling::ScalingPolicy",
+    "AlarmsDlqDepth0E4523BF": "AWS::CloudWatch::Alarm",
+    "AlarmsDlqNewArrivalsF5F386D4": "AWS::CloudWatch::Alarm",
+    "AlarmsDlqAge9139D289": "AWS::CloudWatch::Alarm",
+    "AlarmsBacklogAge4C641D03": "AWS::CloudWatch::Alarm",
+    "AlarmsStalledBacklogLate060B5085": "AWS::CloudWatch::Alarm",
+    "AlarmsStalledNothingDeletedC891C7AC": "AWS::CloudWatch::Alarm",
+    "AlarmsStalledNoRunningTasks36DABAE3": "AWS::CloudWatch::Alarm",
+    "AlarmsConsumerStalled8567B859": "AWS::CloudWatch::CompositeAlarm",
+    "Dashboard7A714131": "AWS::CloudWatch::Dashboard",
+}
+
+
+def test_prod_keeps_every_logical_id_and_type_it_had_before_workers(prod: Synthesized) -> None:
+    """The Worker construct ("Default" for the first worker) leaves every prod resource under its old logical id."""
+    found = {logical_id: resource["Type"] for logical_id, resource in prod.json["Resources"].items()}
+    assert found == PROD_RESOURCES_BEFORE_WORKERS
+
+
+def test_prod_service_security_group_keeps_its_description(prod: Synthesized) -> None:
+    """CDK describes the group by its construct path; a changed GroupDescription would replace the group."""
+    group = prod.json["Resources"]["ConsumerServiceSecurityGroup92D9723A"]["Properties"]
+    assert group["GroupDescription"] == "SqsWorker-prod/Consumer/Service/SecurityGroup"
+
+
 @pytest.mark.parametrize(
     ("name", "policy"), [("dev", "Delete"), ("demo", "Delete"), ("staging", "Retain"), ("prod", "Retain")]
 )

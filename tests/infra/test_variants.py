@@ -117,9 +117,9 @@ def test_nag_reports_zero_open_findings_with_reasoned_acknowledgements(tmp_path:
 
 def test_nag_fails_synth_without_the_acknowledgements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """cdk-nag really runs on the stack: dropping the acknowledgements makes synth fail on them."""
-    import infra.stack
+    import infra.worker  # the acknowledgements are made per worker
 
-    monkeypatch.setattr(infra.stack, "acknowledge", lambda *args, **kwargs: None)
+    monkeypatch.setattr(infra.worker, "acknowledge", lambda *args, **kwargs: None)
     with pytest.raises(RuntimeError, match="ValidationFailed"):
         synthesize(tmp_path, {"env": "dev"})
     report = (tmp_path / "validation-report.json").read_text()

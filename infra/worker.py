@@ -1,0 +1,186 @@
+"""One worker: a handler's queue pair, consumer fleet, alarms and dashboard section, all from its contract."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import cast
+
+from aws_cdk import CfnElement, RemovalPolicy, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from consumer.contract import WorkerContract
+from infra.alarms import DEFAULT_RUNBOOK_URL, QueueAlarms, output_prefix
+from infra.dashboard import DashboardSection
+from infra.metrics import WorkerMetrics
+from infra.nag import acknowledge
+from infra.queues import WorkerQueues
+from infra.service import ConsumerService, container_secrets
+from infra.worker_settings import DEFAULT_WORKER_NAME, SecretSource, check_worker_name
+
+#: The construct id that keeps a one-worker stack's logical ids: the CDK leaves an id "Default" out of every
+#: logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib core/lib/private/uniqueid.ts), so
+#: ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, as ``<stack>/Queues/Queue`` always was.
+FIRST_WORKER_ID = "Default"
+
+
+class Worker(Construct):
+    """Everything one handler needs, derived from its :class:`WorkerContract`.
+
+    * ``queues``: a :class:`WorkerQueues` pair (source + DLQ) timed from the contract;
+    * ``consumer``: a :class:`ConsumerService` running ``handler`` between ``min_tasks`` and ``max_tasks``
+      (backlog-per-task scaling), with its idempotency table and a task role that reaches only this pair and table;
+    * ``metrics`` and ``alarms``: DLQ depth, new arrivals and age, backlog age and this worker's own
+      consumer-stalled composite, paging ``page_topic`` and ticketing ``ticket_topic``;
+    * ``dashboard_section``: what :class:`infra.dashboard.WorkerDashboard` draws for it.
+
+    Names and ids: with construct id ``"Default"`` (:data:`FIRST_WORKER_ID`) the worker keeps a one-worker stack's
+    logical ids and names (``<stack>-source``, ``<stack>-DlqDepth``, ...); with any other id, which must follow
+    :data:`infra.worker_settings.WORKER_NAME_RULE` and is then its name, logical ids start with the id
+    (``exportsQueuesQueue...``) and names with ``<stack>-<id>`` (``<stack>-exports-source``). The stack hosting it
+    admits ``alarms.notifying_alarm_names`` on both topics (:meth:`infra.paging.PagingTopic.admit_alarms`).
+
+    Defaults are behaviour: 1..2 tasks of 0.25 vCPU and 512 MiB, logs kept a month, data (queues, table, logs)
+    retained when the stack is deleted, no extra variables or secrets, IAM alone deciding who may send, the runbook
+    at ``docs/runbook.md``, and Container Insights assumed on (a cluster the app creates with it).
+
+    Example, in a team's own CDK app::
+
+        cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
+        emails = Worker(
+            self,
+            "emails",
+            contract=contract_of(load_handler("workers.emails:handle")),
+            handler="workers.emails:handle",
+            cluster=cluster,
+            page_topic=paging.topic,
+            ticket_topic=tickets.topic,
+            max_tasks=10,
+        )
+        for topic in (paging, tickets):
+            topic.admit_alarms(emails.alarms.notifying_alarm_names)
+        WorkerDashboard(self, "Dashboard", sections=[emails.dashboard_section])
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        contract: WorkerContract,
+        handler: str,
+        cluster: ecs.ICluster,
+        page_topic: sns.ITopic,
+        ticket_topic: sns.ITopic,
+        name: str | None = None,
+        min_tasks: int = 1,
+        max_tasks: int = 2,
+        cpu: int = 256,
+        memory_mib: int = 512,
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        handler_environment: Mapping[str, str] | None = None,
+        secrets: Mapping[str, SecretSource] | None = None,
+        producers: Sequence[str] = (),
+        data_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        runbook_url: str = DEFAULT_RUNBOOK_URL,
+        running_tasks_reliable: bool = True,
+    ) -> None:
+        first = construct_id == FIRST_WORKER_ID
+        worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name('"construct_id"', construct_id)
+        super().__init__(scope, construct_id)
+        #: The worker's name: ``name`` (default "default") for the first worker, else its construct id.
+        self.name = worker_name
+        stack = Stack.of(self).stack_name
+        #: What its resource names start with, and its stack outputs ("" for the first worker: today's names).
+        self.name_prefix = stack if first else f"{stack}-{construct_id}"
+        self.output_prefix = "" if first else output_prefix(construct_id)
+        self.contract = contract
+        self.queues = WorkerQueues(
+            self, "Queues", contract=contract, removal_policy=data_removal_policy, name_prefix=self.name_prefix
+        )
+        self.consumer = ConsumerService(
+            self,
+            "Consumer",
+            queues=self.queues,
+            contract=contract,
+            handler=handler,
+            cluster=cluster,
+            min_tasks=min_tasks,
+            max_tasks=max_tasks,
+            cpu=cpu,
+            memory_mib=memory_mib,
+            log_retention=log_retention,
+            handler_environment=handler_environment,
+            secrets=container_secrets(Construct(self, "Secrets"), secrets or {}),
+            data_removal_policy=data_removal_policy,
+            name_prefix=self.name_prefix,
+        )
+        if producers:
+            self.queues.restrict_senders(producers, requeuer=self.consumer.task_role)
+        self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
+        self.alarms = QueueAlarms(
+            self,
+            "Alarms",
+            metrics=self.metrics,
+            contract=contract,
+            page_topic=page_topic,
+            ticket_topic=ticket_topic,
+            runbook_url=runbook_url,
+            running_tasks_reliable=running_tasks_reliable,
+            name_prefix=self.name_prefix,
+            worker=None if first else construct_id,
+        )
+        self.dashboard_section = DashboardSection(
+            title=self.name, metrics=self.metrics, alarms=self.alarms, contract=contract
+        )
+        if first:
+            self._keep_security_group_description()
+        self._acknowledge(cluster)
+
+    def _keep_security_group_description(self) -> None:
+        """The service's security group keeps the description it had before workers existed.
+
+        CDK describes a security group by its construct path, which for the first worker now holds "Default", and
+        a changed GroupDescription makes CloudFormation replace the group (and update the service onto the new one).
+        """
+        for group in self.consumer.service.connections.security_groups:
+            resource = cast(ec2.CfnSecurityGroup, group.node.default_child)
+            if resource is not None:
+                resource.group_description = group.node.path.replace(f"/{FIRST_WORKER_ID}/", "/", 1)
+
+    def _acknowledge(self, cluster: ecs.ICluster) -> None:
+        """The cdk-nag findings a worker's service always has, each with why it is acceptable."""
+        acknowledge(
+            self.consumer.task_definition,
+            "AwsSolutions-ECS2",
+            "The environment holds only non-secret values: queue URLs, the handler path, the worker"
+            " contract's timings and handler_environment, which refuses secret-like names (SECRET, PASSWORD,"
+            " TOKEN, API_KEY, ...) at synth. Secrets travel as ECS secrets (the secrets setting): SSM"
+            " SecureString parameters or Secrets Manager secrets, read by the execution role at task start,"
+            " which may read exactly those and nothing else.",
+        )
+        acknowledge(
+            self.consumer.task_role,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/"
+            f"{_cluster_name_in_finding(cluster)}/*]",
+            "Task scale-in protection is set by each task on itself; task ids are not known at deploy"
+            " time, so the resource is every task of this cluster only.",
+        )
+        acknowledge(
+            self.consumer.task_definition.obtain_execution_role(),
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken has no resource-level permissions; the ECR pull actions"
+            " themselves are scoped to the asset repository by CDK.",
+        )
+
+
+def _cluster_name_in_finding(cluster: ecs.ICluster) -> str:
+    """How cdk-nag spells the cluster name inside a finding id: a Ref for a cluster of this stack, else its name."""
+    # A new cluster's default child is its CfnCluster; an imported one has none and a plain name.
+    child = cluster.node.default_child
+    if child is None:
+        return cluster.cluster_name
+    return f"<{Stack.of(cluster).get_logical_id(cast(CfnElement, child))}>"

@@ -1,0 +1,134 @@
+"""Several workers in one environment: a queue pair, a service and alarms each, one dashboard, CloudWatch's limits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from infra.settings import CONTEXT_KEY, MAX_WORKERS
+from tests.infra.conftest import Synthesized, synthesize
+
+NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
+EXPORTS = {"handler": "tests.infra.handlers:five_minutes", "max_tasks": 4, "cpu": 512, "memory_mib": 1024}
+SHARED = {"retain_queues": False, "pages_to_tickets": True, "source_retention_days": 1, "dlq_retention_days": 7}
+#: The test environments: two workers, and the most an environment supports.
+ENVIRONMENTS = {
+    "two": {**SHARED, "workers": {"notify": NOTIFY, "exports": EXPORTS}},
+    "most": {**SHARED, "workers": {f"w{i}": EXPORTS for i in range(1, MAX_WORKERS + 1)}},
+}
+# https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
+CFN_MAX_RESOURCES, CFN_MAX_OUTPUTS, CFN_MAX_TEMPLATE_BYTES = 500, 200, 1_000_000
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html (widgets per dashboard),
+# the dashboard body structure (alarms per alarm status widget), PutCompositeAlarm (AlarmRule length).
+CW_MAX_WIDGETS, CW_MAX_STATUS_ALARMS, CW_MAX_ALARM_RULE_CHARS = 500, 100, 10_240
+
+
+@pytest.fixture(scope="module")
+def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    """Both environments synthesized once, cdk-nag included (an open finding fails the synth)."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
+
+
+def of_type(env: Synthesized, resource_type: str) -> dict[str, dict[str, Any]]:
+    return env.resources(resource_type)
+
+
+def dashboard_body(env: Synthesized) -> dict[str, Any]:
+    """The dashboard's body with every CloudFormation token replaced by a plain word, parsed."""
+    (dashboard,) = of_type(env, "AWS::CloudWatch::Dashboard").values()
+    body = dashboard["Properties"]["DashboardBody"]
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    parsed: dict[str, Any] = json.loads("".join(p if isinstance(p, str) else "TOKEN" for p in parts))
+    return parsed
+
+
+def test_two_workers_have_a_queue_pair_a_service_and_dlq_alarms_each(envs: dict[str, Synthesized]) -> None:
+    """Each worker gets its own source and DLQ, Fargate service, table and DLQ depth alarm, named after it."""
+    env = envs["two"]
+    queues = sorted(q["Properties"]["QueueName"] for q in of_type(env, "AWS::SQS::Queue").values())
+    assert queues == [
+        "SqsWorker-two-dlq",
+        "SqsWorker-two-exports-dlq",
+        "SqsWorker-two-exports-source",
+        "SqsWorker-two-source",
+    ]
+    assert len(of_type(env, "AWS::ECS::Service")) == 2
+    assert len(of_type(env, "AWS::DynamoDB::Table")) == 2
+    alarms = {a["Properties"]["AlarmName"] for a in of_type(env, "AWS::CloudWatch::Alarm").values()}
+    assert {"SqsWorker-two-DlqDepth", "SqsWorker-two-exports-DlqDepth"} <= alarms
+    assert {"SqsWorker-two-DlqAge", "SqsWorker-two-exports-DlqAge"} <= alarms
+    composites = {a["Properties"]["AlarmName"] for a in of_type(env, "AWS::CloudWatch::CompositeAlarm").values()}
+    assert composites == {"SqsWorker-two-ConsumerStalled", "SqsWorker-two-exports-ConsumerStalled"}
+
+
+def test_each_worker_is_timed_and_sized_from_its_own_declaration(envs: dict[str, Synthesized]) -> None:
+    """notify (90 s) gets a 100 s visibility timeout, exports (5 min) 330 s; each task runs its own handler and size."""
+    env = envs["two"]
+    visibility = {
+        q["Properties"]["QueueName"]: q["Properties"]["VisibilityTimeout"]
+        for q in of_type(env, "AWS::SQS::Queue").values()
+        if "RedrivePolicy" in q["Properties"]
+    }
+    assert visibility == {"SqsWorker-two-source": 100, "SqsWorker-two-exports-source": 330}
+    tasks = {}
+    for definition in of_type(env, "AWS::ECS::TaskDefinition").values():
+        (container,) = definition["Properties"]["ContainerDefinitions"]
+        variables = {e["Name"]: e["Value"] for e in container["Environment"]}
+        tasks[variables["CONSUMER_HANDLER"]] = (definition["Properties"]["Cpu"], "NOTIFY_DRY_RUN" in variables)
+    assert tasks == {
+        "consumer.examples.notifications:handle": ("256", True),
+        "tests.infra.handlers:five_minutes": ("512", False),
+    }
+
+
+def test_first_worker_keeps_the_one_worker_ids_and_the_second_is_under_its_name(envs: dict[str, Synthesized]) -> None:
+    """The first worker is "Default" (hidden from logical ids); the second's ids start with its name."""
+    env = envs["two"]
+    first, second = env.stack.workers["notify"], env.stack.workers["exports"]
+    assert env.logical_id(first.queues.queue) == "QueuesQueueD811C857"
+    assert env.logical_id(first.consumer.idempotency_table) == "ConsumerIdempotencyTableBB140E0E"
+    assert env.logical_id(second.queues.queue).startswith("exportsQueuesQueue")
+    assert env.logical_id(second.consumer.idempotency_table).startswith("exportsConsumerIdempotencyTable")
+
+
+def test_outputs_keep_the_first_workers_names_and_prefix_the_others(envs: dict[str, Synthesized]) -> None:
+    """QueueUrl is the first worker's; ExportsQueueUrl and the rest name the second; shared outputs once."""
+    outputs = set(envs["two"].json["Outputs"])
+    first = {"QueueUrl", "DeadLetterQueueUrl", "QueueArn", "DeadLetterQueueArn", "ServiceName"}
+    shared = {"PagingTopicArn", "TicketTopicArn", "DashboardName", "ClusterName"}
+    assert outputs == first | shared | {f"Exports{o}" for o in first}
+
+
+def test_dashboard_has_an_any_worker_paging_view_and_a_section_per_worker(envs: dict[str, Synthesized]) -> None:
+    """One dashboard: every worker's notifying alarms in the first widget, then a heading per worker."""
+    widgets = dashboard_body(envs["two"])["widgets"]
+    assert widgets[0]["properties"]["title"] == "Alarms: any worker paging"
+    assert len(widgets[0]["properties"]["alarms"]) == 10
+    headings = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
+    assert headings == ["## Worker notify", "## Worker exports"]
+
+
+def test_topics_admit_every_workers_alarms(envs: dict[str, Synthesized]) -> None:
+    """The paging topic's policy names the second worker's alarms too, so their actions can publish."""
+    text = json.dumps(of_type(envs["two"], "AWS::SNS::TopicPolicy"))
+    assert "alarm:SqsWorker-two-exports-ConsumerStalled" in text
+    assert "alarm:SqsWorker-two-ConsumerStalled" in text
+
+
+def test_most_workers_synthesize_within_cloudformation_and_cloudwatch_limits(envs: dict[str, Synthesized]) -> None:
+    """MAX_WORKERS workers: nag-clean, and under the limits on resources, outputs, template size, dashboard widgets,
+    alarms per status widget and composite alarm rule length."""
+    env = envs["most"]
+    template_bytes = (env.outdir / f"{env.stack.stack_name}.template.json").stat().st_size
+    widgets = dashboard_body(env)["widgets"]
+    rules = [a["Properties"]["AlarmRule"] for a in of_type(env, "AWS::CloudWatch::CompositeAlarm").values()]
+    assert len(env.stack.workers) == MAX_WORKERS
+    assert len(env.json["Resources"]) <= CFN_MAX_RESOURCES
+    assert len(env.json["Outputs"]) <= CFN_MAX_OUTPUTS
+    assert template_bytes <= CFN_MAX_TEMPLATE_BYTES
+    assert len(widgets) <= CW_MAX_WIDGETS
+    assert len(widgets[0]["properties"]["alarms"]) <= CW_MAX_STATUS_ALARMS
+    assert len(rules) == MAX_WORKERS
+    assert max(len(json.dumps(rule)) for rule in rules) <= CW_MAX_ALARM_RULE_CHARS
