@@ -19,8 +19,14 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 
-# pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock).
+# pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock), then each
+# handler package's requirements.txt into its own lock under those pins (-c), so the locks never disagree.
 PIP_TOOLS := pip-tools==7.6.2
+PIP_COMPILE := -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links --output-file requirements.lock
+# What the image installs, in one pip call as the Dockerfile does: the framework's runtime, the example handlers'
+# dependencies and the team package's (workers/).
+LOCKS := consumer/requirements.lock consumer/examples/requirements.lock workers/requirements.lock
 
 .PHONY: run test synth diff deploy image bench chaos lock clean
 
@@ -61,18 +67,19 @@ $(BENCH_STAMP): bench/requirements.txt $(PY_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-# The runtime's locked versions first, hashes checked, so tests run on exactly what the image installs.
-$(PY_STAMP): requirements.txt requirements-dev.txt consumer/requirements.txt consumer/requirements.lock
+# The image's locked versions first, hashes checked, so tests run on exactly what the image installs.
+$(PY_STAMP): requirements.txt requirements-dev.txt $(LOCKS:.lock=.txt) $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes -r consumer/requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes $(addprefix -r ,$(LOCKS))
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-# Re-resolve after changing consumer/requirements.txt (needs the package index); commit both files.
+# Re-resolve after changing a requirements.txt of $(LOCKS) (needs the package index); commit each pair.
 lock: $(PY_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
-	cd consumer && ../$(PY) -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-		--no-emit-index-url --no-emit-find-links --output-file requirements.lock requirements.txt
+	cd consumer && $(abspath $(PY)) $(PIP_COMPILE) requirements.txt
+	cd consumer/examples && $(abspath $(PY)) $(PIP_COMPILE) --constraint ../requirements.lock requirements.txt
+	cd workers && $(abspath $(PY)) $(PIP_COMPILE) --constraint ../consumer/requirements.lock requirements.txt
 
 $(CLI_STAMP): package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
@@ -29,7 +29,12 @@ from consumer.contract import (
 from infra.queues import WorkerQueues
 from infra.settings import SecretSource
 
-CONSUMER_DIR = Path(__file__).resolve().parent.parent / "consumer"
+#: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
+#: (consumer/) and the team package (workers/). One image serves every worker of the app; each service picks its
+#: handler with CONSUMER_HANDLER (docs/deploy.md, "One image for every worker").
+IMAGE_CONTEXT = Path(__file__).resolve().parent.parent
+#: The Dockerfile, relative to the context.
+IMAGE_DOCKERFILE = "consumer/Dockerfile"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
 CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
 #: Exactly what the consumer calls (tests/infra/runtime_calls.json, recorded from the integration tests).
@@ -61,7 +66,7 @@ SCALE_IN_COOLDOWN = Duration.minutes(5)
 class ConsumerService(Construct):
     """Fargate service for the consumer, bound to a :class:`WorkerQueues` pair.
 
-    * image built from ``consumer/Dockerfile``; command ``python -m consumer run``;
+    * image from :func:`consumer_image` (``consumer/Dockerfile``); command ``python -m consumer run``;
       non-root user; read-only root file system with a writable ``/tmp``;
     * the contract's ``to_env()`` plus ``QUEUE_URL``, ``DLQ_URL`` and
       ``CONSUMER_HANDLER`` in the environment (the construct, not the caller,
@@ -188,10 +193,7 @@ class ConsumerService(Construct):
         linux_parameters.drop_capabilities(ecs.Capability.ALL)
         self.container = self.task_definition.add_container(
             "Consumer",
-            # Built for the task's platform whatever the deploying machine is (an arm64 laptop would
-            # otherwise push an arm64 image that X86_64 Fargate cannot start: "exec format error").
-            # What the asset leaves out is consumer/.dockerignore, which the CDK applies to the asset as well.
-            image=ecs.ContainerImage.from_asset(str(CONSUMER_DIR), platform=ecr_assets.Platform.LINUX_AMD64),
+            image=consumer_image(),
             command=CONTAINER_COMMAND,
             user=CONTAINER_USER,
             readonly_root_filesystem=True,
@@ -251,6 +253,25 @@ class ConsumerService(Construct):
                 target=contract.scaling_target_backlog_per_task,
             ),
         )
+
+
+def consumer_image(context: Path = IMAGE_CONTEXT) -> ecs.ContainerImage:
+    """The consumer image as a container asset: ``context`` (the repository root) through its ``.dockerignore``.
+
+    Built for the task's platform whatever the deploying machine is (an arm64 laptop would otherwise push an
+    arm64 image that X86_64 Fargate cannot start: "exec format error"). The CDK reads ``.dockerignore`` at the
+    context root into the asset's exclusions; ``ignore_mode`` says to read it as Docker does (``*`` then ``!``
+    exceptions), whatever the app's feature flags. The CDK re-includes ``Dockerfile`` by its base name only,
+    which matches a Dockerfile at the context root, so ``exclude`` re-includes ours, which .dockerignore keeps
+    out of the image (aws-ecr-assets, DockerImageAsset: ``exclude.push('!' + path.basename(file))``).
+    """
+    return ecs.ContainerImage.from_asset(
+        str(context),
+        file=IMAGE_DOCKERFILE,
+        exclude=[f"!{IMAGE_DOCKERFILE}"],
+        ignore_mode=IgnoreMode.DOCKER,
+        platform=ecr_assets.Platform.LINUX_AMD64,
+    )
 
 
 def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> dict[str, ecs.Secret]:

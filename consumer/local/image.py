@@ -1,8 +1,9 @@
 """The consumer image, built here as ``cdk deploy`` builds it: ``make image`` (``python -m consumer.local.image``).
 
 ``cdk deploy`` builds ``consumer/Dockerfile`` with Docker and pushes the result as a container
-asset. This module builds the same Dockerfile from the same context (``consumer/``, or the asset
-directory a synthesis wrote) with Docker where its daemon answers and with podman otherwise.
+asset. This module builds the same Dockerfile from the same context (the repository root through its
+``.dockerignore``: the runtime and the team package ``workers/``; or the asset directory a synthesis wrote)
+with Docker where its daemon answers and with podman otherwise.
 
 The base is the Dockerfile's own ``BASE_IMAGE`` default (Python's slim image, pinned by digest).
 Where that registry cannot be reached, the base is the same Debian release's own Python, built by
@@ -31,7 +32,10 @@ from typing import IO, Any
 
 import typer
 
-CONSUMER_DIR = Path(__file__).resolve().parents[1]
+#: The build context and the Dockerfile in it, as infra/service.py gives them to the CDK asset (consumer/ never
+#: imports infra/, so both name them).
+IMAGE_CONTEXT = Path(__file__).resolve().parents[2]
+IMAGE_DOCKERFILE = "consumer/Dockerfile"
 #: Where every locally built consumer image goes: ``:latest`` from make image, ``:<asset hash>`` from a task.
 IMAGE_REPOSITORY = "localhost/sqs-worker-consumer"
 DEFAULT_TAG = f"{IMAGE_REPOSITORY}:latest"
@@ -277,9 +281,9 @@ class BuiltImage:
 
 
 def build_image(
-    context: Path = CONSUMER_DIR,
+    context: Path = IMAGE_CONTEXT,
     tag: str = DEFAULT_TAG,
-    dockerfile: str = "Dockerfile",
+    dockerfile: str = IMAGE_DOCKERFILE,
     build_args: dict[str, str] | None = None,
     engine: Engine | None = None,
     platform: str | None = None,
@@ -310,7 +314,7 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def main(
-    context: Path = typer.Option(CONSUMER_DIR, help="Build context (the CDK asset's source)."),
+    context: Path = typer.Option(IMAGE_CONTEXT, help="Build context (the CDK asset's source)."),
     tag: str = typer.Option(DEFAULT_TAG, help="Tag of the built image."),
 ) -> None:
     """Build the consumer image with Docker or podman (make image)."""

@@ -19,16 +19,20 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.testing import wait_until
 from tests.container.conftest import RunFactory, Webhook, depths, send
 
-#: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys) and
-#: must not (test and local tooling: the demo runner and local stack need moto and a cdk.out).
+#: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys: the examples
+#: and the team package's, with each one's own dependencies) and must not (test and local tooling: the demo
+#: runner and local stack need moto and a cdk.out; the team package's tests).
 SHIPPED = [
     "consumer.runtime.consumer",
     "consumer.cli",
     "consumer.ops.commands",
     "consumer.examples.notifications",
     "consumer.examples.demo",
+    "jsonschema",
+    "workers.reports",
+    "jinja2",
 ]
-NOT_SHIPPED = ["consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk"]
+NOT_SHIPPED = ["consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk", "workers.tests"]
 #: moto's CloudFormation warns for each resource type it skips (policies, scaling, alarms); consumer.local
 #: creates what matters from the template itself.
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
@@ -50,6 +54,9 @@ def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, im
     found = json.loads(engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", probe).stdout)
     assert {n for n in SHIPPED if not found[n]} == set()
     assert {n for n in NOT_SHIPPED if found[n]} == set()
+    # The team package's handler loads in the image as `consumer run` loads it (its dependencies installed).
+    load = "from consumer.contract import contract_of, load_handler; print(contract_of(load_handler('workers.reports:handle')).max_duration_seconds)"
+    assert engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", load).stdout.split() == ["600"]
     # A local-only command says so in one line instead of a traceback.
     demo = engine("run", "--rm", *engine.run_options, image.tag, "python", "-m", "consumer", "demo", check=False)
     assert demo.returncode == 2

@@ -403,21 +403,28 @@ def test_outputs_expose_queue_urls(dev: Synthesized) -> None:
     assert {"PagingTopicArn", "ClusterName", "ServiceName"} <= set(outputs)
 
 
-def test_image_asset_ships_the_runtime_without_local_tooling(dev: Synthesized) -> None:
-    """The build context `cdk deploy` sends (consumer/ through its .dockerignore) leaves out what needs moto
-    or a cdk.out; the container tier checks the built image itself where an engine runs."""
+def test_image_asset_ships_the_runtime_and_the_team_package_without_local_tooling(dev: Synthesized) -> None:
+    """The build context `cdk deploy` sends (the repository root through its .dockerignore) holds the runtime,
+    the team package and their locks, and leaves out what needs moto or a cdk.out, tests and the rest of the
+    repository; the container tier checks the built image itself where an engine runs."""
     task = TaskContainer.from_assembly(dev.outdir, dev.stack.stack_name)
     shipped = {str(p.relative_to(task.asset_directory)) for p in task.asset_directory.rglob("*") if p.is_file()}
+    assert task.dockerfile == "consumer/Dockerfile"
     assert {
-        "Dockerfile",
-        "requirements.lock",
-        "cli.py",
-        "runtime/consumer.py",
-        "ops/commands.py",
-        "examples/demo.py",
+        ".dockerignore",
+        "consumer/Dockerfile",
+        "consumer/requirements.lock",
+        "consumer/cli.py",
+        "consumer/runtime/consumer.py",
+        "consumer/ops/commands.py",
+        "consumer/examples/demo.py",
+        "consumer/examples/requirements.lock",
+        "workers/reports.py",
+        "workers/requirements.lock",
     } <= shipped
-    assert [p for p in shipped if p.startswith("local/")] == []
-    assert [p for p in shipped if "__pycache__" in p or p.endswith(".pyc") or p.startswith("tests")] == []
+    assert {p.split("/")[0] for p in shipped} == {".dockerignore", "consumer", "workers"}
+    assert [p for p in shipped if p.startswith("consumer/local/") or "/tests/" in p] == []
+    assert [p for p in shipped if "__pycache__" in p or p.endswith(".pyc")] == []
 
 
 def test_image_is_built_for_the_task_platform_whatever_machine_deploys(dev: Synthesized) -> None:

@@ -38,6 +38,7 @@ def source_queue(template: Template) -> dict[str, Any]:
         ("consumer.examples.notifications:handle", 100, 7),
         ("tests.infra.handlers:five_minutes", 330, 5),
         ("tests.infra.handlers:two_hours", 900, 7),
+        ("workers.reports:handle", 660, 7),  # the team package's handler, outside the framework
     ],
 )
 def test_visibility_changes_with_declared_max_duration(handler: str, visibility: int, max_receives: int) -> None:
@@ -82,6 +83,20 @@ def test_existing_vpc_and_cluster_are_used_without_lookups(tmp_path: Path) -> No
     assert service["Properties"]["Cluster"] == "platform"
     subnets = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
     assert subnets == EXISTING_VPC_AND_CLUSTER["vpc"]["private_subnet_ids"]
+
+
+def test_a_team_package_handler_synthesizes_nag_clean(tmp_path: Path) -> None:
+    """An environment may deploy a handler of the team package (workers.<module>:<function>): its own
+    declaration sets the task's stop timeout, and the service runs it by name from the shared image."""
+    context = {
+        CONTEXT_KEY: {"team": {"handler": "workers.reports:handle", "handler_environment": {"REPORTS_DRY_RUN": "true"}}}
+    }
+    env = synthesize(tmp_path, context)["team"]
+    (task,) = env.resources("AWS::ECS::TaskDefinition").values()
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    environment = {e["Name"]: e["Value"] for e in container["Environment"]}
+    assert environment["CONSUMER_HANDLER"] == "workers.reports:handle"
+    assert (environment["CONSUMER_MAX_DURATION_SECONDS"], container["StopTimeout"]) == ("600", 120)
 
 
 def test_handler_environment_cannot_override_the_binding(tmp_path: Path) -> None:

@@ -97,6 +97,12 @@ def test_settings_bad_handler_names_the_setting() -> None:
     assert "cannot be imported" in str(error)
 
 
+def test_settings_accept_a_team_package_handler() -> None:
+    """A handler outside the framework, in the team package (workers/), is read with its own declaration."""
+    environment = parse_environment("team", settings(handler="workers.reports:handle"))
+    assert (environment.handler, environment.contract().max_duration_seconds) == ("workers.reports:handle", 600)
+
+
 def test_prod_without_a_committed_subscription_takes_it_at_deploy() -> None:
     """prod must page someone, whatever require_paging says: with nothing in cdk.json, the PagingEndpoint parameter."""
     prod = parse_environment("prod", settings(require_paging=False))

@@ -291,7 +291,7 @@ def test_make_image_reports_a_failure_in_one_line_and_exits_1(
 ) -> None:
     monkeypatch.setattr(image_module, "find_engine", lambda: stub_engine)
     with pytest.raises(typer.Exit) as exited:
-        image_module.main(context=DOCKERFILE.parent, tag="localhost/t:latest")
+        image_module.main(context=DOCKERFILE.parents[1], tag="localhost/t:latest")  # the image's context: the root
     assert exited.value.exit_code == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("make image: importing the Debian base as localhost/sqs-worker-base:")

@@ -1,0 +1,188 @@
+"""The report job (workers/reports.py): request checks, rendering, the upload's outcomes, and the handler run
+through the real runtime on moto, as a team tests its own handler (docs/testing.md, "Testing a handler")."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from consumer import ConfigurationError, Message, PoisonMessage
+from consumer.contract import contract_of
+from consumer.runtime.consumer import Consumer
+from consumer.runtime.dead_letter import read_reason
+from consumer.testing import depth, running, wait_until
+from workers import reports
+from workers.reports import ReportStoreUnavailable, handle, parse, render, upload, upload_target
+
+REQUEST: dict[str, Any] = {
+    "report_id": "sales-2026-11-23",
+    "type": "report.requested",
+    "title": "Sales by region",
+    "columns": ["region", "orders"],
+    "rows": [["eu", 12], ["us", 30]],
+}
+
+
+class Store(BaseHTTPRequestHandler):
+    """A report store on 127.0.0.1: records each PUT (path, content type, body) and answers ``status``."""
+
+    status = 200
+    received: list[tuple[str, str | None, str]] = []
+
+    def do_PUT(self) -> None:  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+        Store.received.append((self.path, self.headers.get("Content-Type"), body))
+        self.send_response(Store.status)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Store]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Store)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Store.status, Store.received = 200, []
+    monkeypatch.setenv(reports.UPLOAD_URL_ENV, f"http://127.0.0.1:{server.server_port}/reports/")
+    yield Store
+    server.shutdown()
+    server.server_close()
+
+
+def message(body: str) -> Message:
+    return Message(body=body, message_id="m-1", receipt_handle="rh-1")
+
+
+def test_report_is_declared_as_a_slow_job() -> None:
+    """Its own declaration (the notifications example declares 90 s and 8 at a time): 10 min per report, two at
+    a time, so its lease covers a whole report and the ECS stop timeout is Fargate's longest."""
+    contract = contract_of(handle)
+    assert (contract.max_duration_seconds, contract.concurrency) == (600, 2)
+    assert contract.visibility_timeout_seconds >= 600 and contract.stop_timeout_seconds == 120
+
+
+def test_handler_uploads_the_rendered_page_under_the_report_id(store: type[Store]) -> None:
+    """A valid request is PUT once, as <base>/<report_id>.html (the same key on a redelivery)."""
+    handle(message(json.dumps(REQUEST)))
+    ((path, content_type, body),) = store.received
+    assert (path, content_type) == ("/reports/sales-2026-11-23.html", "text/html; charset=utf-8")
+    assert "<td>us</td><td>30</td>" in body and "<p>2 rows</p>" in body
+
+
+def test_render_escapes_every_value() -> None:
+    """A cell, a column or a title holding markup is shown as text, never run as markup in the page."""
+    page = render({**REQUEST, "title": "<b>t</b>", "columns": ["<i>c</i>", "n"], "rows": [["<script>x</script>", 1]]})
+    assert "<script>" not in page and "<b>" not in page and "<i>" not in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "&lt;b&gt;t&lt;/b&gt;" in page
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("not json", "body is not JSON: JSONDecodeError"),
+        ("[1]", "body must be a JSON object, got list"),
+        (json.dumps({"type": "report.requested"}), "report request lacks report_id, title, columns, rows"),
+        (json.dumps({**REQUEST, "type": "other"}), '"type" must be "report.requested": \'other\''),
+        (json.dumps({**REQUEST, "report_id": "../etc/x"}), f'"report_id" must match {reports.REPORT_ID.pattern}'),
+        (json.dumps({**REQUEST, "columns": []}), '"columns" must be a non-empty list of names'),
+        (json.dumps({**REQUEST, "rows": {}}), '"rows" must be a list of rows'),
+        (json.dumps({**REQUEST, "rows": [["eu", 1], ["us"]]}), '"rows"[1] must be a list of 2 cells, one per column'),
+    ],
+)
+def test_parse_refuses_what_can_never_succeed_as_poison(body: str, reason: str) -> None:
+    """A request that is not one goes straight to the DLQ with a reason naming the field and the rule."""
+    with pytest.raises(PoisonMessage) as raised:
+        parse(body)
+    assert raised.value.reason == reason
+
+
+@pytest.mark.parametrize("status", [400, 403, 413])
+def test_upload_permanent_rejection_is_poison(store: type[Store], status: int) -> None:
+    """A 4xx from the store means this report can never be uploaded."""
+    store.status = status
+    with pytest.raises(PoisonMessage, match=f"HTTP {status}"):
+        handle(message(json.dumps(REQUEST)))
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_upload_transient_failure_is_retried(store: type[Store], status: int) -> None:
+    """Timeouts, throttling and 5xx raise an ordinary exception: retry later."""
+    store.status = status
+    with pytest.raises(ReportStoreUnavailable, match=f"HTTP {status}"):
+        handle(message(json.dumps(REQUEST)))
+
+
+def test_upload_to_an_unreachable_store_is_retried() -> None:
+    """A refused connection is transient."""
+    with pytest.raises(ReportStoreUnavailable, match="unreachable"):
+        upload("sales-2026-11-23", "<p></p>", "http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"REPORTS_UPLOAD_URL": "https://store.example/reports/"}, "https://store.example/reports"),
+        ({"REPORTS_DRY_RUN": "true"}, None),
+    ],
+)
+def test_upload_target_is_the_url_or_a_declared_dry_run(environ: dict[str, str], expected: str | None) -> None:
+    """A URL (trailing slash dropped: the key is appended) or, only if declared, a dry run."""
+    assert upload_target(environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "message_text"),
+    [
+        (
+            {},
+            '"REPORTS_UPLOAD_URL" must be set to the report store\'s http(s):// URL, or REPORTS_DRY_RUN=true '
+            "declared: not set",
+        ),
+        ({"REPORTS_DRY_RUN": "yes"}, '"REPORTS_DRY_RUN" must be "true" or "false": \'yes\''),
+        (
+            {"REPORTS_UPLOAD_URL": "ftp://store.example/x?sig=secret"},
+            "\"REPORTS_UPLOAD_URL\" must be an http:// or https:// URL with a host: 'ftp://…'",
+        ),
+    ],
+)
+def test_upload_target_refuses_to_start_without_a_destination(environ: dict[str, str], message_text: str) -> None:
+    """Neither a URL nor a declared dry run would delete every report unsent: the start-up check refuses,
+    naming the variable, the rule and the value (a URL shown up to its scheme: it may carry a signature)."""
+    with pytest.raises(ConfigurationError) as raised:
+        upload_target(environ)
+    assert str(raised.value) == message_text
+
+
+def test_handler_through_the_runtime_uploads_and_dead_letters_a_bad_request(store: type[Store]) -> None:
+    """Through the real runtime on moto: a valid request is uploaded and deleted; a bad one is in the DLQ with
+    its reason."""
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="eu-west-1")
+        url = sqs.create_queue(QueueName="reports")["QueueUrl"]
+        dlq = sqs.create_queue(QueueName="reports-dlq")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(REQUEST))
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps({**REQUEST, "report_id": "x"}))
+        consumer = Consumer(sqs, queue_url=url, dlq_url=dlq, contract=contract_of(handle), handler=handle)
+        with running(consumer) as run:
+            wait_until(
+                lambda: depth(sqs, url).total == 0 and depth(sqs, dlq).visible == 1,
+                timeout=15,
+                what="the report uploaded and deleted, the bad request in the DLQ",
+            )
+        (dead,) = sqs.receive_message(QueueUrl=dlq, MessageAttributeNames=["All"])["Messages"]
+    assert run.exit_code == 0
+    assert [path for path, _type, _body in store.received] == ["/reports/sales-2026-11-23.html"]
+    reason = read_reason(dead["MessageAttributes"])
+    assert reason is not None and (reason["kind"], reason["reason"]) == (
+        "poison",
+        f'"report_id" must match {reports.REPORT_ID.pattern}',
+    )
