@@ -21,15 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from consumer.local.harness import LoopbackWebhook, sample_event
+from consumer.local.image import find_engine
+from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server
+from consumer.local.task import LoggedProcess, TaskContainer, TaskRun
+from consumer.testing import poll_until
 from infra.toolchain import use_pinned_node
-
-use_pinned_node()  # as make does; before jsii loads
-
-from consumer.local.harness import LoopbackWebhook, sample_event  # noqa: E402
-from consumer.local.image import find_engine  # noqa: E402
-from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server  # noqa: E402
-from consumer.local.task import LoggedProcess, TaskContainer, TaskRun  # noqa: E402
-from consumer.testing import poll_until  # noqa: E402
 
 RUNS = 5
 HOLD_SECONDS = 2.0
@@ -69,6 +66,7 @@ def _cycle(run: LoggedProcess, stack: LocalStack, webhook: HeldWebhook) -> dict[
 
 
 def run(runs: int = RUNS) -> dict[str, Any]:
+    use_pinned_node()  # as make does; before jsii loads
     from infra.app import build_app  # the CDK loads only when the benchmark runs, not when _medians is tested
 
     engine = find_engine()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from consumer.contract import DLQ_REASON_HEADROOM_BYTES, SQS_MAX_DELAY_SECONDS, SQS_MAX_MESSAGE_ATTRIBUTES
@@ -170,27 +170,22 @@ def send_entry(
 
 def attributes_to_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """Message attributes as JSON: binary values base64, boto3's empty list fields dropped."""
-    out = {}
-    for name, value in attributes.items():
-        entry: dict[str, Any] = {"DataType": value["DataType"]}
-        if "StringValue" in value:
-            entry["StringValue"] = value["StringValue"]
-        if "BinaryValue" in value:
-            binary = value["BinaryValue"]
-            entry["BinaryValue"] = base64.b64encode(binary).decode() if isinstance(binary, bytes) else binary
-        out[name] = entry
-    return out
+    return _attributes(attributes, lambda b: base64.b64encode(b).decode() if isinstance(b, bytes) else b)
 
 
 def attributes_from_json(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """What SendMessage takes, from :func:`attributes_to_json` output or from what boto3 received."""
+    return _attributes(attributes, lambda b: base64.b64decode(b) if isinstance(b, str) else b)
+
+
+def _attributes(attributes: Mapping[str, Any], binary: Callable[[Any], Any]) -> dict[str, Any]:
+    """Each attribute's DataType and value, its BinaryValue passed through ``binary``."""
     out = {}
     for name, value in attributes.items():
         entry: dict[str, Any] = {"DataType": value["DataType"]}
         if "StringValue" in value:
             entry["StringValue"] = value["StringValue"]
         if "BinaryValue" in value:
-            binary = value["BinaryValue"]
-            entry["BinaryValue"] = base64.b64decode(binary) if isinstance(binary, str) else binary
+            entry["BinaryValue"] = binary(value["BinaryValue"])
         out[name] = entry
     return out
