@@ -148,6 +148,12 @@ class WorkerStack(Stack):
             ("DashboardName", self.dashboard.dashboard.dashboard_name, "CloudWatch dashboard of this environment"),
             ("ClusterName", cluster.cluster_name, "ECS cluster running the consumer"),
             service_output,
+            (
+                "WorkerNames",
+                ",".join(self.workers),
+                "This stack's workers in order: the first one's outputs have no prefix, each other's start with its"
+                " name in PascalCase (python -m consumer dlq ... --stack STACK --worker NAME reads them)",
+            ),
             *(output for w in list(self.workers.values())[1:] for output in worker_outputs(w)),
         ):
             CfnOutput(self, output_id, value=value, description=description)

@@ -25,6 +25,9 @@ from infra.worker_settings import DEFAULT_WORKER_NAME, SecretSource, check_worke
 #: logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib core/lib/private/uniqueid.ts), so
 #: ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, as ``<stack>/Queues/Queue`` always was.
 FIRST_WORKER_ID = "Default"
+#: The task definition's metadata key naming the worker it runs (``consumer.local.stack`` reads it to tell a
+#: stack's workers apart; CloudFormation ignores resource metadata).
+WORKER_METADATA_KEY = "sqs-worker:worker"
 
 
 class Worker(Construct):
@@ -117,6 +120,9 @@ class Worker(Construct):
             secrets=container_secrets(Construct(self, "Secrets"), secrets or {}),
             data_removal_policy=data_removal_policy,
             name_prefix=self.name_prefix,
+        )
+        cast(ecs.CfnTaskDefinition, self.consumer.task_definition.node.default_child).add_metadata(
+            WORKER_METADATA_KEY, self.name
         )
         if producers:
             self.queues.restrict_senders(producers, requeuer=self.consumer.task_role)

@@ -40,19 +40,39 @@ class LocalProvisioningError(Exception):
 
 @dataclass
 class LocalStack:
-    """What was created locally: the endpoint, the stack outputs and the task's environment."""
+    """What was created locally: the endpoint, the stack outputs and each worker's task environment.
+
+    ``workers`` maps each worker's name to its task definition's container environment, in the template's
+    order (the first is the stack's first worker); ``task_environment`` is the first worker's.
+    """
 
     endpoint: str
     stack_name: str
     outputs: dict[str, str]
-    task_environment: dict[str, str]
+    workers: dict[str, dict[str, str]]
     alarms: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
-    def process_environment(self) -> dict[str, str]:
-        """The task environment plus what a local process needs to reach the endpoint."""
+    @property
+    def task_environment(self) -> dict[str, str]:
+        """The first worker's task environment (a one-worker stack's only one)."""
+        return next(iter(self.workers.values()))
+
+    def worker_environment(self, worker: str | None) -> dict[str, str]:
+        """``worker``'s task environment (None: the first worker's); :class:`LocalProvisioningError` names the
+        workers there are when it is not one of them."""
+        if worker is None:
+            return self.task_environment
+        if worker not in self.workers:
+            raise LocalProvisioningError(
+                f'"--worker" must be one of the workers of {self.stack_name} ({", ".join(self.workers)}): {worker!r}'
+            )
+        return self.workers[worker]
+
+    def process_environment(self, worker: str | None = None) -> dict[str, str]:
+        """``worker``'s task environment (default the first) plus what a local process needs to reach the endpoint."""
         return {
-            **self.task_environment,
+            **self.worker_environment(worker),
             **LOCAL_CREDENTIALS,
             "AWS_DEFAULT_REGION": LOCAL_REGION,
             "AWS_REGION": LOCAL_REGION,
@@ -155,7 +175,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         endpoint=endpoint,
         stack_name=stack_name,
         outputs=outputs,
-        task_environment=_task_environment(resources, physical, endpoint),
+        workers=_worker_environments(resources, physical, endpoint),
     )
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::CloudWatch::Alarm":
@@ -244,13 +264,34 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
     raise LocalProvisioningError(f"cannot resolve {json.dumps(value)} from the local stack's resources")
 
 
-def _task_environment(resources: Mapping[str, Any], physical: Mapping[str, str], endpoint: str) -> dict[str, str]:
-    """The container environment of the template's (single) task definition, references resolved."""
+#: The metadata key naming the worker a task definition runs (set by :class:`infra.worker.Worker`).
+WORKER_METADATA_KEY = "sqs-worker:worker"
+
+
+def _worker_environments(
+    resources: Mapping[str, Any], physical: Mapping[str, str], endpoint: str
+) -> dict[str, dict[str, str]]:
+    """Each task definition's container environment, references resolved, by the worker it runs.
+
+    The worker's name is the task definition's ``sqs-worker:worker`` metadata; a template with one task
+    definition and no such metadata (a stack built before workers, or by hand) names it ``default``.
+    """
     definitions = [r for r in resources.values() if r["Type"] == "AWS::ECS::TaskDefinition"]
-    if len(definitions) != 1:
-        raise LocalProvisioningError(f"expected one AWS::ECS::TaskDefinition in the template, found {len(definitions)}")
-    (container,) = definitions[0]["Properties"]["ContainerDefinitions"]
-    return {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
+    if not definitions:
+        raise LocalProvisioningError("expected an AWS::ECS::TaskDefinition in the template, found none")
+    workers: dict[str, dict[str, str]] = {}
+    for definition in definitions:
+        name = definition.get("Metadata", {}).get(WORKER_METADATA_KEY)
+        if name is None:
+            if len(definitions) > 1:
+                raise LocalProvisioningError(
+                    f"{len(definitions)} task definitions in the template, and one has no {WORKER_METADATA_KEY!r}"
+                    " metadata naming its worker"
+                )
+            name = "default"
+        (container,) = definition["Properties"]["ContainerDefinitions"]
+        workers[name] = {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
+    return workers
 
 
 def _create_table(endpoint: str, properties: Mapping[str, Any]) -> str:

@@ -34,6 +34,14 @@ class Synthesized:
     def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.json["Resources"].items() if v["Type"] == resource_type}
 
+    def container(self, worker: str | None = None) -> dict[str, Any]:
+        """The container definition of ``worker``'s task definition (default the first worker's)."""
+        consumer = self.stack.workers[worker].consumer if worker else self.stack.consumer
+        task = self.resources("AWS::ECS::TaskDefinition")[self.logical_id(consumer.task_definition)]
+        definitions: list[dict[str, Any]] = task["Properties"]["ContainerDefinitions"]
+        (definition,) = definitions
+        return definition
+
 
 def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str, Synthesized]:
     """Run the real app (nag included) and load each stack's template from the cloud assembly."""

@@ -149,22 +149,21 @@ def arn(value: Any) -> str:
     return f"<{function}>"
 
 
-def container(env: Synthesized) -> dict[str, Any]:
-    (task,) = env.resources("AWS::ECS::TaskDefinition").values()
-    (definition,) = task["Properties"]["ContainerDefinitions"]
-    return definition
+def container(env: Synthesized, worker: str | None = None) -> dict[str, Any]:
+    return env.container(worker)
 
 
-def execution_role_statements(env: Synthesized) -> list[dict[str, Any]]:
-    role = {"Ref": env.logical_id(env.stack.consumer.task_definition.obtain_execution_role())}
+def execution_role_statements(env: Synthesized, worker: str | None = None) -> list[dict[str, Any]]:
+    consumer = env.stack.workers[worker].consumer if worker else env.stack.consumer
+    role = {"Ref": env.logical_id(consumer.task_definition.obtain_execution_role())}
     (policy,) = [p for p in env.resources("AWS::IAM::Policy").values() if role in p["Properties"]["Roles"]]
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 
-def secret_grants(env: Synthesized) -> dict[str, list[str]]:
+def secret_grants(env: Synthesized, worker: str | None = None) -> dict[str, list[str]]:
     """Execution role grants on SSM and Secrets Manager: resource ARN -> sorted actions."""
     grants: dict[str, list[str]] = {}
-    for statement in execution_role_statements(env):
+    for statement in execution_role_statements(env, worker):
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         if any(a.split(":")[0] in {"ssm", "secretsmanager", "kms"} for a in actions):
             assert statement["Effect"] == "Allow" and "Condition" not in statement
@@ -192,10 +191,12 @@ def test_webhook_url_reaches_the_container_as_an_ecs_secret(synthesized: dict[st
 
 @pytest.mark.parametrize("name", ["dev", "demo"])
 def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Synthesized], name: str) -> None:
-    """No secrets setting: no Secrets in the container and no SSM, Secrets Manager or KMS grant."""
+    """No secrets setting: no Secrets in any worker's container and no SSM, Secrets Manager or KMS grant."""
     env = synthesized[name]
-    assert "Secrets" not in container(env)
-    assert secret_grants(env) == {}
+    assert len(env.stack.workers) == {"dev": 1, "demo": 2}[name]
+    for worker in env.stack.workers:
+        assert "Secrets" not in container(env, worker)
+        assert secret_grants(env, worker) == {}
 
 
 def test_execution_role_is_granted_exactly_the_declared_secrets(variants: dict[str, Synthesized]) -> None:
@@ -320,8 +321,10 @@ def test_without_producers_iam_alone_decides_who_sends(synthesized: dict[str, Sy
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
 def test_container_drops_every_linux_capability(synthesized: dict[str, Synthesized], name: str) -> None:
-    """The task's container keeps none of Docker's default capabilities (Fargate allows any drop)."""
-    assert container(synthesized[name])["LinuxParameters"] == {"Capabilities": {"Drop": ["ALL"]}}
+    """Every worker's container keeps none of Docker's default capabilities (Fargate allows any drop)."""
+    env = synthesized[name]
+    for worker in env.stack.workers:
+        assert container(env, worker)["LinuxParameters"] == {"Capabilities": {"Drop": ["ALL"]}}
 
 
 @pytest.mark.parametrize(("name", "protected"), [("dev", False), ("demo", False), ("staging", True), ("prod", True)])

@@ -28,18 +28,21 @@ def queue_props(env: Synthesized, construct: Any) -> dict[str, Any]:
     return env.json["Resources"][env.logical_id(construct)]["Properties"]
 
 
-def container(env: Synthesized) -> dict[str, Any]:
-    (task,) = env.resources("AWS::ECS::TaskDefinition").values()
-    (definition,) = task["Properties"]["ContainerDefinitions"]
-    return definition
+def container(env: Synthesized, worker: str | None = None) -> dict[str, Any]:
+    return env.container(worker)
 
 
 def test_every_cdk_json_environment_synthesizes(synthesized: dict[str, Synthesized]) -> None:
-    """dev, staging, prod and demo each produce a template with one source queue and one DLQ."""
+    """dev, staging, prod and demo each produce a template with a source queue, a DLQ and a service per worker:
+    one worker in dev, staging and prod, two in demo (the notifications example and the team's report job)."""
     assert list(synthesized) == ["dev", "staging", "prod", "demo"]
     for env in synthesized.values():
-        env.template.resource_count_is("AWS::SQS::Queue", 2)
-        env.template.resource_count_is("AWS::ECS::Service", 1)
+        workers = 2 if env.stack.settings.name == "demo" else 1
+        env.template.resource_count_is("AWS::SQS::Queue", 2 * workers)
+        env.template.resource_count_is("AWS::ECS::Service", workers)
+    assert list(synthesized["demo"].stack.workers) == ["notifications", "reports"]
+    reports = {e["Name"]: e["Value"] for e in synthesized["demo"].container("reports")["Environment"]}
+    assert reports["CONSUMER_HANDLER"] == "workers.reports:handle"
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from consumer.local.stack import WORKER_METADATA_KEY
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
 from tests.infra.conftest import Synthesized, synthesize
 
@@ -97,8 +98,16 @@ def test_outputs_keep_the_first_workers_names_and_prefix_the_others(envs: dict[s
     """QueueUrl is the first worker's; ExportsQueueUrl and the rest name the second; shared outputs once."""
     outputs = set(envs["two"].json["Outputs"])
     first = {"QueueUrl", "DeadLetterQueueUrl", "QueueArn", "DeadLetterQueueArn", "ServiceName"}
-    shared = {"PagingTopicArn", "TicketTopicArn", "DashboardName", "ClusterName"}
+    shared = {"PagingTopicArn", "TicketTopicArn", "DashboardName", "ClusterName", "WorkerNames"}
     assert outputs == first | shared | {f"Exports{o}" for o in first}
+    # The dlq commands' --worker reads the names (and so which worker's outputs have no prefix) from here.
+    assert envs["two"].json["Outputs"]["WorkerNames"]["Value"] == "notify,exports"
+
+
+def test_each_task_definition_names_its_worker(envs: dict[str, Synthesized]) -> None:
+    """The metadata consumer.local reads to give each worker its own environment."""
+    definitions = of_type(envs["two"], "AWS::ECS::TaskDefinition").values()
+    assert [d.get("Metadata", {}).get(WORKER_METADATA_KEY) for d in definitions] == ["notify", "exports"]
 
 
 def test_dashboard_has_an_any_worker_paging_view_and_a_section_per_worker(envs: dict[str, Synthesized]) -> None:
