@@ -1,15 +1,17 @@
 """The main job: synthesize every environment (cdk-nag included) and show what the contract derived.
 
 ``python -m infra.report`` writes the cloud assembly to ``cdk.out`` and prints,
-per environment, the values both halves share. ``--markdown`` prints the
-README's configuration table instead (the README test keeps them equal).
+per worker of every environment, the values both halves share. ``--markdown``
+prints the README's configuration table instead (the README test keeps them equal).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import typer
 from rich.console import Console
@@ -18,6 +20,7 @@ from rich.table import Table
 from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract, contract_of, load_handler
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 from infra.toolchain import use_pinned_node
+from infra.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -65,8 +68,37 @@ def formula_table(contract: WorkerContract) -> str:
     return "\n".join(lines)
 
 
-def settings_rows(settings: EnvironmentSettings) -> dict[str, str]:
-    """The report's rows for one environment's alarm routing and guards: label -> value."""
+class Column(NamedTuple):
+    """One worker of one environment, as the report shows it."""
+
+    header: str
+    settings: EnvironmentSettings
+    worker: WorkerSettings
+    contract: WorkerContract
+
+
+class EnvironmentContracts(NamedTuple):
+    """An environment's settings and each of its workers' contract, by worker name."""
+
+    settings: EnvironmentSettings
+    contracts: dict[str, WorkerContract]
+
+
+def columns(stacks: Iterable[EnvironmentContracts]) -> list[Column]:
+    """A column per worker: the environment's name where it has one worker, else the environment over the
+    worker's name on two lines (``demo`` / ``reports``), so a five-worker app still fits 120 columns."""
+    found = []
+    for stack in stacks:
+        many = len(stack.settings.workers) > 1
+        for worker in stack.settings.workers:
+            header = f"{stack.settings.name}\n{worker.name}" if many else stack.settings.name
+            found.append(Column(header, stack.settings, worker, stack.contracts[worker.name]))
+    return found
+
+
+def settings_rows(settings: EnvironmentSettings, worker: WorkerSettings | None = None) -> dict[str, str]:
+    """The report's rows for alarm routing and guards: the environment's, with ``worker``'s own secrets (every
+    worker's when None): label -> value."""
     paging = str(len(settings.paging_emails) + len(settings.paging_https))
     return {
         "paging subscriptions": f"{PAGING_ENDPOINT_PARAMETER} (deploy parameter)"
@@ -74,7 +106,7 @@ def settings_rows(settings: EnvironmentSettings) -> dict[str, str]:
         else paging,
         "ticket subscriptions": str(len(settings.ticket_emails) + len(settings.ticket_https)),
         "pages go to": "tickets" if settings.pages_to_tickets else "paging",
-        "secrets (ECS secrets)": ", ".join(settings.secrets) or "none",
+        "secrets (ECS secrets)": ", ".join(worker.secrets if worker else settings.secrets) or "none",
         "who may send": f"{len(settings.producers)} producers + consumer" if settings.producers else "IAM decides",
     }
 
@@ -133,15 +165,16 @@ def main(
         raise typer.Exit(1) from error
     elapsed = time.monotonic() - started
 
-    table = Table(title="Worker contract per environment (derived once, used by the stack and the consumer)")
+    shown = columns(EnvironmentContracts(s.settings, {n: w.contract for n, w in s.workers.items()}) for s in stacks)
+    table = Table(title="Worker contract per worker (derived once, used by the stack and the consumer)")
     table.add_column("parameter", overflow="fold")  # a narrow terminal wraps a cell, never cuts it
-    for stack in stacks:
-        table.add_column(stack.settings.name, justify="right", overflow="fold")
-    table.add_row("handler", *[s.settings.handler.rpartition(".")[2] for s in stacks])
-    table.add_row("tasks (min..max)", *[f"{s.settings.min_tasks}..{s.settings.max_tasks}" for s in stacks])
+    for column in shown:
+        table.add_column(column.header, justify="right", overflow="fold")
+    table.add_row("handler", *[c.worker.handler.rpartition(".")[2] for c in shown])
+    table.add_row("tasks (min..max)", *[f"{c.worker.min_tasks}..{c.worker.max_tasks}" for c in shown])
     for label, attribute in ROWS:
-        table.add_row(label, *[human(attribute, getattr(s.contract, attribute)) for s in stacks])
-    rows = [settings_rows(s.settings) for s in stacks]
+        table.add_row(label, *[human(attribute, getattr(c.contract, attribute)) for c in shown])
+    rows = [settings_rows(c.settings, c.worker) for c in shown]
     for label in rows[0]:
         table.add_row(label, *[r[label] for r in rows])
     console.print(table)

@@ -2,8 +2,10 @@
 
 A :class:`Row` is one request and what AWS must answer: (principal, action, resource, context,
 expected). Principals and resources are named by role (``task-role``, ``source``, ``{topic}``, ...)
-and bound per environment by :class:`Bindings`, from the resolved template itself: the task
-definition's roles and container environment, the alarms' actions, the topics' keys. Each request is
+and bound per worker by :class:`Bindings`, from the resolved template itself: the worker's task
+definition's roles and container environment, its alarms' actions, the topics' keys. A resource named
+``sibling:<resource>`` is the same resource of every other worker of the stack, so a grant that leaks
+across workers is a row that fails. Each request is
 then evaluated by ``tests/infra/simulate.mjs`` (``@cloud-copilot/iam-simulate``) with the principal's
 identity policies and the resource's policy (queue policy, topic policy, key policy) together, as AWS
 evaluates them; all requests of a run go to Node in one batch.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,6 +35,8 @@ OTHER_ACCOUNT = "444455556666"
 TASK_ID = "0123456789abcdef0123456789abcdef"
 #: Row placeholders repeated for each secret the container declares, by the service holding it.
 SECRET_PLACEHOLDERS = {"ssm_parameter": "ssm", "secretsmanager_secret": "secretsmanager"}
+#: A row resource starting so names that resource of every other worker of the stack (none: no scenario).
+SIBLING = "sibling:"
 #: IAM actions recorded for calls that need no permission (see runtime_call_recorder.NO_PERMISSION_NEEDED).
 NO_ACTION = "none"
 #: Everything allowed to a principal of another account by its own account: a refusal then comes from
@@ -90,16 +94,23 @@ def _single(items: Sequence[Any], what: str) -> Any:
 
 
 class Bindings:
-    """What the placeholders of the rows mean in one resolved template."""
+    """What the placeholders of the rows mean for one worker of a resolved template.
 
-    def __init__(self, environment: str, template: ResolvedTemplate) -> None:
+    ``owned`` is the logical ids of the worker's own resources (task definition, service, alarms, ...); None
+    means the whole template, which must then hold one worker. ``siblings`` (set once every worker of the
+    stack is bound) are the other workers' bindings, which ``sibling:`` rows reach into.
+    """
+
+    def __init__(self, environment: str, template: ResolvedTemplate, owned: Collection[str] | None = None) -> None:
         self.environment = environment
         self.template = template
-        definition = _single(template.of_type("AWS::ECS::TaskDefinition"), "AWS::ECS::TaskDefinition")
+        self.owned = frozenset(template.resources if owned is None else owned)
+        self.siblings: list[Bindings] = []
+        definition = _single(self._owned("AWS::ECS::TaskDefinition"), "AWS::ECS::TaskDefinition")
         self.container = _single(definition.properties["ContainerDefinitions"], "container in the task definition")
         self.task_role = self._role_with_arn(definition.properties["TaskRoleArn"])
         self.execution_role = self._role_with_arn(definition.properties["ExecutionRoleArn"])
-        service = _single(template.of_type("AWS::ECS::Service"), "AWS::ECS::Service")
+        service = _single(self._owned("AWS::ECS::Service"), "AWS::ECS::Service")
         self.cluster_name = str(service.properties.get("Cluster", "default")).rsplit("/", 1)[-1]
         environment_variables = {e["Name"]: e["Value"] for e in self.container.get("Environment", [])}
         self.resources = {
@@ -136,6 +147,9 @@ class Bindings:
 
     # -- lookups in the resolved template -------------------------------------------------------------
 
+    def _owned(self, resource_type: str) -> list[Resource]:
+        return [r for r in self.template.of_type(resource_type) if r.logical_id in self.owned]
+
     def _role_with_arn(self, arn: str) -> Resource:
         return _single([r for r in self.template.of_type("AWS::IAM::Role") if r.attributes["Arn"] == arn], arn)
 
@@ -156,12 +170,9 @@ class Bindings:
         return self.template.arn("logs", f"log-group:{options['awslogs-group']}:log-stream:{stream}")
 
     def alarm_actions(self) -> list[tuple[str, str, str | None]]:
-        """(alarm ARN, topic ARN, the topic's key ARN or None) for every ALARM and OK action of every alarm."""
+        """(alarm ARN, topic ARN, the topic's key ARN or None) for every ALARM and OK action of the worker's alarms."""
         found = []
-        for alarm in [
-            *self.template.of_type("AWS::CloudWatch::Alarm"),
-            *self.template.of_type("AWS::CloudWatch::CompositeAlarm"),
-        ]:
+        for alarm in [*self._owned("AWS::CloudWatch::Alarm"), *self._owned("AWS::CloudWatch::CompositeAlarm")]:
             targets = dict.fromkeys([*alarm.properties.get("AlarmActions", []), *alarm.properties.get("OKActions", [])])
             for topic_arn in targets:
                 found.append((alarm.attributes["Arn"], topic_arn, self._key_of_topic(topic_arn)))
@@ -284,9 +295,18 @@ class Bindings:
 
     def scenarios(self, category: str, rows: Iterable[Row]) -> list[Scenario]:
         """Bind ``rows``; a row naming ``{alarm}``, ``{topic}`` or ``{key}`` is repeated for every alarm action,
-        ``{ssm_parameter}`` / ``{secretsmanager_secret}`` for every container secret of that service (none: no scenario)."""
+        ``{ssm_parameter}`` / ``{secretsmanager_secret}`` for every container secret of that service, and a
+        ``sibling:`` resource for that resource of every other worker (none: no scenario)."""
         bound = []
         for row in rows:
+            if row.resource.startswith(SIBLING):
+                # This worker's principal on each other worker's resource: bound there, requested from here.
+                bound += [
+                    self._scenario(category, row._replace(resource=arn), {})
+                    for sibling in self.siblings
+                    for arn in sibling.arns(row.resource)
+                ]
+                continue
             text = json.dumps(row)
             if "{alarm}" in text or "{topic}" in text or "{key}" in text:
                 values = [
@@ -295,14 +315,24 @@ class Bindings:
                     if key is not None or "{key}" not in text
                 ]
             elif placeholder := next((p for p in SECRET_PLACEHOLDERS if "{" + p + "}" in text), None):
-                values = [{placeholder: arn} for arn in self.secrets[SECRET_PLACEHOLDERS[placeholder]]]
+                values = [{placeholder: arn} for arn in self.arns(placeholder)]
             elif "{any_topic}" in text:
                 values = [{"any_topic": topic} for topic in self.topics()]
             else:
                 values = [{}]
-            for value in values:
-                bound.append(self._scenario(category, row, value))
+            bound += [self._scenario(category, row, value) for value in values]
         return list(dict.fromkeys(bound))
+
+    def arns(self, resource: str) -> list[str]:
+        """What ``resource`` (``sibling:`` stripped) names in this worker: a :attr:`resources` key or a secret
+        placeholder (every declared secret of that service)."""
+        name = resource.removeprefix(SIBLING)
+        if name in self.resources:
+            return [self.resources[name]]
+        placeholder = name.strip("{}")
+        if placeholder in SECRET_PLACEHOLDERS:
+            return self.secrets[SECRET_PLACEHOLDERS[placeholder]]
+        raise ResolveError(f"resource {resource!r} is not known to the permissions tier")
 
     def _scenario(self, category: str, row: Row, value: Mapping[str, str]) -> Scenario:
         names = {

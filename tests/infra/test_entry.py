@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from infra.app import cdk_json_context
-from infra.settings import CONTEXT_KEY
+from infra.settings import CONTEXT_KEY, parse_environment
 from infra.toolchain import NODE_BIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,6 +116,25 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
     assert "…" not in handler_row and "notifications" in handler_row
 
 
+def test_the_report_shows_every_worker_of_every_environment(tmp_path: Path) -> None:
+    """A column per worker: one-worker environments under their name, demo's two workers each under "demo" over
+    the worker's name, with its own handler, fleet and derived timings (the report job's 10 minutes)."""
+    out = report(tmp_path, {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+
+    def cells(label: str) -> list[str]:
+        row = next(line for line in lines if line.startswith(("│ " + label, "┃ " + label)))
+        return [cell.strip() for cell in row.strip("│┃").split(row[0])[1:]]
+
+    header_above = next(line for line in lines if line.startswith("┃ ") and "demo" in line)
+    assert [cell.strip() for cell in header_above.strip("┃").split("┃")] == ["", "", "", "", "demo", "demo"]
+    assert cells("parameter") == ["dev", "staging", "prod", "notifications", "reports"]
+    assert cells("handler") == [*["notifications:handle"] * 3, "demo:handle", "reports:handle"]
+    assert cells("declared max duration")[3:] == ["30 s", "600 s (10 min)"]
+    assert cells("concurrency per task")[3:] == ["8", "2"]
+
+
 #: Runs app.py as a python3 without the CDK installed would (the machine's, when `npx cdk` runs outside the venv).
 WITHOUT_CDK = """
 import importlib.abc, runpy, sys
@@ -136,3 +155,32 @@ def test_app_py_without_the_cdk_says_how_in_one_line() -> None:
     (line,) = result.stderr.splitlines()
     assert line.startswith("app.py: the AWS CDK is not installed for ")
     assert "make synth ENV=<env>" in line and ". .venv/bin/activate" in line
+
+
+def test_the_report_shows_each_workers_own_secrets_under_a_two_line_header() -> None:
+    """Each worker's column lists its own secrets only; a one-worker environment's header is its name alone."""
+    from infra.report import EnvironmentContracts, columns, settings_rows
+
+    teams = parse_environment(
+        "teams",
+        {
+            "workers": {
+                "notifications": {
+                    "handler": "consumer.examples.notifications:handle",
+                    "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/teams/notify-webhook-url"},
+                },
+                "reports": {"handler": "workers.reports:handle", "secrets": {"REPORTS_KEY": "ssm:/teams/reports-key"}},
+            }
+        },
+    )
+    dev = parse_environment("dev", cdk_json_context()[CONTEXT_KEY]["dev"])
+    shown = columns(
+        EnvironmentContracts(settings, {w.name: settings.contract(w) for w in settings.workers})
+        for settings in (dev, teams)
+    )
+    assert [c.header for c in shown] == ["dev", "teams\nnotifications", "teams\nreports"]
+    assert [settings_rows(c.settings, c.worker)["secrets (ECS secrets)"] for c in shown] == [
+        "none",
+        "NOTIFY_WEBHOOK_URL",
+        "REPORTS_KEY",
+    ]

@@ -3,19 +3,23 @@
 moto enforces no IAM, resource or KMS key policy. Here every environment of cdk.json (and the
 contract/settings variants that change policies) is synthesized, resolved to concrete ARNs in a fake
 account (tests/infra/resolve.py) and evaluated with a real policy evaluator, @cloud-copilot/iam-simulate
-(identity, resource and key policies together). The scenarios are the tables below; the task role's
-rows come from tests/infra/runtime_calls.json, which the integration tier keeps equal to what the
-runtime really calls.
+(identity, resource and key policies together). The scenarios are the tables below, bound per worker
+(``env`` for a one-worker environment, ``env/worker`` where there are several); the task role's rows come
+from tests/infra/runtime_calls.json, which the integration tier keeps equal to what the runtime really
+calls, and each of them is refused on every other worker's queues and table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from aws_cdk import CfnElement, Stack
 
 from infra.app import cdk_json_context
 from infra.settings import CONTEXT_KEY
+from infra.worker import Worker
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
 from tests.infra.permissions import (
     ALLOWED,
@@ -23,6 +27,7 @@ from tests.infra.permissions import (
     EXPLICITLY_DENIED,
     NO_ACTION,
     OTHER_ACCOUNT,
+    SIBLING,
     TASK_ID,
     Bindings,
     Row,
@@ -39,7 +44,8 @@ PRODUCER = "orders-api"
 PARTNER = "partner"
 PRODUCERS = [f"arn:aws:iam::{FAKE_ACCOUNT}:role/{PRODUCER}", f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}"]
 #: Variants whose policies differ from cdk.json's environments: a FIFO pair, an existing VPC and cluster,
-#: named producers with Secrets Manager secrets (staging and prod read SSM parameters).
+#: named producers with Secrets Manager secrets (staging and prod read SSM parameters), and two workers each
+#: with secrets of its own (demo's two workers have none), so each execution role is refused the other's.
 VARIANTS: dict[str, dict[str, Any]] = {
     "fifo": {"handler": "tests.infra.handlers:ordered"},
     "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
@@ -51,8 +57,34 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "PARTNER_KEY": f"secretsmanager:arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-Xy34Zw",
         },
     },
+    "teams": {
+        "workers": {
+            "notifications": {
+                "handler": "consumer.examples.notifications:handle",
+                "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/sqs-worker/teams/notify-webhook-url"},
+            },
+            "reports": {
+                "handler": "workers.reports:handle",
+                "secrets": {
+                    "REPORTS_STORE_URL": "ssm:/sqs-worker/teams/reports-store-url",
+                    "REPORTS_SIGNING_KEY": "secretsmanager:team/reports-Ef56Gh#key",
+                },
+            },
+        }
+    },
 }
-ENVIRONMENTS = [*cdk_json_context()[CONTEXT_KEY], *VARIANTS]
+
+
+def worker_labels(environment: str, workers: Mapping[str, Any]) -> list[str]:
+    """How the tests name each worker: the environment alone where it has one worker (ids as always)."""
+    return [f"{environment}/{name}" for name in workers] if len(workers) > 1 else [environment]
+
+
+ALL_ENVIRONMENTS: dict[str, Any] = {**cdk_json_context()[CONTEXT_KEY], **VARIANTS}
+#: Every worker of every environment and variant, as the tests name them.
+ENVIRONMENTS = [label for env, s in ALL_ENVIRONMENTS.items() for label in worker_labels(env, s.get("workers", {}))]
+#: The workers that share their stack with another worker.
+SHARING = [label for label in ENVIRONMENTS if "/" in label]
 #: Deploy-time values of the templates' CloudFormation parameters (a parameter without a default and
 #: without a value here fails the resolver, naming it): prod's paging address is given at deploy.
 PARAMETERS: dict[str, str] = {"PagingEndpoint": "oncall@yourco.com"}
@@ -167,27 +199,69 @@ SENDERS_UNRESTRICTED: list[Row] = [
     Row("admin-role/admin", "sqs:SendMessage", "source", {}, ALLOWED, "no producers named: IAM decides"),
 ]
 
+
+def other_worker_rows() -> list[Row]:
+    """Each worker's roles on every other worker of its stack: the runtime's calls on the other's queues and
+    table, its DLQ read, its secrets and its log stream, all refused (a grant leaking across workers fails)."""
+    calls = {(c["action"], c["resource"]) for c in load_runtime_calls() if c["action"] != NO_ACTION}
+    calls.add(("sqs:ReceiveMessage", "dlq"))  # the other worker's failed messages are its operator's
+    rows = [
+        Row("task-role", action, SIBLING + resource, {}, DENIED, f"another worker's {resource}")
+        for action, resource in sorted(calls)
+        if resource in ("source", "dlq", "idempotency-table")
+    ]
+    return [
+        *rows,
+        Row("execution-role", "ssm:GetParameters", SIBLING + "{ssm_parameter}", {}, DENIED, "another worker's secret"),
+        Row(
+            "execution-role",
+            "secretsmanager:GetSecretValue",
+            SIBLING + "{secretsmanager_secret}",
+            {},
+            DENIED,
+            "another worker's secret",
+        ),
+        Row("task-role", "ssm:GetParameters", SIBLING + "{ssm_parameter}", {}, DENIED, "another worker's secret"),
+        Row("execution-role", "logs:PutLogEvents", SIBLING + "log-stream", {}, DENIED, "another worker's log group"),
+    ]
+
+
 CATEGORIES = {"paging": PAGING, "refused": REFUSED, "execution-role": EXECUTION_ROLE}
+
+
+def owned_logical_ids(worker: Worker) -> set[str]:
+    """The logical ids of every CloudFormation resource under ``worker``'s construct."""
+    stack = Stack.of(worker)
+    return {stack.get_logical_id(c) for c in worker.node.find_all() if isinstance(c, CfnElement)}
 
 
 @pytest.fixture(scope="module")
 def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
-    """Every environment and variant synthesized once (one app) and resolved to concrete ARNs."""
-    environments = {**cdk_json_context()[CONTEXT_KEY], **VARIANTS}
-    synthesized = synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: environments})
-    return {
-        name: Bindings(name, resolve_template(env.json, stack_name=env.stack.stack_name, parameters=PARAMETERS))
-        for name, env in synthesized.items()
-    }
+    """Every worker of every environment and variant synthesized once (one app), resolved to concrete ARNs."""
+    synthesized = synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ALL_ENVIRONMENTS})
+    bound: dict[str, Bindings] = {}
+    for name, env in synthesized.items():
+        template = resolve_template(env.json, stack_name=env.stack.stack_name, parameters=PARAMETERS)
+        labels = worker_labels(name, env.stack.workers)
+        workers = {
+            label: Bindings(label, template, owned_logical_ids(worker))
+            for label, worker in zip(labels, env.stack.workers.values(), strict=True)
+        }
+        for bindings in workers.values():
+            bindings.siblings = [other for other in workers.values() if other is not bindings]
+        bound.update(workers)
+    return bound
 
 
 @pytest.fixture(scope="module")
 def evaluated(bound: dict[str, Bindings]) -> dict[tuple[str, str], list[tuple[Scenario, str | None]]]:
-    """Every scenario of every environment, evaluated in one batch."""
+    """Every scenario of every worker, evaluated in one batch."""
     scenarios: list[Scenario] = []
     for bindings in bound.values():
-        senders = SENDERS if "producers" in VARIANTS.get(bindings.environment, {}) else SENDERS_UNRESTRICTED
-        for category, rows in {**CATEGORIES, "runtime": runtime_rows(), "senders": senders}.items():
+        environment = bindings.environment.split("/")[0]
+        senders = SENDERS if "producers" in VARIANTS.get(environment, {}) else SENDERS_UNRESTRICTED
+        categories = {**CATEGORIES, "runtime": runtime_rows(), "senders": senders, "other-workers": other_worker_rows()}
+        for category, rows in categories.items():
             scenarios += bindings.scenarios(category, rows)
     answers = evaluate(scenarios)
     grouped: dict[tuple[str, str], list[tuple[Scenario, str | None]]] = {}
@@ -221,6 +295,13 @@ def test_what_must_be_refused_is_refused(evaluated: dict, environment: str) -> N
     check(evaluated, environment, "refused")
 
 
+@pytest.mark.parametrize("environment", SHARING)
+def test_no_worker_reaches_another_workers_queues_table_secrets_or_logs(evaluated: dict, environment: str) -> None:
+    """Every call the runtime makes on its own queues and table is refused on each other worker's, and so are
+    the other's DLQ, secrets and log stream."""
+    check(evaluated, environment, "other-workers")
+
+
 @pytest.mark.parametrize("environment", ENVIRONMENTS)
 def test_execution_role_pulls_the_image_and_writes_logs_only(evaluated: dict, environment: str) -> None:
     """The execution role pulls the asset image and writes its log stream; nothing broader."""
@@ -246,6 +327,15 @@ def test_secrets_are_bound_where_the_container_declares_them(bound: dict[str, Bi
         f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/notify-Ab12Cd",
         f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-Xy34Zw",
     ]
+    # Each worker's own, so each execution role's rows name only its secrets and the other's are refused.
+    assert bound["teams/notifications"].secrets == {
+        "ssm": [f"arn:aws:ssm:eu-west-1:{FAKE_ACCOUNT}:parameter/sqs-worker/teams/notify-webhook-url"],
+        "secretsmanager": [],
+    }
+    assert bound["teams/reports"].secrets == {
+        "ssm": [f"arn:aws:ssm:eu-west-1:{FAKE_ACCOUNT}:parameter/sqs-worker/teams/reports-store-url"],
+        "secretsmanager": [f"arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/reports-Ef56Gh"],
+    }
 
 
 def test_runtime_calls_file_names_known_resources_and_says_why_a_call_is_skipped() -> None:
@@ -454,3 +544,26 @@ def test_tier_binds_the_resources_the_stack_really_uses(bound: dict[str, Binding
     assert [topic.split(":")[-1].split("-")[2] for topic in {topic for _, topic, _ in actions}] == [
         "TicketsTopicC7E9F99F"
     ]
+
+
+def test_tier_binds_each_worker_to_its_own_resources_and_every_alarm_once(bound: dict[str, Bindings]) -> None:
+    """demo's workers each bind their own queues, table and roles, and together every alarm action of the stack."""
+    first, second = bound["demo/notifications"], bound["demo/reports"]
+    assert first.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-demo-source"
+    assert second.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-demo-reports-source"
+    assert second.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-demo-reports-dlq"
+    for key in ("idempotency-table", "log-stream"):
+        assert first.resources[key] != second.resources[key]
+    assert first.task_role.name != second.task_role.name
+    assert first.execution_role.name != second.execution_role.name
+    assert first.siblings == [second] and second.siblings == [first]
+    alarms = [{alarm for alarm, _, _ in b.alarm_actions()} for b in (first, second)]
+    assert not alarms[0] & alarms[1]
+    template = first.template
+    with_actions = {
+        a.attributes["Arn"]
+        for kind in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm")
+        for a in template.of_type(kind)
+        if a.properties.get("AlarmActions") or a.properties.get("OKActions")
+    }
+    assert alarms[0] | alarms[1] == with_actions
