@@ -261,7 +261,9 @@ def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_nam
 def _task_definition(template: Mapping[str, Any], stack_name: str, worker: str | None) -> Mapping[str, Any]:
     """The task definition ``worker`` runs, by the metadata :class:`infra.worker.Worker` sets; the only one when
     ``worker`` is None; else a :class:`TaskDefinitionError` listing the workers there are."""
-    definitions = [r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"]
+    definitions: list[Mapping[str, Any]] = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"
+    ]
     if not definitions:
         raise TaskDefinitionError(f"{stack_name}: expected an AWS::ECS::TaskDefinition, found none")
     if worker is None and len(definitions) == 1:
