@@ -5,11 +5,14 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
 from consumer.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from consumer.local.stack import LocalStack
 
 #: ``local up``'s port, fixed so the environment it writes stays valid across restarts. Below every
 #: common ephemeral range (Linux 32768-60999, others 49152+), so no outgoing connection holds it, and
@@ -29,18 +32,18 @@ def local_up(
         LOCAL_PORT, min=0, max=65535, help="Port on 127.0.0.1, fixed so the env file stays valid (0 = any free port)."
     ),
     env_file: Path = typer.Option(
-        DEFAULT_ENV_FILE, help="Write the task's environment here (KEY=value lines) before serving."
+        DEFAULT_ENV_FILE,
+        help="Write the first worker's task environment here (KEY=value lines) before serving; on a stack of"
+        " several workers each one's also goes to .local.<worker>.env next to it.",
     ),
 ) -> None:
-    """Start moto's server on 127.0.0.1, create the stack from TEMPLATE, write the task's environment, wait for Ctrl-C.
+    """Start moto's server on 127.0.0.1, create the stack from TEMPLATE, write each worker's environment, wait for Ctrl-C.
 
     In another terminal: `set -a; . ./.local.env; set +a; python -m consumer run`, then
-    `python -m consumer local send` to give it an event.
+    `python -m consumer local send` to give it an event (`--worker NAME` on a stack of several workers).
     """
-    import shlex
     import threading
 
-    from consumer.local.manual import shell_path, write_env_file
     from consumer.local.stack import LocalProvisioningError, provision, start_server
 
     try:
@@ -52,25 +55,17 @@ def local_up(
             local = provision(endpoint, Path(template))
         except LocalProvisioningError as error:
             _fail(error)
-        environment = local.process_environment()
-        write_env_file(
-            env_file,
-            environment,
-            header=f"the environment the ECS task of {local.stack_name} receives, resolved to the local stack on"
-            f" {endpoint},\nplus what a local process needs; written by `python -m consumer local up`."
-            f"\nload it: set -a; . {shell_path(env_file)}; set +a",
-        )
-        python = _python()
-        send = f"{python} -m consumer local send"
-        if env_file != DEFAULT_ENV_FILE:
-            send += f" --env-file {shlex.quote(str(env_file))}"
         print(f"local stack {local.stack_name} on {endpoint}; alarms: {', '.join(local.alarms)}")
         if local.skipped:
             print(f"not created locally: {', '.join(local.skipped)}")
-        print(f"wrote the task's environment ({len(environment)} variables) to {env_file}")
-        print("ready; Ctrl-C stops the server. In another terminal, start a consumer, then send it an event:")
-        print(f"  set -a; . {shell_path(env_file)}; set +a; {python} -m consumer run")
-        print(f"  {send}", flush=True)
+        commands = _write_worker_env_files(local, env_file)
+        several = len(local.workers) > 1
+        print(
+            "ready; Ctrl-C stops the server. In another terminal, start a consumer, then send it an event"
+            + (" (a terminal per worker):" if several else ":")
+        )
+        for command in commands:
+            print(f"  {command}", flush=True)
         stopped = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stopped.set())
@@ -79,10 +74,54 @@ def local_up(
         server.stop()
 
 
+def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
+    """Write the first worker's environment to ``env_file`` and, on a stack of several workers, each worker's to
+    its :func:`~consumer.local.manual.worker_env_file`; print one line per worker (name, handler, queue, file)
+    and return the commands to run and feed each worker's consumer."""
+    import shlex
+
+    from consumer.contract import HANDLER_ENV
+    from consumer.local.manual import shell_path, worker_env_file, write_env_file
+
+    several = len(local.workers) > 1
+    python = _python()
+    commands = []
+    for index, worker in enumerate(local.workers):
+        environment = local.process_environment(worker)
+        paths = ([env_file] if index == 0 else []) + ([worker_env_file(env_file, worker)] if several else [])
+        for path in paths:
+            write_env_file(
+                path,
+                environment,
+                header=f"the environment the ECS task of worker {worker} of {local.stack_name} receives, resolved to"
+                f" the local stack on {local.endpoint},\nplus what a local process needs; written by"
+                f" `python -m consumer local up`.\nload it: set -a; . {shell_path(path)}; set +a",
+            )
+        print(
+            f"worker {worker}: handler {environment.get(HANDLER_ENV, '?')}, queue {environment.get('QUEUE_URL', '?')};"
+            f" its task's environment ({len(environment)} variables) in {' and '.join(map(str, paths))}"
+        )
+        send = f"{python} -m consumer local send"
+        if env_file != DEFAULT_ENV_FILE:
+            send += f" --env-file {shlex.quote(str(env_file))}"
+        if several:
+            send += f" --worker {worker}"
+        commands += [f"set -a; . {shell_path(paths[-1])}; set +a; {python} -m consumer run", send]
+    return commands
+
+
 @local_app.command("send")
 def local_send(
     count: int = typer.Option(1, min=1, max=100, help="How many events to send."),
-    poison: bool = typer.Option(False, "--poison", help="Send events that break the schema (they go to the DLQ)."),
+    poison: bool = typer.Option(
+        False, "--poison", help="Send events the worker's handler refuses as poison (they go to the DLQ)."
+    ),
+    worker: str | None = typer.Option(
+        None, help="Send to this worker's queue (its env file, .local.<worker>.env, as `local up` wrote it)."
+    ),
+    body: str | None = typer.Option(
+        None, help="Send this text as each message's body instead of samples (for a handler without samples)."
+    ),
     env_file: Path | None = typer.Option(
         None,
         help="The env file `local up` wrote; without it QUEUE_URL and AWS_ENDPOINT_URL from the environment,"
@@ -90,25 +129,29 @@ def local_send(
         show_default=False,
     ),
 ) -> None:
-    """Send sample notification events (the example handler's schema) to the local stack's source queue."""
+    """Send sample events that fit the worker's handler (notifications, or report requests) to its source queue."""
     import os
 
-    from consumer.local.manual import send_environment, send_samples
+    from consumer.local.manual import body_plan, samples_for, send_environment, send_samples
     from consumer.local.stack import LocalProvisioningError
 
+    if body is not None and poison:
+        _fail(ValueError(f'"--body" must not come with "--poison" (the body is sent as given): {body!r}'))
     try:
-        environment, source = send_environment(os.environ, env_file, DEFAULT_ENV_FILE)
-        queue_url, sent = send_samples(environment, count, poison)
+        environment, source = send_environment(os.environ, env_file, DEFAULT_ENV_FILE, worker)
+        if body is not None:
+            queue_url, sent = send_samples(environment, count, False, plan=lambda n, _: body_plan(n, body))
+        else:
+            samples = samples_for(environment)
+            queue_url, sent = send_samples(environment, count, poison, plan=samples.plan)
     except LocalProvisioningError as error:
         _fail(error)
-    kind = "schema-breaking (poison)" if poison else "valid"
+    kind = "given-body" if body is not None else "poison" if poison else "valid"
     print(f"sent {len(sent)} {kind} event(s) to {queue_url} (from {source}):")
     for event in sent:
         print(f"  event_id {event.event_id}  message_id {event.message_id}")
-    if poison:
-        print("the consumer logs message_moved_to_dlq for each; `python -m consumer dlq peek` (env loaded) shows them")
-    else:
-        print("the consumer logs message_processed for each (a dry run on dev: notification_dry_run first)")
+    if body is None:
+        print(samples.poisoned if poison else samples.processed)
 
 
 def _fail(error: Exception) -> NoReturn:

@@ -3,9 +3,12 @@
 ``local up`` serves until Ctrl-C, so its output cannot be ``eval``-ed: it writes the task's
 environment to a file instead (``KEY=value`` lines, each value quoted for a POSIX shell), which
 ``set -a; . ./.local.env; set +a`` loads in another terminal and :func:`read_env_file` reads back.
-``local send`` puts valid notification events (the harness's :func:`sample_event`, which the demo
-sends too) on the queue that environment names, and only on a loopback endpoint: it is no producer
-for a deployed queue.
+On a stack of several workers the first worker's environment is still in ``.local.env`` (so the
+one-worker commands keep working), and each worker's is in ``.local.<worker>.env`` as well
+(:func:`worker_env_file`), which ``local send --worker NAME`` reads.
+``local send`` puts sample events that fit the worker's handler (:func:`samples_for`: the
+notification events the demo sends too, or report requests) on the queue that environment names,
+and only on a loopback endpoint: it is no producer for a deployed queue.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 import json
 import shlex
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from consumer.contract import HANDLER_ENV
 from consumer.local.harness import Planned, batch_entries, batches, sample_event
 from consumer.local.stack import LocalProvisioningError, local_client
 
@@ -57,14 +61,43 @@ def read_env_file(path: Path) -> dict[str, str]:
     return environment
 
 
+def worker_env_file(env_file: Path, worker: str) -> Path:
+    """Where ``local up`` writes ``worker``'s environment next to ``env_file``: ``.local.env`` ->
+    ``.local.reports.env`` (the name before the suffix, so the file still ends in ``.env``)."""
+    return env_file.with_name(f"{env_file.stem}.{worker}{env_file.suffix}")
+
+
+def env_file_workers(env_file: Path) -> list[str]:
+    """The workers ``local up`` wrote an env file for next to ``env_file`` (:func:`worker_env_file`'s names)."""
+    pattern = worker_env_file(env_file, "*").name
+    names = (
+        path.name.removeprefix(f"{env_file.stem}.").removesuffix(env_file.suffix)
+        for path in env_file.parent.glob(pattern)
+    )
+    return sorted(name for name in names if "." not in name)
+
+
 def send_environment(
-    environ: Mapping[str, str], env_file: Path | None, default_file: Path
+    environ: Mapping[str, str], env_file: Path | None, default_file: Path, worker: str | None = None
 ) -> tuple[dict[str, str], str]:
     """Where ``local send`` finds the queue, and a word on where that came from.
 
-    ``env_file`` when given; else this shell's environment when it has ``QUEUE_URL`` (loaded from
-    the file, say); else ``default_file``, where ``local up`` writes it.
+    With ``worker``, that worker's file next to ``env_file`` (default ``default_file``); else ``env_file``
+    when given; else this shell's environment when it has ``QUEUE_URL`` (loaded from the file, say); else
+    ``default_file``, where ``local up`` writes it.
     """
+    if worker is not None:
+        base = env_file or default_file
+        path = worker_env_file(base, worker)
+        if not path.is_file():
+            there = (
+                ", ".join(env_file_workers(base)) or f"none: {base} alone is a one-worker stack's, leave --worker out"
+            )
+            raise LocalProvisioningError(
+                f'"--worker" must be one of the workers `local up` wrote an env file for next to {base} ({there}):'
+                f" {worker!r}"
+            )
+        return read_env_file(path), str(path)
     if env_file is None and "QUEUE_URL" in environ:
         return dict(environ), "the environment"
     path = env_file or default_file
@@ -77,16 +110,86 @@ def send_environment(
 
 
 def sample_plan(count: int, poison: bool) -> list[Planned]:
-    """``count`` sample events, each with a new id (also its idempotency key), so a second send is
-    processed again rather than skipped as a duplicate; with ``poison`` each breaks the schema."""
+    """``count`` sample notification events, each with a new id (also its idempotency key), so a second send
+    is processed again rather than skipped as a duplicate; with ``poison`` each breaks the schema."""
+
+    def event(event_id: str, index: int) -> dict[str, Any]:
+        # A channel outside the schema's enum: the handler refuses it as poison, and the reason names the rule.
+        return sample_event(event_id, index, **({"channel": "pigeon"} if poison else {}))
+
+    return _plan("evt-local", count, poison, event)
+
+
+def report_plan(count: int, poison: bool) -> list[Planned]:
+    """``count`` sample ``report.requested`` events (``workers.reports``), each with a new ``report_id`` (also its
+    idempotency key); with ``poison`` each has a row one cell short, which the handler refuses as poison."""
+
+    def event(report_id: str, index: int) -> dict[str, Any]:
+        rows: list[list[Any]] = [["eu", 12 + index], ["us", 30]]
+        return {
+            "report_id": report_id,
+            "type": "report.requested",
+            "title": f"Sales by region ({index + 1})",
+            "columns": ["region", "orders"],
+            "rows": [["eu"], *rows[1:]] if poison else rows,
+        }
+
+    return _plan("report-local", count, poison, event)
+
+
+def body_plan(count: int, body: str) -> list[Planned]:
+    """``count`` messages with ``body`` as it is (``--body``), each with a new idempotency key."""
+    return _plan("body-local", count, False, lambda _id, _index: body)
+
+
+def _plan(prefix: str, count: int, poison: bool, make: Callable[[str, int], Any]) -> list[Planned]:
     run = uuid.uuid4().hex[:8]
     plan = []
     for index in range(count):
-        event_id = f"evt-local-{run}-{index:03d}"
-        # A channel outside the schema's enum: the handler refuses it as poison, and the reason names the rule.
-        event = sample_event(event_id, index, **({"channel": "pigeon"} if poison else {}))
-        plan.append(Planned(event_id, "poison" if poison else "sample", json.dumps(event, ensure_ascii=False)))
+        event_id = f"{prefix}-{run}-{index:03d}"
+        made = make(event_id, index)
+        body = made if isinstance(made, str) else json.dumps(made, ensure_ascii=False)
+        plan.append(Planned(event_id, "poison" if poison else "sample", body))
     return plan
+
+
+class Samples(NamedTuple):
+    """The sample events that fit a handler, and what its consumer logs for them."""
+
+    plan: Callable[[int, bool], list[Planned]]
+    processed: str
+    poisoned: str
+
+
+NOTIFICATION_SAMPLES = Samples(
+    sample_plan,
+    "the consumer logs message_processed for each (a dry run on dev: notification_dry_run first)",
+    "the consumer logs message_moved_to_dlq for each; `python -m consumer dlq peek` (env loaded) shows them",
+)
+REPORT_SAMPLES = Samples(
+    report_plan,
+    "the consumer logs message_processed for each (a declared dry run: report_dry_run first)",
+    NOTIFICATION_SAMPLES.poisoned,
+)
+#: The handlers :func:`samples_for` has samples for: the examples' by package, the team's report job by name.
+EXAMPLES_PACKAGE = "consumer.examples."
+REPORTS_HANDLER = "workers.reports:handle"
+
+
+def samples_for(environment: Mapping[str, str]) -> Samples:
+    """The samples that fit the handler ``environment`` names (``CONSUMER_HANDLER``, the notification samples when
+    unset); for another handler a :class:`LocalProvisioningError` naming it and saying how to send a body of one's
+    own."""
+    handler = environment.get(HANDLER_ENV)
+    # No handler named (QUEUE_URL set by hand): the notification samples, as before workers had handlers of their own.
+    if handler is None or handler.startswith(EXAMPLES_PACKAGE):
+        return NOTIFICATION_SAMPLES
+    if handler == REPORTS_HANDLER:
+        return REPORT_SAMPLES
+    raise LocalProvisioningError(
+        f'"{HANDLER_ENV}" must be a handler `local send` has samples for ({EXAMPLES_PACKAGE}*, {REPORTS_HANDLER}):'
+        f" {handler!r}; send a body of your own with --body TEXT"
+    )
 
 
 class Sent(NamedTuple):
@@ -95,8 +198,10 @@ class Sent(NamedTuple):
     poison: bool
 
 
-def send_samples(environment: Mapping[str, str], count: int, poison: bool) -> tuple[str, list[Sent]]:
-    """Send :func:`sample_plan`'s events to the local ``QUEUE_URL``; returns the queue URL and what was sent."""
+def send_samples(
+    environment: Mapping[str, str], count: int, poison: bool, plan: Callable[[int, bool], list[Planned]] = sample_plan
+) -> tuple[str, list[Sent]]:
+    """Send ``plan``'s events to the local ``QUEUE_URL``; returns the queue URL and what was sent."""
     queue_url = environment.get("QUEUE_URL", "")
     endpoint = environment.get("AWS_ENDPOINT_URL", "")
     if not queue_url:
@@ -108,7 +213,7 @@ def send_samples(environment: Mapping[str, str], count: int, poison: bool) -> tu
         )
     sqs = local_client("sqs", endpoint)
     sent = []
-    for batch in batches(sample_plan(count, poison)):
+    for batch in batches(plan(count, poison)):
         response = _send_batch(sqs, queue_url, {str(n): p for n, p in enumerate(batch)})
         by_entry = {entry["Id"]: entry["MessageId"] for entry in response.get("Successful", [])}
         sent += [Sent(p.event_id, by_entry[str(n)], poison) for n, p in enumerate(batch)]

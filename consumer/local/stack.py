@@ -126,7 +126,8 @@ def _check_port_free(port: int) -> None:
 
 def local_client(service: str, endpoint: str) -> Any:
     """A boto3 client for ``service`` on the local endpoint, with the local region and credentials."""
-    return boto3.client(
+    make: Any = boto3.client  # any service by name: the stubs' overloads want a literal one
+    return make(
         service,
         endpoint_url=endpoint,
         region_name=LOCAL_REGION,
@@ -219,7 +220,7 @@ def _name_tables(template: dict[str, Any], stack_name: str) -> None:
 def _wait_for_stack(cloudformation: Any, stack_name: str) -> dict[str, Any]:
     deadline = time.monotonic() + STACK_TIMEOUT_SECONDS
     while True:
-        stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
+        stack: dict[str, Any] = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
         status = stack["StackStatus"]
         if status == "CREATE_COMPLETE":
             return stack

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.local.image import IMAGE_REPOSITORY, BuiltImage, Engine, build_image
+from consumer.local.stack import WORKER_METADATA_KEY
 
 #: ECS's stop timeout when the container definition sets none (Fargate).
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
@@ -64,7 +65,7 @@ class Mount:
 
 @dataclass(frozen=True)
 class TaskContainer:
-    """The (single) container of a stack's task definition, with the image asset it runs."""
+    """The (single) container of one worker's task definition in a stack, with the image asset it runs."""
 
     stack_name: str
     definition: Mapping[str, Any]
@@ -78,12 +79,11 @@ class TaskContainer:
     platform: str | None
 
     @classmethod
-    def from_assembly(cls, outdir: Path, stack_name: str) -> TaskContainer:
+    def from_assembly(cls, outdir: Path, stack_name: str, worker: str | None = None) -> TaskContainer:
+        """The container of ``worker``'s task definition in ``stack_name`` (picked by its ``sqs-worker:worker``
+        metadata); ``worker`` may be left out when the stack has one task definition."""
         template = _read_json(outdir / f"{stack_name}.template.json")
-        definitions = [r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"]
-        if len(definitions) != 1:
-            raise TaskDefinitionError(f"{stack_name}: expected one AWS::ECS::TaskDefinition, found {len(definitions)}")
-        properties = definitions[0]["Properties"]
+        properties = _task_definition(template, stack_name, worker)["Properties"]
         containers = properties["ContainerDefinitions"]
         if len(containers) != 1:
             raise TaskDefinitionError(f"{stack_name}: expected one container definition, found {len(containers)}")
@@ -256,6 +256,26 @@ def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_nam
         "--health-retries", str(check["Retries"]),
         "--health-start-period", f"{check['StartPeriod']}s",
     ]  # fmt: skip
+
+
+def _task_definition(template: Mapping[str, Any], stack_name: str, worker: str | None) -> Mapping[str, Any]:
+    """The task definition ``worker`` runs, by the metadata :class:`infra.worker.Worker` sets; the only one when
+    ``worker`` is None; else a :class:`TaskDefinitionError` listing the workers there are."""
+    definitions: list[Mapping[str, Any]] = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"
+    ]
+    if not definitions:
+        raise TaskDefinitionError(f"{stack_name}: expected an AWS::ECS::TaskDefinition, found none")
+    if worker is None and len(definitions) == 1:
+        return definitions[0]
+    by_worker = {d.get("Metadata", {}).get(WORKER_METADATA_KEY): d for d in definitions}
+    if worker is not None and worker in by_worker:
+        return by_worker[worker]
+    workers = ", ".join(name or "(unnamed)" for name in by_worker)
+    rule = "name one" if worker is None else "must be one of them"
+    raise TaskDefinitionError(
+        f'{stack_name}: "worker" {rule}: {len(definitions)} task definition(s), for the workers {workers}: {worker!r}'
+    )
 
 
 def _required(properties: Mapping[str, Any], key: str, stack_name: str) -> Any:

@@ -3,8 +3,8 @@
 Commands: ``stats``, ``peek``, ``redrive``, ``purge``, ``export`` and ``import``.
 Each finds the queues from, in order: ``--queue-url`` / ``--dlq-url``; the
 ``QUEUE_URL`` / ``DLQ_URL`` environment; ``--stack NAME`` (the stack's
-``QueueUrl`` and ``DeadLetterQueueUrl`` outputs). boto3 reads the region,
-credentials and ``AWS_ENDPOINT_URL`` as usual.
+``QueueUrl`` and ``DeadLetterQueueUrl`` outputs; with ``--worker NAME``, that
+worker's). boto3 reads the region, credentials and ``AWS_ENDPOINT_URL`` as usual.
 
 Nothing here loses a message. A pass keeps every message it received hidden
 until the pass ends (so it never sees one twice) and then releases whatever it
@@ -165,6 +165,13 @@ StackOption = Annotated[
     str | None,
     typer.Option("--stack", help="Read the queue URLs from this CloudFormation stack's outputs."),
 ]
+WorkerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--worker",
+        help="With --stack: this worker's queues (the stack's WorkerNames output lists them; default the first).",
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
 
@@ -178,6 +185,7 @@ def stats(
     queue_url: QueueUrlOption = None,
     dlq_url: DlqUrlOption = None,
     stack: StackOption = None,
+    worker: WorkerOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """DLQ depth, messages in flight, the oldest message's age and roughly when it expires.
@@ -190,7 +198,7 @@ def stats(
     its own failed_at in the reason.
     """
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
     report = dlq_stats(clients("sqs", dlq), dlq)
     if json_output:
         typer.echo(json.dumps(report.as_json()))
@@ -217,6 +225,7 @@ def peek(
     queue_url: QueueUrlOption = None,
     dlq_url: DlqUrlOption = None,
     stack: StackOption = None,
+    worker: WorkerOption = None,
     max_messages: Annotated[int, typer.Option("--max", min=1, help="Messages to look at.")] = 10,
     visibility: Annotated[
         int,
@@ -237,7 +246,7 @@ def peek(
     replaced by placeholders.
     """
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
     records = peek_records(clients("sqs", dlq), dlq, max_messages=max_messages, visibility=visibility)
     if json_output:
         for record in records:
@@ -278,6 +287,7 @@ def redrive(
     queue_url: QueueUrlOption = None,
     dlq_url: DlqUrlOption = None,
     stack: StackOption = None,
+    worker: WorkerOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would move; move nothing.")] = False,
     filter_text: Annotated[
         str | None,
@@ -326,7 +336,7 @@ def redrive(
     and silently drop it; run redrive again after that.
     """
     clients = _clients(ctx)
-    queues = resolve_queues(queue_url, dlq_url, stack, clients=clients, need_source=not cancel)
+    queues = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=not cancel)
     sqs = clients("sqs", queues.dlq)
     if cancel:
         typer.echo(cancel_move_task(sqs, queues.dlq))
@@ -426,11 +436,12 @@ def purge(
     queue_url: QueueUrlOption = None,
     dlq_url: DlqUrlOption = None,
     stack: StackOption = None,
+    worker: WorkerOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete every message in the DLQ (PurgeQueue); asks first unless --yes. Export first to keep a copy."""
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
     sqs = clients("sqs", dlq)
     approximate = sum(depth_of(sqs, dlq))
     if not yes and not typer.confirm(
@@ -452,6 +463,7 @@ def export(
     queue_url: QueueUrlOption = None,
     dlq_url: DlqUrlOption = None,
     stack: StackOption = None,
+    worker: WorkerOption = None,
     delete: Annotated[
         bool, typer.Option("--delete", help="Delete each message once its line is written and fsynced.")
     ] = False,
@@ -479,7 +491,7 @@ def export(
     so without --delete a pass sees at most 10 messages per group.
     """
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
     files.refuse_to_overwrite(out, append=append)
     sqs = clients("sqs", dlq)
     result = ExportResult(visible=depth_of(sqs, dlq)[0])
@@ -521,6 +533,7 @@ def import_(
     queue_url: QueueUrlOption = None,
     dlq_url: DlqUrlOption = None,
     stack: StackOption = None,
+    worker: WorkerOption = None,
     keep_reason: Annotated[
         bool, typer.Option("--keep-reason", help="With --to source: keep the x-dlq-reason attribute.")
     ] = False,
@@ -543,7 +556,9 @@ def import_(
     """
     clients = _clients(ctx)
     to_source = to is Target.source
-    queues = resolve_queues(queue_url, dlq_url, stack, clients=clients, need_source=to_source, need_dlq=not to_source)
+    queues = resolve_queues(
+        queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=to_source, need_dlq=not to_source
+    )
     target = queues.source if to_source else queues.dlq
     entry = files.import_entry(to_source=to_source, fifo=is_fifo(target), keep_reason=keep_reason)
     result = ImportResult(files.read_import_lines(in_file, from_line=from_line, entry=entry))

@@ -26,9 +26,12 @@ from consumer.ops.passes import (
 from consumer.ops.records import message_record
 
 _STACK_OUTPUT = {"queue": "QueueUrl", "dlq": "DeadLetterQueueUrl"}
+#: The stack output listing its workers in order (``infra.stack.WorkerStack``): the first worker's outputs have no
+#: prefix, each other's start with :func:`output_prefix` of its name.
+WORKER_NAMES_OUTPUT = "WorkerNames"
 _HOW_TO_NAME_QUEUES = (
-    "pass --queue-url/--dlq-url, set QUEUE_URL/DLQ_URL, or pass --stack NAME"
-    " (reads the stack's QueueUrl/DeadLetterQueueUrl outputs)"
+    "pass --queue-url/--dlq-url, set QUEUE_URL/DLQ_URL, or pass --stack NAME [--worker NAME]"
+    " (reads the stack's QueueUrl/DeadLetterQueueUrl outputs, or the worker's)"
 )
 DEPTH_ATTRIBUTES = (
     "ApproximateNumberOfMessages",
@@ -99,22 +102,44 @@ def resolve_queues(
     dlq_url: str | None,
     stack: str | None,
     *,
+    worker: str | None = None,
     clients: ClientFactory,
     need_source: bool,
     need_dlq: bool = True,
 ) -> Queues:
-    """The queues from flags, then the environment (typer reads both), then the stack's outputs; else
-    :class:`UsageError` saying how to name them."""
+    """The queues from flags, then the environment (typer reads both), then the outputs of the stack's ``worker``
+    (default its first); else :class:`UsageError` saying how to name them."""
+    if worker is not None and not stack:
+        raise UsageError(f'"--worker" must come with "--stack STACK" (it picks that stack\'s worker): {worker!r}')
     if stack and ((need_dlq and not dlq_url) or (need_source and not queue_url)):
         outputs = _stack_outputs(clients, stack)
-        dlq_url = dlq_url or outputs.get(_STACK_OUTPUT["dlq"])
-        queue_url = queue_url or outputs.get(_STACK_OUTPUT["queue"])
+        prefix = worker_output_prefix(outputs, stack, worker)
+        dlq_url = dlq_url or outputs.get(prefix + _STACK_OUTPUT["dlq"])
+        queue_url = queue_url or outputs.get(prefix + _STACK_OUTPUT["queue"])
     wanted = [("DLQ", dlq_url, need_dlq), ("source queue", queue_url, need_source)]
     missing = [name for name, url, needed in wanted if needed and not url]
     if missing:
         where = f" (stack {stack} has no such output)" if stack else ""
         raise UsageError(f"cannot tell which {' and '.join(missing)} to use{where}: {_HOW_TO_NAME_QUEUES}")
     return Queues(dlq_url=dlq_url, queue_url=queue_url)
+
+
+def output_prefix(worker: str) -> str:
+    """What a later worker's stack outputs start with: its name in PascalCase (``order-emails`` -> ``OrderEmails``),
+    as ``infra.alarms.output_prefix`` names them (a test holds the two to the same answers)."""
+    return "".join(word.capitalize() for word in worker.split("-"))
+
+
+def worker_output_prefix(outputs: Mapping[str, str], stack: str, worker: str | None) -> str:
+    """The prefix of ``worker``'s outputs in ``stack``'s ``outputs``: none for its first worker (also without
+    ``worker``, and on a stack from before workers); :class:`UsageError` naming the workers there are otherwise."""
+    if worker is None:
+        return ""
+    workers = [name for name in outputs.get(WORKER_NAMES_OUTPUT, "").split(",") if name]
+    if worker not in workers:
+        there = ", ".join(workers) if workers else f"none listed: no {WORKER_NAMES_OUTPUT} output, leave --worker out"
+        raise UsageError(f'"--worker" must be one of the workers of {stack} ({there}): {worker!r}')
+    return "" if worker == workers[0] else output_prefix(worker)
 
 
 def _stack_outputs(clients: ClientFactory, stack: str) -> dict[str, str]:

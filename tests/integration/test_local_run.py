@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,10 @@ def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:
             process.kill()
 
 
-@pytest.fixture(scope="module")
-def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """`python -m consumer local up` serving the dev stack (any free port) and its env file; yields (env file, output)."""
-    env_file = tmp_path_factory.mktemp("local") / "local.env"
-    template = cdk_out / "SqsWorker-dev.template.json"
+@contextlib.contextmanager
+def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -> Iterator[str]:
+    """`python -m consumer local up` serving ``template`` (any free port), writing ``env_file``; yields what it
+    printed up to the line ``last_line`` accepts (the last one before serving), and stops it with Ctrl-C."""
     up = shell(
         f"exec {PYTHON} -m consumer local up --port 0 --template {template} --env-file {env_file}",
         stderr=subprocess.PIPE,
@@ -58,13 +58,24 @@ def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     output = []
     for line in up.stdout:
         output.append(line)
-        if line.startswith("  ") and "local send" in line:  # the last line printed before serving
+        if last_line(line):
             break
     try:
         assert env_file.is_file(), "".join(output) + (up.stderr.read() if up.poll() is not None and up.stderr else "")
-        yield env_file, "".join(output)
+        yield "".join(output)
     finally:
         assert stop(up, signal.SIGINT) == 0
+
+
+@pytest.fixture(scope="module")
+def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """`python -m consumer local up` serving the dev stack (any free port) and its env file; yields (env file, output)."""
+    env_file = tmp_path_factory.mktemp("local") / "local.env"
+    # The send command is the last line printed before serving.
+    with local_up(
+        cdk_out / "SqsWorker-dev.template.json", env_file, lambda line: line.startswith("  ") and "local send" in line
+    ) as output:
+        yield env_file, output
 
 
 def test_local_up_env_file_is_the_provisioned_task_environment(served: tuple[Path, str], cdk_out: Path) -> None:

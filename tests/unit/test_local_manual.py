@@ -13,9 +13,23 @@ from typer.testing import CliRunner
 from consumer.examples.notifications import parse
 from consumer.local import stack
 from consumer.local.cli import local_app
-from consumer.local.manual import read_env_file, sample_plan, send_environment, send_samples, write_env_file
+from consumer.local.manual import (
+    NOTIFICATION_SAMPLES,
+    REPORT_SAMPLES,
+    read_env_file,
+    report_plan,
+    sample_plan,
+    samples_for,
+    send_environment,
+    send_samples,
+    worker_env_file,
+    write_env_file,
+)
 from consumer.local.stack import LocalProvisioningError
 from consumer.message import PoisonMessage
+from workers import reports
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Values a shell would split, expand or cut, had the file not quoted them.
 AWKWARD = {
@@ -148,3 +162,75 @@ def test_send_samples_refuses_an_endpoint_that_is_not_loopback(endpoint: str) ->
         '"AWS_ENDPOINT_URL" must be a local endpoint (127.0.0.1 or localhost; `local send` never sends to AWS):'
         f" {endpoint!r}"
     )
+
+
+def test_worker_env_files_sit_next_to_the_env_file_and_git_ignores_them(tmp_path: Path) -> None:
+    """`.local.env` -> `.local.reports.env` (still ending in .env); git ignores it and its partial copy."""
+    assert worker_env_file(Path(".local.env"), "reports") == Path(".local.reports.env")
+    assert worker_env_file(tmp_path / "local.env", "order-emails") == tmp_path / "local.order-emails.env"
+    names = [".local.env", ".local.reports.env", ".local.reports.env.partial", ".local.order-emails.env"]
+    ignored = subprocess.run(["git", "check-ignore", *names], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert ignored.stdout.split() == names
+
+
+def test_send_environment_with_a_worker_reads_that_workers_file(tmp_path: Path) -> None:
+    """--worker reads .local.<worker>.env, before QUEUE_URL in the environment."""
+    default = tmp_path / ".local.env"
+    write_env_file(worker_env_file(default, "reports"), {"QUEUE_URL": "reports-queue"}, header="h")
+    assert send_environment({"QUEUE_URL": "from-env"}, None, default, "reports") == (
+        {"QUEUE_URL": "reports-queue"},
+        str(tmp_path / ".local.reports.env"),
+    )
+
+
+def test_send_environment_with_an_unknown_worker_names_the_workers_there_are(tmp_path: Path) -> None:
+    """An unknown worker: one line naming the workers `local up` wrote a file for."""
+    default = tmp_path / ".local.env"
+    for worker in ("reports", "notifications"):
+        write_env_file(worker_env_file(default, worker), {"QUEUE_URL": worker}, header="h")
+    with pytest.raises(LocalProvisioningError) as raised:
+        send_environment({}, None, default, "nope")
+    assert str(raised.value) == (
+        f'"--worker" must be one of the workers `local up` wrote an env file for next to {default}'
+        " (notifications, reports): 'nope'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("handler", "samples"),
+    [
+        ("consumer.examples.notifications:handle", NOTIFICATION_SAMPLES),
+        ("consumer.examples.demo:handle", NOTIFICATION_SAMPLES),
+        ("workers.reports:handle", REPORT_SAMPLES),
+        (None, NOTIFICATION_SAMPLES),
+    ],
+)
+def test_samples_fit_the_workers_handler(handler: str | None, samples: object) -> None:
+    """The examples' handlers get notification events, the team's report job report requests; an environment
+    naming no handler (QUEUE_URL set by hand) the notification events, as before."""
+    assert samples_for({} if handler is None else {"CONSUMER_HANDLER": handler}) is samples
+
+
+def test_samples_for_another_handler_say_how_to_send_a_body() -> None:
+    """A handler without samples is named, with --body as the way to send one's own."""
+    with pytest.raises(LocalProvisioningError) as raised:
+        samples_for({"CONSUMER_HANDLER": "orders.handlers:handle"})
+    assert str(raised.value) == (
+        '"CONSUMER_HANDLER" must be a handler `local send` has samples for (consumer.examples.*,'
+        " workers.reports:handle): 'orders.handlers:handle'; send a body of your own with --body TEXT"
+    )
+
+
+def test_report_samples_pass_the_report_jobs_checks() -> None:
+    """Every report sample is a request workers.reports accepts, its report_id its idempotency key."""
+    plan = report_plan(3, poison=False)
+    assert [reports.parse(p.body)["report_id"] for p in plan] == [p.event_id for p in plan]
+    assert len({p.event_id for p in plan}) == 3
+
+
+def test_report_poison_is_refused_by_the_report_job_as_poison() -> None:
+    """A --poison report request has a row one cell short: the handler refuses it, naming the rule."""
+    (event,) = report_plan(1, poison=True)
+    with pytest.raises(PoisonMessage) as raised:
+        reports.parse(event.body)
+    assert str(raised.value) == '"rows"[0] must be a list of 2 cells, one per column'

@@ -295,3 +295,39 @@ def test_make_image_reports_a_failure_in_one_line_and_exits_1(
     assert exited.value.exit_code == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("make image: importing the Debian base as localhost/sqs-worker-base:")
+
+
+def two_workers(tmp_path: Path) -> Path:
+    """An assembly shaped as the demo's: two task definitions, each naming its worker in its metadata."""
+    outdir = assembly(tmp_path, CONTAINER)
+    template = json.loads((outdir / "S.template.json").read_text())
+    first = template["Resources"].pop("Task")
+    reports = json.loads(json.dumps(first))
+    reports["Properties"]["ContainerDefinitions"][0]["StopTimeout"] = 120
+    template["Resources"] = {
+        "DefaultTask": {**first, "Metadata": {"sqs-worker:worker": "notifications"}},
+        "ReportsTask": {**reports, "Metadata": {"sqs-worker:worker": "reports"}},
+    }
+    (outdir / "S.template.json").write_text(json.dumps(template))
+    return outdir
+
+
+def test_a_stack_of_several_workers_runs_the_named_workers_task_definition(tmp_path: Path) -> None:
+    """The worker's task definition is picked by its sqs-worker:worker metadata."""
+    outdir = two_workers(tmp_path)
+    stop_timeouts = [TaskContainer.from_assembly(outdir, "S", w).stop_timeout for w in ("notifications", "reports")]
+    assert stop_timeouts == [35, 120]
+
+
+@pytest.mark.parametrize(
+    ("worker", "rule"), [(None, "name one"), ("nope", "must be one of them")], ids=["no worker", "unknown worker"]
+)
+def test_a_stack_of_several_workers_without_a_known_worker_lists_them(
+    tmp_path: Path, worker: str | None, rule: str
+) -> None:
+    """Without a worker, or with one the stack lacks, the error names the workers there are."""
+    with pytest.raises(TaskDefinitionError) as raised:
+        TaskContainer.from_assembly(two_workers(tmp_path), "S", worker)
+    assert str(raised.value) == (
+        f'S: "worker" {rule}: 2 task definition(s), for the workers notifications, reports: {worker!r}'
+    )
