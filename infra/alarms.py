@@ -21,6 +21,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract
+from consumer.stack_outputs import output_prefix
 from infra.metrics import WorkerMetrics
 
 PAGE, TICKET = "page", "ticket"
@@ -40,12 +41,6 @@ def alarm_name(stack_name: str, construct_id: str) -> str:
     to them: the key policy is part of the key, which the alarms' topics depend on.
     """
     return f"{stack_name}-{construct_id}"
-
-
-def output_prefix(worker: str | None) -> str:
-    """What a worker's stack outputs start with: ``""`` for the first (today's names), else its name in PascalCase
-    (``order-emails`` -> ``OrderEmailsQueueUrl``)."""
-    return "".join(word.capitalize() for word in worker.split("-")) if worker else ""
 
 
 class QueueAlarms(Construct):

@@ -18,6 +18,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from consumer.stack_outputs import WORKER_NAMES_OUTPUT
 from infra.dashboard import WorkerDashboard
 from infra.paging import PagingTopic
 from infra.settings import (
@@ -149,7 +150,7 @@ class WorkerStack(Stack):
             ("ClusterName", cluster.cluster_name, "ECS cluster running the consumer"),
             service_output,
             (
-                "WorkerNames",
+                WORKER_NAMES_OUTPUT,
                 ",".join(self.workers),
                 "This stack's workers in order: the first one's outputs have no prefix, each other's start with its"
                 " name in PascalCase (python -m consumer dlq ... --stack STACK --worker NAME reads them)",

@@ -13,7 +13,8 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract
-from infra.alarms import DEFAULT_RUNBOOK_URL, QueueAlarms, output_prefix
+from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
+from infra.alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
 from infra.dashboard import DashboardSection
 from infra.metrics import WorkerMetrics
 from infra.nag import acknowledge
@@ -25,9 +26,6 @@ from infra.worker_settings import DEFAULT_WORKER_NAME, SecretSource, check_worke
 #: logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib core/lib/private/uniqueid.ts), so
 #: ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, as ``<stack>/Queues/Queue`` always was.
 FIRST_WORKER_ID = "Default"
-#: The task definition's metadata key naming the worker it runs (``consumer.local.stack`` reads it to tell a
-#: stack's workers apart; CloudFormation ignores resource metadata).
-WORKER_METADATA_KEY = "sqs-worker:worker"
 
 
 class Worker(Construct):

@@ -27,6 +27,8 @@ from typing import Any
 
 import boto3
 
+from consumer.stack_outputs import WORKER_METADATA_KEY
+
 LOCAL_REGION = "eu-west-1"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
 #: The CDK template's CheckBootstrapVersion rule reads this parameter; any version >= 6 passes.
@@ -263,10 +265,6 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
 
             return DEFAULT_SENDER_ID
     raise LocalProvisioningError(f"cannot resolve {json.dumps(value)} from the local stack's resources")
-
-
-#: The metadata key naming the worker a task definition runs (set by :class:`infra.worker.Worker`).
-WORKER_METADATA_KEY = "sqs-worker:worker"
 
 
 def _worker_environments(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.local.image import IMAGE_REPOSITORY, BuiltImage, Engine, build_image
-from consumer.local.stack import WORKER_METADATA_KEY
+from consumer.stack_outputs import WORKER_METADATA_KEY
 
 #: ECS's stop timeout when the container definition sets none (Fargate).
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30

@@ -24,11 +24,9 @@ from consumer.ops.passes import (
     aws,
 )
 from consumer.ops.records import message_record
+from consumer.stack_outputs import WORKER_NAMES_OUTPUT, output_prefix
 
 _STACK_OUTPUT = {"queue": "QueueUrl", "dlq": "DeadLetterQueueUrl"}
-#: The stack output listing its workers in order (``infra.stack.WorkerStack``): the first worker's outputs have no
-#: prefix, each other's start with :func:`output_prefix` of its name.
-WORKER_NAMES_OUTPUT = "WorkerNames"
 _HOW_TO_NAME_QUEUES = (
     "pass --queue-url/--dlq-url, set QUEUE_URL/DLQ_URL, or pass --stack NAME [--worker NAME]"
     " (reads the stack's QueueUrl/DeadLetterQueueUrl outputs, or the worker's)"
@@ -122,12 +120,6 @@ def resolve_queues(
         where = f" (stack {stack} has no such output)" if stack else ""
         raise UsageError(f"cannot tell which {' and '.join(missing)} to use{where}: {_HOW_TO_NAME_QUEUES}")
     return Queues(dlq_url=dlq_url, queue_url=queue_url)
-
-
-def output_prefix(worker: str) -> str:
-    """What a later worker's stack outputs start with: its name in PascalCase (``order-emails`` -> ``OrderEmails``),
-    as ``infra.alarms.output_prefix`` names them (a test holds the two to the same answers)."""
-    return "".join(word.capitalize() for word in worker.split("-"))
 
 
 def worker_output_prefix(outputs: Mapping[str, str], stack: str, worker: str | None) -> str:

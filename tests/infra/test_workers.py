@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from consumer.local.stack import WORKER_METADATA_KEY
+from consumer.stack_outputs import WORKER_METADATA_KEY
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
 from tests.infra.conftest import Synthesized, synthesize
 

@@ -18,7 +18,6 @@ import pytest
 from consumer.local.manual import read_env_file
 from consumer.local.stack import LOCAL_CREDENTIALS, LOCAL_REGION, local_client
 from consumer.local.task import TaskContainer, TaskDefinitionError
-from consumer.ops.queues import output_prefix
 from consumer.testing import depth
 from tests.integration.conftest import ROOT
 from tests.integration.test_local_run import PYTHON, local_up, user_environment
@@ -156,14 +155,6 @@ def test_dlq_worker_without_a_stack_is_a_usage_error(served: tuple[Path, str]) -
         done.stderr
         == 'consumer dlq: "--worker" must come with "--stack STACK" (it picks that stack\'s worker): \'reports\'\n'
     )
-
-
-def test_dlq_output_prefix_is_the_stacks() -> None:
-    """The dlq tool forms a worker's output names as the stack does (infra.alarms.output_prefix)."""
-    from infra.alarms import output_prefix as infra_output_prefix
-
-    for worker in ("reports", "order-emails", "a1-b2-c3"):
-        assert output_prefix(worker) == infra_output_prefix(worker)
 
 
 def test_task_container_of_the_demo_is_picked_by_worker(cdk_out: Path) -> None:

@@ -28,7 +28,13 @@ def imported_modules(tree: ast.Module) -> set[str]:
 
 
 #: The contract and the sibling modules it is split into; each imports the standard library and the others only.
-CONTRACT_MODULES = ("consumer.contract", "consumer.errors", "consumer.limits", "consumer.queue_attributes")
+CONTRACT_MODULES = (
+    "consumer.contract",
+    "consumer.errors",
+    "consumer.limits",
+    "consumer.queue_attributes",
+    "consumer.stack_outputs",
+)
 
 
 @pytest.mark.parametrize("module", CONTRACT_MODULES)
