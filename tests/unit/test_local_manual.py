@@ -16,6 +16,7 @@ from consumer.local.cli import local_app
 from consumer.local.manual import (
     NOTIFICATION_SAMPLES,
     REPORT_SAMPLES,
+    body_plan,
     read_env_file,
     report_plan,
     sample_plan,
@@ -234,3 +235,17 @@ def test_report_poison_is_refused_by_the_report_job_as_poison() -> None:
     with pytest.raises(PoisonMessage) as raised:
         reports.parse(event.body)
     assert str(raised.value) == '"rows"[0] must be a list of 2 cells, one per column'
+
+
+def test_body_plan_sends_the_body_as_given_with_a_new_key_each() -> None:
+    """`local send --body TEXT`: every message carries TEXT unchanged, each under its own idempotency key."""
+    plan = body_plan(3, "not json {")
+    assert [p.body for p in plan] == ["not json {"] * 3
+    assert len({p.event_id for p in plan}) == 3
+
+
+def test_local_send_refuses_a_body_with_poison() -> None:
+    """A given body is sent as it is, so --poison beside it is refused in one line, exit 2, nothing sent."""
+    result = CliRunner().invoke(local_app, ["send", "--body", "x", "--poison"])
+    assert result.exit_code == 2
+    assert '"--body" must not come with "--poison"' in result.output
