@@ -30,7 +30,9 @@ def render_report(result: DemoResult, console: Console) -> None:
         )
     logs = result.workers[0].consumers[0]["log"].rsplit("/", 2)[0] if result.workers[0].consumers else "-"
     verdict = "[green]balanced[/green]" if result.ok else "[red]does NOT balance[/red]"
-    console.print(f"accounting {verdict} for {len(result.workers)} worker(s); logs in {logs}")
+    console.print(
+        f"accounting {verdict} for {len(result.workers)} worker(s), {result.elapsed_seconds} s elapsed; logs in {logs}"
+    )
 
 
 def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:

@@ -175,4 +175,4 @@ def test_report_shows_each_worker_by_name_and_its_verdict(log_file: pytest.Captu
     assert [line for line in lines if "poison: report request lacks rows" in line and line.rstrip("│ ").endswith("7")]
     assert [line for line in lines if "processed (delivered exactly once at the report store)" in line and "21" in line]
     assert "reports: balanced: 21 delivered + 7 in the DLQ = 28 of 28 produced" in lines
-    assert lines[-1] == "accounting does NOT balance for 2 worker(s); logs in .demo"
+    assert lines[-1] == "accounting does NOT balance for 2 worker(s), 29.3 s elapsed; logs in .demo"
