@@ -170,6 +170,7 @@ def _python() -> str:
 def demo(
     template: str = typer.Option("cdk.out/SqsWorker-demo.template.json", help="Synthesized template to provision."),
     messages: int = typer.Option(120, min=6, max=2000, help="Events to produce (at least one of each kind)."),
+    reports: int = typer.Option(28, min=3, max=500, help="Report requests for the reports worker (one of each kind)."),
     consumers: int = typer.Option(2, min=1, max=8, help="Consumer processes (like ECS tasks)."),
     slow_seconds: float = typer.Option(14.0, min=1.0, max=25.0, help="How long a 'slow' delivery takes."),
     produce_seconds: float = typer.Option(10.0, min=0.0, max=300.0, help="Spread production over this long."),
@@ -190,6 +191,7 @@ def demo(
     options = DemoOptions(
         template=Path(template),
         messages=messages,
+        reports=reports,
         consumers=consumers,
         slow_seconds=slow_seconds,
         produce_seconds=produce_seconds,

@@ -14,6 +14,18 @@ from consumer.ops.progress import UNWRAPPED_WIDTH, output_console
 __all__ = ["UNWRAPPED_WIDTH", "LiveDisplay", "output_console"]
 
 
+def plain_line(table: Table) -> str:
+    """``table`` on one line: ``[title] row=value, ...``; with a column per subject (a worker each),
+    ``[title] (a | b) row=value-a | value-b, ...`` so every row still reads as one ``label=values`` pair."""
+    labels, *values = table.columns
+    subjects = " | ".join(str(column.header) for column in values) if len(values) > 1 else ""
+    cells = [
+        f"{label}={' | '.join(str(cell) for cell in row)}"
+        for label, *row in zip(labels.cells, *(c.cells for c in values), strict=True)
+    ]
+    return f"[{table.title}] " + (f"({subjects}) " if subjects else "") + ", ".join(cells)
+
+
 class LiveDisplay:
     """Live progress in a terminal; a plain line every few seconds elsewhere (CI logs), and a last one at the end.
 
@@ -45,9 +57,7 @@ class LiveDisplay:
 
     def _print_plain(self, *, unless_unchanged: bool = False) -> None:
         self._last_plain = time.monotonic()
-        table = self.render()
-        cells = [f"{row}={value}" for row, value in zip(table.columns[0].cells, table.columns[1].cells, strict=True)]
-        line = f"[{table.title}] " + ", ".join(cells)
+        line = plain_line(self.render())
         if unless_unchanged and line == self._last_line:
             return  # the last refresh already printed exactly this: a log shows it once
         self._last_line = line

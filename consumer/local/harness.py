@@ -96,8 +96,11 @@ def batch_entries(pending: Mapping[str, Planned]) -> list[dict[str, Any]]:
 
 
 class LoopbackWebhook:
-    """An HTTP server on 127.0.0.1 (``url`` ends in ``/notify``) that answers every POST with an
+    """An HTTP server on 127.0.0.1 (``url`` ends in :attr:`PATH`) that answers every POST (and PUT) with an
     empty body and the status :meth:`respond` returns for its ``Idempotency-Key`` and path."""
+
+    #: Where ``url`` points: the example handler POSTs there, an object store takes PUTs under it.
+    PATH = "/notify"
 
     def __init__(self) -> None:
         webhook = self
@@ -110,12 +113,14 @@ class LoopbackWebhook:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+            do_PUT = do_POST  # noqa: N815 (http.server's naming): an object store's upload (the demo's report store)
+
             def log_message(self, *_: object) -> None:  # keep the terminal for the progress display
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/notify"
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{self.PATH}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
 
     def respond(self, key: str, path: str) -> int:

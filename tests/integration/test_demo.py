@@ -1,4 +1,4 @@
-"""The main job's local demo, shortened: provisioned from the template, real consumers, real HTTP downstream."""
+"""The main job's local demo, shortened: provisioned from the template, both workers' consumers, real HTTP downstreams."""
 
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ from typing import Any
 import pytest
 
 from consumer.examples.notifications import DownstreamUnavailable, deliver
-from consumer.local.demo import Downstream, Planned
+from consumer.local.demo_notifications import Downstream
+from consumer.local.demo_reports import ReportStore
+from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
 from tests.integration.conftest import ROOT, run_module
+from workers.reports import ReportStoreUnavailable, upload
 
 
 @pytest.fixture(scope="module")
 def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
-    """`python -m consumer demo` in its short form (18 events, 2 consumers, a rolling restart), with a JSON report."""
+    """`python -m consumer demo` in its short form (18 events, 8 report requests, 2 consumers per worker, a rolling
+    restart), with a JSON report."""
     workdir = tmp_path_factory.mktemp("demo")
     report = workdir / "report.json"
     done = run_module(
@@ -29,6 +33,8 @@ def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
         str(cdk_out / "SqsWorker-demo.template.json"),
         "--messages",
         "18",
+        "--reports",
+        "8",
         "--consumers",
         "2",
         "--produce-seconds",
@@ -55,6 +61,46 @@ def test_demo_short_form_exits_0_and_balances(short_run: tuple[subprocess.Comple
     assert (accounting["lost"], accounting["misplaced"], accounting["in_two_places"]) == ([], [], [])
     assert accounting["left_in_source"] == 0
     assert accounting["delivered"] + sum(accounting["dead_lettered"].values()) == sum(accounting["produced"].values())
+
+
+def test_demo_short_form_runs_both_workers_balanced(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Both workers of the demo stack ran, each balanced, duplicate-free and with every consumer exiting 0."""
+    _, report = short_run
+    workers = report["workers"]
+    assert [(name, w["handler"]) for name, w in workers.items()] == [
+        ("notifications", "consumer.examples.demo:handle"),
+        ("reports", "workers.reports:handle"),
+    ]
+    assert [(w["accounting"]["balanced"], w["accounting"]["duplicates"], w["ok"]) for w in workers.values()] == [
+        (True, 0, True),
+        (True, 0, True),
+    ]
+    assert [c["exit_code"] for c in workers["reports"]["consumers"]] == [0, 0]
+    assert report["worker"] == "notifications" and report["ok"] is True
+
+
+def test_demo_short_form_reports_dlq_holds_exactly_the_malformed_requests(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """The reports DLQ ends holding exactly the malformed requests, each with the report job's poison reason."""
+    _, report = short_run
+    accounting = report["workers"]["reports"]["accounting"]
+    assert accounting["dead_lettered"] == {"malformed": accounting["produced"]["malformed"]}
+    assert sum(accounting["dlq_reasons"].values()) == accounting["produced"]["malformed"]
+    assert all(reason.startswith("poison: ") for reason in accounting["dlq_reasons"])
+    assert (accounting["lost"], accounting["misplaced"], accounting["unknown_in_dlq"]) == ([], [], [])
+
+
+def test_demo_short_form_uploads_every_valid_report_once(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
+    """Valid and transiently refused reports are each uploaded exactly once; each transient one was retried once."""
+    _, report = short_run
+    reports = report["workers"]["reports"]
+    accounting = reports["accounting"]
+    produced = accounting["produced"]
+    assert (accounting["delivered"], accounting["duplicates"]) == (produced["valid"] + produced["transient"], 0)
+    assert reports["downstream_refusals"] == {"503": produced["transient"]}
+    assert reports["retried"] == produced["transient"]
+    assert reports["processed"] == accounting["delivered"]
 
 
 def test_demo_short_form_dead_letters_only_poison_with_reasons(
@@ -158,3 +204,37 @@ def test_downstream_outage_lasts_until_cleared(downstream: Downstream) -> None:
     deliver(event("evt-outage"), downstream.url)
     assert downstream.delivered() == {"evt-outage"}
     assert dict(downstream.refusals) == {503: 1}
+
+
+@pytest.fixture
+def store() -> Iterator[ReportStore]:
+    server = ReportStore([Planned("rpt-demo-00000", "valid", "{}"), Planned("rpt-demo-00001", "transient", "{}", 1)])
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_report_store_fails_a_transient_report_once_then_counts_its_upload(store: ReportStore) -> None:
+    """Over real HTTP, the report job's upload() sees one 503 (retry), then the PUT is counted once."""
+    with pytest.raises(ReportStoreUnavailable, match="HTTP 503"):
+        upload("rpt-demo-00001", "<p>page</p>", store.url)
+    upload("rpt-demo-00001", "<p>page</p>", store.url)
+    upload("rpt-demo-00000", "<p>page</p>", store.url)
+    assert (dict(store.attempts), store.delivered()) == (
+        {"rpt-demo-00001": 2, "rpt-demo-00000": 1},
+        {"rpt-demo-00000", "rpt-demo-00001"},
+    )
+
+
+def test_report_store_counts_a_second_upload_as_a_duplicate(store: ReportStore) -> None:
+    """Two successful PUTs of one report are two successes, which the accounting counts as a duplicate."""
+    for _ in range(2):
+        upload("rpt-demo-00000", "<p>page</p>", store.url)
+    assert store.successes["rpt-demo-00000"] == 2
+
+
+def test_report_store_refuses_an_unplanned_report_as_permanent(store: ReportStore) -> None:
+    """A PUT for a report the plan does not hold is a 404: the report job raises PoisonMessage, nothing counted."""
+    with pytest.raises(PoisonMessage, match="HTTP 404"):
+        upload("rpt-stranger-0", "<p>page</p>", store.url)
+    assert (store.delivered(), dict(store.refusals)) == (set(), {404: 1})

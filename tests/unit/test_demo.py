@@ -1,4 +1,4 @@
-"""The local demo's pure parts: the producer's mix and the accounting that decides its exit code."""
+"""The local demo's pure parts: each worker's producer mix and the accounting that decides its exit code."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ from typing import Any
 import pytest
 
 from consumer.examples.notifications import parse
-from consumer.local.demo import DEAD_LETTERED, DELIVERED, KINDS, Accounting, DemoResult, Planned, account, build_mix
+from consumer.local.demo import DemoResult
+from consumer.local.demo_lane import DEAD_LETTERED, DELIVERED, Accounting, LaneResult, account
+from consumer.local.demo_notifications import KINDS, build_mix
+from consumer.local.demo_reports import REPORT_KINDS, build_report_mix
+from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
 from consumer.ops.queues import fingerprint
+from workers import reports
 
 POISON = {"kind": "poison", "reason": "body is not JSON: Expecting value: line 1 column 1 (char 0)"}
 
@@ -69,57 +74,59 @@ def test_build_mix_flaky_events_fail_once_or_twice() -> None:
 def test_account_balances_when_every_event_is_in_its_place() -> None:
     """Delivered kinds delivered once, poison kinds in the DLQ with a reason: balanced."""
     plan = plan_of("good", "flaky", "slow", "outage", "malformed", "rejected")
-    result = account(plan, {"evt-0": 1, "evt-1": 1, "evt-2": 1, "evt-3": 1}, {"evt-4": POISON, "evt-5": POISON}, 0)
+    result = account(
+        plan, KINDS, {"evt-0": 1, "evt-1": 1, "evt-2": 1, "evt-3": 1}, {"evt-4": POISON, "evt-5": POISON}, 0
+    )
     assert (result.balanced, result.delivered, result.dead_lettered) == (True, 4, {"malformed": 1, "rejected": 1})
     assert result.dlq_reasons == {"poison: body is not JSON: Expecting value: line <n> column <n> (char <n>)": 2}
 
 
 def test_account_reports_an_event_in_neither_place_as_lost() -> None:
     """An event neither delivered nor in the DLQ is lost and the accounting does not balance."""
-    result = account(plan_of("good", "good"), {"evt-0": 1}, {}, 0)
+    result = account(plan_of("good", "good"), KINDS, {"evt-0": 1}, {}, 0)
     assert (result.lost, result.balanced) == (["evt-1"], False)
 
 
 def test_account_reports_a_good_event_in_the_dlq_as_misplaced() -> None:
     """A deliverable event that ended in the DLQ is misplaced, not balanced."""
-    result = account(plan_of("good"), {}, {"evt-0": POISON}, 0)
+    result = account(plan_of("good"), KINDS, {}, {"evt-0": POISON}, 0)
     assert (result.misplaced, result.lost, result.balanced) == (["evt-0"], [], False)
 
 
 def test_account_reports_a_dlq_message_without_reason_as_misplaced() -> None:
     """A poison event in the DLQ without the consumer's reason record does not count as in its place."""
-    result = account(plan_of("malformed"), {}, {"evt-0": None}, 0)
+    result = account(plan_of("malformed"), KINDS, {}, {"evt-0": None}, 0)
     assert (result.misplaced, result.balanced) == (["evt-0"], False)
 
 
 def test_account_reports_an_event_in_both_places() -> None:
     """Delivered and also in the DLQ: in two places, not balanced."""
-    result = account(plan_of("good"), {"evt-0": 1}, {"evt-0": POISON}, 0)
+    result = account(plan_of("good"), KINDS, {"evt-0": 1}, {"evt-0": POISON}, 0)
     assert (result.in_two_places, result.balanced) == (["evt-0"], False)
 
 
 def test_account_reports_messages_left_in_the_source() -> None:
     """Anything still in the source queue at the end keeps the accounting open."""
-    result = account(plan_of("good"), {"evt-0": 1}, {}, 1)
+    result = account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 1)
     assert (result.left_in_source, result.balanced) == (1, False)
 
 
 def test_account_reports_unknown_dlq_messages() -> None:
     """A DLQ message that was never produced by this run is reported and unbalances."""
-    result = account(plan_of("good"), {"evt-0": 1}, {"stranger": POISON}, 0)
+    result = account(plan_of("good"), KINDS, {"evt-0": 1}, {"stranger": POISON}, 0)
     assert (result.unknown_in_dlq, result.balanced) == (["stranger"], False)
 
 
 def test_account_counts_extra_deliveries_as_duplicates() -> None:
     """Three 200s for one event are two duplicates; the run is then not ok even though places balance."""
-    accounting = account(plan_of("good"), {"evt-0": 3}, {}, 0)
+    accounting = account(plan_of("good"), KINDS, {"evt-0": 3}, {}, 0)
     assert (accounting.duplicates, accounting.balanced) == (2, True)
     assert result_of(accounting).ok is False
 
 
 def test_demo_result_ok_needs_every_consumer_to_exit_zero() -> None:
     """A balanced run whose consumer exited 1 on SIGTERM is not ok."""
-    accounting = account(plan_of("good"), {"evt-0": 1}, {}, 0)
+    accounting = account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0)
     assert result_of(accounting).ok is True
     assert result_of(accounting, exit_code=1).ok is False
 
@@ -130,17 +137,94 @@ def test_kinds_expect_a_place_each() -> None:
     assert sum(share for share, _, _ in KINDS.values()) == pytest.approx(1.0)
 
 
-def result_of(accounting: Accounting, exit_code: int = 0) -> DemoResult:
+def lane_of(accounting: Accounting, exit_code: int = 0, worker: str = "notifications") -> LaneResult:
     consumers: list[dict[str, Any]] = [{"number": 1, "exit_code": exit_code, "stopped_in_seconds": 0.2, "log": "x"}]
-    return DemoResult(
+    return LaneResult(
+        worker=worker,
+        handler="consumer.examples.demo:handle",
         accounting=accounting,
         consumers=consumers,
-        redrive={},
         retried=0,
         heartbeat_extensions=0,
         requeued=0,
         sqs_requests=2,
         processed=1,
         downstream_refusals={},
-        elapsed_seconds=1.0,
     )
+
+
+def result_of(accounting: Accounting, exit_code: int = 0) -> DemoResult:
+    return DemoResult(workers=[lane_of(accounting, exit_code)], elapsed_seconds=1.0)
+
+
+# --------------------------------------------------------------------------- the reports worker's lane
+
+
+def test_build_report_mix_follows_the_shares_with_every_kind() -> None:
+    """28 report requests split 17/4/7 (valid, transient, malformed), each id unique, the same mix on every run."""
+    mix = build_report_mix(28)
+    assert Counter(p.kind for p in mix) == {"valid": 17, "transient": 4, "malformed": 7}
+    assert len({p.event_id for p in mix}) == 28
+    assert mix == build_report_mix(28)
+
+
+def test_build_report_mix_rejects_fewer_requests_than_kinds() -> None:
+    """Two requests cannot cover three kinds: the error names the parameter, the rule and the value."""
+    with pytest.raises(ValueError, match=r'"reports" must be at least 3 \(one of each kind\): 2'):
+        build_report_mix(2)
+
+
+def test_build_report_mix_malformed_requests_are_poison_to_the_report_job() -> None:
+    """Every malformed request fails the report job's parse as PoisonMessage, seven distinct reasons."""
+    reasons = set()
+    for planned in (p for p in build_report_mix(28) if p.kind == "malformed"):
+        with pytest.raises(PoisonMessage) as raised:
+            reports.parse(planned.body)
+        reasons.add(raised.value.reason)
+    assert len(reasons) == 7
+
+
+def test_build_report_mix_valid_requests_render_under_their_report_id() -> None:
+    """Valid and transient requests parse as reports named by their event id, and render with escaped cells."""
+    for planned in (p for p in build_report_mix(28) if p.kind != "malformed"):
+        request = reports.parse(planned.body)
+        assert request["report_id"] == planned.event_id
+        assert "&lt;apac &amp; oceania&gt;" in reports.render(request)
+
+
+def test_build_report_mix_only_transient_requests_fail_once() -> None:
+    """A transient request is refused exactly once by the store (one 2 s backoff); no other kind fails."""
+    mix = build_report_mix(28)
+    assert {p.transient_failures for p in mix if p.kind == "transient"} == {1}
+    assert {p.transient_failures for p in mix if p.kind != "transient"} == {0}
+
+
+def test_account_reports_lane_balances_with_uploads_and_poison() -> None:
+    """The reports worker's kinds: valid and transient uploaded once, malformed in the DLQ with a reason."""
+    plan = [Planned("rpt-0", "valid", "{}"), Planned("rpt-1", "transient", "{}"), Planned("rpt-2", "malformed", "{}")]
+    result = account(plan, REPORT_KINDS, {"rpt-0": 1, "rpt-1": 1}, {"rpt-2": POISON}, 0)
+    assert (result.balanced, result.delivered, result.dead_lettered) == (True, 2, {"malformed": 1})
+
+
+def test_account_reports_lane_malformed_uploaded_is_misplaced() -> None:
+    """A malformed request that reached the store is in the wrong place: the reports lane does not balance."""
+    result = account([Planned("rpt-0", "malformed", "{}")], REPORT_KINDS, {"rpt-0": 1}, {}, 0)
+    assert (result.misplaced, result.balanced) == (["rpt-0"], False)
+
+
+def test_demo_result_ok_needs_every_worker_balanced() -> None:
+    """The notifications worker balanced and the reports worker not: the run is not ok (exit 1)."""
+    good = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
+    lost = lane_of(account([Planned("rpt-0", "valid", "{}")], REPORT_KINDS, {}, {}, 0), worker="reports")
+    assert DemoResult(workers=[good], elapsed_seconds=1.0).ok is True
+    assert DemoResult(workers=[good, lost], elapsed_seconds=1.0).ok is False
+
+
+def test_demo_result_json_keeps_the_first_worker_on_top_and_every_worker_by_name() -> None:
+    """--report: the first worker's keys at the top (as before), each worker under "workers", the run's "ok"."""
+    good = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
+    lost = lane_of(account([Planned("rpt-0", "valid", "{}")], REPORT_KINDS, {}, {}, 0), worker="reports")
+    data = DemoResult(workers=[good, lost], elapsed_seconds=1.0).to_json()
+    assert (data["worker"], data["accounting"]["balanced"], data["ok"]) == ("notifications", True, False)
+    assert sorted(data["workers"]) == ["notifications", "reports"]
+    assert data["workers"]["reports"]["accounting"]["lost"] == ["rpt-0"]

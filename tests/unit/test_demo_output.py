@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from consumer.local.demo import Demo, DemoOptions, DemoResult, account, build_mix
+from consumer.local.demo import Demo, DemoOptions, DemoResult
+from consumer.local.demo_lane import Lane, LaneResult, account
+from consumer.local.demo_notifications import KINDS, MIX, build_mix
 from consumer.local.demo_report import render_report
-from consumer.local.display import LiveDisplay, output_console
-from consumer.local.harness import Fleet
+from consumer.local.demo_reports import REPORT_KINDS, REPORTS_MIX, build_report_mix
+from consumer.local.display import LiveDisplay, output_console, plain_line
 
 #: The report's longest row and its longest line: each was cut and wrapped at 80 columns.
 REQUESTS_ROW = re.compile(r"SQS requests per processed message\W+2\.18 \(209 requests / 96 processed, .* see below\)")
@@ -21,10 +23,25 @@ REQUESTS_NOTE = re.compile(r"^SQS requests per processed message: half of this m
 
 
 class NoDeliveries:
-    """The webhook's side of the progress table: nothing delivered yet."""
+    """A downstream's side of the progress table: nothing delivered yet."""
+
+    url = "http://127.0.0.1:9/unused"
 
     def delivered(self) -> set[str]:
         return set()
+
+
+#: What a lane reads of its worker's task environment.
+TASK = {"QUEUE_URL": "q", "DLQ_URL": "d", "CONSUMER_STOP_TIMEOUT_SECONDS": "35"}
+
+
+def demo_with_lanes(tmp_path: Path, console: Console) -> Demo:
+    """A demo with its two lanes built, as after provisioning (no queue, no process started)."""
+    demo = Demo(DemoOptions(template=tmp_path / "unused.json"), console)
+    for worker, mix, plan in (("notifications", MIX, build_mix(6)), ("reports", REPORTS_MIX, build_report_mix(3))):
+        env = TASK | {"CONSUMER_HANDLER": worker}
+        demo.lanes.append(Lane(worker, mix, plan, NoDeliveries(), env, None, tmp_path / worker))  # type: ignore[arg-type]
+    return demo
 
 
 @pytest.fixture
@@ -37,9 +54,13 @@ def log_file(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 def a_result(heartbeat_extensions: int) -> DemoResult:
     plan = build_mix(120)
     dead = {p.event_id: {"kind": "poison", "reason": "schema check failed at properties/channel: enum"} for p in plan}
-    return DemoResult(
-        accounting=account(plan, {}, dead, 0),
-        consumers=[{"number": 1, "exit_code": 0, "stopped_in_seconds": 13.6, "log": ".demo/consumer-1.log"}],
+    notifications = LaneResult(
+        worker="notifications",
+        handler="consumer.examples.demo:handle",
+        accounting=account(plan, KINDS, {}, dead, 0),
+        consumers=[
+            {"number": 1, "exit_code": 0, "stopped_in_seconds": 13.6, "log": ".demo/notifications/consumer-1.log"}
+        ],
         redrive={"moved": 18, "command": "python -m consumer dlq redrive --filter DownstreamUnavailable"},
         retried=63,
         heartbeat_extensions=heartbeat_extensions,
@@ -47,8 +68,25 @@ def a_result(heartbeat_extensions: int) -> DemoResult:
         sqs_requests=209,
         processed=96,
         downstream_refusals={"422": 6, "503": 81},
-        elapsed_seconds=29.3,
     )
+    requests = build_report_mix(28)
+    uploaded = {p.event_id: 1 for p in requests if p.kind != "malformed"}
+    poison = {"kind": "poison", "reason": "report request lacks rows"}
+    reports = LaneResult(
+        worker="reports",
+        handler="workers.reports:handle",
+        accounting=account(
+            requests, REPORT_KINDS, uploaded, {p.event_id: poison for p in requests if p.kind == "malformed"}, 0
+        ),
+        consumers=[{"number": 1, "exit_code": 0, "stopped_in_seconds": 0.1, "log": ".demo/reports/consumer-1.log"}],
+        retried=4,
+        heartbeat_extensions=0,
+        requeued=0,
+        sqs_requests=40,
+        processed=21,
+        downstream_refusals={"503": 4},
+    )
+    return DemoResult(workers=[notifications, reports], elapsed_seconds=29.3)
 
 
 def test_output_console_off_a_terminal_never_wraps(log_file: pytest.CaptureFixture[str]) -> None:
@@ -70,30 +108,30 @@ def test_plain_progress_ends_with_the_numbers_the_report_shows(
     """Off a terminal there is no redraw; the last progress line comes after the consumers' final metrics
     (written when they stop) and shows the heartbeat extensions the report counts."""
     console = output_console()
-    demo = Demo(DemoOptions(template=tmp_path / "unused.json"), console)
-    fleet = Fleet({}, tmp_path)
+    demo = demo_with_lanes(tmp_path, console)
+    fleet = demo.lanes[0].fleet
     # What Fleet.read_logs adds up at each look: no metric line mid-run, the consumers' last ones once they stop.
     metrics_at_each_look = [Counter(), Counter({"visibility_extensions": 12})]
 
     def read_logs() -> None:
         fleet.metrics = metrics_at_each_look.pop(0)
 
-    display = LiveDisplay(console, lambda: demo._snapshot(NoDeliveries(), fleet), tick=read_logs)
+    display = LiveDisplay(console, demo._snapshot, tick=read_logs)
     with display as refresh:
         refresh()  # mid-run: the consumers have written no metrics yet
     render_report(a_result(heartbeat_extensions=int(fleet.metrics["visibility_extensions"])), console)
     output = log_file.readouterr().out
     progress = [line for line in output.splitlines() if line.startswith("[sqs-worker demo")]
-    shown = [int(m) for line in progress for m in re.findall(r"heartbeat extensions \([^)]*\)=(\d+)", line)]
+    shown = [int(m) for line in progress for m in re.findall(r"heartbeat extensions \([^)]*\)=(\d+) \| 0", line)]
     reported = [int(m) for m in re.findall(r"heartbeat visibility extensions\W*(\d+)", output)]
-    assert (shown, reported) == ([0, 12], [12])
+    assert (shown, reported) == ([0, 12], [12, 0])
     assert "\r" not in output and "\x1b[" not in output
 
 
-def test_progress_names_when_the_heartbeat_metric_is_written() -> None:
+def test_progress_names_when_the_heartbeat_metric_is_written(tmp_path: Path) -> None:
     """The progress row says the metric lags (written each minute and at stop), so a 0 mid-run is no contradiction."""
-    demo = Demo(DemoOptions(template=Path("unused.json")), Console(file=io.StringIO()))
-    table = demo._snapshot(NoDeliveries(), Fleet({}, Path(".")))
+    demo = demo_with_lanes(tmp_path, Console(file=io.StringIO()))
+    table = demo._snapshot()
     assert "heartbeat extensions (metric, written every 60 s and at stop)" in list(table.columns[0].cells)
 
 
@@ -102,10 +140,39 @@ def test_the_last_progress_line_is_not_repeated_when_nothing_changed(
 ) -> None:
     """The closing line is printed after the final look only if it says something the log has not just said."""
     console = output_console()
-    demo = Demo(DemoOptions(template=tmp_path / "unused.json"), console)
-    fleet = Fleet({}, tmp_path)
-    display = LiveDisplay(console, lambda: demo._snapshot(NoDeliveries(), fleet), tick=lambda: None)
+    demo = demo_with_lanes(tmp_path, console)
+    display = LiveDisplay(console, demo._snapshot, tick=lambda: None)
     with display as refresh:
         refresh()  # the final look inside the run prints; the close sees the same numbers
     progress = [line for line in log_file.readouterr().out.splitlines() if line.startswith("[sqs-worker demo")]
     assert len(progress) == 1
+
+
+def test_progress_shows_a_column_per_worker(tmp_path: Path) -> None:
+    """The live table names each worker in its own column, with that worker's own plan size."""
+    table = demo_with_lanes(tmp_path, Console(file=io.StringIO()))._snapshot()
+    assert [str(column.header) for column in table.columns] == ["worker", "notifications", "reports"]
+    assert list(table.columns[0].cells)[0] == "produced"
+    assert [list(column.cells)[0] for column in table.columns[1:]] == ["0 / 6", "0 / 3"]
+
+
+def test_plain_line_gives_each_row_every_worker_value(tmp_path: Path) -> None:
+    """Off a terminal a row reads label=first | second, after the workers' names in the same order."""
+    line = plain_line(demo_with_lanes(tmp_path, Console(file=io.StringIO()))._snapshot())
+    assert line.startswith("[sqs-worker demo - provisioning - ")
+    assert "(notifications | reports) produced=0 / 6 | 0 / 3, " in line
+
+
+def test_report_shows_each_worker_by_name_and_its_verdict(log_file: pytest.CaptureFixture[str]) -> None:
+    """The closing report has each worker's tables under its name, its DLQ reasons and a verdict line each."""
+    render_report(a_result(heartbeat_extensions=12), output_console())
+    lines = log_file.readouterr().out.splitlines()
+    titles = [line.strip() for line in lines if line.strip().endswith("where every message ended")]
+    assert titles == [
+        "notifications (consumer.examples.demo:handle): where every message ended",
+        "reports (workers.reports:handle): where every message ended",
+    ]
+    assert [line for line in lines if "poison: report request lacks rows" in line and line.rstrip("│ ").endswith("7")]
+    assert [line for line in lines if "processed (delivered exactly once at the report store)" in line and "21" in line]
+    assert "reports: balanced: 21 delivered + 7 in the DLQ = 28 of 28 produced" in lines
+    assert lines[-1] == "accounting does NOT balance for 2 worker(s), 29.3 s elapsed; logs in .demo"

@@ -1,0 +1,338 @@
+"""One worker's lane in the local demo: its producer mix, downstream, consumer fleet and accounting.
+
+The demo runs a lane per worker of the ``demo`` stack, all at once against the one local stack. Each lane
+produces its own mix (:mod:`consumer.local.demo_notifications`, :mod:`consumer.local.demo_reports`) into its
+own source queue, runs its own ``python -m consumer run`` fleet with that worker's task environment, and
+is accounted for by the same rules: every produced event in exactly one final place (delivered once at its
+downstream, or in its DLQ with a reason), nothing lost, nothing delivered twice, every consumer exiting 0.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from consumer.local import accounting
+from consumer.local.harness import (
+    Fleet,
+    LoopbackWebhook,
+    Planned,
+    batch_entries,
+    batches,
+    consumer_environment,
+    event_id_of,
+    queue_depth,
+    read_dlq,
+)
+from consumer.ops.queues import fingerprint
+
+#: Where an event of a kind must end.
+DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
+
+
+class Kind(NamedTuple):
+    share: float  # of the mix
+    place: str  # where an event of this kind must end
+    downstream: str  # what the downstream does with it
+
+
+@dataclass(frozen=True)
+class Mix:
+    """What a lane produces and how its report names things.
+
+    ``url_env``: the handler's variable for the downstream's URL; ``downstream``: the downstream's name in
+    the report (``the webhook``); ``cost_note``: printed under the lane's report, if any.
+    """
+
+    kinds: Mapping[str, Kind]
+    url_env: str
+    downstream: str
+    cost_note: str = ""
+
+
+def kinds_in_shares(kinds: Mapping[str, Kind], count: int, parameter: str, rng: random.Random) -> list[str]:
+    """``count`` kind names in the shares of ``kinds`` (at least one of each, the rest to the first), shuffled."""
+    if count < len(kinds):
+        raise ValueError(f'"{parameter}" must be at least {len(kinds)} (one of each kind): {count}')
+    counts = {name: max(1, round(count * kind.share)) for name, kind in kinds.items()}
+    counts[next(iter(kinds))] += count - sum(counts.values())
+    names = [name for name, n in counts.items() for _ in range(n)]
+    rng.shuffle(names)
+    return names
+
+
+def plan_mix(
+    kinds: Mapping[str, Kind],
+    count: int,
+    parameter: str,
+    seed: int,
+    *,
+    prefix: str,
+    body: Callable[[str, int, int | None], str],
+    transient_failures: Callable[[str, random.Random], int],
+) -> list[Planned]:
+    """``count`` events ``<prefix>-00000``... in the shares of ``kinds``, shuffled reproducibly from ``seed``.
+
+    ``body(event_id, index, variant)``: the event's body, ``variant`` counting the malformed ones (None for
+    any other kind); ``transient_failures(kind, rng)``: how many times the downstream refuses it first.
+    """
+    rng = random.Random(seed)
+    planned, malformed = [], 0
+    for index, kind in enumerate(kinds_in_shares(kinds, count, parameter, rng)):
+        event_id = f"{prefix}-{index:05d}"
+        variant = malformed if kind == "malformed" else None
+        malformed += variant is not None
+        planned.append(Planned(event_id, kind, body(event_id, index, variant), transient_failures(kind, rng)))
+    return planned
+
+
+# --------------------------------------------------------------------------- accounting
+
+
+@dataclass
+class Accounting:
+    """Where every produced event ended, and whether that balances."""
+
+    produced: dict[str, int]
+    delivered: int
+    dead_lettered: dict[str, int]
+    dlq_reasons: dict[str, int]
+    duplicates: int
+    lost: list[str]
+    misplaced: list[str]
+    unknown_in_dlq: list[str]
+    in_two_places: list[str]
+    left_in_source: int
+
+    @property
+    def balanced(self) -> bool:
+        total = sum(self.produced.values())
+        return (
+            not self.lost
+            and not self.misplaced
+            and not self.unknown_in_dlq
+            and not self.in_two_places
+            and self.left_in_source == 0
+            and self.delivered + sum(self.dead_lettered.values()) == total
+        )
+
+
+def account(
+    plan: Iterable[Planned],
+    kinds: Mapping[str, Kind],
+    successes: Mapping[str, int],
+    dlq: Mapping[str, Mapping[str, Any] | None],
+    left_in_source: int,
+) -> Accounting:
+    """Compare each planned event's final place with the one its kind (in ``kinds``) calls for.
+
+    ``successes``: successful answers per event id at the downstream; ``dlq``: event id -> its reason
+    record (None when it carries none), for every message in the DLQ; ``left_in_source``: messages
+    still in the source queue.
+    """
+    planned = list(plan)
+    known = {p.event_id for p in planned}
+    delivered = {event_id for event_id, n in successes.items() if n > 0}
+    found = accounting.places(
+        (
+            (p.event_id, accounting.DELIVERED if kinds[p.kind].place == DELIVERED else accounting.DEAD_LETTERED)
+            for p in planned
+        ),
+        delivered,
+        {event_id: [reason] for event_id, reason in dlq.items()},
+    )
+    return Accounting(
+        produced=dict(Counter(p.kind for p in planned)),
+        delivered=len(delivered & known),
+        dead_lettered=dict(Counter(p.kind for p in planned if p.event_id in dlq)),
+        dlq_reasons=dict(Counter(": ".join(fingerprint(dlq[i])) for i in dlq if i in known)),
+        duplicates=accounting.extra_deliveries(successes),
+        lost=found.lost,
+        misplaced=found.misplaced,
+        unknown_in_dlq=sorted(set(dlq) - known),
+        in_two_places=found.in_two_places,
+        left_in_source=left_in_source,
+    )
+
+
+@dataclass
+class LaneResult:
+    """One worker's part of the demo's result: its accounting, consumers and the cost its consumers measured."""
+
+    worker: str
+    handler: str
+    accounting: Accounting
+    consumers: list[dict[str, Any]]
+    retried: int
+    heartbeat_extensions: int
+    requeued: int
+    sqs_requests: int
+    processed: int
+    downstream_refusals: dict[str, int]
+    redrive: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requests_per_message(self) -> float | None:
+        return self.sqs_requests / self.processed if self.processed else None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.accounting.balanced
+            and self.accounting.duplicates == 0
+            and all(c["exit_code"] == 0 for c in self.consumers)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["accounting"]["balanced"] = self.accounting.balanced
+        data["requests_per_message"] = self.requests_per_message
+        data["ok"] = self.ok
+        return data
+
+
+# --------------------------------------------------------------------------- the lane
+
+
+class RecordingDownstream(LoopbackWebhook):
+    """A loopback downstream (the webhook, the report store) that counts each event's attempts and answers.
+
+    A success is counted when the 2xx is sent, so ``successes[id] > 1`` is a duplicate side effect.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts: Counter[str] = Counter()
+        self.successes: Counter[str] = Counter()
+        self.refusals: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def attempt(self, event_id: str) -> int:
+        """Count an attempt for ``event_id``; returns which one it is (1 for the first)."""
+        with self._lock:
+            self.attempts[event_id] += 1
+            return self.attempts[event_id]
+
+    def answered(self, event_id: str, status: int) -> int:
+        """Record the answer ``status`` to ``event_id``'s attempt; returns it."""
+        with self._lock:
+            if 200 <= status < 300:
+                self.successes[event_id] += 1
+            else:
+                self.refusals[status] += 1
+        return status
+
+    def delivered(self) -> set[str]:
+        with self._lock:
+            return {event_id for event_id, n in self.successes.items() if n}
+
+
+class Lane:
+    """One worker's queue pair, producer, downstream and fleet; :meth:`result` accounts for its events."""
+
+    def __init__(
+        self,
+        worker: str,
+        mix: Mix,
+        plan: Sequence[Planned],
+        downstream: RecordingDownstream,
+        task_environment: Mapping[str, str],
+        sqs: Any,
+        log_dir: Path,
+    ) -> None:
+        self.worker, self.mix, self.plan, self.downstream, self.sqs = worker, mix, list(plan), downstream, sqs
+        self.env = dict(task_environment)
+        self.handler = self.env.get("CONSUMER_HANDLER", "?")
+        self.queue_url, self.dlq_url = self.env["QUEUE_URL"], self.env["DLQ_URL"]
+        self.stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.fleet = Fleet(consumer_environment(self.env, {mix.url_env: downstream.url}), log_dir)
+        self.produced = 0
+        self.depths = (0, 0, 0)  # (source visible, source in flight or delayed, DLQ), refreshed by look()
+        self.producer: threading.Thread | None = None
+        self.redrive: dict[str, Any] = {}
+
+    def ids(self, place: str, *, but: Iterable[str] = ()) -> set[str]:
+        """The event ids whose kind must end in ``place``, except the kinds in ``but``."""
+        return {p.event_id for p in self.plan if self.mix.kinds[p.kind].place == place and p.kind not in but}
+
+    @property
+    def expected_dlq(self) -> int:
+        return len(self.ids(DEAD_LETTERED))
+
+    def producing(self) -> bool:
+        return self.producer is not None and self.producer.is_alive()
+
+    def start_producer(self, produce_seconds: float, halfway: Callable[[], None] | None = None) -> None:
+        self.producer = threading.Thread(
+            target=self._produce, args=(produce_seconds, halfway), name=f"producer-{self.worker}", daemon=True
+        )
+        self.producer.start()
+
+    def _produce(self, produce_seconds: float, halfway: Callable[[], None] | None) -> None:
+        """Send the plan in batches of 10, paced over ``produce_seconds``; ``halfway()`` once half is sent."""
+        sends = batches(self.plan)
+        pause = produce_seconds / max(1, len(sends))
+        for batch in sends:
+            entries = batch_entries({str(n): p for n, p in enumerate(batch)})
+            response = self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            if response.get("Failed"):
+                raise RuntimeError(f"SendMessageBatch to {self.queue_url} failed: {response['Failed']}")
+            self.produced += len(batch)
+            if halfway is not None and self.produced >= len(self.plan) // 2:
+                halfway, call = None, halfway
+                call()
+            time.sleep(pause)
+
+    def look(self) -> tuple[int, int, int]:
+        """Read the queue depths into ``depths``: (source visible, in flight or delayed, DLQ visible + in flight)."""
+        source, dlq = queue_depth(self.sqs, self.queue_url), queue_depth(self.sqs, self.dlq_url)
+        self.depths = (source.visible, source.not_visible + source.delayed, dlq.visible + dlq.not_visible)
+        return self.depths
+
+    def busy(self) -> bool:
+        """Something is still to come: the producer runs or the source holds messages."""
+        return self.producing() or self.depths[:2] != (0, 0)
+
+    def settled(self) -> bool:
+        """Every event in its own place as far as the depths show: delivered, or the DLQ holding exactly the rest."""
+        return (
+            not self.producing()
+            and self.depths == (0, 0, self.expected_dlq)
+            and self.ids(DELIVERED) <= self.downstream.delivered()
+        )
+
+    def result(self) -> LaneResult:
+        """Read the DLQ's final places and the source's leftovers, and account for every produced event."""
+        dlq = {
+            event_id_of(message) or message["MessageId"]: reason for message, reason in read_dlq(self.sqs, self.dlq_url)
+        }
+        visible, in_flight, _ = self.look()
+        fleet = self.fleet
+        return LaneResult(
+            worker=self.worker,
+            handler=self.handler,
+            accounting=account(self.plan, self.mix.kinds, self.downstream.successes, dlq, visible + in_flight),
+            consumers=[
+                {
+                    "number": c.number,
+                    "exit_code": c.final_exit_code,
+                    "stopped_in_seconds": c.stopped_in_rounded,
+                    "log": str(c.log_path),
+                }
+                for c in fleet.processes
+            ],
+            retried=fleet.events["message_backoff"],
+            heartbeat_extensions=int(fleet.metrics["visibility_extensions"]),
+            requeued=int(fleet.metrics["requeued"]),
+            sqs_requests=int(fleet.metrics["sqs_requests"]),
+            processed=int(fleet.metrics["processed"]),
+            downstream_refusals={str(k): v for k, v in sorted(self.downstream.refusals.items())},
+            redrive=self.redrive,
+        )
