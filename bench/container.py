@@ -74,7 +74,7 @@ def run(runs: int = RUNS) -> dict[str, Any]:
         outdir = Path(scratch) / "cdk.out"
         app, _ = build_app(outdir=str(outdir), context={"env": "demo"})
         app.synth()
-        task = TaskContainer.from_assembly(outdir, STACK)
+        task = TaskContainer.from_assembly(outdir, STACK, "notifications")  # the demo stack's first worker
         image = task.build(engine)
         server, endpoint = start_server()
         webhook = HeldWebhook()

@@ -42,7 +42,7 @@ from consumer.exit_codes import ExitCode
 from consumer.ops import files
 from consumer.ops.files import ExportResult, ImportResult
 from consumer.ops.passes import AwsFailure, Interrupted, UsageError, explain, interrupts
-from consumer.ops.progress import Progress, output_console
+from consumer.ops.progress import Progress, duration, message_table, output_console, preview, reason_preview
 from consumer.ops.queues import (
     NO_REASON_KIND,
     ClientFactory,
@@ -78,8 +78,6 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Inspect and repair the dead-letter queue: stats, peek, redrive, purge, export, import.",
 )
-
-BODY_PREVIEW_CHARS = 80
 
 T = TypeVar("T")
 
@@ -120,35 +118,18 @@ def _clients(ctx: typer.Context) -> ClientFactory:
     return ctx.obj if callable(ctx.obj) else make_client
 
 
-def _preview(text: str, limit: int = BODY_PREVIEW_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _named(ctx: typer.Context, queue_url: str | None, dlq_url: str | None) -> tuple[str | None, str | None]:
+    """The queue URLs to resolve with: with ``--stack``, those QUEUE_URL/DLQ_URL gave are dropped, so the stack's
+    outputs (its ``--worker``'s) win over the environment, which in an ECS task names that task's own queues; a
+    ``--queue-url``/``--dlq-url`` flag still wins over both."""
+    if not ctx.params.get("stack"):
+        return queue_url, dlq_url
 
+    def from_environment(name: str) -> bool:
+        # By name: typer carries its own copy of click, whose ParameterSource is not click's.
+        return getattr(ctx.get_parameter_source(name), "name", None) == "ENVIRONMENT"
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3_600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{days}d"] if days else []
-    parts += [f"{hours}h"] if hours or days else []
-    parts += [f"{minutes}m", f"{secs}s"] if not days else []
-    return sign + " ".join(parts)
-
-
-def _message_table(title: str) -> Table:
-    table = Table(title=title)
-    for column in ("message id", "kind", "reason", "body"):
-        table.add_column(column, overflow="fold")
-    return table
-
-
-def _reason_preview(reason: dict[str, Any] | None) -> Text:
-    return Text(_preview(str(reason.get("reason", ""))) if reason else "-")
+    return (None if from_environment("queue_url") else queue_url, None if from_environment("dlq_url") else dlq_url)
 
 
 # --- the options every command shares -------------------------------------------------------------
@@ -198,7 +179,7 @@ def stats(
     its own failed_at in the reason.
     """
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
     report = dlq_stats(clients("sqs", dlq), dlq)
     if json_output:
         typer.echo(json.dumps(report.as_json()))
@@ -209,9 +190,9 @@ def stats(
     table.add_row("visible (waiting)", str(report.visible))
     table.add_row("in flight (received, not deleted)", str(report.in_flight))
     table.add_row("delayed", str(report.delayed))
-    table.add_row("retention", _duration(report.retention_seconds))
-    table.add_row(f"oldest age (~, {report.sampled_messages} sampled)", _duration(report.oldest_age_seconds))
-    table.add_row("oldest expires in (~)", _duration(report.oldest_expires_in_seconds))
+    table.add_row("retention", duration(report.retention_seconds))
+    table.add_row(f"oldest age (~, {report.sampled_messages} sampled)", duration(report.oldest_age_seconds))
+    table.add_row("oldest expires in (~)", duration(report.oldest_expires_in_seconds))
     console.print(table)
 
 
@@ -246,7 +227,7 @@ def peek(
     replaced by placeholders.
     """
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
     records = peek_records(clients("sqs", dlq), dlq, max_messages=max_messages, visibility=visibility)
     if json_output:
         for record in records:
@@ -257,14 +238,14 @@ def peek(
     if not records:
         console.print(Text(f"no visible messages in {dlq}"))
         return
-    listing = _message_table(f"{len(records)} message(s) from {dlq} (left in place)")
+    listing = message_table(f"{len(records)} message(s) from {dlq} (left in place)")
     for record in records:
         reason = record["reason"]
         listing.add_row(
             Text(record["message_id"]),
             Text(str(reason.get("kind", "")) if reason else NO_REASON_KIND),
-            _reason_preview(reason),
-            Text(_preview(record["body"])),
+            reason_preview(reason),
+            Text(preview(record["body"])),
         )
     console.print(listing)
     summary = Table(title="By failure fingerprint")
@@ -273,7 +254,7 @@ def peek(
     summary.add_column("reason", overflow="fold")
     summary.add_column("sample body", overflow="fold")
     for (kind, pattern), members in by_fingerprint(records):
-        summary.add_row(str(len(members)), Text(kind), Text(pattern), Text(_preview(members[0]["body"])))
+        summary.add_row(str(len(members)), Text(kind), Text(pattern), Text(preview(members[0]["body"])))
     console.print(summary)
 
 
@@ -336,7 +317,9 @@ def redrive(
     and silently drop it; run redrive again after that.
     """
     clients = _clients(ctx)
-    queues = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=not cancel)
+    queues = resolve_queues(
+        *_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=not cancel
+    )
     sqs = clients("sqs", queues.dlq)
     if cancel:
         typer.echo(cancel_move_task(sqs, queues.dlq))
@@ -383,12 +366,12 @@ def redrive(
 
 def _print_redrive_summary(summary: RedriveSummary, *, limit: int | None) -> None:
     if summary.dry_run:
-        table = _message_table(f"dry run: {len(summary.would_move)} message(s) would move (nothing moved)")
+        table = message_table(f"dry run: {len(summary.would_move)} message(s) would move (nothing moved)")
         for message in summary.would_move:
             reason = read_reason_safely(message)
             kind, _pattern = fingerprint(reason)
             table.add_row(
-                Text(message["MessageId"]), Text(kind), _reason_preview(reason), Text(_preview(message.get("Body", "")))
+                Text(message["MessageId"]), Text(kind), reason_preview(reason), Text(preview(message.get("Body", "")))
             )
         output_console().print(table)
     moved = f"would move {len(summary.would_move)}" if summary.dry_run else f"moved {summary.moved}"
@@ -441,7 +424,7 @@ def purge(
 ) -> None:
     """Delete every message in the DLQ (PurgeQueue); asks first unless --yes. Export first to keep a copy."""
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
     sqs = clients("sqs", dlq)
     approximate = sum(depth_of(sqs, dlq))
     if not yes and not typer.confirm(
@@ -491,7 +474,7 @@ def export(
     so without --delete a pass sees at most 10 messages per group.
     """
     clients = _clients(ctx)
-    dlq = resolve_queues(queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=False).dlq
+    dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
     files.refuse_to_overwrite(out, append=append)
     sqs = clients("sqs", dlq)
     result = ExportResult(visible=depth_of(sqs, dlq)[0])
@@ -557,7 +540,12 @@ def import_(
     clients = _clients(ctx)
     to_source = to is Target.source
     queues = resolve_queues(
-        queue_url, dlq_url, stack, worker=worker, clients=clients, need_source=to_source, need_dlq=not to_source
+        *_named(ctx, queue_url, dlq_url),
+        stack,
+        worker=worker,
+        clients=clients,
+        need_source=to_source,
+        need_dlq=not to_source,
     )
     target = queues.source if to_source else queues.dlq
     entry = files.import_entry(to_source=to_source, fifo=is_fifo(target), keep_reason=keep_reason)

@@ -10,7 +10,11 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as ProgressBar
+from rich.table import Table
+from rich.text import Text
 
+#: How much of a body or reason a table shows, on one line.
+BODY_PREVIEW_CHARS = 80
 #: Off a terminal rich renders 80 columns and wraps or cuts; a pipe or a log file gets each line whole instead.
 UNWRAPPED_WIDTH = 10_000
 
@@ -74,3 +78,39 @@ class Progress:
                 f"{f' ({detail})' if detail else ''}, {int(self.last_line - self.started)} s",
                 err=True,
             )
+
+
+# --- what the commands' tables show ---------------------------------------------------------------
+
+
+def preview(text: str, limit: int = BODY_PREVIEW_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def duration(seconds: float | None) -> str:
+    """``1d``, ``2h 5m 3s``, ``-4m 0s``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{hours}h"] if hours or days else []
+    parts += [f"{minutes}m", f"{secs}s"] if not days else []
+    return sign + " ".join(parts)
+
+
+def message_table(title: str) -> Table:
+    table = Table(title=title)
+    for column in ("message id", "kind", "reason", "body"):
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def reason_preview(reason: dict[str, Any] | None) -> Text:
+    return Text(preview(str(reason.get("reason", ""))) if reason else "-")

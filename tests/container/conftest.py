@@ -30,6 +30,8 @@ from consumer.testing import QueueDepth, depth
 #: The environment whose task definition the tier runs: the one `make run` deploys locally.
 ENVIRONMENT = "demo"
 STACK = f"SqsWorker-{ENVIRONMENT}"
+#: The worker whose task the tier runs: the demo stack's first, the notifications example (its samples, its webhook).
+WORKER = "notifications"
 
 
 #: Set by .ci/run where it has installed an engine: then the tier must run, never skip.
@@ -60,7 +62,7 @@ def task(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> TaskContai
     outdir = tmp_path_factory.mktemp("cdk.out")
     app, _ = build_app(outdir=str(outdir), context={"env": ENVIRONMENT})
     app.synth()
-    return TaskContainer.from_assembly(outdir, STACK)
+    return TaskContainer.from_assembly(outdir, STACK, WORKER)
 
 
 @pytest.fixture(scope="session")

@@ -136,6 +136,24 @@ def test_dlq_command_from_a_later_workers_alarm_reads_its_dlq(served: tuple[Path
     assert re.search(r"visible \(waiting\)\s*\S\s*1\b", first.stdout), first.stdout
 
 
+def test_dlq_stack_beats_the_tasks_own_queue_urls_in_the_environment(served: tuple[Path, str]) -> None:
+    """Inside the first worker's task (ECS Exec), QUEUE_URL/DLQ_URL name that task's own queues: the reports alarm's
+    `--stack ... --worker reports` still reads the reports DLQ, while a --dlq-url flag still wins over the stack."""
+    env_file, _ = served
+    first = read_env_file(env_file)
+    inside_first_task = operator_environment(env_file) | {"QUEUE_URL": first["QUEUE_URL"], "DLQ_URL": first["DLQ_URL"]}
+
+    by_stack = run("dlq", "stats", "--stack", STACK, "--worker", "reports", env=inside_first_task)
+    by_flag = run(
+        "dlq", "stats", "--stack", STACK, "--worker", "reports", "--dlq-url", first["DLQ_URL"], env=inside_first_task
+    )
+
+    assert (by_stack.returncode, by_flag.returncode) == (0, 0), by_stack.stderr + by_flag.stderr
+    # moto's outputs spell a queue's URL as AWS does; the name says whose DLQ it is.
+    assert re.search(rf"^DLQ \S+/{STACK}-reports-dlq$", by_stack.stdout, re.MULTILINE), by_stack.stdout
+    assert f"DLQ {first['DLQ_URL']}\n" in by_flag.stdout, by_flag.stdout
+
+
 def test_dlq_worker_the_stack_lacks_names_the_workers(served: tuple[Path, str]) -> None:
     """An unknown --worker: one line naming the stack's workers, from its WorkerNames output."""
     env_file, _ = served
