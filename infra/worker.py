@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import cast
 
-from aws_cdk import CfnElement, RemovalPolicy, Stack
+from aws_cdk import CfnElement, RemovalPolicy, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
@@ -157,6 +157,7 @@ class Worker(Construct):
 
     def _acknowledge(self, cluster: ecs.ICluster) -> None:
         """The cdk-nag findings a worker's service always has, each with why it is acceptable."""
+        stack = Stack.of(self)
         acknowledge(
             self.consumer.task_definition,
             "AwsSolutions-ECS2",
@@ -168,8 +169,9 @@ class Worker(Construct):
         )
         acknowledge(
             self.consumer.task_role,
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task/"
-            f"{_cluster_name_in_finding(cluster)}/*]",
+            f"AwsSolutions-IAM5[Resource::arn:{_in_finding(stack.partition, 'AWS::Partition')}:ecs:"
+            f"{_in_finding(stack.region, 'AWS::Region')}:"
+            f"{_in_finding(stack.account, 'AWS::AccountId')}:task/{_cluster_name_in_finding(cluster)}/*]",
             "Task scale-in protection is set by each task on itself; task ids are not known at deploy"
             " time, so the resource is every task of this cluster only.",
         )
@@ -179,6 +181,12 @@ class Worker(Construct):
             "ecr:GetAuthorizationToken has no resource-level permissions; the ECR pull actions"
             " themselves are scoped to the asset repository by CDK.",
         )
+
+
+def _in_finding(value: str, pseudo_parameter: str) -> str:
+    """How cdk-nag spells a stack's partition, region or account inside a finding id: the value where the stack has a concrete
+    environment (``env=``, cdk.json's account/region), else the pseudo parameter it stands for."""
+    return f"<{pseudo_parameter}>" if Token.is_unresolved(value) else value
 
 
 def _cluster_name_in_finding(cluster: ecs.ICluster) -> str:

@@ -70,3 +70,12 @@ def test_readme_quotes_the_team_handlers_declaration_as_it_is() -> None:
     minutes = contract.max_duration_seconds // 60
     quoted = f"@worker(max_duration=timedelta(minutes={minutes}), concurrency={contract.concurrency})"
     assert quoted in readme_section()
+
+
+def test_readme_first_worker_keeps_what_dev_gives_its_handler_today() -> None:
+    """The README's first worker is dev's own: same handler and handler_environment (NOTIFY_DRY_RUN), so following
+    the README leaves dev's consumer able to start (without it the example refuses: no webhook URL, no dry run)."""
+    dev = cdk_json_context()[CONTEXT_KEY][ENVIRONMENT]
+    first = next(iter(readme_workers().values()))
+    assert first["handler"] == dev["handler"]
+    assert first.get("handler_environment") == dev.get("handler_environment")

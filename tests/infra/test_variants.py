@@ -224,3 +224,16 @@ def test_unknown_environment_fails_synth_with_a_clear_message(tmp_path: Path) ->
         Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod, demo\): 'qa'"
     ):
         synthesize(tmp_path, {"env": "qa"})
+
+
+def test_an_environment_with_its_account_and_region_synthesizes_nag_clean(tmp_path: Path) -> None:
+    """With a concrete account and region, cdk-nag spells them literally in the task-protection finding's id, and the
+    acknowledgement follows; before, only an environment-agnostic stack passed (an open finding fails the synth)."""
+    environment = {
+        "handler": "consumer.examples.notifications:handle",
+        "handler_environment": {"NOTIFY_DRY_RUN": "true"},
+        "account": "123456789012",
+        "region": "eu-west-1",
+    }
+    (env,) = synthesize(tmp_path, {CONTEXT_KEY: {"qa": environment}, "env": "qa"}).values()
+    assert (env.stack.account, env.stack.region) == ("123456789012", "eu-west-1")
