@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from consumer.contract import WorkerContract
+from consumer.contract import WorkerContract, check_int
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
 from infra.alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
 from infra.dashboard import DashboardSection
@@ -20,7 +20,13 @@ from infra.metrics import WorkerMetrics
 from infra.nag import acknowledge
 from infra.queues import WorkerQueues
 from infra.service import ConsumerService, container_secrets
-from infra.worker_settings import DEFAULT_WORKER_NAME, SecretSource, check_worker_name
+from infra.worker_settings import (
+    DEFAULT_WORKER_NAME,
+    MAX_TASKS_LIMIT,
+    SecretSource,
+    check_task_size,
+    check_worker_name,
+)
 
 #: The construct id that keeps a one-worker stack's logical ids: the CDK leaves an id "Default" out of every
 #: logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib core/lib/private/uniqueid.ts), so
@@ -91,6 +97,10 @@ class Worker(Construct):
     ) -> None:
         first = construct_id == FIRST_WORKER_ID
         worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name('"construct_id"', construct_id)
+        # What cdk.json's parser checks, checked here too: a team's own app calls this construct directly.
+        check_task_size(cpu, memory_mib)
+        check_int("min_tasks", min_tasks, 1, MAX_TASKS_LIMIT, " (backlog-per-task scaling cannot scale out from zero)")
+        check_int("max_tasks", max_tasks, min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
         super().__init__(scope, construct_id)
         #: The worker's name: ``name`` (default "default") for the first worker, else its construct id.
         self.name = worker_name

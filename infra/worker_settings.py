@@ -24,6 +24,26 @@ FARGATE_MEMORY_MIB: dict[int, range] = {
     16384: range(32768, 122880 + 1, 8192),
 }
 MAX_TASKS_LIMIT = 100
+
+
+def check_task_size(
+    cpu: object, memory: object, cpu_parameter: str = "cpu", memory_parameter: str = "memory_mib"
+) -> tuple[int, int]:
+    """``(cpu, memory)`` if Fargate runs a task of that size (memory None: the smallest for ``cpu``); else a
+    :class:`SettingsError` naming the parameter, Fargate's rule and the value."""
+    if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu not in FARGATE_MEMORY_MIB:
+        raise SettingsError(cpu_parameter, f"must be one of Fargate's CPU sizes {sorted(FARGATE_MEMORY_MIB)}", cpu)
+    allowed = FARGATE_MEMORY_MIB[cpu]
+    memory = allowed[0] if memory is None else memory
+    if not isinstance(memory, int) or isinstance(memory, bool) or memory not in allowed:
+        raise SettingsError(
+            memory_parameter,
+            f"must be {allowed.start}..{allowed.stop - 1} in steps of {allowed.step} for cpu {cpu}",
+            memory,
+        )
+    return cpu, memory
+
+
 _ENV_VAR = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html (naming constraints)
 _SSM_PARAMETER = re.compile(r"^/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+){0,14}$")
@@ -152,17 +172,7 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         " (backlog-per-task scaling divides by running tasks, so it cannot scale out from zero)",
     )
     max_tasks = integer("max_tasks", max(2, min_tasks), min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
-    cpu = raw.get("cpu", 256)
-    if cpu not in FARGATE_MEMORY_MIB or not isinstance(cpu, int) or isinstance(cpu, bool):
-        raise SettingsError(path("cpu"), f"must be one of Fargate's CPU sizes {sorted(FARGATE_MEMORY_MIB)}", cpu)
-    allowed = FARGATE_MEMORY_MIB[cpu]
-    memory = raw.get("memory_mib", allowed[0])
-    if isinstance(memory, bool) or memory not in allowed or not isinstance(memory, int):
-        raise SettingsError(
-            path("memory_mib"),
-            f"must be {allowed.start}..{allowed.stop - 1} in steps of {allowed.step} for cpu {cpu}",
-            memory,
-        )
+    cpu, memory = check_task_size(raw.get("cpu", 256), raw.get("memory_mib"), path("cpu"), path("memory_mib"))
     reserved = WorkerContract.env_keys() | BINDING_KEYS
     handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
     secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]

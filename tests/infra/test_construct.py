@@ -106,3 +106,37 @@ def test_every_alarm_notifies_a_topic_that_admits_it(template: dict[str, Any]) -
     for alarm in notifying.values():
         assert all(action.get("Ref") in topics for action in alarm["Properties"]["AlarmActions"])
         assert f':alarm:{alarm["Properties"]["AlarmName"]}"' in policies
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"cpu": 256, "memory_mib": 8192}, '"memory_mib" must be 512..2048 in steps of 512 for cpu 256: 8192'),
+        ({"cpu": 300}, '"cpu" must be one of Fargate\'s CPU sizes [256, 512, 1024, 2048, 4096, 8192, 16384]: 300'),
+        ({"min_tasks": 5, "max_tasks": 2}, '"max_tasks" must be between 5 and 100 (from min_tasks): 2'),
+    ],
+)
+def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str, Any], message: str) -> None:
+    """Called directly (a team's app, no cdk.json), a size Fargate does not run or a max below the min is refused
+    before anything is built, naming the argument, the rule and the value."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ecs as ecs
+    from aws_cdk import aws_sns as sns
+
+    from consumer.contract import ContractError, contract_of, load_handler
+    from infra.worker import Worker
+
+    stack = Stack(App(), "Refused")
+    topic = sns.Topic(stack, "Topic")
+    with pytest.raises(ContractError) as refused:
+        Worker(
+            stack,
+            "reports",
+            contract=contract_of(load_handler("workers.reports:handle")),
+            handler="workers.reports:handle",
+            cluster=ecs.Cluster(stack, "Cluster"),
+            page_topic=topic,
+            ticket_topic=topic,
+            **arguments,
+        )
+    assert str(refused.value) == message
