@@ -76,14 +76,17 @@ def local_up(
 
 def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
     """Write the first worker's environment to ``env_file`` and, on a stack of several workers, each worker's to
-    its :func:`~consumer.local.manual.worker_env_file`; print one line per worker (name, handler, queue, file)
+    its :func:`~consumer.local.manual.worker_env_file` (removing the worker files of workers this stack lacks); print one line per worker (name, handler, queue, file)
     and return the commands to run and feed each worker's consumer."""
     import shlex
 
     from consumer.contract import HANDLER_ENV
-    from consumer.local.manual import shell_path, worker_env_file, write_env_file
+    from consumer.local.manual import env_file_workers, shell_path, worker_env_file, write_env_file
 
     several = len(local.workers) > 1
+    # A worker file an earlier `local up` of another stack left would name queues this server does not have.
+    for stale in set(env_file_workers(env_file)) - (set(local.workers) if several else set()):
+        worker_env_file(env_file, stale).unlink(missing_ok=True)
     python = _python()
     commands = []
     for index, worker in enumerate(local.workers):

@@ -29,6 +29,8 @@ STACK = "SqsWorker-demo"
 def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """`local up` serving the demo stack (two workers) on any free port; yields (its env file, its output)."""
     env_file = tmp_path_factory.mktemp("local") / "local.env"
+    # What an earlier `local up` of a stack with an "orders" worker would have left.
+    env_file.with_name("local.orders.env").write_text("QUEUE_URL=http://127.0.0.1:1/gone\n")
     # The last worker's send command is the last line printed before serving.
     with local_up(cdk_out / f"{STACK}.template.json", env_file, lambda line: "--worker reports" in line) as output:
         yield env_file, output
@@ -89,8 +91,10 @@ def test_local_send_worker_sends_report_requests_to_that_workers_queue(served: t
 
 
 def test_local_send_to_an_unknown_worker_names_the_workers(served: tuple[Path, str]) -> None:
-    """One line on stderr naming the workers `local up` wrote files for; nothing sent."""
+    """One line on stderr naming the workers `local up` wrote files for, and only this stack's (the file an earlier
+    stack's "orders" worker left is gone); nothing sent."""
     env_file, _ = served
+    assert not env_file.with_name("local.orders.env").exists()
     done = run("local", "send", "--env-file", str(env_file), "--worker", "orders")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
