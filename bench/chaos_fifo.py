@@ -8,7 +8,7 @@ from typing import Any
 
 from bench.chaos_accounting import Record, check_of, dead_lettered_at_first_receive
 from bench.corpus import Case, fifo_handle
-from consumer.contract import contract_of
+from consumer.declaration import contract_of
 
 
 def create_fifo_pair(sqs: Any, prefix: str) -> tuple[str, str]:

@@ -10,7 +10,8 @@ Importing this package imports the standard library only: the CDK app imports
 handlers to read their declaration, and must never pull in runtime code.
 """
 
-from consumer.contract import ConfigurationError, ContractError, WorkerContract, worker
+from consumer.contract import ConfigurationError, ContractError, WorkerContract
+from consumer.declaration import worker
 from consumer.message import Message, PoisonMessage
 
 __all__ = ["ConfigurationError", "ContractError", "Message", "PoisonMessage", "WorkerContract", "worker"]

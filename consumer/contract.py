@@ -16,6 +16,7 @@ scaling target), validated once, here. The CDK stack (``infra/``) and the
 consumer runtime both import this module; it uses the standard library only so
 that it stays importable from either side.
 
+``@worker`` itself, ``contract_of`` and ``load_handler`` are in :mod:`consumer.declaration`.
 The formulas, SQS's limits and the contract's bounds are in :mod:`consumer.limits`, the errors in
 :mod:`consumer.errors` and the queue attributes' SQS spelling in :mod:`consumer.queue_attributes`
 (all standard library only); this module re-exports their names, so ``from consumer.contract import``
@@ -25,13 +26,10 @@ reaches every name it always has.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from consumer.errors import ConfigurationError, ContractDriftError, ContractError
 from consumer.limits import (
@@ -75,11 +73,6 @@ __all__ = [
     "QueueAttributes",
     "QueuePairAttributes",
     "WorkerContract",
-    "contract_of",
-    "load_handler",
-    "setup_of",
-    "worker",
-    "worker_argument",
     # consumer.limits, re-exported: both halves import SQS's limits and the contract's bounds from here
     "AGE_METRIC_SKIPPED_AFTER_RECEIVES",
     "DAY",
@@ -123,27 +116,10 @@ TASK_ROLE_ID_ENV = "CONSUMER_TASK_ROLE_ID"
 BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_TABLE_ENV, TASK_ROLE_ID_ENV})
 #: Fields the environment sets (cdk.json), not the handler: excluded from the declaration check.
 ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})
-HANDLER_ATTRIBUTE = "__worker_contract__"
-SETUP_ATTRIBUTE = "__worker_setup__"
 
 
 def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
-
-
-def seconds(parameter: str, value: object) -> int:
-    """Whole seconds from a ``timedelta`` or a number, rounded up (more time is the safe side).
-
-    >>> seconds("max_duration", timedelta(minutes=1, milliseconds=1))
-    61
-    """
-    if isinstance(value, timedelta):
-        return math.ceil(value.total_seconds())
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ContractError(parameter, "must be a timedelta or a number of seconds", value)
-    if not math.isfinite(value):
-        raise ContractError(parameter, "must be a finite number of seconds", value)
-    return math.ceil(value)
 
 
 def check_int(parameter: str, value: object, low: int, high: int, why: str = "") -> int:
@@ -474,123 +450,3 @@ def _from_env_value(key: str, raw: str, is_bool: bool) -> object:
         return int(raw)
     except ValueError:
         raise ContractError(key, "must be a whole number", raw) from None
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def worker(
-    *,
-    max_duration: timedelta | float,
-    concurrency: int = 1,
-    batch_size: int = SQS_MAX_BATCH,
-    max_receive_count: int = 5,
-    fifo: bool = False,
-    content_based_deduplication: bool = False,
-    acceptable_latency: timedelta | float = 60,
-    average_duration: timedelta | float | None = None,
-    retry_backoff_base: timedelta | float = 2,
-    retry_backoff_max: timedelta | float = 300,
-    max_lease: timedelta | float = LEASE_CAP_SECONDS,
-    stop_timeout: timedelta | float | None = None,
-    setup: Callable[[Mapping[str, str]], object] | None = None,
-) -> Callable[[F], F]:
-    """Declare a handler's contract next to its code; the function itself is returned unchanged.
-
-    Durations take a ``timedelta`` or a number of seconds (rounded up).
-
-    ``setup`` is the handler's start-up check: ``python -m consumer run`` calls ``setup(environ)``
-    once, with the process environment, before it reaches AWS or receives anything; raising
-    :class:`ConfigurationError` refuses to start (exit 2, that one line). It is not part of the
-    contract: it changes no timing, no :meth:`WorkerContract.to_env` value and no drift check, and
-    synth never calls it.
-
-    Example::
-
-        def check(environ: Mapping[str, str]) -> None:
-            if not environ.get("NOTIFY_WEBHOOK_URL"):
-                raise ConfigurationError("NOTIFY_WEBHOOK_URL", "must be set", None)
-
-        @worker(max_duration=timedelta(seconds=90), concurrency=8, setup=check)
-        def handle(message: Message) -> None: ...
-    """
-    if setup is not None and not callable(setup):
-        raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
-    try:
-        contract = WorkerContract(
-            max_duration_seconds=seconds("max_duration", max_duration),
-            concurrency=concurrency,
-            batch_size=batch_size,
-            max_receive_count=max_receive_count,
-            fifo=fifo,
-            content_based_deduplication=content_based_deduplication,
-            acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
-            average_duration_seconds=None
-            if average_duration is None
-            else seconds("average_duration", average_duration),
-            retry_backoff_base_seconds=seconds("retry_backoff_base", retry_backoff_base),
-            retry_backoff_max_seconds=seconds("retry_backoff_max", retry_backoff_max),
-            max_lease_seconds=seconds("max_lease", max_lease),
-            stop_timeout_seconds=None if stop_timeout is None else seconds("stop_timeout", stop_timeout),
-        )
-    except ContractError as error:  # name what the author wrote: max_duration, not max_duration_seconds
-        raise type(error)(worker_argument(error.parameter), error.rule, error.value) from None
-
-    def declare(function: F) -> F:
-        setattr(function, HANDLER_ATTRIBUTE, contract)
-        setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
-        return function
-
-    return declare
-
-
-def worker_argument(field: str) -> str:
-    """The ``@worker`` argument a contract field comes from (``max_duration_seconds``: ``max_duration``)."""
-    argument = field.removesuffix("_seconds")
-    return argument if argument in inspect.signature(worker).parameters else field
-
-
-def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> WorkerContract:
-    """The contract a handler declared with :func:`worker`."""
-    contract = getattr(handler, HANDLER_ATTRIBUTE, None)
-    if not isinstance(contract, WorkerContract):
-        name = getattr(handler, "__qualname__", repr(handler))
-        raise ContractError(parameter, "must be decorated with @worker(max_duration=...)", name)
-    return contract
-
-
-def setup_of(handler: Callable[..., Any]) -> Callable[[Mapping[str, str]], object] | None:
-    """The start-up check a handler declared with ``@worker(..., setup=check)``, or None."""
-    return getattr(handler, SETUP_ATTRIBUTE, None)
-
-
-def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:
-    """Import ``package.module:function`` and return the function (it must carry a contract).
-
-    >>> load_handler("consumer.examples.notifications:handle").__name__
-    'handle'
-    """
-    module_name, sep, attribute = spec.partition(":") if isinstance(spec, str) else ("", "", "")
-    if module_name.startswith("."):  # importlib would raise TypeError: a relative name has no package to start from
-        raise ContractError(
-            parameter, 'must name an absolute module ("package.module:function"), not a relative one', spec
-        )
-    if not sep or not all(part.isidentifier() for part in module_name.split(".")) or not attribute.isidentifier():
-        raise ContractError(parameter, 'must look like "package.module:function"', spec)
-    # Whatever the module does wrong on import ends here as one ContractError: the consumer's start-up and
-    # synth both print it as one line naming the setting, never as the module's traceback.
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ContractError(parameter, f"names a module that cannot be imported ({error})", spec) from error
-    except SyntaxError as error:
-        where = f"{error.filename}, line {error.lineno}: {error.msg}"
-        raise ContractError(parameter, f"names a module with a syntax error ({where})", spec) from error
-    except (Exception, SystemExit) as error:  # a module calling sys.exit() on import must not end the process silently
-        raised = f"raised {type(error).__name__} when imported ({' '.join(str(error).split())})"
-        raise ContractError(parameter, f"names a module that {raised}", spec) from error
-    handler: object = getattr(module, attribute, None)
-    if not callable(handler):
-        raise ContractError(parameter, f"names no function {attribute!r} in {module_name}", spec)
-    contract_of(handler, parameter)
-    return handler

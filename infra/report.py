@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract, contract_of, load_handler
+from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract
+from consumer.declaration import contract_of, load_handler
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 from infra.toolchain import use_pinned_node
 from infra.worker_settings import WorkerSettings

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumer.contract import DAY, ContractError, WorkerContract, check_int, contract_of, load_handler
+from consumer.contract import DAY, ContractError, WorkerContract, check_int
+from consumer.declaration import contract_of, load_handler
 from consumer.limits import MIN_RETENTION_GAP_SECONDS
 from infra.worker_settings import (
     DEFAULT_WORKER_NAME,

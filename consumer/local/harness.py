@@ -23,7 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from consumer.contract import WorkerContract, contract_of
+from consumer.contract import WorkerContract
+from consumer.declaration import contract_of
 from consumer.runtime.acknowledger import SQS_MAX_BATCH
 from consumer.runtime.dead_letter import read_reason
 

@@ -23,11 +23,8 @@ from consumer.contract import (
     ContractDriftError,
     ContractError,
     WorkerContract,
-    contract_of,
-    load_handler,
-    setup_of,
-    worker_argument,
 )
+from consumer.declaration import contract_of, load_handler, setup_of, worker_argument
 from consumer.message import Message
 
 #: The consumer's log level: DEBUG, INFO (the default), WARNING, ERROR or CRITICAL.

@@ -63,7 +63,7 @@ def test_example_builds_one_worker_named_by_its_construct_id(template: dict[str,
 
 def test_example_takes_its_timings_from_the_handlers_declaration(template: dict[str, Any]) -> None:
     """workers.reports declares 10 min: the queue's lease and the container's stop timeout follow from it."""
-    from consumer.contract import contract_of, load_handler
+    from consumer.declaration import contract_of, load_handler
 
     contract = contract_of(load_handler("workers.reports:handle"))
     source = next(q for q in of_type(template, "AWS::SQS::Queue").values() if "source" in q["Properties"]["QueueName"])
@@ -123,7 +123,8 @@ def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str
     from aws_cdk import aws_ecs as ecs
     from aws_cdk import aws_sns as sns
 
-    from consumer.contract import ContractError, contract_of, load_handler
+    from consumer.contract import ContractError
+    from consumer.declaration import contract_of, load_handler
     from infra.worker import Worker
 
     stack = Stack(App(), "Refused")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from consumer.contract import contract_of, load_handler
+from consumer.declaration import contract_of, load_handler
 from infra.app import cdk_json_context
 from infra.settings import CONTEXT_KEY
 from infra.worker_settings import WORKER_KEYS

@@ -12,7 +12,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from consumer.contract import WorkerContract, contract_of, load_handler
+from consumer.contract import WorkerContract
+from consumer.declaration import contract_of, load_handler
 from infra.queues import WorkerQueues
 from infra.settings import CONTEXT_KEY, SettingsError
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize

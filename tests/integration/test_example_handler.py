@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from consumer import ConfigurationError, Message, PoisonMessage
-from consumer.contract import setup_of
+from consumer.declaration import setup_of
 from consumer.examples import demo, notifications
 from consumer.examples.notifications import DownstreamUnavailable, delivery_target, handle, parse
 

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto.sqs.models import DEFAULT_SENDER_ID
 
-from consumer.contract import contract_of
+from consumer.declaration import contract_of
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.testing import depth, poll_until
 from tests.integration.conftest import REGION, create_pair

@@ -30,6 +30,7 @@ def imported_modules(tree: ast.Module) -> set[str]:
 #: The contract and the sibling modules it is split into; each imports the standard library and the others only.
 CONTRACT_MODULES = (
     "consumer.contract",
+    "consumer.declaration",
     "consumer.errors",
     "consumer.limits",
     "consumer.queue_attributes",

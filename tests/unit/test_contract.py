@@ -11,18 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from consumer.contract import (
-    DAY,
-    DERIVED_FORMULAS,
-    ContractDriftError,
-    ContractError,
-    QueueAttributes,
-    WorkerContract,
-    contract_of,
-    load_handler,
-    setup_of,
-    worker,
-)
+from consumer.contract import DAY, DERIVED_FORMULAS, ContractDriftError, ContractError, QueueAttributes, WorkerContract
+from consumer.declaration import contract_of, load_handler, setup_of, worker
 
 
 def make(**overrides: object) -> WorkerContract:

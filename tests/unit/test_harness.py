@@ -13,7 +13,7 @@ from bench import chaos
 from bench.chaos import ChaosResult
 from bench.chaos_report import sections, write_markdown
 from consumer import Message, worker
-from consumer.contract import contract_of
+from consumer.declaration import contract_of
 from consumer.local import accounting, demo
 from consumer.local.accounting import DEAD_LETTERED, DELIVERED, extra_deliveries, places
 from consumer.local.harness import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from consumer.contract import contract_of, load_handler
+from consumer.declaration import contract_of, load_handler
 from infra.report import EXAMPLE_HANDLER, formula_table
 
 ROOT = Path(__file__).resolve().parents[2]

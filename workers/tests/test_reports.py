@@ -14,7 +14,7 @@ import pytest
 from moto import mock_aws
 
 from consumer import ConfigurationError, Message, PoisonMessage
-from consumer.contract import contract_of
+from consumer.declaration import contract_of
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, running, wait_until
