@@ -131,6 +131,17 @@ def check_int(parameter: str, value: object, low: int, high: int, why: str = "")
     return value
 
 
+def _check_fair_queue(fair_queue: object, fifo: bool) -> None:
+    _check_bool("fair_queue", fair_queue)
+    if fair_queue and fifo:
+        # On a FIFO queue the MessageGroupId is the order key, and SQS's fair queues are a standard-queue feature.
+        raise ContractError(
+            "fair_queue",
+            "is only allowed on a standard queue (fifo=False): a FIFO queue's MessageGroupId is its order key",
+            True,
+        )
+
+
 def _check_bool(parameter: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ContractError(parameter, "must be true or false", value)
@@ -163,6 +174,9 @@ class WorkerContract:
     fifo: bool = False
     #: FIFO only: deduplicate on a hash of the body.
     content_based_deduplication: bool = False
+    #: Standard queue only: producers give each tenant a MessageGroupId and SQS serves quiet tenants first
+    #: (SQS fair queues); infra then alarms on the quiet groups' oldest message, not the whole queue's.
+    fair_queue: bool = False
     #: How long a message may wait before a handler starts on it (scaling and alarms).
     acceptable_latency_seconds: int = 60
     #: Typical handler duration; defaults to half the max duration.
@@ -203,6 +217,7 @@ class WorkerContract:
         _check_bool("content_based_deduplication", self.content_based_deduplication)
         if self.content_based_deduplication and not self.fifo:
             raise ContractError("content_based_deduplication", "is only allowed on a FIFO pair (fifo=True)", True)
+        _check_fair_queue(self.fair_queue, self.fifo)
         check_int("acceptable_latency_seconds", self.acceptable_latency_seconds, 1, SQS_MAX_VISIBILITY_SECONDS)
         if self.average_duration_seconds is None:
             object.__setattr__(self, "average_duration_seconds", max(1, math.ceil(self.max_duration_seconds / 2)))
@@ -379,13 +394,15 @@ class WorkerContract:
         >>> WorkerContract(max_duration_seconds=90).to_env()["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"]
         '100'
         """
-        env = {_env_name(name): _to_env_value(value) for name, value in self.declared().items()}
+        env = {
+            _env_name(name): _to_env_value(value) for name, value in self.declared().items() if _written(name, value)
+        }
         env.update({_env_name(name): str(value) for name, value in self.derived().items()})
         return env
 
     @classmethod
     def env_keys(cls) -> frozenset[str]:
-        """Every variable :meth:`to_env` writes."""
+        """Every variable :meth:`to_env` may write (``CONSUMER_FAIR_QUEUE`` only when declared): the reserved names."""
         names = [f.name for f in dataclasses.fields(cls)] + list(DERIVED_FORMULAS)
         return frozenset(_env_name(name) for name in names)
 
@@ -428,7 +445,15 @@ class WorkerContract:
         return contract
 
 
-_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication"})
+_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication", "fair_queue"})
+#: Fields added after stacks were deployed: written only when declared, so a worker that does not declare one keeps
+#: its task definition byte for byte (no new revision, no rolling deploy); from_env reads an absent one as False.
+_WRITTEN_ONLY_WHEN_DECLARED = frozenset({"fair_queue"})
+
+
+def _written(name: str, value: object) -> bool:
+    """Whether :meth:`WorkerContract.to_env` writes field ``name`` holding ``value``."""
+    return not (name in _WRITTEN_ONLY_WHEN_DECLARED and value is False)
 
 
 def _env_name(name: str) -> str:

@@ -46,6 +46,7 @@ def worker(
     max_receive_count: int = 5,
     fifo: bool = False,
     content_based_deduplication: bool = False,
+    fair_queue: bool = False,
     acceptable_latency: timedelta | float = 60,
     average_duration: timedelta | float | None = None,
     retry_backoff_base: timedelta | float = 2,
@@ -83,6 +84,7 @@ def worker(
             max_receive_count=max_receive_count,
             fifo=fifo,
             content_based_deduplication=content_based_deduplication,
+            fair_queue=fair_queue,
             acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
             average_duration_seconds=None
             if average_duration is None

@@ -53,6 +53,7 @@ class QueueAlarms(Construct):
     ``dlq_new_arrivals``         page     the DLQ's depth rises while it already held messages
     ``dlq_age``                  page     the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
     ``backlog_age``              ticket   the source's oldest message is older than ``backlog_age_alarm_seconds``
+                                          (on a fair queue: the oldest outside the noisy tenants' groups)
     ``consumer_stalled``         page     composite: (oldest source message older than the acceptable
                                           latency AND nothing deleted for 5 minutes) OR no task running
     ============================ ======== =================================================================
@@ -176,19 +177,29 @@ class QueueAlarms(Construct):
             contract.dlq_age_alarm_seconds,
             above,
         )
+        # A fair queue (fair_queue declared) ages on its quiet groups: SQS serves a noisy tenant's backlog last, so
+        # the whole queue's oldest message would say only that one tenant is busy; the quiet tenants' oldest says
+        # whether everyone else is late. The same construct id, threshold and runbook section either way.
+        fair = metrics.fair
         self.backlog_age = alarm(
             "BacklogAge",
             TICKET,
             describe(
                 TICKET,
                 "backlog-age",
-                f"The oldest message in {source_name} has waited over {contract.backlog_age_alarm_seconds} s"
+                f"The oldest message in {source_name}"
+                + (
+                    " outside its noisy tenants (fair queue: ApproximateAgeOfOldestMessageInQuietGroups)"
+                    if fair is not None
+                    else ""
+                )
+                + f" has waited over {contract.backlog_age_alarm_seconds} s"
                 " (acceptable latency plus three retry cycles) for 3 minutes: work is late.",
                 "a traffic burst beyond max_tasks, slow downstream calls, many retries in backoff.",
                 "the dashboard (backlog per task against its target, running tasks, failures);"
                 " raise max_tasks in cdk.json if the fleet is at its maximum.",
             ),
-            metrics.source_age,
+            fair.quiet_age if fair is not None else metrics.source_age,
             contract.backlog_age_alarm_seconds,
             above,
             minutes=BACKLOG_AGE_EVALUATION_MINUTES,
@@ -198,6 +209,8 @@ class QueueAlarms(Construct):
             text = f"Input of ConsumerStalled (no actions of its own): {what} Runbook: {runbook_url}#consumer-stalled"
             return alarm(construct_id, None, text, *args, **kwargs)  # type: ignore[arg-type]
 
+        # The whole queue's age even on a fair queue: this input pages only together with "nothing deleted", and a
+        # consumer that deletes nothing while a noisy tenant's backlog ages is stalled, not busy with that tenant.
         late = stalled_input(
             "StalledBacklogLate",
             f"the oldest source message is older than the acceptable latency ({contract.acceptable_latency_seconds} s).",

@@ -35,7 +35,8 @@ class DashboardSection:
 class WorkerDashboard(Construct):
     """``<stack>``: alarm status, then per worker: source and DLQ depth and age, deletes and receives, the
     consumer's own metrics (processed, failed, poisoned, duration percentiles, visibility extensions, SQS requests
-    per message), running tasks and backlog per task against the scaling target.
+    per message), running tasks and backlog per task against the scaling target; for a worker that declares
+    ``fair_queue``, a row of SQS's fair-queue metrics (noisy groups, the quiet groups' depth and oldest age).
 
     With one section the dashboard is exactly that worker's; with several, the first row is the "any worker
     paging" view (every worker's notifying alarms in one status widget) and each worker's rows follow under a
@@ -92,10 +93,9 @@ def _section_rows(section: DashboardSection) -> list[list[cloudwatch.IWidget]]:
             graph(
                 "Source queue: oldest message age (s)",
                 [m.source_age],
-                lines=[
-                    line(contract.acceptable_latency_seconds, "acceptable latency (stalled input)"),
-                    line(contract.backlog_age_alarm_seconds, "BacklogAge alarm"),
-                ],
+                # On a fair queue BacklogAge watches the quiet groups' age: its line is drawn there (the fair row).
+                lines=[line(contract.acceptable_latency_seconds, "acceptable latency (stalled input)")]
+                + ([] if m.fair is not None else [line(contract.backlog_age_alarm_seconds, "BacklogAge alarm")]),
             ),
             graph("Source queue: received and deleted per minute", [m.source_received, m.source_deleted]),
         ],
@@ -122,6 +122,18 @@ def _section_rows(section: DashboardSection) -> list[list[cloudwatch.IWidget]]:
             ),
         ],
     ]
+    if m.fair is not None:
+        rows.append(
+            [
+                graph("Fair queue: noisy tenants (message groups)", [m.fair.noisy_groups]),
+                graph("Fair queue: quiet groups' depth", [m.fair.quiet_visible, m.fair.quiet_in_flight]),
+                graph(
+                    "Fair queue: oldest message age, quiet groups and whole queue (s)",
+                    [m.fair.quiet_age, m.source_age],
+                    lines=[line(contract.backlog_age_alarm_seconds, "BacklogAge alarm (quiet groups)")],
+                ),
+            ]
+        )
     if m.running_tasks is not None and m.desired_tasks is not None and m.backlog_per_task is not None:
         rows.append(
             [

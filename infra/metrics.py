@@ -8,7 +8,7 @@ https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-a
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -28,6 +28,27 @@ class _Statistic(TypedDict):
     statistic: str
 
 
+#: SQS fair queues' metric names, in :class:`FairQueueMetrics`' field order.
+FAIR_QUEUE_METRIC_NAMES = (
+    "ApproximateNumberOfNoisyGroups",
+    "ApproximateNumberOfMessagesVisibleInQuietGroups",
+    "ApproximateNumberOfMessagesNotVisibleInQuietGroups",
+    "ApproximateAgeOfOldestMessageInQuietGroups",
+)
+
+
+class FairQueueMetrics(NamedTuple):
+    """SQS fair queues' metrics of a source queue: AWS/SQS, dimension QueueName, like the queue-level ones; each
+    ``InQuietGroups`` metric is its queue-level one less the messages of the tenants SQS counts as noisy.
+    https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html#fair-queues-cloudwatch-metrics
+    """
+
+    noisy_groups: cloudwatch.IMetric
+    quiet_visible: cloudwatch.IMetric
+    quiet_in_flight: cloudwatch.IMetric
+    quiet_age: cloudwatch.IMetric
+
+
 class WorkerMetrics:
     """The queue pair's, the service's and the consumer's metrics (attributes are ``cloudwatch.IMetric``).
 
@@ -40,7 +61,7 @@ class WorkerMetrics:
         cloudwatch.Alarm(..., metric=metrics.dlq_visible, ...)
     """
 
-    def __init__(self, *, queues: WorkerQueues, service: ecs.FargateService | None) -> None:
+    def __init__(self, *, queues: WorkerQueues, service: ecs.FargateService | None, fair_queue: bool = False) -> None:
         self.queues = queues
         source, dlq = queues.queue, queues.dead_letter_queue
         maximum: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
@@ -50,6 +71,10 @@ class WorkerMetrics:
         self.source_age = source.metric_approximate_age_of_oldest_message(**maximum)
         self.source_received = source.metric_number_of_messages_received(**total)
         self.source_deleted = source.metric_number_of_messages_deleted(**total)
+        #: SQS's fair-queue metrics, for a worker that declares fair_queue (None otherwise).
+        self.fair: FairQueueMetrics | None = None
+        if fair_queue:
+            self.fair = FairQueueMetrics(*(source.metric(name, **maximum) for name in FAIR_QUEUE_METRIC_NAMES))
         self.dlq_visible = dlq.metric_approximate_number_of_messages_visible(**maximum)
         self.dlq_age = dlq.metric_approximate_age_of_oldest_message(**maximum)
         # Messages that arrived in a DLQ that already held some: the depth went up from a non-zero value.

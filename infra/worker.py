@@ -134,7 +134,7 @@ class Worker(Construct):
         )
         if producers:
             self.queues.restrict_senders(producers, requeuer=self.consumer.task_role)
-        self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service)
+        self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service, fair_queue=contract.fair_queue)
         self.alarms = QueueAlarms(
             self,
             "Alarms",

@@ -18,3 +18,8 @@ def two_hours(message):  # noqa: ANN001, ANN201
 @worker(max_duration=30, fifo=True, content_based_deduplication=True)
 def ordered(message):  # noqa: ANN001, ANN201
     """A FIFO handler."""
+
+
+@worker(max_duration=timedelta(minutes=5), concurrency=4, max_receive_count=3, fair_queue=True)
+def tenants(message):  # noqa: ANN001, ANN201
+    """five_minutes on a fair queue: each tenant's MessageGroupId is a message group SQS keeps fair."""

@@ -267,7 +267,8 @@ def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
     """Keys equal the contract's to_env() keys plus the bindings (queue URLs, handler, table, task role id) and dev's handler_environment (its dry run)."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
-    assert set(environment) == WorkerContract.env_keys() | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
+    # CONSUMER_FAIR_QUEUE is written only when a worker declares fair_queue (dev's does not).
+    assert set(environment) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"} | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
     assert environment["NOTIFY_DRY_RUN"] == "true"
     for key, value in dev.stack.contract.to_env().items():
         assert environment[key] == value

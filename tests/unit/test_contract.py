@@ -202,6 +202,40 @@ def test_contract_rejects_content_deduplication_without_fifo() -> None:
     assert make(fifo=True, content_based_deduplication=True).content_based_deduplication
 
 
+def test_contract_rejects_fair_queue_on_fifo() -> None:
+    """Fair queueing is a standard-queue feature: on FIFO the group id is the order key (the whole message)."""
+    with pytest.raises(ContractError) as raised:
+        make(fifo=True, fair_queue=True)
+    assert str(raised.value) == (
+        '"fair_queue" is only allowed on a standard queue (fifo=False): a FIFO queue\'s MessageGroupId is its order'
+        " key: True"
+    )
+    assert make(fair_queue=True).fair_queue
+
+
+def test_contract_rejects_a_non_boolean_fair_queue() -> None:
+    """fair_queue="yes" is refused, not read as true."""
+    with pytest.raises(ContractError, match="\"fair_queue\" must be true or false: 'yes'"):
+        make(fair_queue="yes")
+
+
+def test_worker_fair_queue_names_the_argument_on_fifo() -> None:
+    """@worker(fifo=True, fair_queue=True) is refused naming fair_queue, the argument the author wrote."""
+    with pytest.raises(ContractError, match='^"fair_queue" is only allowed on a standard queue'):
+        worker(max_duration=90, fifo=True, fair_queue=True)
+
+
+def test_contract_fair_queue_env_only_when_declared() -> None:
+    """CONSUMER_FAIR_QUEUE is written only for a worker that declares it (an undeclared one keeps its task
+    environment as it was); from_env reads it back, and its absence as False."""
+    declared = make(fair_queue=True)
+    assert declared.to_env()["CONSUMER_FAIR_QUEUE"] == "true"
+    assert set(declared.to_env()) == WorkerContract.env_keys()
+    assert WorkerContract.from_env(declared.to_env()) == declared
+    assert "CONSUMER_FAIR_QUEUE" not in make().to_env()
+    assert WorkerContract.from_env(make().to_env()).fair_queue is False
+
+
 def test_contract_is_frozen_and_keyword_only() -> None:
     """A contract cannot be changed after validation, nor built positionally."""
     contract = make()
@@ -308,7 +342,7 @@ def test_contract_env_round_trip() -> None:
     """from_env(to_env()) gives back an equal contract, defaults resolved."""
     contract = make(concurrency=8, fifo=True, content_based_deduplication=True, stop_timeout_seconds=60)
     environ = contract.to_env()
-    assert set(environ) == WorkerContract.env_keys()
+    assert set(environ) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"}
     assert environ["CONSUMER_FIFO"] == "true"
     assert environ["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"] == "100"
     assert WorkerContract.from_env(environ) == contract
