@@ -41,11 +41,17 @@ class LogContext:
     receive_count: int
     queue_url: str
     trace: Mapping[str, str]
+    #: The MessageGroupId: a tenant on a standard (fair) queue, the order key on FIFO; None when the producer set none.
+    #: Logs only, never a metric dimension: one dimension value per tenant is a metric (and a cost) per tenant.
+    message_group_id: str | None = None
 
     @classmethod
     def of(cls, message: Message, queue_url: str) -> LogContext:
         trace = trace_context(message.message_attributes, message.attributes)
-        return cls(message.message_id, message.receive_count, queue_url, trace)
+        group = message.attributes.get("MessageGroupId")  # receive asks for every system attribute ("All")
+        return cls(
+            message.message_id, message.receive_count, queue_url, trace, group if isinstance(group, str) else None
+        )
 
     def fields(self, **more: Any) -> dict[str, Any]:
         """The bound fields, then ``more``, as a log call's ``extra``."""
@@ -54,6 +60,8 @@ class LogContext:
             "receive_count": self.receive_count,
             "queue_url": self.queue_url,
         }
+        if self.message_group_id is not None:
+            bound["message_group_id"] = self.message_group_id
         return bound | dict(self.trace) | more
 
 

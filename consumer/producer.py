@@ -1,0 +1,217 @@
+"""Send messages the consumer understands: batches of 10, each with its idempotency key, trace header and tenant.
+
+The runtime reads three message attributes and one system field a producer sets; this module sets them the
+way the runtime reads them, so a team's producer does not hand-build SendMessageBatch entries:
+
+* ``idempotency-key`` (a String attribute): the key :func:`consumer.runtime.idempotency.idempotency_key` uses,
+  so a retried send or a redriven copy is one piece of work. Default: a fresh UUID per message; give your
+  own (an event id) when the same job may be sent twice.
+* ``traceparent`` (a String attribute, W3C Trace Context): the trace the consumer puts in its log lines
+  (:func:`consumer.runtime.observability.trace_context`).
+* ``MessageGroupId``: the tenant. On a standard queue SQS fair queues serve quiet tenants first and the
+  consumer logs it as ``message_group_id``. On a FIFO queue the group id is the order key, not a tenant:
+  :func:`send` refuses a tenant there (pass ``group_id`` on the record to mean order, explicitly).
+* ``DelaySeconds``: 0 to 900 per message (standard queues; a FIFO queue delays only per queue).
+
+Failed entries of a batch are retried (``retries`` more times, with a short backoff); what still fails is
+returned, each with its entry and SQS's error, never dropped: the caller decides. botocore's ``standard``
+retry mode already retries the call itself (throttling, 5xx, connection errors).
+
+Example::
+
+    import boto3
+    from botocore.config import Config
+    from consumer.producer import Outgoing, send
+
+    sqs = boto3.client("sqs", config=Config(retries={"mode": "standard"}))
+    outgoing = [Outgoing(body=json.dumps(e), idempotency_key=e["event_id"], tenant=e["customer"]) for e in events]
+    result = send(sqs, queue_url, outgoing)
+    if result.failed:
+        raise RuntimeError(result.failed)
+
+Standard library and the injected client only: it ships in the image beside the runtime.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from consumer.contract import SQS_MAX_BATCH, SQS_MAX_DELAY_SECONDS, ContractError
+from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE
+
+__all__ = ["Failure", "Outgoing", "SendResult", "TRACEPARENT_ATTRIBUTE", "entries", "send"]
+
+#: The W3C trace header attribute the consumer reads into its log lines.
+TRACEPARENT_ATTRIBUTE = "traceparent"
+#: SQS's limit on a MessageGroupId: 1 to 128 characters of alphanumerics and punctuation.
+MAX_GROUP_ID_CHARS = 128
+#: Retries of a batch's failed entries beyond the first send.
+DEFAULT_RETRIES = 3
+#: What SQS allows in a MessageGroupId: alphanumerics and punctuation (ASCII 33-126).
+_ASCII_PRINTABLE = frozenset(chr(c) for c in range(33, 127))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outgoing:
+    """One message to send.
+
+    ``body``: the message body. ``idempotency_key``: the ``idempotency-key`` attribute (default a fresh UUID:
+    pass an event id when one job may be sent twice). ``tenant``: the MessageGroupId on a standard queue (SQS
+    fair queues; the consumer logs it). ``group_id``: the MessageGroupId on a FIFO queue (the order key), with
+    ``deduplication_id``. ``delay_seconds``: 0..900, standard queues only. ``traceparent``: a W3C trace header.
+    ``attributes``: more String attributes.
+    """
+
+    body: str
+    idempotency_key: str | None = None
+    tenant: str | None = None
+    delay_seconds: int = 0
+    traceparent: str | None = None
+    group_id: str | None = None
+    deduplication_id: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An entry SQS did not take after every retry: the message, its batch entry and SQS's error."""
+
+    message: Outgoing
+    entry: Mapping[str, Any]
+    code: str
+    error: str
+    sender_fault: bool
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """``sent``: (message, SQS MessageId) in order of acceptance; ``failed``: what SQS never took."""
+
+    sent: list[tuple[Outgoing, str]]
+    failed: list[Failure]
+
+
+def _check_group_id(parameter: str, value: str) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_GROUP_ID_CHARS or not set(value) <= _ASCII_PRINTABLE:
+        raise ContractError(
+            parameter, f"must be 1 to {MAX_GROUP_ID_CHARS} printable ASCII characters (SQS's MessageGroupId)", value
+        )
+
+
+def entries(messages: Sequence[Outgoing], *, fifo: bool = False, first_id: int = 0) -> list[dict[str, Any]]:
+    """SendMessageBatch entries for ``messages`` (ids ``first_id``, ``first_id + 1``, ...), every value checked.
+
+    >>> entries([Outgoing(body="{}", idempotency_key="evt-1", tenant="acme")])[0]["MessageGroupId"]
+    'acme'
+    """
+    built = []
+    for n, message in enumerate(messages, start=first_id):
+        where = f"messages[{n}]"
+        if not isinstance(message.body, str) or not message.body:
+            raise ContractError(f"{where}.body", "must be a non-empty string", message.body)
+        if isinstance(message.delay_seconds, bool) or not isinstance(message.delay_seconds, int):
+            raise ContractError(f"{where}.delay_seconds", "must be a whole number", message.delay_seconds)
+        if not 0 <= message.delay_seconds <= SQS_MAX_DELAY_SECONDS:
+            raise ContractError(
+                f"{where}.delay_seconds", f"must be between 0 and {SQS_MAX_DELAY_SECONDS}", message.delay_seconds
+            )
+        entry: dict[str, Any] = {"Id": str(n), "MessageBody": message.body}
+        key = message.idempotency_key if message.idempotency_key is not None else str(uuid.uuid4())
+        if not isinstance(key, str) or not key:
+            raise ContractError(f"{where}.idempotency_key", "must be a non-empty string or None", key)
+        attributes = {IDEMPOTENCY_KEY_ATTRIBUTE: key, **dict(message.attributes)}
+        if message.traceparent is not None:
+            attributes[TRACEPARENT_ATTRIBUTE] = message.traceparent
+        entry["MessageAttributes"] = {name: {"DataType": "String", "StringValue": v} for name, v in attributes.items()}
+        if fifo:
+            if message.tenant is not None:
+                # On FIFO the group id orders messages: a tenant would serialise each tenant's work, which is not
+                # what "tenant" means on a fair queue. Say group_id to mean order.
+                raise ContractError(
+                    f"{where}.tenant",
+                    "is only for standard queues (fair queues); on a FIFO queue set group_id (the order key)",
+                    message.tenant,
+                )
+            if message.delay_seconds:
+                raise ContractError(
+                    f"{where}.delay_seconds",
+                    "must be 0 on a FIFO queue (SQS delays FIFO per queue)",
+                    message.delay_seconds,
+                )
+            if message.group_id is None:
+                raise ContractError(f"{where}.group_id", "must be set on a FIFO queue (its order key)", None)
+            _check_group_id(f"{where}.group_id", message.group_id)
+            entry["MessageGroupId"] = message.group_id
+            if message.deduplication_id is not None:
+                entry["MessageDeduplicationId"] = message.deduplication_id
+        else:
+            if message.group_id is not None or message.deduplication_id is not None:
+                name = "group_id" if message.group_id is not None else "deduplication_id"
+                raise ContractError(
+                    f"{where}.{name}",
+                    "is only for FIFO queues; on a standard queue a tenant is `tenant`",
+                    getattr(message, name),
+                )
+            if message.tenant is not None:
+                _check_group_id(f"{where}.tenant", message.tenant)
+                entry["MessageGroupId"] = message.tenant
+            if message.delay_seconds:
+                entry["DelaySeconds"] = message.delay_seconds
+        built.append(entry)
+    return built
+
+
+def send(
+    client: Any,
+    queue_url: str,
+    messages: Iterable[Outgoing],
+    *,
+    retries: int = DEFAULT_RETRIES,
+    backoff_seconds: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SendResult:
+    """Send ``messages`` to ``queue_url`` in batches of 10; retry the entries a batch failed; report the rest.
+
+    Every message is checked before the first call (a bad one raises :class:`ContractError` naming it, and
+    nothing is sent). A queue whose URL ends in ``.fifo`` is a FIFO queue (SQS's naming rule).
+    """
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ContractError("retries", "must be a whole number, 0 or more", retries)
+    pending = list(messages)
+    fifo = queue_url.endswith(".fifo")
+    built = entries(pending, fifo=fifo)
+    sent: list[tuple[Outgoing, str]] = []
+    failed: list[Failure] = []
+    for start in range(0, len(built), SQS_MAX_BATCH):
+        batch = {entry["Id"]: (pending[int(entry["Id"])], entry) for entry in built[start : start + SQS_MAX_BATCH]}
+        for attempt in range(retries + 1):
+            response = client.send_message_batch(QueueUrl=queue_url, Entries=[e for _, e in batch.values()])
+            for ok in response.get("Successful", []):
+                message, _ = batch.pop(ok["Id"])
+                sent.append((message, ok["MessageId"]))
+            errors = {e["Id"]: e for e in response.get("Failed", [])}
+            # A sender fault (a bad entry) fails the same way every time: report it now, retry only the rest.
+            for entry_id, error in list(errors.items()):
+                if error.get("SenderFault") or attempt == retries:
+                    message, entry = batch.pop(entry_id)
+                    failed.append(
+                        Failure(
+                            message,
+                            entry,
+                            error.get("Code", ""),
+                            error.get("Message", ""),
+                            bool(error.get("SenderFault")),
+                        )
+                    )
+            if not batch:
+                break
+            sleep(backoff_seconds * 2**attempt)
+        for message, entry in batch.values():  # SQS answered for none of them: never silently dropped
+            failed.append(
+                Failure(message, entry, "NoAnswer", "SendMessageBatch returned no result for this entry", False)
+            )
+    return SendResult(sent, failed)
