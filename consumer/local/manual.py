@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from consumer.contract import HANDLER_ENV
-from consumer.local.harness import Planned, batch_entries, batches, sample_event
+from consumer.local.harness import Planned, outgoing, sample_event
 from consumer.local.stack import LocalProvisioningError, local_client
+from consumer.producer import Outgoing, SendResult, send
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -211,26 +212,25 @@ def send_samples(
             f'"AWS_ENDPOINT_URL" must be a local endpoint (127.0.0.1 or localhost; `local send` never sends to'
             f" AWS): {endpoint!r}"
         )
-    sqs = local_client("sqs", endpoint)
-    sent = []
-    for batch in batches(plan(count, poison)):
-        response = _send_batch(sqs, queue_url, {str(n): p for n, p in enumerate(batch)})
-        by_entry = {entry["Id"]: entry["MessageId"] for entry in response.get("Successful", [])}
-        sent += [Sent(p.event_id, by_entry[str(n)], poison) for n, p in enumerate(batch)]
-    return queue_url, sent
+    planned = plan(count, poison)
+    result = _send(local_client("sqs", endpoint), queue_url, [outgoing(p) for p in planned])
+    ids = {message.idempotency_key: message_id for message, message_id in result.sent}
+    return queue_url, [Sent(p.event_id, ids[p.event_id], poison) for p in planned]
 
 
-def _send_batch(sqs: Any, queue_url: str, pending: Mapping[str, Planned]) -> dict[str, Any]:
+def _send(sqs: Any, queue_url: str, messages: list[Outgoing]) -> SendResult:
+    """:func:`consumer.producer.send`, its failures (after its retries) as one :class:`LocalProvisioningError`."""
     from botocore.exceptions import ClientError, EndpointConnectionError
 
     try:
-        response: dict[str, Any] = sqs.send_message_batch(QueueUrl=queue_url, Entries=batch_entries(pending))
+        result = send(sqs, queue_url, messages)
     except EndpointConnectionError as error:
         raise LocalProvisioningError(
             f"cannot reach {error.kwargs.get('endpoint_url')}: is `python -m consumer local up` running?"
         ) from error
     except ClientError as error:
         raise LocalProvisioningError(f"SendMessageBatch to {queue_url} failed: {error}") from error
-    if response.get("Failed"):
-        raise LocalProvisioningError(f"SendMessageBatch to {queue_url} failed: {response['Failed']}")
-    return response
+    if result.failed:
+        failures = [f"{f.message.idempotency_key}: {f.code} {f.error}" for f in result.failed]
+        raise LocalProvisioningError(f"SendMessageBatch to {queue_url} failed for {', '.join(failures)}")
+    return result

@@ -13,6 +13,7 @@ from bench import chaos
 from bench.chaos import ChaosResult
 from bench.chaos_report import sections, write_markdown
 from consumer import Message, worker
+from consumer.contract import ContractError
 from consumer.declaration import contract_of
 from consumer.local import accounting, demo
 from consumer.local.accounting import DEAD_LETTERED, DELIVERED, extra_deliveries, places
@@ -103,6 +104,15 @@ def test_batches_are_sqs_sized_and_entries_carry_the_event_id() -> None:
         "MessageBody": "{}",
         "MessageAttributes": {IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": "e3"}},
     }
+
+
+def test_entries_are_the_producers_with_the_events_tenant() -> None:
+    """The harness builds entries with consumer.producer (its checks included): a tenant becomes the MessageGroupId,
+    and a tenant SQS would refuse is refused before anything is sent, naming it."""
+    (entry,) = batch_entries({"7": Planned("e1", "good", "{}", tenant="acme")})
+    assert (entry["Id"], entry["MessageGroupId"]) == ("7", "acme")
+    with pytest.raises(ContractError, match=r'"messages\[0\]\.tenant"'):
+        batch_entries({"0": Planned("e2", "good", "{}", tenant="has space")})
 
 
 def wait(ticks: list[Tick], done_at: int | None = None, quiet: float | None = 0.0) -> str | None:
