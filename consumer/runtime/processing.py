@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 
 from consumer.contract import WorkerContract
+from consumer.declaration import non_retryable_of
 from consumer.message import Message, PoisonMessage
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
@@ -48,6 +49,7 @@ class Worker:
         self._stop = stop
         self._owner = owner
         self._clock = clock
+        self._non_retryable = non_retryable_of(handler)
 
     def run(self) -> None:
         while True:
@@ -93,6 +95,8 @@ class Worker:
             outcome = SUCCEEDED
         except PoisonMessage as poison:
             outcome = Outcome(Verdict.POISON, poison)
+        except self._non_retryable as rejected:  # declared with @worker(non_retryable=...): the DLQ at once
+            outcome = Outcome(Verdict.NON_RETRYABLE, rejected)
         except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
             # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
             # (signals reach only the main thread), they would end the thread with its slot still taken
