@@ -7,10 +7,11 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
-from consumer.message import Message, PoisonMessage
+from consumer.message import Attempt, Message, PoisonMessage
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
@@ -91,7 +92,7 @@ class Worker:
 
         started = self._clock()
         try:
-            self.handler(item.message)
+            self.handler(self._view(item))
             outcome = SUCCEEDED
         except PoisonMessage as poison:
             outcome = Outcome(Verdict.POISON, poison)
@@ -105,3 +106,13 @@ class Worker:
             outcome = Outcome(Verdict.FAILED, failure)
         self._metrics.timing("duration", (self._clock() - started) * 1000)
         return outcome
+
+    def _view(self, item: InFlight) -> Message:
+        """The message as this attempt's handler sees it: its own deadline, and the consumer's stop signal.
+
+        A copy, so the received message (what settlement and hand-backs use) is never changed, and a
+        retried message gets a new deadline. The deadline is the one the heartbeat gives up at.
+        """
+        assert item.started_at is not None
+        deadline = item.started_at + self.contract.message_timeout_seconds
+        return replace(item.message, attempt=Attempt(deadline=deadline, stop=self._stop, clock=self._clock))

@@ -1,14 +1,18 @@
-"""The handler's signals in the public API: ``@worker(non_retryable=...)``.
+"""The handler's signals in the public API: ``@worker(non_retryable=...)`` and a message's attempt view.
 
 The runtime's use of them is tested against moto in tests/integration/test_consumer_signals.py.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+
 import pytest
 
 from consumer import ContractError, Message, worker
 from consumer.declaration import contract_of, non_retryable_of
+from consumer.message import Attempt
 
 
 class ValidationError(Exception):
@@ -74,3 +78,32 @@ def test_worker_non_retryable_takes_the_edges_of_its_rule() -> None:
     def every(message: Message) -> None: ...
 
     assert (non_retryable_of(none), non_retryable_of(every)) == ((), (Exception,))
+
+
+def test_message_built_outside_a_consumer_has_no_deadline_and_is_not_stopping() -> None:
+    """Message(...) as a handler's unit test builds it: deadline and remaining() infinite, stopping false."""
+    message = Message(body="{}", message_id="m-1", receipt_handle="rh")
+    assert (message.deadline, message.remaining(), message.stopping) == (math.inf, math.inf, False)
+
+
+def test_message_attempt_view_reads_its_deadline_on_its_clock_and_its_stop_signal() -> None:
+    """remaining() is the deadline less the attempt's clock, never below 0; stopping follows the stop event."""
+    now = [100.0]
+    stop = threading.Event()
+    message = Message(
+        body="{}",
+        message_id="m-1",
+        receipt_handle="rh",
+        attempt=Attempt(deadline=130.0, stop=stop, clock=lambda: now[0]),
+    )
+    assert (message.deadline, message.remaining(), message.stopping) == (130.0, 30.0, False)
+    now[0], _ = 131.0, stop.set()
+    assert (message.remaining(), message.stopping) == (0.0, True)
+
+
+def test_message_attempt_is_not_part_of_its_identity() -> None:
+    """Two views of one received message compare equal, and the attempt stays out of repr (it holds a clock)."""
+    plain = Message(body="{}", message_id="m-1", receipt_handle="rh")
+    viewed = Message(body="{}", message_id="m-1", receipt_handle="rh", attempt=Attempt(deadline=5.0))
+    assert plain == viewed
+    assert "attempt" not in repr(viewed)
