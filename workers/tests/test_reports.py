@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -130,13 +131,13 @@ def test_handler_waits_on_the_store_no_longer_than_the_attempt_has_left(
     """The upload's timeout is the attempt's remaining time when that is shorter (a Message built outside the
     consumer has no deadline: the upload's own limit)."""
     timeouts: list[float] = []
-    urlopen = reports.urllib.request.urlopen
+    urlopen = urllib.request.urlopen
 
     def recording(request: Any, timeout: float) -> Any:
         timeouts.append(timeout)
         return urlopen(request, timeout=timeout)
 
-    monkeypatch.setattr(reports.urllib.request, "urlopen", recording)
+    monkeypatch.setattr(urllib.request, "urlopen", recording)
     attempt = Attempt(deadline=100.0 + remaining, clock=lambda: 100.0)
     handle(Message(body=json.dumps(REQUEST), message_id="m-1", receipt_handle="rh-1", attempt=attempt))
     assert (timeouts, len(store.received)) == ([expected], 1)
