@@ -1,7 +1,8 @@
 """The declaration: ``@worker`` next to a handler's code, and finding it again (``contract_of``, ``load_handler``).
 
 ``@worker(...)`` builds the handler's :class:`~consumer.contract.WorkerContract` (validated there) and keeps it on
-the function, with what belongs beside the contract rather than in it (``setup=``: no timing depends on it).
+the function, with what belongs beside the contract rather than in it (``setup=``, ``non_retryable=``: no timing
+depends on them, and types do not serialize into the environment).
 Standard library only, like the contract.
 """
 
@@ -18,6 +19,7 @@ from consumer.contract import LEASE_CAP_SECONDS, SQS_MAX_BATCH, ContractError, W
 
 HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"
+NON_RETRYABLE_ATTRIBUTE = "__worker_non_retryable__"
 
 
 def seconds(parameter: str, value: object) -> int:
@@ -54,6 +56,7 @@ def worker(
     max_lease: timedelta | float = LEASE_CAP_SECONDS,
     stop_timeout: timedelta | float | None = None,
     setup: Callable[[Mapping[str, str]], object] | None = None,
+    non_retryable: tuple[type[Exception], ...] = (),
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
@@ -64,6 +67,12 @@ def worker(
     :class:`ConfigurationError` refuses to start (exit 2, that one line). It is not part of the
     contract: it changes no timing, no :meth:`WorkerContract.to_env` value and no drift check, and
     synth never calls it.
+
+    ``non_retryable`` are the exception types (subclasses included) that mean the message can never
+    succeed, as Shoryuken's ``non_retryable_exceptions``: a handler raising one sends the message to
+    the DLQ at its first receive, as ``PoisonMessage`` does, with kind ``non_retryable`` and the
+    exception's type and text as reason, without spending the retry budget. Like ``setup`` it is kept
+    beside the contract, not in it.
 
     Example::
 
@@ -76,6 +85,7 @@ def worker(
     """
     if setup is not None and not callable(setup):
         raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
+    check_non_retryable(non_retryable)
     try:
         contract = WorkerContract(
             max_duration_seconds=seconds("max_duration", max_duration),
@@ -100,6 +110,7 @@ def worker(
     def declare(function: F) -> F:
         setattr(function, HANDLER_ATTRIBUTE, contract)
         setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
+        setattr(function, NON_RETRYABLE_ATTRIBUTE, non_retryable)  # likewise; and a type has no environment form
         return function
 
     return declare
@@ -123,6 +134,27 @@ def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> Work
 def setup_of(handler: Callable[..., Any]) -> Callable[[Mapping[str, str]], object] | None:
     """The start-up check a handler declared with ``@worker(..., setup=check)``, or None."""
     return getattr(handler, SETUP_ATTRIBUTE, None)
+
+
+def non_retryable_of(handler: Callable[..., Any]) -> tuple[type[Exception], ...]:
+    """The exception types a handler declared with ``@worker(..., non_retryable=(...))``; empty if none."""
+    declared: tuple[type[Exception], ...] = getattr(handler, NON_RETRYABLE_ATTRIBUTE, ())
+    return declared
+
+
+def check_non_retryable(value: object) -> None:
+    """Refuse anything but a tuple of ``Exception`` subclasses.
+
+    A ``BaseException`` that is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``) is refused: it
+    says the process or the thread is ending, not that the message is bad, so it must never dead-letter one.
+    """
+    rule = "must be a tuple of Exception subclasses, such as (KeyError, ValueError)"
+    if not isinstance(value, tuple):
+        raise ContractError("non_retryable", rule, value)
+    for entry in value:
+        if not (isinstance(entry, type) and issubclass(entry, Exception)):
+            name = entry.__name__ if isinstance(entry, type) else repr(entry)
+            raise ContractError("non_retryable", f"{rule}; {name} is not one", value)
 
 
 def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:

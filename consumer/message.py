@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +32,24 @@ class PoisonMessage(Exception):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One attempt at a message, as a handler sees it: when the consumer gives up on it, and whether it is stopping.
+
+    ``deadline`` is an instant on ``clock``, the consumer's monotonic clock (``time.monotonic``), not a wall
+    clock time: the attempt's start plus the contract's per-message timeout (``max_duration``). Past it the
+    heartbeat gives up on the handler (within a tick): no more lease extensions, and its result is not
+    settled, so the message comes back after its lease. ``stop`` is set once the consumer began to stop
+    (SIGTERM, or every slot stuck): read it, never set it. A retried message is a new attempt, with its own
+    deadline. The default, a message built outside a consumer (a handler's unit test): no deadline, never
+    stopping.
+    """
+
+    deadline: float = math.inf
+    stop: threading.Event = field(default_factory=threading.Event)
+    clock: Callable[[], float] = time.monotonic
+
+
+@dataclass(frozen=True, kw_only=True)
 class Message:
     """One SQS message as a handler sees it.
 
@@ -42,6 +63,18 @@ class Message:
     attribute of a requeued copy, see ``consumer.runtime.dead_letter.requeue_parameters``).
     Retries, backoff and the move to the DLQ all go by it. ``prior_receives`` is 0
     unless the consumer itself sent the copy (see :meth:`from_sqs`).
+
+    ``deadline``, :meth:`remaining` and ``stopping`` come from ``attempt``, which the consumer sets for each
+    attempt (see :class:`Attempt`): a long handler can checkpoint and return, or raise to be retried, when
+    ``stopping`` turns true or ``remaining()`` runs low, instead of being abandoned.
+
+    Example::
+
+        for index, row in enumerate(rows):
+            if message.stopping:  # SIGTERM: the drain is short
+                send_the_rest(rows[index:])  # a new message carries what is left
+                return  # settled as success: this message is deleted
+            write(row)
     """
 
     body: str
@@ -51,6 +84,21 @@ class Message:
     attributes: Mapping[str, str] = field(default_factory=dict)
     message_attributes: Mapping[str, Any] = field(default_factory=dict)
     prior_receives: int = 0
+    attempt: Attempt = field(default_factory=Attempt, repr=False, compare=False)
+
+    @property
+    def deadline(self) -> float:
+        """When the consumer gives up on this attempt, on ``time.monotonic()``'s clock (``inf`` outside a consumer)."""
+        return self.attempt.deadline
+
+    def remaining(self) -> float:
+        """Seconds left before :attr:`deadline`, never below 0 (``inf`` outside a consumer)."""
+        return max(0.0, self.attempt.deadline - self.attempt.clock())
+
+    @property
+    def stopping(self) -> bool:
+        """True once the consumer began to stop (SIGTERM): finish or checkpoint soon, the drain is short."""
+        return self.attempt.stop.is_set()
 
     @classmethod
     def from_sqs(cls, raw: Mapping[str, Any], *, own_role_id: str | None = None) -> Message:

@@ -113,7 +113,7 @@ def upload_target(environ: Mapping[str, str]) -> str | None:
     )
 
 
-def upload(report_id: str, page: str, base_url: str | None) -> None:
+def upload(report_id: str, page: str, base_url: str | None, timeout: float = UPLOAD_TIMEOUT_SECONDS) -> None:
     """PUT ``page`` as ``<base_url>/<report_id>.html``; a 4xx but 408/429 is permanent, anything else transient."""
     if base_url is None:
         log.info("report_dry_run", extra={"report_id": report_id, "bytes": len(page.encode())})
@@ -125,7 +125,7 @@ def upload(report_id: str, page: str, base_url: str | None) -> None:
         method="PUT",
     )
     try:
-        with urllib.request.urlopen(request, timeout=UPLOAD_TIMEOUT_SECONDS):
+        with urllib.request.urlopen(request, timeout=timeout):
             pass
     except urllib.error.HTTPError as error:
         if 400 <= error.code < 500 and error.code not in (408, 429):
@@ -147,4 +147,6 @@ def handle(message: Message) -> None:
     """Check one report request, render it and upload it (or log it, in a declared dry run)."""
     base_url = upload_target(os.environ)  # raises rather than return as if uploaded
     request = parse(message.body)
-    upload(request["report_id"], render(request), base_url)
+    # Never wait on the store past the attempt's deadline: the consumer gives up on the attempt then (its result
+    # no longer counts), and a handler still waiting would only keep one of the two slots taken.
+    upload(request["report_id"], render(request), base_url, timeout=min(UPLOAD_TIMEOUT_SECONDS, message.remaining()))

@@ -33,7 +33,7 @@ MAX_REASON_RECORD_BYTES = DLQ_REASON_HEADROOM_BYTES // 2
 def reason_record(message: Message, *, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
     """What the DLQ reader needs: why, from where, which message, after how many receives."""
     return {
-        "kind": kind,  # "poison" | "exhausted"
+        "kind": kind,  # "poison" | "non_retryable" | "exhausted" | "unattempted"
         "reason": reason[:MAX_REASON_CHARS],
         "source_queue_url": source_queue_url,
         "original_message_id": message.message_id,

@@ -13,7 +13,7 @@ Metric names the runtime emits (namespace ``SqsWorker``, dimension ``Queue``):
 
 - ``processed`` (Count): messages the handler finished and that were deleted.
 - ``failed`` (Count): handler raised; the message is left for SQS to redeliver.
-- ``poisoned`` (Count): handler raised ``PoisonMessage``; the message went to the DLQ.
+- ``poisoned`` (Count): handler raised ``PoisonMessage`` (or a type it declared ``non_retryable``); the message went to the DLQ.
 - ``timed_out`` (Count): handler overran its declared ``max_duration_seconds``.
 - ``duplicates_skipped`` (Count): redelivered messages recognised and not processed again.
 - ``visibility_extensions`` (Count): ``ChangeMessageVisibility`` calls made to keep a message in flight.

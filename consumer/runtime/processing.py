@@ -7,9 +7,11 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from consumer.contract import WorkerContract
-from consumer.message import Message, PoisonMessage
+from consumer.declaration import non_retryable_of
+from consumer.message import Attempt, Message, PoisonMessage
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
@@ -48,6 +50,7 @@ class Worker:
         self._stop = stop
         self._owner = owner
         self._clock = clock
+        self._non_retryable = non_retryable_of(handler)
 
     def run(self) -> None:
         while True:
@@ -89,10 +92,12 @@ class Worker:
 
         started = self._clock()
         try:
-            self.handler(item.message)
+            self.handler(self._view(item))
             outcome = SUCCEEDED
         except PoisonMessage as poison:
             outcome = Outcome(Verdict.POISON, poison)
+        except self._non_retryable as rejected:  # declared with @worker(non_retryable=...): the DLQ at once
+            outcome = Outcome(Verdict.NON_RETRYABLE, rejected)
         except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
             # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
             # (signals reach only the main thread), they would end the thread with its slot still taken
@@ -101,3 +106,13 @@ class Worker:
             outcome = Outcome(Verdict.FAILED, failure)
         self._metrics.timing("duration", (self._clock() - started) * 1000)
         return outcome
+
+    def _view(self, item: InFlight) -> Message:
+        """The message as this attempt's handler sees it: its own deadline, and the consumer's stop signal.
+
+        A copy, so the received message (what settlement and hand-backs use) is never changed, and a
+        retried message gets a new deadline. The deadline is the one the heartbeat gives up at.
+        """
+        assert item.started_at is not None
+        deadline = item.started_at + self.contract.message_timeout_seconds
+        return replace(item.message, attempt=Attempt(deadline=deadline, stop=self._stop, clock=self._clock))

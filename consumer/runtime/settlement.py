@@ -2,7 +2,8 @@
 
 Outcomes: return -> delete (batched); raise -> visibility set to a jittered backoff
 from the receive count, or on the last allowed receive a move to the DLQ with the
-error as reason; ``PoisonMessage`` -> moved to the DLQ at once with its reason, then
+error as reason; ``PoisonMessage`` (or a type the handler declared ``non_retryable``,
+with the error as reason) -> moved to the DLQ at once with its reason, then
 deleted; another holder's lease is live -> deferred, handed back, not an attempt. A
 handler raising anything, ``SystemExit`` and ``KeyboardInterrupt`` included, has
 failed an attempt.
@@ -51,6 +52,7 @@ class Verdict(enum.Enum):
     FAILED = "failed"  # retry after a backoff, or to the DLQ once the receives are exhausted
     DEFERRED = "deferred"  # another holder's lease is live: no attempt, hand back after a backoff
     POISON = "poison"  # to the DLQ at once with its reason; the retry budget is not spent
+    NON_RETRYABLE = "non_retryable"  # a type declared in @worker(non_retryable=...): as POISON, the error as reason
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,10 @@ class Settlement:
                 return self._succeed(item, complete=verdict is Verdict.SUCCEEDED)
             if verdict is Verdict.POISON:
                 assert isinstance(outcome.error, PoisonMessage)
-                return self._poison(item, outcome.error)
+                return self._poison(item, outcome.error.reason, "poison")
+            if verdict is Verdict.NON_RETRYABLE:
+                assert outcome.error is not None
+                return self._poison(item, f"{type(outcome.error).__name__}: {outcome.error}", "non_retryable")
             if verdict is Verdict.DEFERRED:
                 return self._defer(item)
             assert outcome.error is not None
@@ -176,10 +181,10 @@ class Settlement:
         log.info("message_processed", extra=item.context.fields())
         return True
 
-    def _poison(self, item: InFlight, error: PoisonMessage) -> bool:
+    def _poison(self, item: InFlight, reason: str, kind: str) -> bool:
         update_record(self._idempotency, "release", item)
-        self._metrics.count("poisoned")
-        if self._move_to_dlq(item, error.reason, "poison"):
+        self._metrics.count("poisoned")  # a declared non-retryable error too: both are the handler's verdict
+        if self._move_to_dlq(item, reason, kind):
             return True  # moved: the group may go on, nothing is waiting for this message
         self._back_off(item)
         return False

@@ -4,7 +4,9 @@ through the real runtime on moto, as a team tests its own handler (docs/testing.
 from __future__ import annotations
 
 import json
+import math
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -15,6 +17,7 @@ from moto import mock_aws
 
 from consumer import ConfigurationError, Message, PoisonMessage
 from consumer.declaration import contract_of
+from consumer.message import Attempt
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, running, wait_until
@@ -119,6 +122,25 @@ def test_upload_transient_failure_is_retried(store: type[Store], status: int) ->
     store.status = status
     with pytest.raises(ReportStoreUnavailable, match=f"HTTP {status}"):
         handle(message(json.dumps(REQUEST)))
+
+
+@pytest.mark.parametrize(("remaining", "expected"), [(math.inf, reports.UPLOAD_TIMEOUT_SECONDS), (7.0, 7.0)])
+def test_handler_waits_on_the_store_no_longer_than_the_attempt_has_left(
+    store: type[Store], monkeypatch: pytest.MonkeyPatch, remaining: float, expected: float
+) -> None:
+    """The upload's timeout is the attempt's remaining time when that is shorter (a Message built outside the
+    consumer has no deadline: the upload's own limit)."""
+    timeouts: list[float] = []
+    urlopen = urllib.request.urlopen
+
+    def recording(request: Any, timeout: float) -> Any:
+        timeouts.append(timeout)
+        return urlopen(request, timeout=timeout)
+
+    monkeypatch.setattr(urllib.request, "urlopen", recording)
+    attempt = Attempt(deadline=100.0 + remaining, clock=lambda: 100.0)
+    handle(Message(body=json.dumps(REQUEST), message_id="m-1", receipt_handle="rh-1", attempt=attempt))
+    assert (timeouts, len(store.received)) == ([expected], 1)
 
 
 def test_upload_to_an_unreachable_store_is_retried() -> None:

@@ -1,0 +1,152 @@
+"""What a handler tells the consumer, and what the consumer tells a handler, against moto (in-process and over HTTP).
+
+A handler raising a type it declared ``non_retryable`` sends its message to the DLQ at the first receive; a
+handler sees its attempt's deadline and whether the consumer is stopping (``Message.deadline``, ``.stopping``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from consumer import Message, worker
+from consumer.runtime.consumer import EXIT_OK
+from consumer.runtime.dead_letter import read_reason
+from consumer.runtime.inflight import InFlight, InFlightTable
+from consumer.testing import depth, drain, receive_visible, running, wait_until
+from tests.integration.conftest import create_pair
+from tests.integration.test_consumer import consumer_of, fast_contract
+
+
+class ValidationError(Exception):
+    """A handler's own error for a message that fails its schema."""
+
+
+class MissingFieldError(ValidationError):
+    """A subclass: declaring ValidationError covers it."""
+
+
+def test_consumer_moves_a_declared_non_retryable_error_to_dlq_at_the_first_receive(sqs: Any) -> None:
+    """Declared types, a subclass included: one handler call each, then the DLQ with kind non_retryable and the
+    error's type and text as reason, at receive 1 (the retry budget untouched)."""
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="no-key")
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="no-field")
+    calls: list[tuple[str, int]] = []
+
+    @worker(max_duration=3, non_retryable=(KeyError, ValidationError))
+    def handle(message: Message) -> None:
+        calls.append((message.body, message.receive_count))
+        if message.body == "no-key":
+            raise KeyError("order_id")
+        raise MissingFieldError("customer is required")
+
+    with running(consumer_of(sqs, pair, contract, handle)) as result:
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 2)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+    assert result.exit_code == EXIT_OK
+    assert sorted(calls) == [("no-field", 1), ("no-key", 1)]
+    reasons = {m["Body"]: read_reason(m["MessageAttributes"]) or {} for m in drain(sqs, pair.dlq_url)}
+    assert {body: (r["kind"], r["reason"], r["receive_count"]) for body, r in reasons.items()} == {
+        "no-key": ("non_retryable", "KeyError: 'order_id'", 1),
+        "no-field": ("non_retryable", "MissingFieldError: customer is required", 1),
+    }
+
+
+def test_consumer_still_retries_an_error_not_declared_non_retryable(sqs: Any) -> None:
+    """A handler declaring KeyError that raises ValueError: every allowed receive is an attempt, then exhausted."""
+    contract = fast_contract(concurrency=1)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")
+    attempts: list[int] = []
+
+    @worker(max_duration=3, non_retryable=(KeyError,))
+    def handle(message: Message) -> None:
+        attempts.append(message.receive_count)
+        raise ValueError("downstream 503")
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+    assert attempts == [1, 2, 3]
+    (moved,) = receive_visible(sqs, pair.dlq_url)
+    reason = read_reason(moved["MessageAttributes"]) or {}
+    assert (reason["kind"], reason["reason"]) == ("exhausted", "failed 3 times; last error: ValueError: downstream 503")
+
+
+def test_consumer_lets_a_long_handler_see_stopping_and_settles_its_return_as_success(sqs: Any) -> None:
+    """stop() (what SIGTERM calls) while a long handler runs: it sees ``stopping`` turn true, checkpoints and
+    returns well within the drain, and the message is deleted, neither handed back nor dead-lettered."""
+    contract = fast_contract(stop_timeout_seconds=8)  # drains for 3 s
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="report")
+    started = threading.Event()
+    seen: dict[str, Any] = {}
+    requeues: list[dict[str, Any]] = []
+    sqs.meta.events.register("provide-client-params.sqs.SendMessage", lambda params, **_: requeues.append(params))
+
+    def handle(message: Message) -> None:
+        seen["at_start"] = message.stopping
+        started.set()
+        rows = 0
+        give_up = time.monotonic() + 10  # past the drain: without the signal it would be abandoned
+        while not message.stopping and time.monotonic() < give_up:
+            rows += 1
+            time.sleep(0.02)
+        seen["checkpoint"], seen["returned_at"], seen["stopping"] = rows, time.monotonic(), message.stopping
+
+    worker_ = consumer_of(sqs, pair, contract, handle)
+    with running(worker_) as result:
+        assert started.wait(20)
+        stopped_at = time.monotonic()
+        worker_.stop()
+    assert result.exit_code == EXIT_OK
+    assert (seen["at_start"], seen.get("stopping")) == (False, True), "the handler never saw stopping"
+    assert seen["checkpoint"] > 0
+    assert seen["returned_at"] - stopped_at < contract.drain_timeout_seconds
+    assert requeues == []
+    assert (depth(sqs, pair.queue_url).total, depth(sqs, pair.dlq_url).total) == (0, 0)
+
+
+def test_consumer_gives_each_attempt_its_start_plus_the_message_timeout_as_deadline(
+    sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO group received together runs in order: the second message starts 1.5 s after its receive, and its
+    deadline is its own start plus max_duration (the instant the heartbeat gives up), not its receive's."""
+    contract = fast_contract(fifo=True, concurrency=2)
+    pair = create_pair(sqs, contract)
+    sqs.send_message_batch(
+        QueueUrl=pair.queue_url,
+        Entries=[
+            {"Id": body, "MessageBody": body, "MessageGroupId": "g", "MessageDeduplicationId": body}
+            for body in ("first", "second")
+        ],
+    )
+    starts: dict[str, float] = {}
+    start = InFlightTable.start
+
+    def recording_start(self: InFlightTable, item: InFlight, *, started_at: float, key: str, owner: str) -> bool:
+        starts[item.message.body] = started_at
+        return start(self, item, started_at=started_at, key=key, owner=owner)
+
+    monkeypatch.setattr(InFlightTable, "start", recording_start)
+    seen: dict[str, tuple[float, float]] = {}
+
+    def handle(message: Message) -> None:
+        seen[message.body] = (message.deadline, message.remaining())
+        if message.body == "first":
+            time.sleep(1.5)
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(lambda: len(seen) == 2)
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+    timeout = contract.message_timeout_seconds
+    assert {body: deadline for body, (deadline, _) in seen.items()} == {
+        body: started + timeout for body, started in starts.items()
+    }
+    assert seen["second"][0] - seen["first"][0] >= 1.5
+    assert all(timeout - 0.5 < remaining <= timeout for _, remaining in seen.values())
