@@ -55,7 +55,7 @@ def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, im
     assert {n for n in SHIPPED if not found[n]} == set()
     assert {n for n in NOT_SHIPPED if found[n]} == set()
     # The team package's handler loads in the image as `consumer run` loads it (its dependencies installed).
-    load = "from consumer.contract import contract_of, load_handler; print(contract_of(load_handler('workers.reports:handle')).max_duration_seconds)"
+    load = "from consumer.declaration import contract_of, load_handler; print(contract_of(load_handler('workers.reports:handle')).max_duration_seconds)"
     assert engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", load).stdout.split() == ["600"]
     # A local-only command says so in one line instead of a traceback.
     demo = engine("run", "--rm", *engine.run_options, image.tag, "python", "-m", "consumer", "demo", check=False)
