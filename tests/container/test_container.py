@@ -115,10 +115,9 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     if task.definition["LinuxParameters"]["Capabilities"]["Drop"] == ["ALL"]:
         assert int(status["CapEff"], 16) == 0 and int(status["CapBnd"], 16) == 0
     assert state["HostConfig"]["ReadonlyRootfs"] is bool(task.definition["ReadonlyRootFilesystem"])
-    if task.health_check is None:
-        assert not state["Config"].get("Healthcheck")
-    else:  # the definition's own check, run the way ECS runs it
-        assert run.health_check_passes()
+    # The definition's own liveness check (python -m consumer health), run in the container as ECS runs it.
+    assert task.health_check is not None and task.health_check["Command"][1:] == ["python", "-m", "consumer", "health"]
+    assert run.health_check_passes()
 
     code, _ = run.stop()
     assert code == 0
