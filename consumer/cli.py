@@ -1,5 +1,5 @@
-"""``python -m consumer``: one entry for ``run`` (the ECS container's command), ``dlq`` (the operator's
-tool, in the image for ECS Exec) and ``local up``/``demo`` (development, not in the image).
+"""``python -m consumer``: one entry for ``run`` (the ECS container's command), ``health`` (its health check),
+``dlq`` (the operator's tool, in the image for ECS Exec) and ``local up``/``demo`` (development, not in the image).
 
 Each command's package is imported only when that command runs: ``run`` loads the runtime alone,
 never the DLQ tool's rich or the local tooling's moto.
@@ -15,7 +15,7 @@ import typer
 
 from consumer.exit_codes import ExitCode
 
-COMMANDS = ("run", "dlq", "local", "demo")
+COMMANDS = ("run", "health", "dlq", "local", "demo")
 LOCAL_COMMANDS = ("local", "demo")
 
 
@@ -31,6 +31,10 @@ def build_app(command: str | None = None) -> typer.Typer:
         from consumer.runtime.cli import run
 
         app.command()(run)
+    if command in (None, "health"):
+        from consumer.runtime.cli import health
+
+        app.command()(health)
     if command in (None, "dlq"):
         from consumer.ops.commands import app as dlq_app
 

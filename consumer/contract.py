@@ -38,6 +38,8 @@ from consumer.limits import (
     DERIVED_FORMULAS,
     DLQ_REASON_HEADROOM_BYTES,
     FARGATE_MAX_STOP_TIMEOUT_SECONDS,
+    HEALTH_CHECK_RETRIES,
+    HEALTH_CHECK_TIMEOUT_SECONDS,
     HEARTBEAT_MAX_INTERVAL_SECONDS,
     LEASE_CAP_SECONDS,
     MAX_CONCURRENCY,
@@ -57,9 +59,11 @@ from consumer.limits import (
     SQS_MAX_RECEIVE_COUNT,
     SQS_MAX_RETENTION_SECONDS,
     SQS_MAX_VISIBILITY_SECONDS,
+    SQS_MAX_WAIT_SECONDS,
     SQS_MIN_RETENTION_SECONDS,
     VISIBILITY_MARGIN_MAX_SECONDS,
     VISIBILITY_MARGIN_MIN_SECONDS,
+    LivenessTimings,
 )
 from consumer.queue_attributes import QueueAttributes, QueuePairAttributes
 
@@ -78,6 +82,8 @@ __all__ = [
     "DAY",
     "DLQ_REASON_HEADROOM_BYTES",
     "FARGATE_MAX_STOP_TIMEOUT_SECONDS",
+    "HEALTH_CHECK_RETRIES",
+    "HEALTH_CHECK_TIMEOUT_SECONDS",
     "HEARTBEAT_MAX_INTERVAL_SECONDS",
     "LEASE_CAP_SECONDS",
     "MAX_CONCURRENCY",
@@ -97,6 +103,7 @@ __all__ = [
     "SQS_MAX_RECEIVE_COUNT",
     "SQS_MAX_RETENTION_SECONDS",
     "SQS_MAX_VISIBILITY_SECONDS",
+    "SQS_MAX_WAIT_SECONDS",
     "SQS_MIN_RETENTION_SECONDS",
     "VISIBILITY_MARGIN_MAX_SECONDS",
     "VISIBILITY_MARGIN_MIN_SECONDS",
@@ -149,7 +156,7 @@ def _check_bool(parameter: str, value: object) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WorkerContract:
+class WorkerContract(LivenessTimings):
     """Everything the queue, the alarms, the ECS task and the consumer must agree on.
 
     Declared values are fields; everything else is derived (properties), so the

@@ -50,6 +50,17 @@ The formulas (also in the README's configuration table, generated from
 * ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
   messages of backlog per task (AWS's "acceptable backlog per task").
 * ``pollers = ceil(concurrency / batch_size)`` receive loops per process.
+* ``poll_stall = 20 + 10`` and ``heartbeat_stall = heartbeat_interval + 10``: the liveness check
+  (``python -m consumer health``) fails when a poller has not returned from a receive (or waited on
+  purpose) for longer than SQS's longest long poll plus slack, or the heartbeat has not ticked for longer
+  than its interval plus slack. The slack covers one slow answer (the client's read timeout is the long
+  poll + 10 s) and a heartbeat tick's own calls.
+* ``health_check_interval = clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)``: ECS runs the
+  check this often (timeout 5 s, 3 retries), so a stalled loop is replaced within about
+  ``stall + 3 * interval``.
+* ``health_check_start_period = 60``: start-up (imports, configuration, the queue check) happens
+  before the loops record anything; ECS ignores failed checks for this long.
+  https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_HealthCheck.html
 """
 
 from __future__ import annotations
@@ -69,6 +80,12 @@ SQS_MAX_DELAY_SECONDS = 900  # DelaySeconds: 15 min
 SQS_MAX_QUEUE_NAME_CHARS = 80  # ".fifo" included
 # https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_ContainerDefinition.html (stopTimeout)
 FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html (WaitTimeSeconds)
+SQS_MAX_WAIT_SECONDS = 20
+# https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_HealthCheck.html (the CDK checks the same bounds)
+ECS_HEALTH_CHECK_MIN_INTERVAL_SECONDS = 5
+ECS_HEALTH_CHECK_MAX_INTERVAL_SECONDS = 300
+ECS_HEALTH_CHECK_MAX_START_PERIOD_SECONDS = 300
 
 # --- Policy constants (documented in the module docstring) ------------------
 VISIBILITY_MARGIN_MIN_SECONDS = 10
@@ -92,6 +109,14 @@ DLQ_REASON_HEADROOM_BYTES = 8_192
 SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
 #: Receives the queue's redrive policy allows beyond max_receive_count (see redrive_max_receive_count).
 REDRIVE_BACKSTOP_RECEIVES = 2
+#: Liveness (see poll_stall / heartbeat_stall above): room beyond a loop's own period before it counts as stalled.
+LIVENESS_SLACK_SECONDS = 10
+#: ECS runs ``python -m consumer health`` with this timeout (it starts in well under a second) and calls the
+#: container unhealthy after this many failures in a row (ECS's bounds: 2..120 s, 1..10).
+HEALTH_CHECK_TIMEOUT_SECONDS = 5
+HEALTH_CHECK_RETRIES = 3
+#: Start-up before the loops record progress: imports, configuration and the queue check (whose calls retry).
+HEALTH_CHECK_START_PERIOD_SECONDS = 60
 
 DAY = 86_400
 
@@ -113,4 +138,37 @@ DERIVED_FORMULAS: dict[str, str] = {
     ),
     "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
     "pollers": "ceil(concurrency / batch_size)",
+    "poll_stall_seconds": "20 (longest long poll) + 10",
+    "heartbeat_stall_seconds": "heartbeat_interval + 10",
+    "health_check_interval_seconds": "clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)",
+    "health_check_start_period_seconds": "60 (start-up, before the loops record progress)",
 }
+
+
+class LivenessTimings:
+    """The liveness allowances and the ECS health check's timing (``WorkerContract`` inherits them).
+
+    Here rather than in the contract's class body, which stays under the architecture test's size limit;
+    the formulas are :data:`DERIVED_FORMULAS`' ``poll_stall_seconds`` to ``health_check_start_period_seconds``.
+    """
+
+    @property
+    def heartbeat_interval_seconds(self) -> int:
+        raise NotImplementedError  # WorkerContract's
+
+    @property
+    def poll_stall_seconds(self) -> int:
+        return SQS_MAX_WAIT_SECONDS + LIVENESS_SLACK_SECONDS
+
+    @property
+    def heartbeat_stall_seconds(self) -> int:
+        return self.heartbeat_interval_seconds + LIVENESS_SLACK_SECONDS
+
+    @property
+    def health_check_interval_seconds(self) -> int:
+        half = min(self.poll_stall_seconds, self.heartbeat_stall_seconds) // 2
+        return max(ECS_HEALTH_CHECK_MIN_INTERVAL_SECONDS, min(half, ECS_HEALTH_CHECK_MAX_INTERVAL_SECONDS))
+
+    @property
+    def health_check_start_period_seconds(self) -> int:
+        return min(HEALTH_CHECK_START_PERIOD_SECONDS, ECS_HEALTH_CHECK_MAX_START_PERIOD_SECONDS)

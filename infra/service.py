@@ -21,6 +21,8 @@ from consumer.contract import (
     BINDING_KEYS,
     DLQ_URL_ENV,
     HANDLER_ENV,
+    HEALTH_CHECK_RETRIES,
+    HEALTH_CHECK_TIMEOUT_SECONDS,
     IDEMPOTENCY_TABLE_ENV,
     QUEUE_URL_ENV,
     TASK_ROLE_ID_ENV,
@@ -36,6 +38,9 @@ IMAGE_CONTEXT = Path(__file__).resolve().parent.parent
 #: The Dockerfile, relative to the context.
 IMAGE_DOCKERFILE = "consumer/Dockerfile"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
+#: Run by ECS inside the container (same image, working directory /app): fails when a poll loop or the heartbeat
+#: stalls, so ECS replaces the task (consumer/runtime/liveness.py). Exec form: the image needs no shell for it.
+HEALTH_CHECK_COMMAND = ["CMD", "python", "-m", "consumer", "health"]
 CONTAINER_USER = "10001:10001"  # matches the Dockerfile's non-root user
 #: Exactly what the consumer calls (tests/infra/runtime_calls.json, recorded from the integration tests).
 #: Batch calls need no separate action: DeleteMessageBatch is authorised by sqs:DeleteMessage, and so on.
@@ -72,6 +77,9 @@ class ConsumerService(Construct):
       ``CONSUMER_HANDLER`` in the environment (the construct, not the caller,
       injects the binding), plus ``handler_environment``;
     * ``stopTimeout`` from the contract, so SIGTERM leaves time to drain;
+    * a container health check, ``python -m consumer health``, timed by the contract
+      (``health_check_interval_seconds``, ``health_check_start_period_seconds``): ECS replaces a task
+      whose poll loop or heartbeat stalled;
     * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
       :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
       on the idempotency table and task scale-in protection on this cluster's tasks;
@@ -202,6 +210,13 @@ class ConsumerService(Construct):
             # Read by the execution role at task start; CDK grants it read on exactly these parameters/secrets.
             secrets=dict(secrets or {}),
             stop_timeout=Duration.seconds(contract.stop_timeout_seconds or 0),
+            health_check=ecs.HealthCheck(
+                command=HEALTH_CHECK_COMMAND,
+                interval=Duration.seconds(contract.health_check_interval_seconds),
+                timeout=Duration.seconds(HEALTH_CHECK_TIMEOUT_SECONDS),
+                retries=HEALTH_CHECK_RETRIES,
+                start_period=Duration.seconds(contract.health_check_start_period_seconds),
+            ),
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
         self.container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False))

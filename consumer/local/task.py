@@ -249,9 +249,13 @@ def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_nam
         health_command = json.dumps(command)  # podman runs a JSON array in exec form
     else:
         raise TaskDefinitionError(f"{stack_name}: HealthCheck.Command must start with CMD or CMD-SHELL, got {kind!r}")
+    # podman schedules a check with a systemd timer; without systemd (containers here) it prints two errors into
+    # the container's output instead. "disable" sets no timer: TaskRun.health_check_passes runs the check on
+    # demand (`podman healthcheck run`), which is how the container tier sees it anyway.
+    interval = "disable" if engine.name == "podman" else f"{check['Interval']}s"
     return [
         "--health-cmd", health_command,
-        "--health-interval", f"{check['Interval']}s",
+        "--health-interval", interval,
         "--health-timeout", f"{check['Timeout']}s",
         "--health-retries", str(check["Retries"]),
         "--health-start-period", f"{check['StartPeriod']}s",

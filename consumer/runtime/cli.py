@@ -1,4 +1,5 @@
-"""``python -m consumer run``: the ECS container's command (typer for its exit; no rich, no ops or local tooling)."""
+"""``python -m consumer run``: the ECS container's command (typer for its exit; no rich, no ops or local tooling);
+``python -m consumer health``: its ECS health check."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def run() -> None:
     from consumer.runtime.consumer import LONG_POLL_SECONDS, Consumer, task_role_id_from_env
     from consumer.runtime.drift import StartupError, check_queue, queue_name_from_url
     from consumer.runtime.idempotency import DynamoDBStore, InMemoryStore
+    from consumer.runtime.liveness import Liveness, liveness_path
     from consumer.runtime.observability import Metrics, configure_logging, log_level
     from consumer.runtime.protection import ScaleInProtection
 
@@ -91,6 +93,7 @@ def run() -> None:
                 protection=ScaleInProtection.from_env(os.environ),
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
                 task_role_id=task_role_id_from_env(os.environ),
+                liveness=Liveness(liveness_path(os.environ)),
             )
         )
     except (ConfigurationError, StartupError) as error:
@@ -101,3 +104,18 @@ def run() -> None:
         log.info("consumer_stopped_before_start", extra={"signal": str(stopped)})
         raise typer.Exit(0) from None
     raise typer.Exit(running[0].run())
+
+
+def health() -> None:
+    """Exit 0 when every poller and the heartbeat made progress within its allowance, 1 otherwise (one line).
+
+    ECS runs it in the task (the container's health check). Reads the file CONSUMER_LIVENESS_FILE names
+    (default /tmp/consumer-liveness.json), which ``run`` keeps up to date; imports no AWS SDK.
+    """
+    import time
+
+    from consumer.runtime.liveness import check, liveness_path
+
+    healthy, line = check(liveness_path(os.environ), time.time())
+    print(line, file=sys.stdout if healthy else sys.stderr)
+    raise typer.Exit(ExitCode.OK if healthy else ExitCode.FAILED)

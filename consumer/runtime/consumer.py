@@ -11,6 +11,8 @@ Threads and what each runs:
   idempotency leases and task protection, flushes metrics;
 * acknowledger: sends every delete and visibility change (see ``acknowledger.py``).
 
+The pollers and the heartbeat record their progress for ``python -m consumer health`` (:mod:`.liveness`).
+
 Every change of a message's state goes through one lock, the :class:`.inflight.InFlightTable`'s.
 Worker, poller and heartbeat threads are daemons, so an idle consumer exits about a
 second after SIGTERM, without waiting out a long poll.
@@ -27,6 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 from consumer.contract import TASK_ROLE_ID_ENV, ContractError, WorkerContract
@@ -36,6 +39,7 @@ from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State
+from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness, poller_loop
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import (
     BATCH_FILL_SECONDS,
@@ -126,6 +130,7 @@ class Consumer:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url
@@ -139,6 +144,7 @@ class Consumer:
         self._clock = clock
         self._wall_clock = wall_clock
         self._random = rng or random.Random()
+        self.liveness = liveness or Liveness(None)  # None: no progress file (python -m consumer run gives one)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.exit_code = EXIT_OK
         self._stop = threading.Event()
@@ -176,6 +182,7 @@ class Consumer:
             clock=clock,
             long_poll_seconds=LONG_POLL_SECONDS,
             batch_fill_seconds=BATCH_FILL_SECONDS,
+            liveness=self.liveness,
         )
         self._worker = Worker(
             handler=handler,
@@ -201,6 +208,7 @@ class Consumer:
             on_stuck=self._stuck,
             clock=clock,
             tick_seconds=TICK_SECONDS,
+            liveness=self.liveness,
         )
         self._count_requests(client)
 
@@ -220,10 +228,12 @@ class Consumer:
             for i in range(self.contract.concurrency)
         ]
         threads += [
-            threading.Thread(target=self._guarded(self._poller.run), name=f"poller-{i}", daemon=True)
+            threading.Thread(target=self._guarded(partial(self._poller.run, i)), name=poller_loop(i), daemon=True)
             for i in range(self.contract.pollers)
         ]
-        threads.append(threading.Thread(target=self._guarded(self._heartbeat.run), name="heartbeat", daemon=True))
+        threads.append(threading.Thread(target=self._guarded(self._heartbeat.run), name=HEARTBEAT_LOOP, daemon=True))
+        allowances = {poller_loop(i): self.contract.poll_stall_seconds for i in range(self.contract.pollers)}
+        self.liveness.start({**allowances, HEARTBEAT_LOOP: self.contract.heartbeat_stall_seconds})
         self._ack.start()
         for thread in threads:
             thread.start()
@@ -270,6 +280,7 @@ class Consumer:
     # --- shutdown -----------------------------------------------------------
     def _shutdown(self) -> None:
         log.info("consumer_stopping", extra={"in_flight": len(self._table)})
+        self.liveness.stopping()
         # Messages still queued for a worker have not started: hand them back now.
         while True:
             try:

@@ -10,6 +10,7 @@ from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.idempotency import IdempotencyStore
 from consumer.runtime.inflight import InFlight, InFlightTable, update_record
+from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
 
@@ -59,6 +60,7 @@ class Heartbeat:
         on_stuck: Callable[[], None],
         clock: Callable[[], float],
         tick_seconds: float,
+        liveness: Liveness | None = None,
     ) -> None:
         self.contract = contract
         self._table = table
@@ -71,10 +73,12 @@ class Heartbeat:
         self._on_stuck = on_stuck
         self._clock = clock
         self._tick_seconds = tick_seconds
+        self._liveness = liveness or Liveness(None)
 
     def run(self) -> None:
         last_beat = last_flush = self._clock()
         while not self._closed.wait(self._tick_seconds):
+            self._liveness.beat(HEARTBEAT_LOOP)  # every tick: a tick stuck in a call shows as a stalled heartbeat
             now = self._clock()
             self._give_up_overruns(now)
             # Busy/idle are decided on several threads; reconciling here means a late idle() can never

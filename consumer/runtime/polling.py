@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import WorkerContract
+from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
 from consumer.message import Message
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
+from consumer.runtime.liveness import Liveness, poller_loop
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # the stubs are a development dependency: the image does not 
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
-LONG_POLL_SECONDS = 20
+LONG_POLL_SECONDS = SQS_MAX_WAIT_SECONDS
 RECEIVE_ERROR_MAX_BACKOFF_SECONDS = 20
 #: How often a thread waiting on something else looks at the stop event again.
 TICK_SECONDS = 0.5
@@ -49,8 +50,17 @@ class Slots:
         self._tick_seconds = tick_seconds
         self._condition = threading.Condition()
 
-    def reserve_up_to(self, wanted: int, stop: threading.Event, fill_seconds: float = 0.0) -> int:
+    def reserve_up_to(
+        self,
+        wanted: int,
+        stop: threading.Event,
+        fill_seconds: float = 0.0,
+        on_wait: Callable[[], None] | None = None,
+    ) -> int:
         """Take between 1 and ``wanted`` free slots, waiting for the first; 0 once ``stop`` is set.
+
+        ``on_wait`` is called every tick while no slot is free: waiting for busy handlers is progress
+        (liveness), not a stalled poll loop.
 
         With fewer than ``wanted`` free (some handlers still running), wait up to
         ``fill_seconds`` longer for more to free up: a busy consumer then receives
@@ -59,6 +69,8 @@ class Slots:
         """
         with self._condition:
             while self._free == 0 and not stop.is_set():
+                if on_wait is not None:
+                    on_wait()
                 self._condition.wait(self._tick_seconds)
             wanted = min(wanted, self._total)
             deadline = self._clock() + fill_seconds
@@ -101,6 +113,7 @@ class Poller:
         clock: Callable[[], float],
         long_poll_seconds: int,
         batch_fill_seconds: float,
+        liveness: Liveness | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
@@ -116,11 +129,20 @@ class Poller:
         self._clock = clock
         self._long_poll_seconds = long_poll_seconds
         self._batch_fill_seconds = batch_fill_seconds
+        self._liveness = liveness or Liveness(None)
 
-    def run(self) -> None:
+    def run(self, index: int = 0) -> None:
+        """Poller ``index``'s loop; it records progress (liveness) after every receive returns, empty or not."""
+        loop = poller_loop(index)
+
+        def progress() -> None:
+            self._liveness.beat(loop)
+
         error_backoff = 1.0
         while not self._stop.is_set():
-            reserved = self._slots.reserve_up_to(self.contract.batch_size, self._stop, self._batch_fill_seconds)
+            reserved = self._slots.reserve_up_to(
+                self.contract.batch_size, self._stop, self._batch_fill_seconds, on_wait=progress
+            )
             if not reserved:
                 continue
             try:
@@ -133,16 +155,26 @@ class Poller:
                 )
                 error_backoff = 1.0
             except (ClientError, BotoCoreError) as error:
+                progress()  # the receive returned, with an error: the loop is alive
                 self._slots.release(reserved)
                 log.warning(
                     "receive_failed",
                     extra={"queue_url": self.queue_url, "error": str(error), "retry_in_seconds": error_backoff},
                 )
                 # Bounded exponential wait: an unreachable endpoint costs one call per wait, no busy loop.
-                self._stop.wait(error_backoff)
+                self.wait_on_purpose(error_backoff, progress)
                 error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
                 continue
+            progress()
             self._dispatch(self._received(response), reserved)
+
+    def wait_on_purpose(self, seconds: float, progress: Callable[[], None]) -> None:
+        """Wait ``seconds`` (less if stopping) and count the wait as progress: a pause the consumer chose (a
+        receive error's backoff; any other deliberate pause of receiving) is not a stalled loop (liveness.py)."""
+        deadline = time.monotonic() + seconds  # real time: this waits for real, whatever clock was injected
+        while not self._stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
+            progress()
+            self._stop.wait(min(remaining, TICK_SECONDS))
 
     def _received(self, response: ReceiveMessageResultTypeDef) -> list[InFlight]:
         now = self._clock()

@@ -55,7 +55,7 @@ def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, im
     assert {n for n in SHIPPED if not found[n]} == set()
     assert {n for n in NOT_SHIPPED if found[n]} == set()
     # The team package's handler loads in the image as `consumer run` loads it (its dependencies installed).
-    load = "from consumer.contract import contract_of, load_handler; print(contract_of(load_handler('workers.reports:handle')).max_duration_seconds)"
+    load = "from consumer.declaration import contract_of, load_handler; print(contract_of(load_handler('workers.reports:handle')).max_duration_seconds)"
     assert engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", load).stdout.split() == ["600"]
     # A local-only command says so in one line instead of a traceback.
     demo = engine("run", "--rm", *engine.run_options, image.tag, "python", "-m", "consumer", "demo", check=False)
@@ -115,10 +115,9 @@ def test_task_runs_as_its_definition_says_and_writes_only_to_its_volumes(
     if task.definition["LinuxParameters"]["Capabilities"]["Drop"] == ["ALL"]:
         assert int(status["CapEff"], 16) == 0 and int(status["CapBnd"], 16) == 0
     assert state["HostConfig"]["ReadonlyRootfs"] is bool(task.definition["ReadonlyRootFilesystem"])
-    if task.health_check is None:
-        assert not state["Config"].get("Healthcheck")
-    else:  # the definition's own check, run the way ECS runs it
-        assert run.health_check_passes()
+    # The definition's own liveness check (python -m consumer health), run in the container as ECS runs it.
+    assert task.health_check is not None and task.health_check["Command"][1:] == ["python", "-m", "consumer", "health"]
+    assert run.health_check_passes()
 
     code, _ = run.stop()
     assert code == 0

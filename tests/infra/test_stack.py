@@ -264,6 +264,32 @@ def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
     assert container(dev)["StopTimeout"] == dev.stack.contract.stop_timeout_seconds == 95
 
 
+@pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
+def test_container_health_check_is_the_liveness_check_timed_by_each_workers_contract(
+    synthesized: dict[str, Synthesized], name: str
+) -> None:
+    """Every worker's container runs `python -m consumer health` (exec form) at its contract's interval and start
+    period, within ECS's bounds, so ECS replaces a task whose poll loop or heartbeat stalled."""
+    env = synthesized[name]
+    for worker, built in env.stack.workers.items():
+        contract = built.contract
+        expected = {
+            "Command": ["CMD", "python", "-m", "consumer", "health"],
+            "Interval": contract.health_check_interval_seconds,
+            "Timeout": 5,
+            "Retries": 3,
+            "StartPeriod": 60,
+        }
+        assert env.container(worker)["HealthCheck"] == expected, (name, worker)
+        assert 5 <= expected["Interval"] <= 300 and expected["Interval"] < contract.poll_stall_seconds
+
+
+def test_prod_health_check_interval_is_half_the_shortest_stall(prod: Synthesized) -> None:
+    """prod's 90 s handler: heartbeat 20 s + 10 s slack = 30 s, the poll allowance 30 s: checked every 15 s."""
+    assert prod.container()["HealthCheck"]["Interval"] == 15
+    assert prod.stack.contract.heartbeat_stall_seconds == prod.stack.contract.poll_stall_seconds == 30
+
+
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
     """Keys equal the contract's to_env() keys plus the bindings (queue URLs, handler, table, task role id) and dev's handler_environment (its dry run)."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}

@@ -117,9 +117,11 @@ def test_consumer_fills_batches_as_long_as_the_consumer_module_says(monkeypatch:
     fills: list[float] = []
     reserve = Slots.reserve_up_to
 
-    def recorded(slots: Slots, wanted: int, stop: threading.Event, fill_seconds: float = 0.0) -> int:
+    def recorded(
+        slots: Slots, wanted: int, stop: threading.Event, fill_seconds: float = 0.0, on_wait: Any = None
+    ) -> int:
         fills.append(fill_seconds)
-        return reserve(slots, wanted, stop, fill_seconds)
+        return reserve(slots, wanted, stop, fill_seconds, on_wait)
 
     monkeypatch.setattr(Slots, "reserve_up_to", recorded)
     assert consumer_with(OneReceive()).run() == runtime.EXIT_OK

@@ -1,0 +1,135 @@
+"""Liveness: the progress file the loops write and the check `python -m consumer health` makes of it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from consumer.contract import WorkerContract
+from consumer.runtime.liveness import DEFAULT_LIVENESS_FILE, Liveness, check, liveness_path
+from consumer.runtime.polling import Slots
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def started(path: Path, clock: Clock) -> Liveness:
+    liveness = Liveness(path, clock=clock)
+    liveness.start({"poller-0": 30, "heartbeat": 13})
+    return liveness
+
+
+def test_check_passes_when_every_loop_progressed_within_its_allowance(tmp_path: Path) -> None:
+    """Just started: every loop counts as having progressed at the start."""
+    path, clock = tmp_path / "live.json", Clock()
+    started(path, clock)
+    assert check(path, clock.now + 13) == (True, "healthy: heartbeat 13 s ago, poller-0 13 s ago")
+
+
+def test_check_names_the_stalled_loop_and_since_when(tmp_path: Path) -> None:
+    """The heartbeat keeps beating; the poller's last progress is 31 s old: only the poller is named."""
+    path, clock = tmp_path / "live.json", Clock()
+    liveness = started(path, clock)
+    clock.now += 31
+    liveness.beat("heartbeat")
+    assert check(path, clock.now) == (
+        False,
+        "unhealthy: poller-0 stalled: no progress since 2027-01-15T08:00:00+00:00 (31 s ago, 30 s allowed)",
+    )
+
+
+def test_a_beat_keeps_the_loop_healthy(tmp_path: Path) -> None:
+    """A poller that returns from a receive every 20 s stays healthy long past its 30 s allowance."""
+    path, clock = tmp_path / "live.json", Clock()
+    liveness = started(path, clock)
+    for _ in range(5):
+        clock.now += 20
+        liveness.beat("poller-0")
+        liveness.beat("heartbeat")
+    assert check(path, clock.now + 1)[0] is True
+
+
+def test_beats_reach_the_file_at_most_once_a_second_per_loop(tmp_path: Path) -> None:
+    """A busy poller (many receives a second) writes the file once a second, not per receive."""
+    path, clock = tmp_path / "live.json", Clock()
+    liveness = started(path, clock)
+    clock.now += 0.5
+    liveness.beat("poller-0")
+    assert json.loads(path.read_text())["loops"]["poller-0"]["at"] == clock.now - 0.5
+    clock.now += 0.5
+    liveness.beat("poller-0")
+    assert json.loads(path.read_text())["loops"]["poller-0"]["at"] == clock.now
+
+
+def test_check_fails_without_a_progress_file(tmp_path: Path) -> None:
+    """Before the consumer starts its loops (ECS's start period covers that) the check fails, saying why."""
+    path = tmp_path / "absent.json"
+    assert check(path, 0.0) == (
+        False,
+        f"unhealthy: no progress file at {path} (the consumer has not started its loops)",
+    )
+
+
+def test_check_fails_on_a_file_it_cannot_read(tmp_path: Path) -> None:
+    """Garbage is a failure with the reason, never a crash."""
+    path = tmp_path / "live.json"
+    path.write_text("{not json")
+    healthy, line = check(path, 0.0)
+    assert not healthy and line.startswith(f"unhealthy: cannot read the progress file {path}: JSONDecodeError(")
+
+
+def test_stopping_checks_only_the_heartbeat(tmp_path: Path) -> None:
+    """Draining: the pollers stopped receiving on purpose; the heartbeat (which runs to the end) is still checked."""
+    path, clock = tmp_path / "live.json", Clock()
+    liveness = started(path, clock)
+    liveness.stopping()
+    clock.now += 40
+    assert check(path, clock.now)[1].startswith("unhealthy: heartbeat stalled")
+    liveness.beat("heartbeat")
+    assert check(path, clock.now) == (True, "healthy (stopping): heartbeat 0 s ago")
+
+
+def test_a_failed_write_never_stops_the_consumer(tmp_path: Path) -> None:
+    """An unwritable location is logged; beats go on (the check then reports the missing file)."""
+    liveness = Liveness(tmp_path / "missing-dir" / "live.json")
+    liveness.start({"heartbeat": 13})
+    liveness.beat("heartbeat")
+
+
+def test_liveness_path_default_and_override() -> None:
+    """The consumer and the check share the default; CONSUMER_LIVENESS_FILE moves both."""
+    assert liveness_path({}) == Path(DEFAULT_LIVENESS_FILE) == Path("/tmp/consumer-liveness.json")
+    assert liveness_path({"CONSUMER_LIVENESS_FILE": "/x/y.json"}) == Path("/x/y.json")
+
+
+def test_slots_waiting_for_a_free_slot_counts_as_progress() -> None:
+    """A poller blocked on busy handlers is alive: reserve_up_to calls on_wait while it waits."""
+    slots, stop, waits = Slots(1, tick_seconds=0.01), threading.Event(), []
+    slots.reserve_up_to(1, stop)
+    threading.Timer(0.1, slots.release).start()
+    assert slots.reserve_up_to(1, stop, on_wait=lambda: waits.append(1)) == 1
+    assert len(waits) >= 2
+
+
+def test_contract_derives_the_liveness_allowances_and_the_check_timing() -> None:
+    """Poll: the 20 s long poll + 10 s; heartbeat: its interval + 10 s; ECS checks every half of the shorter."""
+    short = WorkerContract(max_duration_seconds=5)  # visibility 15 s: heartbeat every 3 s
+    assert (short.poll_stall_seconds, short.heartbeat_stall_seconds, short.health_check_interval_seconds) == (30, 13, 6)
+    tiny = WorkerContract(max_duration_seconds=1, max_lease_seconds=4)  # heartbeat every 1 s: 11 s // 2 -> ECS's 5 s
+    assert (tiny.heartbeat_stall_seconds, tiny.health_check_interval_seconds) == (11, 5)
+    long = WorkerContract(max_duration_seconds=3600)  # heartbeat capped at 60 s
+    assert (
+        long.heartbeat_stall_seconds,
+        long.health_check_interval_seconds,
+        long.health_check_start_period_seconds,
+    ) == (
+        70,
+        15,
+        60,
+    )
