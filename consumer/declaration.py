@@ -1,7 +1,8 @@
 """The declaration: ``@worker`` next to a handler's code, and finding it again (``contract_of``, ``load_handler``).
 
 ``@worker(...)`` builds the handler's :class:`~consumer.contract.WorkerContract` (validated there) and keeps it on
-the function, with what belongs beside the contract rather than in it (``setup=``: no timing depends on it).
+the function, with what belongs beside the contract rather than in it (``setup=``: no timing depends on it;
+``max_rate=``: no infrastructure value or drift check depends on it).
 Standard library only, like the contract.
 """
 
@@ -18,6 +19,10 @@ from consumer.contract import LEASE_CAP_SECONDS, SQS_MAX_BATCH, ContractError, W
 
 HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"
+MAX_RATE_ATTRIBUTE = "__worker_max_rate__"
+#: ``max_rate`` bounds, in handler starts per second: below one start in ~17 minutes a message would outlive
+#: any lease waiting for its turn; above 10,000 a process cannot start handlers that fast anyway.
+MAX_RATE_MIN, MAX_RATE_MAX = 0.001, 10_000
 
 
 def seconds(parameter: str, value: object) -> int:
@@ -53,6 +58,7 @@ def worker(
     max_lease: timedelta | float = LEASE_CAP_SECONDS,
     stop_timeout: timedelta | float | None = None,
     setup: Callable[[Mapping[str, str]], object] | None = None,
+    max_rate: float | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
@@ -63,6 +69,12 @@ def worker(
     :class:`ConfigurationError` refuses to start (exit 2, that one line). It is not part of the
     contract: it changes no timing, no :meth:`WorkerContract.to_env` value and no drift check, and
     synth never calls it.
+
+    ``max_rate`` (handler starts per second, default None: no limit) paces the handler for a
+    rate-limited downstream: at most that many starts in any second, per process, across its worker
+    threads. Beside the contract like ``setup``: it is read from the handler in the image, where it
+    applies, and no queue, alarm or task setting derives from it (with several tasks, the downstream
+    sees up to ``max_rate`` times the task count).
 
     Example::
 
@@ -75,6 +87,13 @@ def worker(
     """
     if setup is not None and not callable(setup):
         raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
+    if max_rate is not None and (
+        isinstance(max_rate, bool)
+        or not isinstance(max_rate, (int, float))
+        or not MAX_RATE_MIN <= max_rate <= MAX_RATE_MAX
+    ):
+        rule = f"must be a number of handler starts per second between {MAX_RATE_MIN} and {MAX_RATE_MAX}, or None"
+        raise ContractError("max_rate", rule, max_rate)
     try:
         contract = WorkerContract(
             max_duration_seconds=seconds("max_duration", max_duration),
@@ -98,6 +117,7 @@ def worker(
     def declare(function: F) -> F:
         setattr(function, HANDLER_ATTRIBUTE, contract)
         setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
+        setattr(function, MAX_RATE_ATTRIBUTE, max_rate)  # beside it too: see the docstring
         return function
 
     return declare
@@ -121,6 +141,12 @@ def contract_of(handler: Callable[..., Any], parameter: str = "handler") -> Work
 def setup_of(handler: Callable[..., Any]) -> Callable[[Mapping[str, str]], object] | None:
     """The start-up check a handler declared with ``@worker(..., setup=check)``, or None."""
     return getattr(handler, SETUP_ATTRIBUTE, None)
+
+
+def max_rate_of(handler: Callable[..., Any]) -> float | None:
+    """The handler starts per second a handler declared with ``@worker(..., max_rate=N)``, or None (no limit)."""
+    rate = getattr(handler, MAX_RATE_ATTRIBUTE, None)
+    return rate if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
 
 
 def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:

@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import WorkerContract
 from consumer.message import Message
+from consumer.runtime.circuit import PAUSED, Circuit
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
@@ -101,6 +102,7 @@ class Poller:
         clock: Callable[[], float],
         long_poll_seconds: int,
         batch_fill_seconds: float,
+        circuit: Circuit | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
@@ -116,6 +118,7 @@ class Poller:
         self._clock = clock
         self._long_poll_seconds = long_poll_seconds
         self._batch_fill_seconds = batch_fill_seconds
+        self._circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
 
     def run(self) -> None:
         error_backoff = 1.0
@@ -123,6 +126,14 @@ class Poller:
             reserved = self._slots.reserve_up_to(self.contract.batch_size, self._stop, self._batch_fill_seconds)
             if not reserved:
                 continue
+            limit = self._circuit.receive_limit()
+            if limit is not None:
+                # Open: receive nothing until the pause ends. Half-open: this poller receives the one probe.
+                self._slots.release(reserved - limit)
+                reserved = limit
+                if limit == PAUSED:
+                    self._stop.wait(min(max(self._circuit.seconds_paused(), 0.05), TICK_SECONDS))
+                    continue
             try:
                 response = self.client.receive_message(
                     QueueUrl=self.queue_url,
@@ -134,6 +145,8 @@ class Poller:
                 error_backoff = 1.0
             except (ClientError, BotoCoreError) as error:
                 self._slots.release(reserved)
+                if limit is not None:
+                    self._circuit.probing([])
                 log.warning(
                     "receive_failed",
                     extra={"queue_url": self.queue_url, "error": str(error), "retry_in_seconds": error_backoff},
@@ -142,7 +155,10 @@ class Poller:
                 self._stop.wait(error_backoff)
                 error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
                 continue
-            self._dispatch(self._received(response), reserved)
+            received = self._received(response)
+            if limit is not None:
+                self._circuit.probing([item.message.message_id for item in received])
+            self._dispatch(received, reserved)
 
     def _received(self, response: ReceiveMessageResultTypeDef) -> list[InFlight]:
         now = self._clock()
