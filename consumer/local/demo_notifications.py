@@ -41,7 +41,7 @@ MIX = Mix(
 #: the handler's ordinary transient error. Outage events never reach the DLQ: the circuit hands them back.
 REDRIVE_FILTER = "WebhookUnavailable"
 #: What the webhook's outage answers carry: the seconds to wait before trying again (the circuit's pause).
-OUTAGE_RETRY_AFTER = "2"
+OUTAGE_RETRY_AFTER = "1"
 
 
 def _malformed_body(event_id: str, index: int, variant: int) -> str:
