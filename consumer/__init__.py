@@ -2,7 +2,8 @@
 
 Public names: :func:`worker` (declare a handler), :class:`Message` (what a
 handler receives), :class:`PoisonMessage` (raise it for a message that can
-never succeed), :class:`ConfigurationError` (a setting that keeps the consumer
+never succeed), :class:`DownstreamUnavailable` (raise it when the downstream is down: the
+consumer pauses receiving and probes before it resumes), :class:`ConfigurationError` (a setting that keeps the consumer
 from starting: raise it from a handler's ``setup`` check to refuse to start),
 :class:`WorkerContract` (the derived timings).
 
@@ -12,6 +13,14 @@ handlers to read their declaration, and must never pull in runtime code.
 
 from consumer.contract import ConfigurationError, ContractError, WorkerContract
 from consumer.declaration import worker
-from consumer.message import Message, PoisonMessage
+from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 
-__all__ = ["ConfigurationError", "ContractError", "Message", "PoisonMessage", "WorkerContract", "worker"]
+__all__ = [
+    "ConfigurationError",
+    "ContractError",
+    "DownstreamUnavailable",
+    "Message",
+    "PoisonMessage",
+    "WorkerContract",
+    "worker",
+]

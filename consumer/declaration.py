@@ -2,7 +2,8 @@
 
 ``@worker(...)`` builds the handler's :class:`~consumer.contract.WorkerContract` (validated there) and keeps it on
 the function, with what belongs beside the contract rather than in it (``setup=``, ``non_retryable=``: no timing
-depends on them, and types do not serialize into the environment).
+depends on them, and types do not serialize into the environment; ``max_rate=``: no infrastructure value or drift
+check depends on it).
 Standard library only, like the contract.
 """
 
@@ -20,6 +21,10 @@ from consumer.contract import LEASE_CAP_SECONDS, SQS_MAX_BATCH, ContractError, W
 HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"
 NON_RETRYABLE_ATTRIBUTE = "__worker_non_retryable__"
+MAX_RATE_ATTRIBUTE = "__worker_max_rate__"
+#: ``max_rate`` bounds, in handler starts per second: below one start in ~17 minutes a message would outlive
+#: any lease waiting for its turn; above 10,000 a process cannot start handlers that fast anyway.
+MAX_RATE_MIN, MAX_RATE_MAX = 0.001, 10_000
 
 
 def seconds(parameter: str, value: object) -> int:
@@ -57,6 +62,7 @@ def worker(
     stop_timeout: timedelta | float | None = None,
     setup: Callable[[Mapping[str, str]], object] | None = None,
     non_retryable: tuple[type[Exception], ...] = (),
+    max_rate: float | None = None,
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
@@ -73,6 +79,11 @@ def worker(
     the DLQ at its first receive, as ``PoisonMessage`` does, with kind ``non_retryable`` and the
     exception's type and text as reason, without spending the retry budget. Like ``setup`` it is kept
     beside the contract, not in it.
+    ``max_rate`` (handler starts per second, default None: no limit) paces the handler for a
+    rate-limited downstream: at most that many starts in any second, per process, across its worker
+    threads. Beside the contract like ``setup``: it is read from the handler in the image, where it
+    applies, and no queue, alarm or task setting derives from it (with several tasks, the downstream
+    sees up to ``max_rate`` times the task count).
 
     Example::
 
@@ -86,6 +97,13 @@ def worker(
     if setup is not None and not callable(setup):
         raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
     check_non_retryable(non_retryable)
+    if max_rate is not None and (
+        isinstance(max_rate, bool)
+        or not isinstance(max_rate, (int, float))
+        or not MAX_RATE_MIN <= max_rate <= MAX_RATE_MAX
+    ):
+        rule = f"must be a number of handler starts per second between {MAX_RATE_MIN} and {MAX_RATE_MAX}, or None"
+        raise ContractError("max_rate", rule, max_rate)
     try:
         contract = WorkerContract(
             max_duration_seconds=seconds("max_duration", max_duration),
@@ -111,6 +129,7 @@ def worker(
         setattr(function, HANDLER_ATTRIBUTE, contract)
         setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
         setattr(function, NON_RETRYABLE_ATTRIBUTE, non_retryable)  # likewise; and a type has no environment form
+        setattr(function, MAX_RATE_ATTRIBUTE, max_rate)  # beside it too: see the docstring
         return function
 
     return declare
@@ -155,6 +174,12 @@ def check_non_retryable(value: object) -> None:
         if not (isinstance(entry, type) and issubclass(entry, Exception)):
             name = entry.__name__ if isinstance(entry, type) else repr(entry)
             raise ContractError("non_retryable", f"{rule}; {name} is not one", value)
+
+
+def max_rate_of(handler: Callable[..., Any]) -> float | None:
+    """The handler starts per second a handler declared with ``@worker(..., max_rate=N)``, or None (no limit)."""
+    rate = getattr(handler, MAX_RATE_ATTRIBUTE, None)
+    return rate if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
 
 
 def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 #: Message attribute a requeued copy carries: the receives its earlier copies spent (see Message.receive_count).
@@ -28,6 +29,40 @@ class PoisonMessage(Exception):
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+        super().__init__(reason)
+
+
+class DownstreamUnavailable(Exception):
+    """Raise from a handler when what it calls is down, not the message: the consumer pauses instead of retrying.
+
+    The consumer's circuit opens: it stops receiving for ``retry_after`` (a ``timedelta`` or
+    seconds; None lets the consumer choose from the contract's retry backoff), hands this
+    message and every message it holds but has not started back to the queue without
+    spending their retry budget, lets what is running finish, then probes with one message
+    before it receives at full concurrency again (see docs/runtime.md, "The circuit").
+
+    Example::
+
+        if response.status == 503:
+            raise DownstreamUnavailable(retry_after=float(response.headers.get("Retry-After", 30)))
+    """
+
+    def __init__(self, reason: str = "downstream unavailable", *, retry_after: timedelta | float | None = None) -> None:
+        if isinstance(retry_after, timedelta):
+            retry_after = retry_after.total_seconds()
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, (int, float))
+            or not math.isfinite(retry_after)
+            or retry_after < 0
+        ):
+            # Stdlib only (the CDK app imports this module): the shape of ContractError's message, as a ValueError.
+            raise ValueError(
+                f'"retry_after" must be a timedelta, a finite number of seconds >= 0, or None: {retry_after!r}'
+            )
+        self.reason = reason
+        #: Seconds the downstream asked for, or None (the consumer derives the pause from the contract).
+        self.retry_after_seconds: float | None = None if retry_after is None else float(retry_after)
         super().__init__(reason)
 
 

@@ -3,7 +3,9 @@
 It shows the shape real handlers take: parse and schema-check the body (a
 failure is a :class:`~consumer.PoisonMessage`, never a retry), then make one
 downstream call that is safe to repeat (the event id is sent as an
-``Idempotency-Key`` header, because SQS delivers at least once).
+``Idempotency-Key`` header, because SQS delivers at least once). A webhook that
+says it is down (HTTP 503 with ``Retry-After``) raises :class:`~consumer.DownstreamUnavailable`:
+the consumer pauses instead of spending the event's retries; any other 5xx is an ordinary retry.
 
 Set ``NOTIFY_WEBHOOK_URL`` to deliver. Without it, ``NOTIFY_DRY_RUN=true``
 declares a dry run (events are logged, not delivered: the dev and demo
@@ -19,13 +21,14 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator, ValidationError
 
-from consumer import ConfigurationError, Message, PoisonMessage, worker
+from consumer import ConfigurationError, DownstreamUnavailable, Message, PoisonMessage, worker
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,8 @@ SCHEMA: dict[str, Any] = {
 _VALIDATOR = Draft202012Validator(SCHEMA)
 
 
-class DownstreamUnavailable(Exception):
-    """The webhook could not take the event now (timeout, 5xx, 429): retry later."""
+class WebhookUnavailable(Exception):
+    """The webhook could not take this event now (timeout, 5xx, 429): retry it later, as an ordinary failure."""
 
 
 def parse(body: str) -> dict[str, Any]:
@@ -139,9 +142,30 @@ def deliver(event: dict[str, Any], url: str | None) -> None:
     except urllib.error.HTTPError as error:
         if 400 <= error.code < 500 and error.code not in (408, 429):
             raise PoisonMessage(f"webhook rejected the event with HTTP {error.code}") from error
-        raise DownstreamUnavailable(f"webhook answered HTTP {error.code}") from error
+        retry_after = error.headers.get("Retry-After") if error.headers else None
+        if error.code == 503 and retry_after is not None:
+            # The webhook says it is down and for how long: a pause for the whole consumer, not a retry
+            # of this one event (which would spend its receives and, in a long outage, end in the DLQ).
+            raise DownstreamUnavailable(
+                f"webhook answered HTTP 503, Retry-After {retry_after}", retry_after=retry_after_seconds(retry_after)
+            ) from error
+        raise WebhookUnavailable(f"webhook answered HTTP {error.code}") from error
     except (urllib.error.URLError, TimeoutError) as error:
-        raise DownstreamUnavailable(f"webhook unreachable: {error}") from error
+        raise WebhookUnavailable(f"webhook unreachable: {error}") from error
+
+
+def retry_after_seconds(value: str) -> float | None:
+    """An HTTP ``Retry-After`` (seconds, or an HTTP date) as seconds from now; None if unreadable (the consumer
+    then chooses the pause). https://www.rfc-editor.org/rfc/rfc9110#field.retry-after"""
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT; a date without a zone is not one, but read it as UTC
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 @worker(

@@ -10,14 +10,16 @@ account:
    moto's server on 127.0.0.1 (:mod:`consumer.local.stack`), every worker's queue pair;
 2. starts a downstream webhook on 127.0.0.1 that behaves per event: accepts,
    fails transiently (HTTP 503 once or twice), answers slower than the queue's
-   visibility lease, rejects (HTTP 422), or is in an outage until the operator
-   step below;
+   visibility lease, rejects (HTTP 422), or is in an outage (HTTP 503 with
+   ``Retry-After``) until step 5;
 3. starts ``python -m consumer run`` processes with the task's environment, the
    handler being the notifications example under the demo declaration;
 4. produces a realistic mix, including malformed events, and restarts one
    consumer halfway (SIGTERM, as an ECS deployment does);
-5. once the outage messages have exhausted their retries and sit in the DLQ,
-   ends the outage and runs the operator's ``python -m consumer dlq redrive``;
+5. once everything but the outage events is in its place (the outage events wait in the
+   source: the consumers' circuits hand them back unspent, pause, probe), ends the outage;
+   the next probe closes the circuits and they are delivered, with no operator step (a
+   ``dlq redrive`` runs only for a late arrival, see :meth:`Demo._recover`);
 6. stops every worker's consumers with SIGTERM and accounts for each worker's messages: delivered
    exactly once at the webhook, or in the DLQ with a reason, nothing lost,
    nothing duplicated, and the SQS requests the consumers made per processed
@@ -56,7 +58,7 @@ from consumer.local.harness import QUIET, TIMED_OUT, Tick, demo_contract, quiet_
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS
 
 #: The handlers the demo has a lane for (``cdk.json``'s demo workers): the notifications example under the
-#: demo declaration, which carries the rolling restart and the operator's redrive, and the team's report job.
+#: demo declaration, which carries the rolling restart and the outage (the circuit), and the team's report job.
 NOTIFICATIONS_HANDLER, REPORTS_HANDLER = "consumer.examples.demo:handle", "workers.reports:handle"
 POLL_SECONDS = 0.5
 #: Nothing moving for this long with the sources empty means the run has settled: the demo contract's
@@ -180,28 +182,27 @@ class Demo:
             for lane in others:
                 lane.start_producer(options.produce_seconds)
 
-            def settled_before_redrive() -> bool:
-                # Every event delivered or in the DLQ, the source empty. Usually the DLQ then holds exactly
-                # the poison and outage events; a flaky one can join them with its 503 as reason when a
-                # receive nobody saw (a long poll left pending by a consumer that exited at the rolling
-                # restart) spent one of its receives:
-                # the redrive's filter takes it back with the outage events.
-                visible, in_flight, dead = notifications.depths
+            def settled_but_the_outage() -> bool:
+                # Every event but the outage ones delivered or in the DLQ, and a circuit has opened: the outage
+                # events wait in the source, handed back unspent. (A flaky event can end in the DLQ with its
+                # 503 as reason when a receive nobody saw, a long poll left pending by a consumer that exited
+                # at the rolling restart, spent one of its receives: the recovery's redrive takes it back.)
+                dead = notifications.depths[2]
                 delivered = len(must_deliver_first & notifications.downstream.delivered())
                 return (
                     not notifications.producing()
-                    and (visible, in_flight) == (0, 0)
-                    and dead >= expected_dlq + len(outage)
-                    and delivered + dead >= len(notifications.plan)
+                    and notifications.fleet.events["circuit_opened"] > 0
+                    and dead >= expected_dlq
+                    and delivered + dead >= len(notifications.plan) - len(outage)
                 )
 
-            stalled = self._wait(settled_before_redrive, [notifications], deadline, refresh)
+            stalled = self._wait(settled_but_the_outage, [notifications], deadline, refresh)
             if stalled:
-                timed_out = f"{stalled} in the first pass (outage events exhausting their retries into the DLQ)"
+                timed_out = f"{stalled} in the first pass (outage events waiting behind the circuit)"
             if stalled is None or stalled.startswith(QUIET):
-                stalled = self._operator(notifications, deadline, refresh)
+                stalled = self._recover(notifications, deadline, refresh)
                 if stalled:
-                    timed_out = f"{stalled} while the redriven events were reprocessed"
+                    timed_out = f"{stalled} after the outage ended"
             for lane in others:
                 self.phase = f"settling {lane.worker}"
                 stalled = self._wait(lane.settled, [lane], deadline, refresh)
@@ -223,28 +224,27 @@ class Demo:
         )
 
     # --- steps ----------------------------------------------------------------
-    def _operator(self, notifications: Lane, deadline: float, refresh: Callable[[], None]) -> str | None:
-        """End the outage and redrive the DLQ, again for late arrivals; None once every event is in its place."""
-        self.phase = "operator: downstream fixed, redriving the DLQ"
+    def _recover(self, notifications: Lane, deadline: float, refresh: Callable[[], None]) -> str | None:
+        """End the outage: the circuits' next probe closes them and the outage events are delivered, no operator
+        step. Only a late arrival (a flaky event in the DLQ, see settled_but_the_outage) gets a redrive, as an
+        operator would run one; None once every event is in its place."""
+        self.phase = "downstream back: circuits probe and close"
         downstream = notifications.downstream
         assert isinstance(downstream, Downstream)
         downstream.outage.clear()
-        notifications.redrive = self._redrive(notifications)
-        self.phase = "reprocessing redriven events"
         stalled: str | None = None
         for _ in range(REDRIVE_ROUNDS):
             stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
             if not (stalled and stalled.startswith(QUIET) and notifications.depths[2] > notifications.expected_dlq):
                 break
-            # A late arrival: an event with a receive lost to a pending poll at the restart can exhaust
-            # its retries after the first redrive. The operator redrives again, as one would.
-            self.phase = "operator: redriving late arrivals"
+            self.phase = "operator: redriving a late arrival"
             again = self._redrive(notifications)
-            redrive = notifications.redrive
+            redrive = notifications.redrive or {**again, "moved": 0, "rounds": 0}
             redrive["moved"] += again["moved"]
             redrive["exit_code"] = redrive["exit_code"] or again["exit_code"]
-            redrive["rounds"] = redrive.get("rounds", 1) + 1
-            self.phase = "reprocessing redriven events"
+            redrive["rounds"] = redrive.get("rounds", 0) + 1
+            notifications.redrive = redrive
+            self.phase = "downstream back: circuits probe and close"
         return stalled
 
     def _start_deploy(self) -> None:
@@ -327,6 +327,10 @@ class Demo:
             f"heartbeat extensions (metric, written every {METRICS_FLUSH_SECONDS} s and at stop)",
             lambda lane: str(int(lane.fleet.metrics["visibility_extensions"])),
         )
+        row(
+            "circuit: opens / seconds open (closed)",
+            lambda lane: _circuit(lane.fleet.events, lane.fleet.circuit_open_seconds),
+        )
         row("consumer processes running", lambda lane: str(len(lane.fleet.alive())))
         return table
 
@@ -350,6 +354,10 @@ def _triple(events: Mapping[str, int]) -> str:
         f"{events.get('message_processed', 0)} / {events.get('message_backoff', 0)}"
         f" / {events.get('moved_to_dlq:poison', 0)}"
     )
+
+
+def _circuit(events: Mapping[str, int], open_seconds: Sequence[float]) -> str:
+    return f"{events.get('circuit_opened', 0)} / {sum(open_seconds):.1f} s ({len(open_seconds)})"
 
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> int:

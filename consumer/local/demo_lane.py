@@ -176,6 +176,8 @@ class LaneResult:
     processed: int
     downstream_refusals: dict[str, int]
     redrive: dict[str, Any] = field(default_factory=dict)
+    #: From the consumers' circuit_opened / circuit_closed logs: opens, closes, seconds open in all, the longest.
+    circuit: dict[str, Any] = field(default_factory=dict)
 
     @property
     def requests_per_message(self) -> float | None:
@@ -335,4 +337,10 @@ class Lane:
             processed=int(fleet.metrics["processed"]),
             downstream_refusals={str(k): v for k, v in sorted(self.downstream.refusals.items())},
             redrive=self.redrive,
+            circuit={
+                "opens": fleet.events["circuit_opened"],
+                "closes": len(fleet.circuit_open_seconds),
+                "open_seconds": round(sum(fleet.circuit_open_seconds), 1),
+                "longest_open_seconds": round(max(fleet.circuit_open_seconds, default=0.0), 1),
+            },
         )

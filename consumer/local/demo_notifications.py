@@ -2,7 +2,8 @@
 
 The mix covers every path of the worker contract: deliveries that succeed, fail transiently, outlast
 the lease (the heartbeat), are rejected or malformed (poison: the DLQ with a reason), and an outage
-that exhausts retries into the DLQ until the operator's redrive.
+the webhook announces (HTTP 503 with ``Retry-After``): the consumers' circuits pause receiving and hand
+the events back unspent, then probe, and the events are delivered once the outage ends, with no redrive.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 from consumer.local.demo_lane import DEAD_LETTERED, DELIVERED, Kind, Mix, RecordingDownstream, plan_mix
@@ -24,7 +25,7 @@ KINDS: dict[str, Kind] = {
     "slow": Kind(0.05, DELIVERED, "HTTP 200 after longer than the queue's visibility lease"),
     "malformed": Kind(0.15, DEAD_LETTERED, "never reached: not JSON or breaks the schema"),
     "rejected": Kind(0.05, DEAD_LETTERED, "HTTP 422 (a permanent refusal)"),
-    "outage": Kind(0.15, DELIVERED, "HTTP 503 until the outage ends, then 200 (after a DLQ redrive)"),
+    "outage": Kind(0.15, DELIVERED, "HTTP 503 with Retry-After until the outage ends, then 200 (the circuit waits)"),
 }
 MIX = Mix(
     KINDS,
@@ -36,8 +37,11 @@ MIX = Mix(
         " batched delete per 10), a delete call per message costs about 1.1."
     ),
 )
-#: The redrive filter: the exhausted-retries reason of an outage event names the handler's error.
-REDRIVE_FILTER = "DownstreamUnavailable"
+#: The redrive filter, for a late arrival only (see demo.py): the exhausted-retries reason of a flaky event names
+#: the handler's ordinary transient error. Outage events never reach the DLQ: the circuit hands them back.
+REDRIVE_FILTER = "WebhookUnavailable"
+#: What the webhook's outage answers carry: the seconds to wait before trying again (the circuit's pause).
+OUTAGE_RETRY_AFTER = "1"
 
 
 def _malformed_body(event_id: str, index: int, variant: int) -> str:
@@ -87,8 +91,12 @@ class Downstream(RecordingDownstream):
         self.outage.set()
         self._rng = random.Random(11)
 
-    def respond(self, key: str, path: str) -> int:
-        return self.answer(key)
+    def respond(self, key: str, path: str) -> int | tuple[int, Mapping[str, str]]:
+        status = self.answer(key)
+        planned = self.plan.get(key)
+        if status == 503 and planned is not None and planned.kind == "outage":
+            return status, {"Retry-After": OUTAGE_RETRY_AFTER}  # down, and says for how long: not a flaky 503
+        return status
 
     def answer(self, event_id: str) -> int:
         planned = self.plan.get(event_id)

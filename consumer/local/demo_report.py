@@ -72,10 +72,19 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
         ("handed back as copies keeping their spent receives", str(result.requeued)),
         ("sent to the DLQ with a reason (still there)", str(sum(a.dead_lettered.values()))),
     ]
+    if result.circuit.get("opens"):
+        c = result.circuit
+        rows.append(
+            (
+                "circuit open (downstream down: receiving paused, events handed back unspent)",
+                f"{c['open_seconds']} s in all, longest {c['longest_open_seconds']} s; {c['opens']} opens,"
+                f" {c['closes']} closes (from the consumers' circuit logs)",
+            )
+        )
     if result.redrive:
         rows.append(
             (
-                "redriven (outage over, then the operator's command)",
+                "redriven (late arrivals only: the operator's command)",
                 f"{result.redrive.get('moved', 0)} via `{result.redrive.get('command', 'not run')}`",
             )
         )

@@ -101,7 +101,8 @@ def batch_entries(pending: Mapping[str, Planned]) -> list[dict[str, Any]]:
 
 class LoopbackWebhook:
     """An HTTP server on 127.0.0.1 (``url`` ends in :attr:`PATH`) that answers every POST (and PUT) with an
-    empty body and the status :meth:`respond` returns for its ``Idempotency-Key`` and path."""
+    empty body and the status :meth:`respond` returns for its ``Idempotency-Key`` and path (with the headers it
+    returns beside the status, if any)."""
 
     #: Where ``url`` points: the example handler POSTs there, an object store takes PUTs under it.
     PATH = "/notify"
@@ -112,8 +113,11 @@ class LoopbackWebhook:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                status = webhook.respond(self.headers.get("Idempotency-Key", ""), self.path)
+                answer = webhook.respond(self.headers.get("Idempotency-Key", ""), self.path)
+                status, headers = answer if isinstance(answer, tuple) else (answer, {})
                 self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -127,7 +131,7 @@ class LoopbackWebhook:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}{self.PATH}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="downstream", daemon=True)
 
-    def respond(self, key: str, path: str) -> int:
+    def respond(self, key: str, path: str) -> int | tuple[int, Mapping[str, str]]:
         raise NotImplementedError
 
     def start(self) -> None:
@@ -182,6 +186,8 @@ class Fleet:
         self.processes: list[ConsumerProcess] = []
         self.events: Counter[str] = Counter()
         self.metrics: Counter[str] = Counter()
+        #: The circuit_closed events' open_seconds: how long each consumer's circuit was open, per close.
+        self.circuit_open_seconds: list[float] = []
 
     def start(self) -> ConsumerProcess:
         number = len(self.processes) + 1
@@ -241,6 +247,8 @@ class Fleet:
         elif "event" in line:
             self.events[line["event"]] += 1
             consumer.ready = consumer.ready or line["event"] == "consumer_started"
+            if line["event"] == "circuit_closed":
+                self.circuit_open_seconds.append(float(line.get("open_seconds", 0)))
             if line["event"] == "message_moved_to_dlq":
                 self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
 

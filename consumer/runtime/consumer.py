@@ -33,9 +33,11 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from consumer.contract import TASK_ROLE_ID_ENV, ContractError, WorkerContract
+from consumer.declaration import max_rate_of
 from consumer.exit_codes import ExitCode
 from consumer.message import Message
 from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State
@@ -107,7 +109,8 @@ class Consumer:
     ``task_role_id`` is the RoleId of the role the consumer sends with: only a copy
     a session of it sent is trusted to carry its spent receives (``x-prior-receives``);
     None trusts none, so a requeued copy's count restarts. ``rng`` draws the backoff
-    jitter (a seeded ``random.Random`` makes it reproducible).
+    jitter (a seeded ``random.Random`` makes it reproducible). ``max_rate``: handler starts per
+    second at most, across the worker threads; None takes the handler's ``@worker(max_rate=...)``.
 
     Example::
 
@@ -131,6 +134,7 @@ class Consumer:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         liveness: Liveness | None = None,
+        max_rate: float | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url
@@ -152,6 +156,8 @@ class Consumer:
         self._table = InFlightTable()
         self._slots = Slots(contract.concurrency, tick_seconds=TICK_SECONDS)
         self._work: queue.Queue[list[InFlight]] = queue.Queue()
+        self.circuit = Circuit(contract, metrics=self.metrics, clock=clock)
+        rate = max_rate if max_rate is not None else max_rate_of(handler)
         self._ack = Acknowledger(client, queue_url, on_deleted=lambda _t: self.metrics.count("deleted"))
         self._settlement = Settlement(
             client,
@@ -166,6 +172,7 @@ class Consumer:
             protection=self.protection,
             clock=clock,
             rng=self._random,
+            circuit=self.circuit,
         )
         self._poller = Poller(
             client,
@@ -183,6 +190,7 @@ class Consumer:
             long_poll_seconds=LONG_POLL_SECONDS,
             batch_fill_seconds=BATCH_FILL_SECONDS,
             liveness=self.liveness,
+            circuit=self.circuit,
         )
         self._worker = Worker(
             handler=handler,
@@ -195,6 +203,8 @@ class Consumer:
             stop=self._stop,
             owner=self.owner,
             clock=clock,
+            circuit=self.circuit,
+            rate=None if rate is None else RateLimit(rate, clock),
         )
         self._heartbeat = Heartbeat(
             contract=contract,

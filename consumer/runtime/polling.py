@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
 from consumer.message import Message
+from consumer.runtime.circuit import PAUSED, Circuit
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
 from consumer.runtime.liveness import Liveness, poller_loop
 from consumer.runtime.observability import Metrics
@@ -114,6 +115,7 @@ class Poller:
         long_poll_seconds: int,
         batch_fill_seconds: float,
         liveness: Liveness | None = None,
+        circuit: Circuit | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
@@ -130,9 +132,11 @@ class Poller:
         self._long_poll_seconds = long_poll_seconds
         self._batch_fill_seconds = batch_fill_seconds
         self._liveness = liveness or Liveness(None)
+        self._circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
 
     def run(self, index: int = 0) -> None:
-        """Poller ``index``'s loop; it records progress (liveness) after every receive returns, empty or not."""
+        """Poller ``index``'s loop; it records progress (liveness) after every receive returns, empty or not, and
+        while it waits on purpose (an open circuit, a receive error's backoff)."""
         loop = poller_loop(index)
 
         def progress() -> None:
@@ -145,6 +149,14 @@ class Poller:
             )
             if not reserved:
                 continue
+            limit = self._circuit.receive_limit()
+            if limit is not None:
+                # Open: receive nothing until the pause ends. Half-open: this poller receives the one probe.
+                self._slots.release(reserved - limit)
+                reserved = limit
+                if limit == PAUSED:  # paused on purpose: not a stalled loop
+                    self.wait_on_purpose(min(max(self._circuit.seconds_paused(), 0.05), TICK_SECONDS), progress)
+                    continue
             try:
                 response = self.client.receive_message(
                     QueueUrl=self.queue_url,
@@ -157,6 +169,8 @@ class Poller:
             except (ClientError, BotoCoreError) as error:
                 progress()  # the receive returned, with an error: the loop is alive
                 self._slots.release(reserved)
+                if limit is not None:
+                    self._circuit.probing([])
                 log.warning(
                     "receive_failed",
                     extra={"queue_url": self.queue_url, "error": str(error), "retry_in_seconds": error_backoff},
@@ -166,7 +180,10 @@ class Poller:
                 error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
                 continue
             progress()
-            self._dispatch(self._received(response), reserved)
+            received = self._received(response)
+            if limit is not None:
+                self._circuit.probing([item.message.message_id for item in received])
+            self._dispatch(received, reserved)
 
     def wait_on_purpose(self, seconds: float, progress: Callable[[], None]) -> None:
         """Wait ``seconds`` (less if stopping) and count the wait as progress: a pause the consumer chose (a

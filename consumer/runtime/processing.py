@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import uuid
@@ -11,7 +12,8 @@ from dataclasses import replace
 
 from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
-from consumer.message import Attempt, Message, PoisonMessage
+from consumer.message import Attempt, DownstreamUnavailable, Message, PoisonMessage
+from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
@@ -39,6 +41,8 @@ class Worker:
         stop: threading.Event,
         owner: str,
         clock: Callable[[], float],
+        circuit: Circuit | None = None,
+        rate: RateLimit | None = None,
     ) -> None:
         self.handler = handler
         self.contract = contract
@@ -51,6 +55,8 @@ class Worker:
         self._owner = owner
         self._clock = clock
         self._non_retryable = non_retryable_of(handler)
+        self._circuit = circuit or settlement.circuit
+        self._rate = rate
 
     def run(self) -> None:
         while True:
@@ -69,9 +75,24 @@ class Worker:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
         message = item.message
         owner = f"{self._owner}:{uuid.uuid4().hex[:12]}"
+        if not self._may_start(item):
+            return False
         if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
             return False
         return self._settlement.settle(item, self._attempt(item))
+
+    def _may_start(self, item: InFlight) -> bool:
+        """Whether ``item`` starts now: not while the circuit is open (handed back), and in its turn under max_rate."""
+        if self._circuit.may_start(item.message.message_id) and (self._rate is None or self._rate.acquire(self._stop)):
+            # The circuit may have opened during the wait for a turn: look again.
+            if self._circuit.may_start(item.message.message_id):
+                return True
+        if self._stop.is_set():
+            self._settlement.hand_back_unstarted([item], "shutdown")
+        else:
+            delay = math.ceil(self._circuit.seconds_paused())
+            self._settlement.hand_back_unstarted([item], "circuit_open", delay=delay, copy=True)
+        return False
 
     def _attempt(self, item: InFlight) -> Outcome:
         assert item.key is not None
@@ -96,6 +117,8 @@ class Worker:
             outcome = SUCCEEDED
         except PoisonMessage as poison:
             outcome = Outcome(Verdict.POISON, poison)
+        except DownstreamUnavailable as unavailable:  # before non_retryable: a declared (Exception,) must not take it
+            outcome = Outcome(Verdict.UNAVAILABLE, unavailable)
         except self._non_retryable as rejected:  # declared with @worker(non_retryable=...): the DLQ at once
             outcome = Outcome(Verdict.NON_RETRYABLE, rejected)
         except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")

@@ -4,7 +4,9 @@ Outcomes: return -> delete (batched); raise -> visibility set to a jittered back
 from the receive count, or on the last allowed receive a move to the DLQ with the
 error as reason; ``PoisonMessage`` (or a type the handler declared ``non_retryable``,
 with the error as reason) -> moved to the DLQ at once with its reason, then
-deleted; another holder's lease is live -> deferred, handed back, not an attempt. A
+deleted; another holder's lease is live -> deferred, handed back, not an attempt;
+``DownstreamUnavailable`` -> the circuit opens (:mod:`.circuit`) and the message is handed
+back for the pause, not an attempt either. A
 handler raising anything, ``SystemExit`` and ``KeyboardInterrupt`` included, has
 failed an attempt.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
-from consumer.message import Message, PoisonMessage
+from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.circuit import Circuit
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.runtime.idempotency import IdempotencyStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State, update_record
@@ -53,6 +57,7 @@ class Verdict(enum.Enum):
     DEFERRED = "deferred"  # another holder's lease is live: no attempt, hand back after a backoff
     POISON = "poison"  # to the DLQ at once with its reason; the retry budget is not spent
     NON_RETRYABLE = "non_retryable"  # a type declared in @worker(non_retryable=...): as POISON, the error as reason
+    UNAVAILABLE = "unavailable"  # the downstream is down: open the circuit, hand back, no attempt spent
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class Settlement:
         protection: ScaleInProtection,
         clock: Callable[[], float],
         rng: random.Random,
+        circuit: Circuit | None = None,
     ) -> None:
         self.client = client
         # These two names tell the runtime call recorder (tests) which queue a send is for.
@@ -103,6 +109,7 @@ class Settlement:
         self._protection = protection
         self._clock = clock
         self._random = rng
+        self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
 
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
@@ -110,6 +117,9 @@ class Settlement:
         A FIFO worker goes on with the rest of the message's group only after True.
         """
         try:
+            if outcome.verdict is not Verdict.UNAVAILABLE:  # the downstream answered, unless nothing reached it
+                answered = outcome.verdict not in (Verdict.DEFERRED, Verdict.ALREADY_DONE) or None
+                self.circuit.answered(item.message.message_id, answered)
             found = self._table.finish(item)
             if found is not State.RUNNING:
                 # Given up on (timeout) or handed back at shutdown: its result no longer counts.
@@ -126,6 +136,9 @@ class Settlement:
                 return self._poison(item, f"{type(outcome.error).__name__}: {outcome.error}", "non_retryable")
             if verdict is Verdict.DEFERRED:
                 return self._defer(item)
+            if verdict is Verdict.UNAVAILABLE:
+                assert isinstance(outcome.error, DownstreamUnavailable)
+                return self._unavailable(item, outcome.error)
             assert outcome.error is not None
             return self._fail(item, outcome.error)
         finally:
@@ -133,18 +146,21 @@ class Settlement:
             if self._table.remove(item):
                 self._protection.idle()
 
-    def hand_back_unstarted(self, items: list[InFlight], why: str) -> None:
-        """Hand messages that will not start here back to the queue at once, freeing their slots."""
+    def hand_back_unstarted(self, items: list[InFlight], why: str, delay: int = 0, copy: bool = False) -> None:
+        """Hand messages that will not start here back to the queue at once, freeing their slots.
+
+        ``delay`` and ``copy``: as :meth:`hand_back` (the circuit's hand-backs use both).
+        """
         for item in items:
             if not self._table.release_waiting(item):
                 continue
-            self.hand_back(item, why)
+            self.hand_back(item, why, delay, copy=copy)
             self._slots.release(1)
             log.info("message_released", extra={"message_id": item.message.message_id, "why": why})
         if self._table.is_idle():
             self._protection.idle()
 
-    def hand_back(self, item: InFlight, why: str, delay: int = 0, attempted: bool = False) -> None:
+    def hand_back(self, item: InFlight, why: str, delay: int = 0, attempted: bool = False, copy: bool = False) -> None:
         """Return a message to the queue without spending the retry budget on a receive that was no attempt.
 
         SQS counts every receive toward ``maxReceiveCount``, attempted or not, so a plain
@@ -157,6 +173,8 @@ class Settlement:
         is deleted. A FIFO queue, where a copy would jump its group's order, keeps the
         plain hand-back, and on the last allowed receive moves an unattempted message
         to the DLQ with the reason instead. If a send fails, the plain hand-back remains.
+        ``copy`` copies even a message that cannot carry its count (its budget then restarts):
+        the circuit's hand-backs, which a long outage would otherwise repeat until SQS's redrive.
         """
         message = item.message
         last = message.receive_count >= self.contract.max_receive_count
@@ -168,7 +186,7 @@ class Settlement:
                 )
                 if self._move_to_dlq(item, reason, "unattempted"):
                     return
-        elif (last or self._copies(message)) and self._send_copy(item, why, delay, attempted):
+        elif (last or copy or self._copies(message)) and self._send_copy(item, why, delay, attempted):
             return
         self._ack.change_visibility(item.ticket, delay, "release")
 
@@ -201,6 +219,20 @@ class Settlement:
         elif receive_count == self.contract.max_receive_count - 1:
             log.warning("message_one_receive_from_dlq", extra=item.context.fields())
         self._back_off(item)
+        return False
+
+    def _unavailable(self, item: InFlight, error: DownstreamUnavailable) -> bool:
+        """The downstream is down, not the message: open the circuit and hand the message back for the pause.
+
+        Not an attempt: on a standard queue always as a copy carrying only the receives spent before this one,
+        because the original's ApproximateReceiveCount would keep growing with every outage and SQS's redrive
+        would move it, never tried, after ``max_receive_count + 2`` receives (see :meth:`hand_back`).
+        """
+        update_record(self._idempotency, "release", item)
+        pause = self.circuit.open(error.retry_after_seconds, item.message.message_id)
+        log.info("downstream_unavailable", extra=item.context.fields(error=error.reason, pause_seconds=pause))
+        self._metrics.count("circuit_handed_back")
+        self.hand_back(item, "circuit_open", delay=math.ceil(pause), copy=True)
         return False
 
     def _defer(self, item: InFlight) -> bool:

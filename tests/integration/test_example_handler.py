@@ -9,10 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from consumer import ConfigurationError, Message, PoisonMessage
+from consumer import ConfigurationError, DownstreamUnavailable, Message, PoisonMessage
 from consumer.declaration import setup_of
 from consumer.examples import demo, notifications
-from consumer.examples.notifications import DownstreamUnavailable, delivery_target, handle, parse
+from consumer.examples.notifications import WebhookUnavailable, delivery_target, handle, parse
 
 EVENT = {
     "event_id": "evt-0001-abcdef",
@@ -26,12 +26,15 @@ EVENT = {
 
 class Webhook(BaseHTTPRequestHandler):
     status = 200
+    retry_after: str | None = None
     received: list[tuple[dict, str | None]] = []
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
         body = self.rfile.read(int(self.headers["Content-Length"]))
         Webhook.received.append((json.loads(body), self.headers.get("Idempotency-Key")))
         self.send_response(Webhook.status)
+        if Webhook.retry_after is not None:
+            self.send_header("Retry-After", Webhook.retry_after)
         self.end_headers()
 
     def log_message(self, *args: object) -> None:
@@ -43,7 +46,7 @@ def webhook(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Webhook]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Webhook)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    Webhook.status, Webhook.received = 200, []
+    Webhook.status, Webhook.retry_after, Webhook.received = 200, None, []
     monkeypatch.setenv(notifications.WEBHOOK_URL_ENV, f"http://127.0.0.1:{server.server_port}/notify")
     yield Webhook
     server.shutdown()
@@ -72,14 +75,28 @@ def test_handler_permanent_rejection_is_poison(webhook: type[Webhook], status: i
 def test_handler_transient_failure_is_retried(webhook: type[Webhook], status: int) -> None:
     """Timeouts, throttling and 5xx raise an ordinary exception: retry later."""
     webhook.status = status
-    with pytest.raises(DownstreamUnavailable, match=f"HTTP {status}"):
+    with pytest.raises(WebhookUnavailable, match=f"HTTP {status}"):
         handle(message(json.dumps(EVENT)))
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "seconds"), [("7", 7.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("soon", None)]
+)
+def test_handler_503_with_retry_after_opens_the_circuit(
+    webhook: type[Webhook], retry_after: str, seconds: float | None
+) -> None:
+    """HTTP 503 with Retry-After is the webhook saying it is down: DownstreamUnavailable with its pause in
+    seconds (a date in the past is 0; an unreadable value leaves the pause to the consumer)."""
+    webhook.status, webhook.retry_after = 503, retry_after
+    with pytest.raises(DownstreamUnavailable, match=f"HTTP 503, Retry-After {retry_after}") as raised:
+        handle(message(json.dumps(EVENT)))
+    assert raised.value.retry_after_seconds == seconds
 
 
 def test_handler_unreachable_webhook_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """A refused connection is transient."""
     monkeypatch.setenv(notifications.WEBHOOK_URL_ENV, "http://127.0.0.1:9/notify")
-    with pytest.raises(DownstreamUnavailable, match="unreachable"):
+    with pytest.raises(WebhookUnavailable, match="unreachable"):
         handle(message(json.dumps(EVENT)))
 
 

@@ -61,7 +61,8 @@ def a_result(heartbeat_extensions: int) -> DemoResult:
         consumers=[
             {"number": 1, "exit_code": 0, "stopped_in_seconds": 13.6, "log": ".demo/notifications/consumer-1.log"}
         ],
-        redrive={"moved": 18, "command": "python -m consumer dlq redrive --filter DownstreamUnavailable"},
+        redrive={"moved": 1, "command": "python -m consumer dlq redrive --filter WebhookUnavailable"},
+        circuit={"opens": 9, "closes": 3, "open_seconds": 31.4, "longest_open_seconds": 14.2},
         retried=63,
         heartbeat_extensions=heartbeat_extensions,
         requeued=2,
@@ -98,7 +99,8 @@ def test_output_console_off_a_terminal_never_wraps(log_file: pytest.CaptureFixtu
     lines = output.splitlines()
     assert [line for line in lines if REQUESTS_ROW.search(line)] != []
     assert [line for line in lines if REQUESTS_NOTE.search(line)] != []
-    assert [line for line in lines if "redrive --filter DownstreamUnavailable`" in line and "18 via" in line] != []
+    assert [line for line in lines if "redrive --filter WebhookUnavailable`" in line and "1 via" in line] != []
+    assert [line for line in lines if "circuit open" in line and "31.4 s in all, longest 14.2 s; 9 opens" in line] != []
     assert "\x1b[" not in output  # no colour or cursor codes in a log
 
 
