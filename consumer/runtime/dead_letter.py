@@ -90,7 +90,7 @@ def requeue_parameters(
 ) -> dict[str, Any]:
     """Arguments for ``sqs.send_message`` that put a fresh copy of ``message`` on a standard queue.
 
-    Same body and attributes, so the same idempotency key; SQS gives it a new
+    Same body, attributes and tenant (MessageGroupId), so the same idempotency key; SQS gives it a new
     MessageId and a receive count starting again at 1. So that the copy's retry
     budget is what the message had left, the copy carries ``x-prior-receives``:
     the receives spent on attempts so far, counting this one only if it was
@@ -101,6 +101,11 @@ def requeue_parameters(
         spent = message.receive_count - (0 if attempted else 1)
         attributes[PRIOR_RECEIVES_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(spent)}
     params: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": message.body, "MessageAttributes": attributes}
+    group = message.attributes.get("MessageGroupId")
+    if group is not None:
+        # On a standard queue the group id is the message's tenant (fair queues): a copy without it would be served
+        # and logged as nobody's. https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-key-terms.html
+        params["MessageGroupId"] = group
     if delay_seconds:
         params["DelaySeconds"] = min(delay_seconds, SQS_MAX_DELAY_SECONDS)
     return _with_trace(params, message.attributes.get("AWSTraceHeader"))
@@ -149,7 +154,8 @@ def send_entry(
     fifo: bool,
     original_dedup_id: str | None = None,
 ) -> dict[str, Any]:
-    """A SendMessageBatch entry keeping body, attributes, FIFO group and deduplication ids and the trace header.
+    """A SendMessageBatch entry keeping body, attributes, group id (a tenant on a standard queue), the FIFO
+    deduplication id and the trace header.
 
     The DLQ tool's way back out of the DLQ (redrive, import), beside the consumer's way in
     (:func:`send_parameters`), so that both read and write one format.
@@ -159,9 +165,9 @@ def send_entry(
     entry: dict[str, Any] = {"Id": entry_id, "MessageBody": body}
     if message_attributes:
         entry["MessageAttributes"] = dict(message_attributes)
+    if "MessageGroupId" in attributes:  # FIFO: the order key; standard: the tenant (fair queues)
+        entry["MessageGroupId"] = attributes["MessageGroupId"]
     if fifo:
-        if "MessageGroupId" in attributes:
-            entry["MessageGroupId"] = attributes["MessageGroupId"]
         entry["MessageDeduplicationId"] = original_dedup_id or attributes.get(
             "MessageDeduplicationId", fallback_dedup_id
         )

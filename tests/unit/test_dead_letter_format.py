@@ -59,6 +59,15 @@ def test_send_entry_carries_the_trace_header() -> None:
     }
 
 
+def test_send_entry_standard_keeps_the_tenant() -> None:
+    """On a standard queue the MessageGroupId is the tenant (fair queues): a redriven message keeps it, with no
+    deduplication id (FIFO only)."""
+    entry = send_entry(
+        "0", body="b", message_attributes={}, attributes={"MessageGroupId": "acme"}, fallback_dedup_id="f", fifo=False
+    )
+    assert entry == {"Id": "0", "MessageBody": "b", "MessageGroupId": "acme"}
+
+
 def test_send_entry_fifo_restores_the_original_deduplication_id() -> None:
     """On FIFO, the group is kept and the source's deduplication id (from the reason) wins over the DLQ's."""
     entry = send_entry(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
@@ -441,6 +442,14 @@ def test_requeue_parameters_carry_the_receives_spent_on_attempts() -> None:
     for attempted, spent in ((False, "5"), (True, "6")):
         params = requeue_parameters(copy, queue_url="src", attempted=attempted)
         assert params["MessageAttributes"] == {PRIOR_RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": spent}}
+
+
+def test_requeue_parameters_keep_the_tenant() -> None:
+    """A copy handed back on a standard (fair) queue keeps its MessageGroupId, the tenant it was sent under."""
+    message = received("1")
+    tenant = dataclasses.replace(message, attributes={**message.attributes, "MessageGroupId": "acme"})
+    assert requeue_parameters(tenant, queue_url="src")["MessageGroupId"] == "acme"
+    assert "MessageGroupId" not in requeue_parameters(message, queue_url="src")
 
 
 def test_requeue_parameters_without_room_for_the_count_keep_the_ten_attributes() -> None:
