@@ -64,11 +64,13 @@ class ReportStoreUnavailable(Exception):
 def parse(body: str) -> dict[str, Any]:
     """The report request in ``body``; :class:`PoisonMessage` if it is not one (it never will be on a retry).
 
-    The reason names the field and the rule, never a cell's value.
+    A body that is not JSON raises :class:`json.JSONDecodeError` itself: ``handle`` declares it non-retryable, so
+    the consumer moves it to the DLQ at its first receive with the decoder's message (a position, no content) as
+    reason. The other reasons name the field and the rule, never a cell's value.
     """
     try:
         request = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as error:
+    except RecursionError as error:  # not a JSONDecodeError: nested deeper than the interpreter parses
         raise PoisonMessage(f"body is not JSON: {type(error).__name__}") from error
     if not isinstance(request, dict):
         raise PoisonMessage(f"body must be a JSON object, got {type(request).__name__}")
@@ -141,6 +143,8 @@ def upload(report_id: str, page: str, base_url: str | None, timeout: float = UPL
     concurrency=2,
     acceptable_latency=timedelta(minutes=30),
     average_duration=timedelta(minutes=2),
+    # A body that is not JSON never will be: the DLQ at its first receive, kind non_retryable (parse() lets it out).
+    non_retryable=(json.JSONDecodeError,),
     setup=upload_target,  # consumer run refuses to start with neither an upload URL nor a declared dry run
 )
 def handle(message: Message) -> None:

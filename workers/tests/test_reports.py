@@ -16,7 +16,7 @@ import pytest
 from moto import mock_aws
 
 from consumer import ConfigurationError, Message, PoisonMessage
-from consumer.declaration import contract_of
+from consumer.declaration import contract_of, non_retryable_of
 from consumer.message import Attempt
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import read_reason
@@ -91,7 +91,6 @@ def test_render_escapes_every_value() -> None:
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        ("not json", "body is not JSON: JSONDecodeError"),
         ("[1]", "body must be a JSON object, got list"),
         (json.dumps({"type": "report.requested"}), "report request lacks report_id, title, columns, rows"),
         (json.dumps({**REQUEST, "type": "other"}), '"type" must be "report.requested": \'other\''),
@@ -184,6 +183,20 @@ def test_upload_target_refuses_to_start_without_a_destination(environ: dict[str,
     assert str(raised.value) == message_text
 
 
+def test_parse_lets_a_body_that_is_not_json_out_as_the_declared_non_retryable_error() -> None:
+    """A body that is not JSON raises the decoder's own error, which the handler declares non-retryable."""
+    with pytest.raises(json.JSONDecodeError):
+        parse("not json")
+    assert non_retryable_of(handle) == (json.JSONDecodeError,)
+
+
+def test_parse_refuses_json_nested_too_deeply_as_poison() -> None:
+    """Nesting past the interpreter's limit is a RecursionError, not a JSONDecodeError: still poison, with a reason."""
+    with pytest.raises(PoisonMessage) as raised:
+        parse("[" * 100_000)
+    assert raised.value.reason == "body is not JSON: RecursionError"
+
+
 def test_handler_through_the_runtime_uploads_and_dead_letters_a_bad_request(store: type[Store]) -> None:
     """Through the real runtime on moto: a valid request is uploaded and deleted; a bad one is in the DLQ with
     its reason."""
@@ -193,18 +206,19 @@ def test_handler_through_the_runtime_uploads_and_dead_letters_a_bad_request(stor
         dlq = sqs.create_queue(QueueName="reports-dlq")["QueueUrl"]
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps(REQUEST))
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps({**REQUEST, "report_id": "x"}))
+        sqs.send_message(QueueUrl=url, MessageBody="not json")
         consumer = Consumer(sqs, queue_url=url, dlq_url=dlq, contract=contract_of(handle), handler=handle)
         with running(consumer) as run:
             wait_until(
-                lambda: depth(sqs, url).total == 0 and depth(sqs, dlq).visible == 1,
+                lambda: depth(sqs, url).total == 0 and depth(sqs, dlq).visible == 2,
                 timeout=15,
-                what="the report uploaded and deleted, the bad request in the DLQ",
+                what="the report uploaded and deleted, the two bad requests in the DLQ",
             )
-        (dead,) = sqs.receive_message(QueueUrl=dlq, MessageAttributeNames=["All"])["Messages"]
+        dead = sqs.receive_message(QueueUrl=dlq, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
     assert run.exit_code == 0
     assert [path for path, _type, _body in store.received] == ["/reports/sales-2026-11-23.html"]
-    reason = read_reason(dead["MessageAttributes"])
-    assert reason is not None and (reason["kind"], reason["reason"]) == (
-        "poison",
-        f'"report_id" must match {reports.REPORT_ID.pattern}',
-    )
+    reasons = {m["Body"]: read_reason(m["MessageAttributes"]) for m in dead}
+    assert {body: (r["kind"], r["reason"], r["receive_count"]) for body, r in reasons.items() if r} == {
+        json.dumps({**REQUEST, "report_id": "x"}): ("poison", f'"report_id" must match {reports.REPORT_ID.pattern}', 1),
+        "not json": ("non_retryable", "JSONDecodeError: Expecting value: line 1 column 1 (char 0)", 1),
+    }
