@@ -14,8 +14,10 @@ account:
    ``Retry-After``) until step 5;
 3. starts ``python -m consumer run`` processes with the task's environment, the
    handler being the notifications example under the demo declaration;
-4. produces a realistic mix, including malformed events, and restarts one
-   consumer halfway (SIGTERM, as an ECS deployment does);
+4. produces a realistic mix through ``consumer.producer`` (a noisy tenant and quiet ones,
+   malformed events among them), and restarts one consumer halfway (SIGTERM, as an ECS
+   deployment does); every consumer writes its own liveness file, and ``python -m consumer
+   health`` runs for each after producing and before the stop;
 5. once everything but the outage events is in its place (the outage events wait in the
    source: the consumers' circuits hand them back unspent, pause, probe), ends the outage;
    the next probe closes the circuits and they are delivered, with no operator step (a
@@ -27,7 +29,8 @@ account:
 
 The exit code is 0 only if every worker's accounting balances: every produced event
 is in exactly one final place, the one its kind calls for, no event was delivered
-twice, and every consumer exited 0 after SIGTERM.
+twice, the producer sent every event, every running consumer answered its health
+check healthy, and every consumer exited 0 after SIGTERM.
 
 moto is a development dependency; it is imported (through :mod:`consumer.local.stack`)
 only when the demo runs.
@@ -54,7 +57,7 @@ from consumer.local.demo_lane import DELIVERED, Lane, LaneResult
 from consumer.local.demo_notifications import MIX, REDRIVE_FILTER, Downstream, build_mix
 from consumer.local.demo_reports import REPORTS_MIX, ReportStore, build_report_mix
 from consumer.local.display import LiveDisplay, output_console
-from consumer.local.harness import QUIET, TIMED_OUT, Tick, demo_contract, quiet_seconds, settle
+from consumer.local.harness import QUIET, TIMED_OUT, ConsumerProcess, Tick, demo_contract, quiet_seconds, settle
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS
 
 #: The handlers the demo has a lane for (``cdk.json``'s demo workers): the notifications example under the
@@ -197,6 +200,7 @@ class Demo:
                 )
 
             stalled = self._wait(settled_but_the_outage, [notifications], deadline, refresh)
+            self._check_health("after producing, circuit open")
             if stalled:
                 timed_out = f"{stalled} in the first pass (outage events waiting behind the circuit)"
             if stalled is None or stalled.startswith(QUIET):
@@ -208,10 +212,11 @@ class Demo:
                 stalled = self._wait(lane.settled, [lane], deadline, refresh)
                 if stalled and not timed_out:
                     timed_out = f"{stalled} before {lane.worker}'s events were all in their places"
-            self.phase = "stopping consumers (SIGTERM)"
-            refresh()
             if self._restart is not None:
                 self._restart.join()
+            self._check_health("before the stop")
+            self.phase = "stopping consumers (SIGTERM)"
+            refresh()
             for lane in self.lanes:
                 lane.fleet.stop_all(timeout=lane.stop_timeout)
                 lane.fleet.read_logs()
@@ -246,6 +251,14 @@ class Demo:
             notifications.redrive = redrive
             self.phase = "downstream back: circuits probe and close"
         return stalled
+
+    def _check_health(self, phase: str) -> None:
+        """ECS's container health check, ``python -m consumer health``, for every running consumer of every lane,
+        each with its own environment (its own liveness file); the answers go to the display and the report."""
+        self.phase = f"liveness: python -m consumer health ({phase})"
+        for lane in self.lanes:
+            lane.fleet.read_logs()  # a consumer that just logged consumer_started counts as ready
+            lane.fleet.check_health(phase)
 
     def _start_deploy(self) -> None:
         lane = self.lanes[0]
@@ -290,6 +303,10 @@ class Demo:
             for lane in self.lanes:
                 lane.look()
             refresh()
+            unsent = [lane.worker for lane in self.lanes if lane.unsent]
+            if unsent:
+                self.phase = f"the producer of {', '.join(unsent)} could not send every event: stopping"
+                return Tick(None, True, stop=f"the producer of {', '.join(unsent)} could not send every event")
             crashed = [lane.worker for lane in self.lanes if lane.fleet.crashed()]
             if crashed:
                 self.phase = f"a consumer of {', '.join(crashed)} exited on its own: stopping"
@@ -332,6 +349,7 @@ class Demo:
             lambda lane: _circuit(lane.fleet.events, lane.fleet.circuit_open_seconds),
         )
         row("consumer processes running", lambda lane: str(len(lane.fleet.alive())))
+        row("liveness (python -m consumer health, last check)", lambda lane: _health(lane.fleet.processes))
         return table
 
     def _display(self) -> LiveDisplay:
@@ -358,6 +376,12 @@ def _triple(events: Mapping[str, int]) -> str:
 
 def _circuit(events: Mapping[str, int], open_seconds: Sequence[float]) -> str:
     return f"{events.get('circuit_opened', 0)} / {sum(open_seconds):.1f} s ({len(open_seconds)})"
+
+
+def _health(consumers: Sequence[ConsumerProcess]) -> str:
+    """Each checked consumer's last ``python -m consumer health`` answer: ``#1 healthy, #2 UNHEALTHY``."""
+    last = [(c.number, c.health[-1].healthy) for c in consumers if c.health]
+    return ", ".join(f"#{n} {'healthy' if ok else 'UNHEALTHY'}" for n, ok in last) or "not checked yet"
 
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> int:

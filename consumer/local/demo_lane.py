@@ -23,14 +23,15 @@ from consumer.local.harness import (
     Fleet,
     LoopbackWebhook,
     Planned,
-    batch_entries,
     batches,
     consumer_environment,
     event_id_of,
+    outgoing,
     queue_depth,
     read_dlq,
 )
 from consumer.ops.queues import fingerprint
+from consumer.producer import send
 
 #: Where an event of a kind must end.
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
@@ -74,21 +75,26 @@ def plan_mix(
     seed: int,
     *,
     prefix: str,
-    body: Callable[[str, int, int | None], str],
+    body: Callable[[str, int, str, int], str],
     transient_failures: Callable[[str, random.Random], int],
+    tenants: Mapping[str, float] | None = None,
 ) -> list[Planned]:
     """``count`` events ``<prefix>-00000``... in the shares of ``kinds``, shuffled reproducibly from ``seed``.
 
-    ``body(event_id, index, variant)``: the event's body, ``variant`` counting the malformed ones (None for
-    any other kind); ``transient_failures(kind, rng)``: how many times the downstream refuses it first.
+    ``body(event_id, index, kind, variant)``: the event's body, ``variant`` counting the events of its kind before
+    it; ``transient_failures(kind, rng)``: how many times the downstream refuses it first; ``tenants``: tenant ->
+    share of the events it sends (None: no tenant), drawn from a generator of their own so the kinds and failures
+    stay the mix they were without tenants.
     """
-    rng = random.Random(seed)
-    planned, malformed = [], 0
+    rng, tenant_rng = random.Random(seed), random.Random(f"{seed}-tenants")
+    planned: list[Planned] = []
+    before: Counter[str] = Counter()
     for index, kind in enumerate(kinds_in_shares(kinds, count, parameter, rng)):
         event_id = f"{prefix}-{index:05d}"
-        variant = malformed if kind == "malformed" else None
-        malformed += variant is not None
-        planned.append(Planned(event_id, kind, body(event_id, index, variant), transient_failures(kind, rng)))
+        text = body(event_id, index, kind, before[kind])
+        before[kind] += 1
+        tenant = tenant_rng.choices(list(tenants), weights=list(tenants.values()))[0] if tenants else None
+        planned.append(Planned(event_id, kind, text, transient_failures(kind, rng), tenant))
     return planned
 
 
@@ -178,6 +184,12 @@ class LaneResult:
     redrive: dict[str, Any] = field(default_factory=dict)
     #: From the consumers' circuit_opened / circuit_closed logs: opens, closes, seconds open in all, the longest.
     circuit: dict[str, Any] = field(default_factory=dict)
+    #: What the producer could not send after consumer.producer's retries, one line per event (the run fails).
+    unsent: list[str] = field(default_factory=list)
+    #: Per tenant: produced (the plan), delivered (the downstream), processed and moved_to_dlq (the consumers' logs).
+    tenants: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Every unhealthy answer of ``python -m consumer health`` for a running consumer (the run fails).
+    unhealthy: list[str] = field(default_factory=list)
 
     @property
     def requests_per_message(self) -> float | None:
@@ -189,6 +201,8 @@ class LaneResult:
             self.accounting.balanced
             and self.accounting.duplicates == 0
             and all(c["exit_code"] == 0 for c in self.consumers)
+            and not self.unsent
+            and not self.unhealthy
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -259,6 +273,7 @@ class Lane:
         self.depths = (0, 0, 0)  # (source visible, source in flight or delayed, DLQ), refreshed by look()
         self.producer: threading.Thread | None = None
         self.redrive: dict[str, Any] = {}
+        self.unsent: list[str] = []  # what consumer.producer could not send: the run stops and fails naming them
 
     def ids(self, place: str, *, but: Iterable[str] = ()) -> set[str]:
         """The event ids whose kind must end in ``place``, except the kinds in ``but``."""
@@ -278,19 +293,38 @@ class Lane:
         self.producer.start()
 
     def _produce(self, produce_seconds: float, halfway: Callable[[], None] | None) -> None:
-        """Send the plan in batches of 10, paced over ``produce_seconds``; ``halfway()`` once half is sent."""
+        """Send the plan through :func:`consumer.producer.send` in batches of 10, paced over ``produce_seconds``;
+        ``halfway()`` once half is sent. What it could not send after its retries goes to ``unsent``, named."""
         sends = batches(self.plan)
         pause = produce_seconds / max(1, len(sends))
         for batch in sends:
-            entries = batch_entries({str(n): p for n, p in enumerate(batch)})
-            response = self.sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-            if response.get("Failed"):
-                raise RuntimeError(f"SendMessageBatch to {self.queue_url} failed: {response['Failed']}")
-            self.produced += len(batch)
+            try:
+                result = send(self.sqs, self.queue_url, [outgoing(p) for p in batch])
+            except Exception as error:  # noqa: BLE001 (a thread's error would end only the thread: report it)
+                self.unsent += [f"{p.event_id}: {type(error).__name__}: {error}" for p in batch]
+                return
+            self.unsent += [f"{f.message.idempotency_key}: {f.code}: {f.error}" for f in result.failed]
+            self.produced += len(result.sent)
             if halfway is not None and self.produced >= len(self.plan) // 2:
                 halfway, call = None, halfway
                 call()
             time.sleep(pause)
+
+    def tenants(self) -> dict[str, dict[str, int]]:
+        """Per tenant: what was produced (the plan) and delivered (the downstream), and what the consumers logged
+        under its message_group_id (processed, moved to the DLQ); empty when the plan has no tenants."""
+        delivered = self.downstream.delivered()
+        out: dict[str, dict[str, int]] = {}
+        for p in self.plan:
+            if p.tenant is not None:
+                counts = out.setdefault(p.tenant, {"produced": 0, "delivered": 0})
+                counts["produced"] += 1
+                counts["delivered"] += p.event_id in delivered
+        for tenant, counts in out.items():
+            logged = self.fleet.tenants.get(tenant, Counter())
+            counts["processed"] = logged["message_processed"]
+            counts["moved_to_dlq"] = logged["message_moved_to_dlq"]
+        return dict(sorted(out.items(), key=lambda item: -item[1]["produced"]))
 
     def look(self) -> tuple[int, int, int]:
         """Read the queue depths into ``depths``: (source visible, in flight or delayed, DLQ visible + in flight)."""
@@ -327,6 +361,7 @@ class Lane:
                     "exit_code": c.final_exit_code,
                     "stopped_in_seconds": c.stopped_in_rounded,
                     "log": str(c.log_path),
+                    "health": [asdict(check) for check in c.health],
                 }
                 for c in fleet.processes
             ],
@@ -343,4 +378,9 @@ class Lane:
                 "open_seconds": round(sum(fleet.circuit_open_seconds), 1),
                 "longest_open_seconds": round(max(fleet.circuit_open_seconds, default=0.0), 1),
             },
+            unsent=list(self.unsent),
+            tenants=self.tenants(),
+            unhealthy=[
+                f"#{c.number} ({h.phase}): {h.line}" for c in fleet.processes for h in c.health if not h.healthy
+            ],
         )

@@ -37,6 +37,10 @@ MIX = Mix(
         " batched delete per 10), a delete call per message costs about 1.1."
     ),
 )
+#: Who sends the events (the MessageGroupId on the standard queue, through consumer.producer): one noisy tenant
+#: sends most of them, three quiet ones the rest. On an SQS fair queue the quiet tenants' events are not held up
+#: behind the noisy one's backlog; the report counts each tenant's events from the consumers' logs.
+TENANTS: dict[str, float] = {"tenant-noisy": 0.7, "tenant-a": 0.1, "tenant-b": 0.1, "tenant-c": 0.1}
 #: The redrive filter, for a late arrival only (see demo.py): the exhausted-retries reason of a flaky event names
 #: the handler's ordinary transient error. Outage events never reach the DLQ: the circuit hands them back.
 REDRIVE_FILTER = "WebhookUnavailable"
@@ -64,8 +68,8 @@ def _malformed_body(event_id: str, index: int, variant: int) -> str:
 def build_mix(count: int, seed: int = 7) -> list[Planned]:
     """``count`` events in the shares of :data:`KINDS` (at least one of each), shuffled reproducibly."""
 
-    def body(event_id: str, index: int, variant: int | None) -> str:
-        if variant is not None:
+    def body(event_id: str, index: int, kind: str, variant: int) -> str:
+        if kind == "malformed":
             return _malformed_body(event_id, index, variant)
         return json.dumps(sample_event(event_id, index), ensure_ascii=False)
 
@@ -77,6 +81,7 @@ def build_mix(count: int, seed: int = 7) -> list[Planned]:
         prefix="evt-demo",
         body=body,
         transient_failures=lambda kind, rng: rng.choice((1, 2)) if kind == "flaky" else 0,
+        tenants=TENANTS,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -59,6 +61,8 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
     for reason, count in sorted(a.dlq_reasons.items(), key=lambda item: -item[1]):
         reasons.add_row(reason, str(count))
     console.print(reasons)
+    if result.tenants:
+        render_tenants(result, console)
 
     per_message = result.requests_per_message
     summary = Table(title=f"{name}: report", show_header=False)
@@ -88,6 +92,8 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
                 f"{result.redrive.get('moved', 0)} via `{result.redrive.get('command', 'not run')}`",
             )
         )
+    if result.unsent:
+        rows.append(("NOT SENT (consumer.producer gave up after its retries)", "; ".join(result.unsent[:5])))
     rows += [
         (f"duplicates (extra deliveries at {mix.downstream})", str(a.duplicates)),
         ("lost", str(len(a.lost)) + (f" {a.lost[:5]}" if a.lost else "")),
@@ -110,9 +116,35 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
             ),
         ),
     ]
+    rows.append(("liveness (python -m consumer health, each consumer's own file)", _liveness(result)))
     for label, value in rows:
         summary.add_row(label, value)
     console.print(summary)
     if per_message is not None and mix.cost_note:
         # Outside the table: in a cell this sentence made every row of a log as wide as itself.
         console.print(mix.cost_note)
+
+
+def render_tenants(result: LaneResult, console: Console) -> None:
+    """Per tenant (the MessageGroupId the producer set): produced, delivered, and what the consumers logged for it."""
+    table = Table(title=f"{result.worker}: per tenant (MessageGroupId; processed and DLQ from the consumers' logs)")
+    for column in ("tenant", "produced", "delivered", "processed (logged)", "moved to the DLQ (logged)"):
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    for tenant, counts in result.tenants.items():
+        table.add_row(
+            tenant,
+            *(str(counts.get(key, 0)) for key in ("produced", "delivered", "processed", "moved_to_dlq")),
+        )
+    console.print(table)
+
+
+def _liveness(result: LaneResult) -> str:
+    """Each consumer's health checks, ``#1: healthy x2``; any unhealthy answer is spelled out (it fails the run)."""
+    checked = [
+        f"#{c['number']}: healthy x{len(c['health'])}" for c in result.consumers if c.get("health") and not _sick(c)
+    ]
+    return "; ".join(checked + [f"UNHEALTHY {line}" for line in result.unhealthy]) or "no running consumer checked"
+
+
+def _sick(consumer: dict[str, Any]) -> bool:
+    return any(not check["healthy"] for check in consumer.get("health", []))

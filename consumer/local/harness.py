@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,9 +28,12 @@ from consumer.declaration import contract_of
 from consumer.producer import Outgoing, entries
 from consumer.runtime.acknowledger import SQS_MAX_BATCH
 from consumer.runtime.dead_letter import read_reason
+from consumer.runtime.liveness import LIVENESS_FILE_ENV
 
 #: The attribute the producers put the event id in (also the consumer's idempotency-key attribute).
 IDEMPOTENCY_ATTRIBUTE = "idempotency-key"
+#: How long one ``python -m consumer health`` may take (it starts in about 0.1 s; this is for a loaded machine).
+HEALTH_TIMEOUT_SECONDS = 20.0
 #: What :func:`settle` returns when nothing moved for its quiet time, and when its deadline passed.
 QUIET, TIMED_OUT = "settled", "timed out"
 
@@ -156,16 +159,28 @@ def consumer_environment(task: Mapping[str, str], extra: Mapping[str, str]) -> d
     return environment | dict(task) | {"PYTHONUNBUFFERED": "1"} | dict(extra)
 
 
+@dataclass(frozen=True)
+class HealthCheck:
+    """One ``python -m consumer health`` run against a consumer's liveness file: when (``phase``) and its answer."""
+
+    phase: str
+    healthy: bool
+    line: str
+
+
 @dataclass
 class ConsumerProcess:
     number: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    #: The process's own environment: the fleet's, with its own liveness file (several consumers share a machine).
+    environment: Mapping[str, str]
     ready: bool = False  # logged consumer_started
     log_offset: int = 0  # bytes of its log already counted
     asked_to_stop: bool = False
     stopped_in_seconds: float | None = None
     exit_code: int | None = None
+    health: list[HealthCheck] = field(default_factory=list)
 
     @property
     def final_exit_code(self) -> int | None:
@@ -188,20 +203,52 @@ class Fleet:
         self.metrics: Counter[str] = Counter()
         #: The circuit_closed events' open_seconds: how long each consumer's circuit was open, per close.
         self.circuit_open_seconds: list[float] = []
+        #: Per tenant (the message_group_id the consumers log on each message's lines): its message_processed and
+        #: message_moved_to_dlq events.
+        self.tenants: dict[str, Counter[str]] = {}
 
     def start(self) -> ConsumerProcess:
         number = len(self.processes) + 1
         log_path = self.log_dir / f"consumer-{number}.log"
+        # Each process its own liveness file: in ECS a task has its own /tmp, here every consumer shares the
+        # machine's, and with the default path they would overwrite each other's progress.
+        environment = self.environment | {LIVENESS_FILE_ENV: str(self.log_dir / f"consumer-{number}.liveness.json")}
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", "consumer", "run"],
-                env=self.environment,
+                env=environment,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
             )
-        started = ConsumerProcess(number, process, log_path)
+        started = ConsumerProcess(number, process, log_path, environment)
         self.processes.append(started)
         return started
+
+    def check_health(self, phase: str) -> list[ConsumerProcess]:
+        """Run ``python -m consumer health`` (ECS's container health check) for every running consumer that started
+        its loops and was not asked to stop, with that process's environment; returns those that were unhealthy.
+
+        Each answer is kept on its process (``health``), named by ``phase``."""
+        unhealthy = []
+        for consumer in self.alive():
+            if not consumer.ready or consumer.asked_to_stop:
+                continue  # not started yet (no progress file), or stopping on purpose
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "consumer", "health"],
+                    env=dict(consumer.environment),
+                    capture_output=True,
+                    text=True,
+                    timeout=HEALTH_TIMEOUT_SECONDS,
+                )
+                output = (done.stdout + done.stderr).strip().splitlines()
+                healthy, line = done.returncode == 0, output[-1] if output else f"exit {done.returncode}, no output"
+            except subprocess.TimeoutExpired:
+                healthy, line = False, f"unhealthy: python -m consumer health took over {HEALTH_TIMEOUT_SECONDS:.0f} s"
+            consumer.health.append(HealthCheck(phase, healthy, line))
+            if not healthy:
+                unhealthy.append(consumer)
+        return unhealthy
 
     def alive(self) -> list[ConsumerProcess]:
         return [p for p in self.processes if p.process.poll() is None]
@@ -251,6 +298,8 @@ class Fleet:
                 self.circuit_open_seconds.append(float(line.get("open_seconds", 0)))
             if line["event"] == "message_moved_to_dlq":
                 self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
+            if line["event"] in ("message_processed", "message_moved_to_dlq") and "message_group_id" in line:
+                self.tenants.setdefault(str(line["message_group_id"]), Counter())[line["event"]] += 1
 
 
 def _new_lines(consumer: ConsumerProcess) -> Iterator[Any]:

@@ -83,12 +83,20 @@ def test_demo_short_form_runs_both_workers_balanced(short_run: tuple[subprocess.
 def test_demo_short_form_reports_dlq_holds_exactly_the_malformed_requests(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
-    """The reports DLQ ends holding exactly the malformed requests, each with the report job's poison reason."""
+    """The reports DLQ ends holding exactly the malformed requests, each with the report job's poison reason, and the
+    bodies that are not JSON, kind non_retryable (the JSONDecodeError its @worker declares) at their first receive."""
     _, report = short_run
-    accounting = report["workers"]["reports"]["accounting"]
-    assert accounting["dead_lettered"] == {"malformed": accounting["produced"]["malformed"]}
-    assert sum(accounting["dlq_reasons"].values()) == accounting["produced"]["malformed"]
-    assert all(reason.startswith("poison: ") for reason in accounting["dlq_reasons"])
+    reports = report["workers"]["reports"]
+    accounting = reports["accounting"]
+    produced = accounting["produced"]
+    assert accounting["dead_lettered"] == {"malformed": produced["malformed"], "not_json": produced["not_json"]}
+    by_kind = {"poison": 0, "non_retryable": 0}
+    for reason, count in accounting["dlq_reasons"].items():
+        kind, _, text = reason.partition(": ")
+        assert kind == "poison" or text.startswith("JSONDecodeError: "), reason
+        by_kind[kind] += count
+    assert by_kind == {"poison": produced["malformed"], "non_retryable": produced["not_json"]}
+    assert reports["retried"] == produced["transient"]  # nothing dead-lettered was retried first
     assert (accounting["lost"], accounting["misplaced"], accounting["unknown_in_dlq"]) == ([], [], [])
 
 
@@ -153,6 +161,37 @@ def test_demo_short_form_rolling_restart_and_shutdown_exit_0(
     _, report = short_run
     assert [(c["number"], c["exit_code"]) for c in report["consumers"]] == [(1, 0), (2, 0), (3, 0)]
     assert report["sqs_requests"] > 0 and report["processed"] == report["accounting"]["delivered"]
+
+
+def test_demo_short_form_counts_each_tenant_from_the_consumers_logs(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """The producer (consumer.producer) sent each notification under its tenant; per tenant, the consumers logged as
+    many message_processed lines under that message_group_id as the webhook received events of it, and no more."""
+    _, report = short_run
+    tenants = report["tenants"]
+    assert "tenant-noisy" in tenants and len(tenants) >= 3
+    assert sum(t["produced"] for t in tenants.values()) == sum(report["accounting"]["produced"].values())
+    assert {name: t["processed"] for name, t in tenants.items()} == {
+        name: t["delivered"] for name, t in tenants.items()
+    }
+    assert report["tenants"]["tenant-noisy"]["produced"] == max(t["produced"] for t in tenants.values())
+    assert report["unsent"] == [] and report["workers"]["reports"]["tenants"] == {}
+
+
+def test_demo_short_form_checks_each_consumer_s_liveness_with_its_own_file(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """python -m consumer health ran for the running consumers of both workers, after producing and before the
+    stop, each against its own liveness file, and every answer was healthy."""
+    _, report = short_run
+    for worker in report["workers"].values():
+        checks = [(c["number"], h["phase"], h["healthy"]) for c in worker["consumers"] for h in c["health"]]
+        assert {phase for _, phase, _ in checks} == {"after producing, circuit open", "before the stop"}, checks
+        assert all(healthy for _, _, healthy in checks) and worker["unhealthy"] == []
+        assert all(h["line"].startswith("healthy: ") for c in worker["consumers"] for h in c["health"])
+        files = {Path(c["log"]).with_suffix(".liveness.json") for c in worker["consumers"] if c["health"]}
+        assert files and all(f.exists() for f in files)
 
 
 def test_demo_without_a_template_exits_2_naming_the_fix(tmp_path: Path) -> None:

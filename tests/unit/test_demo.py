@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from consumer.declaration import non_retryable_of
 from consumer.examples.notifications import parse
 from consumer.local.demo import DemoResult
-from consumer.local.demo_lane import DEAD_LETTERED, DELIVERED, Accounting, LaneResult, account
-from consumer.local.demo_notifications import KINDS, build_mix
+from consumer.local.demo_lane import (
+    DEAD_LETTERED,
+    DELIVERED,
+    Accounting,
+    Lane,
+    LaneResult,
+    RecordingDownstream,
+    account,
+)
+from consumer.local.demo_notifications import KINDS, MIX, build_mix
 from consumer.local.demo_reports import REPORT_KINDS, build_report_mix
 from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
 from consumer.ops.queues import fingerprint
 from workers import reports
 
+#: What a lane reads of its worker's task environment.
+TASK = {"QUEUE_URL": "https://sqs.local/q", "DLQ_URL": "d", "CONSUMER_STOP_TIMEOUT_SECONDS": "35"}
 POISON = {"kind": "poison", "reason": "body is not JSON: Expecting value: line 1 column 1 (char 0)"}
 
 
@@ -62,6 +75,14 @@ def test_build_mix_malformed_bodies_are_poison_to_the_example_handler() -> None:
     for planned in mix:
         if planned.kind != "malformed":
             assert parse(planned.body)["event_id"] == planned.event_id
+
+
+def test_build_mix_one_noisy_tenant_sends_most_events_and_three_quiet_ones_the_rest() -> None:
+    """Every event has a tenant (its MessageGroupId): the noisy one sends about 70 %, three quiet ones the rest."""
+    tenants = Counter(p.tenant for p in build_mix(120))
+    assert set(tenants) == {"tenant-noisy", "tenant-a", "tenant-b", "tenant-c"}
+    assert tenants["tenant-noisy"] > 0.6 * 120
+    assert all(0 < n < 0.2 * 120 for tenant, n in tenants.items() if tenant != "tenant-noisy")
 
 
 def test_build_mix_flaky_events_fail_once_or_twice() -> None:
@@ -131,6 +152,51 @@ def test_demo_result_ok_needs_every_consumer_to_exit_zero() -> None:
     assert result_of(accounting, exit_code=1).ok is False
 
 
+def test_demo_result_ok_needs_every_event_sent() -> None:
+    """A balanced run whose producer could not send an event (consumer.producer gave up on it) is not ok."""
+    lane = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
+    lane.unsent = ["evt-1: InternalError: boom"]
+    assert lane.ok is False
+
+
+class RefusingSqs:
+    """SendMessageBatch that takes every entry but the ones whose idempotency key is in ``refused``."""
+
+    def __init__(self, refused: set[str]) -> None:
+        self.refused, self.calls = refused, 0
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        self.calls += 1
+        key = {e["Id"]: e["MessageAttributes"]["idempotency-key"]["StringValue"] for e in Entries}
+        return {
+            "Successful": [{"Id": i, "MessageId": f"m-{k}"} for i, k in key.items() if k not in self.refused],
+            "Failed": [
+                {"Id": i, "Code": "InvalidMessageContents", "Message": "no", "SenderFault": True}
+                for i, k in key.items()
+                if k in self.refused
+            ],
+        }
+
+
+def test_lane_producer_sends_through_consumer_producer_and_names_what_it_could_not_send(tmp_path: Path) -> None:
+    """The lane's producer sends with consumer.producer.send; an event SQS refused is named in ``unsent``, not dropped."""
+    plan = build_mix(12)
+    sqs = RefusingSqs({plan[3].event_id})
+    downstream = RecordingDownstream()
+    lane = Lane("notifications", MIX, plan, downstream, TASK, sqs, tmp_path)
+    lane._produce(0.0, None)
+    downstream.stop()
+    assert (lane.produced, sqs.calls) == (11, 2)
+    assert lane.unsent == [f"{plan[3].event_id}: InvalidMessageContents: no"]
+
+
+def test_demo_result_ok_needs_every_running_consumer_healthy() -> None:
+    """A balanced run in which a running consumer answered python -m consumer health unhealthy is not ok."""
+    lane = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
+    lane.unhealthy = ["#1 (before the stop): unhealthy: poller-0 stalled"]
+    assert lane.ok is False
+
+
 def test_kinds_expect_a_place_each() -> None:
     """Every kind names one of the two final places, and the shares add up to the whole mix."""
     assert {place for _, place, _ in KINDS.values()} == {DELIVERED, DEAD_LETTERED}
@@ -161,32 +227,44 @@ def result_of(accounting: Accounting, exit_code: int = 0) -> DemoResult:
 
 
 def test_build_report_mix_follows_the_shares_with_every_kind() -> None:
-    """28 report requests split 17/4/7 (valid, transient, malformed), each id unique, the same mix on every run."""
+    """28 report requests split 15/4/6/3 (valid, transient, malformed, not JSON), each id unique, the same mix on
+    every run."""
     mix = build_report_mix(28)
-    assert Counter(p.kind for p in mix) == {"valid": 17, "transient": 4, "malformed": 7}
+    assert Counter(p.kind for p in mix) == {"valid": 15, "transient": 4, "malformed": 6, "not_json": 3}
     assert len({p.event_id for p in mix}) == 28
     assert mix == build_report_mix(28)
 
 
 def test_build_report_mix_rejects_fewer_requests_than_kinds() -> None:
-    """Two requests cannot cover three kinds: the error names the parameter, the rule and the value."""
-    with pytest.raises(ValueError, match=r'"reports" must be at least 3 \(one of each kind\): 2'):
-        build_report_mix(2)
+    """Three requests cannot cover four kinds: the error names the parameter, the rule and the value."""
+    with pytest.raises(ValueError, match=r'"reports" must be at least 4 \(one of each kind\): 3'):
+        build_report_mix(3)
 
 
 def test_build_report_mix_malformed_requests_are_poison_to_the_report_job() -> None:
-    """Every malformed request fails the report job's parse as PoisonMessage, seven distinct reasons."""
+    """Every malformed request fails the report job's parse as PoisonMessage, six distinct reasons."""
     reasons = set()
     for planned in (p for p in build_report_mix(28) if p.kind == "malformed"):
         with pytest.raises(PoisonMessage) as raised:
             reports.parse(planned.body)
         reasons.add(raised.value.reason)
-    assert len(reasons) == 7
+    assert len(reasons) == 6
+
+
+def test_build_report_mix_not_json_requests_raise_the_report_job_s_declared_non_retryable_error() -> None:
+    """A "not JSON" request fails the report job's parse with json.JSONDecodeError, the type its @worker declares
+    non_retryable (the DLQ at the first receive, kind non_retryable); two variants."""
+    bodies = {p.body[:10] for p in build_report_mix(28) if p.kind == "not_json"}
+    assert len(bodies) == 2
+    for planned in (p for p in build_report_mix(28) if p.kind == "not_json"):
+        with pytest.raises(json.JSONDecodeError):
+            reports.parse(planned.body)
+    assert non_retryable_of(reports.handle) == (json.JSONDecodeError,)
 
 
 def test_build_report_mix_valid_requests_render_under_their_report_id() -> None:
     """Valid and transient requests parse as reports named by their event id, and render with escaped cells."""
-    for planned in (p for p in build_report_mix(28) if p.kind != "malformed"):
+    for planned in (p for p in build_report_mix(28) if p.kind in ("valid", "transient")):
         request = reports.parse(planned.body)
         assert request["report_id"] == planned.event_id
         assert "&lt;apac &amp; oceania&gt;" in reports.render(request)

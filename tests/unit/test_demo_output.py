@@ -22,6 +22,9 @@ REQUESTS_ROW = re.compile(r"SQS requests per processed message\W+2\.18 \(209 req
 REQUESTS_NOTE = re.compile(r"^SQS requests per processed message: half of this mix .* costs about 1\.1\.$")
 
 
+HEALTHY = {"phase": "before the stop", "healthy": True, "line": "healthy: heartbeat 0 s ago, poller-0 1 s ago"}
+
+
 class NoDeliveries:
     """A downstream's side of the progress table: nothing delivered yet."""
 
@@ -38,7 +41,7 @@ TASK = {"QUEUE_URL": "q", "DLQ_URL": "d", "CONSUMER_STOP_TIMEOUT_SECONDS": "35"}
 def demo_with_lanes(tmp_path: Path, console: Console) -> Demo:
     """A demo with its two lanes built, as after provisioning (no queue, no process started)."""
     demo = Demo(DemoOptions(template=tmp_path / "unused.json"), console)
-    for worker, mix, plan in (("notifications", MIX, build_mix(6)), ("reports", REPORTS_MIX, build_report_mix(3))):
+    for worker, mix, plan in (("notifications", MIX, build_mix(6)), ("reports", REPORTS_MIX, build_report_mix(4))):
         env = TASK | {"CONSUMER_HANDLER": worker}
         demo.lanes.append(Lane(worker, mix, plan, NoDeliveries(), env, None, tmp_path / worker))  # type: ignore[arg-type]
     return demo
@@ -59,7 +62,13 @@ def a_result(heartbeat_extensions: int) -> DemoResult:
         handler="consumer.examples.demo:handle",
         accounting=account(plan, KINDS, {}, dead, 0),
         consumers=[
-            {"number": 1, "exit_code": 0, "stopped_in_seconds": 13.6, "log": ".demo/notifications/consumer-1.log"}
+            {
+                "number": 1,
+                "exit_code": 0,
+                "stopped_in_seconds": 13.6,
+                "log": ".demo/notifications/consumer-1.log",
+                "health": [HEALTHY, HEALTHY],
+            }
         ],
         redrive={"moved": 1, "command": "python -m consumer dlq redrive --filter WebhookUnavailable"},
         circuit={"opens": 9, "closes": 3, "open_seconds": 31.4, "longest_open_seconds": 14.2},
@@ -69,15 +78,24 @@ def a_result(heartbeat_extensions: int) -> DemoResult:
         sqs_requests=209,
         processed=96,
         downstream_refusals={"422": 6, "503": 81},
+        tenants={
+            "tenant-noisy": {"produced": 90, "delivered": 72, "processed": 72, "moved_to_dlq": 18},
+            "tenant-a": {"produced": 6, "delivered": 5, "processed": 5, "moved_to_dlq": 1},
+        },
     )
     requests = build_report_mix(28)
-    uploaded = {p.event_id: 1 for p in requests if p.kind != "malformed"}
+    uploaded = {p.event_id: 1 for p in requests if p.kind in ("valid", "transient")}
     poison = {"kind": "poison", "reason": "report request lacks rows"}
+    not_json = {"kind": "non_retryable", "reason": "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"}
     reports = LaneResult(
         worker="reports",
         handler="workers.reports:handle",
         accounting=account(
-            requests, REPORT_KINDS, uploaded, {p.event_id: poison for p in requests if p.kind == "malformed"}, 0
+            requests,
+            REPORT_KINDS,
+            uploaded,
+            {p.event_id: poison if p.kind == "malformed" else not_json for p in requests if p.event_id not in uploaded},
+            0,
         ),
         consumers=[{"number": 1, "exit_code": 0, "stopped_in_seconds": 0.1, "log": ".demo/reports/consumer-1.log"}],
         retried=4,
@@ -155,14 +173,14 @@ def test_progress_shows_a_column_per_worker(tmp_path: Path) -> None:
     table = demo_with_lanes(tmp_path, Console(file=io.StringIO()))._snapshot()
     assert [str(column.header) for column in table.columns] == ["worker", "notifications", "reports"]
     assert list(table.columns[0].cells)[0] == "produced"
-    assert [list(column.cells)[0] for column in table.columns[1:]] == ["0 / 6", "0 / 3"]
+    assert [list(column.cells)[0] for column in table.columns[1:]] == ["0 / 6", "0 / 4"]
 
 
 def test_plain_line_gives_each_row_every_worker_value(tmp_path: Path) -> None:
     """Off a terminal a row reads label=first | second, after the workers' names in the same order."""
     line = plain_line(demo_with_lanes(tmp_path, Console(file=io.StringIO()))._snapshot())
     assert line.startswith("[sqs-worker demo - provisioning - ")
-    assert "(notifications | reports) produced=0 / 6 | 0 / 3, " in line
+    assert "(notifications | reports) produced=0 / 6 | 0 / 4, " in line
 
 
 def test_report_shows_each_worker_by_name_and_its_verdict(log_file: pytest.CaptureFixture[str]) -> None:
@@ -174,7 +192,38 @@ def test_report_shows_each_worker_by_name_and_its_verdict(log_file: pytest.Captu
         "notifications (consumer.examples.demo:handle): where every message ended",
         "reports (workers.reports:handle): where every message ended",
     ]
-    assert [line for line in lines if "poison: report request lacks rows" in line and line.rstrip("│ ").endswith("7")]
-    assert [line for line in lines if "processed (delivered exactly once at the report store)" in line and "21" in line]
-    assert "reports: balanced: 21 delivered + 7 in the DLQ = 28 of 28 produced" in lines
+    assert [line for line in lines if "poison: report request lacks rows" in line and line.rstrip("│ ").endswith("6")]
+    assert [
+        line
+        for line in lines
+        if "non_retryable: JSONDecodeError: Expecting value" in line and line.rstrip("│ ").endswith("3")
+    ]
+    assert [line for line in lines if "processed (delivered exactly once at the report store)" in line and "19" in line]
+    assert "reports: balanced: 19 delivered + 9 in the DLQ = 28 of 28 produced" in lines
     assert lines[-1] == "accounting does NOT balance for 2 worker(s), 29.3 s elapsed; logs in .demo"
+
+
+def test_report_shows_each_tenant_and_each_consumer_s_liveness(log_file: pytest.CaptureFixture[str]) -> None:
+    """The notifications worker's tenants each have a row (produced, delivered, logged), and every consumer's health
+    checks are counted; the reports worker, without tenants, has no tenant table."""
+    render_report(a_result(heartbeat_extensions=12), output_console())
+    lines = [line.strip("│ ") for line in log_file.readouterr().out.splitlines()]
+    rows = [re.split(r"\s*│\s*", line) for line in lines if line.startswith("tenant-")]
+    assert rows == [["tenant-noisy", "90", "72", "72", "18"], ["tenant-a", "6", "5", "5", "1"]]
+    assert len([line for line in lines if "per tenant" in line]) == 1
+    assert [line for line in lines if line.startswith("liveness") and line.endswith("#1: healthy x2")]
+
+
+def test_report_names_an_unhealthy_consumer_and_unsent_events_and_fails(
+    log_file: pytest.CaptureFixture[str],
+) -> None:
+    """A consumer that answered unhealthy, or an event the producer could not send, is spelled out and fails the run."""
+    result = a_result(heartbeat_extensions=12)
+    notifications = result.workers[0]
+    notifications.unhealthy = ["#1 (before the stop): unhealthy: poller-0 stalled"]
+    notifications.unsent = ["evt-demo-00007: InternalError: boom"]
+    render_report(result, output_console())
+    out = log_file.readouterr().out
+    assert "UNHEALTHY #1 (before the stop): unhealthy: poller-0 stalled" in out
+    assert "evt-demo-00007: InternalError: boom" in out
+    assert (notifications.ok, result.ok) == (False, False)

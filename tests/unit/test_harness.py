@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from consumer.local.harness import (
     IDEMPOTENCY_ATTRIBUTE,
     QUIET,
     TIMED_OUT,
+    ConsumerProcess,
+    Fleet,
     Planned,
     Tick,
     batch_entries,
@@ -28,6 +34,7 @@ from consumer.local.harness import (
     quiet_seconds,
     settle,
 )
+from consumer.runtime.liveness import LIVENESS_FILE_ENV, Liveness
 
 ROOT = Path(__file__).resolve().parents[2]
 REASON = {"kind": "poison", "reason": "body is not JSON"}
@@ -178,3 +185,58 @@ def test_chaos_markdown_takes_the_set_up_timings_from_the_demo_contract() -> Non
     stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
     filled = sections(stored)
     assert [filled[k] for k in ("lease", "max_receives", "redrive_backstop", "backoff")] == ["10", "3", "5", "1-4"]
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A running process standing in for a consumer's (check_health only asks whether it runs)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def test_fleet_gives_each_consumer_its_own_liveness_file(tmp_path: Path) -> None:
+    """Several consumers on one machine: each process's environment names its own liveness file in the log dir."""
+    fleet = Fleet({"PATH": "/usr/bin", "CONSUMER_HANDLER": "no.such:handler"}, tmp_path)
+    first, second = fleet.start(), fleet.start()
+    for consumer in (first, second):
+        consumer.process.wait(timeout=30)
+    files = [consumer.environment[LIVENESS_FILE_ENV] for consumer in (first, second)]
+    assert files == [str(tmp_path / "consumer-1.liveness.json"), str(tmp_path / "consumer-2.liveness.json")]
+
+
+def test_check_health_runs_the_real_check_with_each_consumer_s_file(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """python -m consumer health, run with each process's own environment: a fresh file is healthy, a stalled
+    poller is not (and is returned); a consumer not yet ready or asked to stop is not checked."""
+    fleet = Fleet({}, tmp_path)
+    for number, at in ((1, time.time()), (2, time.time() - 600)):
+        path = tmp_path / f"consumer-{number}.liveness.json"
+        Liveness(path, clock=lambda at=at: at).start({"poller-0": 30, "heartbeat": 13})
+        env = {"PATH": "/usr/bin", LIVENESS_FILE_ENV: str(path)}
+        fleet.processes.append(ConsumerProcess(number, sleeper, tmp_path / "x.log", env, ready=True))
+    fleet.processes.append(ConsumerProcess(3, sleeper, tmp_path / "x.log", {}, ready=False))
+    unhealthy = fleet.check_health("after producing")
+    assert [c.number for c in unhealthy] == [2]
+    ((healthy,), (stalled,), ()) = (c.health for c in fleet.processes)
+    assert (healthy.phase, healthy.healthy, healthy.line.startswith("healthy: ")) == ("after producing", True, True)
+    assert not stalled.healthy and "poller-0 stalled" in stalled.line
+
+
+def test_fleet_counts_each_tenant_s_processed_and_dead_lettered_messages_from_the_logs(tmp_path: Path) -> None:
+    """The consumers log message_group_id on each message's lines: the fleet counts them per tenant."""
+    fleet = Fleet({}, tmp_path)
+    consumer = ConsumerProcess(1, None, tmp_path / "consumer-1.log", {})  # type: ignore[arg-type]
+    lines = [
+        {"event": "message_processed", "message_group_id": "tenant-a"},
+        {"event": "message_processed", "message_group_id": "tenant-a"},
+        {"event": "message_moved_to_dlq", "kind": "poison", "message_group_id": "tenant-b"},
+        {"event": "message_processed"},
+        {"event": "message_backoff", "message_group_id": "tenant-a"},
+    ]
+    consumer.log_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fleet.processes.append(consumer)
+    fleet.read_logs()
+    assert fleet.tenants == {"tenant-a": {"message_processed": 2}, "tenant-b": {"message_moved_to_dlq": 1}}
