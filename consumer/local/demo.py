@@ -379,9 +379,10 @@ def _circuit(events: Mapping[str, int], open_seconds: Sequence[float]) -> str:
 
 
 def _health(consumers: Sequence[ConsumerProcess]) -> str:
-    """Each checked consumer's last ``python -m consumer health`` answer: ``#1 healthy, #2 UNHEALTHY``."""
+    """Each checked consumer's last ``python -m consumer health`` answer: ``#1 healthy; #2 UNHEALTHY`` (a plain progress
+    line separates its rows with commas)."""
     last = [(c.number, c.health[-1].healthy) for c in consumers if c.health]
-    return ", ".join(f"#{n} {'healthy' if ok else 'UNHEALTHY'}" for n, ok in last) or "not checked yet"
+    return "; ".join(f"#{n} {'healthy' if ok else 'UNHEALTHY'}" for n, ok in last) or "not checked yet"
 
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> int:

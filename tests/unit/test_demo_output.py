@@ -16,6 +16,7 @@ from consumer.local.demo_notifications import KINDS, MIX, build_mix
 from consumer.local.demo_report import render_report
 from consumer.local.demo_reports import REPORT_KINDS, REPORTS_MIX, build_report_mix
 from consumer.local.display import LiveDisplay, output_console, plain_line
+from consumer.local.harness import ConsumerProcess, HealthCheck
 
 #: The report's longest row and its longest line: each was cut and wrapped at 80 columns.
 REQUESTS_ROW = re.compile(r"SQS requests per processed message\W+2\.18 \(209 requests / 96 processed, .* see below\)")
@@ -227,3 +228,22 @@ def test_report_names_an_unhealthy_consumer_and_unsent_events_and_fails(
     assert "UNHEALTHY #1 (before the stop): unhealthy: poller-0 stalled" in out
     assert "evt-demo-00007: InternalError: boom" in out
     assert (notifications.ok, result.ok) == (False, False)
+
+
+class Running:
+    """A consumer's process that is still running."""
+
+    def poll(self) -> None:
+        return None
+
+
+def test_progress_shows_each_consumer_s_last_health_check(tmp_path: Path) -> None:
+    """The live display's liveness row: each checked consumer's last answer, in one cell of the plain line."""
+    demo = demo_with_lanes(tmp_path, Console(file=io.StringIO()))
+    fleet = demo.lanes[0].fleet
+    for number, healthy in ((1, True), (2, False)):
+        checked = ConsumerProcess(number, Running(), tmp_path / "x.log", {})  # type: ignore[arg-type]
+        checked.health.append(HealthCheck("before the stop", healthy, "..."))
+        fleet.processes.append(checked)
+    line = plain_line(demo._snapshot())
+    assert "liveness (python -m consumer health, last check)=#1 healthy; #2 UNHEALTHY | not checked yet" in line
