@@ -57,8 +57,9 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
     attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": _bounded_json(record)}
     params: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message.body, "MessageAttributes": attributes}
     group = message.attributes.get("MessageGroupId")
-    if group is not None:
+    if group is not None:  # FIFO: the order key; standard: the tenant (fair queues)
         params["MessageGroupId"] = group
+    if group is not None and dlq_url.endswith(".fifo"):  # SQS takes a deduplication id on FIFO queues only
         # Deduplicate on this delivery's MessageId: a double move of the same message (crash
         # between send and delete) is absorbed by SQS's 5 min window, but a message redriven
         # and failing again gets a new MessageId, so its second move is never silently dropped

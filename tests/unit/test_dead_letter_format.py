@@ -80,3 +80,13 @@ def test_send_entry_fifo_restores_the_original_deduplication_id() -> None:
         original_dedup_id="d-9",
     )
     assert (entry["MessageGroupId"], entry["MessageDeduplicationId"]) == ("g", "d-9")
+
+
+@pytest.mark.parametrize(("dlq_url", "deduplicated"), [("https://q/dlq", False), ("https://q/dlq.fifo", True)])
+def test_move_to_the_dlq_keeps_the_group_and_deduplicates_on_fifo_only(dlq_url: str, deduplicated: bool) -> None:
+    """A tenant's message keeps its MessageGroupId in a standard DLQ, with no deduplication id (SQS takes one on
+    FIFO queues only); a FIFO message is deduplicated on its delivery's MessageId."""
+    message = Message(body="b", message_id="m-1", receipt_handle="rh", attributes={"MessageGroupId": "acme"})
+    params = send_parameters(message, dlq_url=dlq_url, reason="bad", kind="poison", source_queue_url="src")
+    assert params["MessageGroupId"] == "acme"
+    assert params.get("MessageDeduplicationId") == ("m-1" if deduplicated else None)
