@@ -124,6 +124,8 @@ def worker(
         )
     except ContractError as error:  # name what the author wrote: max_duration, not max_duration_seconds
         raise type(error)(worker_argument(error.parameter), error.rule, error.value) from None
+    if max_rate is not None:
+        check_rate_fits_the_lease(contract, max_rate)
 
     def declare(function: F) -> F:
         setattr(function, HANDLER_ATTRIBUTE, contract)
@@ -174,6 +176,27 @@ def check_non_retryable(value: object) -> None:
         if not (isinstance(entry, type) and issubclass(entry, Exception)):
             name = entry.__name__ if isinstance(entry, type) else repr(entry)
             raise ContractError("non_retryable", f"{rule}; {name} is not one", value)
+
+
+def check_rate_fits_the_lease(contract: WorkerContract, max_rate: float) -> None:
+    """Refuse a ``max_rate`` under which a received message could wait for its turn past its lease.
+
+    A message waits for its start holding its slot, and up to ``concurrency`` messages wait in line, the last one
+    ``concurrency / max_rate`` seconds. The heartbeat extends only started messages, so that wait must end while the
+    lease still leaves the heartbeat its threshold; past it the message turns visible again, another task receives it
+    and its receive count rises without an attempt.
+    """
+    wait = contract.concurrency / max_rate
+    room = contract.visibility_timeout_seconds - contract.heartbeat_threshold_seconds
+    if wait > room:
+        raise ContractError(
+            "max_rate",
+            f"must start every held message within its lease: concurrency {contract.concurrency} / max_rate"
+            f" {max_rate:g} = {wait:g} s of waiting is more than the {room} s the {contract.visibility_timeout_seconds} s"
+            f" visibility timeout leaves before the heartbeat's {contract.heartbeat_threshold_seconds} s threshold"
+            " (raise max_rate, lower concurrency, or raise max_duration or max_lease)",
+            max_rate,
+        )
 
 
 def max_rate_of(handler: Callable[..., Any]) -> float | None:

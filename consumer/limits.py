@@ -75,6 +75,7 @@ SQS_MAX_BATCH = 10
 SQS_MAX_RECEIVE_COUNT = 1_000
 SQS_MAX_MESSAGE_BYTES = 1_048_576  # body + attributes (1 MiB since August 2025)
 SQS_MAX_MESSAGE_ATTRIBUTES = 10
+SQS_MAX_BATCH_BYTES = 1_048_576  # SendMessageBatch: every entry's body and attributes together
 SQS_MAX_DELAY_SECONDS = 900  # DelaySeconds: 15 min
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html
 SQS_MAX_QUEUE_NAME_CHARS = 80  # ".fifo" included

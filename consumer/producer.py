@@ -29,7 +29,7 @@ Example::
     if result.failed:
         raise RuntimeError(result.failed)
 
-Standard library and the injected client only: it ships in the image beside the runtime.
+The standard library, botocore's exceptions and the injected client only: it ships in the image beside the runtime.
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from consumer.contract import SQS_MAX_BATCH, SQS_MAX_DELAY_SECONDS, ContractError
+from consumer.limits import SQS_MAX_BATCH_BYTES, SQS_MAX_MESSAGE_ATTRIBUTES, SQS_MAX_MESSAGE_BYTES
 from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE
 
 __all__ = ["Failure", "Outgoing", "SendResult", "TRACEPARENT_ATTRIBUTE", "entries", "send"]
@@ -51,6 +54,9 @@ TRACEPARENT_ATTRIBUTE = "traceparent"
 MAX_GROUP_ID_CHARS = 128
 #: Retries of a batch's failed entries beyond the first send.
 DEFAULT_RETRIES = 3
+#: Message attributes a message may carry: SQS's 10 less the one the consumer adds to a copy it hands back
+#: (``x-prior-receives``, the receives it spent): with all 10 taken, its retry budget would restart on every hand-back.
+MAX_ATTRIBUTES = SQS_MAX_MESSAGE_ATTRIBUTES - 1
 #: What SQS allows in a MessageGroupId: alphanumerics and punctuation (ASCII 33-126).
 _ASCII_PRINTABLE = frozenset(chr(c) for c in range(33, 127))
 
@@ -85,6 +91,8 @@ class Failure:
     code: str
     error: str
     sender_fault: bool
+    #: The exception of a SendMessageBatch call that failed as a whole (after botocore's retries), if that was why.
+    exception: BaseException | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,21 @@ def entries(messages: Sequence[Outgoing], *, fifo: bool = False, first_id: int =
         attributes = {IDEMPOTENCY_KEY_ATTRIBUTE: key, **dict(message.attributes)}
         if message.traceparent is not None:
             attributes[TRACEPARENT_ATTRIBUTE] = message.traceparent
+        if len(attributes) > MAX_ATTRIBUTES:
+            raise ContractError(
+                f"{where}.attributes",
+                f"must leave the message at most {MAX_ATTRIBUTES} attributes with the idempotency key and trace header"
+                f" (SQS allows {SQS_MAX_MESSAGE_ATTRIBUTES}; the consumer needs one for the receives a handed-back copy"
+                " carries)",
+                sorted(attributes),
+            )
         entry["MessageAttributes"] = {name: {"DataType": "String", "StringValue": v} for name, v in attributes.items()}
+        if entry_bytes(entry) > SQS_MAX_MESSAGE_BYTES:
+            raise ContractError(
+                f"{where}.body",
+                f"must be at most {SQS_MAX_MESSAGE_BYTES} bytes with its attributes (SQS's message size limit)",
+                f"{entry_bytes(entry)} bytes",
+            )
         if fifo:
             if message.tenant is not None:
                 # On FIFO the group id orders messages: a tenant would serialise each tenant's work, which is not
@@ -165,6 +187,28 @@ def entries(messages: Sequence[Outgoing], *, fifo: bool = False, first_id: int =
     return built
 
 
+def entry_bytes(entry: Mapping[str, Any]) -> int:
+    """What SQS counts of an entry toward its size limits: the body and each attribute's name, type and value."""
+    attributes = entry.get("MessageAttributes", {})
+    return len(entry["MessageBody"].encode()) + sum(
+        len(name.encode()) + len(value["DataType"].encode()) + len(value["StringValue"].encode())
+        for name, value in attributes.items()
+    )
+
+
+def batches(built: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """``built`` in order, in batches of at most 10 entries and :data:`SQS_MAX_BATCH_BYTES` together."""
+    result: list[list[Mapping[str, Any]]] = []
+    size = 0
+    for entry in built:
+        if not result or len(result[-1]) == SQS_MAX_BATCH or size + entry_bytes(entry) > SQS_MAX_BATCH_BYTES:
+            result.append([])
+            size = 0
+        result[-1].append(entry)
+        size += entry_bytes(entry)
+    return result
+
+
 def send(
     client: Any,
     queue_url: str,
@@ -174,7 +218,9 @@ def send(
     backoff_seconds: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
 ) -> SendResult:
-    """Send ``messages`` to ``queue_url`` in batches of 10; retry the entries a batch failed; report the rest.
+    """Send ``messages`` to ``queue_url`` in batches (10 entries, 1 MiB); retry the entries a batch failed; report
+    the rest. A call that fails as a whole (after botocore's own retries) ends the send: that batch and the later
+    ones are reported failed (the later ones as ``NotSent``), beside what was sent before it.
 
     Every message is checked before the first call (a bad one raises :class:`ContractError` naming it, and
     nothing is sent). A queue whose URL ends in ``.fifo`` is a FIFO queue (SQS's naming rule).
@@ -186,10 +232,28 @@ def send(
     built = entries(pending, fifo=fifo)
     sent: list[tuple[Outgoing, str]] = []
     failed: list[Failure] = []
-    for start in range(0, len(built), SQS_MAX_BATCH):
-        batch = {entry["Id"]: (pending[int(entry["Id"])], entry) for entry in built[start : start + SQS_MAX_BATCH]}
+    groups = batches(built)
+    for number, group in enumerate(groups):
+        batch = {entry["Id"]: (pending[int(entry["Id"])], entry) for entry in group}
         for attempt in range(retries + 1):
-            response = client.send_message_batch(QueueUrl=queue_url, Entries=[e for _, e in batch.values()])
+            try:
+                response = client.send_message_batch(QueueUrl=queue_url, Entries=[e for _, e in batch.values()])
+            except (ClientError, BotoCoreError) as error:
+                # The call failed as a whole (botocore already retried it): report this batch and every later one,
+                # with what was sent before, so the caller knows exactly which messages to send again.
+                code = error.response.get("Error", {}).get("Code", "") if isinstance(error, ClientError) else ""
+                failed += [
+                    Failure(message, entry, code or type(error).__name__, str(error), False, error)
+                    for message, entry in batch.values()
+                ]
+                failed += [
+                    Failure(
+                        pending[int(entry["Id"])], entry, "NotSent", "an earlier SendMessageBatch call failed", False
+                    )
+                    for later in groups[number + 1 :]
+                    for entry in later
+                ]
+                return SendResult(sent, failed)
             for ok in response.get("Successful", []):
                 message, _ = batch.pop(ok["Id"])
                 sent.append((message, ok["MessageId"]))

@@ -220,16 +220,14 @@ def send_samples(
 
 def _send(sqs: Any, queue_url: str, messages: list[Outgoing]) -> SendResult:
     """:func:`consumer.producer.send`, its failures (after its retries) as one :class:`LocalProvisioningError`."""
-    from botocore.exceptions import ClientError, EndpointConnectionError
+    from botocore.exceptions import EndpointConnectionError
 
-    try:
-        result = send(sqs, queue_url, messages)
-    except EndpointConnectionError as error:
+    result = send(sqs, queue_url, messages)
+    unreachable = [f.exception for f in result.failed if isinstance(f.exception, EndpointConnectionError)]
+    if unreachable:
         raise LocalProvisioningError(
-            f"cannot reach {error.kwargs.get('endpoint_url')}: is `python -m consumer local up` running?"
-        ) from error
-    except ClientError as error:
-        raise LocalProvisioningError(f"SendMessageBatch to {queue_url} failed: {error}") from error
+            f"cannot reach {unreachable[0].kwargs.get('endpoint_url')}: is `python -m consumer local up` running?"
+        ) from unreachable[0]
     if result.failed:
         failures = [f"{f.message.idempotency_key}: {f.code} {f.error}" for f in result.failed]
         raise LocalProvisioningError(f"SendMessageBatch to {queue_url} failed for {', '.join(failures)}")

@@ -33,7 +33,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from consumer.contract import TASK_ROLE_ID_ENV, ContractError, WorkerContract
-from consumer.declaration import max_rate_of
+from consumer.declaration import check_rate_fits_the_lease, max_rate_of
 from consumer.exit_codes import ExitCode
 from consumer.message import Message
 from consumer.runtime.acknowledger import Acknowledger
@@ -158,6 +158,8 @@ class Consumer:
         self._work: queue.Queue[list[InFlight]] = queue.Queue()
         self.circuit = Circuit(contract, metrics=self.metrics, clock=clock)
         rate = max_rate if max_rate is not None else max_rate_of(handler)
+        if rate is not None:
+            check_rate_fits_the_lease(contract, rate)  # @worker checked its own; an explicit one is checked here
         self._ack = Acknowledger(client, queue_url, on_deleted=lambda _t: self.metrics.count("deleted"))
         self._settlement = Settlement(
             client,

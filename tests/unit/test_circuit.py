@@ -215,12 +215,13 @@ def test_worker_rejects_a_max_rate_out_of_bounds(max_rate: object) -> None:
 
 @pytest.mark.parametrize("max_rate", [0.001, 10_000, None])
 def test_worker_keeps_max_rate_beside_the_contract(max_rate: float | None) -> None:
-    """Both edges and None are accepted, and the declared rate is read back; the contract is unchanged by it."""
+    """Both edges and None are accepted, and the declared rate is read back; the contract is unchanged by it. (A
+    lease long enough for 0.001 starts per second: a held message may wait 1000 s for its turn.)"""
 
-    @worker(max_duration=10, max_rate=max_rate)
+    @worker(max_duration=3000, max_lease=3600, max_rate=max_rate)
     def handle(message: object) -> None: ...
 
-    @worker(max_duration=10)
+    @worker(max_duration=3000, max_lease=3600)
     def plain(message: object) -> None: ...
 
     assert max_rate_of(handle) == max_rate

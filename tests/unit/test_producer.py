@@ -159,3 +159,42 @@ def test_send_refuses_before_sending_anything(sqs: Any) -> None:
     """A bad eleventh message fails the call before the first batch goes out (the stub has no response)."""
     with Stubber(sqs), pytest.raises(ContractError, match=r'"messages\[10\].delay_seconds"'):
         send(sqs, URL, [Outgoing(body="b")] * 10 + [Outgoing(body="b", delay_seconds=1000)])
+
+
+def test_send_splits_batches_at_sqs_s_one_mebibyte(sqs: Any) -> None:
+    """Ten 200 KB messages are over SQS's 1 MiB per batch: two calls of 5 (each under the limit), all sent."""
+    body = "x" * 200_000
+    with Stubber(sqs) as stub:
+        for ids in (range(0, 5), range(5, 10)):
+            stub.add_response(
+                "send_message_batch",
+                {"Successful": ok(*map(str, ids)), "Failed": []},
+                {"QueueUrl": URL, "Entries": [ANY] * len(ids)},
+            )
+        result = send(sqs, URL, [Outgoing(body=body) for _ in range(10)])
+        stub.assert_no_pending_responses()
+    assert (len(result.sent), result.failed) == (10, [])
+
+
+def test_send_reports_a_failed_call_with_what_was_sent_before_and_what_was_not_sent(sqs: Any) -> None:
+    """The second call fails as a whole: the first batch is reported sent, the second failed with the call's error,
+    the third NotSent; nothing raised, nothing unaccounted for."""
+    with Stubber(sqs) as stub:
+        stub.add_response("send_message_batch", {"Successful": ok(*map(str, range(10))), "Failed": []})
+        stub.add_client_error("send_message_batch", service_error_code="AccessDenied", service_message="no")
+        result = send(sqs, URL, [Outgoing(body=f"b{n}") for n in range(25)])
+    assert [m.body for m, _ in result.sent] == [f"b{n}" for n in range(10)]
+    codes = [(f.message.body, f.code) for f in result.failed]
+    assert codes == [(f"b{n}", "AccessDenied") for n in range(10, 20)] + [(f"b{n}", "NotSent") for n in range(20, 25)]
+    assert result.failed[0].exception is not None
+
+
+def test_entries_refuse_a_message_over_sqs_s_size_or_attribute_limits() -> None:
+    """Over 1 MiB with its attributes, or more than 9 attributes (one stays free for the consumer's hand-back count):
+    refused before anything is sent, naming the message."""
+    with pytest.raises(ContractError, match=r'"messages\[0\]\.body" must be at most 1048576 bytes'):
+        entries([Outgoing(body="x" * 1_048_576)])
+    nine = {f"a{n}": "v" for n in range(8)}  # with the idempotency key: 9
+    assert len(entries([Outgoing(body="b", attributes=nine)])[0]["MessageAttributes"]) == 9
+    with pytest.raises(ContractError, match=r'"messages\[0\]\.attributes" must leave the message at most 9'):
+        entries([Outgoing(body="b", attributes=nine | {"a8": "v"})])

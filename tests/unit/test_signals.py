@@ -107,3 +107,25 @@ def test_message_attempt_is_not_part_of_its_identity() -> None:
     viewed = Message(body="{}", message_id="m-1", receipt_handle="rh", attempt=Attempt(deadline=5.0))
     assert plain == viewed
     assert "attempt" not in repr(viewed)
+
+
+def test_max_rate_must_start_every_held_message_within_its_lease() -> None:
+    """A rate under which the last of ``concurrency`` held messages would wait past its lease (less the heartbeat's
+    threshold) is refused, naming max_rate, the arithmetic and the value; a rate that fits is accepted."""
+    from consumer.declaration import max_rate_of
+
+    with pytest.raises(ContractError) as refused:
+
+        @worker(max_duration=1, concurrency=4, max_rate=0.25)  # 16 s of waiting; 11 s lease, 4 s threshold
+        def slow(message: Message) -> None: ...
+
+    assert str(refused.value) == (
+        '"max_rate" must start every held message within its lease: concurrency 4 / max_rate 0.25 = 16 s of waiting'
+        " is more than the 7 s the 11 s visibility timeout leaves before the heartbeat's 4 s threshold (raise"
+        " max_rate, lower concurrency, or raise max_duration or max_lease): 0.25"
+    )
+
+    @worker(max_duration=1, concurrency=4, max_rate=0.6)  # 6.7 s of waiting: fits
+    def fits(message: Message) -> None: ...
+
+    assert max_rate_of(fits) == 0.6
