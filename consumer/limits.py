@@ -50,11 +50,20 @@ The formulas (also in the README's configuration table, generated from
 * ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
   messages of backlog per task (AWS's "acceptable backlog per task").
 * ``pollers = ceil(concurrency / batch_size)`` receive loops per process.
-* ``poll_stall = 20 + 10`` and ``heartbeat_stall = heartbeat_interval + 10``: the liveness check
-  (``python -m consumer health``) fails when a poller has not returned from a receive (or waited on
-  purpose) for longer than SQS's longest long poll plus slack, or the heartbeat has not ticked for longer
-  than its interval plus slack. The slack covers one slow answer (the client's read timeout is the long
-  poll + 10 s) and a heartbeat tick's own calls.
+* ``call_worst(client) = max_attempts * (connect_timeout + read_timeout) + sum(min(2 ** (n - 1), 20) + 5
+  for n < max_attempts)``: the longest one call of a client the runtime builds can take (every attempt
+  times out, and botocore's standard retry mode waits at most ``min(2 ** (n - 1), 20)`` s after the n-th,
+  5 s more when the answer asks to retry after). The runtime builds its clients from :data:`SQS_CLIENT`
+  and :data:`DYNAMODB_CLIENT` only (consumer/runtime/clients.py), so these bounds are the clients' own.
+  https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html
+* ``poll_stall = call_worst(sqs) + 10`` and ``heartbeat_stall = heartbeat_interval + call_worst(dynamodb) +
+  4 * agent_timeout + 10``: the liveness check (``python -m consumer health``) fails when a poller has not
+  returned from a receive (or waited on purpose) for longer than a receive can take under the client's
+  timeouts and retries (its read timeout covers the 20 s long poll), or the heartbeat has not progressed
+  for longer than its interval plus the calls it waits on between two beats: one idempotency lease renewal
+  in DynamoDB (it beats after each one) and the ECS agent's task protection (two calls a tick, each possibly
+  waiting for another thread's call; its lease extensions go through the acknowledger's queue and are not
+  waited on). A slow SQS or DynamoDB answer is then never a stall; only a loop that stopped is.
 * ``health_check_interval = clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)``: ECS runs the
   check this often (timeout 5 s, 3 retries), so a stalled loop is replaced within about
   ``stall + 3 * interval``.
@@ -64,6 +73,8 @@ The formulas (also in the README's configuration table, generated from
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # --- AWS limits (the one home of SQS's numbers; every other module imports them) --------------
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
@@ -112,6 +123,38 @@ SOURCE_MAX_MESSAGE_BYTES = SQS_MAX_MESSAGE_BYTES - DLQ_REASON_HEADROOM_BYTES
 REDRIVE_BACKSTOP_RECEIVES = 2
 #: Liveness (see poll_stall / heartbeat_stall above): room beyond a loop's own period before it counts as stalled.
 LIVENESS_SLACK_SECONDS = 10
+#: botocore's standard retry mode: the n-th retry waits at most min(2 ** (n - 1), 20) s (throttling's base 1 s;
+#: other errors wait less), raised by at most 5 s by an x-amz-retry-after header (botocore/retries/standard.py).
+BOTOCORE_MAX_BACKOFF_SECONDS = 20
+BOTOCORE_RETRY_AFTER_EXTRA_SECONDS = 5
+#: The ECS agent's task protection endpoint: each call's timeout (consumer.runtime.protection), and the calls a
+#: heartbeat tick can wait on (busy/idle and refresh, each possibly behind another thread's call on its lock).
+ECS_AGENT_TIMEOUT_SECONDS = 2
+HEARTBEAT_AGENT_CALLS = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientTimeouts:
+    """One AWS client's timeouts and attempts: consumer/runtime/clients.py builds the client from it, and the
+    liveness allowances are derived from :meth:`worst_case_seconds`, so the two cannot drift apart."""
+
+    connect_seconds: int
+    read_seconds: int
+    max_attempts: int
+
+    def worst_case_seconds(self) -> int:
+        """The longest one call can take: every attempt times out, every retry waits its longest backoff."""
+        backoff = sum(
+            min(1 << (n - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + BOTOCORE_RETRY_AFTER_EXTRA_SECONDS
+            for n in range(1, self.max_attempts)
+        )
+        return self.max_attempts * (self.connect_seconds + self.read_seconds) + backoff
+
+
+#: SQS: the read timeout is the longest long poll + 10 s, so a long poll never times out on our side.
+SQS_CLIENT = ClientTimeouts(connect_seconds=5, read_seconds=SQS_MAX_WAIT_SECONDS + 10, max_attempts=3)
+#: DynamoDB (the idempotency store): single-item calls answer in milliseconds; 10 s is a slow answer, not a long one.
+DYNAMODB_CLIENT = ClientTimeouts(connect_seconds=5, read_seconds=10, max_attempts=3)
 #: ECS runs ``python -m consumer health`` with this timeout (it starts in well under a second) and calls the
 #: container unhealthy after this many failures in a row (ECS's bounds: 2..120 s, 1..10).
 HEALTH_CHECK_TIMEOUT_SECONDS = 5
@@ -139,8 +182,8 @@ DERIVED_FORMULAS: dict[str, str] = {
     ),
     "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
     "pollers": "ceil(concurrency / batch_size)",
-    "poll_stall_seconds": "20 (longest long poll) + 10",
-    "heartbeat_stall_seconds": "heartbeat_interval + 10",
+    "poll_stall_seconds": "call_worst(sqs) + 10 (call_worst: see consumer/limits.py)",
+    "heartbeat_stall_seconds": "heartbeat_interval + call_worst(dynamodb) + 4 * agent_timeout + 10",
     "health_check_interval_seconds": "clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)",
     "health_check_start_period_seconds": "60 (start-up, before the loops record progress)",
 }
@@ -159,11 +202,12 @@ class LivenessTimings:
 
     @property
     def poll_stall_seconds(self) -> int:
-        return SQS_MAX_WAIT_SECONDS + LIVENESS_SLACK_SECONDS
+        return SQS_CLIENT.worst_case_seconds() + LIVENESS_SLACK_SECONDS
 
     @property
     def heartbeat_stall_seconds(self) -> int:
-        return self.heartbeat_interval_seconds + LIVENESS_SLACK_SECONDS
+        agent = HEARTBEAT_AGENT_CALLS * ECS_AGENT_TIMEOUT_SECONDS
+        return self.heartbeat_interval_seconds + DYNAMODB_CLIENT.worst_case_seconds() + agent + LIVENESS_SLACK_SECONDS
 
     @property
     def health_check_interval_seconds(self) -> int:

@@ -74,14 +74,16 @@ class Attempt:
     clock time: the attempt's start plus the contract's per-message timeout (``max_duration``). Past it the
     heartbeat gives up on the handler (within a tick): no more lease extensions, and its result is not
     settled, so the message comes back after its lease. ``stop`` is set once the consumer began to stop
-    (SIGTERM, or every slot stuck): read it, never set it. A retried message is a new attempt, with its own
-    deadline. The default, a message built outside a consumer (a handler's unit test): no deadline, never
-    stopping.
+    (SIGTERM, or every slot stuck): read it, never set it. ``drain_end`` is the instant, on ``clock``, the
+    consumer stops waiting for running handlers once it is stopping (``inf`` until then): what
+    :attr:`Message.deadline` shortens to. A retried message is a new attempt, with its own deadline. The
+    default, a message built outside a consumer (a handler's unit test): no deadline, never stopping.
     """
 
     deadline: float = math.inf
     stop: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic
+    drain_end: Callable[[], float] = field(default=lambda: math.inf)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,12 +125,17 @@ class Message:
 
     @property
     def deadline(self) -> float:
-        """When the consumer gives up on this attempt, on ``time.monotonic()``'s clock (``inf`` outside a consumer)."""
-        return self.attempt.deadline
+        """When the consumer gives up on this attempt, on ``time.monotonic()``'s clock (``inf`` outside a consumer).
+
+        Once the consumer is stopping, the earlier of the attempt's own deadline and the drain's end (when
+        shutdown stops waiting for running handlers and hands their messages back): a handler that started
+        before the SIGTERM, or during the drain, sees the time it really has.
+        """
+        return min(self.attempt.deadline, self.attempt.drain_end())
 
     def remaining(self) -> float:
         """Seconds left before :attr:`deadline`, never below 0 (``inf`` outside a consumer)."""
-        return max(0.0, self.attempt.deadline - self.attempt.clock())
+        return max(0.0, self.deadline - self.attempt.clock())
 
     @property
     def stopping(self) -> bool:

@@ -31,11 +31,11 @@ def run() -> None:
     and the standard AWS variables (region, credentials, AWS_ENDPOINT_URL).
     """
     import boto3
-    from botocore.config import Config
 
     from consumer.contract import ConfigurationError
+    from consumer.runtime.clients import dynamodb_client, sqs_client
     from consumer.runtime.config import LOG_LEVEL_ENV, load_config, resolve_region
-    from consumer.runtime.consumer import LONG_POLL_SECONDS, Consumer, task_role_id_from_env
+    from consumer.runtime.consumer import Consumer, task_role_id_from_env
     from consumer.runtime.drift import StartupError, check_queue, queue_name_from_url
     from consumer.runtime.idempotency import DynamoDBStore, InMemoryStore
     from consumer.runtime.liveness import Liveness, liveness_path
@@ -60,14 +60,8 @@ def run() -> None:
         config = load_config(os.environ)
         region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
         session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
-        client = session.client(
-            "sqs",
-            config=Config(
-                retries={"mode": "standard", "max_attempts": 3},
-                connect_timeout=5,
-                read_timeout=LONG_POLL_SECONDS + 10,  # a long poll must not time out on our side
-            ),
-        )
+        # Bounded timeouts and attempts, the ones the liveness allowances are derived from (clients.py).
+        client = sqs_client(session)
         binding = check_queue(
             client,
             queue_url=config.queue_url,
@@ -81,7 +75,7 @@ def run() -> None:
             dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
             dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         table = config.idempotency_table
-        store = DynamoDBStore(table, client=session.client("dynamodb")) if table else InMemoryStore()
+        store = DynamoDBStore(table, client=dynamodb_client(session)) if table else InMemoryStore()
         running.append(
             Consumer(
                 client,

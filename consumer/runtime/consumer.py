@@ -21,6 +21,7 @@ second after SIGTERM, without waiting out a long poll.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import random
@@ -152,6 +153,8 @@ class Consumer:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.exit_code = EXIT_OK
         self._stop = threading.Event()
+        #: When shutdown stops waiting for running handlers (on ``clock``); inf until stop(). Handlers see it.
+        self._drain_end = math.inf
         self._closed = threading.Event()
         self._table = InFlightTable()
         self._slots = Slots(contract.concurrency, tick_seconds=TICK_SECONDS)
@@ -207,6 +210,7 @@ class Consumer:
             clock=clock,
             circuit=self.circuit,
             rate=None if rate is None else RateLimit(rate, clock),
+            drain_end=lambda: self._drain_end,
         )
         self._heartbeat = Heartbeat(
             contract=contract,
@@ -226,7 +230,13 @@ class Consumer:
 
     # --- public -----------------------------------------------------------
     def stop(self) -> None:
-        """Begin shutdown (safe from a signal handler): stop polling, drain, flush."""
+        """Begin shutdown (safe from a signal handler): stop polling, drain, flush.
+
+        The drain is counted from the first call (ECS counts its stop timeout from the SIGTERM), and that end is
+        what running handlers' ``message.deadline`` / ``remaining()`` shrink to.
+        """
+        if not self._stop.is_set():
+            self._drain_end = self._clock() + self.contract.drain_timeout_seconds
         self._stop.set()
 
     @property
@@ -299,7 +309,7 @@ class Consumer:
                 self._settlement.hand_back_unstarted(self._work.get_nowait(), "shutdown")
             except queue.Empty:
                 break
-        deadline = self._clock() + self.contract.drain_timeout_seconds
+        deadline = self._drain_end  # set by stop(): the instant handlers were told
         # DONE stays in flight until its outcome (delete, backoff, DLQ move or requeue) has been
         # handed to the acknowledger: exiting earlier would cut a DLQ move between its send and
         # its delete, and the message would come back to be moved a second time.

@@ -124,6 +124,9 @@ class Heartbeat:
             def extended(sent_at: float, item: InFlight = item, target: int = target) -> None:
                 item.visible_until = sent_at + target
 
-            self._ack.change_visibility(item.ticket, target, "extend", on_sent=extended)
+            self._ack.change_visibility(item.ticket, target, "extend", on_sent=extended)  # queued, not waited on
             update_record(self._idempotency, "renew", item, lease_seconds=target)
+            # Each renewal is a call that returned: progress. The allowance (heartbeat_stall_seconds) covers one
+            # call's worst case, not one per running message, which no fixed allowance could.
+            self._liveness.beat(HEARTBEAT_LOOP)
             self._metrics.count("visibility_extensions")

@@ -43,6 +43,7 @@ class Worker:
         clock: Callable[[], float],
         circuit: Circuit | None = None,
         rate: RateLimit | None = None,
+        drain_end: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.handler = handler
         self.contract = contract
@@ -57,6 +58,7 @@ class Worker:
         self._non_retryable = non_retryable_of(handler)
         self._circuit = circuit or settlement.circuit
         self._rate = rate
+        self._drain_end = drain_end
 
     def run(self) -> None:
         while True:
@@ -134,8 +136,11 @@ class Worker:
         """The message as this attempt's handler sees it: its own deadline, and the consumer's stop signal.
 
         A copy, so the received message (what settlement and hand-backs use) is never changed, and a
-        retried message gets a new deadline. The deadline is the one the heartbeat gives up at.
+        retried message gets a new deadline. The deadline is the one the heartbeat gives up at, or, once
+        stopping, the drain's end if earlier (``drain_end``: read when the handler asks, so it moves for handlers
+        already running too).
         """
         assert item.started_at is not None
         deadline = item.started_at + self.contract.message_timeout_seconds
-        return replace(item.message, attempt=Attempt(deadline=deadline, stop=self._stop, clock=self._clock))
+        attempt = Attempt(deadline=deadline, stop=self._stop, clock=self._clock, drain_end=self._drain_end)
+        return replace(item.message, attempt=attempt)

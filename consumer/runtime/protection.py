@@ -29,6 +29,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from consumer.limits import ECS_AGENT_TIMEOUT_SECONDS
+
 logger = logging.getLogger(__name__)
 
 STATE_PATH = "/task-protection/v1/state"
@@ -62,7 +64,7 @@ class ScaleInProtection:
         agent_uri: str | None,
         *,
         expires_in_minutes: int = 60,
-        timeout_seconds: float = 2.0,
+        timeout_seconds: float = ECS_AGENT_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not MIN_EXPIRES_IN_MINUTES <= expires_in_minutes <= MAX_EXPIRES_IN_MINUTES:

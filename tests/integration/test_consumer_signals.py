@@ -112,6 +112,39 @@ def test_consumer_lets_a_long_handler_see_stopping_and_settles_its_return_as_suc
     assert (depth(sqs, pair.queue_url).total, depth(sqs, pair.dlq_url).total) == (0, 0)
 
 
+def test_consumer_shortens_a_running_handlers_remaining_to_the_drain_after_stop(sqs: Any) -> None:
+    """A 60 s handler running when stop() comes: remaining() drops from about 60 s to within the 3 s drain, so a
+    handler pacing itself by remaining() (not by stopping) returns before the drain ends and is deleted."""
+    contract = fast_contract(max_duration_seconds=60, stop_timeout_seconds=8)  # drains for 3 s
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="report")
+    started, stopped = threading.Event(), threading.Event()
+    seen: dict[str, float] = {}
+
+    def handle(message: Message) -> None:
+        seen["at_start"] = message.remaining()
+        started.set()
+        assert stopped.wait(20)
+        seen["after_stop"], seen["deadline"] = message.remaining(), message.deadline
+        while message.remaining() > 1:  # a chunk of work at a time, while the attempt has time left
+            time.sleep(0.02)
+        seen["returned_at"] = time.monotonic()
+
+    worker_ = consumer_of(sqs, pair, contract, handle)
+    with running(worker_) as result:
+        assert started.wait(20)
+        stopped_at = time.monotonic()
+        worker_.stop()
+        stopped.set()
+    drain = contract.drain_timeout_seconds
+    assert result.exit_code == EXIT_OK
+    assert seen["at_start"] > contract.message_timeout_seconds - 5
+    assert drain - 1 < seen["after_stop"] <= drain
+    assert stopped_at < seen["deadline"] <= stopped_at + drain + 0.1
+    assert seen["returned_at"] - stopped_at < drain
+    assert (depth(sqs, pair.queue_url).total, depth(sqs, pair.dlq_url).total) == (0, 0)
+
+
 def test_consumer_gives_each_attempt_its_start_plus_the_message_timeout_as_deadline(
     sqs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

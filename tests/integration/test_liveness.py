@@ -1,7 +1,7 @@
 """Liveness against a real `python -m consumer run` on moto's server: freeze a loop, watch `consumer health` fail.
 
-Slow by nature (the allowances are the contract's, not shortened for the test): the poll allowance is 30 s, the
-slow handler's heartbeat allowance 13 s (heartbeat every 3 s + 10 s).
+Slow by nature (the allowances are the contract's, not shortened for the test): the poll allowance is 128 s (a
+receive's worst case under the client's timeouts + 10 s), the slow handler's heartbeat allowance 79 s.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from bench.proxy import FaultProxy
+from consumer.limits import SQS_CLIENT, SQS_MAX_WAIT_SECONDS
 from tests.integration.conftest import create_pair
 from tests.integration.test_process import CONTRACT, ROOT, process_guard, server_sqs, start, wait_for_event
 
@@ -72,11 +73,11 @@ def health_until(liveness_file: Path, code: int, timeout: float) -> str:
     return seen[1]
 
 
-def test_health_stays_0_while_idle_and_turns_1_naming_the_poller_when_receives_stop_returning(
+def test_health_stays_0_while_idle_and_while_the_endpoint_holds_receives_past_the_read_timeout(
     moto_server: str, server_sqs: Any, proxy: ReceiveHoldingProxy, tmp_path: Path, process_guard: list
 ) -> None:
-    """Idle long polls (empty answers every 20 s) stay healthy past the 30 s allowance; a receive that never returns
-    (the endpoint holds it) fails the check within the allowance, naming poller-0, while the heartbeat is fine."""
+    """Idle long polls stay healthy; so does a receive the endpoint holds past the client's read timeout and into
+    its retry (a slow SQS, which every task would see at once, must not have ECS replace them all)."""
     pair = create_pair(server_sqs, CONTRACT)
     liveness_file = tmp_path / "liveness.json"
     process = start(
@@ -89,23 +90,23 @@ def test_health_stays_0_while_idle_and_turns_1_naming_the_poller_when_receives_s
     process_guard.append(process)
     wait_for_event(process, "consumer_started")
     started = time.monotonic()
-    while time.monotonic() - started < CONTRACT.poll_stall_seconds + 5:  # past the allowance: beats keep it healthy
+    while time.monotonic() - started < SQS_MAX_WAIT_SECONDS + 5:  # past one empty long poll
         assert health(liveness_file)[0] == 0
         time.sleep(3)
     proxy.hold.set()
     server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="0")  # ends the current long poll now
     frozen = time.monotonic()
-    line = health_until(liveness_file, 1, timeout=CONTRACT.poll_stall_seconds + 15)
-    assert time.monotonic() - frozen >= CONTRACT.poll_stall_seconds - 1
-    assert line.startswith("unhealthy: poller-0 stalled: no progress since ") and "30 s allowed" in line
-    assert "heartbeat" not in line
-    assert process.poll() is None  # the process itself is alive: only the check sees the stall
+    while time.monotonic() - frozen < SQS_CLIENT.read_seconds + 15:  # one read timeout and into the retry
+        code, line = health(liveness_file)
+        assert code == 0, line
+        time.sleep(3)
+    assert process.poll() is None
 
 
 def test_health_turns_1_naming_the_heartbeat_when_the_process_is_frozen_and_recovers_after(
     moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
 ) -> None:
-    """SIGSTOP freezes every loop: the heartbeat, with the shorter allowance (13 s), is named first; SIGCONT
+    """SIGSTOP freezes every loop: the heartbeat, with the shorter allowance (79 s), is named first; SIGCONT
     brings the check back to 0."""
     pair = create_pair(server_sqs, CONTRACT)
     liveness_file = tmp_path / "liveness.json"
@@ -116,7 +117,10 @@ def test_health_turns_1_naming_the_heartbeat_when_the_process_is_frozen_and_reco
     process.send_signal(signal.SIGSTOP)
     try:
         line = health_until(liveness_file, 1, timeout=CONTRACT.heartbeat_stall_seconds + 10)
-        assert line.startswith("unhealthy: heartbeat stalled: no progress since ") and "13 s allowed" in line
+        assert (
+            line.startswith("unhealthy: heartbeat stalled: no progress since ")
+            and f"{CONTRACT.heartbeat_stall_seconds} s allowed" in line
+        )
     finally:
         process.send_signal(signal.SIGCONT)
     assert health_until(liveness_file, 0, timeout=10).startswith("healthy: heartbeat ")

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
-from consumer.contract import WorkerContract
+import boto3
+import pytest
+
+from consumer import limits
+from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
+from consumer.limits import DYNAMODB_CLIENT, SQS_CLIENT, ClientTimeouts
+from consumer.runtime.clients import dynamodb_client, sqs_client
+from consumer.runtime.heartbeat import Heartbeat
 from consumer.runtime.liveness import DEFAULT_LIVENESS_FILE, Liveness, check, liveness_path
 from consumer.runtime.polling import Slots
 
@@ -118,18 +127,94 @@ def test_slots_waiting_for_a_free_slot_counts_as_progress() -> None:
 
 
 def test_contract_derives_the_liveness_allowances_and_the_check_timing() -> None:
-    """Poll: the 20 s long poll + 10 s; heartbeat: its interval + 10 s; ECS checks every half of the shorter."""
+    """Poll: a receive's worst case (3 x (5 + 30) s + 13 s of backoff) + 10 s; heartbeat: its interval + one
+    DynamoDB renewal's worst case (3 x (5 + 10) s + 13 s) + 4 agent calls of 2 s + 10 s; ECS checks every half
+    of the shorter."""
     short = WorkerContract(max_duration_seconds=5)  # visibility 15 s: heartbeat every 3 s
-    assert (short.poll_stall_seconds, short.heartbeat_stall_seconds, short.health_check_interval_seconds) == (30, 13, 6)
-    tiny = WorkerContract(max_duration_seconds=1, max_lease_seconds=4)  # heartbeat every 1 s: 11 s // 2 -> ECS's 5 s
-    assert (tiny.heartbeat_stall_seconds, tiny.health_check_interval_seconds) == (11, 5)
-    long = WorkerContract(max_duration_seconds=3600)  # heartbeat capped at 60 s
+    assert (short.poll_stall_seconds, short.heartbeat_stall_seconds, short.health_check_interval_seconds) == (
+        128,
+        79,
+        39,
+    )
+    tiny = WorkerContract(max_duration_seconds=1, max_lease_seconds=4)  # heartbeat every 1 s
+    assert (tiny.heartbeat_stall_seconds, tiny.health_check_interval_seconds) == (77, 38)
+    long = WorkerContract(max_duration_seconds=3600)  # heartbeat capped at 60 s: the poll allowance is shorter
     assert (
         long.heartbeat_stall_seconds,
         long.health_check_interval_seconds,
         long.health_check_start_period_seconds,
-    ) == (
-        70,
-        15,
-        60,
+    ) == (136, 64, 60)
+
+
+def test_client_worst_case_counts_every_attempt_and_botocores_longest_backoff() -> None:
+    """3 attempts of 5 s connect + 30 s read, and the two retries' longest waits (1 s + 5 s, 2 s + 5 s)."""
+    assert ClientTimeouts(connect_seconds=5, read_seconds=30, max_attempts=3).worst_case_seconds() == 118
+    assert ClientTimeouts(connect_seconds=1, read_seconds=1, max_attempts=1).worst_case_seconds() == 2
+    # The 7th retry's wait is capped at botocore's 20 s (2 ** 6 = 64): 1+2+4+8+16+20+20 + 7 x 5 s.
+    assert ClientTimeouts(connect_seconds=0, read_seconds=0, max_attempts=8).worst_case_seconds() == 106
+
+
+def test_the_runtimes_clients_are_built_with_the_timeouts_the_allowances_are_derived_from() -> None:
+    """The SQS and DynamoDB clients the run builds carry exactly SQS_CLIENT's and DYNAMODB_CLIENT's numbers."""
+    session = boto3.Session(region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
+    for client, timeouts in ((sqs_client(session), SQS_CLIENT), (dynamodb_client(session), DYNAMODB_CLIENT)):
+        config = client.meta.config
+        assert (config.connect_timeout, config.read_timeout, config.retries) == (
+            timeouts.connect_seconds,
+            timeouts.read_seconds,
+            {"mode": "standard", "total_max_attempts": timeouts.max_attempts},
+        )
+    assert SQS_CLIENT.read_seconds > SQS_MAX_WAIT_SECONDS  # a long poll never times out on our side
+
+
+def test_allowances_move_with_the_clients_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lengthen a client's read timeout: its loop's allowance grows by the attempts times the change."""
+    contract = WorkerContract(max_duration_seconds=5)
+    poll, heartbeat = contract.poll_stall_seconds, contract.heartbeat_stall_seconds
+    monkeypatch.setattr(
+        limits, "SQS_CLIENT", replace(limits.SQS_CLIENT, read_seconds=limits.SQS_CLIENT.read_seconds + 7)
     )
+    monkeypatch.setattr(limits, "DYNAMODB_CLIENT", replace(limits.DYNAMODB_CLIENT, max_attempts=4))
+    assert contract.poll_stall_seconds == poll + 3 * 7
+    # A 4th attempt: one more connect + read (15 s) and one more retry wait (4 s + 5 s).
+    assert contract.heartbeat_stall_seconds == heartbeat + 15 + 9
+
+
+def test_heartbeat_beats_after_each_lease_renewal(tmp_path: Path) -> None:
+    """Three running messages due for extension: the heartbeat beats after each DynamoDB renewal returns, so its
+    allowance covers one renewal's worst case, not one per running message."""
+    path, clock = tmp_path / "live.json", Clock()
+    liveness = Liveness(path, clock=clock, min_write_seconds=0)
+    liveness.start({"heartbeat": 79})
+    beats: list[float] = []
+
+    class SlowStore:
+        def renew(self, key: str, *, owner: str, lease_seconds: int) -> None:
+            beats.append(json.loads(path.read_text())["loops"]["heartbeat"]["at"])
+            clock.now += 50  # each renewal as slow as a DynamoDB call can be
+
+    contract = WorkerContract(max_duration_seconds=5)
+    items = [
+        SimpleNamespace(
+            ticket=index, started_at=0.0, received_at=0.0, visible_until=1.0, key="k", owner="o", message=None
+        )
+        for index in range(3)
+    ]
+    heartbeat = Heartbeat(
+        contract=contract,
+        table=SimpleNamespace(running=lambda: items),  # type: ignore[arg-type]
+        ack=SimpleNamespace(change_visibility=lambda *_a, **_k: None),  # type: ignore[arg-type]
+        idempotency=SlowStore(),  # type: ignore[arg-type]
+        metrics=SimpleNamespace(count=lambda _name: None),  # type: ignore[arg-type]
+        protection=None,  # type: ignore[arg-type]
+        stop=threading.Event(),
+        closed=threading.Event(),
+        on_stuck=lambda: None,
+        clock=lambda: 0.0,
+        tick_seconds=1,
+        liveness=liveness,
+    )
+    start = clock.now
+    heartbeat._extend_leases(0.0)
+    assert beats == [start, start + 50, start + 100]
+    assert check(path, clock.now)[0] is True  # 150 s of renewals, yet 0 s since the last beat
