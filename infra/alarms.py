@@ -27,6 +27,11 @@ from infra.metrics import WorkerMetrics
 PAGE, TICKET = "page", "ticket"
 BACKLOG_AGE_EVALUATION_MINUTES = 3
 STALLED_EVALUATION_MINUTES = 5
+#: Periods in a row (each :func:`infra.metrics.circuit_period_seconds` long) with a circuit open before
+#: DownstreamUnavailable pages. Three, not two: a blip opens each task's circuit once at about the same time, and
+#: the flushes can stamp those opens on either side of a period boundary, two periods in a row; three need opens
+#: across one whole period, longer than any pause, which only an outage that outlasts the backoff cap makes.
+DOWNSTREAM_EVALUATION_PERIODS = 3
 #: CloudWatch's limit on AlarmDescription.
 MAX_DESCRIPTION_CHARS = 1024
 DEFAULT_RUNBOOK_URL = "docs/runbook.md"
@@ -56,6 +61,8 @@ class QueueAlarms(Construct):
                                           (on a fair queue: the oldest outside the noisy tenants' groups)
     ``consumer_stalled``         page     composite: (oldest source message older than the acceptable
                                           latency AND nothing deleted for 5 minutes) OR no task running
+    ``downstream_unavailable``   page     the circuit opened in each of 3 periods in a row (a period is the longest
+                                          gap between opens while the downstream stays down)
     ============================ ======== =================================================================
 
     ``stalled_inputs`` holds the composite's three input alarms (no actions of their own).
@@ -107,7 +114,7 @@ class QueueAlarms(Construct):
             metric: cloudwatch.IMetric,
             threshold: float,
             comparison: cloudwatch.ComparisonOperator,
-            minutes: int = 1,
+            periods: int = 1,
             missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
         ) -> cloudwatch.Alarm:
             created = cloudwatch.Alarm(
@@ -118,8 +125,8 @@ class QueueAlarms(Construct):
                 metric=metric,
                 threshold=threshold,
                 comparison_operator=comparison,
-                evaluation_periods=minutes,
-                datapoints_to_alarm=minutes,
+                evaluation_periods=periods,
+                datapoints_to_alarm=periods,
                 treat_missing_data=missing,
             )
             if severity is not None:
@@ -202,7 +209,32 @@ class QueueAlarms(Construct):
             fair.quiet_age if fair is not None else metrics.source_age,
             contract.backlog_age_alarm_seconds,
             above,
-            minutes=BACKLOG_AGE_EVALUATION_MINUTES,
+            periods=BACKLOG_AGE_EVALUATION_MINUTES,
+        )
+
+        # An outage held behind the circuit reaches neither the DLQ nor the age and delete alarms: each hand-back is a
+        # fresh copy (the age restarts) and deletes the original. The circuit re-opens at least once a period while
+        # the downstream stays down; no opens means no datapoint, which is no outage.
+        period = round(metrics.circuit_opens.period.to_seconds())
+        outage = DOWNSTREAM_EVALUATION_PERIODS * period
+        self.downstream_unavailable = alarm(
+            "DownstreamUnavailable",
+            PAGE,
+            describe(
+                PAGE,
+                "downstream-unavailable",
+                f"The consumer's circuit for {source_name} opened in {DOWNSTREAM_EVALUATION_PERIODS} periods of"
+                f" {period} s in a row: handlers raise DownstreamUnavailable, so messages wait (handed back, no retry"
+                f" spent, no DLQ) and are late. An outage over {outage} s pages, one open does not; OK once it stays"
+                " closed for a period.",
+                "the downstream the handler calls is down, throttling or unreachable (network, credentials).",
+                "the consumer's logs (circuit_opened: retry_after_seconds, message_id; downstream_unavailable), the"
+                " downstream's status page; the dashboard's circuit row.",
+            ),
+            metrics.circuit_opens,
+            1,
+            at_least,
+            periods=DOWNSTREAM_EVALUATION_PERIODS,
         )
 
         def stalled_input(construct_id: str, what: str, *args: object, **kwargs: object) -> cloudwatch.Alarm:
@@ -217,7 +249,7 @@ class QueueAlarms(Construct):
             metrics.source_age,
             contract.acceptable_latency_seconds,
             above,
-            minutes=BACKLOG_AGE_EVALUATION_MINUTES,
+            periods=BACKLOG_AGE_EVALUATION_MINUTES,
         )
         idle = stalled_input(
             "StalledNothingDeleted",
@@ -225,7 +257,7 @@ class QueueAlarms(Construct):
             metrics.source_deleted,
             1,
             below,
-            minutes=STALLED_EVALUATION_MINUTES,
+            periods=STALLED_EVALUATION_MINUTES,
             missing=cloudwatch.TreatMissingData.BREACHING,
         )
         inputs = [late, idle]
@@ -241,7 +273,7 @@ class QueueAlarms(Construct):
                 metrics.running_tasks,
                 1,
                 below,
-                minutes=3,
+                periods=3,
                 missing=(
                     cloudwatch.TreatMissingData.BREACHING
                     if running_tasks_reliable
@@ -281,4 +313,11 @@ class QueueAlarms(Construct):
     @property
     def paging_alarms(self) -> list[cloudwatch.IAlarm]:
         """Every alarm with actions, for the dashboard's alarm status widget."""
-        return [self.dlq_depth, self.dlq_new_arrivals, self.dlq_age, self.backlog_age, self.consumer_stalled]
+        return [
+            self.dlq_depth,
+            self.dlq_new_arrivals,
+            self.dlq_age,
+            self.backlog_age,
+            self.consumer_stalled,
+            self.downstream_unavailable,
+        ]

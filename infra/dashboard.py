@@ -10,7 +10,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
 from consumer.contract import WorkerContract
-from infra.alarms import QueueAlarms
+from infra.alarms import DOWNSTREAM_EVALUATION_PERIODS, QueueAlarms
 from infra.metrics import WorkerMetrics
 
 WIDTH = 24
@@ -35,26 +35,38 @@ class DashboardSection:
 class WorkerDashboard(Construct):
     """``<stack>``: alarm status, then per worker: source and DLQ depth and age, deletes and receives, the
     consumer's own metrics (processed, failed, poisoned, duration percentiles, visibility extensions, SQS requests
-    per message), running tasks and backlog per task against the scaling target; for a worker that declares
+    per message), the downstream circuit (opens per alarm period against DownstreamUnavailable's threshold, the
+    longest time open), running tasks and backlog per task against the scaling target; for a worker that declares
     ``fair_queue``, a row of SQS's fair-queue metrics (noisy groups, the quiet groups' depth and oldest age).
 
-    With one section the dashboard is exactly that worker's; with several, the first row is the "any worker
-    paging" view (every worker's notifying alarms in one status widget) and each worker's rows follow under a
-    heading with its name. Thresholds appear as horizontal lines taken from the same contract values the alarms
+    With one section the dashboard is exactly that worker's; with several, the first rows are the "any worker
+    paging" view (every worker's notifying alarms, in as many status widgets as CloudWatch's limit of
+    :data:`MAX_ALARMS_PER_STATUS_WIDGET` per widget needs) and each worker's rows follow under a heading with its
+    name. Thresholds appear as horizontal lines taken from the same contract values the alarms
     use. Attribute: ``dashboard``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, sections: Sequence[DashboardSection]) -> None:
         super().__init__(scope, construct_id)
+        if not sections:
+            raise ValueError('"sections" must hold at least one worker\'s section: 0')
         alarms = [alarm for section in sections for alarm in section.alarms.paging_alarms]
-        if not sections or len(alarms) > MAX_ALARMS_PER_STATUS_WIDGET:
-            raise ValueError(
-                f'"sections" must draw 1 to {MAX_ALARMS_PER_STATUS_WIDGET} alarms in the alarm status widget'
-                f" (CloudWatch's limit): {len(alarms)}"
-            )
         title = "Alarms" if len(sections) == 1 else "Alarms: any worker paging"
+        # Six alarms a worker: 19 workers' 114 need two widgets (CloudWatch draws at most 100 in one).
+        chunks = [
+            alarms[start : start + MAX_ALARMS_PER_STATUS_WIDGET]
+            for start in range(0, len(alarms), MAX_ALARMS_PER_STATUS_WIDGET)
+        ]
         rows: list[list[cloudwatch.IWidget]] = [
-            [cloudwatch.AlarmStatusWidget(title=title, alarms=alarms, width=WIDTH, height=3)]
+            [
+                cloudwatch.AlarmStatusWidget(
+                    title=title if len(chunks) == 1 else f"{title} ({number} of {len(chunks)})",
+                    alarms=chunk,
+                    width=WIDTH,
+                    height=3,
+                )
+            ]
+            for number, chunk in enumerate(chunks, start=1)
         ]
         for section in sections:
             if len(sections) > 1:
@@ -122,6 +134,17 @@ def _section_rows(section: DashboardSection) -> list[list[cloudwatch.IWidget]]:
             ),
         ],
     ]
+    rows.append(
+        [
+            graph(
+                "Downstream circuit: opens per alarm period",
+                [m.circuit_opens],
+                width=HALF,
+                lines=[line(1, f"DownstreamUnavailable alarm ({DOWNSTREAM_EVALUATION_PERIODS} periods in a row)")],
+            ),
+            graph("Downstream circuit: longest time open (ms)", [m.circuit_open], width=HALF),
+        ]
+    )
     if m.fair is not None:
         rows.append(
             [

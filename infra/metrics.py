@@ -8,17 +8,43 @@ https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-a
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, TypedDict
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
 
-from consumer.contract import METRICS_NAMESPACE
+from consumer.contract import METRICS_NAMESPACE, SQS_MAX_WAIT_SECONDS, WorkerContract
 from infra.queues import WorkerQueues
 
 SQS_METRIC_PERIOD = Duration.minutes(1)
 CONSUMER_PERIOD = Duration.minutes(1)
+#: The runtime writes its EMF counts when a flush is due (consumer/runtime/heartbeat.py: METRICS_FLUSH_SECONDS,
+#: checked every 0.5 s tick), so a count's datapoint carries a time up to this much after the event; a test
+#: holds the two equal (infra imports no runtime module).
+METRICS_FLUSH_SECONDS = 60
+METRICS_FLUSH_SLACK_SECONDS = 1
+
+
+def circuit_period_seconds(contract: WorkerContract) -> int:
+    """The period of ``circuit_opens`` for the DownstreamUnavailable alarm: the longest gap between two of its
+    datapoints while the downstream stays down, rounded up to a minute (CloudWatch: a multiple of 60 s).
+
+    ``retry_backoff_max + 20 + max_duration + 60 + 1``: an open pauses receiving for at most
+    ``retry_backoff_max`` (consumer/runtime/circuit.py caps every pause there), the probe's receive may long-poll
+    20 s, its handler may run ``max_duration`` before it raises (or is given up on, which frees the next probe),
+    and the flush may stamp one open up to a minute later than the one before it. So every period of an outage
+    holds an open and the alarm does not flap; a shorter period would leave some empty.
+    """
+    gap = (
+        contract.retry_backoff_max_seconds
+        + SQS_MAX_WAIT_SECONDS
+        + contract.max_duration_seconds
+        + METRICS_FLUSH_SECONDS
+        + METRICS_FLUSH_SLACK_SECONDS
+    )
+    return 60 * math.ceil(gap / 60)
 
 
 class _Statistic(TypedDict):
@@ -59,9 +85,19 @@ class WorkerMetrics:
 
         metrics = WorkerMetrics(queues=queues, service=consumer.service)
         cloudwatch.Alarm(..., metric=metrics.dlq_visible, ...)
+
+    ``circuit_period_seconds`` is the period of ``circuit_opens`` (the Worker passes
+    :func:`circuit_period_seconds` of its contract, which the DownstreamUnavailable alarm needs).
     """
 
-    def __init__(self, *, queues: WorkerQueues, service: ecs.FargateService | None, fair_queue: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        queues: WorkerQueues,
+        service: ecs.FargateService | None,
+        fair_queue: bool = False,
+        circuit_period_seconds: int = 60,
+    ) -> None:
         self.queues = queues
         source, dlq = queues.queue, queues.dead_letter_queue
         maximum: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
@@ -111,16 +147,26 @@ class WorkerMetrics:
                 label="Backlog per task",
             )
 
-        def consumer(name: str, statistic: str = cloudwatch.Stats.SUM, label: str | None = None) -> cloudwatch.Metric:
+        def consumer(
+            name: str,
+            statistic: str = cloudwatch.Stats.SUM,
+            label: str | None = None,
+            period: Duration = CONSUMER_PERIOD,
+            labelled: bool = True,
+        ) -> cloudwatch.Metric:
             return cloudwatch.Metric(
                 namespace=METRICS_NAMESPACE,
                 metric_name=name,
                 dimensions_map={"Queue": source.queue_name},
-                period=CONSUMER_PERIOD,
+                period=period,
                 statistic=statistic,
-                label=label or name,
+                label=(label or name) if labelled else None,
             )
 
+        # The circuit's opens per alarm period (no label: the alarm uses it) and the longest open that closed in a
+        # minute (the runtime writes circuit_open, in ms, when the circuit closes).
+        self.circuit_opens = consumer("circuit_opens", period=Duration.seconds(circuit_period_seconds), labelled=False)
+        self.circuit_open = consumer("circuit_open", cloudwatch.Stats.MAXIMUM, "circuit open, longest per close (ms)")
         self.processed = consumer("processed")
         self.failed = consumer("failed")
         self.poisoned = consumer("poisoned")

@@ -16,7 +16,7 @@ from consumer.contract import WorkerContract, check_int
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
 from infra.alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
 from infra.dashboard import DashboardSection
-from infra.metrics import WorkerMetrics
+from infra.metrics import WorkerMetrics, circuit_period_seconds
 from infra.nag import acknowledge
 from infra.queues import WorkerQueues
 from infra.service import ConsumerService, container_secrets
@@ -134,7 +134,12 @@ class Worker(Construct):
         )
         if producers:
             self.queues.restrict_senders(producers, requeuer=self.consumer.task_role)
-        self.metrics = WorkerMetrics(queues=self.queues, service=self.consumer.service, fair_queue=contract.fair_queue)
+        self.metrics = WorkerMetrics(
+            queues=self.queues,
+            service=self.consumer.service,
+            fair_queue=contract.fair_queue,
+            circuit_period_seconds=circuit_period_seconds(contract),
+        )
         self.alarms = QueueAlarms(
             self,
             "Alarms",

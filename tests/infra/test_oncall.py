@@ -137,6 +137,7 @@ def test_severity_routing_per_environment(synthesized: dict[str, Synthesized], n
         "DlqAge": "page",
         "BacklogAge": "ticket",
         "ConsumerStalled": "page",
+        "DownstreamUnavailable": "page",
     }
 
 
@@ -216,6 +217,7 @@ def test_dashboard_alarm_widget_lists_every_alarm_with_actions(dev: Synthesized)
             "GreaterThanThreshold",
             "backlog-age",
         ),
+        ("downstream_unavailable", "circuit_opens", 1, 3, "GreaterThanOrEqualToThreshold", "downstream-unavailable"),
     ],
 )
 def test_each_metric_alarm_rule_and_runbook_section(
@@ -229,3 +231,40 @@ def test_each_metric_alarm_rule_and_runbook_section(
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (periods, periods)
     assert alarm["TreatMissingData"] == "notBreaching"
     assert alarm["AlarmDescription"].endswith(f"Runbook: docs/runbook.md#{section}")
+
+
+def test_downstream_unavailable_counts_the_consumers_circuit_opens_per_derived_period(prod: Synthesized) -> None:
+    """Sum of the consumer's circuit_opens (EMF: SqsWorker, Queue = the source), one period of the longest gap between
+    opens in an outage (prod: 300 s cap + 20 s poll + 90 s handler + 61 s flush, up to 480 s), paging."""
+    alarm = props(prod, prod.stack.alarms.downstream_unavailable)
+    source = {"Fn::GetAtt": [prod.logical_id(prod.stack.queues.queue), "QueueName"]}
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Dimensions"]) == (
+        "SqsWorker",
+        "circuit_opens",
+        [{"Name": "Queue", "Value": source}],
+    )
+    assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 480)
+    assert alarm["AlarmName"] == "SqsWorker-prod-DownstreamUnavailable"
+    topic = [ref(prod, prod.stack.paging.topic)]
+    assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
+
+
+def test_dashboard_draws_the_circuit_with_the_alarms_threshold(prod: Synthesized) -> None:
+    """The circuit row: opens at the alarm's period with its threshold, and the longest time open."""
+    body = json.loads(_dashboard(prod))
+    graphs = {w["properties"]["title"]: w["properties"] for w in body["widgets"] if w["type"] == "metric"}
+    source = f"<{prod.logical_id(prod.stack.queues.queue)}.QueueName>"
+    opens = graphs["Downstream circuit: opens per alarm period"]
+    assert opens["metrics"] == [["SqsWorker", "circuit_opens", "Queue", source, {"period": 480, "stat": "Sum"}]]
+    assert opens["annotations"]["horizontal"] == [
+        {"value": 1, "label": "DownstreamUnavailable alarm (3 periods in a row)", "yAxis": "left"}
+    ]
+    assert graphs["Downstream circuit: longest time open (ms)"]["metrics"] == [
+        [
+            "SqsWorker",
+            "circuit_open",
+            "Queue",
+            source,
+            {"label": "circuit open, longest per close (ms)", "period": 60, "stat": "Maximum"},
+        ]
+    ]

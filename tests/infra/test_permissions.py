@@ -540,7 +540,7 @@ def test_tier_binds_the_resources_the_stack_really_uses(bound: dict[str, Binding
     assert dev.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-dev-dlq"
     assert shared.resources["task"] == "arn:aws:ecs:eu-west-1:111122223333:task/platform/" + TASK_ID
     actions = dev.alarm_actions()
-    assert len({alarm for alarm, _, _ in actions}) == 5  # four metric alarms with actions and the composite
+    assert len({alarm for alarm, _, _ in actions}) == 6  # five metric alarms with actions and the composite
     assert [topic.split(":")[-1].split("-")[2] for topic in {topic for _, topic, _ in actions}] == [
         "TicketsTopicC7E9F99F"
     ]

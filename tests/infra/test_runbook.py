@@ -46,9 +46,13 @@ def test_every_alarm_links_to_an_existing_runbook_section(synthesized: dict[str,
 
 
 def test_every_paging_alarm_has_its_own_runbook_section(prod: Synthesized) -> None:
-    """The five alarms that notify someone each have a section: depth, new arrivals, age, backlog, stalled."""
+    """The six alarms that notify someone each have a section: depth, new arrivals, age, backlog, stalled, downstream."""
     linked = {LINK.search(descriptions(prod)[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.paging_alarms}
-    assert linked == {"dlq-depth", "dlq-new-arrivals", "dlq-age", "backlog-age", "consumer-stalled"} <= anchors()
+    assert (
+        linked
+        == {"dlq-depth", "dlq-new-arrivals", "dlq-age", "backlog-age", "consumer-stalled", "downstream-unavailable"}
+        <= anchors()
+    )
 
 
 def test_alarm_descriptions_name_the_first_commands(prod: Synthesized) -> None:

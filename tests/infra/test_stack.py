@@ -224,7 +224,7 @@ def test_topics_and_key_admit_exactly_the_alarms_that_notify(dev: Synthesized) -
         for a in alarms
         if a["Properties"].get("AlarmActions")
     )
-    assert len(notifying) == 5
+    assert len(notifying) == 6
     policies = [p["Properties"]["PolicyDocument"] for p in dev.resources("AWS::SNS::TopicPolicy").values()]
     policies.append(dev.json["Resources"][dev.logical_id(dev.stack.paging.key)]["Properties"]["KeyPolicy"])
     for policy in policies:

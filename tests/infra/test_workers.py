@@ -114,7 +114,7 @@ def test_dashboard_has_an_any_worker_paging_view_and_a_section_per_worker(envs: 
     """One dashboard: every worker's notifying alarms in the first widget, then a heading per worker."""
     widgets = dashboard_body(envs["two"])["widgets"]
     assert widgets[0]["properties"]["title"] == "Alarms: any worker paging"
-    assert len(widgets[0]["properties"]["alarms"]) == 10
+    assert len(widgets[0]["properties"]["alarms"]) == 12
     headings = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
     assert headings == ["## Worker notify", "## Worker exports"]
 
@@ -138,6 +138,9 @@ def test_most_workers_synthesize_within_cloudformation_and_cloudwatch_limits(env
     assert len(env.json["Outputs"]) <= CFN_MAX_OUTPUTS
     assert template_bytes <= CFN_MAX_TEMPLATE_BYTES
     assert len(widgets) <= CW_MAX_WIDGETS
-    assert len(widgets[0]["properties"]["alarms"]) <= CW_MAX_STATUS_ALARMS
+    status = [w["properties"] for w in widgets if w["type"] == "alarm"]
+    assert [s["title"] for s in status] == ["Alarms: any worker paging (1 of 2)", "Alarms: any worker paging (2 of 2)"]
+    assert max(len(s["alarms"]) for s in status) <= CW_MAX_STATUS_ALARMS
+    assert sum(len(s["alarms"]) for s in status) == 6 * MAX_WORKERS
     assert len(rules) == MAX_WORKERS
     assert max(len(json.dumps(rule)) for rule in rules) <= CW_MAX_ALARM_RULE_CHARS
