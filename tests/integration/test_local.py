@@ -96,7 +96,7 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     metric_alarms = {k for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
     alarms = {a["AlarmName"]: a for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]}
     assert set(alarms) == {f"{local.stack_name}-{logical_id}" for logical_id in metric_alarms}
-    assert len(alarms) == 7
+    assert len(alarms) == 8  # with DownstreamUnavailable, the circuit's alarm
     contract = WorkerContract.from_env(local.task_environment)
     dlq_age = next(a for k, a in alarms.items() if "DlqAge" in k)
     assert (dlq_age["MetricName"], dlq_age["Threshold"]) == (
