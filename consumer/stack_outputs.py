@@ -8,6 +8,9 @@ workers in order, and each task definition names its worker in its metadata.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 #: The stack output listing the workers, comma-separated, the first one first.
 WORKER_NAMES_OUTPUT = "WorkerNames"
 #: The task definition's metadata key naming the worker it runs (CloudFormation ignores resource metadata).
@@ -18,3 +21,13 @@ def output_prefix(worker: str | None) -> str:
     """What a worker's stack outputs start with: ``""`` for None (the first worker), else its name in PascalCase
     (``order-emails`` -> ``OrderEmails``; one prefix per name, since a name is lowercase words joined by ``-``)."""
     return "".join(word.capitalize() for word in worker.split("-")) if worker else ""
+
+
+def task_definitions(resources: Mapping[str, Any]) -> list[tuple[str | None, Mapping[str, Any]]]:
+    """Each ``AWS::ECS::TaskDefinition`` of a template's ``Resources``, in order, with the worker its metadata names
+    (None where it names none: a stack built before workers, or by hand)."""
+    return [
+        (resource.get("Metadata", {}).get(WORKER_METADATA_KEY), resource)
+        for resource in resources.values()
+        if resource["Type"] == "AWS::ECS::TaskDefinition"
+    ]

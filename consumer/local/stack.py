@@ -27,7 +27,7 @@ from typing import Any
 
 import boto3
 
-from consumer.stack_outputs import WORKER_METADATA_KEY
+from consumer.stack_outputs import WORKER_METADATA_KEY, task_definitions
 
 LOCAL_REGION = "eu-west-1"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
@@ -275,12 +275,11 @@ def _worker_environments(
     The worker's name is the task definition's ``sqs-worker:worker`` metadata; a template with one task
     definition and no such metadata (a stack built before workers, or by hand) names it ``default``.
     """
-    definitions = [r for r in resources.values() if r["Type"] == "AWS::ECS::TaskDefinition"]
+    definitions = task_definitions(resources)
     if not definitions:
         raise LocalProvisioningError("expected an AWS::ECS::TaskDefinition in the template, found none")
     workers: dict[str, dict[str, str]] = {}
-    for definition in definitions:
-        name = definition.get("Metadata", {}).get(WORKER_METADATA_KEY)
+    for name, definition in definitions:
         if name is None:
             if len(definitions) > 1:
                 raise LocalProvisioningError(

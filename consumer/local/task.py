@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.local.image import IMAGE_REPOSITORY, BuiltImage, Engine, build_image
-from consumer.stack_outputs import WORKER_METADATA_KEY
+from consumer.stack_outputs import task_definitions
 
 #: ECS's stop timeout when the container definition sets none (Fargate).
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
@@ -265,14 +265,12 @@ def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_nam
 def _task_definition(template: Mapping[str, Any], stack_name: str, worker: str | None) -> Mapping[str, Any]:
     """The task definition ``worker`` runs, by the metadata :class:`infra.worker.Worker` sets; the only one when
     ``worker`` is None; else a :class:`TaskDefinitionError` listing the workers there are."""
-    definitions: list[Mapping[str, Any]] = [
-        r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"
-    ]
+    definitions = task_definitions(template["Resources"])
     if not definitions:
         raise TaskDefinitionError(f"{stack_name}: expected an AWS::ECS::TaskDefinition, found none")
     if worker is None and len(definitions) == 1:
-        return definitions[0]
-    by_worker = {d.get("Metadata", {}).get(WORKER_METADATA_KEY): d for d in definitions}
+        return definitions[0][1]
+    by_worker = dict(definitions)
     if worker is not None and worker in by_worker:
         return by_worker[worker]
     workers = ", ".join(name or "(unnamed)" for name in by_worker)
