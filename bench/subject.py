@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -40,7 +41,7 @@ from botocore.exceptions import ClientError
 from consumer.contract import SQS_MAX_BATCH, WorkerContract
 from consumer.runtime import consumer as runtime
 from consumer.runtime.consumer import Consumer
-from consumer.runtime.observability import Metrics
+from consumer.runtime.observability import Metrics, configure_logging
 
 NAIVE_EMPTY_DELAY_SECONDS = 1.0
 app = typer.Typer(add_completion=False)
@@ -156,9 +157,37 @@ class Naive:
             thread.join(30)
 
 
+class Plain(Naive):
+    """The ceiling: one thread of receive 10 / handle each / one ``DeleteMessageBatch`` for the batch.
+
+    What the endpoint and the client library allow one interpreter to do with the same handler: no slots, no
+    heartbeat, no bookkeeping, no shutdown handling. Not a consumer to run (a crash mid-batch strands the
+    whole batch, a slow handler lets the rest's visibility run down); the yardstick the per-message cost of
+    ours is measured against.
+    """
+
+    def __init__(self, client: Any, queue_url: str, handle) -> None:
+        super().__init__(client, queue_url, 1, handle)
+
+    def _loop(self) -> None:
+        while not self.stop_event.is_set():
+            messages = self.client.receive_message(
+                QueueUrl=self.queue_url, MaxNumberOfMessages=SQS_MAX_BATCH, WaitTimeSeconds=1
+            ).get("Messages", [])
+            done = []
+            for message in messages:
+                try:
+                    self.handle(message["Body"])
+                except Exception:  # noqa: BLE001 (left to its visibility timeout, as the naive loop does)
+                    continue
+                done.append({"Id": str(len(done)), "ReceiptHandle": message["ReceiptHandle"]})
+            if done:
+                self.client.delete_message_batch(QueueUrl=self.queue_url, Entries=done)
+
+
 @app.command()
 def main(
-    impl: str = typer.Option(..., help="ours | naive"),
+    impl: str = typer.Option(..., help="ours | naive | plain"),
     queue_url: str = typer.Option(...),
     endpoint: str = typer.Option(...),
     result: Path = typer.Option(..., help="where to write the JSON result"),
@@ -172,8 +201,14 @@ def main(
     window_seconds: float = typer.Option(8.0, help="0: run until SIGTERM"),
     record: Path | None = typer.Option(None, help="append one JSON line per handler start/end"),
     batch_fill: float | None = typer.Option(None, help="ours: override BATCH_FILL_SECONDS (ablation)"),
+    log_level: str = typer.Option("INFO", help="ours: CONSUMER_LOG_LEVEL (the container's default is INFO)"),
 ) -> None:
-    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    if impl == "ours":
+        # Ours logs as the container does (JSON lines at INFO; the lines go nowhere here, their formatting is the
+        # cost): a benchmark that silenced them would not measure what a task pays per message.
+        configure_logging(stream=open(os.devnull, "w"), level=log_level)  # noqa: SIM115 (lives as long as the process)
+    else:
+        logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     # Standard retry mode, as the consumer container configures it; a bigger pool for 64 threads.
     config = Config(retries={"mode": "standard"}, max_pool_connections=max(10, concurrency + 10))
     client = boto3.client("sqs", endpoint_url=endpoint, config=config)
@@ -200,13 +235,13 @@ def main(
         signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
         runner.start()
         join = runner.join
-    elif impl == "naive":
-        naive = Naive(client, queue_url, concurrency, handle)
+    elif impl in ("naive", "plain"):
+        naive = Naive(client, queue_url, concurrency, handle) if impl == "naive" else Plain(client, queue_url, handle)
         naive.start()
         forever = threading.Event()  # the naive process runs until SIGTERM kills it (it has no handler)
         stop, join = naive.stop, (lambda timeout=None: forever.wait(timeout))
     else:
-        raise typer.BadParameter(f"must be ours or naive: {impl!r}", param_hint="--impl")
+        raise typer.BadParameter(f"must be ours, naive or plain: {impl!r}", param_hint="--impl")
     time.sleep(idle_seconds)
     idle = rss_kib()
     print("ready", flush=True)
@@ -216,9 +251,9 @@ def main(
         result.write_text(json.dumps({"impl": impl, "idle": idle, "load": rss_kib(), **recorder.snapshot()}))
         return
     time.sleep(warmup_seconds)
-    begin, t0 = recorder.snapshot(), time.monotonic()
+    begin, t0, cpu0 = recorder.snapshot(), time.monotonic(), time.process_time()
     time.sleep(window_seconds)
-    end, t1 = recorder.snapshot(), time.monotonic()
+    end, t1, cpu1 = recorder.snapshot(), time.monotonic(), time.process_time()
     load = rss_kib()
     stop()
     if impl == "ours":
@@ -231,6 +266,8 @@ def main(
                 "concurrency": concurrency,
                 "sleep": sleep,
                 "seconds": t1 - t0,
+                # The process's CPU time (every thread, user and system) over the window: what a task's bill scales with.
+                "cpu_seconds": cpu1 - cpu0,
                 "window": window,
                 "requests_by_operation": dict(recorder.requests),
                 "total": recorder.snapshot(),
