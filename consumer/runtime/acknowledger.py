@@ -65,6 +65,10 @@ class _Flush:
     done: threading.Event = field(default_factory=threading.Event)
 
 
+#: Wakes the thread: a batch of deletes is full.
+_WAKE = object()
+
+
 class Acknowledger:
     """Batches ``DeleteMessageBatch`` and ``ChangeMessageVisibilityBatch`` for one queue.
 
@@ -89,9 +93,14 @@ class Acknowledger:
         self._queue_url = queue_url
         self._on_deleted = on_deleted
         self._clock = clock
-        self._ops: queue.Queue[object] = queue.Queue()
+        self._ops: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._deletes: list[Ticket] = []
         self._oldest_delete: float | None = None
+        # Deletes wait here, without waking the thread, until a batch is full or the thread's own tick finds
+        # the oldest due: one wake-up per 10 deletes rather than a thread switch per message.
+        self._pending_lock = threading.Lock()
+        self._pending: list[Ticket] = []
+        self._oldest_pending: float | None = None
         self._thread = threading.Thread(target=self._run, name="acknowledger", daemon=True)
         self._closed = False
 
@@ -100,7 +109,13 @@ class Acknowledger:
 
     def delete(self, ticket: Ticket) -> None:
         """Delete after success (or after a move to the DLQ)."""
-        self._ops.put(ticket)
+        with self._pending_lock:
+            self._pending.append(ticket)
+            if self._oldest_pending is None:
+                self._oldest_pending = self._clock()
+            full = len(self._pending) % SQS_MAX_BATCH == 0
+        if full:
+            self._ops.put(_WAKE)
 
     def change_visibility(
         self, ticket: Ticket, seconds: int, reason: str, on_sent: Callable[[float], None] | None = None
@@ -131,16 +146,13 @@ class Acknowledger:
             except queue.Empty:
                 op = ...
             if op is None:
+                self._take_pending()
                 self._send_deletes()
                 return
             visibility: list[_Visibility] = []
             flushes: list[_Flush] = []
             while True:
-                if isinstance(op, Ticket):
-                    if self._oldest_delete is None:
-                        self._oldest_delete = self._clock()
-                    self._deletes.append(op)
-                elif isinstance(op, _Visibility):
+                if isinstance(op, _Visibility):
                     visibility.append(op)
                 elif isinstance(op, _Flush):
                     flushes.append(op)
@@ -151,12 +163,23 @@ class Acknowledger:
                 if op is None:
                     self._ops.put(None)
                     break
+            self._take_pending()
             self._send_visibility(visibility)
             due = self._oldest_delete is not None and self._clock() - self._oldest_delete >= DELETE_FLUSH_SECONDS
             if flushes or due or len(self._deletes) >= SQS_MAX_BATCH:
                 self._send_deletes(everything=bool(flushes) or due)
             for marker in flushes:
                 marker.done.set()
+
+    def _take_pending(self) -> None:
+        """Move the deletes decided so far onto this thread's list (keeping when the oldest was decided)."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+            oldest, self._oldest_pending = self._oldest_pending, None
+        if pending:
+            self._deletes += pending
+            if self._oldest_delete is None:
+                self._oldest_delete = oldest
 
     def _send_deletes(self, everything: bool = True) -> None:
         while self._deletes and (everything or len(self._deletes) >= SQS_MAX_BATCH):

@@ -130,6 +130,8 @@ class Circuit:
 
     def may_start(self, message_id: str) -> bool:
         """Whether a received message may start now: any while closed, only the probe while half-open."""
+        if self.state is CircuitState.CLOSED:  # the common case, read without the lock (one attribute read)
+            return True
         with self._lock:
             return self.state is CircuitState.CLOSED or (
                 self.state is CircuitState.HALF_OPEN and message_id == self._probe
@@ -138,6 +140,10 @@ class Circuit:
     def answered(self, message_id: str, downstream_answered: bool | None) -> None:
         """A started message's outcome: True (the downstream answered) closes a half-open circuit on its probe;
         None (no attempt reached the downstream: deferred, a duplicate) lets the next receive probe again."""
+        if self.state is CircuitState.CLOSED:
+            # Without the lock: a probe is taken while half-open, before its message is handed to a worker, and
+            # only its own answer closes the circuit again; read closed here, this message is no probe.
+            return
         now = self._clock()
         with self._lock:
             if self.state is not CircuitState.HALF_OPEN or message_id != self._probe:

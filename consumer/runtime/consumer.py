@@ -158,7 +158,8 @@ class Consumer:
         self._closed = threading.Event()
         self._table = InFlightTable()
         self._slots = Slots(contract.concurrency, tick_seconds=TICK_SECONDS)
-        self._work: queue.Queue[list[InFlight]] = queue.Queue()
+        # SimpleQueue (C, no Condition): one put and one get per message, the cheapest hand-off there is.
+        self._work: queue.SimpleQueue[list[InFlight]] = queue.SimpleQueue()
         self.circuit = Circuit(contract, metrics=self.metrics, clock=clock)
         rate = max_rate if max_rate is not None else max_rate_of(handler)
         if rate is not None:

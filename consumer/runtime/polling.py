@@ -50,6 +50,9 @@ class Slots:
         self._clock = clock
         self._tick_seconds = tick_seconds
         self._condition = threading.Condition()
+        #: How many free slots each waiting poller needs to go on (one entry per waiter): a release wakes the
+        #: pollers only once one of them can go on, not once per finished handler (a thread switch each).
+        self._needs: list[int] = []
 
     def reserve_up_to(
         self,
@@ -72,22 +75,31 @@ class Slots:
             while self._free == 0 and not stop.is_set():
                 if on_wait is not None:
                     on_wait()
-                self._condition.wait(self._tick_seconds)
+                self._wait_for(1, self._tick_seconds)
             wanted = min(wanted, self._total)
             deadline = self._clock() + fill_seconds
             while self._free < wanted and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
-                self._condition.wait(remaining)
+                self._wait_for(wanted, remaining)
             if stop.is_set():
                 return 0
             taken = min(wanted, self._free)
             self._free -= taken
             return taken
 
+    def _wait_for(self, need: int, timeout: float) -> None:
+        """Wait (lock held) until ``need`` slots may be free, or ``timeout``."""
+        self._needs.append(need)
+        try:
+            self._condition.wait(timeout)
+        finally:
+            self._needs.remove(need)
+
     def release(self, count: int = 1) -> None:
         if count:
             with self._condition:
                 self._free += count
-                self._condition.notify_all()
+                if self._needs and self._free >= min(self._needs):
+                    self._condition.notify_all()
 
 
 class Poller:
@@ -106,7 +118,7 @@ class Poller:
         task_role_id: str | None,
         slots: Slots,
         table: InFlightTable,
-        work: queue.Queue[list[InFlight]],
+        work: queue.SimpleQueue[list[InFlight]],
         stop: threading.Event,
         metrics: Metrics,
         protection: ScaleInProtection,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import queue
@@ -37,7 +38,7 @@ class Worker:
         settlement: Settlement,
         idempotency: IdempotencyStore,
         metrics: Metrics,
-        work: queue.Queue[list[InFlight]],
+        work: queue.SimpleQueue[list[InFlight]],
         stop: threading.Event,
         owner: str,
         clock: Callable[[], float],
@@ -53,7 +54,10 @@ class Worker:
         self._metrics = metrics
         self._work = work
         self._stop = stop
-        self._owner = owner
+        # Unique per attempt: this process's name, a token drawn once (a restarted process with the same host, pid
+        # and address never reuses an old attempt's name) and a counter (atomic under the GIL, no uuid per message).
+        self._owner = f"{owner}:{uuid.uuid4().hex[:8]}"
+        self._attempts = itertools.count(1)
         self._clock = clock
         self._non_retryable = non_retryable_of(handler)
         self._circuit = circuit or settlement.circuit
@@ -76,7 +80,7 @@ class Worker:
     def _process(self, item: InFlight) -> bool:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
         message = item.message
-        owner = f"{self._owner}:{uuid.uuid4().hex[:12]}"
+        owner = f"{self._owner}:{next(self._attempts)}"
         if not self._may_start(item):
             return False
         if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
