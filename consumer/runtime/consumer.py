@@ -47,8 +47,10 @@ from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import (
     BATCH_FILL_SECONDS,
     LONG_POLL_SECONDS,
+    LOOKAHEAD_WAIT_SECONDS,
     RECEIVE_ERROR_MAX_BACKOFF_SECONDS,
     TICK_SECONDS,
+    Lookahead,
     Poller,
     Slots,
 )
@@ -61,13 +63,14 @@ if TYPE_CHECKING:  # the stubs are a development dependency: the image does not 
 
 # The names other modules, tests and bench import from here, wherever they now live. The timing knobs
 # are read from this module when a Consumer is built, so setting them here (bench/subject.py sets
-# BATCH_FILL_SECONDS, a test TICK_SECONDS) still tunes every part.
+# BATCH_FILL_SECONDS and LOOKAHEAD_WAIT_SECONDS, a test TICK_SECONDS) still tunes every part.
 __all__ = [
     "BATCH_FILL_SECONDS",
     "DISPATCH_WAIT_SECONDS",
     "EXIT_OK",
     "EXIT_STUCK",
     "LONG_POLL_SECONDS",
+    "LOOKAHEAD_WAIT_SECONDS",
     "METRICS_FLUSH_SECONDS",
     "RECEIVE_ERROR_MAX_BACKOFF_SECONDS",
     "ROLE_ID_PATTERN",
@@ -212,6 +215,12 @@ class Consumer:
             circuit=self.circuit,
             rate=None if rate is None else RateLimit(rate, clock),
             drain_end=lambda: self._drain_end,
+            lookahead=Lookahead(
+                self._slots,
+                concurrency=contract.concurrency,
+                batch_size=contract.batch_size,
+                wait_seconds=LOOKAHEAD_WAIT_SECONDS,
+            ),
         )
         self._heartbeat = Heartbeat(
             contract=contract,

@@ -37,6 +37,12 @@ TICK_SECONDS = 0.5
 #: A busy poller waits at most this long for enough free slots to receive a full batch
 #: (see Slots.reserve_up_to); 0.2 SQS requests per message needs full batches.
 BATCH_FILL_SECONDS = 0.1
+#: How long a message received ahead of a free handler (see :class:`Lookahead`) may expect to wait for one;
+#: 0 receives only for free handlers. At most a heartbeat interval (1 s or more), so a message that waited
+#: still has more lease left than the heartbeat's extension threshold when it starts.
+LOOKAHEAD_WAIT_SECONDS = 1.0
+#: How many handler durations the lookahead's running mean remembers (an exponential moving average's span).
+LOOKAHEAD_SPAN = 64
 
 
 class Slots:
@@ -46,6 +52,7 @@ class Slots:
         self, total: int, clock: Callable[[], float] = time.monotonic, *, tick_seconds: float = TICK_SECONDS
     ) -> None:
         self._total = total
+        self._capacity = total  # handlers plus the lookahead (set_extra)
         self._free = total
         self._clock = clock
         self._tick_seconds = tick_seconds
@@ -72,11 +79,11 @@ class Slots:
         consumer has every slot free and never waits.
         """
         with self._condition:
-            while self._free == 0 and not stop.is_set():
+            while self._free <= 0 and not stop.is_set():  # below 0 while a lowered lookahead settles
                 if on_wait is not None:
                     on_wait()
                 self._wait_for(1, self._tick_seconds)
-            wanted = min(wanted, self._total)
+            wanted = min(wanted, self._capacity)
             deadline = self._clock() + fill_seconds
             while self._free < wanted and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
                 self._wait_for(wanted, remaining)
@@ -100,6 +107,54 @@ class Slots:
                 self._free += count
                 if self._needs and self._free >= min(self._needs):
                     self._condition.notify_all()
+
+    def set_extra(self, extra: int) -> None:
+        """Hold up to ``extra`` more messages than there are handlers (received ahead, waiting for one).
+
+        Lowering it takes effect as messages settle: the free count may go below 0 until then.
+        """
+        with self._condition:
+            self._free += extra - (self._capacity - self._total)
+            self._capacity = self._total + extra
+            if self._needs and self._free >= min(self._needs):
+                self._condition.notify_all()
+
+
+class Lookahead:
+    """How many messages a poller may receive ahead of free handlers: as many as the handlers clear in
+    ``wait_seconds``, from the running mean of their durations, at most one batch; 0 until one has finished.
+
+    A receive then overlaps the handlers' work instead of waiting for it: with short handlers a free handler
+    finds the next message already here, and a receive can ask for a full batch at any concurrency. A slow
+    handler (a mean near or above ``wait_seconds`` per handler) gets no lookahead: no message waits long here
+    while another task could run it, and the default 0.2 s of a 10-minute job never holds back nine others.
+
+    Example::
+
+        lookahead = Lookahead(slots, concurrency=16, batch_size=10, wait_seconds=1.0)
+        lookahead.finished(0.05)  # after each handler: 16 handlers clear 320 a second, so a batch of 10 ahead
+    """
+
+    def __init__(self, slots: Slots, *, concurrency: int, batch_size: int, wait_seconds: float) -> None:
+        self._slots = slots
+        self._concurrency = concurrency
+        self._batch_size = batch_size
+        self._wait_seconds = wait_seconds
+        self._alpha = 2 / (LOOKAHEAD_SPAN + 1)
+        self.mean_seconds: float | None = None
+        self.extra = 0
+
+    def finished(self, seconds: float) -> None:
+        """One handler ran ``seconds``: update the mean, and the slots' extra capacity when it changes."""
+        mean = self.mean_seconds
+        # Unlocked: workers race on a float, and a lost update only delays the mean by one sample.
+        self.mean_seconds = mean = seconds if mean is None else mean + self._alpha * (seconds - mean)
+        if self._wait_seconds <= 0:
+            return
+        extra = min(self._batch_size, int(self._wait_seconds * self._concurrency / max(mean, 1e-6)))
+        if extra != self.extra:
+            self.extra = extra
+            self._slots.set_extra(extra)
 
 
 class Poller:

@@ -18,6 +18,7 @@ from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
+from consumer.runtime.polling import Lookahead
 from consumer.runtime.settlement import ALREADY_DONE, DEFERRED, SUCCEEDED, Outcome, Settlement, Verdict
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
@@ -45,6 +46,7 @@ class Worker:
         circuit: Circuit | None = None,
         rate: RateLimit | None = None,
         drain_end: Callable[[], float] = lambda: math.inf,
+        lookahead: Lookahead | None = None,
     ) -> None:
         self.handler = handler
         self.contract = contract
@@ -63,6 +65,7 @@ class Worker:
         self._circuit = circuit or settlement.circuit
         self._rate = rate
         self._drain_end = drain_end
+        self._lookahead = lookahead
 
     def run(self) -> None:
         while True:
@@ -82,6 +85,11 @@ class Worker:
         message = item.message
         owner = f"{self._owner}:{next(self._attempts)}"
         if not self._may_start(item):
+            return False
+        if item.visible_until - self._clock() <= self.contract.heartbeat_threshold_seconds:
+            # Received ahead and kept waiting past the heartbeat's reach (handlers ran far longer than their
+            # mean): its lease may lapse before an extension, and another receive run it too. Hand it back.
+            self._settlement.hand_back_unstarted([item], "lease_ran_down")
             return False
         if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
             return False
@@ -133,7 +141,10 @@ class Worker:
             # and strand the message; as a failed attempt it backs off and, on its last receive, goes
             # to the DLQ like any other failure.
             outcome = Outcome(Verdict.FAILED, failure)
-        self._metrics.timing("duration", (self._clock() - started) * 1000)
+        seconds = self._clock() - started
+        self._metrics.timing("duration", seconds * 1000)
+        if self._lookahead is not None:
+            self._lookahead.finished(seconds)
         return outcome
 
     def _view(self, item: InFlight) -> Message:
