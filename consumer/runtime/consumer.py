@@ -2,8 +2,8 @@
 
 Threads and what each runs:
 
-* pollers (``contract.pollers``, :mod:`.polling`): reserve free slots first, then long-poll
-  for at most that many messages, so a received message always has a slot to start in;
+* pollers (``contract.pollers``, :mod:`.polling`): reserve free slots first (handlers, plus a lookahead
+  of what short handlers clear in a second), then long-poll for at most that many messages;
 * workers (``contract.concurrency``, :mod:`.processing`): run the handler under the
   idempotency guard; :mod:`.settlement` turns each outcome into SQS calls;
 * heartbeat (:mod:`.heartbeat`): gives up on handlers past ``max_duration``, extends leases
@@ -219,7 +219,8 @@ class Consumer:
                 self._slots,
                 concurrency=contract.concurrency,
                 batch_size=contract.batch_size,
-                wait_seconds=LOOKAHEAD_WAIT_SECONDS,
+                # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn.
+                wait_seconds=0.0 if rate is not None else LOOKAHEAD_WAIT_SECONDS,
             ),
         )
         self._heartbeat = Heartbeat(

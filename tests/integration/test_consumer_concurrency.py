@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from consumer import Message
 from consumer.runtime.consumer import EXIT_OK
+from consumer.runtime.inflight import InFlight, LogContext, State
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import consumer_of, fast_contract
@@ -40,3 +42,57 @@ def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None
     assert sorted(started) == sorted(bodies)
     assert len(deleted) == len(set(deleted)) == 16
     assert depth(sqs, pair.dlq_url).total == 0
+
+
+def test_consumer_receives_ahead_of_a_short_handler(sqs: Any) -> None:
+    """One handler slot, a 1 ms handler: once a handler has finished, a receive asks for a full batch (the
+    lookahead), not one message per receive; every message still runs once and is deleted."""
+    contract = fast_contract(concurrency=1)
+    pair = create_pair(sqs, contract)
+    bodies = [f"m{i}" for i in range(30)]
+    for start in range(0, 30, 10):
+        entries = [{"Id": b, "MessageBody": b} for b in bodies[start : start + 10]]
+        sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=entries)
+    asked: list[int] = []
+    sqs.meta.events.register(
+        "provide-client-params.sqs.ReceiveMessage", lambda params, **_: asked.append(params["MaxNumberOfMessages"])
+    )
+    started: list[str] = []
+
+    def handle(message: Message) -> None:
+        started.append(message.body)
+        time.sleep(0.001)
+
+    worker = consumer_of(sqs, pair, contract, handle)
+    with running(worker) as result:
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+    assert result.exit_code == EXIT_OK
+    assert sorted(started) == sorted(bodies)
+    assert asked[0] == 1 and max(asked) == 10
+
+
+def test_consumer_hands_back_a_message_that_waited_past_the_heartbeats_reach(sqs: Any) -> None:
+    """A message received ahead whose lease is within the heartbeat's extension threshold when its turn comes is
+    handed back (visible again at once), never started on a lease that may lapse before an extension."""
+    contract = fast_contract(concurrency=1)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
+    raw = sqs.receive_message(QueueUrl=pair.queue_url, MessageSystemAttributeNames=["All"])["Messages"][0]
+    started: list[str] = []
+    consumer = consumer_of(sqs, pair, contract, lambda m: started.append(m.body))
+    message = Message.from_sqs(raw)
+    now = time.monotonic()
+    lease_end = now + contract.heartbeat_threshold_seconds - 0.5  # it waited: less lease left than the threshold
+    item = InFlight(message, now - contract.visibility_timeout_seconds, lease_end, LogContext.of(message, "q"))
+    consumer._table.admit([item])
+    consumer._table.dispatched()
+    assert consumer._slots.reserve_up_to(1, threading.Event()) == 1
+    consumer._ack.start()
+    try:
+        assert consumer._worker._process(item) is False
+        consumer._ack.flush()
+    finally:
+        consumer._ack.close()
+    assert started == []
+    assert item.state is State.RELEASED
+    assert depth(sqs, pair.queue_url).visible == 1  # back in the queue now, not when the lease lapses
