@@ -15,6 +15,8 @@ from bench.common import RESULTS, ROOT
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
+#: Issue 17's goal: the no-op handler at ours' best concurrency makes at least this share of the plain loop's rate.
+PLAIN_RATIO_GOAL = 0.8
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -65,6 +67,12 @@ def _requests_section(result: dict[str, Any] | None) -> str:
     return "\n\n".join(parts)
 
 
+def _cpu(row: dict[str, Any]) -> str:
+    """CPU ms per deleted message, or "-" for a row measured before the subject reported its CPU time."""
+    cost = row.get("cpu_ms_per_message")
+    return "-" if cost is None else f"{cost:.2f}"
+
+
 def _throughput_section(result: dict[str, Any] | None) -> str:
     if result is None:
         return _missing("python -m bench throughput")
@@ -76,14 +84,43 @@ def _throughput_section(result: dict[str, Any] | None) -> str:
                 f"{o['messages_per_second']:.0f}",
                 f"{n['messages_per_second']:.0f}",
                 _ratio(o["messages_per_second"], n["messages_per_second"]),
+                _cpu(o),
+                _cpu(n),
             ]
             for c, o, n in _pairs(result["rows"], handler)
         ]
-        parts.append(
-            f"Handler `{handler}`, messages/s per process:\n\n"
-            + _table(["concurrency", "ours", "naive", "ours / naive"], rows)
-        )
+        header = ["concurrency", "ours", "naive", "ours / naive", "ours CPU ms/msg", "naive CPU ms/msg"]
+        parts.append(f"Handler `{handler}`, messages/s per process:\n\n" + _table(header, rows))
     return "\n\n".join(parts)
+
+
+def _plain_section(result: dict[str, Any] | None) -> str:
+    """The no-op handler against the plain loop: the ceiling, ours at its best concurrency, and CPU per message."""
+    if result is None or not result.get("plain"):
+        return _missing("python -m bench throughput")
+    plain = result["plain"]
+    pairs = _pairs(result["rows"], "noop")
+    best_level, best, _ = max(pairs, key=lambda pair: pair[1]["messages_per_second"])
+    # The plain loop ran at the start and at the end of the sweep; the ratio is to their mean, and both are shown.
+    ceiling = sum(r["messages_per_second"] for r in plain) / len(plain)
+    runs = ", ".join(f"{r['messages_per_second']:.0f} msg/s at the {r['when']}" for r in plain)
+    summary = _table(
+        ["plain loop, msg/s (mean)", "ours at its best (concurrency)", "ours / plain", "goal"],
+        [
+            [
+                f"{ceiling:.0f} ({runs})",
+                f"{best['messages_per_second']:.0f} ({best_level})",
+                f"{best['messages_per_second'] / ceiling:.2f}",
+                f"at least {PLAIN_RATIO_GOAL}",
+            ]
+        ],
+    )
+    cpu = _table(["concurrency", "ours", "naive"], [[c, _cpu(o), _cpu(n)] for c, o, n in pairs])
+    plain_cpu = " and ".join(f"{_cpu(r)} at the {r['when']}" for r in plain)
+    return (
+        f"{_meta(result)}\n\n{summary}\n\nCPU milliseconds per deleted message, handler `noop`:\n\n{cpu}"
+        f"\n\nThe plain loop (one thread): {plain_cpu} of the sweep."
+    )
 
 
 def _ablation_section(result: dict[str, Any] | None) -> str:
@@ -315,10 +352,17 @@ def write() -> Path:
     """Regenerate the plots and docs/BENCHMARKS.md from the saved results; returns the document's path."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
     _plots()
+    DOC.write_text(fill(TEMPLATE, sections()))
+    return DOC
+
+
+def sections() -> dict[str, str]:
+    """Every placeholder's text, from the saved results (a missing result's text names its command)."""
     throughput = _load("throughput")
-    sections = {
+    return {
         "requests": _requests_section(throughput),
         "throughput": _throughput_section(throughput),
+        "plain": _plain_section(throughput),
         "ablation": _ablation_section(throughput),
         "latency": _latency_section(_load("latency")),
         "shutdown": _shutdown_section(_load("shutdown")),
@@ -327,5 +371,3 @@ def write() -> Path:
         "build": _build_section(_load("build")),
         "container": _container_section(_load("container")),
     }
-    DOC.write_text(fill(TEMPLATE, sections))
-    return DOC

@@ -39,7 +39,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from consumer.contract import SQS_MAX_BATCH, WorkerContract
+from consumer.limits import SQS_CLIENT
 from consumer.runtime import consumer as runtime
+from consumer.runtime.clients import client_config
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.observability import Metrics, configure_logging
 
@@ -55,6 +57,15 @@ def rss_kib() -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0])
     return {"rss_kib": fields.get("VmRSS", 0), "peak_rss_kib": fields.get("VmHWM", 0)}
+
+
+def client_config_for(concurrency: int) -> Config:
+    """The container's SQS client configuration (bounded timeouts, standard retries), for every implementation.
+
+    Merged with a connection pool large enough for ``concurrency`` threads (botocore's default of 10 would make
+    a 64-thread baseline queue for connections, which measures the pool, not the loop).
+    """
+    return client_config(SQS_CLIENT).merge(Config(max_pool_connections=max(10, concurrency + 10)))
 
 
 class Recorder:
@@ -209,9 +220,7 @@ def main(
         configure_logging(stream=open(os.devnull, "w"), level=log_level)  # noqa: SIM115 (lives as long as the process)
     else:
         logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    # Standard retry mode, as the consumer container configures it; a bigger pool for 64 threads.
-    config = Config(retries={"mode": "standard"}, max_pool_connections=max(10, concurrency + 10))
-    client = boto3.client("sqs", endpoint_url=endpoint, config=config)
+    client = boto3.client("sqs", endpoint_url=endpoint, config=client_config_for(concurrency))
     recorder = Recorder(record)
     recorder.attach(client)
     handle = make_handler(recorder, sleep)

@@ -4,8 +4,14 @@
 concurrency (1..64), one consumer process of each implementation drains a queue
 the producer keeps topped up (so it never waits for work: saturation), over a
 measurement window after a warm-up. Reports messages/s, SQS requests per
-deleted message, and the process's resident memory at idle and at the end of
-the window.
+deleted message, process CPU milliseconds per deleted message, and the
+process's resident memory at idle and at the end of the window.
+
+The plain loop (``bench.subject.Plain``: one thread, receive 10, one delete
+batch) is the ceiling ours is held to with the no-op handler. It is one
+thread, so it runs once per sweep, not per concurrency: at the start and at
+the end of the no-op sweep, both kept, so a machine that got busier (or
+quieter) during the sweep shows as two different figures.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ def measure(
         "handler_seconds": sleep,
         "messages_per_second": deleted / result["seconds"],
         "requests_per_message": window_figures["requests"] / deleted if deleted else None,
+        # What a Fargate bill scales with: the process's CPU (every thread) per message it got deleted.
+        "cpu_ms_per_message": 1000 * result["cpu_seconds"] / deleted if deleted else None,
         "deleted": deleted,
         "requests": window_figures["requests"],
         "rss_idle_kib": result["idle"]["rss_kib"],
@@ -75,9 +83,23 @@ def measure(
     }
 
 
+def _plain(endpoint: str, when: str, window: float) -> dict[str, Any]:
+    """The plain loop with the no-op handler; ``when`` (start | end) says where in the sweep it ran."""
+    row = measure(endpoint, "plain", 1, HANDLERS["noop"], window=window)
+    row.update(handler="noop", when=when)
+    print(
+        f"noop    plain ({when:5}) {row['messages_per_second']:8.1f} msg/s"
+        f"  {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg",
+        flush=True,
+    )
+    return row
+
+
 def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float = 8.0) -> dict[str, Any]:
-    rows = []
+    rows, plain = [], []
     for handler, sleep in HANDLERS.items():
+        if handler == "noop":
+            plain.append(_plain(endpoint, "start", window))
         for level in concurrency:
             for impl in IMPLS:
                 row = measure(endpoint, impl, level, sleep, window=window)
@@ -85,9 +107,12 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
                 rows.append(row)
                 print(
                     f"{handler:7} c={level:<3} {impl:6} {row['messages_per_second']:8.1f} msg/s"
-                    f"  {row['requests_per_message'] or 0:.3f} req/msg  rss {row['rss_load_kib'] / 1024:.0f} MiB",
+                    f"  {row['requests_per_message'] or 0:.3f} req/msg  {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg"
+                    f"  rss {row['rss_load_kib'] / 1024:.0f} MiB",
                     flush=True,
                 )
+        if handler == "noop":
+            plain.append(_plain(endpoint, "end", window))
     # The batch fill's trade-off: ours with the poller's fill wait off, beside the rows above.
     ablation = []
     for handler, sleep in HANDLERS.items():
@@ -100,4 +125,10 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
                 f"  {row['requests_per_message'] or 0:.3f} req/msg",
                 flush=True,
             )
-    return {"rows": rows, "ablation": ablation, "queue_target_depth": QUEUE_TARGET_DEPTH, "window_seconds": window}
+    return {
+        "rows": rows,
+        "plain": plain,
+        "ablation": ablation,
+        "queue_target_depth": QUEUE_TARGET_DEPTH,
+        "window_seconds": window,
+    }

@@ -9,13 +9,14 @@ import pytest
 from bench import container, report
 
 
-def _row(impl: str, concurrency: int, handler: str, rate: float, cost: float) -> dict:
+def _row(impl: str, concurrency: int, handler: str, rate: float, cost: float, cpu: float = 1.5) -> dict:
     return {
         "impl": impl,
         "concurrency": concurrency,
         "handler": handler,
         "messages_per_second": rate,
         "requests_per_message": cost,
+        "cpu_ms_per_message": cpu,
         "rss_idle_kib": 40960,
         "rss_load_kib": 51200,
     }
@@ -29,15 +30,21 @@ RESULT = {
         for c in (1, 16)
         for impl, rate, cost in (("ours", 600.0, 0.2), ("naive", 300.0, 1.1))
     ],
+    "plain": [
+        {**_row("plain", 1, "noop", 1000.0, 0.2, cpu=0.61), "when": "start"},
+        {**_row("plain", 1, "noop", 500.0, 0.2, cpu=0.84), "when": "end"},
+    ],
 }
 
 
 def test_report_template_placeholders_are_exactly_the_sections() -> None:
     """Each {{name}} in the template has a section, so no section is silently left out of the page."""
     placeholders = set(re.findall(r"\{\{(\w+)\}\}", report.TEMPLATE.read_text()))
+    assert set(report.sections()) == placeholders
     assert placeholders == {
         "requests",
         "throughput",
+        "plain",
         "ablation",
         "latency",
         "shutdown",
@@ -52,6 +59,39 @@ def test_report_throughput_table_shows_the_ratio_to_the_baseline() -> None:
     """600 msg/s against 300 msg/s reads 2.00x in the ours / naive column."""
     text = report._throughput_section(RESULT)
     assert "| 16 | 600 | 300 | 2.00x |" in text
+
+
+def test_report_throughput_table_shows_cpu_per_message() -> None:
+    """Each row carries ours' and the baseline's CPU ms per message (1.50 here) after the ratio."""
+    rows = [{**r, "cpu_ms_per_message": 2.25} if r["impl"] == "naive" else r for r in RESULT["rows"]]
+    text = report._throughput_section({**RESULT, "rows": rows})
+    assert "| 16 | 600 | 300 | 2.00x | 1.50 | 2.25 |" in text
+
+
+def test_report_throughput_table_without_cpu_figures_shows_a_dash() -> None:
+    """A result saved before the subject reported CPU time renders "-", not an error."""
+    rows = [{k: v for k, v in r.items() if k != "cpu_ms_per_message"} for r in RESULT["rows"]]
+    assert "| 16 | 600 | 300 | 2.00x | - | - |" in report._throughput_section({**RESULT, "rows": rows})
+
+
+def test_report_plain_section_holds_ours_at_its_best_against_the_plain_mean() -> None:
+    """Plain ran at 1000 then 500 msg/s (mean 750); ours' best no-op rate, 900 at 16, reads 1.20 of it."""
+    rows = [
+        {**r, "messages_per_second": 900.0}
+        if (r["impl"], r["handler"], r["concurrency"]) == ("ours", "noop", 16)
+        else r
+        for r in RESULT["rows"]
+    ]
+    text = report._plain_section({**RESULT, "rows": rows})
+    assert "| 750 (1000 msg/s at the start, 500 msg/s at the end) | 900 (16) | 1.20 | at least 0.8 |" in text
+    assert "| 16 | 1.50 | 1.50 |" in text
+    assert "The plain loop (one thread): 0.61 at the start and 0.84 at the end of the sweep." in text
+
+
+def test_report_plain_section_without_a_plain_run_names_the_command() -> None:
+    """A throughput result from before the plain loop was measured says how to get it."""
+    result = {k: v for k, v in RESULT.items() if k != "plain"}
+    assert report._plain_section(result) == "_Not measured yet: run `python -m bench throughput`._"
 
 
 def test_report_requests_table_shows_both_costs() -> None:
