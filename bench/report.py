@@ -60,11 +60,44 @@ def _requests_section(result: dict[str, Any] | None) -> str:
     parts = [_meta(result)]
     for handler in ("noop", "io50ms"):
         rows = [
-            [c, f"{o['requests_per_message']:.3f}", f"{n['requests_per_message']:.3f}"]
+            [c, f"{o['requests_per_message']:.3f}", _billed(o), f"{n['requests_per_message']:.3f}", _billed(n)]
             for c, o, n in _pairs(result["rows"], handler)
         ]
-        parts.append(f"Handler `{handler}`:\n\n" + _table(["concurrency", "ours", "naive"], rows))
+        header = ["concurrency", "ours", "ours billed", "naive", "naive billed"]
+        parts.append(f"Handler `{handler}`:\n\n" + _table(header, rows))
     return "\n\n".join(parts)
+
+
+def _billed(row: dict[str, Any]) -> str:
+    """Billed requests per deleted message, or "-" for a row saved before the subject counted them."""
+    cost = row.get("billed_requests_per_message")
+    return "-" if cost is None else f"{cost:.3f}"
+
+
+def _bodies_section(result: dict[str, Any] | None) -> str:
+    """Requests and billed requests per message for bigger bodies (no-op handler, one concurrency)."""
+    if result is None or not result.get("bodies"):
+        return _missing("python -m bench throughput")
+    by_key = {(r["body"], r["impl"]): r for r in result["bodies"]}
+    labels = list(dict.fromkeys(r["body"] for r in result["bodies"]))
+    rows = []
+    for label in labels:
+        cells = [label]
+        for impl in ("ours", "naive"):
+            row = by_key[(label, impl)]
+            cells += [f"{row['messages_per_second']:.0f}", f"{row['requests_per_message']:.3f}", _billed(row)]
+        rows.append(cells)
+    concurrency = result["bodies"][0]["concurrency"]
+    header = [
+        "body",
+        "ours msg/s",
+        "ours req/msg",
+        "ours billed/msg",
+        "naive msg/s",
+        "naive req/msg",
+        "naive billed/msg",
+    ]
+    return f"Handler `noop`, concurrency {concurrency}:\n\n" + _table(header, rows)
 
 
 def _cpu(row: dict[str, Any]) -> str:
@@ -363,6 +396,7 @@ def sections() -> dict[str, str]:
         "requests": _requests_section(throughput),
         "throughput": _throughput_section(throughput),
         "plain": _plain_section(throughput),
+        "bodies": _bodies_section(throughput),
         "ablation": _ablation_section(throughput),
         "latency": _latency_section(_load("latency")),
         "shutdown": _shutdown_section(_load("shutdown")),

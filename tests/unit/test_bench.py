@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from bench import subject
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from bench import common, subject, throughput
 from consumer.limits import SQS_CLIENT
 
 
@@ -17,3 +22,54 @@ def test_bench_subject_client_is_configured_as_the_container_configures_its_own(
 def test_bench_subject_client_pool_has_room_beyond_the_threads() -> None:
     """One thread still gets the 10 spare connections the consumer's own poller and acknowledger use."""
     assert subject.client_config_for(1).max_pool_connections == 11
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "response_bytes", "expected"),
+    [(0, 0, 1), (65_536, 300, 1), (65_537, 300, 2), (300, 262_144, 4), (300, 262_145, 5), (1_048_576, 0, 16)],
+)
+def test_bench_billed_units_count_every_started_64_kib_of_the_larger_body(
+    request_bytes: int, response_bytes: int, expected: int
+) -> None:
+    """One billed request per started 64 KiB chunk of the call's payload (request or response), at least one."""
+    assert subject.billed_units(request_bytes, response_bytes) == expected
+
+
+def test_bench_recorder_bills_each_attempt_from_its_request_and_response_bodies() -> None:
+    """A 300-byte send answered by a 256 KiB + 1 response is billed 5; an attempt with no answer, 1."""
+    recorder = subject.Recorder(None)
+    recorder._on_send(SimpleNamespace(headers={"X-Amz-Target": b"AmazonSQS.ReceiveMessage"}, body=b"x" * 300))
+    recorder._on_response({"body": b"x" * 262_145})
+    recorder._on_send(SimpleNamespace(headers={"X-Amz-Target": b"AmazonSQS.DeleteMessageBatch"}, body=b"x" * 300))
+    recorder._on_response(None)
+    assert recorder.snapshot() == {"requests": 2, "billed_requests": 6, "deleted": 0, "finished": 0}
+
+
+def test_bench_body_is_padded_to_exactly_the_size_asked() -> None:
+    """A 1 KiB body is 1024 bytes of JSON that still carries the event's fields and send time."""
+    text = common.body({"id": "abc"}, 1.5, 1024)
+    assert len(text.encode()) == 1024
+    assert {k: v for k, v in json.loads(text).items() if k != "pad"} == {"id": "abc", "sent": 1.5}
+
+
+def test_bench_body_smaller_than_the_event_is_refused() -> None:
+    """A size the event does not fit in names the parameter, the rule and the value."""
+    with pytest.raises(ValueError, match=r'^"size" must be at least 37 bytes, the event without padding: 10$'):
+        common.body({"id": "abc"}, 1.5, 10)
+
+
+def test_bench_send_cuts_batches_at_ten_entries_and_at_one_mib() -> None:
+    """25 small events go in 10 + 10 + 5; three 512 KiB bodies in 2 + 1 (a batch holds 1 MiB of bodies)."""
+    calls: list[int] = []
+    sqs = SimpleNamespace(send_message_batch=lambda QueueUrl, Entries: calls.append(len(Entries)))  # noqa: N803
+    common.send(sqs, "q", [{"id": str(i)} for i in range(25)])
+    common.send(sqs, "q", [{"id": str(i)} for i in range(3)], body_bytes=524_288)
+    assert calls == [10, 10, 5, 2, 1]
+
+
+@pytest.mark.parametrize(
+    ("body_bytes", "expected"), [(None, 300), (1024, 300), (262_144, 256), (1_048_576, 64), (4_194_304, 40)]
+)
+def test_bench_producer_target_holds_about_64_mib_of_bodies(body_bytes: int | None, expected: int) -> None:
+    """Small bodies keep the usual 300 visible; 1 MiB bodies 64; never fewer than 40 (four receives of 10)."""
+    assert throughput.target_for(300, body_bytes) == expected

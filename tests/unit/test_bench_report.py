@@ -17,6 +17,7 @@ def _row(impl: str, concurrency: int, handler: str, rate: float, cost: float, cp
         "messages_per_second": rate,
         "requests_per_message": cost,
         "cpu_ms_per_message": cpu,
+        "billed_requests_per_message": cost,
         "rss_idle_kib": 40960,
         "rss_load_kib": 51200,
     }
@@ -29,6 +30,11 @@ RESULT = {
         for handler in ("noop", "io50ms")
         for c in (1, 16)
         for impl, rate, cost in (("ours", 600.0, 0.2), ("naive", 300.0, 1.1))
+    ],
+    "bodies": [
+        {**_row(impl, 16, "noop", rate, cost), "body": body, "billed_requests_per_message": billed}
+        for body, rate, cost, billed in (("1 KiB", 500.0, 0.2, 0.2), ("1 MiB", 50.0, 0.25, 16.25))
+        for impl in ("ours", "naive")
     ],
     "plain": [
         {**_row("plain", 1, "noop", 1000.0, 0.2, cpu=0.61), "when": "start"},
@@ -45,6 +51,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
         "requests",
         "throughput",
         "plain",
+        "bodies",
         "ablation",
         "latency",
         "shutdown",
@@ -95,8 +102,29 @@ def test_report_plain_section_without_a_plain_run_names_the_command() -> None:
 
 
 def test_report_requests_table_shows_both_costs() -> None:
-    """Requests per message appear per concurrency for ours and the baseline."""
-    assert "| 1 | 0.200 | 1.100 |" in report._requests_section(RESULT)
+    """Requests per message, as sent and as billed, appear per concurrency for ours and the baseline."""
+    rows = [{**r, "billed_requests_per_message": 1.2} if r["impl"] == "naive" else r for r in RESULT["rows"]]
+    assert "| 1 | 0.200 | 0.200 | 1.100 | 1.200 |" in report._requests_section({**RESULT, "rows": rows})
+
+
+def test_report_requests_table_without_billed_figures_shows_a_dash() -> None:
+    """A result saved before the subject counted billed requests renders "-" in the billed columns."""
+    rows = [{k: v for k, v in r.items() if k != "billed_requests_per_message"} for r in RESULT["rows"]]
+    assert "| 1 | 0.200 | - | 1.100 | - |" in report._requests_section({**RESULT, "rows": rows})
+
+
+def test_report_bodies_table_has_a_row_per_body_size() -> None:
+    """Each body size reads ours' then the baseline's msg/s, requests and billed requests per message."""
+    text = report._bodies_section(RESULT)
+    assert text.startswith("Handler `noop`, concurrency 16:")
+    assert "| 1 KiB | 500 | 0.200 | 0.200 | 500 | 0.200 | 0.200 |" in text
+    assert "| 1 MiB | 50 | 0.250 | 16.250 | 50 | 0.250 | 16.250 |" in text
+
+
+def test_report_bodies_table_without_body_runs_names_the_command() -> None:
+    """A throughput result from before the body sizes were measured says how to get them."""
+    result = {k: v for k, v in RESULT.items() if k != "bodies"}
+    assert report._bodies_section(result) == "_Not measured yet: run `python -m bench throughput`._"
 
 
 def test_report_missing_result_names_the_command_to_run() -> None:
