@@ -329,6 +329,42 @@ def _container_section(result: dict[str, Any] | None) -> str:
     )
 
 
+def _profile_section(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """The profile before the per-message work was cut beside the current one: categories, then top functions."""
+    if before is None and after is None:
+        return _missing("python -m bench profile")
+    runs = [("before", before), ("after", after)]
+    present = [(label, result) for label, result in runs if result is not None]
+    parts = [
+        f"**{label}**: {_meta(result)} {result['messages_per_second']:.0f} msg/s at concurrency"
+        f" {result['concurrency']}, {_cpu(result)} CPU ms/msg, {result['samples']} samples."
+        for label, result in present
+    ]
+    parts += [
+        f"**{label}**: " + _missing(f"python -m bench profile{suffix}")
+        for label, result, suffix in (
+            ("before", before, " --save-as before"),
+            ("after", after, ""),
+        )
+        if result is None
+    ]
+    names = list(dict.fromkeys(name for _, result in present for name in result["categories"]))
+    rows = [[name, *(_share(result["categories"].get(name)) for _, result in present)] for name in names]
+    parts.append(
+        "Samples holding the interpreter lock, by what they were doing:\n\n"
+        + _table(["category", *(label for label, _ in present)], rows)
+    )
+    for ranking, title in (("self", "self (innermost frame)"), ("inclusive", "inclusive (anywhere on the stack)")):
+        for label, result in present:
+            top = [[f"`{r['function']}`", f"`{r['file']}`", _share(r["share"])] for r in result[ranking]]
+            parts.append(f"Top functions by {title}, {label}:\n\n" + _table(["function", "file", "share"], top))
+    return "\n\n".join(parts)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
 def _plots() -> None:
     throughput, latency = _load("throughput"), _load("latency")
     if throughput is None and latency is None:
@@ -402,6 +438,7 @@ def sections() -> dict[str, str]:
         "shutdown": _shutdown_section(_load("shutdown")),
         "duplicates": _duplicates_section(_load("duplicates")),
         "memory": _memory_section(throughput),
+        "profile": _profile_section(_load("profile-before"), _load("profile")),
         "build": _build_section(_load("build")),
         "container": _container_section(_load("container")),
     }

@@ -16,6 +16,7 @@ quieter) during the sweep shows as two different figures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import IMPLS, Producer, Subject, client, event, make_queues
@@ -53,11 +54,13 @@ def measure(
     target_depth: int = QUEUE_TARGET_DEPTH,
     batch_fill: float | None = None,
     body_bytes: int | None = None,
+    observe: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """One consumer process at saturation; returns its figures for the window.
 
     ``body_bytes`` pads every message body to that size; the queue then accepts SQS's largest message (1 MiB)
-    and the producer keeps fewer of them visible (:func:`target_for`).
+    and the producer keeps fewer of them visible (:func:`target_for`). ``observe`` is called with the subject's
+    process id once it is ready and the producer runs (``python -m bench profile`` attaches py-spy there).
     """
     sqs = client(endpoint)
     source, dlq = make_queues(
@@ -78,6 +81,8 @@ def measure(
     try:
         subject.ready()
         with Producer(endpoint, source, target_for(target_depth, body_bytes), event, body_bytes):
+            if observe is not None:
+                observe(subject.process.pid)
             subject.wait(warmup + window + 120)
         result = subject.result()
     finally:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import common, subject, throughput
+from bench import common, profile, subject, throughput
 from consumer.limits import SQS_CLIENT
 
 
@@ -73,3 +73,65 @@ def test_bench_send_cuts_batches_at_ten_entries_and_at_one_mib() -> None:
 def test_bench_producer_target_holds_about_64_mib_of_bodies(body_bytes: int | None, expected: int) -> None:
     """Small bodies keep the usual 300 visible; 1 MiB bodies 64; never fewer than 40 (four receives of 10)."""
     assert throughput.target_for(300, body_bytes) == expected
+
+
+RAW = [
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Poller.run (consumer/runtime/polling.py:50);"
+    "BaseClient._make_api_call (botocore/client.py:1076);HTTPConnection.getresponse (urllib3/connection.py:651) 6",
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Worker.run (consumer/runtime/processing.py:70);"
+    "Logger.info (logging/__init__.py:1489);Logger._log (logging/__init__.py:1634);"
+    "JsonFormatter.format (consumer/runtime/observability.py:80) 2",
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Worker.run (consumer/runtime/processing.py:70);"
+    "Message.from_sqs (consumer/message.py:40);Condition.notify (threading.py:369) 1",
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Worker.run (consumer/runtime/processing.py:70);"
+    "make_handler.<locals>.handle (bench/subject.py:120) 1",
+    "",
+]
+
+
+def test_bench_profile_frame_splits_function_and_file() -> None:
+    """A py-spy frame is ``function (file:line)``; the line number is dropped."""
+    assert profile.frame("Worker.run (consumer/runtime/processing.py:70)") == (
+        "Worker.run",
+        "consumer/runtime/processing.py",
+    )
+
+
+def test_bench_profile_summary_ranks_self_and_inclusive_shares() -> None:
+    """10 samples: the SDK's innermost frame holds 6 of them; Worker.run is on 4 stacks; thread entries are left out."""
+    summary = profile.summarize(RAW, top=2)
+    assert summary["samples"] == 10
+    assert summary["self"] == [
+        {"function": "HTTPConnection.getresponse", "file": "urllib3/connection.py", "share": 0.6},
+        {"function": "JsonFormatter.format", "file": "consumer/runtime/observability.py", "share": 0.2},
+    ]
+    inclusive = {r["function"]: r["share"] for r in profile.summarize(RAW, top=4)["inclusive"]}
+    assert inclusive == {
+        "Poller.run": 0.6,
+        "BaseClient._make_api_call": 0.6,
+        "HTTPConnection.getresponse": 0.6,
+        "Worker.run": 0.4,
+    }
+
+
+def test_bench_profile_categories_sdk_then_logging_then_innermost_of_ours() -> None:
+    """SDK frames win over ours, logging over the runtime, else the innermost module of ours."""
+    assert profile.summarize(RAW)["categories"] == {
+        "SDK call": 0.6,
+        "logging": 0.2,
+        "consumer message.py": 0.1,
+        "bench harness": 0.1,
+    }
+
+
+def test_bench_profile_category_of_runtime_frames_is_their_module() -> None:
+    """A sample whose innermost frame of ours is consumer/runtime/inflight.py is the runtime's inflight.py."""
+    frames = [("Thread.run", "threading.py"), ("InFlight.add", "consumer/runtime/inflight.py"), ("x", "queue.py")]
+    assert profile.category(frames) == "runtime inflight.py"
+    assert profile.category([("Thread.run", "threading.py")]) == "other"
+
+
+def test_bench_profile_summary_of_no_samples_is_refused() -> None:
+    """An empty profile (py-spy saw nothing) is an error naming what was empty, not a division by zero."""
+    with pytest.raises(ValueError, match=r'^"lines" must hold at least one sample: 0$'):
+        profile.summarize([""])

@@ -57,6 +57,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
         "shutdown",
         "duplicates",
         "memory",
+        "profile",
         "build",
         "container",
     }
@@ -141,3 +142,39 @@ def test_bench_container_counts_stop_times_only_with_a_delivery_in_flight() -> N
     assert container._medians(rows) == {"ready_seconds": 2.0, "sigterm_to_exit_seconds": 2.6}
     with pytest.raises(RuntimeError, match="^no container run had a delivery in flight within 30 s of being ready$"):
         container._medians([{**r, "in_flight": False} for r in rows])
+
+
+def _profile(rate: float, sdk: float, logging: float) -> dict:
+    return {
+        "meta": RESULT["meta"],
+        "concurrency": 16,
+        "messages_per_second": rate,
+        "cpu_ms_per_message": 0.5,
+        "samples": 2000,
+        "categories": {"SDK call": sdk, "logging": logging},
+        "self": [{"function": "JsonFormatter.format", "file": "consumer/runtime/observability.py", "share": logging}],
+        "inclusive": [{"function": "Worker.run", "file": "consumer/runtime/processing.py", "share": 0.4}],
+    }
+
+
+def test_report_profile_section_sets_before_beside_after() -> None:
+    """Each category reads its share before and after; both runs' rate and top functions are shown."""
+    text = report._profile_section(_profile(800, 0.5, 0.15), _profile(2500, 0.7, 0.02))
+    assert "| category | before | after |" in text
+    assert "| SDK call | 50.0 % | 70.0 % |" in text
+    assert "| logging | 15.0 % | 2.0 % |" in text
+    assert "800 msg/s at concurrency 16, 0.50 CPU ms/msg, 2000 samples." in text
+    assert "| `JsonFormatter.format` | `consumer/runtime/observability.py` | 2.0 % |" in text
+    assert "Top functions by inclusive (anywhere on the stack), before:" in text
+
+
+def test_report_profile_section_without_the_before_run_names_its_command() -> None:
+    """Only the current profile: its tables, and the command that produces the before run."""
+    text = report._profile_section(None, _profile(2500, 0.7, 0.02))
+    assert "python -m bench profile --save-as before" in text
+    assert "| category | after |" in text
+
+
+def test_report_profile_section_with_neither_run_names_the_command() -> None:
+    """No profile at all says how to get one."""
+    assert report._profile_section(None, None) == "_Not measured yet: run `python -m bench profile`._"
