@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from bench import build, latency, throughput
+from bench import build, latency, profile, throughput
 from bench.common import ROOT, write_result
 from bench.endpoint import ENDPOINTS, local_endpoint
 from consumer.local.image import ContainerToolingUnavailable
@@ -54,6 +54,21 @@ def _with_endpoint(name: str, endpoint: str, bench: Callable[[str], dict[str, An
 def throughput_command(endpoint: str = ENDPOINT_OPTION, window: float = typer.Option(8.0, help="seconds")) -> None:
     """1, 2, 6: messages/s, SQS requests per message at saturation and RSS, concurrency 1-64, two handlers."""
     _with_endpoint("throughput", endpoint, lambda url: throughput.run(url, window=window))
+
+
+@app.command("profile")
+def profile_command(
+    endpoint: str = ENDPOINT_OPTION,
+    concurrency: int = typer.Option(16, min=1, help="ours' slots"),
+    window: float = typer.Option(8.0, help="seconds sampled"),
+    save_as: str = typer.Option("", help="save as docs/bench/profile-NAME.json (e.g. before) instead of profile.json"),
+) -> None:
+    """Where the CPU goes: ours with the no-op handler at saturation, sampled by py-spy."""
+    _with_endpoint(
+        f"profile-{save_as}" if save_as else "profile",
+        endpoint,
+        lambda url: profile.run(url, concurrency=concurrency, window=window),
+    )
 
 
 @app.command("latency")
@@ -97,6 +112,7 @@ def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True
             ("latency", latency.run_latency),
             ("shutdown", latency.run_shutdown),
             ("duplicates", latency.run_duplicates),
+            ("profile", profile.run),
         ):
             write_result(name, {"meta": _meta(endpoint), **bench(url)})
     _save("build", "none", build.run(suite=suite))

@@ -17,7 +17,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from consumer.contract import SQS_MAX_BATCH, QueueAttributes
+from consumer.contract import QueueAttributes
+from consumer.producer import batches
 from consumer.testing import depth
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ RESULTS = ROOT / "docs" / "bench"
 REGION = "eu-west-1"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": REGION}
 IMPLS = ("ours", "naive")
+TOP_UP_BYTES = 16 * 1024 * 1024
 
 
 def environment() -> dict[str, str]:
@@ -42,17 +44,22 @@ def client(endpoint: str) -> Any:
     )
 
 
-def make_queues(sqs: Any, visibility_seconds: int, max_receive_count: int = 100) -> tuple[str, str]:
+def make_queues(
+    sqs: Any, visibility_seconds: int, max_receive_count: int = 100, max_message_bytes: int | None = None
+) -> tuple[str, str]:
     """A fresh source queue and DLQ (unique names); returns (source URL, DLQ URL).
 
     Not a contract's pair: the naive baseline has no contract, and the default 100 receives keep SQS's redrive
-    out of every measurement; the rest stays at SQS's defaults.
+    out of every measurement; the rest stays at SQS's defaults (``max_message_bytes``: the source's
+    MaximumMessageSize, for bodies over the 256 KiB default).
     """
     name = f"bench-{uuid.uuid4().hex[:10]}"
     dlq = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     source_attributes = QueueAttributes(
-        visibility_timeout_seconds=visibility_seconds, redrive_max_receive_count=max_receive_count
+        visibility_timeout_seconds=visibility_seconds,
+        redrive_max_receive_count=max_receive_count,
+        maximum_message_bytes=max_message_bytes,
     )
     source = sqs.create_queue(QueueName=name, Attributes=source_attributes.to_sqs(dead_letter_target_arn=arn))[
         "QueueUrl"
@@ -60,12 +67,22 @@ def make_queues(sqs: Any, visibility_seconds: int, max_receive_count: int = 100)
     return source, dlq
 
 
-def send(sqs: Any, queue_url: str, events: list[dict[str, Any]]) -> None:
-    for start in range(0, len(events), SQS_MAX_BATCH):
-        batch = events[start : start + SQS_MAX_BATCH]
-        sent = time.time()
-        entries = [{"Id": str(i), "MessageBody": json.dumps({**e, "sent": sent})} for i, e in enumerate(batch)]
-        sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+def body(fields: dict[str, Any], sent: float, size: int | None = None) -> str:
+    """The message body: ``fields`` and ``sent`` as JSON, padded (a ``pad`` field) to exactly ``size`` bytes."""
+    if size is None:
+        return json.dumps({**fields, "sent": sent})
+    unpadded = len(json.dumps({**fields, "sent": sent, "pad": ""}))
+    if size < unpadded:
+        raise ValueError(f'"size" must be at least {unpadded} bytes, the event without padding: {size}')
+    return json.dumps({**fields, "sent": sent, "pad": "x" * (size - unpadded)})
+
+
+def send(sqs: Any, queue_url: str, events: list[dict[str, Any]], body_bytes: int | None = None) -> None:
+    """Send ``events`` in batches; ``body_bytes`` pads every body to that size (ASCII: bytes = characters)."""
+    sent = time.time()
+    entries = [{"Id": str(i), "MessageBody": body(e, sent, body_bytes)} for i, e in enumerate(events)]
+    for call in batches(entries):
+        sqs.send_message_batch(QueueUrl=queue_url, Entries=call)
 
 
 class Producer:
@@ -75,9 +92,18 @@ class Producer:
     consumer that never waits for work is what "at saturation" means.
     """
 
-    def __init__(self, endpoint: str, queue_url: str, target: int, event: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        queue_url: str,
+        target: int,
+        event: Callable[[], dict[str, Any]],
+        body_bytes: int | None = None,
+    ) -> None:
         self.sqs = client(endpoint)
-        self.queue_url, self.target, self.event = queue_url, target, event
+        self.queue_url, self.target, self.event, self.body_bytes = queue_url, target, event, body_bytes
+        # At most about 16 MiB of bodies per top-up: 100 bodies of 1 MiB would be 100 MiB in this process.
+        self.top_up = 100 if body_bytes is None else max(1, min(100, TOP_UP_BYTES // body_bytes))
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -87,8 +113,8 @@ class Producer:
             visible, _ = depth(self.sqs, self.queue_url)
             missing = self.target - visible
             if missing >= 10:
-                batch = [self.event() for _ in range(min(missing, 100))]
-                send(self.sqs, self.queue_url, batch)
+                batch = [self.event() for _ in range(min(missing, self.top_up))]
+                send(self.sqs, self.queue_url, batch, self.body_bytes)
                 self.sent += len(batch)
             else:
                 self._stop.wait(0.02)

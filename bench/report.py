@@ -15,6 +15,8 @@ from bench.common import RESULTS, ROOT
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
+#: Issue 17's goal: the no-op handler at ours' best concurrency makes at least this share of the plain loop's rate.
+PLAIN_RATIO_GOAL = 0.8
 
 
 def _load(name: str) -> dict[str, Any] | None:
@@ -58,11 +60,50 @@ def _requests_section(result: dict[str, Any] | None) -> str:
     parts = [_meta(result)]
     for handler in ("noop", "io50ms"):
         rows = [
-            [c, f"{o['requests_per_message']:.3f}", f"{n['requests_per_message']:.3f}"]
+            [c, f"{o['requests_per_message']:.3f}", _billed(o), f"{n['requests_per_message']:.3f}", _billed(n)]
             for c, o, n in _pairs(result["rows"], handler)
         ]
-        parts.append(f"Handler `{handler}`:\n\n" + _table(["concurrency", "ours", "naive"], rows))
+        header = ["concurrency", "ours", "ours billed", "naive", "naive billed"]
+        parts.append(f"Handler `{handler}`:\n\n" + _table(header, rows))
     return "\n\n".join(parts)
+
+
+def _billed(row: dict[str, Any]) -> str:
+    """Billed requests per deleted message, or "-" for a row saved before the subject counted them."""
+    cost = row.get("billed_requests_per_message")
+    return "-" if cost is None else f"{cost:.3f}"
+
+
+def _bodies_section(result: dict[str, Any] | None) -> str:
+    """Requests and billed requests per message for bigger bodies (no-op handler, one concurrency)."""
+    if result is None or not result.get("bodies"):
+        return _missing("python -m bench throughput")
+    by_key = {(r["body"], r["impl"]): r for r in result["bodies"]}
+    labels = list(dict.fromkeys(r["body"] for r in result["bodies"]))
+    rows = []
+    for label in labels:
+        cells = [label]
+        for impl in ("ours", "naive"):
+            row = by_key[(label, impl)]
+            cells += [f"{row['messages_per_second']:.0f}", f"{row['requests_per_message']:.3f}", _billed(row)]
+        rows.append(cells)
+    concurrency = result["bodies"][0]["concurrency"]
+    header = [
+        "body",
+        "ours msg/s",
+        "ours req/msg",
+        "ours billed/msg",
+        "naive msg/s",
+        "naive req/msg",
+        "naive billed/msg",
+    ]
+    return f"Handler `noop`, concurrency {concurrency}:\n\n" + _table(header, rows)
+
+
+def _cpu(row: dict[str, Any]) -> str:
+    """CPU ms per deleted message, or "-" for a row measured before the subject reported its CPU time."""
+    cost = row.get("cpu_ms_per_message")
+    return "-" if cost is None else f"{cost:.2f}"
 
 
 def _throughput_section(result: dict[str, Any] | None) -> str:
@@ -76,14 +117,43 @@ def _throughput_section(result: dict[str, Any] | None) -> str:
                 f"{o['messages_per_second']:.0f}",
                 f"{n['messages_per_second']:.0f}",
                 _ratio(o["messages_per_second"], n["messages_per_second"]),
+                _cpu(o),
+                _cpu(n),
             ]
             for c, o, n in _pairs(result["rows"], handler)
         ]
-        parts.append(
-            f"Handler `{handler}`, messages/s per process:\n\n"
-            + _table(["concurrency", "ours", "naive", "ours / naive"], rows)
-        )
+        header = ["concurrency", "ours", "naive", "ours / naive", "ours CPU ms/msg", "naive CPU ms/msg"]
+        parts.append(f"Handler `{handler}`, messages/s per process:\n\n" + _table(header, rows))
     return "\n\n".join(parts)
+
+
+def _plain_section(result: dict[str, Any] | None) -> str:
+    """The no-op handler against the plain loop: the ceiling, ours at its best concurrency, and CPU per message."""
+    if result is None or not result.get("plain"):
+        return _missing("python -m bench throughput")
+    plain = result["plain"]
+    pairs = _pairs(result["rows"], "noop")
+    best_level, best, _ = max(pairs, key=lambda pair: pair[1]["messages_per_second"])
+    # The plain loop ran at the start and at the end of the sweep; the ratio is to their mean, and both are shown.
+    ceiling = sum(r["messages_per_second"] for r in plain) / len(plain)
+    runs = ", ".join(f"{r['messages_per_second']:.0f} msg/s at the {r['when']}" for r in plain)
+    summary = _table(
+        ["plain loop, msg/s (mean)", "ours at its best (concurrency)", "ours / plain", "goal"],
+        [
+            [
+                f"{ceiling:.0f} ({runs})",
+                f"{best['messages_per_second']:.0f} ({best_level})",
+                f"{best['messages_per_second'] / ceiling:.2f}",
+                f"at least {PLAIN_RATIO_GOAL}",
+            ]
+        ],
+    )
+    cpu = _table(["concurrency", "ours", "naive"], [[c, _cpu(o), _cpu(n)] for c, o, n in pairs])
+    plain_cpu = " and ".join(f"{_cpu(r)} at the {r['when']}" for r in plain)
+    return (
+        f"{_meta(result)}\n\n{summary}\n\nCPU milliseconds per deleted message, handler `noop`:\n\n{cpu}"
+        f"\n\nThe plain loop (one thread): {plain_cpu} of the sweep."
+    )
 
 
 def _ablation_section(result: dict[str, Any] | None) -> str:
@@ -259,6 +329,42 @@ def _container_section(result: dict[str, Any] | None) -> str:
     )
 
 
+def _profile_section(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """The profile before the per-message work was cut beside the current one: categories, then top functions."""
+    if before is None and after is None:
+        return _missing("python -m bench profile")
+    runs = [("before", before), ("after", after)]
+    present = [(label, result) for label, result in runs if result is not None]
+    parts = [
+        f"**{label}**: {_meta(result)} {result['messages_per_second']:.0f} msg/s at concurrency"
+        f" {result['concurrency']}, {_cpu(result)} CPU ms/msg, {result['samples']} samples."
+        for label, result in present
+    ]
+    parts += [
+        f"**{label}**: " + _missing(f"python -m bench profile{suffix}")
+        for label, result, suffix in (
+            ("before", before, " --save-as before"),
+            ("after", after, ""),
+        )
+        if result is None
+    ]
+    names = list(dict.fromkeys(name for _, result in present for name in result["categories"]))
+    rows = [[name, *(_share(result["categories"].get(name)) for _, result in present)] for name in names]
+    parts.append(
+        "Samples holding the interpreter lock, by what they were doing:\n\n"
+        + _table(["category", *(label for label, _ in present)], rows)
+    )
+    for ranking, title in (("self", "self (innermost frame)"), ("inclusive", "inclusive (anywhere on the stack)")):
+        for label, result in present:
+            top = [[f"`{r['function']}`", f"`{r['file']}`", _share(r["share"])] for r in result[ranking]]
+            parts.append(f"Top functions by {title}, {label}:\n\n" + _table(["function", "file", "share"], top))
+    return "\n\n".join(parts)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
 def _plots() -> None:
     throughput, latency = _load("throughput"), _load("latency")
     if throughput is None and latency is None:
@@ -315,17 +421,24 @@ def write() -> Path:
     """Regenerate the plots and docs/BENCHMARKS.md from the saved results; returns the document's path."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
     _plots()
+    DOC.write_text(fill(TEMPLATE, sections()))
+    return DOC
+
+
+def sections() -> dict[str, str]:
+    """Every placeholder's text, from the saved results (a missing result's text names its command)."""
     throughput = _load("throughput")
-    sections = {
+    return {
         "requests": _requests_section(throughput),
         "throughput": _throughput_section(throughput),
+        "plain": _plain_section(throughput),
+        "bodies": _bodies_section(throughput),
         "ablation": _ablation_section(throughput),
         "latency": _latency_section(_load("latency")),
         "shutdown": _shutdown_section(_load("shutdown")),
         "duplicates": _duplicates_section(_load("duplicates")),
         "memory": _memory_section(throughput),
+        "profile": _profile_section(_load("profile-before"), _load("profile")),
         "build": _build_section(_load("build")),
         "container": _container_section(_load("container")),
     }
-    DOC.write_text(fill(TEMPLATE, sections))
-    return DOC

@@ -14,8 +14,9 @@ handler, 0.05 an I/O-bound one (a sleep releases the interpreter lock, as a
 network call does). Every handler start is counted per message id (duplicates)
 and its pickup latency (start - ``body["sent"]``, same host clock) is kept.
 
-Both count their own SQS requests with botocore's ``before-send`` event and the
-messages SQS confirmed deleted with ``after-call``, over a measurement window
+Both count their own SQS requests with botocore's ``before-send`` event, the
+requests SQS bills (64 KiB chunks of a call's payload, :func:`billed_units`)
+with ``response-received``, and the messages SQS confirmed deleted with ``after-call``, over a measurement window
 after a warm-up. Optional ``--record FILE`` appends one JSON line per handler
 start and end as they happen, so a process killed mid-run still leaves its record.
 """
@@ -39,11 +40,15 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from consumer.contract import SQS_MAX_BATCH, WorkerContract
+from consumer.limits import SQS_CLIENT
 from consumer.runtime import consumer as runtime
+from consumer.runtime.clients import client_config
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.observability import Metrics, configure_logging
 
 NAIVE_EMPTY_DELAY_SECONDS = 1.0
+#: https://aws.amazon.com/sqs/pricing/ and the SQS FAQ: each 64 KB (65,536 bytes) chunk of a payload is one request.
+BILLED_CHUNK_BYTES = 64 * 1024
 app = typer.Typer(add_completion=False)
 
 
@@ -57,11 +62,33 @@ def rss_kib() -> dict[str, int]:
     return {"rss_kib": fields.get("VmRSS", 0), "peak_rss_kib": fields.get("VmHWM", 0)}
 
 
+def client_config_for(concurrency: int) -> Config:
+    """The container's SQS client configuration (bounded timeouts, standard retries), for every implementation.
+
+    Merged with a connection pool large enough for ``concurrency`` threads (botocore's default of 10 would make
+    a 64-thread baseline queue for connections, which measures the pool, not the loop).
+    """
+    return client_config(SQS_CLIENT).merge(Config(max_pool_connections=max(10, concurrency + 10)))
+
+
+def billed_units(request_bytes: int, response_bytes: int) -> int:
+    """SQS's billed requests for one call: every started 64 KiB chunk of its payload, at least one.
+
+    "Each 64 KB chunk of a payload is billed as 1 request" (SQS pricing FAQ; a 256 KiB payload is 4). The
+    payload counted is the larger of the request and the response body: a send carries its messages in the
+    request, a receive in the response.
+    """
+    payload = max(request_bytes, response_bytes)
+    return max(1, -(-payload // BILLED_CHUNK_BYTES))
+
+
 class Recorder:
-    """Handler starts, ends, requests and deletes; thread-safe, snapshot-able."""
+    """Handler starts, ends, requests (as sent and as billed) and deletes; thread-safe, snapshot-able."""
 
     def __init__(self, record: Path | None) -> None:
         self._lock = threading.Lock()
+        self._call = threading.local()  # the request body's size, from before-send to response-received
+        self.billed = 0
         self.requests: Counter[str] = Counter()
         self.deleted = 0
         self.finished = 0
@@ -71,14 +98,24 @@ class Recorder:
 
     def attach(self, client: Any) -> None:
         client.meta.events.register("before-send.sqs.*", self._on_send)
+        client.meta.events.register("response-received.sqs.*", self._on_response)
         client.meta.events.register("after-call.sqs.DeleteMessageBatch", self._on_batch_delete)
         client.meta.events.register("after-call.sqs.DeleteMessage", self._on_delete)
 
     def _on_send(self, request: Any, **_: Any) -> None:
         target = request.headers.get("X-Amz-Target", b"")
         name = target.decode() if isinstance(target, bytes) else str(target)
+        # botocore sends and receives one attempt on the calling thread: response-received follows on this one.
+        self._call.request_bytes = len(request.body or b"")
         with self._lock:
             self.requests[name.rsplit(".", 1)[-1] or "unknown"] += 1
+
+    def _on_response(self, response_dict: dict[str, Any] | None, **_: Any) -> None:
+        """Once per attempt, as before-send: an attempt that got no answer is billed on its request alone."""
+        response_bytes = len(response_dict.get("body") or b"") if response_dict else 0
+        units = billed_units(getattr(self._call, "request_bytes", 0), response_bytes)
+        with self._lock:
+            self.billed += units
 
     def _on_batch_delete(self, parsed: dict, **_: Any) -> None:
         with self._lock:
@@ -106,7 +143,12 @@ class Recorder:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"requests": sum(self.requests.values()), "deleted": self.deleted, "finished": self.finished}
+            return {
+                "requests": sum(self.requests.values()),
+                "billed_requests": self.billed,
+                "deleted": self.deleted,
+                "finished": self.finished,
+            }
 
 
 def make_handler(recorder: Recorder, default_sleep: float):
@@ -209,9 +251,7 @@ def main(
         configure_logging(stream=open(os.devnull, "w"), level=log_level)  # noqa: SIM115 (lives as long as the process)
     else:
         logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    # Standard retry mode, as the consumer container configures it; a bigger pool for 64 threads.
-    config = Config(retries={"mode": "standard"}, max_pool_connections=max(10, concurrency + 10))
-    client = boto3.client("sqs", endpoint_url=endpoint, config=config)
+    client = boto3.client("sqs", endpoint_url=endpoint, config=client_config_for(concurrency))
     recorder = Recorder(record)
     recorder.attach(client)
     handle = make_handler(recorder, sleep)

@@ -4,21 +4,43 @@
 concurrency (1..64), one consumer process of each implementation drains a queue
 the producer keeps topped up (so it never waits for work: saturation), over a
 measurement window after a warm-up. Reports messages/s, SQS requests per
-deleted message, and the process's resident memory at idle and at the end of
-the window.
+deleted message, process CPU milliseconds per deleted message, and the
+process's resident memory at idle and at the end of the window.
+
+The plain loop (``bench.subject.Plain``: one thread, receive 10, one delete
+batch) is the ceiling ours is held to with the no-op handler. It is one
+thread, so it runs once per sweep, not per concurrency: at the start and at
+the end of the no-op sweep, both kept, so a machine that got busier (or
+quieter) during the sweep shows as two different figures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import IMPLS, Producer, Subject, client, event, make_queues
+from consumer.limits import SQS_MAX_MESSAGE_BYTES
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 HANDLERS = {"noop": 0.0, "io50ms": 0.05}
 #: Where ours also runs with BATCH_FILL_SECONDS = 0, to show what the fill wait costs and saves.
 ABLATION_CONCURRENCY = (8, 16, 32)
 QUEUE_TARGET_DEPTH = 300
+#: Message bodies for the billed-requests table: the usual small event, SQS's old limit, its limit since 2025.
+BODY_SIZES = {"1 KiB": 1024, "256 KiB": 256 * 1024, "1 MiB": SQS_MAX_MESSAGE_BYTES}
+BODY_CONCURRENCY = 16
+#: Bodies the producer keeps visible at most: 300 bodies of 1 MiB would hold 300 MiB in the endpoint.
+QUEUE_TARGET_BYTES = 64 * 1024 * 1024
+#: Never fewer visible than this many receives of 10 for a consumer of BODY_CONCURRENCY, so it still never waits.
+QUEUE_MIN_DEPTH = 40
+
+
+def target_for(target_depth: int, body_bytes: int | None) -> int:
+    """The producer's target depth for ``body_bytes`` bodies: ``target_depth``, or fewer where memory says so."""
+    if body_bytes is None:
+        return target_depth
+    return min(target_depth, max(QUEUE_MIN_DEPTH, QUEUE_TARGET_BYTES // body_bytes))
 
 
 def measure(
@@ -31,10 +53,19 @@ def measure(
     window: float = 8.0,
     target_depth: int = QUEUE_TARGET_DEPTH,
     batch_fill: float | None = None,
+    body_bytes: int | None = None,
+    observe: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """One consumer process at saturation; returns its figures for the window."""
+    """One consumer process at saturation; returns its figures for the window.
+
+    ``body_bytes`` pads every message body to that size; the queue then accepts SQS's largest message (1 MiB)
+    and the producer keeps fewer of them visible (:func:`target_for`). ``observe`` is called with the subject's
+    process id once it is ready and the producer runs (``python -m bench profile`` attaches py-spy there).
+    """
     sqs = client(endpoint)
-    source, dlq = make_queues(sqs, visibility_seconds=60)
+    source, dlq = make_queues(
+        sqs, visibility_seconds=60, max_message_bytes=None if body_bytes is None else SQS_MAX_MESSAGE_BYTES
+    )
     options: dict[str, Any] = {} if batch_fill is None else {"batch_fill": batch_fill}
     subject = Subject(
         endpoint,
@@ -49,7 +80,9 @@ def measure(
     )
     try:
         subject.ready()
-        with Producer(endpoint, source, target_depth, event):
+        with Producer(endpoint, source, target_for(target_depth, body_bytes), event, body_bytes):
+            if observe is not None:
+                observe(subject.process.pid)
             subject.wait(warmup + window + 120)
         result = subject.result()
     finally:
@@ -64,8 +97,13 @@ def measure(
         "handler_seconds": sleep,
         "messages_per_second": deleted / result["seconds"],
         "requests_per_message": window_figures["requests"] / deleted if deleted else None,
+        # What a Fargate bill scales with: the process's CPU (every thread) per message it got deleted.
+        "cpu_ms_per_message": 1000 * result["cpu_seconds"] / deleted if deleted else None,
         "deleted": deleted,
         "requests": window_figures["requests"],
+        "billed_requests": window_figures["billed_requests"],
+        "billed_requests_per_message": window_figures["billed_requests"] / deleted if deleted else None,
+        "body_bytes": body_bytes,
         "rss_idle_kib": result["idle"]["rss_kib"],
         "rss_load_kib": result["load"]["rss_kib"],
         "duplicate_starts": sum(n - 1 for n in result["starts"].values()),
@@ -75,9 +113,23 @@ def measure(
     }
 
 
+def _plain(endpoint: str, when: str, window: float) -> dict[str, Any]:
+    """The plain loop with the no-op handler; ``when`` (start | end) says where in the sweep it ran."""
+    row = measure(endpoint, "plain", 1, HANDLERS["noop"], window=window)
+    row.update(handler="noop", when=when)
+    print(
+        f"noop    plain ({when:5}) {row['messages_per_second']:8.1f} msg/s"
+        f"  {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg",
+        flush=True,
+    )
+    return row
+
+
 def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float = 8.0) -> dict[str, Any]:
-    rows = []
+    rows, plain = [], []
     for handler, sleep in HANDLERS.items():
+        if handler == "noop":
+            plain.append(_plain(endpoint, "start", window))
         for level in concurrency:
             for impl in IMPLS:
                 row = measure(endpoint, impl, level, sleep, window=window)
@@ -85,9 +137,24 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
                 rows.append(row)
                 print(
                     f"{handler:7} c={level:<3} {impl:6} {row['messages_per_second']:8.1f} msg/s"
-                    f"  {row['requests_per_message'] or 0:.3f} req/msg  rss {row['rss_load_kib'] / 1024:.0f} MiB",
+                    f"  {row['requests_per_message'] or 0:.3f} req/msg  {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg"
+                    f"  rss {row['rss_load_kib'] / 1024:.0f} MiB",
                     flush=True,
                 )
+        if handler == "noop":
+            plain.append(_plain(endpoint, "end", window))
+    # What SQS bills with bigger bodies: each 64 KiB of a call's payload is one billed request.
+    bodies = []
+    for label, size in BODY_SIZES.items():
+        for impl in IMPLS:
+            row = measure(endpoint, impl, BODY_CONCURRENCY, HANDLERS["noop"], window=window, body_bytes=size)
+            row.update(handler="noop", body=label)
+            bodies.append(row)
+            print(
+                f"noop    c={BODY_CONCURRENCY:<3} {impl:6} body {label:7} {row['messages_per_second']:8.1f} msg/s"
+                f"  {row['requests_per_message'] or 0:.3f} req/msg  {row['billed_requests_per_message'] or 0:.3f} billed/msg",
+                flush=True,
+            )
     # The batch fill's trade-off: ours with the poller's fill wait off, beside the rows above.
     ablation = []
     for handler, sleep in HANDLERS.items():
@@ -100,4 +167,11 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
                 f"  {row['requests_per_message'] or 0:.3f} req/msg",
                 flush=True,
             )
-    return {"rows": rows, "ablation": ablation, "queue_target_depth": QUEUE_TARGET_DEPTH, "window_seconds": window}
+    return {
+        "rows": rows,
+        "plain": plain,
+        "bodies": bodies,
+        "ablation": ablation,
+        "queue_target_depth": QUEUE_TARGET_DEPTH,
+        "window_seconds": window,
+    }
