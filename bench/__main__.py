@@ -74,7 +74,7 @@ def profile_command(
 @app.command("latency")
 def latency_command(endpoint: str = ENDPOINT_OPTION) -> None:
     """3: pickup latency p50/p99 on an idle queue (send to handler start)."""
-    _with_endpoint("latency", endpoint, latency.run_latency)
+    _with_endpoint("latency", endpoint, lambda url: latency.run_latency(url, endpoint))
 
 
 @app.command("shutdown")
@@ -109,7 +109,7 @@ def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True
     with local_endpoint(endpoint) as url:
         for name, bench in (
             ("throughput", throughput.run),
-            ("latency", latency.run_latency),
+            ("latency", lambda url: latency.run_latency(url, endpoint)),
             ("shutdown", latency.run_shutdown),
             ("duplicates", latency.run_duplicates),
             ("profile", profile.run),

@@ -159,27 +159,35 @@ def _plain_section(result: dict[str, Any] | None) -> str:
 def _ablation_section(result: dict[str, Any] | None) -> str:
     if result is None or not result.get("ablation"):
         return _missing("python -m bench throughput")
-    with_fill = {(r["handler"], r["concurrency"]): r for r in result["rows"] if r["impl"] == "ours"}
+    default = {(r["handler"], r["concurrency"]): r for r in result["rows"] if r["impl"] == "ours"}
     rows = []
     for off in result["ablation"]:
-        on = with_fill[(off["handler"], off["concurrency"])]
+        on = default.get((off["handler"], off["concurrency"]))
+        if on is None:
+            continue
         rows.append(
             [
+                off.get("variant", "no batch fill"),  # results saved before the variants had one ablation: the fill
                 off["handler"],
                 off["concurrency"],
-                f"{off['messages_per_second']:.0f}",
                 f"{on['messages_per_second']:.0f}",
-                f"{off['requests_per_message']:.3f}",
+                f"{off['messages_per_second']:.0f}",
                 f"{on['requests_per_message']:.3f}",
+                f"{off['requests_per_message']:.3f}",
+                _cpu(on),
+                _cpu(off),
             ]
         )
     header = [
+        "switched off",
         "handler",
         "concurrency",
-        "msg/s, no fill",
-        "msg/s, fill 0.1 s",
-        "req/msg, no fill",
-        "req/msg, fill 0.1 s",
+        "msg/s, default",
+        "msg/s, off",
+        "req/msg, default",
+        "req/msg, off",
+        "CPU ms/msg, default",
+        "CPU ms/msg, off",
     ]
     return _table(header, rows)
 
@@ -209,8 +217,10 @@ def _memory_section(result: dict[str, Any] | None) -> str:
 def _latency_section(result: dict[str, Any] | None) -> str:
     if result is None:
         return _missing("python -m bench latency")
+    main = result["meta"]["endpoint"]
     rows = [
         [
+            r.get("endpoint", main),  # results saved before the moto rows ran on one endpoint
             r["impl"],
             r["samples"],
             f"{r['p50_ms']:.0f}",
@@ -220,12 +230,12 @@ def _latency_section(result: dict[str, Any] | None) -> str:
         ]
         for r in result["rows"]
     ]
-    by_impl = {r["impl"]: r for r in result["rows"]}
+    by_impl = {r["impl"]: r for r in result["rows"] if r.get("endpoint", main) == main}
     ratio = _ratio(by_impl["ours"]["p50_ms"], by_impl["naive"]["p50_ms"])
     return (
         f"{_meta(result)}\n\n![pickup latency distribution]({PLOTS['latency']})\n\n"
-        + _table(["impl", "samples", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows)
-        + f"\n\np50 ours / naive: {ratio}."
+        + _table(["endpoint", "impl", "samples", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows)
+        + f"\n\np50 ours / naive ({main}): {ratio}."
     )
 
 
@@ -395,7 +405,8 @@ def _plots() -> None:
         figure, axis = plt.subplots(figsize=(6, 4))
         for row in latency["rows"]:
             values = sorted(row["latencies_ms"])
-            axis.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=row["impl"])
+            label = f"{row['impl']} ({row.get('endpoint', latency['meta']['endpoint'])})"
+            axis.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=label)
         axis.set_xlabel("send to handler start, ms")
         axis.set_ylabel("fraction of messages")
         axis.set_title("pickup latency on an idle queue (CDF)")

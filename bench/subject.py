@@ -244,6 +244,7 @@ def main(
     record: Path | None = typer.Option(None, help="append one JSON line per handler start/end"),
     batch_fill: float | None = typer.Option(None, help="ours: override BATCH_FILL_SECONDS (ablation)"),
     log_level: str = typer.Option("INFO", help="ours: CONSUMER_LOG_LEVEL (the container's default is INFO)"),
+    lookahead: float | None = typer.Option(None, help="ours: override LOOKAHEAD_WAIT_SECONDS (ablation; 0 = off)"),
 ) -> None:
     if impl == "ours":
         # Ours logs as the container does (JSON lines at INFO; the lines go nowhere here, their formatting is the
@@ -258,6 +259,8 @@ def main(
     if impl == "ours":
         if batch_fill is not None:
             runtime.BATCH_FILL_SECONDS = batch_fill
+        if lookahead is not None:
+            runtime.LOOKAHEAD_WAIT_SECONDS = lookahead
         contract = WorkerContract(
             max_duration_seconds=max_duration, concurrency=concurrency, max_lease_seconds=max_lease
         )

@@ -24,8 +24,17 @@ from consumer.limits import SQS_MAX_MESSAGE_BYTES
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 HANDLERS = {"noop": 0.0, "io50ms": 0.05}
-#: Where ours also runs with BATCH_FILL_SECONDS = 0, to show what the fill wait costs and saves.
-ABLATION_CONCURRENCY = (8, 16, 32)
+#: Ours again with one of its choices switched off, beside its default run at the same handler and concurrency:
+#: (label, subject options, (handler, concurrency) cases). What each choice buys, measured, not argued.
+ABLATIONS: tuple[tuple[str, dict[str, Any], tuple[tuple[str, int], ...]], ...] = (
+    ("no lookahead", {"lookahead": 0.0}, (("noop", 16), ("io50ms", 8), ("io50ms", 16), ("io50ms", 64))),
+    (
+        "no lookahead, no fill",
+        {"lookahead": 0.0, "batch_fill": 0.0},
+        (("noop", 16), ("io50ms", 8), ("io50ms", 16), ("io50ms", 64)),
+    ),
+    ("no per-message INFO lines", {"log_level": "WARNING"}, (("noop", 16),)),
+)
 QUEUE_TARGET_DEPTH = 300
 #: Message bodies for the billed-requests table: the usual small event, SQS's old limit, its limit since 2025.
 BODY_SIZES = {"1 KiB": 1024, "256 KiB": 256 * 1024, "1 MiB": SQS_MAX_MESSAGE_BYTES}
@@ -52,21 +61,21 @@ def measure(
     warmup: float = 2.0,
     window: float = 8.0,
     target_depth: int = QUEUE_TARGET_DEPTH,
-    batch_fill: float | None = None,
     body_bytes: int | None = None,
     observe: Callable[[int], None] | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """One consumer process at saturation; returns its figures for the window.
 
     ``body_bytes`` pads every message body to that size; the queue then accepts SQS's largest message (1 MiB)
     and the producer keeps fewer of them visible (:func:`target_for`). ``observe`` is called with the subject's
     process id once it is ready and the producer runs (``python -m bench profile`` attaches py-spy there).
+    ``options`` are the subject's own (``batch_fill``, ``lookahead``, ``log_level``: ours only; see ABLATIONS).
     """
     sqs = client(endpoint)
     source, dlq = make_queues(
         sqs, visibility_seconds=60, max_message_bytes=None if body_bytes is None else SQS_MAX_MESSAGE_BYTES
     )
-    options: dict[str, Any] = {} if batch_fill is None else {"batch_fill": batch_fill}
     subject = Subject(
         endpoint,
         impl,
@@ -155,16 +164,16 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
                 f"  {row['requests_per_message'] or 0:.3f} req/msg  {row['billed_requests_per_message'] or 0:.3f} billed/msg",
                 flush=True,
             )
-    # The batch fill's trade-off: ours with the poller's fill wait off, beside the rows above.
+    # What the lookahead, the batch fill and the per-message log lines each cost or save: ours with one off.
     ablation = []
-    for handler, sleep in HANDLERS.items():
-        for level in ABLATION_CONCURRENCY:
-            row = measure(endpoint, "ours", level, sleep, window=window, batch_fill=0.0)
-            row["handler"] = handler
+    for label, options, cases in ABLATIONS:
+        for handler, level in cases:
+            row = measure(endpoint, "ours", level, HANDLERS[handler], window=window, **options)
+            row.update(handler=handler, variant=label)
             ablation.append(row)
             print(
-                f"{handler:7} c={level:<3} ours without batch fill {row['messages_per_second']:8.1f} msg/s"
-                f"  {row['requests_per_message'] or 0:.3f} req/msg",
+                f"{handler:7} c={level:<3} ours, {label}: {row['messages_per_second']:8.1f} msg/s"
+                f"  {row['requests_per_message'] or 0:.3f} req/msg  {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg",
                 flush=True,
             )
     return {

@@ -178,3 +178,27 @@ def test_report_profile_section_without_the_before_run_names_its_command() -> No
 def test_report_profile_section_with_neither_run_names_the_command() -> None:
     """No profile at all says how to get one."""
     assert report._profile_section(None, None) == "_Not measured yet: run `python -m bench profile`._"
+
+
+def test_report_ablation_sets_each_switched_off_run_beside_ours_by_default() -> None:
+    """ours at noop/16 ran 600 msg/s at 0.2 req/msg by default; with the lookahead off 400 at 0.35: one row of each."""
+    off = {**_row("ours", 16, "noop", 400.0, 0.35, cpu=2.0), "variant": "no lookahead"}
+    text = report._ablation_section({**RESULT, "ablation": [off]})
+    assert "| no lookahead | noop | 16 | 600 | 400 | 0.200 | 0.350 | 1.50 | 2.00 |" in text
+
+
+def test_report_latency_table_has_a_row_per_endpoint_and_the_ratio_on_the_runs_own() -> None:
+    """ministack's rows (the run's endpoint) give the ratio; moto's rows show beside them, named."""
+    rows = [
+        {"endpoint": endpoint, "impl": impl, "samples": 120, "p50_ms": p50, "p90_ms": 1.0, "p99_ms": 2.0, "max_ms": 3.0}
+        for endpoint, impl, p50 in (
+            ("ministack", "ours", 50.0),
+            ("ministack", "naive", 500.0),
+            ("moto", "ours", 8.0),
+            ("moto", "naive", 400.0),
+        )
+    ]
+    text = report._latency_section({"meta": RESULT["meta"], "rows": rows})
+    assert "| moto | ours | 120 | 8 | 1 | 2 | 3 |" in text
+    assert "| ministack | naive | 120 | 500 | 1 | 2 | 3 |" in text
+    assert "p50 ours / naive (ministack): 0.10x." in text
