@@ -130,7 +130,8 @@ class Circuit:
 
     def may_start(self, message_id: str) -> bool:
         """Whether a received message may start now: any while closed, only the probe while half-open."""
-        if self.state is CircuitState.CLOSED:  # the common case, read without the lock (one attribute read)
+        state = self.state  # the common case, closed, read without the lock (one attribute read)
+        if state is CircuitState.CLOSED:
             return True
         with self._lock:
             return self.state is CircuitState.CLOSED or (
@@ -140,7 +141,8 @@ class Circuit:
     def answered(self, message_id: str, downstream_answered: bool | None) -> None:
         """A started message's outcome: True (the downstream answered) closes a half-open circuit on its probe;
         None (no attempt reached the downstream: deferred, a duplicate) lets the next receive probe again."""
-        if self.state is CircuitState.CLOSED:
+        state = self.state
+        if state is CircuitState.CLOSED:
             # Without the lock: a probe is taken while half-open, before its message is handed to a worker, and
             # only its own answer closes the circuit again; read closed here, this message is no probe.
             return

@@ -133,7 +133,7 @@ def configure_logging(stream: IO[str] | None = None, level: str | int = "INFO") 
     root.setLevel(log_level(level) if isinstance(level, str) else level)
     # What a record would gather that no line of ours prints (the logging HOWTO's "Optimization"): the caller's
     # file and line (a stack walk per record), the thread, the process and its multiprocessing name.
-    logging._srcfile = None  # type: ignore[attr-defined]  # noqa: SLF001 (the switch the HOWTO names)
+    logging._srcfile = None  # noqa: SLF001 (the switch the HOWTO names)
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     target = sys.stdout if stream is None else stream
     handler = next((h for h in root.handlers if isinstance(h, _JsonHandler)), None)
