@@ -23,6 +23,9 @@ from consumer.runtime.settlement import ALREADY_DONE, DEFERRED, SUCCEEDED, Outco
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
+#: Beyond a heartbeat interval, what an extension needs to land: the heartbeat's tick and the call itself.
+HEARTBEAT_REACH_SLACK_SECONDS = 1.0
+
 
 class Worker:
     """Runs on every worker thread (``contract.concurrency``); each runs :meth:`run`.
@@ -86,9 +89,13 @@ class Worker:
         owner = f"{self._owner}:{next(self._attempts)}"
         if not self._may_start(item):
             return False
-        if item.visible_until - self._clock() <= self.contract.heartbeat_threshold_seconds:
-            # Received ahead and kept waiting past the heartbeat's reach (handlers ran far longer than their
-            # mean): its lease may lapse before an extension, and another receive run it too. Hand it back.
+        if (
+            item.visible_until - self._clock()
+            <= self.contract.heartbeat_interval_seconds + HEARTBEAT_REACH_SLACK_SECONDS
+        ):
+            # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
+            # ran far longer than their mean, or late in a FIFO group): the lease may lapse before the heartbeat's
+            # next extension and another receive run it too. Hand it back instead of starting it.
             self._settlement.hand_back_unstarted([item], "lease_ran_down")
             return False
         if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):

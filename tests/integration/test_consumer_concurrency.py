@@ -72,8 +72,9 @@ def test_consumer_receives_ahead_of_a_short_handler(sqs: Any) -> None:
 
 
 def test_consumer_hands_back_a_message_that_waited_past_the_heartbeats_reach(sqs: Any) -> None:
-    """A message received ahead whose lease is within the heartbeat's extension threshold when its turn comes is
-    handed back (visible again at once), never started on a lease that may lapse before an extension."""
+    """A message whose lease has less than a heartbeat interval (and a second) left when its turn comes, after
+    waiting for a handler, is handed back (visible again at once), never started on a lease that may lapse before
+    the heartbeat's next extension."""
     contract = fast_contract(concurrency=1)
     pair = create_pair(sqs, contract)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
@@ -82,7 +83,7 @@ def test_consumer_hands_back_a_message_that_waited_past_the_heartbeats_reach(sqs
     consumer = consumer_of(sqs, pair, contract, lambda m: started.append(m.body))
     message = Message.from_sqs(raw)
     now = time.monotonic()
-    lease_end = now + contract.heartbeat_threshold_seconds - 0.5  # it waited: less lease left than the threshold
+    lease_end = now + contract.heartbeat_interval_seconds + 0.5  # it waited: less left than the heartbeat can reach
     item = InFlight(message, now - contract.visibility_timeout_seconds, lease_end, LogContext.of(message, "q"))
     consumer._table.admit([item])
     consumer._table.dispatched()
