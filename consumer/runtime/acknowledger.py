@@ -42,8 +42,11 @@ log = logging.getLogger(__name__)
 
 #: A successful message's delete waits at most this long for nine others to share its call.
 DELETE_FLUSH_SECONDS = 1.0
-#: Per-entry delete failures SQS marks as its own fault are retried this often.
+#: Per-entry delete failures SQS marks as its own fault: tries in all (the first and two retries).
 DELETE_RETRIES = 3
+#: A flush waits this long at most for batches other threads are sending (one call's worst case is bounded by
+#: the client's timeouts, consumer/limits.py; past this the flush goes on and those sends finish on their own).
+FLUSH_WAIT_SECONDS = 10.0
 
 
 @dataclass(eq=False)
@@ -98,8 +101,11 @@ class Acknowledger:
         # sends what has waited DELETE_FLUSH_SECONDS. No thread switch per message, and as many batches in
         # flight as the rate needs: one thread sending every batch in turn fell behind at about 1,500 a second.
         self._pending_lock = threading.Lock()
+        self._sent = threading.Condition(self._pending_lock)  # notified when a send of deletes ends
         self._pending: list[Ticket] = []
         self._oldest_pending: float | None = None
+        self._sending = 0  # sends of deletes under way, on any thread: a flush waits for them
+        self._drained = False  # the thread's last flush is done: from now on each delete's caller sends it
         self._thread = threading.Thread(target=self._run, name="acknowledger", daemon=True)
         self._closed = False
 
@@ -107,14 +113,23 @@ class Acknowledger:
         self._thread.start()
 
     def delete(self, ticket: Ticket) -> None:
-        """Delete after success (or after a move to the DLQ): the call that makes a batch of 10 sends it."""
-        self._send_deletes(self._take(ticket))
+        """Delete after success (or after a move to the DLQ): the call that makes a batch of 10 sends it (after
+        :meth:`close`, every call sends its own at once)."""
+        tickets = self._take(ticket)
+        if tickets:
+            self._send_deletes(tickets)
 
     def change_visibility(
         self, ticket: Ticket, seconds: int, reason: str, on_sent: Callable[[float], None] | None = None
     ) -> None:
-        """``extend`` (dropped if the message stopped running), ``backoff`` or ``release`` (0 s)."""
-        self._ops.put(_Visibility(ticket, seconds, reason, on_sent))
+        """``extend`` (dropped if the message stopped running), ``backoff`` or ``release`` (0 s); after
+        :meth:`close`, sent by the caller at once."""
+        change = _Visibility(ticket, seconds, reason, on_sent)
+        with self._pending_lock:
+            if not self._drained:
+                self._ops.put(change)
+                return
+        self._send_visibility([change])
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Send everything queued so far; True when done within ``timeout``."""
@@ -139,7 +154,8 @@ class Acknowledger:
             except queue.Empty:
                 op = ...
             if op is None:
-                self._send_all_deletes()
+                self._send_all_deletes(final=True)
+                self._send_visibility(self._queued_visibility())  # put before the drain; later ones are sent by callers
                 return
             visibility: list[_Visibility] = []
             flushes: list[_Flush] = []
@@ -158,13 +174,35 @@ class Acknowledger:
             self._send_visibility(visibility)
             oldest = self._oldest_pending
             due = oldest is not None and self._clock() - oldest >= DELETE_FLUSH_SECONDS
-            if flushes or due:
+            if flushes:
                 self._send_all_deletes()
+            elif due and (tickets := self._take(everything=True)):
+                self._send_deletes(tickets)
             for marker in flushes:
                 marker.done.set()
 
-    def _send_all_deletes(self) -> None:
-        """Send every waiting delete, and again what SQS failed on its side, until each is done or out of tries."""
+    def _queued_visibility(self) -> list[_Visibility]:
+        changes: list[_Visibility] = []
+        while True:
+            try:
+                op = self._ops.get_nowait()
+            except queue.Empty:
+                return changes
+            if isinstance(op, _Visibility):
+                changes.append(op)
+            elif isinstance(op, _Flush):
+                op.done.set()
+
+    def _send_all_deletes(self, final: bool = False) -> None:
+        """A flush: wait for the batches other threads are sending (their retries come back here), then send every
+        waiting delete, and again what SQS failed on its side, until each is done or out of tries. ``final``:
+        the last flush (close); any delete decided later is sent by its caller."""
+        deadline = self._clock() + FLUSH_WAIT_SECONDS
+        with self._pending_lock:
+            while self._sending and (remaining := deadline - self._clock()) > 0:
+                self._sent.wait(remaining)
+            if final:
+                self._drained = True
         for _ in range(DELETE_RETRIES + 1):  # each round either empties the list or spends a try of what it keeps
             tickets = self._take(everything=True)
             if not tickets:
@@ -172,22 +210,44 @@ class Acknowledger:
             self._send_deletes(tickets)
 
     def _take(self, ticket: Ticket | None = None, everything: bool = False) -> list[Ticket]:
-        """Add ``ticket`` to the waiting deletes; take every full batch (``everything``: all of them) to send."""
+        """Add ``ticket`` to the waiting deletes; take every full batch (``everything``, or once drained: all of
+        them) for the caller to send with :meth:`_send_deletes`, counted as a send under way until it ends."""
         with self._pending_lock:
             if ticket is not None:
                 self._pending.append(ticket)
                 if self._oldest_pending is None:
                     self._oldest_pending = self._clock()
-            cut = len(self._pending) if everything else len(self._pending) - len(self._pending) % SQS_MAX_BATCH
+            whole = everything or self._drained
+            cut = len(self._pending) if whole else len(self._pending) - len(self._pending) % SQS_MAX_BATCH
             if not cut:
                 return []
             taken, self._pending = self._pending[:cut], self._pending[cut:]
             # What stays behind is a partial batch decided just now (or nothing): its wait starts again.
             self._oldest_pending = self._clock() if self._pending else None
+            self._sending += 1
             return taken
 
     def _send_deletes(self, tickets: list[Ticket]) -> None:
-        """Send ``tickets`` in batches of 10 on the calling thread; entries SQS failed on its side wait again."""
+        """Send ``tickets`` (taken by :meth:`_take`) in batches of 10 on the calling thread. Entries SQS failed on
+        its side wait for a later batch, or, once drained, are sent again here until done or out of tries."""
+        try:
+            while tickets:
+                retry = self._send_batches(tickets)
+                with self._pending_lock:
+                    if not self._drained:
+                        self._pending += retry
+                        if retry and self._oldest_pending is None:
+                            self._oldest_pending = self._clock()
+                        retry = []
+                tickets = retry
+        finally:
+            with self._pending_lock:
+                self._sending -= 1
+                self._sent.notify_all()
+
+    def _send_batches(self, tickets: list[Ticket]) -> list[Ticket]:
+        """One try at each of ``tickets``, 10 per call; returns those to try again (SQS's fault, tries left)."""
+        retry: list[Ticket] = []
         for start in range(0, len(tickets), SQS_MAX_BATCH):
             batch = tickets[start : start + SQS_MAX_BATCH]
             entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
@@ -203,7 +263,7 @@ class Acknowledger:
                     continue
                 ticket.attempts += 1
                 if not failure.get("SenderFault", True) and ticket.attempts < DELETE_RETRIES:
-                    self._retry(ticket)  # SQS's own fault: try again in a later batch
+                    retry.append(ticket)  # SQS's own fault: try again
                     continue
                 # A stale handle (the message was received again elsewhere) cannot be deleted with
                 # it; the message comes back and the idempotency guard skips its side effect.
@@ -215,12 +275,7 @@ class Acknowledger:
                         "error": failure.get("Message"),
                     },
                 )
-
-    def _retry(self, ticket: Ticket) -> None:
-        with self._pending_lock:
-            self._pending.append(ticket)
-            if self._oldest_pending is None:
-                self._oldest_pending = self._clock()
+        return retry
 
     def _send_visibility(self, changes: list[_Visibility]) -> None:
         # An extension for a message that finished in the meantime would overwrite its backoff

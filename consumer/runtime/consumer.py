@@ -87,6 +87,8 @@ log = logging.getLogger("consumer")
 
 #: At shutdown, how long to wait for a poller handing on the messages of a receive answered meanwhile.
 DISPATCH_WAIT_SECONDS = 2.0
+#: After requeuing at shutdown, how long to wait for a long poll answered with those copies to release them.
+LATE_RECEIVE_WAIT_SECONDS = 1.0
 #: The names the tests import; the codes themselves are consumer.exit_codes.ExitCode's.
 EXIT_OK = ExitCode.OK
 EXIT_STUCK = ExitCode.STUCK
@@ -195,11 +197,22 @@ class Consumer:
             metrics=self.metrics,
             protection=self.protection,
             hand_back_unstarted=self._settlement.hand_back_unstarted,
+            hand_back=self._settlement.hand_back,
             clock=clock,
             long_poll_seconds=LONG_POLL_SECONDS,
             batch_fill_seconds=BATCH_FILL_SECONDS,
             liveness=self.liveness,
             circuit=self.circuit,
+        )
+        self._lookahead = Lookahead(
+            self._slots,
+            concurrency=contract.concurrency,
+            batch_size=contract.batch_size,
+            # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn. On
+            # FIFO a hand-back spends a receive (and can end in the DLQ unattempted), and a group runs in order on
+            # one worker anyway: nothing is received ahead there either.
+            wait_seconds=0.0 if rate is not None or contract.fifo else LOOKAHEAD_WAIT_SECONDS,
+            clock=clock,
         )
         self._worker = Worker(
             handler=handler,
@@ -215,13 +228,8 @@ class Consumer:
             circuit=self.circuit,
             rate=None if rate is None else RateLimit(rate, clock),
             drain_end=lambda: self._drain_end,
-            lookahead=Lookahead(
-                self._slots,
-                concurrency=contract.concurrency,
-                batch_size=contract.batch_size,
-                # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn.
-                wait_seconds=0.0 if rate is not None else LOOKAHEAD_WAIT_SECONDS,
-            ),
+            lookahead=self._lookahead,
+            extend_now=lambda item: self._heartbeat.extend_now(item),
         )
         self._heartbeat = Heartbeat(
             contract=contract,
@@ -236,6 +244,7 @@ class Consumer:
             clock=clock,
             tick_seconds=TICK_SECONDS,
             liveness=self.liveness,
+            lookahead=self._lookahead,
         )
         self._count_requests(client)
 
@@ -315,11 +324,14 @@ class Consumer:
         log.info("consumer_stopping", extra={"in_flight": len(self._table)})
         self.liveness.stopping()
         # Messages still queued for a worker have not started: hand them back now.
+        handed_back = 0
         while True:
             try:
-                self._settlement.hand_back_unstarted(self._work.get_nowait(), "shutdown")
+                waiting = self._work.get_nowait()
             except queue.Empty:
                 break
+            self._settlement.hand_back_unstarted(waiting, "shutdown")
+            handed_back += len(waiting)
         deadline = self._drain_end  # set by stop(): the instant handlers were told
         # DONE stays in flight until its outcome (delete, backoff, DLQ move or requeue) has been
         # handed to the acknowledger: exiting earlier would cut a DLQ move between its send and
@@ -339,6 +351,12 @@ class Consumer:
             # A handler still running at the drain timeout had its attempt.
             self._settlement.hand_back(item, "drain_timeout", attempted=attempted)
             log.warning("message_handed_back", extra={"message_id": item.message.message_id})
+        if unfinished or handed_back:
+            # A long poll still outstanding may be answered with the copies just requeued: it returns at once
+            # if so, and hands them back again (Poller._dispatch). Give it that moment before exiting.
+            give_up = self._clock() + LATE_RECEIVE_WAIT_SECONDS
+            while self._table.receives_in_flight and self._clock() < give_up:
+                time.sleep(0.01)
         self._ack.close()
         self._closed.set()
         self.protection.close()

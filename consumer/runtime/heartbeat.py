@@ -12,6 +12,7 @@ from consumer.runtime.idempotency import IdempotencyStore
 from consumer.runtime.inflight import InFlight, InFlightTable, update_record
 from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness
 from consumer.runtime.observability import Metrics
+from consumer.runtime.polling import Lookahead
 from consumer.runtime.protection import ScaleInProtection
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
@@ -61,6 +62,7 @@ class Heartbeat:
         clock: Callable[[], float],
         tick_seconds: float,
         liveness: Liveness | None = None,
+        lookahead: Lookahead | None = None,
     ) -> None:
         self.contract = contract
         self._table = table
@@ -74,6 +76,7 @@ class Heartbeat:
         self._clock = clock
         self._tick_seconds = tick_seconds
         self._liveness = liveness or Liveness(None)
+        self._lookahead = lookahead
 
     def run(self) -> None:
         last_beat = last_flush = self._clock()
@@ -81,6 +84,8 @@ class Heartbeat:
             self._liveness.beat(HEARTBEAT_LOOP)  # every tick: a tick stuck in a call shows as a stalled heartbeat
             now = self._clock()
             self._give_up_overruns(now)
+            if self._lookahead is not None:
+                self._lookahead.check(now)
             # Busy/idle are decided on several threads; reconciling here means a late idle() can never
             # leave a busy task unprotected for longer than one tick. Both calls are no-ops when unchanged.
             self._protection.idle() if self._table.is_idle() else self._protection.busy()
@@ -108,25 +113,37 @@ class Heartbeat:
             log.critical("handlers_stuck", extra={"stuck": stuck})
             self._on_stuck()
 
+    def extend_now(self, item: InFlight) -> None:
+        """Extend ``item``'s lease at once if it is due (a message starting with little lease left, after waiting
+        for a handler), rather than at the next heartbeat; its idempotency claim, made next, takes a full lease."""
+        self._extend(item, self._clock())
+
+    def _extend(self, item: InFlight, now: float) -> int | None:
+        """Queue a lease extension for the running ``item`` if it is due; the new visibility, or None."""
+        assert item.started_at is not None
+        target = lease_extension(
+            self.contract,
+            now=now,
+            received_at=item.received_at,
+            started_at=item.started_at,
+            visible_until=item.visible_until,
+        )
+        if target is None:
+            return None
+
+        def extended(sent_at: float, item: InFlight = item, target: int = target) -> None:
+            item.visible_until = sent_at + target
+
+        self._ack.change_visibility(item.ticket, target, "extend", on_sent=extended)  # queued, not waited on
+        self._metrics.count("visibility_extensions")
+        return target
+
     def _extend_leases(self, now: float) -> None:
         for item in self._table.running():
-            assert item.started_at is not None
-            target = lease_extension(
-                self.contract,
-                now=now,
-                received_at=item.received_at,
-                started_at=item.started_at,
-                visible_until=item.visible_until,
-            )
+            target = self._extend(item, now)
             if target is None:
                 continue
-
-            def extended(sent_at: float, item: InFlight = item, target: int = target) -> None:
-                item.visible_until = sent_at + target
-
-            self._ack.change_visibility(item.ticket, target, "extend", on_sent=extended)  # queued, not waited on
             update_record(self._idempotency, "renew", item, lease_seconds=target)
             # Each renewal is a call that returned: progress. The allowance (heartbeat_stall_seconds) covers one
             # call's worst case, not one per running message, which no fixed allowance could.
             self._liveness.beat(HEARTBEAT_LOOP)
-            self._metrics.count("visibility_extensions")

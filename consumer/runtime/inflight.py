@@ -116,6 +116,7 @@ class InFlightTable:
         self._lock = threading.Lock()
         self._items: dict[int, InFlight] = {}
         self._dispatching = 0
+        self._receiving = 0
         self._closing = False
 
     def __len__(self) -> int:
@@ -140,6 +141,16 @@ class InFlightTable:
         """The poller of an admitted receive has handed all of it on (or back)."""
         with self._lock:
             self._dispatching -= 1
+
+    def receiving(self, delta: int) -> None:
+        """A poller's receive call starts (+1), or ends with what it brought handed on or back (-1)."""
+        with self._lock:
+            self._receiving += delta
+
+    @property
+    def receives_in_flight(self) -> int:
+        with self._lock:
+            return self._receiving
 
     # --- workers ----------------------------------------------------------------
     def start(self, item: InFlight, *, started_at: float, key: str, owner: str) -> bool:

@@ -80,19 +80,22 @@ class Slots:
         consumer has every slot free and never waits.
         """
         with self._condition:
-            while self._free <= 0 and not stop.is_set():  # below 0 while a lowered lookahead settles
-                if on_wait is not None:
-                    on_wait()
-                self._wait_for(1, self._tick_seconds)
-            wanted = min(wanted, self._capacity)
-            deadline = self._clock() + fill_seconds
-            while self._free < wanted and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
-                self._wait_for(wanted, remaining)
-            if stop.is_set():
-                return 0
-            taken = min(wanted, self._free)
-            self._free -= taken
-            return taken
+            while True:
+                while self._free <= 0 and not stop.is_set():  # below 0 while a lowered lookahead settles
+                    if on_wait is not None:
+                        on_wait()
+                    self._wait_for(1, self._tick_seconds)
+                batch = min(wanted, self._capacity)
+                deadline = self._clock() + fill_seconds
+                while self._free < batch and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
+                    self._wait_for(batch, remaining)
+                if stop.is_set():
+                    return 0
+                if self._free > 0:
+                    taken = min(batch, self._free)
+                    self._free -= taken
+                    return taken
+                # The lookahead was lowered during the fill wait and took the free slots with it: wait again.
 
     def _wait_for(self, need: int, timeout: float) -> None:
         """Wait (lock held) until ``need`` slots may be free, or ``timeout``."""
@@ -109,12 +112,19 @@ class Slots:
                 if self._needs and self._free >= min(self._needs):
                     self._condition.notify_all()
 
+    @property
+    def extra(self) -> int:
+        """How many more messages than handlers may be held now (:meth:`set_extra`)."""
+        return self._capacity - self._total
+
     def set_extra(self, extra: int) -> None:
         """Hold up to ``extra`` more messages than there are handlers (received ahead, waiting for one).
 
         Lowering it takes effect as messages settle: the free count may go below 0 until then.
         """
         with self._condition:
+            if extra == self._capacity - self._total:
+                return
             self._free += extra - (self._capacity - self._total)
             self._capacity = self._total + extra
             if self._needs and self._free >= min(self._needs):
@@ -136,26 +146,47 @@ class Lookahead:
         lookahead.finished(0.05)  # after each handler: 16 handlers clear 320 a second, so a batch of 10 ahead
     """
 
-    def __init__(self, slots: Slots, *, concurrency: int, batch_size: int, wait_seconds: float) -> None:
+    def __init__(
+        self,
+        slots: Slots,
+        *,
+        concurrency: int,
+        batch_size: int,
+        wait_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._slots = slots
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._wait_seconds = wait_seconds
+        self._clock = clock
         self._alpha = 2 / (LOOKAHEAD_SPAN + 1)
         self.mean_seconds: float | None = None
-        self.extra = 0
+        self._last_finished = clock()
+
+    @property
+    def extra(self) -> int:
+        return self._slots.extra
 
     def finished(self, seconds: float) -> None:
         """One handler ran ``seconds``: update the mean, and the slots' extra capacity when it changes."""
+        self._last_finished = self._clock()
         mean = self.mean_seconds
-        # Unlocked: workers race on a float, and a lost update only delays the mean by one sample.
+        # Unlocked: workers race on a float, and a lost update only delays the mean by one sample. Racing
+        # set_extra calls may land out of order; the next handler to finish compares again and corrects it.
         self.mean_seconds = mean = seconds if mean is None else mean + self._alpha * (seconds - mean)
         if self._wait_seconds <= 0:
             return
         extra = min(self._batch_size, int(self._wait_seconds * self._concurrency / max(mean, 1e-6)))
-        if extra != self.extra:
-            self.extra = extra
+        if extra != self._slots.extra:
             self._slots.set_extra(extra)
+
+    def check(self, now: float) -> None:
+        """No handler has finished for ``wait_seconds`` (every one busy with slow work, or none running): receive
+        nothing ahead until one does. The mean only moves when a handler finishes, so a slowdown would otherwise
+        keep receiving a batch ahead for handlers that no longer clear it (the heartbeat calls this every tick)."""
+        if self._slots.extra and now - self._last_finished > self._wait_seconds:
+            self._slots.set_extra(0)
 
 
 class Poller:
@@ -179,6 +210,7 @@ class Poller:
         metrics: Metrics,
         protection: ScaleInProtection,
         hand_back_unstarted: Callable[[list[InFlight], str], None],
+        hand_back: Callable[[InFlight, str], None] | None = None,
         clock: Callable[[], float],
         long_poll_seconds: int,
         batch_fill_seconds: float,
@@ -196,6 +228,7 @@ class Poller:
         self._metrics = metrics
         self._protection = protection
         self._hand_back_unstarted = hand_back_unstarted
+        self._hand_back = hand_back or (lambda _item, _why: None)
         self._clock = clock
         self._long_poll_seconds = long_poll_seconds
         self._batch_fill_seconds = batch_fill_seconds
@@ -228,6 +261,7 @@ class Poller:
                 if limit == PAUSED:  # paused on purpose: not a stalled loop
                     self.wait_on_purpose(min(max(self._circuit.seconds_paused(), 0.05), TICK_SECONDS), progress)
                     continue
+            self._table.receiving(+1)  # until what it brings is handed on or back (shutdown waits for it)
             try:
                 response = self.client.receive_message(
                     QueueUrl=self.queue_url,
@@ -238,6 +272,7 @@ class Poller:
                 )
                 error_backoff = 1.0
             except (ClientError, BotoCoreError) as error:
+                self._table.receiving(-1)
                 progress()  # the receive returned, with an error: the loop is alive
                 self._slots.release(reserved)
                 if limit is not None:
@@ -252,10 +287,14 @@ class Poller:
                 continue
             progress()
             received = self._received(response)
-            backlog = len(received) >= reserved
+            # More than half of what it asked for: SQS may return fewer than it holds, so "all of it" is too strict.
+            backlog = 2 * len(received) > reserved
             if limit is not None:
                 self._circuit.probing([item.message.message_id for item in received])
-            self._dispatch(received, reserved)
+            try:
+                self._dispatch(received, reserved)
+            finally:
+                self._table.receiving(-1)
 
     def wait_on_purpose(self, seconds: float, progress: Callable[[], None]) -> None:
         """Wait ``seconds`` (less if stopping) and count the wait as progress: a pause the consumer chose (a
@@ -281,9 +320,13 @@ class Poller:
         self._metrics.count("received", len(received))
         admission = self._table.admit(received)
         if admission is Admission.LATE:
-            # Answered after shutdown collected its hand-backs: they come back after their lease.
+            # Answered after shutdown collected its hand-backs (a long poll outstanding at SIGTERM, answered by
+            # the copies shutdown requeued): hand them back now (shutdown waits for this) rather than strand them
+            # until their lease ends.
             self._slots.release(len(received))
             log.warning("received_after_shutdown", extra={"count": len(received), "queue_url": self.queue_url})
+            for item in received:
+                self._hand_back(item, "received_after_shutdown")
             return
         try:
             if self._stop.is_set():

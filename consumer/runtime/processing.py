@@ -50,6 +50,7 @@ class Worker:
         rate: RateLimit | None = None,
         drain_end: Callable[[], float] = lambda: math.inf,
         lookahead: Lookahead | None = None,
+        extend_now: Callable[[InFlight], None] = lambda _item: None,
     ) -> None:
         self.handler = handler
         self.contract = contract
@@ -69,6 +70,7 @@ class Worker:
         self._rate = rate
         self._drain_end = drain_end
         self._lookahead = lookahead
+        self._extend_now = extend_now
 
     def run(self) -> None:
         while True:
@@ -96,10 +98,13 @@ class Worker:
             # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
             # ran far longer than their mean, or late in a FIFO group): the lease may lapse before the heartbeat's
             # next extension and another receive run it too. Hand it back instead of starting it.
+            self._circuit.answered(message.message_id, None)  # a half-open probe handed back: the next one probes
             self._settlement.hand_back_unstarted([item], "lease_ran_down")
             return False
         if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
             return False
+        # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
+        self._extend_now(item)
         return self._settlement.settle(item, self._attempt(item))
 
     def _may_start(self, item: InFlight) -> bool:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from consumer.contract import WorkerContract
 from consumer.runtime.acknowledger import Acknowledger, Ticket
+from consumer.testing import wait_until
 from tests.integration.conftest import create_pair
 
 CONTRACT = WorkerContract(max_duration_seconds=5)
@@ -72,3 +75,56 @@ def test_acknowledger_logs_a_stale_receipt_handle_without_raising(sqs: Any, capl
     assert [r.message for r in caplog.records if r.message == "delete_failed"] == ["delete_failed"]
     attributes = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+def test_acknowledger_sends_a_full_batch_on_the_thread_that_fills_it(sqs: Any) -> None:
+    """The tenth delete's caller sends the batch itself (no hand-off to the acknowledger's thread per message);
+    the partial batch left goes out from the acknowledger's own thread after its wait."""
+    pair = create_pair(sqs, CONTRACT)
+    tickets = received_tickets(sqs, pair.queue_url, 12)
+    senders: list[tuple[str, int]] = []
+    sqs.meta.events.register(
+        "provide-client-params.sqs.DeleteMessageBatch",
+        lambda params, **_: senders.append((threading.current_thread().name, len(params["Entries"]))),
+    )
+    ack = Acknowledger(sqs, pair.queue_url)
+    ack.start()
+    worker = threading.Thread(target=lambda: [ack.delete(t) for t in tickets], name="worker-7")
+    worker.start()
+    worker.join(10)
+    assert senders == [("worker-7", 10)]
+    wait_until(lambda: len(senders) == 2, timeout=5)
+    assert senders[1] == ("acknowledger", 2)
+    ack.close()
+
+
+def test_acknowledger_close_waits_for_a_batch_another_thread_is_sending(sqs: Any) -> None:
+    """close() returns only once a batch a worker thread took and is still sending has been sent: exiting earlier
+    would leave ten processed messages undeleted, to run again after their lease."""
+    pair = create_pair(sqs, CONTRACT)
+    tickets = received_tickets(sqs, pair.queue_url, 10)
+    deleted: list[str] = []
+    sqs.meta.events.register("before-call.sqs.DeleteMessageBatch", lambda **_: time.sleep(0.5))  # a slow call
+    ack = Acknowledger(sqs, pair.queue_url, on_deleted=lambda ticket: deleted.append(ticket.message_id))
+    ack.start()
+    for ticket in tickets[:9]:
+        ack.delete(ticket)
+    sender = threading.Thread(target=ack.delete, args=(tickets[9],))
+    sender.start()
+    time.sleep(0.1)  # the sender is inside its slow call now
+    ack.close()
+    assert len(deleted) == 10
+    sender.join(5)
+
+
+def test_acknowledger_sends_a_delete_decided_after_close_at_once(sqs: Any) -> None:
+    """A delete decided after close() (a handler that finished past the drain) is sent by its caller, not left
+    waiting for a thread that has stopped."""
+    pair = create_pair(sqs, CONTRACT)
+    (ticket,) = received_tickets(sqs, pair.queue_url, 1)
+    deleted: list[str] = []
+    ack = Acknowledger(sqs, pair.queue_url, on_deleted=lambda t: deleted.append(t.message_id))
+    ack.start()
+    ack.close()
+    ack.delete(ticket)
+    assert deleted == [ticket.message_id]

@@ -8,6 +8,7 @@ from typing import Any
 
 from consumer import Message
 from consumer.runtime.consumer import EXIT_OK
+from consumer.runtime.circuit import PROBE, CircuitState
 from consumer.runtime.inflight import InFlight, LogContext, State
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
@@ -88,6 +89,9 @@ def test_consumer_hands_back_a_message_that_waited_past_the_heartbeats_reach(sqs
     consumer._table.admit([item])
     consumer._table.dispatched()
     assert consumer._slots.reserve_up_to(1, threading.Event()) == 1
+    # It was the half-open circuit's probe: handed back unanswered, the next receive must probe again at once.
+    consumer.circuit.state, consumer.circuit._probe = CircuitState.HALF_OPEN, message.message_id
+    consumer.circuit._probe_taken_at = now
     consumer._ack.start()
     try:
         assert consumer._worker._process(item) is False
@@ -97,3 +101,54 @@ def test_consumer_hands_back_a_message_that_waited_past_the_heartbeats_reach(sqs
     assert started == []
     assert item.state is State.RELEASED
     assert depth(sqs, pair.queue_url).visible == 1  # back in the queue now, not when the lease lapses
+    assert consumer.circuit.receive_limit() == PROBE
+
+
+def test_consumer_extends_at_once_a_message_that_starts_with_little_lease_left(sqs: Any) -> None:
+    """A message that waited and starts with less lease than the heartbeat's threshold (but more than it can
+    reach) starts, and its lease is extended as it starts, not up to a heartbeat interval later."""
+    contract = fast_contract(max_duration_seconds=20, concurrency=1)
+    assert contract.heartbeat_interval_seconds >= 2  # so interval + 1.5 s is under the threshold (2 intervals)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="waited")
+    raw = sqs.receive_message(QueueUrl=pair.queue_url, MessageSystemAttributeNames=["All"])["Messages"][0]
+    extensions: list[int] = []
+    sqs.meta.events.register(
+        "provide-client-params.sqs.ChangeMessageVisibilityBatch",
+        lambda params, **_: extensions.extend(e["VisibilityTimeout"] for e in params["Entries"]),
+    )
+    started: list[str] = []
+    consumer = consumer_of(sqs, pair, contract, lambda m: started.append(m.body) or time.sleep(0.3))
+    message = Message.from_sqs(raw)
+    now = time.monotonic()
+    lease_end = now + contract.heartbeat_interval_seconds + 1.5
+    item = InFlight(message, now - 1, lease_end, LogContext.of(message, "q"))
+    consumer._table.admit([item])
+    consumer._table.dispatched()
+    assert consumer._slots.reserve_up_to(1, threading.Event()) == 1
+    consumer._ack.start()
+    try:
+        assert consumer._worker._process(item) is True
+    finally:
+        consumer._ack.close()
+    assert started == ["waited"]
+    assert extensions and extensions[0] > contract.heartbeat_interval_seconds + 1.5
+
+
+def test_consumer_hands_back_a_receive_answered_after_shutdown_closed_its_table(sqs: Any) -> None:
+    """A long poll outstanding at SIGTERM, answered once shutdown has collected its hand-backs (often by the copies
+    it requeued): what it brings is handed back at once, not left invisible until its lease ends."""
+    contract = fast_contract(concurrency=1)
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
+    raw = sqs.receive_message(QueueUrl=pair.queue_url, MessageSystemAttributeNames=["All"])["Messages"][0]
+    consumer = consumer_of(sqs, pair, contract, lambda m: None)
+    message = Message.from_sqs(raw)
+    now = time.monotonic()
+    item = InFlight(message, now, now + contract.visibility_timeout_seconds, LogContext.of(message, "q"))
+    consumer._ack.start()
+    consumer._table.close()
+    assert consumer._slots.reserve_up_to(1, threading.Event()) == 1
+    consumer._poller._dispatch([item], 1)
+    consumer._ack.close()
+    assert depth(sqs, pair.queue_url).visible == 1

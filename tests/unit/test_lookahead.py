@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import threading
+import time
 
+import pytest
+
+from consumer.contract import WorkerContract
+from consumer.runtime.consumer import Consumer
+from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Lookahead, Slots
 
 
@@ -61,3 +68,78 @@ def test_a_lowered_lookahead_waits_for_the_messages_held_to_settle() -> None:
     slots.release(1)
     waiter.join(5)
     assert got == [1]
+
+
+def test_a_lookahead_lowered_during_a_fill_wait_never_reserves_less_than_one() -> None:
+    """Four handlers and ten ahead, all held but the fill wait's few; the lookahead drops meanwhile and takes
+    the free slots with it: the poller waits for a slot again rather than reserving a negative count."""
+    slots, stop = Slots(4, tick_seconds=0.05), threading.Event()
+    slots.set_extra(10)
+    assert slots.reserve_up_to(11, stop) == 11  # 3 free
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(slots.reserve_up_to(10, stop, fill_seconds=0.3)))
+    waiter.start()
+    time.sleep(0.1)
+    slots.set_extra(2)  # 3 - 8 = -5 free
+    waiter.join(0.6)
+    assert waiter.is_alive() and not got
+    slots.release(6)  # 1 free
+    waiter.join(5)
+    assert got == [1]
+
+
+def test_a_release_wakes_a_waiting_poller_without_waiting_for_its_tick() -> None:
+    """A poller waiting for a slot (ticks 30 s apart) goes on as soon as one is released."""
+    slots, stop = Slots(1, tick_seconds=30), threading.Event()
+    assert slots.reserve_up_to(1, stop) == 1
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(slots.reserve_up_to(1, stop)))
+    waiter.start()
+    time.sleep(0.1)
+    slots.release(1)
+    waiter.join(5)
+    assert got == [1]
+
+
+def test_no_lookahead_while_no_handler_finishes() -> None:
+    """Every handler busy with slow work (nothing finished for the wait): receive nothing ahead until one does."""
+    now = [100.0]
+    slots = Slots(2)
+    lookahead = Lookahead(slots, concurrency=2, batch_size=10, wait_seconds=1.0, clock=lambda: now[0])
+    lookahead.finished(0.01)
+    assert lookahead.extra == 10
+    now[0] += 0.9
+    lookahead.check(now[0])
+    assert lookahead.extra == 10
+    now[0] += 0.2
+    lookahead.check(now[0])
+    assert lookahead.extra == 0
+    lookahead.finished(0.01)
+    assert lookahead.extra == 10
+
+
+@pytest.mark.parametrize(
+    ("contract", "max_rate", "ahead"),
+    [
+        (WorkerContract(max_duration_seconds=3, concurrency=2), None, 10),
+        (WorkerContract(max_duration_seconds=3, concurrency=2, fifo=True), None, 0),
+        (WorkerContract(max_duration_seconds=3, concurrency=2), 50.0, 0),
+    ],
+    ids=["standard", "fifo", "max_rate"],
+)
+def test_a_consumer_receives_ahead_only_on_a_standard_queue_without_a_rate(
+    contract: WorkerContract, max_rate: float | None, ahead: int
+) -> None:
+    """FIFO: a hand-back spends a receive (and can end in the DLQ unattempted) and a group runs in order anyway;
+    under max_rate a message received ahead would only wait for its turn. Neither receives ahead."""
+    consumer = Consumer(
+        object(),  # type: ignore[arg-type]  # never called: nothing runs
+        queue_url="https://sqs.eu-west-1.amazonaws.com/123456789012/q" + (".fifo" if contract.fifo else ""),
+        dlq_url=None,
+        contract=contract,
+        handler=lambda _: None,
+        metrics=Metrics(stream=io.StringIO()),
+        max_rate=max_rate,
+    )
+    consumer._lookahead.finished(0.001)
+    assert consumer._lookahead.extra == ahead
