@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from consumer import Message
-from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.circuit import PROBE, CircuitState
+from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.inflight import InFlight, LogContext, State
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
