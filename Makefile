@@ -34,8 +34,11 @@ run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
 	$(PY) -m consumer demo $(DEMO_ARGS)
 
+# The suite on TEST_WORKERS pytest-xdist workers: most tests wait (on moto's long poll, a real allowance, a subprocess),
+# so twice the cores keeps two cores busy; tests/conftest.py keeps what shares a fixture on one worker.
+TEST_WORKERS ?= 4
 test: $(PY_STAMP) $(CLI_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 # The pinned CDK CLI (node_modules/.bin is on PATH). cdk.json's app is `python3 app.py`: the venv's bin goes
 # first so it finds the installed CDK, as an activated venv would. ENV picks one environment of cdk.json

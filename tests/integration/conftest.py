@@ -7,6 +7,7 @@ Queue names are unique per test.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
+from filelock import FileLock
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
@@ -30,12 +32,25 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDER_DIR = Path(runtime_call_recorder.__file__).parent
 #: The test that checks the recorded runtime calls against tests/infra/runtime_calls.json: it runs last.
 RUNTIME_CALLS_TEST = "test_runtime_calls.py::test_every_runtime_call_is_listed_for_the_permissions_tier"
+CALL_FIELDS = ("operation", "action", "resource")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Move the runtime-calls check to the end of the run, after every test that could make a call."""
     last = [item for item in items if item.nodeid.endswith(RUNTIME_CALLS_TEST)]
     items[:] = [item for item in items if item not in last] + last
+
+
+def shared_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory every pytest-xdist worker of this run sees (their base temps' parent), else the session's base temp."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+#: Each worker's runtime calls (in-process and its subprocesses'), written when its session ends; the check reads them.
+WORKER_CALLS = "runtime-calls-of-workers"
+#: This process's subprocess record directory, once the fixture below made it.
+_record_dir: list[Path] = []
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,6 +61,7 @@ def runtime_calls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ``PYTHONPATH`` with the recorder's ``sitecustomize.py`` and write to the yielded directory.
     """
     directory = tmp_path_factory.mktemp("runtime-calls")
+    _record_dir.append(directory)
     saved = {key: os.environ.get(key) for key in ("PYTHONPATH", runtime_call_recorder.RECORD_DIR_ENV)}
     original = runtime_call_recorder.install(botocore.session.Session)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RECORDER_DIR), saved["PYTHONPATH"]) if p)
@@ -59,6 +75,22 @@ def runtime_calls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.environ[key] = value
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand what its tests' runtime made over to the check, which runs last on another worker
+    and waits for every worker's file (written whole, then renamed: its presence means the worker is done)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    made = runtime_call_recorder.recorded()
+    for directory in _record_dir:
+        made |= runtime_call_recorder.recorded_by_subprocesses(directory)
+    out = shared_directory(session.config._tmp_path_factory) / WORKER_CALLS  # type: ignore[attr-defined]
+    out.mkdir(exist_ok=True)
+    partial = out / f"{worker}.partial"
+    partial.write_text("".join(json.dumps(dict(zip(CALL_FIELDS, c, strict=True))) + "\n" for c in sorted(made)))
+    partial.rename(out / f"{worker}.jsonl")
+
+
 def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``python -m <args>`` from the repository root as a user would run it: no AWS_ or CONSUMER_ settings
     inherited from the test session (the module starts its own local endpoint); output captured."""
@@ -70,10 +102,16 @@ def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cloud assembly of every environment, synthesized once by the real entry point (``python app.py``)."""
-    outdir = tmp_path_factory.mktemp("cdk.out")
-    env = {**os.environ, "CDK_OUTDIR": str(outdir)}
-    subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
+    """A cloud assembly of every environment, synthesized once per run by the real entry point (``python app.py``):
+    the first xdist worker to need it synthesizes, the others wait for it and read the same directory."""
+    shared = shared_directory(tmp_path_factory)
+    outdir = shared / "cdk.out"
+    with FileLock(shared / "cdk.out.lock"):
+        if not outdir.is_dir():
+            partial = shared / "cdk.out.partial"
+            env = {**os.environ, "CDK_OUTDIR": str(partial)}
+            subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
+            partial.rename(outdir)
     return outdir
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from tests.integration.conftest import run_module
 
+pytestmark = pytest.mark.slow(90)  # the module's one short run, with the assembly it needs
+
 
 @pytest.fixture(scope="module")
 def chaos_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:

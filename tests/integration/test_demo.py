@@ -20,6 +20,8 @@ from consumer.message import PoisonMessage
 from tests.integration.conftest import ROOT, run_module
 from workers.reports import ReportStoreUnavailable, upload
 
+pytestmark = pytest.mark.slow(35)  # the module's one short run, with the assembly it needs
+
 
 @pytest.fixture(scope="module")
 def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:

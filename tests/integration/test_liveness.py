@@ -73,6 +73,7 @@ def health_until(liveness_file: Path, code: int, timeout: float) -> str:
     return seen[1]
 
 
+@pytest.mark.slow(75)
 def test_health_stays_0_while_idle_and_while_the_endpoint_holds_receives_past_the_read_timeout(
     moto_server: str, server_sqs: Any, proxy: ReceiveHoldingProxy, tmp_path: Path, process_guard: list
 ) -> None:
@@ -103,6 +104,7 @@ def test_health_stays_0_while_idle_and_while_the_endpoint_holds_receives_past_th
     assert process.poll() is None
 
 
+@pytest.mark.slow(80)
 def test_health_turns_1_naming_the_heartbeat_when_the_process_is_frozen_and_recovers_after(
     moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
 ) -> None:

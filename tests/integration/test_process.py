@@ -129,6 +129,7 @@ def test_process_sigterm_finishes_in_flight_and_holds_nothing_back(
     assert depth(server_sqs, pair.queue_url) == (1, 0)  # deleted the two, the third was never held
 
 
+@pytest.mark.slow(19)
 def test_process_sigkill_mid_work_redelivers_and_side_effect_happens_once(
     moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
 ) -> None:

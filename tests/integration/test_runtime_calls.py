@@ -9,6 +9,7 @@ runtime call cannot ship without its permission being evaluated.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,11 +21,14 @@ import pytest
 
 from consumer.contract import WorkerContract
 from consumer.runtime.drift import check_queue
-from tests.integration.conftest import REGION, ROOT, create_pair
+from consumer.testing import wait_until
+from tests.integration.conftest import REGION, ROOT, WORKER_CALLS, create_pair, shared_directory
 from tests.integration.recorder import runtime_call_recorder
 
 RUNTIME_CALLS_FILE = ROOT / "tests" / "infra" / "runtime_calls.json"
 CONTRACT = WorkerContract(max_duration_seconds=90, concurrency=8)
+#: How long the check waits for the other workers to finish their tests (the slowest run alone takes about 90 s).
+OTHER_WORKERS_TIMEOUT_SECONDS = 600
 
 
 def listed_calls() -> set[tuple[str, str, str]]:
@@ -87,9 +91,29 @@ def test_operations_map_to_the_iam_action_that_authorises_them(operation: str, a
     assert runtime_call_recorder.iam_action(service, name) == action
 
 
-def test_every_runtime_call_is_listed_for_the_permissions_tier(runtime_calls: Path) -> None:
+def other_workers_calls(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str, str]]:
+    """Under pytest-xdist: what the runtime made on every other worker, once each has finished (this test is the last
+    one sent, so the last on its worker, and the others end as it runs); nothing in a serial run."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count:
+        return set()
+    directory = shared_directory(tmp_path_factory) / WORKER_CALLS
+    others = [directory / f"gw{n}.jsonl" for n in range(int(count)) if f"gw{n}" != worker]
+    wait_until(
+        lambda: all(path.exists() for path in others),
+        timeout=OTHER_WORKERS_TIMEOUT_SECONDS,
+        what=f"every other xdist worker's runtime calls in {directory}",
+        interval=0.2,
+    )
+    return runtime_call_recorder.recorded_by_subprocesses(directory)
+
+
+def test_every_runtime_call_is_listed_for_the_permissions_tier(
+    runtime_calls: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Every AWS call the runtime made in this run is in tests/infra/runtime_calls.json (this test runs last)."""
     made = runtime_call_recorder.recorded() | runtime_call_recorder.recorded_by_subprocesses(runtime_calls)
+    made |= other_workers_calls(tmp_path_factory)
     if not made:
         pytest.skip("no runtime code made an AWS call in this run")
     missing = sorted(made - listed_calls())
