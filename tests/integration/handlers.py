@@ -43,7 +43,12 @@ def poison_if_bad(message: Message) -> None:
 
 @worker(max_duration=5, concurrency=3, fifo=True, max_receive_count=3)
 def ordered_slow(message: Message) -> None:
-    """FIFO: sleeps 2 s, then records its side effect (3 slots: one receive can bring a group of 3)."""
+    """FIFO: marks its start (SIDE_EFFECTS_FILE + ".started"), sleeps 2 s, then records its side effect (3 slots: one
+    receive can bring a group of 3)."""
+    path = os.environ.get("SIDE_EFFECTS_FILE")
+    if path:
+        with open(path + ".started", "a") as out:
+            out.write(message.body + "\n")
     time.sleep(2)
     record(message)
 

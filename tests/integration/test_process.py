@@ -19,7 +19,7 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 
 from consumer.declaration import contract_of
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.testing import depth, poll_until
+from consumer.testing import depth, poll_until, wait_until
 from tests.integration.conftest import REGION, create_pair
 from tests.integration.handlers import slow
 
@@ -263,6 +263,8 @@ def test_process_sigterm_releases_received_but_unstarted_fifo_messages(
     wait_for_event(process, "consumer_started")
     wait_in_flight(server_sqs, pair.queue_url, 3)
     assert depth(server_sqs, pair.queue_url) == (0, 3)
+    started = tmp_path / "effects.started"
+    wait_until(lambda: started.exists() and started.read_text().split() == ["o0"], what="o0's handler started")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
     assert [e["body"] for e in effects(tmp_path / "effects")] == ["o0"]
