@@ -35,8 +35,8 @@ run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m consumer demo $(DEMO_ARGS)
 
 # The suite on TEST_WORKERS pytest-xdist workers: most tests wait (on moto's long poll, a real allowance, a subprocess),
-# so twice the cores keeps two cores busy; tests/conftest.py keeps what shares a fixture on one worker.
-TEST_WORKERS ?= 4
+# so three times the cores keeps two cores busy; tests/conftest.py keeps what shares a fixture on one worker.
+TEST_WORKERS ?= 6
 test: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
