@@ -61,6 +61,7 @@ class Slots:
         #: How many free slots each waiting poller needs to go on (one entry per waiter): a release wakes the
         #: pollers only once one of them can go on, not once per finished handler (a thread switch each).
         self._needs: list[int] = []
+        self._takes = 0  # reservations made so far: a filling poller sees another one take the slots
 
     def reserve_up_to(
         self,
@@ -87,13 +88,21 @@ class Slots:
                     self._wait_for(1, self._tick_seconds)
                 batch = min(wanted, self._capacity)
                 deadline = self._clock() + fill_seconds
+                takes = self._takes
                 while self._free < batch and not stop.is_set() and (remaining := deadline - self._clock()) > 0:
                     self._wait_for(batch, remaining)
+                    if self._takes != takes:
+                        # Another poller took the slots this one was filling with (and is receiving for them):
+                        # fill again from here rather than receive the few left over at the old deadline.
+                        takes, deadline = self._takes, self._clock() + fill_seconds
+                        if on_wait is not None:
+                            on_wait()
                 if stop.is_set():
                     return 0
                 if self._free > 0:
                     taken = min(batch, self._free)
                     self._free -= taken
+                    self._takes += 1
                     return taken
                 # The lookahead was lowered during the fill wait and took the free slots with it: wait again.
 

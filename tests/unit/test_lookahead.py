@@ -143,3 +143,23 @@ def test_a_consumer_receives_ahead_only_on_a_standard_queue_without_a_rate(
     )
     consumer._lookahead.finished(0.001)
     assert consumer._lookahead.extra == ahead
+
+
+def test_a_filling_poller_starts_over_when_another_takes_the_slots() -> None:
+    """Two pollers: one fills a batch of 10 while the other takes the 5 free slots and receives. The first fills
+    again from then on, and receives 10, rather than the 3 freed meanwhile at its original deadline."""
+    slots, stop = Slots(20, tick_seconds=5), threading.Event()
+    assert slots.reserve_up_to(20, stop) == 20
+    slots.release(5)
+    got: list[int] = []
+    filling = threading.Thread(target=lambda: got.append(slots.reserve_up_to(10, stop, fill_seconds=1.0)))
+    filling.start()
+    time.sleep(0.2)
+    assert slots.reserve_up_to(5, stop) == 5  # the other poller
+    time.sleep(0.2)
+    slots.release(3)
+    time.sleep(1.0)  # past the first poller's original deadline
+    assert not got
+    slots.release(7)
+    filling.join(5)
+    assert got == [10]
