@@ -105,7 +105,7 @@ def container_command(runs: int = typer.Option(5, min=1, help="start/stop cycles
 
 @app.command("all")
 def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True)) -> None:
-    """Every benchmark in turn (about 20 minutes on 2 cores, with the suite)."""
+    """Every benchmark in turn (about 22 minutes on 2 cores, with the suite)."""
     with local_endpoint(endpoint) as url:
         for name, bench in (
             ("throughput", throughput.run),

@@ -113,7 +113,8 @@ def run(endpoint: str, concurrency: int = 16, window: float = 8.0, warmup: float
 
         def sample(pid: int) -> None:
             time.sleep(warmup)  # the subject's own warm-up: sample only its measurement window
-            command = [py_spy(), "record", "--pid", str(pid), "--gil", "--format", "raw", "-r", str(SAMPLE_RATE)]
+            command = [py_spy(), "record", "--pid", str(pid), "--gil", "--nonblocking", "--format", "raw"]
+            command += ["-r", str(SAMPLE_RATE)]
             command += ["--duration", str(max(1, round(window))), "--output", str(raw)]
             spies.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
 
