@@ -145,9 +145,10 @@ class Lookahead:
     ``wait_seconds``, from the running mean of their durations, at most one batch; 0 until one has finished.
 
     A receive then overlaps the handlers' work instead of waiting for it: with short handlers a free handler
-    finds the next message already here, and a receive can ask for a full batch at any concurrency. A slow
-    handler (a mean near or above ``wait_seconds`` per handler) gets no lookahead: no message waits long here
-    while another task could run it, and the default 0.2 s of a 10-minute job never holds back nine others.
+    finds the next message already here, and a receive can ask for a full batch at any concurrency. Slow
+    handlers get fewer, and none once together they clear less than one message in ``wait_seconds`` (a mean
+    above ``wait_seconds * concurrency``): no message is expected to wait here longer than that while another
+    task could run it, and two 10-minute jobs never hold anything back.
 
     Example::
 
@@ -253,9 +254,9 @@ class Poller:
             self._liveness.beat(loop)
 
         error_backoff = 1.0
-        # Wait to fill a batch only while receives come back full (a backlog: a full batch will come). After a
-        # receive that brought less than it asked for, the queue is all but empty and the next message should
-        # be picked up at once, not after a fill wait.
+        # Wait to fill a batch only while receives come back more than half full (a backlog: a full batch will
+        # come). After a receive that brought less, the queue is all but empty and the next message should be
+        # picked up at once, not after a fill wait.
         backlog = False
         while not self._stop.is_set():
             fill_seconds = self._batch_fill_seconds if backlog else 0.0
@@ -270,7 +271,25 @@ class Poller:
                 if limit == PAUSED:  # paused on purpose: not a stalled loop
                     self.wait_on_purpose(min(max(self._circuit.seconds_paused(), 0.05), TICK_SECONDS), progress)
                     continue
-            self._table.receiving(+1)  # until what it brings is handed on or back (shutdown waits for it)
+            outcome = self._receive_once(reserved, limit, progress)
+            if isinstance(outcome, Exception):
+                log.warning(
+                    "receive_failed",
+                    extra={"queue_url": self.queue_url, "error": str(outcome), "retry_in_seconds": error_backoff},
+                )
+                # Bounded exponential wait: an unreachable endpoint costs one call per wait, no busy loop.
+                self.wait_on_purpose(error_backoff, progress)
+                error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
+                continue
+            error_backoff = 1.0
+            backlog = outcome
+
+    def _receive_once(self, reserved: int, limit: int | None, progress: Callable[[], None]) -> bool | Exception:
+        """One receive for ``reserved`` slots, its messages handed on (or back); whether it was a backlog (more
+        than half of what it asked for: SQS may return fewer than it holds, so "all of it" is too strict), or
+        the error it failed with. Counted as a receive in flight throughout: shutdown waits for those."""
+        self._table.receiving(+1)
+        try:
             try:
                 response = self.client.receive_message(
                     QueueUrl=self.queue_url,
@@ -279,31 +298,20 @@ class Poller:
                     MessageSystemAttributeNames=["All"],
                     MessageAttributeNames=["All"],
                 )
-                error_backoff = 1.0
             except (ClientError, BotoCoreError) as error:
-                self._table.receiving(-1)
                 progress()  # the receive returned, with an error: the loop is alive
                 self._slots.release(reserved)
                 if limit is not None:
                     self._circuit.probing([])
-                log.warning(
-                    "receive_failed",
-                    extra={"queue_url": self.queue_url, "error": str(error), "retry_in_seconds": error_backoff},
-                )
-                # Bounded exponential wait: an unreachable endpoint costs one call per wait, no busy loop.
-                self.wait_on_purpose(error_backoff, progress)
-                error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
-                continue
+                return error
             progress()
             received = self._received(response)
-            # More than half of what it asked for: SQS may return fewer than it holds, so "all of it" is too strict.
-            backlog = 2 * len(received) > reserved
             if limit is not None:
                 self._circuit.probing([item.message.message_id for item in received])
-            try:
-                self._dispatch(received, reserved)
-            finally:
-                self._table.receiving(-1)
+            self._dispatch(received, reserved)
+            return 2 * len(received) > reserved
+        finally:
+            self._table.receiving(-1)
 
     def wait_on_purpose(self, seconds: float, progress: Callable[[], None]) -> None:
         """Wait ``seconds`` (less if stopping) and count the wait as progress: a pause the consumer chose (a
