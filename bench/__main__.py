@@ -62,13 +62,16 @@ def profile_command(
     concurrency: int = typer.Option(16, min=1, help="ours' slots"),
     window: float = typer.Option(8.0, help="seconds sampled"),
     save_as: str = typer.Option("", help="save as docs/bench/profile-NAME.json (e.g. before) instead of profile.json"),
+    commit: str = typer.Option("", help="the commit to record: an older consumer/ checked out over HEAD (before)"),
 ) -> None:
     """Where the CPU goes: ours with the no-op handler at saturation, sampled by py-spy."""
-    _with_endpoint(
-        f"profile-{save_as}" if save_as else "profile",
-        endpoint,
-        lambda url: profile.run(url, concurrency=concurrency, window=window),
-    )
+
+    def run(url: str) -> dict[str, Any]:
+        result = profile.run(url, concurrency=concurrency, window=window)
+        # _save records HEAD; a profile of another commit's consumer/ says which one instead.
+        return {**result, "meta": {**_meta(endpoint), "commit": commit}} if commit else result
+
+    _with_endpoint(f"profile-{save_as}" if save_as else "profile", endpoint, run)
 
 
 @app.command("latency")
@@ -114,7 +117,10 @@ def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True
             ("duplicates", latency.run_duplicates),
             ("profile", profile.run),
         ):
-            write_result(name, {"meta": _meta(endpoint), **bench(url)})
+            try:
+                write_result(name, {"meta": _meta(endpoint), **bench(url)})
+            except profile.ProfilerUnavailable as why:  # py-spy needs ptrace: root, or kernel.yama.ptrace_scope=0
+                print(f"profile skipped: {why}")
     _save("build", "none", build.run(suite=suite))
     from bench import container
 

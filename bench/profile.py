@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.throughput import HANDLERS, measure
 
-SAMPLE_RATE = 250  # per second: py-spy's default is 100; 250 gives about 2,000 samples in an 8 s window
+SAMPLE_RATE = 250  # per second (py-spy's default is 100): 2,000 samples in an 8 s window, of which --gil keeps those with a holder
 TOP = 15
 #: Frames of these files make a sample an SDK call: botocore, its HTTP pool, and the standard library's client.
 SDK_PREFIXES = ("botocore/", "urllib3/", "http/")
@@ -105,6 +105,10 @@ def py_spy() -> str:
     return found
 
 
+class ProfilerUnavailable(RuntimeError):
+    """py-spy could not sample the subject (it needs ptrace: root, or kernel.yama.ptrace_scope=0)."""
+
+
 def run(endpoint: str, concurrency: int = 16, window: float = 8.0, warmup: float = 2.0) -> dict[str, Any]:
     """Ours with the no-op handler at ``concurrency``, sampled by py-spy for the measurement window."""
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as directory:
@@ -122,7 +126,7 @@ def run(endpoint: str, concurrency: int = 16, window: float = 8.0, warmup: float
         for spy in spies:
             _, stderr = spy.communicate(timeout=window + 30)
             if spy.returncode != 0 or not raw.exists():
-                raise RuntimeError(f"py-spy exited with code {spy.returncode}: {stderr.decode()[-2000:]}")
+                raise ProfilerUnavailable(f"py-spy exited with code {spy.returncode}: {stderr.decode()[-2000:]}")
         summary = summarize(raw.read_text().splitlines())
     print(
         f"profile c={concurrency} {row['messages_per_second']:.1f} msg/s {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg"

@@ -294,6 +294,8 @@ def _duplicates_section(result: dict[str, Any] | None) -> str:
         "handler starts",
         "duplicate starts",
         "messages run twice+",
+        "finished",
+        "never started",
         "s",
     ]
     return _meta(result) + "\n\n" + _table(header, rows)

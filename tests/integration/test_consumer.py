@@ -336,8 +336,14 @@ def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) ->
     worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     try:
         server.stop()  # moto keeps its state in-process: the queue is still there when it comes back
+        # Hold the port, bound but not listening (connections are refused, as with the endpoint gone), so that
+        # no other test's server (pytest-xdist workers start theirs on free ports) takes it during the outage.
+        holder = socket.socket()
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", port))
         with running(worker) as result:
             time.sleep(3)
+            holder.close()
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
             server.start()
             sqs.send_message(QueueUrl=pair.queue_url, MessageBody="after-outage")
