@@ -214,9 +214,7 @@ class Acknowledger:
         them) for the caller to send with :meth:`_send_deletes`, counted as a send under way until it ends."""
         with self._pending_lock:
             if ticket is not None:
-                self._pending.append(ticket)
-                if self._oldest_pending is None:
-                    self._oldest_pending = self._clock()
+                self._wait_for_batch([ticket])
             whole = everything or self._drained
             cut = len(self._pending) if whole else len(self._pending) - len(self._pending) % SQS_MAX_BATCH
             if not cut:
@@ -227,6 +225,13 @@ class Acknowledger:
             self._sending += 1
             return taken
 
+    def _wait_for_batch(self, tickets: list[Ticket]) -> None:
+        """Add ``tickets`` to the waiting deletes (lock held), starting the wait of the oldest if none was waiting."""
+        if tickets:
+            self._pending += tickets
+            if self._oldest_pending is None:
+                self._oldest_pending = self._clock()
+
     def _send_deletes(self, tickets: list[Ticket]) -> None:
         """Send ``tickets`` (taken by :meth:`_take`) in batches of 10 on the calling thread. Entries SQS failed on
         its side wait for a later batch, or, once drained, are sent again here until done or out of tries."""
@@ -235,9 +240,7 @@ class Acknowledger:
                 retry = self._send_batches(tickets)
                 with self._pending_lock:
                     if not self._drained:
-                        self._pending += retry
-                        if retry and self._oldest_pending is None:
-                            self._oldest_pending = self._clock()
+                        self._wait_for_batch(retry)
                         retry = []
                 tickets = retry
         finally:

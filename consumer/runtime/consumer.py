@@ -341,10 +341,8 @@ class Consumer:
         dispatching = self._table.close()
         # A poller handing on (or back) what a receive brought: brief, never a long poll; bounded, as a
         # requeue's send can retry against a dead endpoint, within the 5 s kept for flushing.
-        give_up = self._clock() + DISPATCH_WAIT_SECONDS
-        while dispatching and self._clock() < give_up:
-            time.sleep(0.01)
-            dispatching = self._table.dispatching
+        if dispatching:
+            self._wait_while(lambda: self._table.dispatching > 0, DISPATCH_WAIT_SECONDS)
         unfinished = self._table.release_unfinished()
         for item, attempted in unfinished:
             # Past the drain time: hand back now rather than let the lease run out after SIGKILL.
@@ -354,14 +352,18 @@ class Consumer:
         if unfinished or handed_back:
             # A long poll still outstanding may be answered with the copies just requeued: it returns at once
             # if so, and hands them back again (Poller._dispatch). Give it that moment before exiting.
-            give_up = self._clock() + LATE_RECEIVE_WAIT_SECONDS
-            while self._table.receives_in_flight and self._clock() < give_up:
-                time.sleep(0.01)
+            self._wait_while(lambda: self._table.receives_in_flight > 0, LATE_RECEIVE_WAIT_SECONDS)
         self._ack.close()
         self._closed.set()
         self.protection.close()
         self.metrics.flush()
         log.info("consumer_stopped", extra={"exit_code": self.exit_code, "handed_back": len(unfinished)})
+
+    def _wait_while(self, condition: Callable[[], bool], seconds: float) -> None:
+        """Shutdown's short, bounded waits on pollers (checked every 10 ms)."""
+        give_up = self._clock() + seconds
+        while condition() and self._clock() < give_up:
+            time.sleep(0.01)
 
     def _count_requests(self, client: SQSClient) -> None:
         events = getattr(getattr(client, "meta", None), "events", None)

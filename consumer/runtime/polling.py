@@ -203,7 +203,8 @@ class Poller:
     """Reserve free slots, long-poll for at most that many messages, admit them and queue them for the workers.
 
     One instance serves every poller thread (``contract.pollers``); each runs :meth:`run`.
-    ``hand_back_unstarted`` returns the messages of a receive answered after shutdown began.
+    ``hand_back_unstarted`` returns the messages of a receive answered after shutdown began; ``hand_back`` those
+    of one answered after shutdown closed the in-flight table (a long poll that took the copies it requeued).
     """
 
     def __init__(
@@ -220,7 +221,7 @@ class Poller:
         metrics: Metrics,
         protection: ScaleInProtection,
         hand_back_unstarted: Callable[[list[InFlight], str], None],
-        hand_back: Callable[[InFlight, str], None] | None = None,
+        hand_back: Callable[[InFlight, str], None],
         clock: Callable[[], float],
         long_poll_seconds: int,
         batch_fill_seconds: float,
@@ -238,7 +239,7 @@ class Poller:
         self._metrics = metrics
         self._protection = protection
         self._hand_back_unstarted = hand_back_unstarted
-        self._hand_back = hand_back or (lambda _item, _why: None)
+        self._hand_back = hand_back
         self._clock = clock
         self._long_poll_seconds = long_poll_seconds
         self._batch_fill_seconds = batch_fill_seconds

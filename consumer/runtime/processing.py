@@ -71,6 +71,10 @@ class Worker:
         self._drain_end = drain_end
         self._lookahead = lookahead
         self._extend_now = extend_now
+        # The contract's derived timings, read once rather than per message: the lease a waiting message must still
+        # have to start (the heartbeat's reach), and below which it is extended as it starts (its threshold).
+        self._heartbeat_reach = contract.heartbeat_interval_seconds + HEARTBEAT_REACH_SLACK_SECONDS
+        self._extend_below = contract.heartbeat_threshold_seconds
 
     def run(self) -> None:
         while True:
@@ -91,10 +95,8 @@ class Worker:
         owner = f"{self._owner}:{next(self._attempts)}"
         if not self._may_start(item):
             return False
-        if (
-            item.visible_until - self._clock()
-            <= self.contract.heartbeat_interval_seconds + HEARTBEAT_REACH_SLACK_SECONDS
-        ):
+        lease_left = item.visible_until - self._clock()
+        if lease_left <= self._heartbeat_reach:
             # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
             # ran far longer than their mean, or late in a FIFO group): the lease may lapse before the heartbeat's
             # next extension and another receive run it too. Hand it back instead of starting it.
@@ -103,8 +105,9 @@ class Worker:
             return False
         if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
             return False
-        # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
-        self._extend_now(item)
+        if lease_left <= self._extend_below:
+            # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
+            self._extend_now(item)
         return self._settlement.settle(item, self._attempt(item))
 
     def _may_start(self, item: InFlight) -> bool:
