@@ -26,6 +26,7 @@ from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine
 from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server
 from consumer.local.task import TaskContainer, TaskRun
 from consumer.testing import QueueDepth, depth
+from tests.reference import reference_context
 
 #: The environment whose task definition the tier runs: the one `make run` deploys locally.
 ENVIRONMENT = "demo"
@@ -55,12 +56,12 @@ def engine() -> Engine:
 
 @pytest.fixture(scope="session")
 def task(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> TaskContainer:
-    """The demo environment, synthesized by the real app (nag included); its task's container (after the
-    engine: without one the tier skips before synthesizing)."""
+    """The reference demo environment (tests/reference.py), synthesized by the real app (nag included); its task's
+    container (after the engine: without one the tier skips before synthesizing)."""
     from infra.app import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    app, _ = build_app(outdir=str(outdir), context={"env": ENVIRONMENT})
+    app, _ = build_app(outdir=str(outdir), context={**reference_context(), "env": ENVIRONMENT})
     app.synth()
     return TaskContainer.from_assembly(outdir, STACK, WORKER)
 

@@ -7,10 +7,12 @@ Every test starts the image the synthesized task definition names, with that def
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from consumer.declaration import contract_of, load_handler
 from consumer.local.harness import sample_event
 from consumer.local.image import BuiltImage, Engine
 from consumer.local.stack import LocalStack, local_client
@@ -18,10 +20,13 @@ from consumer.local.task import TaskContainer
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import wait_until
 from tests.container.conftest import RunFactory, Webhook, depths, send
+from tests.reference import repository_environments
 
-#: Modules the image must carry (the runtime, the operator's DLQ tool, the handlers it deploys: the examples
-#: and the team package's, with each one's own dependencies) and must not (test and local tooling: the demo
-#: runner and local stack need moto and a cdk.out; the team package's tests).
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Modules the image must carry (the runtime, the operator's DLQ tool, the example handlers and their dependency)
+#: and must not (test and local tooling: the demo runner and local stack need moto and a cdk.out; the team
+#: package's tests). Whatever the team package holds is checked against the repository itself below.
 SHIPPED = [
     "consumer.runtime.consumer",
     "consumer.cli",
@@ -29,9 +34,17 @@ SHIPPED = [
     "consumer.examples.notifications",
     "consumer.examples.demo",
     "jsonschema",
-    "workers.reports",
-    "jinja2",
 ]
+#: Every handler the repository's cdk.json deploys, whatever the team made of it: each must load in the image.
+DEPLOYED_HANDLERS = sorted(
+    {
+        worker.get("handler") or settings.get("handler")
+        for settings in repository_environments().values()
+        for worker in (settings.get("workers") or {"": settings}).values()
+    }
+)
+#: The distributions the handler packages' requirements.txt name (the team package's and the examples').
+REQUIREMENTS = [ROOT / "workers" / "requirements.txt", ROOT / "consumer" / "examples" / "requirements.txt"]
 NOT_SHIPPED = ["consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk", "workers.tests"]
 #: moto's CloudFormation warns for each resource type it skips (policies, scaling, alarms); consumer.local
 #: creates what matters from the template itself.
@@ -54,9 +67,32 @@ def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, im
     found = json.loads(engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", probe).stdout)
     assert {n for n in SHIPPED if not found[n]} == set()
     assert {n for n in NOT_SHIPPED if found[n]} == set()
-    # The team package's handler loads in the image as `consumer run` loads it (its dependencies installed).
-    load = "from consumer.declaration import contract_of, load_handler; print(contract_of(load_handler('workers.reports:handle')).max_duration_seconds)"
-    assert engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", load).stdout.split() == ["600"]
+    # Every handler cdk.json deploys loads in the image as `consumer run` loads it (its dependencies installed),
+    # with the declaration synth read on this machine; every distribution its package requires is installed.
+    load = (
+        "import json; from consumer.declaration import contract_of, load_handler;"
+        f" print(json.dumps({{h: contract_of(load_handler(h)).max_duration_seconds for h in {DEPLOYED_HANDLERS!r}}}))"
+    )
+    loaded = json.loads(engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", load).stdout)
+    assert loaded == {h: contract_of(load_handler(h)).max_duration_seconds for h in DEPLOYED_HANDLERS}
+    distributions = sorted(
+        re.split(r"[\s=<>~!;\[]", line.strip(), maxsplit=1)[0]
+        for path in REQUIREMENTS
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith(("#", "-"))
+    )
+    installed = (
+        "import importlib.metadata as m, json\n"
+        "def installed(name):\n"
+        "    try:\n"
+        "        m.distribution(name)\n"
+        "        return True\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return False\n"
+        f"print(json.dumps([d for d in {distributions!r} if not installed(d)]))"
+    )
+    missing = json.loads(engine("run", "--rm", *engine.run_options, image.tag, "python", "-c", installed).stdout)
+    assert distributions and missing == []
     # A local-only command says so in one line instead of a traceback.
     demo = engine("run", "--rm", *engine.run_options, image.tag, "python", "-m", "consumer", "demo", check=False)
     assert demo.returncode == 2

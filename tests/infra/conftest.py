@@ -1,7 +1,11 @@
 """Shared fixtures for infra tests: the whole app is synthesized once per test module.
 
-Rule for this folder: synthesize, then assert template properties with
-``aws_cdk.assertions``; never a whole-template snapshot.
+Rules for this folder: synthesize, then assert template properties with ``aws_cdk.assertions``; never a
+whole-template snapshot. A test of the framework synthesizes a context it builds itself (``synthesize(tmp, {...})``,
+or the reference environments of ``tests/reference.py``: the ``reference``, ``dev`` and ``prod`` fixtures), or it
+holds for every environment and worker of the repository's own ``cdk.json``, whatever a team made of it
+(``tests/infra/test_repository.py``); only a test of the shipped example reads ``cdk.json``'s values, says so in
+its name and skips where the example is not deployed (``tests.reference.shipped_example``).
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_cdk import CfnElement
 from aws_cdk.assertions import Template
 
 from infra.app import build_app
 from infra.stack import WorkerStack
+from tests.reference import reference_context
 
 
 @dataclass
@@ -29,7 +35,10 @@ class Synthesized:
     outdir: Path
 
     def logical_id(self, construct: Any) -> str:
-        return self.stack.get_logical_id(construct.node.default_child)
+        """The logical id of an L2 construct's resource, or of an L1 resource itself."""
+        return self.stack.get_logical_id(
+            construct if isinstance(construct, CfnElement) else construct.node.default_child
+        )
 
     def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.json["Resources"].items() if v["Type"] == resource_type}
@@ -44,7 +53,11 @@ class Synthesized:
 
 
 def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str, Synthesized]:
-    """Run the real app (nag included) and load each stack's template from the cloud assembly."""
+    """Run the real app (nag included) and load each stack's template from the cloud assembly.
+
+    ``context`` is merged over ``cdk.json``'s (its feature flags stay): a ``sqs-worker:environments`` key replaces
+    cdk.json's environments, and a test of the framework always gives one (without it, the repository's own).
+    """
     app, stacks = build_app(outdir=str(outdir), context=context)
     app.synth()
     result = {}
@@ -55,19 +68,22 @@ def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
-    """Every environment in cdk.json, synthesized once for the module."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"))
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    """The reference environments (``tests/reference.py``: dev, staging, prod and demo as cdk.json shipped them,
+    with framework-owned handlers), synthesized once for the module: never the repository's cdk.json."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), reference_context())
 
 
 @pytest.fixture(scope="module")
-def dev(synthesized: dict[str, Synthesized]) -> Synthesized:
-    return synthesized["dev"]
+def dev(reference: dict[str, Synthesized]) -> Synthesized:
+    """The reference dev: the notifications example (90 s), one worker, dry run, pages to tickets."""
+    return reference["dev"]
 
 
 @pytest.fixture(scope="module")
-def prod(synthesized: dict[str, Synthesized]) -> Synthesized:
-    return synthesized["prod"]
+def prod(reference: dict[str, Synthesized]) -> Synthesized:
+    """The reference prod: the notifications example, its webhook secret, paging taken at deploy."""
+    return reference["prod"]
 
 
 SynthFactory = Callable[..., dict[str, Synthesized]]

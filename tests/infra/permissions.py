@@ -284,6 +284,20 @@ class Bindings:
             policies = [{"name": "admin", "policy": ADMIN_POLICY}] if kind == "admin-role" else []
             described = f"{name} of this account" + (" (sqs:* of its own)" if policies else "")
             return f"arn:aws:sts::{account}:assumed-role/{name}/s", described, policies, context
+        if label.startswith("arn:"):  # a producer cdk.json names: a role (a session of it calls) or a user
+            principal_account, kind_name = label.split(":")[4], label.split(":", 5)[5]
+            kind, _, path_name = kind_name.partition("/")
+            name = path_name.rsplit("/", 1)[-1]
+            context = {
+                "aws:PrincipalArn": label,
+                "aws:PrincipalAccount": principal_account,
+                "aws:PrincipalType": "AssumedRole" if kind == "role" else "User",
+            }
+            caller = f"arn:aws:sts::{principal_account}:assumed-role/{name}/s" if kind == "role" else label
+            # Another account's producer is allowed everything by its own account; this account's, nothing of
+            # its own: either way only the queue's policy can let it send.
+            policies = [{"name": "admin", "policy": ADMIN_POLICY}] if principal_account != account else []
+            return caller, f"producer {label}", policies, context
         if label == "anonymous":
             return {"type": "Anonymous"}, "anonymous", [], {}
         if label.endswith(".amazonaws.com"):

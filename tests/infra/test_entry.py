@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from infra.app import cdk_json_context
 from infra.settings import CONTEXT_KEY, parse_environment
 from infra.toolchain import NODE_BIN
+from tests.reference import REPORT_JOB, reference_context, reference_context_json
 
 ROOT = Path(__file__).resolve().parents[2]
 #: jsii's end-of-life banner names the Node it runs on ("Node 20 is end-of-life ...").
@@ -34,8 +34,8 @@ def app_py(tmp_path: Path, context: dict[str, Any], path: str) -> subprocess.Com
 
 
 def environments_with(**dev: Any) -> dict[str, Any]:
-    """cdk.json's environments with dev's settings changed, as ``-c env=dev`` would synthesize them."""
-    environments = cdk_json_context()[CONTEXT_KEY]
+    """The reference environments with dev's settings changed, as ``-c env=dev`` would synthesize them."""
+    environments = reference_context()[CONTEXT_KEY]
     environments["dev"] = {**environments["dev"], **dev}
     return {CONTEXT_KEY: environments, "env": "dev"}
 
@@ -53,7 +53,7 @@ def test_pinned_node_is_node_22() -> None:
 def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: bool) -> None:
     """No silencing variable: synth runs on the pinned Node (app.py pins it itself) and prints nothing."""
     path = f"{NODE_BIN}{os.pathsep}{machine_path()}" if pinned_on_path else machine_path()
-    result = app_py(tmp_path, {"env": "dev"}, path)
+    result = app_py(tmp_path, {**reference_context(), "env": "dev"}, path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert BANNER not in result.stderr
     assert result.stderr == ""
@@ -70,7 +70,7 @@ def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: boo
             " acts: 1",
         ),
         (
-            {"env": "qa"},
+            {**reference_context(), "env": "qa"},
             "\"env\" must be one of the environments in cdk.json (dev, staging, prod, demo): 'qa'",
         ),
     ],
@@ -88,8 +88,10 @@ def test_app_py_reports_a_configuration_error_in_one_line(
 
 
 def report(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.report` (make run's first step) with ``environ``, its output captured."""
+    """`python -m infra.report` (make run's first step) on the reference environments (given as the CDK CLI gives
+    context), with ``environ``, its output captured."""
     command = [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")]
+    environ = {**environ, "CDK_CONTEXT_JSON": reference_context_json()}
     return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -107,7 +109,7 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
     out = report(tmp_path, {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    environments = cdk_json_context()[CONTEXT_KEY]
+    environments = reference_context()[CONTEXT_KEY]
     ok_lines = [line for line in lines if line.startswith("ok ")]
     assert len(ok_lines) == len(environments)
     for line in ok_lines:  # stack, template path and the nag summary on one line
@@ -130,7 +132,7 @@ def test_the_report_shows_every_worker_of_every_environment(tmp_path: Path) -> N
     header_above = next(line for line in lines if line.startswith("┃ ") and "demo" in line)
     assert [cell.strip() for cell in header_above.strip("┃").split("┃")] == ["", "", "", "", "demo", "demo"]
     assert cells("parameter") == ["dev", "staging", "prod", "notifications", "reports"]
-    assert cells("handler") == [*["notifications:handle"] * 3, "demo:handle", "reports:handle"]
+    assert cells("handler") == [*["notifications:handle"] * 3, "demo:handle", "reference:report_job"]
     assert cells("declared max duration")[3:] == ["30 s", "600 s (10 min)"]
     assert cells("concurrency per task")[3:] == ["8", "2"]
 
@@ -169,11 +171,11 @@ def test_the_report_shows_each_workers_own_secrets_under_a_two_line_header() -> 
                     "handler": "consumer.examples.notifications:handle",
                     "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/teams/notify-webhook-url"},
                 },
-                "reports": {"handler": "workers.reports:handle", "secrets": {"REPORTS_KEY": "ssm:/teams/reports-key"}},
+                "reports": {"handler": REPORT_JOB, "secrets": {"REPORTS_KEY": "ssm:/teams/reports-key"}},
             }
         },
     )
-    dev = parse_environment("dev", cdk_json_context()[CONTEXT_KEY]["dev"])
+    dev = parse_environment("dev", reference_context()[CONTEXT_KEY]["dev"])
     shown = columns(
         EnvironmentContracts(settings, {w.name: settings.contract(w) for w in settings.workers})
         for settings in (dev, teams)

@@ -104,10 +104,10 @@ def test_paging_endpoint_refuses_what_the_protocol_condition_would_misread(prod:
 
 @pytest.mark.parametrize("name", ["dev", "staging", "demo"])
 def test_environments_without_required_paging_ask_nothing_at_deploy(
-    synthesized: dict[str, Synthesized], name: str
+    reference: dict[str, Synthesized], name: str
 ) -> None:
     """Only an environment that requires paging and commits no subscription declares PagingEndpoint."""
-    env = synthesized[name]
+    env = reference[name]
     assert set(env.json["Parameters"]) == {"BootstrapVersion"}
     assert "Conditions" not in env.json
 
@@ -179,9 +179,9 @@ SECRET_READ = ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"]
 
 
 @pytest.mark.parametrize("name", ["staging", "prod"])
-def test_webhook_url_reaches_the_container_as_an_ecs_secret(synthesized: dict[str, Synthesized], name: str) -> None:
+def test_webhook_url_reaches_the_container_as_an_ecs_secret(reference: dict[str, Synthesized], name: str) -> None:
     """NOTIFY_WEBHOOK_URL is read from the environment's SecureString at task start, never written in plain text."""
-    env = synthesized[name]
+    env = reference[name]
     parameter = ACCOUNT_ARN.format(service="ssm", resource=f"parameter/sqs-worker/{name}/notify-webhook-url")
     secrets = {s["Name"]: arn(s["ValueFrom"]) for s in container(env)["Secrets"]}
     assert secrets == {"NOTIFY_WEBHOOK_URL": parameter}
@@ -190,9 +190,9 @@ def test_webhook_url_reaches_the_container_as_an_ecs_secret(synthesized: dict[st
 
 
 @pytest.mark.parametrize("name", ["dev", "demo"])
-def test_without_secrets_the_execution_role_reads_none(synthesized: dict[str, Synthesized], name: str) -> None:
+def test_without_secrets_the_execution_role_reads_none(reference: dict[str, Synthesized], name: str) -> None:
     """No secrets setting: no Secrets in any worker's container and no SSM, Secrets Manager or KMS grant."""
-    env = synthesized[name]
+    env = reference[name]
     assert len(env.stack.workers) == {"dev": 1, "demo": 2}[name]
     for worker in env.stack.workers:
         assert "Secrets" not in container(env, worker)
@@ -236,11 +236,11 @@ def test_execution_role_keeps_only_its_image_and_log_grants_besides(prod: Synthe
     }
 
 
-def test_ecs2_acknowledgement_says_how_secrets_travel(synthesized: dict[str, Synthesized]) -> None:
+def test_ecs2_acknowledgement_says_how_secrets_travel(reference: dict[str, Synthesized]) -> None:
     """The reason cdk-nag records for plain environment variables names the secrets path and the name check."""
     from infra.report import nag_results
 
-    staging = synthesized["staging"]
+    staging = reference["staging"]
     _, acknowledged = nag_results(staging.outdir, staging.stack.stack_name)
     (reason,) = [reason for rule, reason in acknowledged if rule == "AwsSolutions-ECS2"]
     assert "refuses secret-like names" in reason and "Secrets travel as ECS secrets (the secrets setting)" in reason
@@ -313,26 +313,26 @@ def test_producers_alone_may_send_besides_the_consumer(variants: dict[str, Synth
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
-def test_without_producers_iam_alone_decides_who_sends(synthesized: dict[str, Synthesized], name: str) -> None:
+def test_without_producers_iam_alone_decides_who_sends(reference: dict[str, Synthesized], name: str) -> None:
     """Unset producers: the source's policy holds only the TLS deny, as before."""
-    (tls,) = source_policy_statements(synthesized[name])
+    (tls,) = source_policy_statements(reference[name])
     assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
-def test_container_drops_every_linux_capability(synthesized: dict[str, Synthesized], name: str) -> None:
+def test_container_drops_every_linux_capability(reference: dict[str, Synthesized], name: str) -> None:
     """Every worker's container keeps none of Docker's default capabilities (Fargate allows any drop)."""
-    env = synthesized[name]
+    env = reference[name]
     for worker in env.stack.workers:
         assert container(env, worker)["LinuxParameters"] == {"Capabilities": {"Drop": ["ALL"]}}
 
 
 @pytest.mark.parametrize(("name", "protected"), [("dev", False), ("demo", False), ("staging", True), ("prod", True)])
 def test_idempotency_table_has_deletion_protection_where_data_is_retained(
-    synthesized: dict[str, Synthesized], name: str, protected: bool
+    reference: dict[str, Synthesized], name: str, protected: bool
 ) -> None:
     """retain_queues: true (staging, prod) turns on DeletionProtectionEnabled; dev and demo stay disposable."""
-    env = synthesized[name]
+    env = reference[name]
     table = env.json["Resources"][env.logical_id(env.stack.consumer.idempotency_table)]
     assert table["Properties"]["DeletionProtectionEnabled"] is protected
     assert env.stack.settings.retain_queues is protected

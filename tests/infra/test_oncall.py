@@ -46,9 +46,9 @@ def test_dlq_new_arrivals_alarm_fires_when_a_non_empty_dlq_grows(prod: Synthesiz
     assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
 
 
-def test_dlq_depth_alarm_sends_ok_when_the_dlq_is_drained(synthesized: dict[str, Synthesized]) -> None:
+def test_dlq_depth_alarm_sends_ok_when_the_dlq_is_drained(reference: dict[str, Synthesized]) -> None:
     """Every alarm with actions sends OK to the same topic as ALARM, so a drained DLQ says so."""
-    for env in synthesized.values():
+    for env in reference.values():
         for alarm in env.stack.alarms.paging_alarms:
             properties = props(env, alarm)
             assert properties["OKActions"] == properties["AlarmActions"], alarm.node.path
@@ -121,9 +121,9 @@ def test_consumer_stalled_with_an_existing_cluster_does_not_page_on_missing_task
     ("name", "page_to"),
     [("dev", "tickets"), ("demo", "tickets"), ("staging", "paging"), ("prod", "paging")],
 )
-def test_severity_routing_per_environment(synthesized: dict[str, Synthesized], name: str, page_to: str) -> None:
+def test_severity_routing_per_environment(reference: dict[str, Synthesized], name: str, page_to: str) -> None:
     """Pages go to the paging topic unless the environment sends them to tickets; tickets always to tickets."""
-    env = synthesized[name]
+    env = reference[name]
     alarms, stack = env.stack.alarms, env.stack
     page_topic = [ref(env, getattr(stack, page_to).topic)]
     ticket_topic = [ref(env, stack.tickets.topic)]

@@ -1,7 +1,7 @@
 """The permissions tier: what AWS will allow and refuse, proven offline on the synthesized templates.
 
-moto enforces no IAM, resource or KMS key policy. Here every environment of cdk.json (and the
-contract/settings variants that change policies) is synthesized, resolved to concrete ARNs in a fake
+moto enforces no IAM, resource or KMS key policy. Here every environment of the repository's cdk.json, whatever a
+team made of it (and the contract/settings variants below, which change policies), is synthesized, resolved to concrete ARNs in a fake
 account (tests/infra/resolve.py) and evaluated with a real policy evaluator, @cloud-copilot/iam-simulate
 (identity, resource and key policies together). The scenarios are the tables below, bound per worker
 (``env`` for a one-worker environment, ``env/worker`` where there are several); the task role's rows come
@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from aws_cdk import CfnElement, Stack
 
-from infra.app import cdk_json_context
 from infra.settings import CONTEXT_KEY
 from infra.worker import Worker
-from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
 from tests.infra.permissions import (
     ALLOWED,
     DENIED,
@@ -37,16 +36,22 @@ from tests.infra.permissions import (
     mismatches,
 )
 from tests.infra.resolve import FAKE_ACCOUNT, ResolveError, resolve_template
+from tests.reference import REPORT_JOB, repository_environments
 
 CLOUDWATCH = "cloudwatch.amazonaws.com"
 #: A producer of this account and one of another account that "producers" names.
 PRODUCER = "orders-api"
 PARTNER = "partner"
 PRODUCERS = [f"arn:aws:iam::{FAKE_ACCOUNT}:role/{PRODUCER}", f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}"]
-#: Variants whose policies differ from cdk.json's environments: a FIFO pair, an existing VPC and cluster,
-#: named producers with Secrets Manager secrets (staging and prod read SSM parameters), and two workers each
-#: with secrets of its own (demo's two workers have none), so each execution role is refused the other's.
+#: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair,
+#: an existing VPC and cluster, named producers with Secrets Manager secrets, and two workers each with secrets of
+#: its own, so each execution role is refused the other's. The tests that pin bindings read these, never cdk.json.
 VARIANTS: dict[str, dict[str, Any]] = {
+    "solo": {
+        "handler": "consumer.examples.notifications:handle",
+        "pages_to_tickets": True,
+        "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/sqs-worker/solo/notify-webhook-url"},
+    },
     "fifo": {"handler": "tests.infra.handlers:ordered"},
     "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
     "senders": {
@@ -64,7 +69,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
                 "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/sqs-worker/teams/notify-webhook-url"},
             },
             "reports": {
-                "handler": "workers.reports:handle",
+                "handler": REPORT_JOB,
                 "secrets": {
                     "REPORTS_STORE_URL": "ssm:/sqs-worker/teams/reports-store-url",
                     "REPORTS_SIGNING_KEY": "secretsmanager:team/reports-Ef56Gh#key",
@@ -80,7 +85,12 @@ def worker_labels(environment: str, workers: Mapping[str, Any]) -> list[str]:
     return [f"{environment}/{name}" for name in workers] if len(workers) > 1 else [environment]
 
 
-ALL_ENVIRONMENTS: dict[str, Any] = {**cdk_json_context()[CONTEXT_KEY], **VARIANTS}
+REPOSITORY: dict[str, Any] = repository_environments()
+assert not set(REPOSITORY) & set(VARIANTS), (
+    f"cdk.json names an environment the permissions tier's variants use ({sorted(set(REPOSITORY) & set(VARIANTS))}):"
+    " rename the variant in tests/infra/test_permissions.py"
+)
+ALL_ENVIRONMENTS: dict[str, Any] = {**REPOSITORY, **VARIANTS}
 #: Every worker of every environment and variant, as the tests name them.
 ENVIRONMENTS = [label for env, s in ALL_ENVIRONMENTS.items() for label in worker_labels(env, s.get("workers", {}))]
 #: The workers that share their stack with another worker.
@@ -200,6 +210,16 @@ SENDERS_UNRESTRICTED: list[Row] = [
 ]
 
 
+def sender_rows(producers: list[str]) -> list[Row]:
+    """Who may send to the source of an environment naming ``producers`` (cdk.json's setting, any list)."""
+    if not producers:
+        return SENDERS_UNRESTRICTED
+    if producers == PRODUCERS:
+        return SENDERS
+    named = [Row(arn, "sqs:SendMessage", "source", {}, ALLOWED, "a producer cdk.json names") for arn in producers]
+    return [*named, *SENDERS[2:]]
+
+
 def other_worker_rows() -> list[Row]:
     """Each worker's roles on every other worker of its stack: the runtime's calls on the other's queues and
     table, its DLQ read, its secrets and its log stream, all refused (a grant leaking across workers fails)."""
@@ -235,10 +255,9 @@ def owned_logical_ids(worker: Worker) -> set[str]:
     return {stack.get_logical_id(c) for c in worker.node.find_all() if isinstance(c, CfnElement)}
 
 
-@pytest.fixture(scope="module")
-def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
-    """Every worker of every environment and variant synthesized once (one app), resolved to concrete ARNs."""
-    synthesized = synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ALL_ENVIRONMENTS})
+def bind(synthesized: Mapping[str, Synthesized]) -> dict[str, Bindings]:
+    """Every worker of every synthesized environment, resolved to concrete ARNs and bound, labelled as
+    :func:`worker_labels` names them."""
     bound: dict[str, Bindings] = {}
     for name, env in synthesized.items():
         template = resolve_template(env.json, stack_name=env.stack.stack_name, parameters=PARAMETERS)
@@ -253,21 +272,36 @@ def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
     return bound
 
 
-@pytest.fixture(scope="module")
-def evaluated(bound: dict[str, Bindings]) -> dict[tuple[str, str], list[tuple[Scenario, str | None]]]:
-    """Every scenario of every worker, evaluated in one batch."""
+Evaluated = dict[tuple[str, str], list[tuple[Scenario, str | None]]]
+
+
+def evaluate_bound(bound: Mapping[str, Bindings], environments: Mapping[str, Any]) -> Evaluated:
+    """Every scenario of every bound worker, evaluated in one batch, grouped by (worker label, category);
+    ``environments`` are the raw settings the stacks came from (who may send follows their producers)."""
     scenarios: list[Scenario] = []
     for bindings in bound.values():
         environment = bindings.environment.split("/")[0]
-        senders = SENDERS if "producers" in VARIANTS.get(environment, {}) else SENDERS_UNRESTRICTED
+        senders = sender_rows(environments[environment].get("producers", []))
         categories = {**CATEGORIES, "runtime": runtime_rows(), "senders": senders, "other-workers": other_worker_rows()}
         for category, rows in categories.items():
             scenarios += bindings.scenarios(category, rows)
     answers = evaluate(scenarios)
-    grouped: dict[tuple[str, str], list[tuple[Scenario, str | None]]] = {}
+    grouped: Evaluated = {}
     for scenario, answer in zip(scenarios, answers, strict=True):
         grouped.setdefault((scenario.environment, scenario.category), []).append((scenario, answer))
     return grouped
+
+
+@pytest.fixture(scope="module")
+def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
+    """Every worker of every environment and variant synthesized once (one app), resolved to concrete ARNs."""
+    return bind(synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ALL_ENVIRONMENTS}))
+
+
+@pytest.fixture(scope="module")
+def evaluated(bound: dict[str, Bindings]) -> Evaluated:
+    """Every scenario of every worker, evaluated in one batch."""
+    return evaluate_bound(bound, ALL_ENVIRONMENTS)
 
 
 def check(evaluated: dict, environment: str, category: str) -> None:
@@ -317,9 +351,9 @@ def test_only_named_producers_and_the_consumer_send_where_producers_are_named(
 
 
 def test_secrets_are_bound_where_the_container_declares_them(bound: dict[str, Bindings]) -> None:
-    """prod's SSM parameter and the variant's Secrets Manager secrets are what the secret rows evaluate."""
-    assert bound["prod"].secrets == {
-        "ssm": [f"arn:aws:ssm:eu-west-1:{FAKE_ACCOUNT}:parameter/sqs-worker/prod/notify-webhook-url"],
+    """An SSM parameter and the variant's Secrets Manager secrets are what the secret rows evaluate."""
+    assert bound["solo"].secrets == {
+        "ssm": [f"arn:aws:ssm:eu-west-1:{FAKE_ACCOUNT}:parameter/sqs-worker/solo/notify-webhook-url"],
         "secretsmanager": [],
     }
     # ECS requests the ValueFrom without its ":<json key>:<stage>:<version>" tail, nothing appended.
@@ -534,10 +568,11 @@ def test_resolver_resolves_parameters_conditions_and_functions() -> None:
 
 
 def test_tier_binds_the_resources_the_stack_really_uses(bound: dict[str, Bindings]) -> None:
-    """dev's bindings name its queues, its cluster's tasks and every alarm action (all to tickets in dev)."""
-    dev, shared = bound["dev"], bound["shared"]
-    assert dev.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-dev-source"
-    assert dev.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-dev-dlq"
+    """A one-worker stack's bindings name its queues, its cluster's tasks and every alarm action (all to tickets
+    where pages go to tickets)."""
+    dev, shared = bound["solo"], bound["shared"]
+    assert dev.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-solo-source"
+    assert dev.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-solo-dlq"
     assert shared.resources["task"] == "arn:aws:ecs:eu-west-1:111122223333:task/platform/" + TASK_ID
     actions = dev.alarm_actions()
     assert len({alarm for alarm, _, _ in actions}) == 6  # five metric alarms with actions and the composite
@@ -547,11 +582,11 @@ def test_tier_binds_the_resources_the_stack_really_uses(bound: dict[str, Binding
 
 
 def test_tier_binds_each_worker_to_its_own_resources_and_every_alarm_once(bound: dict[str, Bindings]) -> None:
-    """demo's workers each bind their own queues, table and roles, and together every alarm action of the stack."""
-    first, second = bound["demo/notifications"], bound["demo/reports"]
-    assert first.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-demo-source"
-    assert second.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-demo-reports-source"
-    assert second.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-demo-reports-dlq"
+    """Two workers each bind their own queues, table and roles, and together every alarm action of the stack."""
+    first, second = bound["teams/notifications"], bound["teams/reports"]
+    assert first.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-teams-source"
+    assert second.resources["source"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-teams-reports-source"
+    assert second.resources["dlq"] == "arn:aws:sqs:eu-west-1:111122223333:SqsWorker-teams-reports-dlq"
     for key in ("idempotency-table", "log-stream"):
         assert first.resources[key] != second.resources[key]
     assert first.task_role.name != second.task_role.name

@@ -34,10 +34,10 @@ def test_runbook_slug_matches_githubs_anchor_rule() -> None:
     assert slug("Consumer: stalled!") == "consumer-stalled"
 
 
-def test_every_alarm_links_to_an_existing_runbook_section(synthesized: dict[str, Synthesized]) -> None:
+def test_every_alarm_links_to_an_existing_runbook_section(reference: dict[str, Synthesized]) -> None:
     """Each alarm description ends with `Runbook: docs/runbook.md#<section>`, and that section exists."""
     sections = anchors()
-    for env in synthesized.values():
+    for env in reference.values():
         for logical_id, text in descriptions(env).items():
             link = LINK.search(text)
             assert link is not None, f"{env.stack.stack_name} {logical_id} has no runbook link: {text!r}"
@@ -63,8 +63,8 @@ def test_alarm_descriptions_name_the_first_commands(prod: Synthesized) -> None:
     assert "python -m consumer dlq export --stack SqsWorker-prod" in text[prod.logical_id(prod.stack.alarms.dlq_age)]
 
 
-def test_alarm_descriptions_fit_cloudwatchs_limit(synthesized: dict[str, Synthesized]) -> None:
+def test_alarm_descriptions_fit_cloudwatchs_limit(reference: dict[str, Synthesized]) -> None:
     """AlarmDescription holds at most 1,024 characters."""
-    for env in synthesized.values():
+    for env in reference.values():
         for logical_id, text in descriptions(env).items():
             assert len(text) <= 1024, logical_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from infra.service import (
 )
 from tests.infra.conftest import Synthesized
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def get_att(logical_id: str, attribute: str) -> dict[str, Any]:
     return {"Fn::GetAtt": [logical_id, attribute]}
@@ -32,23 +35,23 @@ def container(env: Synthesized, worker: str | None = None) -> dict[str, Any]:
     return env.container(worker)
 
 
-def test_every_cdk_json_environment_synthesizes(synthesized: dict[str, Synthesized]) -> None:
+def test_every_reference_environment_synthesizes(reference: dict[str, Synthesized]) -> None:
     """dev, staging, prod and demo each produce a template with a source queue, a DLQ and a service per worker:
-    one worker in dev, staging and prod, two in demo (the notifications example and the team's report job)."""
-    assert list(synthesized) == ["dev", "staging", "prod", "demo"]
-    for env in synthesized.values():
+    one worker in dev, staging and prod, two in demo (the notifications example and a slow report job)."""
+    assert list(reference) == ["dev", "staging", "prod", "demo"]
+    for env in reference.values():
         workers = 2 if env.stack.settings.name == "demo" else 1
         env.template.resource_count_is("AWS::SQS::Queue", 2 * workers)
         env.template.resource_count_is("AWS::ECS::Service", workers)
-    assert list(synthesized["demo"].stack.workers) == ["notifications", "reports"]
-    reports = {e["Name"]: e["Value"] for e in synthesized["demo"].container("reports")["Environment"]}
-    assert reports["CONSUMER_HANDLER"] == "workers.reports:handle"
+    assert list(reference["demo"].stack.workers) == ["notifications", "reports"]
+    reports = {e["Name"]: e["Value"] for e in reference["demo"].container("reports")["Environment"]}
+    assert reports["CONSUMER_HANDLER"] == "tests.reference:report_job"
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
-def test_dlq_retention_exceeds_source_retention(synthesized: dict[str, Synthesized], name: str) -> None:
-    """The DLQ keeps messages longer than the source, with the retention from cdk.json."""
-    env = synthesized[name]
+def test_dlq_retention_exceeds_source_retention(reference: dict[str, Synthesized], name: str) -> None:
+    """The DLQ keeps messages longer than the source, with the retention from the environment's settings."""
+    env = reference[name]
     source = queue_props(env, env.stack.queues.queue)
     dlq = queue_props(env, env.stack.queues.dead_letter_queue)
     settings = env.stack.settings
@@ -88,10 +91,10 @@ def test_visibility_timeout_is_the_contracts(dev: Synthesized) -> None:
 
 
 def test_declared_max_lease_becomes_the_visibility_and_reaches_the_task(
-    synthesized: dict[str, Synthesized],
+    reference: dict[str, Synthesized],
 ) -> None:
     """The demo handler's 10 s max_lease (30 s max duration) sets the queue's visibility and the task's env."""
-    demo = synthesized["demo"]
+    demo = reference["demo"]
     assert queue_props(demo, demo.stack.queues.queue)["VisibilityTimeout"] == 10
     environment = {e["Name"]: e["Value"] for e in container(demo)["Environment"]}
     assert (environment["CONSUMER_MAX_LEASE_SECONDS"], environment["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"]) == (
@@ -149,9 +152,9 @@ def test_dlq_depth_alarm_pages_on_one_message_within_a_minute(prod: Synthesized)
     assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
 
 
-def test_dlq_age_alarm_fires_before_expiry(synthesized: dict[str, Synthesized]) -> None:
+def test_dlq_age_alarm_fires_before_expiry(reference: dict[str, Synthesized]) -> None:
     """The DLQ age threshold is half the retention gap, well below the time a message has left."""
-    for env in synthesized.values():
+    for env in reference.values():
         alarm = alarm_on(env, "ApproximateAgeOfOldestMessage", env.stack.queues.dead_letter_queue)
         gap = (env.stack.settings.dlq_retention_days - env.stack.settings.source_retention_days) * 86_400
         assert alarm["Threshold"] == env.stack.contract.dlq_age_alarm_seconds == gap // 2
@@ -235,18 +238,18 @@ def test_topics_and_key_admit_exactly_the_alarms_that_notify(dev: Synthesized) -
     assert len(policies) == 3
 
 
-def test_subscriptions_come_from_cdk_json(synthesized: dict[str, Synthesized]) -> None:
+def test_subscriptions_come_from_cdk_json(reference: dict[str, Synthesized]) -> None:
     """prod commits no subscription: its one is the deploy-time PagingEndpoint; dev has no subscription."""
-    prod, dev = synthesized["prod"], synthesized["dev"]
+    prod, dev = reference["prod"], reference["dev"]
     prod.template.resource_count_is("AWS::SNS::Subscription", 1)
     prod.template.has_resource_properties("AWS::SNS::Subscription", {"Endpoint": {"Ref": "PagingEndpoint"}})
     dev.template.resource_count_is("AWS::SNS::Subscription", 0)
 
 
-def test_shipped_environments_synthesize_without_warnings(synthesized: dict[str, Synthesized]) -> None:
+def test_shipped_environments_synthesize_without_warnings(reference: dict[str, Synthesized]) -> None:
     """No warning on an unmodified checkout: dev and staging page nobody by design (docs/deploy.md), prod takes
     its subscription at deploy; a warning that fires on every synth would teach users to ignore warnings."""
-    for name, env in synthesized.items():
+    for name, env in reference.items():
         assert Annotations.from_stack(env.stack).find_warning("*", Match.any_value()) == [], name
 
 
@@ -266,11 +269,11 @@ def test_container_stop_timeout_is_the_contracts(dev: Synthesized) -> None:
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
 def test_container_health_check_is_the_liveness_check_timed_by_each_workers_contract(
-    synthesized: dict[str, Synthesized], name: str
+    reference: dict[str, Synthesized], name: str
 ) -> None:
     """Every worker's container runs `python -m consumer health` (exec form) at its contract's interval and start
     period, within ECS's bounds, so ECS replaces a task whose poll loop or heartbeat stalled."""
-    env = synthesized[name]
+    env = reference[name]
     for worker, built in env.stack.workers.items():
         contract = built.contract
         expected = {
@@ -321,10 +324,10 @@ def test_idempotency_table_expires_records_and_keeps_backups(dev: Synthesized) -
     )
 
 
-def test_log_retention_from_settings(synthesized: dict[str, Synthesized]) -> None:
-    """The consumer's log group keeps logs as long as cdk.json says (7 d dev, 365 d prod)."""
+def test_log_retention_from_settings(reference: dict[str, Synthesized]) -> None:
+    """The consumer's log group keeps logs as long as the settings say (7 d dev, 365 d prod)."""
     for name, days in (("dev", 7), ("prod", 365)):
-        env = synthesized[name]
+        env = reference[name]
         assert (
             env.json["Resources"][env.logical_id(env.stack.consumer.log_group)]["Properties"]["RetentionInDays"] == days
         )
@@ -396,9 +399,9 @@ def test_service_never_gets_a_public_ip_and_rolls_back(dev: Synthesized) -> None
 
 
 @pytest.mark.parametrize("name", ["dev", "prod"])
-def test_scaling_tracks_backlog_per_task(synthesized: dict[str, Synthesized], name: str) -> None:
-    """Target tracking on visible messages / running tasks, target from the contract, bounds from cdk.json."""
-    env = synthesized[name]
+def test_scaling_tracks_backlog_per_task(reference: dict[str, Synthesized], name: str) -> None:
+    """Target tracking on visible messages / running tasks, target from the contract, bounds from the settings."""
+    env = reference[name]
     (target,) = env.resources("AWS::ApplicationAutoScaling::ScalableTarget").values()
     assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (
         env.stack.settings.min_tasks,
@@ -450,9 +453,11 @@ def test_image_asset_ships_the_runtime_and_the_team_package_without_local_toolin
         "consumer/ops/commands.py",
         "consumer/examples/demo.py",
         "consumer/examples/requirements.lock",
-        "workers/reports.py",
         "workers/requirements.lock",
     } <= shipped
+    # Every module of the team package, whatever the team put there (workers/tests aside).
+    team_package = {str(p.relative_to(ROOT)) for p in (ROOT / "workers").rglob("*.py") if "tests" not in p.parts}
+    assert team_package <= shipped
     assert {p.split("/")[0] for p in shipped} == {".dockerignore", "consumer", "workers"}
     assert [p for p in shipped if p.startswith("consumer/local/") or "/tests/" in p] == []
     assert [p for p in shipped if "__pycache__" in p or p.endswith(".pyc")] == []

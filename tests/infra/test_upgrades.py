@@ -11,6 +11,7 @@ import pytest
 
 from infra.app import build_app, cdk_json_context
 from tests.infra.conftest import Synthesized
+from tests.reference import reference_context
 
 #: Logical ids of the resources that hold data or subscriptions, pinned: a change here means
 #: CloudFormation would REPLACE the resource, and a replaced queue loses every message in it (a
@@ -25,9 +26,9 @@ PINNED_LOGICAL_IDS = {
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
-def test_queue_and_table_logical_ids_are_pinned(synthesized: dict[str, Synthesized], name: str) -> None:
+def test_queue_and_table_logical_ids_are_pinned(reference: dict[str, Synthesized], name: str) -> None:
     """Renaming a construct id would replace the queue (losing its messages): the ids must never change."""
-    env = synthesized[name]
+    env = reference[name]
     found = {
         "source queue": env.logical_id(env.stack.queues.queue),
         "dead-letter queue": env.logical_id(env.stack.queues.dead_letter_queue),
@@ -125,9 +126,9 @@ def test_prod_service_security_group_keeps_its_description(prod: Synthesized) ->
 @pytest.mark.parametrize(
     ("name", "policy"), [("dev", "Delete"), ("demo", "Delete"), ("staging", "Retain"), ("prod", "Retain")]
 )
-def test_data_removal_policy_per_environment(synthesized: dict[str, Synthesized], name: str, policy: str) -> None:
+def test_data_removal_policy_per_environment(reference: dict[str, Synthesized], name: str, policy: str) -> None:
     """prod and staging keep their queues, table and topics when the stack is deleted; dev and demo destroy them."""
-    env = synthesized[name]
+    env = reference[name]
     for construct in (
         env.stack.queues.queue,
         env.stack.queues.dead_letter_queue,
@@ -173,7 +174,11 @@ def templates(outdir: Path, context: dict[str, Any]) -> dict[str, Any]:
 def test_feature_flags_in_cdk_json_change_no_template(tmp_path: Path) -> None:
     """The recommended flags cdk.json adopted leave every environment's template as it was (logical ids,
     properties, CDKMetadata): adopting them replaced or changed nothing deployed; the seven left stay off."""
-    context = {**cdk_json_context(), **CLI_CONTEXT}
+    context = {
+        **cdk_json_context(),
+        **CLI_CONTEXT,
+        **reference_context(),
+    }  # cdk.json's flags, the reference environments
     added = {key for key in context if key.startswith("@aws-cdk")} - FLAGS_BEFORE_THE_DECISION
     assert {key for key in added if context[key] is False} == FLAGS_LEFT
     with_flags = templates(tmp_path / "with", context)

@@ -15,8 +15,9 @@ from aws_cdk.assertions import Template
 from consumer.contract import WorkerContract
 from consumer.declaration import contract_of, load_handler
 from infra.queues import WorkerQueues
-from infra.settings import CONTEXT_KEY, SettingsError
+from infra.settings import CONTEXT_KEY, SettingsError, stack_name_of
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
+from tests.reference import reference_context, repository_environments
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,7 @@ def source_queue(template: Template) -> dict[str, Any]:
         ("consumer.examples.notifications:handle", 100, 7),
         ("tests.infra.handlers:five_minutes", 330, 5),
         ("tests.infra.handlers:two_hours", 900, 7),
-        ("workers.reports:handle", 660, 7),  # the team package's handler, outside the framework
+        ("tests.reference:report_job", 660, 7),  # a handler outside the framework's package
     ],
 )
 def test_visibility_changes_with_declared_max_duration(handler: str, visibility: int, max_receives: int) -> None:
@@ -86,17 +87,15 @@ def test_existing_vpc_and_cluster_are_used_without_lookups(tmp_path: Path) -> No
     assert subnets == EXISTING_VPC_AND_CLUSTER["vpc"]["private_subnet_ids"]
 
 
-def test_a_team_package_handler_synthesizes_nag_clean(tmp_path: Path) -> None:
-    """An environment may deploy a handler of the team package (workers.<module>:<function>): its own
-    declaration sets the task's stop timeout, and the service runs it by name from the shared image."""
-    context = {
-        CONTEXT_KEY: {"team": {"handler": "workers.reports:handle", "handler_environment": {"REPORTS_DRY_RUN": "true"}}}
-    }
+def test_a_handler_outside_the_framework_synthesizes_nag_clean(tmp_path: Path) -> None:
+    """An environment may deploy a handler of a package of the team's own (as workers.<module>:<function>): its
+    own declaration sets the task's stop timeout, and the service runs it by name from the shared image."""
+    context = {CONTEXT_KEY: {"team": {"handler": "tests.reference:report_job"}}}
     env = synthesize(tmp_path, context)["team"]
     (task,) = env.resources("AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
     environment = {e["Name"]: e["Value"] for e in container["Environment"]}
-    assert environment["CONSUMER_HANDLER"] == "workers.reports:handle"
+    assert environment["CONSUMER_HANDLER"] == "tests.reference:report_job"
     assert (environment["CONSUMER_MAX_DURATION_SECONDS"], container["StopTimeout"]) == ("600", 120)
 
 
@@ -121,7 +120,7 @@ def test_nag_reports_zero_open_findings_with_reasoned_acknowledgements(tmp_path:
     """The real app passes AwsSolutions; exactly three findings are acknowledged, each with its reason."""
     from infra.report import nag_results
 
-    env = synthesize(tmp_path, {"env": "prod"})["prod"]
+    env = synthesize(tmp_path, {**reference_context(), "env": "prod"})["prod"]
     open_findings, acknowledged = nag_results(tmp_path, env.stack.stack_name)
     assert open_findings == []
     rules = [rule.split("[")[0] for rule, _ in acknowledged]
@@ -137,7 +136,7 @@ def test_nag_fails_synth_without_the_acknowledgements(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(infra.worker, "acknowledge", lambda *args, **kwargs: None)
     with pytest.raises(RuntimeError, match="ValidationFailed"):
-        synthesize(tmp_path, {"env": "dev"})
+        synthesize(tmp_path, {**reference_context(), "env": "dev"})
     report = (tmp_path / "validation-report.json").read_text()
     for rule in ("AwsSolutions-ECS2", "AwsSolutions-IAM5"):
         assert rule in report
@@ -165,7 +164,8 @@ def run_env(**extra: str) -> dict[str, str]:
 
 
 def test_python_app_py_synthesizes_all_environments_without_boto3(tmp_path: Path) -> None:
-    """`python app.py` writes every stack; synth never imports the consumer's boto3 runtime."""
+    """`python app.py` writes a stack for every environment of the repository's cdk.json; synth never imports the
+    consumer's boto3 runtime."""
     probe = (
         "import runpy, sys\n"
         "try:\n"
@@ -184,18 +184,16 @@ def test_python_app_py_synthesizes_all_environments_without_boto3(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("boto3 absent")
-    assert sorted(p.name for p in tmp_path.glob("*.template.json")) == [
-        "SqsWorker-demo.template.json",
-        "SqsWorker-dev.template.json",
-        "SqsWorker-prod.template.json",
-        "SqsWorker-staging.template.json",
-    ]
+    assert sorted(p.name for p in tmp_path.glob("*.template.json")) == sorted(
+        f"{stack_name_of(name)}.template.json" for name in repository_environments()
+    )
 
 
 @pytest.mark.skipif(not (ROOT / "node_modules" / ".bin" / "cdk").exists(), reason="make test installs the CDK CLI")
 def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
-    """`cdk synth -c env=staging` (the pinned CLI) synthesizes only that stack, and says nothing else: no
-    feature-flag notice (cdk.json decides them all), no warning, no Node banner."""
+    """`cdk synth -c env=<the last environment of cdk.json>` (the pinned CLI) synthesizes only that stack, and says
+    nothing else: no feature-flag notice (cdk.json decides them all), no warning, no Node banner."""
+    selected = list(repository_environments())[-1]
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     result = subprocess.run(
         [
@@ -204,7 +202,7 @@ def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
             "-q",
             "--no-notices",
             "-c",
-            "env=staging",
+            f"env={selected}",
             "-o",
             str(tmp_path),
         ],
@@ -215,7 +213,7 @@ def test_cdk_cli_synth_selects_one_environment(tmp_path: Path) -> None:
         timeout=240,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert [p.name for p in tmp_path.glob("*.template.json")] == ["SqsWorker-staging.template.json"]
+    assert [p.name for p in tmp_path.glob("*.template.json")] == [f"{stack_name_of(selected)}.template.json"]
     assert (result.stdout + result.stderr).strip() == ""  # with CI=true the CLI writes its notices to stdout
 
 
@@ -224,7 +222,7 @@ def test_unknown_environment_fails_synth_with_a_clear_message(tmp_path: Path) ->
     with pytest.raises(
         Exception, match=r"\"env\" must be one of the environments in cdk.json \(dev, staging, prod, demo\): 'qa'"
     ):
-        synthesize(tmp_path, {"env": "qa"})
+        synthesize(tmp_path, {**reference_context(), "env": "qa"})
 
 
 def test_an_environment_with_its_account_and_region_synthesizes_nag_clean(tmp_path: Path) -> None:

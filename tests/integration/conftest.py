@@ -26,6 +26,7 @@ from moto.server import ThreadedMotoServer
 
 from consumer.contract import WorkerContract
 from tests.integration.recorder import runtime_call_recorder
+from tests.reference import reference_context_json
 
 REGION = "eu-west-1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,14 +103,16 @@ def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cloud assembly of every environment, synthesized once per run by the real entry point (``python app.py``):
-    the first xdist worker to need it synthesizes, the others wait for it and read the same directory."""
+    """A cloud assembly of the reference environments (``tests/reference.py``: dev, staging, prod and demo as cdk.json
+    shipped them, never the team's cdk.json), synthesized once per run by the real entry point (``python app.py``,
+    given them as the CDK CLI gives context: ``CDK_CONTEXT_JSON``): the first xdist worker to need it synthesizes,
+    the others wait for it and read the same directory."""
     shared = shared_directory(tmp_path_factory)
     outdir = shared / "cdk.out"
     with FileLock(shared / "cdk.out.lock"):
         if not outdir.is_dir():
             partial = shared / "cdk.out.partial"
-            env = {**os.environ, "CDK_OUTDIR": str(partial)}
+            env = {**os.environ, "CDK_OUTDIR": str(partial), "CDK_CONTEXT_JSON": reference_context_json()}
             subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
             partial.rename(outdir)
     return outdir

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from infra.settings import (
     load_environments,
     parse_environment,
 )
+from tests.reference import REPORT_JOB, reference_context
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "consumer.examples.notifications:handle"
@@ -34,9 +34,9 @@ def error_for(name: str, raw: object) -> SettingsError:
     return raised.value
 
 
-def test_settings_cdk_json_environments_all_parse() -> None:
-    """dev, staging, prod and demo in cdk.json are valid; prod pages whom its deploy names; demo runs the demo handler."""
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+def test_settings_shipped_environments_all_parse() -> None:
+    """dev, staging, prod and demo as cdk.json shipped them (tests/reference.py) are valid; prod pages whom its deploy names; demo runs the demo handler."""
+    context = reference_context()
     environments = {e.name: e for e in load_environments(context)}
     assert list(environments) == ["dev", "staging", "prod", "demo"]
     assert environments["demo"].handler == "consumer.examples.demo:handle"
@@ -46,8 +46,8 @@ def test_settings_cdk_json_environments_all_parse() -> None:
 
 
 def test_settings_dev_and_demo_declare_the_notifications_dry_run() -> None:
-    """dev and demo run the example without a webhook, so they declare its dry run; staging and prod do not."""
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    """The shipped dev and demo run the example without a webhook, so they declare its dry run; staging and prod do not."""
+    context = reference_context()
     environments = {e.name: e for e in load_environments(context)}
     assert environments["dev"].handler_environment == {"NOTIFY_DRY_RUN": "true"}
     assert environments["demo"].handler_environment == {"NOTIFY_DRY_RUN": "true"}
@@ -97,10 +97,10 @@ def test_settings_bad_handler_names_the_setting() -> None:
     assert "cannot be imported" in str(error)
 
 
-def test_settings_accept_a_team_package_handler() -> None:
-    """A handler outside the framework, in the team package (workers/), is read with its own declaration."""
-    environment = parse_environment("team", settings(handler="workers.reports:handle"))
-    assert (environment.handler, environment.contract().max_duration_seconds) == ("workers.reports:handle", 600)
+def test_settings_accept_a_handler_outside_the_framework() -> None:
+    """A handler outside the framework (a team package such as workers/) is read with its own declaration."""
+    environment = parse_environment("team", settings(handler=REPORT_JOB))
+    assert (environment.handler, environment.contract().max_duration_seconds) == (REPORT_JOB, 600)
 
 
 def test_prod_without_a_committed_subscription_takes_it_at_deploy() -> None:
@@ -115,7 +115,7 @@ def test_report_says_where_paging_comes_from_and_what_guards_apply() -> None:
     """`python -m infra.report` names prod's deploy parameter, each environment's secrets and who may send."""
     from infra.report import settings_rows
 
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context = reference_context()
     rows = {e.name: settings_rows(e) for e in load_environments(context)}
     assert rows["prod"] == {
         "paging subscriptions": "PagingEndpoint (deploy parameter)",
@@ -271,10 +271,10 @@ def test_settings_contract_applies_environment_retention() -> None:
 
 
 def test_settings_tickets_and_routing() -> None:
-    """A ticket topic's subscribers and pages_to_tickets are read; dev in cdk.json sends its pages to tickets."""
+    """A ticket topic's subscribers and pages_to_tickets are read; the shipped dev sends its pages to tickets."""
     env = parse_environment("qa", settings(tickets={"emails": ["team@corp.io"]}, pages_to_tickets=True))
     assert (env.ticket_emails, env.ticket_https, env.pages_to_tickets) == (("team@corp.io",), (), True)
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context = reference_context()
     routing = {e.name: e.pages_to_tickets for e in load_environments(context)}
     assert routing == {"dev": True, "staging": False, "prod": False, "demo": True}
 
@@ -324,9 +324,9 @@ def test_settings_secrets_name_their_source() -> None:
     }
 
 
-def test_settings_cdk_json_staging_and_prod_read_the_webhook_url_from_ssm() -> None:
+def test_settings_shipped_staging_and_prod_read_the_webhook_url_from_ssm() -> None:
     """The example's NOTIFY_WEBHOOK_URL (webhook URLs often carry a token) is a SecureString per environment."""
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context = reference_context()
     secrets = {e.name: e.secrets for e in load_environments(context) if e.secrets}
     assert secrets == {
         name: {"NOTIFY_WEBHOOK_URL": SecretSource(service="ssm", name=f"/sqs-worker/{name}/notify-webhook-url")}
@@ -553,8 +553,8 @@ def test_settings_producers_refuse_anything_but_a_role_or_user_arn(arn: str) -> 
 
 
 def test_settings_producers_empty_or_absent() -> None:
-    """Absent = same-account IAM decides (every cdk.json environment); an empty list is refused as ambiguous."""
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    """Absent = same-account IAM decides (every shipped environment); an empty list is refused as ambiguous."""
+    context = reference_context()
     assert {e.name: e.producers for e in load_environments(context)} == dict.fromkeys(
         ("dev", "staging", "prod", "demo"), ()
     )

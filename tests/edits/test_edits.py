@@ -1,0 +1,92 @@
+"""A team's first-day edits of the repository's cdk.json, each held to the framework's checks (tests/edits/tier.py).
+
+Each edit is synthesized once (cdk-nag included) and its tests share an xdist group, so a parallel run spreads
+the four edits over four workers instead of synthesizing one edit on several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.edits.tier import (
+    EXAMPLES,
+    TEAM_HANDLER,
+    Environments,
+    add_worker_everywhere,
+    handlers_of,
+    permission_mismatches,
+    remove_the_example,
+    rename_a_worker,
+    replace_production_handler,
+    run_template_check,
+    synthesize_edited,
+)
+from tests.infra.checks import TEMPLATE_CHECKS
+from tests.infra.conftest import Synthesized
+from tests.reference import repository_environments
+
+EDITS: dict[str, Callable[[Environments], Environments]] = {
+    "worker added everywhere": add_worker_everywhere,
+    "prod's handler replaced": replace_production_handler,
+    "example removed": remove_the_example,
+    "worker renamed": rename_a_worker,
+}
+_synthesized: dict[str, tuple[Environments, dict[str, Synthesized]]] = {}
+
+
+def each_edit() -> list[Any]:
+    """The edits as parameters, each in an xdist group of its own, the slowest first (tests/parallel.py)."""
+    return [
+        pytest.param(name, marks=[pytest.mark.xdist_group(f"edits: {name}"), pytest.mark.slow(40)]) for name in EDITS
+    ]
+
+
+def edited(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Environments, dict[str, Synthesized]]:
+    """The repository's environments after edit ``name``, synthesized once per process."""
+    if name not in _synthesized:
+        _synthesized[name] = synthesize_edited(EDITS[name], Path(tmp_path_factory.mktemp("cdk.out")))
+    return _synthesized[name]
+
+
+@pytest.mark.parametrize("name", each_edit())
+def test_the_edit_is_made(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each edit changes what it says on the repository's cdk.json, whatever that holds (no check runs on nothing)."""
+    environments, synthesized = edited(name, tmp_path_factory)
+    before = {env: list(handlers_of(settings)) for env, settings in repository_environments().items()}
+    after = {env: list(handlers_of(settings)) for env, settings in environments.items()}
+    assert list(synthesized) == list(environments) == list(before)
+    if name == "worker added everywhere":
+        assert all(TEAM_HANDLER in handlers for handlers in after.values())
+    elif name == "prod's handler replaced":
+        production = "prod" if "prod" in after else list(after)[-1]
+        assert after[production][0] == TEAM_HANDLER
+    elif name == "example removed":
+        changed = [env for env in after if after[env] != before[env]]
+        assert len(changed) == 1 and not any(h.startswith(EXAMPLES) for h in after[changed[0]])
+    else:
+        renamed = {env: list(s.stack.workers) for env, s in synthesized.items()}
+        original = {env: _names(settings) for env, settings in repository_environments().items()}
+        (changed,) = [env for env in renamed if renamed[env] != original[env]]
+        assert len(set(renamed[changed]) - set(original[changed])) == 1
+
+
+def _names(settings: dict[str, Any]) -> list[str]:
+    return list(settings["workers"]) if "workers" in settings else ["default"]
+
+
+@pytest.mark.parametrize("check", list(TEMPLATE_CHECKS))
+@pytest.mark.parametrize("name", each_edit())
+def test_framework_template_checks_hold(name: str, check: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every environment, every worker of the edited cdk.json: the check named, as the repository's own pass it."""
+    run_template_check(check, edited(name, tmp_path_factory)[1])
+
+
+@pytest.mark.parametrize("name", each_edit())
+def test_permissions_hold(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every permission scenario of every worker is answered as AWS must (paging, runtime calls, refusals, senders,
+    the execution role, no worker reaching another's)."""
+    assert permission_mismatches(*edited(name, tmp_path_factory)) == []

@@ -1,0 +1,149 @@
+"""The edits tier: the repository's cdk.json with a team's first-day edits, held to the framework's checks.
+
+A team clones this repository and makes it its own: it adds a worker of its own to every environment (README,
+"Adding a worker"), replaces prod's handler with its own, removes the example from an environment, renames a
+worker. Each module of this folder makes one of those edits to the repository's cdk.json as it is now (so the
+tier keeps holding after the team's real edits too), synthesizes the result with cdk-nag, and runs on it the
+same template checks (``tests/infra/checks.py``) and permission scenarios (``tests/infra/test_permissions.py``)
+the repository's own environments pass. An edit that a framework test does not survive is a framework bug.
+
+The edits are functions of the environments mapping (``cdk.json``'s ``sqs-worker:environments``), written for
+any valid one: they read what is there (either form of an environment, any worker names) and never assume the
+shipped example.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from infra.settings import CONTEXT_KEY, MAX_WORKERS
+from infra.worker_settings import WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
+from tests.infra.checks import TEMPLATE_CHECKS
+from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.permissions import mismatches
+from tests.infra.test_permissions import bind, evaluate_bound
+from tests.reference import repository_environments
+
+Environments = dict[str, dict[str, Any]]
+#: The team's handler the edits deploy (tests/edits/handlers.py), and the name its worker gets where it is free.
+TEAM_HANDLER = "tests.edits.handlers:invoices"
+TEAM_WORKER = "invoices"
+#: The framework's example handlers: what "the example" means in an environment.
+EXAMPLES = "consumer.examples."
+
+
+def workers_of(environment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The environment's workers in the ``workers`` form, converting the one-worker form in place as the README says
+    (the per-worker keys move under the worker, named after its handler's module where that is a valid name)."""
+    if "workers" not in environment:
+        worker = {key: environment.pop(key) for key in WORKER_KEYS if key in environment}
+        module = worker["handler"].partition(":")[0].rsplit(".", 1)[-1]
+        environment["workers"] = {_free_name(module, set()): worker}
+    workers: dict[str, dict[str, Any]] = environment["workers"]
+    return workers
+
+
+def _free_name(base: str, taken: set[str]) -> str:
+    """A valid worker name from ``base`` (``notifications``; ``invoices2`` where ``invoices`` is taken)."""
+    base = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")
+    base = (base if base[:1].isalpha() else f"w{base}")[: WORKER_NAME_MAX_CHARS - 2].rstrip("-")
+    name = next(candidate for candidate in (base, *(f"{base}{n}" for n in range(2, 100))) if candidate not in taken)
+    return check_worker_name("edit", name)
+
+
+def _team_worker(taken: set[str]) -> tuple[str, dict[str, Any]]:
+    return _free_name(TEAM_WORKER, taken), {"handler": TEAM_HANDLER, "max_tasks": 3}
+
+
+def add_worker_everywhere(environments: Environments) -> Environments:
+    """The README's "Adding a worker", in every environment that has room for one more."""
+    for environment in environments.values():
+        workers = workers_of(environment)
+        if len(workers) < MAX_WORKERS:
+            name, worker = _team_worker(set(workers))
+            workers[name] = worker
+    return environments
+
+
+def _the_production_environment(environments: Environments) -> str:
+    """prod where there is one, else the environment listed last."""
+    return "prod" if "prod" in environments else list(environments)[-1]
+
+
+def replace_production_handler(environments: Environments) -> Environments:
+    """prod's (first) worker runs the team's handler instead of the example: the handler and the example's own
+    variables and secrets go, the fleet settings stay."""
+    environment = environments[_the_production_environment(environments)]
+    target = next(iter(environment["workers"].values())) if "workers" in environment else environment
+    target["handler"] = TEAM_HANDLER
+    target.pop("handler_environment", None)
+    target.pop("secrets", None)
+    return environments
+
+
+def remove_the_example(environments: Environments) -> Environments:
+    """The example's workers leave the first environment that runs one (the first environment where none does);
+    the team's worker takes their place where no worker is left."""
+    name = next(
+        (n for n, e in environments.items() if any(h.startswith(EXAMPLES) for h in handlers_of(e))),
+        next(iter(environments)),
+    )
+    workers = workers_of(environments[name])
+    examples = [w for w, settings in workers.items() if settings["handler"].startswith(EXAMPLES)] or [
+        next(iter(workers))
+    ]
+    for worker in examples:
+        del workers[worker]
+    if not workers:
+        team, settings = _team_worker(set())
+        workers[team] = settings
+    return environments
+
+
+def rename_a_worker(environments: Environments) -> Environments:
+    """The last worker of the first environment listing several (else of the first environment) is renamed."""
+    name = next((n for n, e in environments.items() if len(e.get("workers", {})) > 1), next(iter(environments)))
+    workers = workers_of(environments[name])
+    old = list(workers)[-1]
+    new = _free_name(f"{old}-renamed", set(workers))
+    environments[name]["workers"] = {(new if w == old else w): settings for w, settings in workers.items()}
+    return environments
+
+
+def handlers_of(environment: Mapping[str, Any]) -> Iterator[str]:
+    """The handlers an environment's workers run, in order."""
+    if "workers" in environment:
+        yield from (w["handler"] for w in environment["workers"].values())
+    else:
+        yield environment["handler"]
+
+
+def edited(edit: Callable[[Environments], Environments]) -> Environments:
+    """``edit`` applied to a copy of the repository's cdk.json environments."""
+    return edit(copy.deepcopy(repository_environments()))
+
+
+def synthesize_edited(
+    edit: Callable[[Environments], Environments], outdir: Path
+) -> tuple[Environments, dict[str, Synthesized]]:
+    """The repository's environments after ``edit``, and their synthesis (cdk-nag included: an open finding fails)."""
+    environments = edited(edit)
+    return environments, synthesize(outdir, {CONTEXT_KEY: environments})
+
+
+def run_template_check(check: str, synthesized: Mapping[str, Synthesized]) -> None:
+    """One of the framework's template checks on every edited environment."""
+    for env in synthesized.values():
+        TEMPLATE_CHECKS[check](env)
+
+
+def permission_mismatches(environments: Environments, synthesized: Mapping[str, Synthesized]) -> list[str]:
+    """Every permission scenario of every worker of the edited environments that AWS would answer otherwise."""
+    grouped = evaluate_bound(bind(synthesized), environments)
+    results = [pair for pairs in grouped.values() for pair in pairs]
+    assert results, "no permission scenario was evaluated"
+    return mismatches([s for s, _ in results], dict(results))

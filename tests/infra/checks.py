@@ -1,0 +1,491 @@
+"""The framework's checks on one synthesized environment, for whatever valid settings it was built from.
+
+Each check reads one :class:`~tests.infra.conftest.Synthesized` environment and what it was built from (its
+``EnvironmentSettings``, each worker's settings and contract) and asserts what the framework promises of every
+environment a team can write: each worker's queue pair, service, task role, scaling, alarms and dashboard section
+are derived from its own declaration and settings; the topics and key admit exactly the alarms that notify; the
+outputs and logical ids follow the naming rules; every alarm links a runbook section; cdk-nag has no open finding.
+No expected value is a number of the shipped ``cdk.json``: every one is derived, so the checks hold on the
+repository's own ``cdk.json`` (``tests/infra/test_repository.py``) and on a team's edits of it (``tests/edits``).
+
+A check collects every problem before it fails, one line each, named ``<environment>/<worker>: ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from consumer.contract import BINDING_KEYS, WorkerContract
+from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, output_prefix
+from infra.service import (
+    CONTAINER_COMMAND,
+    CONTAINER_USER,
+    DEAD_LETTER_QUEUE_ACTIONS,
+    HEALTH_CHECK_COMMAND,
+    IDEMPOTENCY_TABLE_ACTIONS,
+    SOURCE_QUEUE_ACTIONS,
+    TASK_PROTECTION_ACTIONS,
+)
+from infra.worker import Worker
+from infra.worker_settings import WorkerSettings
+from tests.infra.conftest import Synthesized
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNBOOK = ROOT / "docs" / "runbook.md"
+RUNBOOK_LINK = re.compile(r"Runbook: (\S+)#([a-z0-9-]+)$")
+DAY = 86_400
+CLOUDWATCH = "cloudwatch.amazonaws.com"
+#: The first worker's data-holding resources keep the logical ids a one-worker stack always had (tests/infra/
+#: test_upgrades.py says why); a replaced queue loses its messages.
+FIRST_WORKER_LOGICAL_IDS = {
+    "source queue": "QueuesQueueD811C857",
+    "dead-letter queue": "QueuesDeadLetterQueue82AA3FB7",
+    "idempotency table": "ConsumerIdempotencyTableBB140E0E",
+}
+#: The findings every worker's service has, each acknowledged with its reason (infra/worker.py).
+ACKNOWLEDGED_RULES = {"AwsSolutions-ECS2", "AwsSolutions-IAM5"}
+MIN_REASON_CHARS = 40
+MAX_DESCRIPTION_CHARS = 1024
+
+
+def workers(env: Synthesized) -> Iterator[tuple[str, Worker, WorkerSettings, WorkerContract]]:
+    """Each worker of ``env``: its label (``env/worker``), construct, settings and contract, in cdk.json's order."""
+    settings = env.stack.settings
+    for (name, built), worker in zip(env.stack.workers.items(), settings.workers, strict=True):
+        assert name == worker.name
+        yield f"{settings.name}/{name}", built, worker, built.contract
+
+
+def props(env: Synthesized, construct: Any) -> dict[str, Any]:
+    properties: dict[str, Any] = env.json["Resources"][env.logical_id(construct)]["Properties"]
+    return properties
+
+
+def get_att(env: Synthesized, construct: Any, attribute: str) -> dict[str, Any]:
+    return {"Fn::GetAtt": [env.logical_id(construct), attribute]}
+
+
+def ref(env: Synthesized, construct: Any) -> dict[str, str]:
+    return {"Ref": env.logical_id(construct)}
+
+
+def expect(problems: list[str], label: str, what: str, found: object, expected: object) -> None:
+    if found != expected:
+        problems.append(f"{label}: {what} is {found!r}, expected {expected!r}")
+
+
+def report(problems: list[str], check: str) -> None:
+    assert not problems, f"{check}: {len(problems)} problem(s)\n" + "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- queues
+
+
+def check_queues(env: Synthesized) -> None:
+    """Each worker's pair: names, retention from the settings (the DLQ's longer), visibility, size and redrive from
+    its contract, the DLQ's redrive allow policy naming only its source, SSE and TLS-only on both."""
+    problems: list[str] = []
+    settings = env.stack.settings
+    for label, built, _, contract in workers(env):
+        queues, pair = built.queues, contract.queue_attributes()
+        source, dlq = props(env, queues.queue), props(env, queues.dead_letter_queue)
+        suffix = ".fifo" if contract.fifo else ""
+        expect(problems, label, "source name", source["QueueName"], f"{built.name_prefix}-source{suffix}")
+        expect(problems, label, "DLQ name", dlq["QueueName"], f"{built.name_prefix}-dlq{suffix}")
+        expect(
+            problems, label, "source retention", source["MessageRetentionPeriod"], settings.source_retention_days * DAY
+        )
+        expect(problems, label, "DLQ retention", dlq["MessageRetentionPeriod"], settings.dlq_retention_days * DAY)
+        if not dlq["MessageRetentionPeriod"] > source["MessageRetentionPeriod"]:
+            problems.append(f"{label}: the DLQ does not keep messages longer than the source")
+        expect(
+            problems, label, "visibility timeout", source["VisibilityTimeout"], pair.source.visibility_timeout_seconds
+        )
+        expect(problems, label, "source maximum size", source["MaximumMessageSize"], pair.source.maximum_message_bytes)
+        expect(problems, label, "DLQ maximum size", dlq["MaximumMessageSize"], pair.dead_letter.maximum_message_bytes)
+        expect(
+            problems,
+            label,
+            "redrive policy",
+            source.get("RedrivePolicy"),
+            {
+                "deadLetterTargetArn": get_att(env, queues.dead_letter_queue, "Arn"),
+                "maxReceiveCount": pair.source.redrive_max_receive_count,
+            },
+        )
+        allow = dlq.get("RedriveAllowPolicy", {})
+        arns = [_arn_tail(arn) for arn in allow.get("sourceQueueArns", [])]
+        if allow.get("redrivePermission") != "byQueue" or arns != [f":{source['QueueName']}"]:
+            problems.append(f"{label}: the DLQ's redrive allow policy must name its source alone: {allow!r}")
+        for queue, properties in ((queues.queue, source), (queues.dead_letter_queue, dlq)):
+            expect(
+                problems, label, f"{properties['QueueName']} FIFO", properties.get("FifoQueue", False), contract.fifo
+            )
+            expect(problems, label, f"{properties['QueueName']} SSE-SQS", properties.get("SqsManagedSseEnabled"), True)
+            if not any(_denies_plain_http(statement) for statement in _queue_policy_statements(env, queue)):
+                problems.append(f"{label}: {properties['QueueName']} has no TLS-only deny in its queue policy")
+    report(problems, "queues")
+
+
+def _arn_tail(arn: object) -> str:
+    """The last part of an ARN (``:<name>``), whether written out or joined from pseudo parameters."""
+    if isinstance(arn, dict) and "Fn::Join" in arn:
+        arn = arn["Fn::Join"][1][-1]
+    return ":" + str(arn).rsplit(":", 1)[-1]
+
+
+def _queue_policy_statements(env: Synthesized, queue: Any) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in env.resources("AWS::SQS::QueuePolicy").values()
+        if ref(env, queue) in policy["Properties"]["Queues"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _denies_plain_http(statement: dict[str, Any]) -> bool:
+    return (
+        statement.get("Effect") == "Deny"
+        and statement.get("Action") == "sqs:*"
+        and statement.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+    )
+
+
+# --------------------------------------------------------------------------- the service
+
+
+def check_services(env: Synthesized) -> None:
+    """Each worker's task: its handler, the contract's environment and bindings, its handler_environment and
+    secrets, stop timeout and health check from its contract, hardening, log retention, and scaling between its
+    tasks on its contract's backlog-per-task target."""
+    problems: list[str] = []
+    settings = env.stack.settings
+    for label, built, worker, contract in workers(env):
+        container = env.container(worker.name)
+        variables = {e["Name"]: e["Value"] for e in container["Environment"]}
+        expected = contract.to_env() | dict(worker.handler_environment)
+        expect(problems, label, "environment keys", set(variables), set(expected) | BINDING_KEYS)
+        for key, value in expected.items():
+            expect(problems, label, key, variables.get(key), value)
+        expect(problems, label, "CONSUMER_HANDLER", variables.get("CONSUMER_HANDLER"), worker.handler)
+        expect(problems, label, "QUEUE_URL", variables.get("QUEUE_URL"), ref(env, built.queues.queue))
+        expect(problems, label, "DLQ_URL", variables.get("DLQ_URL"), ref(env, built.queues.dead_letter_queue))
+        table = built.consumer.idempotency_table
+        expect(
+            problems, label, "CONSUMER_IDEMPOTENCY_TABLE", variables.get("CONSUMER_IDEMPOTENCY_TABLE"), ref(env, table)
+        )
+        if WorkerContract.from_env(variables) != contract:
+            problems.append(f"{label}: the container's environment does not read back as its contract")
+        expect(problems, label, "secrets", {s["Name"] for s in container.get("Secrets", [])}, set(worker.secrets))
+        expect(problems, label, "stop timeout", container["StopTimeout"], contract.stop_timeout_seconds)
+        health = container["HealthCheck"]
+        expect(problems, label, "health check command", health["Command"], HEALTH_CHECK_COMMAND)
+        expect(problems, label, "health check interval", health["Interval"], contract.health_check_interval_seconds)
+        expect(problems, label, "health check start", health["StartPeriod"], contract.health_check_start_period_seconds)
+        expect(problems, label, "command", container["Command"], CONTAINER_COMMAND)
+        expect(problems, label, "user", container["User"], CONTAINER_USER)
+        expect(problems, label, "read-only root", container["ReadonlyRootFilesystem"], True)
+        expect(problems, label, "capabilities", container["LinuxParameters"], {"Capabilities": {"Drop": ["ALL"]}})
+        task = props(env, built.consumer.task_definition)
+        expect(problems, label, "task size", (task["Cpu"], task["Memory"]), (str(worker.cpu), str(worker.memory_mib)))
+        expect(problems, label, "worker metadata", _metadata(env, built), worker.name)
+        retention = props(env, built.consumer.log_group)["RetentionInDays"]
+        expect(problems, label, "log retention", retention, settings.log_retention_days)
+        _check_scaling(env, label, built, worker, contract, problems)
+    report(problems, "services")
+
+
+def _metadata(env: Synthesized, built: Worker) -> object:
+    return (
+        env.json["Resources"][env.logical_id(built.consumer.task_definition)]
+        .get("Metadata", {})
+        .get(WORKER_METADATA_KEY)
+    )
+
+
+def _check_scaling(
+    env: Synthesized, label: str, built: Worker, worker: WorkerSettings, contract: WorkerContract, problems: list[str]
+) -> None:
+    policy = props(env, built.consumer.scaling_policy)
+    config = policy["TargetTrackingScalingPolicyConfiguration"]
+    expect(problems, label, "scaling target", config["TargetValue"], contract.scaling_target_backlog_per_task)
+    metrics = {m["Id"]: m for m in config["CustomizedMetricSpecification"]["Metrics"]}
+    expect(
+        problems, label, "scaling expression", metrics.get("backlogPerTask", {}).get("Expression"), "backlog / tasks"
+    )
+    backlog = metrics.get("backlog", {}).get("MetricStat", {}).get("Metric", {}).get("Dimensions")
+    expect(
+        problems,
+        label,
+        "scaling backlog queue",
+        backlog,
+        [{"Name": "QueueName", "Value": get_att(env, built.queues.queue, "QueueName")}],
+    )
+    target = env.json["Resources"][policy["ScalingTargetId"]["Ref"]]["Properties"]
+    tasks = (target["MinCapacity"], target["MaxCapacity"])
+    expect(problems, label, "task range", tasks, (worker.min_tasks, worker.max_tasks))
+
+
+def check_task_roles(env: Synthesized) -> None:
+    """Each task role holds exactly the runtime's actions, on its own worker's queues and table and on this
+    cluster's tasks: nothing managed, nothing inline, nothing on another worker's resources."""
+    problems: list[str] = []
+    for label, built, _, _ in workers(env):
+        role = built.consumer.task_role
+        role_props = props(env, role)
+        if "ManagedPolicyArns" in role_props or "Policies" in role_props:
+            problems.append(f"{label}: the task role has managed or inline policies")
+        granted: dict[str, list[str]] = {}
+        for policy in env.resources("AWS::IAM::Policy").values():
+            if ref(env, role) not in policy["Properties"]["Roles"]:
+                continue
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                if statement["Effect"] != "Allow":
+                    problems.append(f"{label}: the task role's policy has a {statement['Effect']} statement")
+                granted[json.dumps(statement["Resource"], sort_keys=True)] = sorted(actions)
+        for construct, actions in (
+            (built.queues.queue, SOURCE_QUEUE_ACTIONS),
+            (built.queues.dead_letter_queue, DEAD_LETTER_QUEUE_ACTIONS),
+            (built.consumer.idempotency_table, IDEMPOTENCY_TABLE_ACTIONS),
+        ):
+            key = json.dumps(get_att(env, construct, "Arn"), sort_keys=True)
+            expect(problems, label, f"actions on {construct.node.id}", granted.pop(key, None), sorted(actions))
+        protection = [(resource, actions) for resource, actions in granted.items() if ":task/" in resource]
+        if [actions for _, actions in protection] != [sorted(TASK_PROTECTION_ACTIONS)]:
+            problems.append(f"{label}: task protection grants are {protection!r}")
+        granted = {resource: actions for resource, actions in granted.items() if ":task/" not in resource}
+        if granted:
+            problems.append(f"{label}: the task role is granted more: {granted!r}")
+    report(problems, "task roles")
+
+
+# --------------------------------------------------------------------------- alarms, topics, dashboard
+
+
+def _alarm_props(env: Synthesized, alarm: Any) -> dict[str, Any]:
+    return props(env, alarm)
+
+
+def check_alarms(env: Synthesized) -> None:
+    """Each worker's alarms: thresholds from its contract, named after it, routed by severity (pages to tickets
+    where the environment says so), every notifying alarm sending OK where it sends ALARM."""
+    problems: list[str] = []
+    settings, stack = env.stack.settings, env.stack
+    page_topic = [ref(env, (stack.tickets if settings.pages_to_tickets else stack.paging).topic)]
+    ticket_topic = [ref(env, stack.tickets.topic)]
+    for label, built, _, contract in workers(env):
+        alarms = built.alarms
+        for construct_id, severity in alarms.severity.items():
+            alarm = getattr(alarms, re.sub(r"(?<!^)(?=[A-Z])", "_", construct_id).lower())
+            properties = _alarm_props(env, alarm)
+            name = properties.get("AlarmName") or properties.get("CompositeAlarmName")
+            expect(problems, label, f"{construct_id} name", name, f"{built.name_prefix}-{construct_id}")
+            expected = page_topic if severity == "page" else ticket_topic
+            expect(problems, label, f"{construct_id} actions", properties.get("AlarmActions"), expected)
+            expect(problems, label, f"{construct_id} OK actions", properties.get("OKActions"), expected)
+        expect(
+            problems,
+            label,
+            "DlqAge threshold",
+            _alarm_props(env, alarms.dlq_age)["Threshold"],
+            contract.dlq_age_alarm_seconds,
+        )
+        if not contract.fair_queue:
+            expect(
+                problems,
+                label,
+                "BacklogAge threshold",
+                _alarm_props(env, alarms.backlog_age)["Threshold"],
+                contract.backlog_age_alarm_seconds,
+            )
+        late = _alarm_props(env, alarms.stalled_inputs[0])
+        expect(problems, label, "stalled latency", late["Threshold"], contract.acceptable_latency_seconds)
+        for alarm in (alarms.dlq_depth, alarms.dlq_age):
+            dimensions = _alarm_props(env, alarm)["Dimensions"]
+            expected_dimensions = [
+                {"Name": "QueueName", "Value": get_att(env, built.queues.dead_letter_queue, "QueueName")}
+            ]
+            expect(problems, label, f"{alarm.node.id} queue", dimensions, expected_dimensions)
+        for input_alarm in alarms.stalled_inputs:
+            if {"AlarmActions", "OKActions"} & set(_alarm_props(env, input_alarm)):
+                problems.append(f"{label}: the composite's input {input_alarm.node.id} notifies on its own")
+    report(problems, "alarms")
+
+
+def notifying_alarm_names(env: Synthesized) -> list[str]:
+    """Every alarm of the template with actions, by name, sorted."""
+    return sorted(
+        resource["Properties"].get("AlarmName") or resource["Properties"]["CompositeAlarmName"]
+        for resource in env.json["Resources"].values()
+        if resource["Type"] in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm")
+        and resource["Properties"].get("AlarmActions")
+    )
+
+
+def check_topics_admit_exactly_the_notifying_alarms(env: Synthesized) -> None:
+    """Both topic policies and the key policy let CloudWatch publish for exactly the alarms with actions (every
+    worker's), by name: an alarm left out cannot page, one too many is someone else's."""
+    problems: list[str] = []
+    notifying = notifying_alarm_names(env)
+    names = sorted(name for w in env.stack.workers.values() for name in w.alarms.notifying_alarm_names)
+    expect(problems, env.stack.settings.name, "notifying alarms", notifying, names)
+    policies = [p["Properties"]["PolicyDocument"] for p in env.resources("AWS::SNS::TopicPolicy").values()]
+    policies.append(props(env, env.stack.paging.key)["KeyPolicy"])
+    for number, policy in enumerate(policies):
+        statements = [s for s in policy["Statement"] if s.get("Principal") == {"Service": CLOUDWATCH}]
+        if len(statements) != 1:
+            problems.append(f"{env.stack.settings.name}: policy {number} has {len(statements)} CloudWatch statements")
+            continue
+        arns = statements[0]["Condition"]["ArnEquals"]["aws:SourceArn"]
+        admitted = sorted(arn["Fn::Join"][1][-1].removeprefix(":alarm:") for arn in arns)
+        expect(problems, env.stack.settings.name, f"alarms policy {number} admits", admitted, notifying)
+    report(problems, "topics")
+
+
+def dashboard_body(env: Synthesized) -> dict[str, Any]:
+    """The dashboard's body with every reference replaced by ``<logical id[.attribute]>``, parsed."""
+    body = props(env, env.stack.dashboard.dashboard)["DashboardBody"]
+    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
+    text = []
+    for part in parts:
+        if isinstance(part, str):
+            text.append(part)
+        elif "Fn::GetAtt" in part:
+            text.append("<" + ".".join(part["Fn::GetAtt"]) + ">")
+        else:
+            text.append("<" + part["Ref"] + ">")
+    parsed: dict[str, Any] = json.loads("".join(text))
+    return parsed
+
+
+def check_dashboard(env: Synthesized) -> None:
+    """The alarm status widgets list every worker's notifying alarms once, in order; each worker's graphs name its
+    own queues."""
+    problems: list[str] = []
+    widgets = dashboard_body(env)["widgets"]
+    listed = [alarm for w in widgets if w["type"] == "alarm" for alarm in w["properties"]["alarms"]]
+    expected = [f"<{env.logical_id(a)}.Arn>" for w in env.stack.workers.values() for a in w.alarms.paging_alarms]
+    expect(problems, env.stack.settings.name, "alarm status widgets", listed, expected)
+    text = json.dumps(widgets)
+    for label, built, _, _ in workers(env):
+        for queue in (built.queues.queue, built.queues.dead_letter_queue):
+            if f"<{env.logical_id(queue)}.QueueName>" not in text:
+                problems.append(f"{label}: no dashboard graph draws {queue.node.path}")
+    report(problems, "dashboard")
+
+
+# --------------------------------------------------------------------------- outputs, ids, runbook, nag
+
+
+def check_outputs(env: Synthesized) -> None:
+    """The first worker's outputs keep their names, each later one's start with its PascalCase name; WorkerNames
+    lists them in order (python -m consumer dlq --stack --worker reads them)."""
+    problems: list[str] = []
+    outputs = env.json["Outputs"]
+    names = list(env.stack.workers)
+    expect(
+        problems, env.stack.settings.name, WORKER_NAMES_OUTPUT, outputs[WORKER_NAMES_OUTPUT]["Value"], ",".join(names)
+    )
+    for index, (label, built, _, _) in enumerate(workers(env)):
+        prefix = "" if index == 0 else output_prefix(built.name)
+        for output, construct in (
+            ("QueueUrl", built.queues.queue),
+            ("DeadLetterQueueUrl", built.queues.dead_letter_queue),
+        ):
+            expect(
+                problems,
+                label,
+                f"{prefix}{output}",
+                outputs.get(f"{prefix}{output}", {}).get("Value"),
+                ref(env, construct),
+            )
+        if f"{prefix}ServiceName" not in outputs:
+            problems.append(f"{label}: no {prefix}ServiceName output")
+    for shared in ("PagingTopicArn", "TicketTopicArn", "DashboardName", "ClusterName"):
+        if shared not in outputs:
+            problems.append(f"{env.stack.settings.name}: no {shared} output")
+    report(problems, "outputs")
+
+
+def check_logical_ids(env: Synthesized) -> None:
+    """The first worker keeps a one-worker stack's logical ids (a replaced queue loses its messages); a later
+    worker's start with its name."""
+    problems: list[str] = []
+    for index, (label, built, _, _) in enumerate(workers(env)):
+        found = {
+            "source queue": env.logical_id(built.queues.queue),
+            "dead-letter queue": env.logical_id(built.queues.dead_letter_queue),
+            "idempotency table": env.logical_id(built.consumer.idempotency_table),
+        }
+        if index == 0:
+            expect(problems, label, "logical ids", found, FIRST_WORKER_LOGICAL_IDS)
+        else:
+            # The CDK keeps only letters and digits of a construct id in a logical id ("order-emails": "orderemails").
+            prefix = re.sub(r"[^A-Za-z0-9]", "", built.name)
+            problems += [
+                f"{label}: {what} is {i}, not under {prefix}" for what, i in found.items() if not i.startswith(prefix)
+            ]
+    report(problems, "logical ids")
+
+
+def runbook_anchors() -> set[str]:
+    """The anchors GitHub gives docs/runbook.md's second-level headings."""
+    return {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in RUNBOOK.read_text().splitlines()
+        if line.startswith("## ")
+    }
+
+
+def check_alarm_descriptions(env: Synthesized) -> None:
+    """Every alarm's description ends with a link to an existing section of docs/runbook.md (or the environment's
+    runbook_url) and fits CloudWatch's 1,024 characters."""
+    problems: list[str] = []
+    anchors = runbook_anchors()
+    for logical_id, resource in env.json["Resources"].items():
+        if resource["Type"] not in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
+            continue
+        text = resource["Properties"]["AlarmDescription"]
+        link = RUNBOOK_LINK.search(text)
+        if len(text) > MAX_DESCRIPTION_CHARS:
+            problems.append(f"{logical_id}: description of {len(text)} characters")
+        if link is None or link.group(1) != env.stack.settings.runbook_url:
+            problems.append(f"{logical_id}: no link to {env.stack.settings.runbook_url}: {text!r}")
+        elif link.group(1) == "docs/runbook.md" and link.group(2) not in anchors:
+            problems.append(f"{logical_id}: links #{link.group(2)}, not a heading of docs/runbook.md")
+    report(problems, "alarm descriptions")
+
+
+def check_nag(env: Synthesized) -> None:
+    """cdk-nag's AwsSolutions pack ran (an open finding fails the synth before this) and left no open finding;
+    every acknowledgement is one of the per-worker rules, with a real reason."""
+    from infra.report import nag_results
+
+    problems: list[str] = []
+    open_findings, acknowledged = nag_results(env.outdir, env.stack.stack_name)
+    if open_findings:
+        problems.append(f"{env.stack.settings.name}: open findings {open_findings}")
+    for rule, reason in acknowledged:
+        if rule.split("[")[0] not in ACKNOWLEDGED_RULES or len(reason) < MIN_REASON_CHARS:
+            problems.append(f"{env.stack.settings.name}: acknowledged {rule} with {reason!r}")
+    report(problems, "cdk-nag")
+
+
+#: Every check, by name: tests/infra/test_repository.py and tests/edits run each on every environment.
+TEMPLATE_CHECKS: dict[str, Callable[[Synthesized], None]] = {
+    "queues": check_queues,
+    "services": check_services,
+    "task roles": check_task_roles,
+    "alarms": check_alarms,
+    "topics": check_topics_admit_exactly_the_notifying_alarms,
+    "dashboard": check_dashboard,
+    "outputs": check_outputs,
+    "logical ids": check_logical_ids,
+    "alarm descriptions": check_alarm_descriptions,
+    "cdk-nag": check_nag,
+}
