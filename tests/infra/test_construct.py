@@ -98,6 +98,15 @@ def test_defaults_are_the_documented_behaviour(template: dict[str, Any]) -> None
     assert [s["Effect"] for s in source_policy["Properties"]["PolicyDocument"]["Statement"]] == ["Deny"]  # TLS only
 
 
+def test_example_keeps_nothing_its_failed_first_deploy_made(template: dict[str, Any]) -> None:
+    """No resource of the example is plain Retain (the flow log's group included, which the CDK retains by
+    default): a rolled-back first deploy deletes everything it made (docs/deploy.md, "When a deploy fails")."""
+    retained = [k for k, r in template["Resources"].items() if r.get("DeletionPolicy") == "Retain"]
+    assert retained == []
+    kept = {r["Type"] for r in template["Resources"].values() if r.get("DeletionPolicy") == "RetainExceptOnCreate"}
+    assert kept == {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Logs::LogGroup", "AWS::KMS::Key"}
+
+
 def test_every_alarm_notifies_a_topic_that_admits_it(template: dict[str, Any]) -> None:
     """Each notifying alarm names one of the two topics, and that topic's policy admits the alarm by name."""
     topics = of_type(template, "AWS::SNS::Topic")
