@@ -46,14 +46,19 @@ test: $(PY_STAMP) $(CLI_STAMP)
 CDK := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" cdk
 # diff and deploy talk to AWS: they may need the instance metadata service for credentials (an EC2 runner).
 CDK_AWS := env -u AWS_EC2_METADATA_DISABLED $(CDK)
+# Before either synthesizes (a minute, then the CLI's "Unable to resolve AWS account"): one line naming what is
+# missing and how to provide it, from botocore's credential chain in the same environment (consumer/local/credentials.py).
+CHECK_CREDENTIALS := env -u AWS_EC2_METADATA_DISABLED $(PY) -m consumer.local.credentials
 
 synth: $(PY_STAMP) $(CLI_STAMP)
 	$(CDK) synth -q --no-notices $(if $(ENV),-c env=$(ENV)) $(CDK_ARGS)
 
 diff: $(PY_STAMP) $(CLI_STAMP)
+	@$(CHECK_CREDENTIALS) make diff
 	$(CDK_AWS) diff --no-notices $(if $(ENV),-c env=$(ENV)) $(CDK_ARGS)
 
 deploy: $(PY_STAMP) $(CLI_STAMP)
+	@$(CHECK_CREDENTIALS) make deploy
 	$(CDK_AWS) deploy --no-notices -c env=$(or $(ENV),$(error make deploy needs ENV=<an environment of cdk.json>)) $(CDK_ARGS)
 
 image: $(PY_STAMP) $(CLI_STAMP)

@@ -12,6 +12,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from infra.removal import RETAIN_DATA
+
 CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
 
 
@@ -54,7 +56,7 @@ class PagingTopic(Construct):
         *,
         emails: Sequence[str] = (),
         https_endpoints: Sequence[str] = (),
-        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        removal_policy: RemovalPolicy = RETAIN_DATA,
         key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)

@@ -12,6 +12,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
 from consumer.contract import SQS_MAX_QUEUE_NAME_CHARS, QueueAttributes, WorkerContract
+from infra.removal import RETAIN_DATA
 
 #: Also authorises SendMessageBatch: batch calls need no separate action.
 SEND_ACTION = "sqs:SendMessage"
@@ -45,7 +46,7 @@ class WorkerQueues(Construct):
         construct_id: str,
         *,
         contract: WorkerContract,
-        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        removal_policy: RemovalPolicy = RETAIN_DATA,
         name_prefix: str | None = None,
     ) -> None:
         # name_prefix: what the queue names start with; default the stack's name (one worker per stack).

@@ -29,6 +29,7 @@ from consumer.contract import (
     WorkerContract,
 )
 from infra.queues import WorkerQueues
+from infra.removal import RETAIN_DATA
 from infra.settings import SecretSource
 
 #: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
@@ -85,7 +86,7 @@ class ConsumerService(Construct):
       on the idempotency table and task scale-in protection on this cluster's tasks;
     * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
-    * deletion protection on the idempotency table when ``data_removal_policy`` retains; every Linux
+    * no deletion protection on the idempotency table (``data_removal_policy`` keeps it, see below); every Linux
       capability dropped; ``secrets`` as ECS secrets, read at task start by the execution role,
       which may read exactly those;
     * target tracking on backlog per task (metric math, an L1 policy because
@@ -113,7 +114,7 @@ class ConsumerService(Construct):
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         handler_environment: Mapping[str, str] | None = None,
         secrets: Mapping[str, ecs.Secret] | None = None,
-        data_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        data_removal_policy: RemovalPolicy = RETAIN_DATA,
         name_prefix: str | None = None,
     ) -> None:
         # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
@@ -131,8 +132,12 @@ class ConsumerService(Construct):
                 point_in_time_recovery_enabled=True
             ),
             removal_policy=data_removal_policy,
-            # Where the data is retained (staging, prod), DeleteTable fails until protection is turned off.
-            deletion_protection=data_removal_policy == RemovalPolicy.RETAIN,
+            # Off, explicitly, wherever the data is retained: "When enabled, the table cannot be deleted by any user
+            # or process" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-dynamodb-table.html#cfn-dynamodb-table-deletionprotectionenabled),
+            # CloudFormation's rollback included, so a failed first deploy would end in ROLLBACK_FAILED with the table
+            # stuck in it. RETAIN_DATA already keeps the table through stack deletes, replacements and removal from
+            # the template, and the task role may not DeleteTable (tests/infra/test_permissions.py).
+            deletion_protection=False,
         )
         self.task_role = iam.Role(
             self,

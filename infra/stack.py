@@ -21,6 +21,7 @@ from constructs import Construct
 from consumer.stack_outputs import WORKER_NAMES_OUTPUT
 from infra.dashboard import WorkerDashboard
 from infra.paging import PagingTopic
+from infra.removal import data_removal_policy
 from infra.settings import (
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
@@ -59,7 +60,9 @@ class WorkerStack(Stack):
             description=f"SQS worker ({settings.name}): queue pair, alarms and consumer service",
         )
         self.settings = settings
-        removal = RemovalPolicy.RETAIN if settings.retain_queues else RemovalPolicy.DESTROY
+        # Every resource holding data follows retain_queues, the ones the CDK would retain by default too (the flow
+        # log's log group): retained through deletes and replacements, never by a failed first deploy's rollback.
+        removal = data_removal_policy(settings.retain_queues)
 
         self.paging = PagingTopic(
             self,
@@ -90,7 +93,7 @@ class WorkerStack(Stack):
             key=self.paging.key,
         )
 
-        cluster = self._cluster(settings)
+        cluster = self._cluster(settings, removal)
         page_topic = self.tickets.topic if settings.pages_to_tickets else self.paging.topic
         #: The workers by name, in cdk.json's order; the first is "Default", so it keeps a one-worker stack's ids.
         self.workers: dict[str, Worker] = {}
@@ -190,7 +193,7 @@ class WorkerStack(Stack):
         )
         return endpoint
 
-    def _cluster(self, settings: EnvironmentSettings) -> ecs.ICluster:
+    def _cluster(self, settings: EnvironmentSettings, removal: RemovalPolicy) -> ecs.ICluster:
         if settings.vpc is not None:
             vpc = ec2.Vpc.from_vpc_attributes(
                 self,
@@ -201,7 +204,11 @@ class WorkerStack(Stack):
             )
         else:
             vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=settings.nat_gateways)
-            vpc.add_flow_log("FlowLog")
+            flow_log = vpc.add_flow_log("FlowLog")
+            # The CDK creates this log group with RemovalPolicy.RETAIN (plain Retain, kept even by a rolled-back
+            # create); it holds the environment's traffic records, so it follows the environment's data policy.
+            assert flow_log.log_group is not None  # the default destination is a log group the CDK creates
+            flow_log.log_group.apply_removal_policy(removal)
         if settings.cluster_name is not None:
             return ecs.Cluster.from_cluster_attributes(
                 self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]

@@ -19,6 +19,7 @@ from infra.dashboard import DashboardSection
 from infra.metrics import WorkerMetrics, circuit_period_seconds
 from infra.nag import acknowledge
 from infra.queues import WorkerQueues
+from infra.removal import RETAIN_DATA
 from infra.service import ConsumerService, container_secrets
 from infra.worker_settings import (
     DEFAULT_WORKER_NAME,
@@ -51,7 +52,8 @@ class Worker(Construct):
     admits ``alarms.notifying_alarm_names`` on both topics (:meth:`infra.paging.PagingTopic.admit_alarms`).
 
     Defaults are behaviour: 1..2 tasks of 0.25 vCPU and 512 MiB, logs kept a month, data (queues, table, logs)
-    retained when the stack is deleted, no extra variables or secrets, IAM alone deciding who may send, the runbook
+    retained when the stack is deleted or a resource replaced, but not by the rollback of the deploy that created
+    it (:data:`infra.removal.RETAIN_DATA`), no extra variables or secrets, IAM alone deciding who may send, the runbook
     at ``docs/runbook.md``, and Container Insights assumed on (a cluster the app creates with it).
 
     Example, in a team's own CDK app::
@@ -91,7 +93,7 @@ class Worker(Construct):
         handler_environment: Mapping[str, str] | None = None,
         secrets: Mapping[str, SecretSource] | None = None,
         producers: Sequence[str] = (),
-        data_removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+        data_removal_policy: RemovalPolicy = RETAIN_DATA,
         runbook_url: str = DEFAULT_RUNBOOK_URL,
         running_tasks_reliable: bool = True,
     ) -> None:

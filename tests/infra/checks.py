@@ -476,6 +476,45 @@ def check_nag(env: Synthesized) -> None:
     report(problems, "cdk-nag")
 
 
+#: The resource types that hold an environment's data: messages, idempotency records, logs, the topics' key.
+DATA_TYPES = frozenset({"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Logs::LogGroup", "AWS::KMS::Key"})
+#: (DeletionPolicy, UpdateReplacePolicy) where cdk.json's retain_queues is true, and where it is false.
+RETAINED = ("RetainExceptOnCreate", "Retain")
+DISPOSABLE = ("Delete", "Delete")
+
+
+def removal_policies(resource: dict[str, Any]) -> tuple[str, str]:
+    """A resource's (DeletionPolicy, UpdateReplacePolicy), CloudFormation's default Delete where absent."""
+    return resource.get("DeletionPolicy", "Delete"), resource.get("UpdateReplacePolicy", "Delete")
+
+
+def check_data_retention(env: Synthesized) -> None:
+    """A failed first deploy leaves nothing behind and a later delete keeps the data: every queue, table, log group
+    and key is RetainExceptOnCreate + UpdateReplacePolicy Retain where the environment retains its data, Delete
+    where it does not; nothing else outlives the stack, and nothing is plain Retain (kept even when the create that
+    made it rolls back: https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-deletionpolicy.html)."""
+    problems: list[str] = []
+    name = env.stack.settings.name
+    expected = RETAINED if env.stack.settings.retain_queues else DISPOSABLE
+    resources = env.json["Resources"]
+    data = {k: r for k, r in resources.items() if r["Type"] in DATA_TYPES}
+    # Each worker's pair, table and log group, and the topics' key, at least (a vanished type would pass vacuously).
+    if len(data) < 4 * len(env.stack.workers) + 1:
+        problems.append(f"{name}: only {len(data)} data resources for {len(env.stack.workers)} workers")
+    problems += [
+        f"{name}: {k} ({r['Type']}) has {removal_policies(r)}, expected {expected}"
+        for k, r in data.items()
+        if removal_policies(r) != expected
+    ]
+    problems += [
+        f"{name}: {k} ({r['Type']}) outlives the stack ({removal_policies(r)}) but holds no data"
+        for k, r in resources.items()
+        if r["Type"] not in DATA_TYPES and removal_policies(r) != DISPOSABLE
+    ]
+    problems += [f"{name}: {k} is plain Retain" for k, r in resources.items() if r.get("DeletionPolicy") == "Retain"]
+    report(problems, "data retention")
+
+
 #: Every check, by name: tests/infra/test_repository.py and tests/edits run each on every environment.
 TEMPLATE_CHECKS: dict[str, Callable[[Synthesized], None]] = {
     "queues": check_queues,
@@ -487,5 +526,6 @@ TEMPLATE_CHECKS: dict[str, Callable[[Synthesized], None]] = {
     "outputs": check_outputs,
     "logical ids": check_logical_ids,
     "alarm descriptions": check_alarm_descriptions,
+    "data retention": check_data_retention,
     "cdk-nag": check_nag,
 }

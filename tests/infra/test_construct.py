@@ -86,14 +86,25 @@ def test_defaults_are_the_documented_behaviour(template: dict[str, Any]) -> None
     assert "Secrets" not in container
     logs = {container["LogConfiguration"]["Options"]["awslogs-group"]["Ref"]}
     assert [template["Resources"][k]["Properties"]["RetentionInDays"] for k in logs] == [30]
-    retained = [
-        resource["DeletionPolicy"]
+    data = [
+        resource
         for resource_type in ("AWS::SQS::Queue", "AWS::DynamoDB::Table")
         for resource in of_type(template, resource_type).values()
-    ] + [template["Resources"][k]["DeletionPolicy"] for k in logs]
-    assert retained == ["Retain"] * 4
+    ] + [template["Resources"][k] for k in logs]
+    # Kept through deletes and replacements, not by the rollback of the deploy that created them.
+    retained = [(resource["DeletionPolicy"], resource["UpdateReplacePolicy"]) for resource in data]
+    assert retained == [("RetainExceptOnCreate", "Retain")] * 4
     (source_policy,) = [p for k, p in of_type(template, "AWS::SQS::QueuePolicy").items() if "QueuesQueuePolicy" in k]
     assert [s["Effect"] for s in source_policy["Properties"]["PolicyDocument"]["Statement"]] == ["Deny"]  # TLS only
+
+
+def test_example_keeps_nothing_its_failed_first_deploy_made(template: dict[str, Any]) -> None:
+    """No resource of the example is plain Retain (the flow log's group included, which the CDK retains by
+    default): a rolled-back first deploy deletes everything it made (docs/deploy.md, "When a deploy fails")."""
+    retained = [k for k, r in template["Resources"].items() if r.get("DeletionPolicy") == "Retain"]
+    assert retained == []
+    kept = {r["Type"] for r in template["Resources"].values() if r.get("DeletionPolicy") == "RetainExceptOnCreate"}
+    assert kept == {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::Logs::LogGroup", "AWS::KMS::Key"}
 
 
 def test_every_alarm_notifies_a_topic_that_admits_it(template: dict[str, Any]) -> None:

@@ -123,20 +123,20 @@ def test_prod_service_security_group_keeps_its_description(prod: Synthesized) ->
     assert group["GroupDescription"] == "SqsWorker-prod/Consumer/Service/SecurityGroup"
 
 
-@pytest.mark.parametrize(
-    ("name", "policy"), [("dev", "Delete"), ("demo", "Delete"), ("staging", "Retain"), ("prod", "Retain")]
-)
-def test_data_removal_policy_per_environment(reference: dict[str, Synthesized], name: str, policy: str) -> None:
-    """prod and staging keep their queues, table and topics when the stack is deleted; dev and demo destroy them."""
-    env = reference[name]
-    for construct in (
-        env.stack.queues.queue,
-        env.stack.queues.dead_letter_queue,
-        env.stack.consumer.idempotency_table,
-        env.stack.paging.key,
-    ):
-        resource = env.json["Resources"][env.logical_id(construct)]
-        assert (resource["DeletionPolicy"], resource["UpdateReplacePolicy"]) == (policy, policy), construct.node.path
+def test_data_removal_policy_per_environment(reference: dict[str, Synthesized]) -> None:
+    """Where an environment sets retain_queues, every worker's queues, table and logs and the topics' key survive a
+    stack delete or a replacement (RetainExceptOnCreate, UpdateReplacePolicy Retain) but not the rollback of the
+    deploy that created them; elsewhere the stack's deletion destroys them (Delete)."""
+    for name, env in reference.items():
+        expected = ("RetainExceptOnCreate", "Retain") if env.stack.settings.retain_queues else ("Delete", "Delete")
+        constructs = [env.stack.paging.key]
+        for worker in env.stack.workers.values():
+            constructs += [worker.queues.queue, worker.queues.dead_letter_queue, worker.consumer.idempotency_table]
+            constructs += [worker.consumer.log_group]
+        for construct in constructs:
+            resource = env.json["Resources"][env.logical_id(construct)]
+            found = (resource["DeletionPolicy"], resource["UpdateReplacePolicy"])
+            assert found == expected, (name, construct.node.path)
 
 
 #: Flags cdk.json set before the feature flags were decided (issue 14); the rest were added then.
