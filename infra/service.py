@@ -30,6 +30,7 @@ from consumer.contract import (
 )
 from infra.queues import WorkerQueues
 from infra.settings import SecretSource
+from infra.trust import ECS_TASKS, confine_trust, ecs_task_principal, this_account
 
 #: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
 #: (consumer/) and the team package (workers/). One image serves every worker of the app; each service picks its
@@ -137,7 +138,8 @@ class ConsumerService(Construct):
         self.task_role = iam.Role(
             self,
             "TaskRole",
-            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            # ECS tasks of this account only (aws:SourceAccount, aws:SourceArn): infra/trust.py.
+            assumed_by=ecs_task_principal(self),
             description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
         )
         bindings = {
@@ -220,6 +222,8 @@ class ConsumerService(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
         self.container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False))
+        # The CDK created the execution role (image pull, logs, secrets) with an unconditioned trust: infra/trust.py.
+        confine_trust(self.task_definition.obtain_execution_role(), ECS_TASKS, this_account(self))
 
         self.service = ecs.FargateService(
             self,
