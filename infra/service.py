@@ -83,7 +83,8 @@ class ConsumerService(Construct):
       whose poll loop or heartbeat stalled;
     * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
       :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
-      on the idempotency table and task scale-in protection on this cluster's tasks;
+      on the idempotency table and task scale-in protection on this cluster's tasks; it and the execution
+      role trust ECS tasks of this account only (:mod:`infra.trust`);
     * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
     * deletion protection on the idempotency table when ``data_removal_policy`` retains; every Linux

@@ -542,7 +542,9 @@ def import_(
     the import after its batch. A stopped, failed or interrupted run says the
     last line it sent and the --from-line to resume with; running the same lines
     twice sends them twice. FIFO: a queue drops, while reporting success, a
-    message whose deduplication id it saw in the last 5 min.
+    message whose deduplication id it saw in the last 5 min. Where cdk.json
+    names producers, the DLQ takes messages from the consumer alone: import
+    with --to source.
     """
     clients = _clients(ctx)
     to_source = to is Target.source
