@@ -2,8 +2,8 @@
 
 ``@worker(...)`` builds the handler's :class:`~consumer.contract.WorkerContract` (validated there) and keeps it on
 the function, with what belongs beside the contract rather than in it (``setup=``, ``non_retryable=``: no timing
-depends on them, and types do not serialize into the environment; ``max_rate=``: no infrastructure value or drift
-check depends on it).
+depends on them, and types do not serialize into the environment; ``max_rate=``, ``error_text=``: no infrastructure
+value or drift check depends on them).
 Standard library only, like the contract.
 """
 
@@ -14,7 +14,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from consumer.contract import LEASE_CAP_SECONDS, SQS_MAX_BATCH, ContractError, WorkerContract
 
@@ -22,6 +22,10 @@ HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"
 NON_RETRYABLE_ATTRIBUTE = "__worker_non_retryable__"
 MAX_RATE_ATTRIBUTE = "__worker_max_rate__"
+ERROR_TEXT_ATTRIBUTE = "__worker_error_text__"
+#: ``error_text``: what the runtime writes of an exception in DLQ reasons and logs (see :func:`worker`).
+ErrorText = Literal["include", "omit"]
+ERROR_TEXT_CHOICES: tuple[ErrorText, ...] = ("include", "omit")
 #: ``max_rate`` bounds, in handler starts per second: below one start in ~17 minutes a message would outlive
 #: any lease waiting for its turn; above 10,000 a process cannot start handlers that fast anyway.
 MAX_RATE_MIN, MAX_RATE_MAX = 0.001, 10_000
@@ -63,6 +67,7 @@ def worker(
     setup: Callable[[Mapping[str, str]], object] | None = None,
     non_retryable: tuple[type[Exception], ...] = (),
     max_rate: float | None = None,
+    error_text: ErrorText = "include",
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
@@ -84,6 +89,12 @@ def worker(
     threads. Beside the contract like ``setup``: it is read from the handler in the image, where it
     applies, and no queue, alarm or task setting derives from it (with several tasks, the downstream
     sees up to ``max_rate`` times the task count).
+    ``error_text`` says what the runtime writes of an exception the handler raised, in the DLQ reason (retries
+    exhausted, a ``non_retryable`` type) and in log lines: ``"include"`` (the default) its type and text, as
+    ``str(error)`` gives it; ``"omit"`` its type and where the handler's code raised it (file:line and function),
+    never its text, which often holds a value from the message (personal data a sender chose). A
+    ``PoisonMessage(reason)`` or ``DownstreamUnavailable`` reason is written as the handler's author wrote it either
+    way. Beside the contract like ``max_rate``.
 
     Example::
 
@@ -97,6 +108,7 @@ def worker(
     if setup is not None and not callable(setup):
         raise ContractError("setup", "must be a function taking the environment (a Mapping[str, str]), or None", setup)
     check_non_retryable(non_retryable)
+    check_error_text(error_text)
     if max_rate is not None and (
         isinstance(max_rate, bool)
         or not isinstance(max_rate, (int, float))
@@ -132,6 +144,7 @@ def worker(
         setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
         setattr(function, NON_RETRYABLE_ATTRIBUTE, non_retryable)  # likewise; and a type has no environment form
         setattr(function, MAX_RATE_ATTRIBUTE, max_rate)  # beside it too: see the docstring
+        setattr(function, ERROR_TEXT_ATTRIBUTE, error_text)  # beside it: what the runtime logs, nothing else
         return function
 
     return declare
@@ -176,6 +189,18 @@ def check_non_retryable(value: object) -> None:
         if not (isinstance(entry, type) and issubclass(entry, Exception)):
             name = entry.__name__ if isinstance(entry, type) else repr(entry)
             raise ContractError("non_retryable", f"{rule}; {name} is not one", value)
+
+
+def check_error_text(value: object) -> None:
+    """Refuse anything but ``"include"`` or ``"omit"``."""
+    if not (isinstance(value, str) and value in ERROR_TEXT_CHOICES):
+        rule = 'must be "include" (an exception\'s type and text) or "omit" (its type and where the handler raised it)'
+        raise ContractError("error_text", rule, value)
+
+
+def error_text_of(handler: Callable[..., Any]) -> ErrorText:
+    """What a handler declared with ``@worker(..., error_text=...)``: ``"include"`` unless it declared ``"omit"``."""
+    return "omit" if getattr(handler, ERROR_TEXT_ATTRIBUTE, "include") == "omit" else "include"
 
 
 def check_rate_fits_the_lease(contract: WorkerContract, max_rate: float) -> None:

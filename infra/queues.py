@@ -28,7 +28,8 @@ class WorkerQueues(Construct):
     * maximum message size: the DLQ takes SQS's limit, the source keeps ``DLQ_REASON_HEADROOM_BYTES``
       below it, so the consumer can move a message of any accepted size to the DLQ with its reason;
     * a FIFO pair (both FIFO) when the contract says ``fifo``;
-    * optionally, :meth:`restrict_senders`: only named producers (and the consumer) may send to the source.
+    * optionally, :meth:`restrict_senders`: only named producers (and the consumer) may send to the source, and
+      only the consumer to the DLQ.
 
     Queue names are derived from the stack name (``<stack>-source``,
     ``<stack>-dlq``), or ``name_prefix`` where a stack holds several pairs: the DLQ's redrive allow policy must name the source's ARN,
@@ -92,14 +93,29 @@ class WorkerQueues(Construct):
         )
         self.node.add_validation(_QueueInvariants(self))
 
-    def restrict_senders(self, producers: Sequence[str], *, requeuer: iam.IRole) -> None:
-        """Only ``producers`` (IAM role/user ARNs) and ``requeuer`` may send to the source queue.
+    def restrict_senders(self, producers: Sequence[str], *, consumer: iam.IRole) -> None:
+        """Only ``producers`` (IAM role/user ARNs) and ``consumer`` may send to the source queue; only ``consumer``
+        may send to the DLQ.
 
         The source's policy allows the producers ``sqs:SendMessage`` (a producer in another account needs
         that) and denies it to every other principal, whatever its own IAM policy grants: the message
         attributes the consumer acts on (the idempotency key) are only as trusted as whoever can send.
-        ``requeuer`` is the consumer's task role, which sends hand-back copies.
-        Without a call, same-account IAM alone decides who may send.
+        ``consumer`` is the consumer's task role, which sends hand-back copies to the source and failed
+        messages to the DLQ.
+
+        The DLQ's policy denies ``sqs:SendMessage`` to every principal but ``consumer``: a message planted in the
+        DLQ would otherwise reach the source through an operator's ``dlq redrive`` (a named operator's
+        credentials), past the producers' list. SQS's own redrive from the source after ``maxReceiveCount`` is
+        not a request by any principal: it is governed by the source's redrive policy and the DLQ's redrive
+        allow policy (``byQueue``: only this source), not by the DLQ's queue policy, so it keeps working.
+        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html
+        ("Using policies for dead-letter queues"; SQS moves the message "with its original message ID", and
+        such a move is not counted in the DLQ's ``NumberOfMessagesSent``, as a SendMessage would be). A move
+        task (``StartMessageMoveTask``) sends on behalf of the principal who started it
+        (``aws:CalledViaLast`` ``sqs.amazonaws.com``), so this deny also refuses a move task that targets the
+        DLQ, and the source's deny refuses a redrive started by anyone not named.
+        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html
+        Without a call, same-account IAM alone decides who may send to either queue.
         """
         queue_arn = self.queue.queue_arn
         self.queue.add_to_resource_policy(
@@ -117,7 +133,17 @@ class WorkerQueues(Construct):
                 principals=[iam.AnyPrincipal()],
                 actions=[SEND_ACTION],
                 resources=[queue_arn],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": [*producers, requeuer.role_arn]}},
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": [*producers, consumer.role_arn]}},
+            )
+        )
+        self.dead_letter_queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenySendersButTheConsumer",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=[SEND_ACTION],
+                resources=[self.dead_letter_queue.queue_arn],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": [consumer.role_arn]}},
             )
         )
 

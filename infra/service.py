@@ -31,6 +31,7 @@ from consumer.contract import (
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.settings import SecretSource
+from infra.trust import ECS_TASKS, confine_trust, ecs_task_principal, this_account
 
 #: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
 #: (consumer/) and the team package (workers/). One image serves every worker of the app; each service picks its
@@ -83,7 +84,8 @@ class ConsumerService(Construct):
       whose poll loop or heartbeat stalled;
     * a task role with exactly :data:`SOURCE_QUEUE_ACTIONS` on the source,
       :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
-      on the idempotency table and task scale-in protection on this cluster's tasks;
+      on the idempotency table and task scale-in protection on this cluster's tasks; it and the execution
+      role trust ECS tasks of this account only (:mod:`infra.trust`);
     * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
     * no deletion protection on the idempotency table (``data_removal_policy`` keeps it, see below); every Linux
@@ -142,7 +144,8 @@ class ConsumerService(Construct):
         self.task_role = iam.Role(
             self,
             "TaskRole",
-            assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+            # ECS tasks of this account only (aws:SourceAccount, aws:SourceArn): infra/trust.py.
+            assumed_by=ecs_task_principal(self),
             description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
         )
         bindings = {
@@ -225,6 +228,8 @@ class ConsumerService(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
         self.container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False))
+        # The CDK created the execution role (image pull, logs, secrets) with an unconditioned trust: infra/trust.py.
+        confine_trust(self.task_definition.obtain_execution_role(), ECS_TASKS, this_account(self))
 
         self.service = ecs.FargateService(
             self,

@@ -30,6 +30,7 @@ from infra.settings import (
     EnvironmentSettings,
     is_placeholder,
 )
+from infra.trust import VPC_FLOW_LOGS, confine_trust, from_this_account
 from infra.worker import FIRST_WORKER_ID, Worker
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
@@ -209,6 +210,9 @@ class WorkerStack(Stack):
             # create); it holds the environment's traffic records, so it follows the environment's data policy.
             assert flow_log.log_group is not None  # the default destination is a log group the CDK creates
             flow_log.log_group.apply_removal_policy(removal)
+            # The CDK created the flow log's role with an unconditioned trust: this account's flow logs only (trust.py).
+            assert flow_log.iam_role is not None  # a CloudWatch Logs destination always has one
+            confine_trust(flow_log.iam_role, VPC_FLOW_LOGS, from_this_account(self, "ec2", "vpc-flow-log/*"))
         if settings.cluster_name is not None:
             return ecs.Cluster.from_cluster_attributes(
                 self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]

@@ -135,7 +135,7 @@ class Worker(Construct):
             WORKER_METADATA_KEY, self.name
         )
         if producers:
-            self.queues.restrict_senders(producers, requeuer=self.consumer.task_role)
+            self.queues.restrict_senders(producers, consumer=self.consumer.task_role)
         self.metrics = WorkerMetrics(
             queues=self.queues,
             service=self.consumer.service,

@@ -500,6 +500,13 @@ def export(
         )
 
 
+#: Why SQS refuses an import into the DLQ where cdk.json names producers, and what to do instead.
+DLQ_TAKES_THE_CONSUMER_ONLY = (
+    "where cdk.json names producers, the DLQ takes messages from the consumer's task role alone"
+    " (docs/security.md, Who may send): import them with --to source, as a named operator"
+)
+
+
 class Target(enum.StrEnum):
     source = "source"
     dlq = "dlq"
@@ -535,7 +542,9 @@ def import_(
     the import after its batch. A stopped, failed or interrupted run says the
     last line it sent and the --from-line to resume with; running the same lines
     twice sends them twice. FIFO: a queue drops, while reporting success, a
-    message whose deduplication id it saw in the last 5 min.
+    message whose deduplication id it saw in the last 5 min. Where cdk.json
+    names producers, the DLQ takes messages from the consumer alone: import
+    with --to source.
     """
     clients = _clients(ctx)
     to_source = to is Target.source
@@ -565,6 +574,8 @@ def import_(
             f" {result.resume_advice()}",
             err=True,
         )
+        if not to_source and isinstance(error, AwsFailure) and "AccessDenied" in error.code:
+            raise AwsFailure(f"{error}; {DLQ_TAKES_THE_CONSUMER_ONLY}", error.code) from None
         raise
     numbers = result.numbers
     typer.echo(

@@ -50,7 +50,12 @@ CLOCK_TICK_WAIT_SECONDS = 1.5
 
 
 class AwsFailure(Exception):
-    """An AWS call failed; the message names the operation and the queue (or stack)."""
+    """An AWS call failed; the message names the operation and the queue (or stack), ``code`` is AWS's error code
+    (``""`` when the call failed without one)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class UsageError(Exception):
@@ -92,7 +97,7 @@ def aws(client: Any, operation: str, target: str, **kwargs: Any) -> Any:
     try:
         return getattr(client, xform_name(operation))(**kwargs)
     except (ClientError, BotoCoreError) as error:
-        raise AwsFailure(f"{operation} on {target} failed: {explain(error)}") from None
+        raise AwsFailure(f"{operation} on {target} failed: {explain(error)}", error_code(error)) from None
 
 
 def chunks(items: list[T], size: int) -> Iterator[list[T]]:

@@ -39,6 +39,7 @@ from consumer.exit_codes import ExitCode
 from consumer.message import Message
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit, RateLimit
+from consumer.runtime.failures import FailureText
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State
@@ -184,6 +185,7 @@ class Consumer:
             clock=clock,
             rng=self._random,
             circuit=self.circuit,
+            describe=FailureText.of(handler),  # error text in reasons and logs, as @worker(error_text=...) says
         )
         self._poller = Poller(
             client,

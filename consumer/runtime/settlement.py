@@ -8,7 +8,9 @@ deleted; another holder's lease is live -> deferred, handed back, not an attempt
 ``DownstreamUnavailable`` -> the circuit opens (:mod:`.circuit`) and the message is handed
 back for the pause, not an attempt either. A
 handler raising anything, ``SystemExit`` and ``KeyboardInterrupt`` included, has
-failed an attempt.
+failed an attempt. An exception is written into reasons and logs by :class:`.failures.FailureText`
+(its text left out where the handler declared ``error_text="omit"``); a ``PoisonMessage`` or
+``DownstreamUnavailable`` reason is the handler author's own words and is written as given.
 
 Handing back is the one way a message returns to the queue without an attempt
 settling it (unstarted at shutdown, deferred to another holder, behind a failed
@@ -38,6 +40,7 @@ from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
+from consumer.runtime.failures import FailureText
 from consumer.runtime.idempotency import IdempotencyStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State, update_record
 from consumer.runtime.observability import Metrics
@@ -76,7 +79,8 @@ DEFERRED = Outcome(Verdict.DEFERRED)
 class Settlement:
     """Turns outcomes into SQS calls (through the acknowledger, or a send for a copy) and frees the slot.
 
-    ``rng`` draws the backoff jitter (a seeded ``random.Random`` makes it reproducible).
+    ``rng`` draws the backoff jitter (a seeded ``random.Random`` makes it reproducible). ``describe`` writes an
+    exception into a reason or a log line (default: its type and text).
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class Settlement:
         clock: Callable[[], float],
         rng: random.Random,
         circuit: Circuit | None = None,
+        describe: Callable[[BaseException], str] = FailureText(),
     ) -> None:
         self.client = client
         # These two names tell the runtime call recorder (tests) which queue a send is for.
@@ -110,6 +115,7 @@ class Settlement:
         self._clock = clock
         self._random = rng
         self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
+        self._describe = describe
 
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
@@ -133,7 +139,7 @@ class Settlement:
                 return self._poison(item, outcome.error.reason, "poison")
             if verdict is Verdict.NON_RETRYABLE:
                 assert outcome.error is not None
-                return self._poison(item, f"{type(outcome.error).__name__}: {outcome.error}", "non_retryable")
+                return self._poison(item, self._describe(outcome.error), "non_retryable")
             if verdict is Verdict.DEFERRED:
                 return self._defer(item)
             if verdict is Verdict.UNAVAILABLE:
@@ -211,9 +217,10 @@ class Settlement:
         update_record(self._idempotency, "release", item)
         self._metrics.count("failed")
         receive_count = item.message.receive_count
-        log.warning("handler_failed", extra=item.context.fields(error=f"{type(error).__name__}: {error}"))
+        described = self._describe(error)
+        log.warning("handler_failed", extra=item.context.fields(error=described))
         if receive_count >= self.contract.max_receive_count and self.dlq_url:
-            reason = f"failed {receive_count} times; last error: {type(error).__name__}: {error}"
+            reason = f"failed {receive_count} times; last error: {described}"
             if self._move_to_dlq(item, reason, "exhausted"):
                 return True  # moved: as with poison, the rest of a FIFO group may go on
         elif receive_count == self.contract.max_receive_count - 1:

@@ -8,7 +8,9 @@ definition's roles and container environment, its alarms' actions, the topics' k
 across workers is a row that fails. Each request is
 then evaluated by ``tests/infra/simulate.mjs`` (``@cloud-copilot/iam-simulate``) with the principal's
 identity policies and the resource's policy (queue policy, topic policy, key policy) together, as AWS
-evaluates them; all requests of a run go to Node in one batch.
+evaluates them; all requests of a run go to Node in one batch. Who may assume each role is evaluated the same
+way (:func:`trust_scenarios`): ``sts:AssumeRole`` on the role, its trust policy as the resource policy, for every
+``AWS::IAM::Role`` of the template, so a role the tier does not know about is evaluated too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -153,6 +155,10 @@ class Bindings:
     def _role_with_arn(self, arn: str) -> Resource:
         return _single([r for r in self.template.of_type("AWS::IAM::Role") if r.attributes["Arn"] == arn], arn)
 
+    def resource_of(self, arn: str) -> Resource:
+        """The template's resource whose ``Arn`` is ``arn``."""
+        return _single([r for r in self.template.resources.values() if r.attributes.get("Arn") == arn], arn)
+
     def _queue_with_url(self, url: str) -> Resource:
         return _single([q for q in self.template.of_type("AWS::SQS::Queue") if q.ref == url], f"queue {url}")
 
@@ -259,51 +265,7 @@ class Bindings:
                 "aws:userid": f"{role.attributes['RoleId']}:{TASK_ID}",
             }
             return session, f"{label} {role.name}", self.identity_policies(role), context
-        if label == "other-account" or label.startswith("other-account/"):
-            name = label.partition("/")[2] or "admin"
-            role_arn = f"arn:aws:iam::{OTHER_ACCOUNT}:role/{name}"
-            context = {
-                "aws:PrincipalArn": role_arn,
-                "aws:PrincipalAccount": OTHER_ACCOUNT,
-                "aws:PrincipalType": "AssumedRole",
-            }
-            return (
-                f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/{name}/s",
-                f"{name} of another account (all actions allowed by its account)",
-                [{"name": "admin", "policy": ADMIN_POLICY}],
-                context,
-            )
-        if label.startswith(("role/", "admin-role/")):
-            kind, name = label.split("/", 1)
-            role_arn = f"arn:aws:iam::{account}:role/{name}"
-            context = {
-                "aws:PrincipalArn": role_arn,
-                "aws:PrincipalAccount": account,
-                "aws:PrincipalType": "AssumedRole",
-            }
-            policies = [{"name": "admin", "policy": ADMIN_POLICY}] if kind == "admin-role" else []
-            described = f"{name} of this account" + (" (sqs:* of its own)" if policies else "")
-            return f"arn:aws:sts::{account}:assumed-role/{name}/s", described, policies, context
-        if label.startswith("arn:"):  # a producer cdk.json names: a role (a session of it calls) or a user
-            principal_account, kind_name = label.split(":")[4], label.split(":", 5)[5]
-            kind, _, path_name = kind_name.partition("/")
-            name = path_name.rsplit("/", 1)[-1]
-            context = {
-                "aws:PrincipalArn": label,
-                "aws:PrincipalAccount": principal_account,
-                "aws:PrincipalType": "AssumedRole" if kind == "role" else "User",
-            }
-            caller = f"arn:aws:sts::{principal_account}:assumed-role/{name}/s" if kind == "role" else label
-            # Another account's producer is allowed everything by its own account; this account's, nothing of
-            # its own: either way only the queue's policy can let it send.
-            policies = [{"name": "admin", "policy": ADMIN_POLICY}] if principal_account != account else []
-            return caller, f"producer {label}", policies, context
-        if label == "anonymous":
-            return {"type": "Anonymous"}, "anonymous", [], {}
-        if label.endswith(".amazonaws.com"):
-            context = {"aws:PrincipalServiceName": label, "aws:PrincipalIsAWSService": "true"}
-            return label, label, [], context
-        raise ResolveError(f"principal {label!r} is not known to the permissions tier")
+        return principal(label, account)
 
     # -- rows to scenarios -----------------------------------------------------------------------------
 
@@ -381,6 +343,193 @@ class Bindings:
         return Scenario(
             self.environment, category, described, row.action, resource, shown, row.expected, row.why, simulation
         )
+
+
+def principal(label: str, account: str) -> tuple[Any, str, list[dict[str, Any]], dict[str, str]]:
+    """A principal that is no role of the stack, for a request to ``account``: (request principal, its description,
+    identity policies, the context AWS adds for it)."""
+    if label == "other-account" or label.startswith("other-account/"):
+        name = label.partition("/")[2] or "admin"
+        role_arn = f"arn:aws:iam::{OTHER_ACCOUNT}:role/{name}"
+        context = {
+            "aws:PrincipalArn": role_arn,
+            "aws:PrincipalAccount": OTHER_ACCOUNT,
+            "aws:PrincipalType": "AssumedRole",
+        }
+        return (
+            f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/{name}/s",
+            f"{name} of another account (all actions allowed by its account)",
+            [{"name": "admin", "policy": ADMIN_POLICY}],
+            context,
+        )
+    if label.startswith(("role/", "admin-role/")):
+        kind, name = label.split("/", 1)
+        role_arn = f"arn:aws:iam::{account}:role/{name}"
+        context = {
+            "aws:PrincipalArn": role_arn,
+            "aws:PrincipalAccount": account,
+            "aws:PrincipalType": "AssumedRole",
+        }
+        policies = [{"name": "admin", "policy": ADMIN_POLICY}] if kind == "admin-role" else []
+        described = f"{name} of this account" + (" (every action allowed by its own IAM policy)" if policies else "")
+        return f"arn:aws:sts::{account}:assumed-role/{name}/s", described, policies, context
+    if label.startswith("arn:"):  # a producer cdk.json names: a role (a session of it calls) or a user
+        principal_account, kind_name = label.split(":")[4], label.split(":", 5)[5]
+        kind, _, path_name = kind_name.partition("/")
+        name = path_name.rsplit("/", 1)[-1]
+        context = {
+            "aws:PrincipalArn": label,
+            "aws:PrincipalAccount": principal_account,
+            "aws:PrincipalType": "AssumedRole" if kind == "role" else "User",
+        }
+        caller = f"arn:aws:sts::{principal_account}:assumed-role/{name}/s" if kind == "role" else label
+        # Another account's producer is allowed everything by its own account; this account's, nothing of its own:
+        # either way only the queue's policy can let it send.
+        policies = [{"name": "admin", "policy": ADMIN_POLICY}] if principal_account != account else []
+        return caller, f"producer {label}", policies, context
+    if label == "anonymous":
+        return {"type": "Anonymous"}, "anonymous", [], {}
+    if label.endswith(".amazonaws.com"):
+        context = {"aws:PrincipalServiceName": label, "aws:PrincipalIsAWSService": "true"}
+        return label, label, [], context
+    raise ResolveError(f"principal {label!r} is not known to the permissions tier")
+
+
+# -- who may assume each role: its trust policy -----------------------------------------------------------
+
+#: The services a role of the stack may trust, each with the source ARN its ``sts:AssumeRole`` request carries
+#: for this stack (``aws:SourceArn``; ``aws:SourceAccount`` is the account): infra/trust.py cites each service's
+#: documentation. A role trusting a service missing here fails the tier, naming the role and the service.
+TRUSTED_SERVICES: dict[str, Callable[[ResolvedTemplate, Resource], str]] = {
+    # ECS assumes a task's roles for the task: the source is the task (any cluster: ECS scopes no further).
+    "ecs-tasks.amazonaws.com": lambda template, _role: template.arn("ecs", f"task/{_cluster_of(template)}/{TASK_ID}"),
+    # Flow logs assume the role of the flow log that delivers with it.
+    "vpc-flow-logs.amazonaws.com": lambda template, role: template.arn(
+        "ec2", f"vpc-flow-log/{_flow_log_of(template, role)}"
+    ),
+}
+#: A service no role of the stack trusts, asking with this account's source: refused by every role.
+UNTRUSTED_SERVICE = ("lambda.amazonaws.com", "function:someone-elses-function")
+#: Principals that are no service: each refused by every role, whatever its own IAM policy allows.
+NOT_SERVICES = {
+    "admin-role/admin": "an admin of this account (a trust policy naming the account would delegate to IAM)",
+    "other-account": "another account's principal",
+    "anonymous": "nobody unsigned",
+}
+
+
+def _cluster_of(template: ResolvedTemplate) -> str:
+    services = template.of_type("AWS::ECS::Service")
+    return str(services[0].properties.get("Cluster", "default")).rsplit("/", 1)[-1] if services else "default"
+
+
+def _flow_log_of(template: ResolvedTemplate, role: Resource) -> str:
+    flow_logs = [
+        f.ref
+        for f in template.of_type("AWS::EC2::FlowLog")
+        if f.properties.get("DeliverLogsPermissionArn") == role.attributes["Arn"]
+    ]
+    return str(flow_logs[0]) if flow_logs else "fl-0123456789abcdef0"
+
+
+def trust_problems(template: ResolvedTemplate) -> list[str]:
+    """Why a role's trust policy admits more than one known service's ``sts:AssumeRole``: one line per statement that
+    is not an Allow of exactly that action to service principals of :data:`TRUSTED_SERVICES`."""
+    problems = []
+    for role in template.of_type("AWS::IAM::Role"):
+        statements = role.properties["AssumeRolePolicyDocument"]["Statement"]
+        for statement in statements if isinstance(statements, list) else [statements]:
+            principal_block = statement.get("Principal")
+            services = _as_list(principal_block.get("Service")) if isinstance(principal_block, dict) else []
+            unknown = [s for s in services if s not in TRUSTED_SERVICES]
+            if (
+                statement.get("Effect") != "Allow"
+                or _as_list(statement.get("Action")) != ["sts:AssumeRole"]
+                or not isinstance(principal_block, dict)
+                or set(principal_block) != {"Service"}
+                or unknown
+                or {"NotPrincipal", "NotAction"} & set(statement)
+            ):
+                problems.append(
+                    f"role {role.logical_id} trusts what the tier does not know"
+                    f"{' (' + ', '.join(unknown) + ': add its confused-deputy source to TRUSTED_SERVICES)' if unknown else ''}:"
+                    f" {json.dumps(statement, sort_keys=True)}"
+                )
+    return problems
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
+def trusted_services(role: Resource) -> list[str]:
+    """The known services ``role``'s trust policy names (:func:`trust_problems` reports anything else)."""
+    statements = role.properties["AssumeRolePolicyDocument"]["Statement"]
+    named = [
+        service
+        for statement in (statements if isinstance(statements, list) else [statements])
+        if isinstance(statement.get("Principal"), dict)
+        for service in _as_list(statement["Principal"].get("Service"))
+    ]
+    return [service for service in dict.fromkeys(named) if service in TRUSTED_SERVICES]
+
+
+def trust_scenarios(environment: str, category: str, template: ResolvedTemplate) -> list[Scenario]:
+    """``sts:AssumeRole`` on every role of ``template``, its trust policy as the resource policy (as STS evaluates it):
+    each trusted service with this stack's source allowed; the same service for another account's resource, any
+    other service, an admin of this account, another account and anonymous refused."""
+    account = template.account
+    scenarios = []
+    for role in template.of_type("AWS::IAM::Role"):
+        requests: list[tuple[str, dict[str, str], str, str]] = []
+        for service in trusted_services(role):
+            source = TRUSTED_SERVICES[service](template, role)
+            other = source.replace(f":{account}:", f":{OTHER_ACCOUNT}:", 1)
+            requests += [
+                (
+                    service,
+                    {"aws:SourceAccount": account, "aws:SourceArn": source},
+                    ALLOWED,
+                    "its service, for this stack",
+                ),
+                (service, {"aws:SourceAccount": OTHER_ACCOUNT, "aws:SourceArn": other}, DENIED, "confused deputy"),
+            ]
+        untrusted, resource = UNTRUSTED_SERVICE
+        untrusted_source = template.arn(untrusted.split(".")[0], resource)
+        requests.append(
+            (untrusted, {"aws:SourceAccount": account, "aws:SourceArn": untrusted_source}, DENIED, "another service")
+        )
+        requests += [(label, {}, DENIED, why) for label, why in NOT_SERVICES.items()]
+        for label, source_context, expected, why in requests:
+            request_principal, described, identity_policies, principal_context = principal(label, account)
+            context = {"aws:SecureTransport": "true", **principal_context, **source_context}
+            simulation = {
+                "request": {
+                    "principal": request_principal,
+                    "action": "sts:AssumeRole",
+                    "resource": {"resource": role.attributes["Arn"], "accountId": account},
+                    "contextVariables": context,
+                },
+                "identityPolicies": identity_policies,
+                "serviceControlPolicies": [],
+                "resourceControlPolicies": [],
+                "resourcePolicy": role.properties["AssumeRolePolicyDocument"],
+            }
+            shown = tuple(sorted(source_context.items()))
+            scenarios.append(
+                Scenario(
+                    environment,
+                    category,
+                    described,
+                    "sts:AssumeRole",
+                    role.attributes["Arn"],
+                    shown,
+                    expected,
+                    f"{why}; role {role.logical_id}",
+                    simulation,
+                )
+            )
+    return scenarios
 
 
 def _account_of(arn: str, default: str) -> str:

@@ -280,8 +280,12 @@ def test_service_construct_refuses_a_variable_with_two_sources(
 
 
 def source_policy_statements(env: Synthesized) -> list[dict[str, Any]]:
-    source = {"Ref": env.logical_id(env.stack.queues.queue)}
-    (policy,) = [p for p in env.resources("AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [source]]
+    return queue_policy_statements(env, env.stack.queues.queue)
+
+
+def queue_policy_statements(env: Synthesized, queue: Any) -> list[dict[str, Any]]:
+    ref = {"Ref": env.logical_id(queue)}
+    (policy,) = [p for p in env.resources("AWS::SQS::QueuePolicy").values() if p["Properties"]["Queues"] == [ref]]
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 
@@ -310,6 +314,34 @@ def test_producers_alone_may_send_besides_the_consumer(variants: dict[str, Synth
         "Resource": queue_arn,
         "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [*PRODUCERS, task_role_arn]}},
     }
+
+
+def test_only_the_consumer_may_send_to_the_dlq_where_producers_are_named(variants: dict[str, Synthesized]) -> None:
+    """With producers set, the DLQ's policy denies SendMessage to all but the task role (nothing planted there can be
+    redriven past the producers' list); its TLS deny stays."""
+    qa = variants["qa"]
+    dlq_arn = {"Fn::GetAtt": [qa.logical_id(qa.stack.queues.dead_letter_queue), "Arn"]}
+    task_role_arn = {"Fn::GetAtt": [qa.logical_id(qa.stack.consumer.task_role), "Arn"]}
+    tls, deny = queue_policy_statements(qa, qa.stack.queues.dead_letter_queue)
+    assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
+    assert deny == {
+        "Sid": "DenySendersButTheConsumer",
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "sqs:SendMessage",
+        "Resource": dlq_arn,
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [task_role_arn]}},
+    }
+
+
+def test_without_producers_each_dlq_holds_only_the_tls_deny(synthesized: dict[str, Synthesized]) -> None:
+    """Every worker of every cdk.json environment that names no producers: same-account IAM decides who sends to its
+    DLQ, as to its source (the documented default)."""
+    unrestricted = [env for env in synthesized.values() if not env.stack.settings.producers]
+    for env in unrestricted:
+        for worker in env.stack.workers.values():
+            (tls,) = queue_policy_statements(env, worker.queues.dead_letter_queue)
+            assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
 
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])

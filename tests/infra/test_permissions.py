@@ -6,7 +6,9 @@ account (tests/infra/resolve.py) and evaluated with a real policy evaluator, @cl
 (identity, resource and key policies together). The scenarios are the tables below, bound per worker
 (``env`` for a one-worker environment, ``env/worker`` where there are several); the task role's rows come
 from tests/infra/runtime_calls.json, which the integration tier keeps equal to what the runtime really
-calls, and each of them is refused on every other worker's queues and table.
+calls, and each of them is refused on every other worker's queues and table. Every role of every template is
+assumed through its trust policy (who may: its service, for this stack only). The tier's own tools are tested in
+tests/infra/test_permission_tools.py.
 """
 
 from __future__ import annotations
@@ -34,15 +36,22 @@ from tests.infra.permissions import (
     evaluate,
     load_runtime_calls,
     mismatches,
+    trust_problems,
+    trust_scenarios,
 )
-from tests.infra.resolve import FAKE_ACCOUNT, ResolveError, resolve_template
+from tests.infra.resolve import FAKE_ACCOUNT, resolve_template
 from tests.reference import REPORT_JOB, repository_environments
 
 CLOUDWATCH = "cloudwatch.amazonaws.com"
-#: A producer of this account and one of another account that "producers" names.
+#: A producer of this account, one of another account and the operator who redrives, as "producers" names them.
 PRODUCER = "orders-api"
 PARTNER = "partner"
-PRODUCERS = [f"arn:aws:iam::{FAKE_ACCOUNT}:role/{PRODUCER}", f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}"]
+OPERATOR = "sqs-worker-operator"
+PRODUCERS = [
+    f"arn:aws:iam::{FAKE_ACCOUNT}:role/{PRODUCER}",
+    f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}",
+    f"arn:aws:iam::{FAKE_ACCOUNT}:role/{OPERATOR}",
+]
 #: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair,
 #: an existing VPC and cluster, named producers with Secrets Manager secrets, and two workers each with secrets of
 #: its own, so each execution role is refused the other's. The tests that pin bindings read these, never cdk.json.
@@ -194,8 +203,18 @@ def runtime_rows() -> list[Row]:
     return rows
 
 
-#: Where "producers" is set: the named producers (of any account) send, the consumer requeues, nobody else
-#: sends, not even an admin of this account. Elsewhere IAM alone decides who of this account sends.
+#: A message move task (``dlq redrive``'s native path) calls SQS for whoever started it, through SQS:
+#: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html
+MOVE_TASK = {
+    "aws:CalledViaFirst": "sqs.amazonaws.com",
+    "aws:CalledViaLast": "sqs.amazonaws.com",
+    "aws:ViaAWSService": "true",
+}
+#: Where "producers" is set: the named producers (of any account) send, the consumer requeues, nobody else sends,
+#: not even an admin of this account; the DLQ takes messages from the consumer alone, so nothing planted there
+#: reaches the source through a named operator's redrive. Elsewhere IAM alone decides who of this account sends.
+#: SQS's own move after maxReceiveCount is no principal's request: the redrive allow policy governs it
+#: (test_sqs_redrive_reaches_each_dlq_from_its_own_source_only).
 SENDERS: list[Row] = [
     Row(f"role/{PRODUCER}", "sqs:SendMessage", "source", {}, ALLOWED, "a named producer of this account"),
     Row(f"other-account/{PARTNER}", "sqs:SendMessage", "source", {}, ALLOWED, "a named producer of another account"),
@@ -203,10 +222,23 @@ SENDERS: list[Row] = [
     Row("admin-role/admin", "sqs:SendMessage", "source", {}, EXPLICITLY_DENIED, "not named, even with sqs:*"),
     Row(f"role/{PRODUCER}", "sqs:ReceiveMessage", "source", {}, DENIED, "a producer only sends"),
     Row(f"role/{PRODUCER}", "sqs:SendMessage", "source", PLAIN_HTTP, EXPLICITLY_DENIED, "TLS only"),
+    Row("task-role", "sqs:SendMessage", "dlq", {}, ALLOWED, "the consumer moves failed messages with their reason"),
+    Row("admin-role/admin", "sqs:SendMessage", "dlq", {}, EXPLICITLY_DENIED, "nobody plants a message to redrive"),
+    Row(f"role/{PRODUCER}", "sqs:SendMessage", "dlq", {}, EXPLICITLY_DENIED, "a producer sends to the source only"),
+    Row(f"other-account/{PARTNER}", "sqs:SendMessage", "dlq", {}, EXPLICITLY_DENIED, "a producer, to the source only"),
+    Row(f"admin-role/{OPERATOR}", "sqs:SendMessage", "dlq", {}, EXPLICITLY_DENIED, "dlq import --to dlq: refused"),
+    Row(f"admin-role/{OPERATOR}", "sqs:StartMessageMoveTask", "dlq", {}, ALLOWED, "a named operator redrives"),
+    Row(f"admin-role/{OPERATOR}", "sqs:ReceiveMessage", "dlq", MOVE_TASK, ALLOWED, "the move task reads the DLQ"),
+    Row(f"admin-role/{OPERATOR}", "sqs:DeleteMessage", "dlq", MOVE_TASK, ALLOWED, "the move task empties the DLQ"),
+    Row(f"admin-role/{OPERATOR}", "sqs:SendMessage", "source", MOVE_TASK, ALLOWED, "the move task delivers"),
+    Row("admin-role/admin", "sqs:SendMessage", "source", MOVE_TASK, EXPLICITLY_DENIED, "redrive by one not named"),
+    Row("admin-role/admin", "sqs:SendMessage", "dlq", MOVE_TASK, EXPLICITLY_DENIED, "a move task into the DLQ"),
 ]
-#: The same admin where no producers are named: same-account IAM decides (documented default).
+#: The same admin where no producers are named: same-account IAM decides (documented default), for both queues.
 SENDERS_UNRESTRICTED: list[Row] = [
     Row("admin-role/admin", "sqs:SendMessage", "source", {}, ALLOWED, "no producers named: IAM decides"),
+    Row("admin-role/admin", "sqs:SendMessage", "dlq", {}, ALLOWED, "no producers named: IAM decides"),
+    Row("admin-role/admin", "sqs:SendMessage", "source", MOVE_TASK, ALLOWED, "no producers named: IAM decides"),
 ]
 
 
@@ -217,7 +249,12 @@ def sender_rows(producers: list[str]) -> list[Row]:
     if producers == PRODUCERS:
         return SENDERS
     named = [Row(arn, "sqs:SendMessage", "source", {}, ALLOWED, "a producer cdk.json names") for arn in producers]
-    return [*named, *SENDERS[2:]]
+    to_dlq = [
+        Row(arn, "sqs:SendMessage", "dlq", {}, EXPLICITLY_DENIED, "a producer, to the source only") for arn in producers
+    ]
+    # The rows that name no producer of the variant's own: the consumer's sends, and an admin's, plain or by redrive.
+    anyone = [row for row in SENDERS if row.principal in ("task-role", "admin-role/admin")]
+    return [*named, *to_dlq, *anyone]
 
 
 def other_worker_rows() -> list[Row]:
@@ -279,12 +316,16 @@ def evaluate_bound(bound: Mapping[str, Bindings], environments: Mapping[str, Any
     """Every scenario of every bound worker, evaluated in one batch, grouped by (worker label, category);
     ``environments`` are the raw settings the stacks came from (who may send follows their producers)."""
     scenarios: list[Scenario] = []
+    templates = {}
     for bindings in bound.values():
         environment = bindings.environment.split("/")[0]
+        templates[environment] = bindings.template
         senders = sender_rows(environments[environment].get("producers", []))
         categories = {**CATEGORIES, "runtime": runtime_rows(), "senders": senders, "other-workers": other_worker_rows()}
         for category, rows in categories.items():
             scenarios += bindings.scenarios(category, rows)
+    for environment, template in templates.items():  # roles per stack: the flow log role is no worker's
+        scenarios += trust_scenarios(environment, "trust", template)
     answers = evaluate(scenarios)
     grouped: Evaluated = {}
     for scenario, answer in zip(scenarios, answers, strict=True):
@@ -346,8 +387,39 @@ def test_execution_role_pulls_the_image_and_writes_logs_only(evaluated: dict, en
 def test_only_named_producers_and_the_consumer_send_where_producers_are_named(
     evaluated: dict, environment: str
 ) -> None:
-    """With "producers", the named principals and the task role send to the source, nobody else; without, IAM decides."""
+    """With "producers", the named principals and the task role send to the source, only the task role to the DLQ, and a
+    move task sends for whoever started it (a named operator redrives, nobody moves into the DLQ); without, IAM decides."""
     check(evaluated, environment, "senders")
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_sqs_redrive_reaches_each_dlq_from_its_own_source_only(bound: dict[str, Bindings], environment: str) -> None:
+    """SQS's move after maxReceiveCount is no principal's request, so no policy row can evaluate it: the source's
+    redrive policy names the worker's DLQ, whose redrive allow policy admits that source alone (byQueue), and the
+    DLQ's queue policy only denies (no statement of it could admit another sender)."""
+    bindings = bound[environment]
+    source, dlq = (bindings.resource_of(bindings.resources[name]) for name in ("source", "dlq"))
+    assert source.properties["RedrivePolicy"]["deadLetterTargetArn"] == dlq.attributes["Arn"]
+    assert dlq.properties["RedriveAllowPolicy"] == {
+        "redrivePermission": "byQueue",
+        "sourceQueueArns": [source.attributes["Arn"]],
+    }
+    policy = bindings.resource_policy(dlq.attributes["Arn"])
+    assert policy is not None and {s["Effect"] for s in policy["Statement"]} == {"Deny"}
+
+
+@pytest.mark.parametrize("environment", list(ALL_ENVIRONMENTS))
+def test_each_role_is_assumed_by_its_service_for_this_stack_only(evaluated: dict, environment: str) -> None:
+    """Every role of the stack: its service with this stack's source assumes it; the same service for another
+    account's resource, another service, an admin of this account, another account and anonymous cannot."""
+    check(evaluated, environment, "trust")
+
+
+@pytest.mark.parametrize("environment", list(ALL_ENVIRONMENTS))
+def test_every_role_trusts_known_services_only(bound: dict[str, Bindings], environment: str) -> None:
+    """No trust policy admits a principal the tier does not evaluate: one Allow of sts:AssumeRole to known services."""
+    template = next(b.template for label, b in bound.items() if label.split("/")[0] == environment)
+    assert trust_problems(template) == []
 
 
 def test_secrets_are_bound_where_the_container_declares_them(bound: dict[str, Bindings]) -> None:
@@ -378,193 +450,6 @@ def test_runtime_calls_file_names_known_resources_and_says_why_a_call_is_skipped
         assert call["resource"] in {"source", "dlq", "idempotency-table", "task", "*"}, call
         if call.get("deployed", True) is False:
             assert len(call.get("why", "")) >= 40, f"{call['operation']} is skipped without a reason"
-
-
-# -- the tier's own tools can fail ---------------------------------------------------------------------
-
-TOPIC = "arn:aws:sns:eu-west-1:111122223333:paging"
-TLS_ONLY = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Deny",
-            "Principal": "*",
-            "Action": "sns:Publish",
-            "Resource": TOPIC,
-            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        }
-    ],
-}
-ALLOW_THIS_ACCOUNTS_ALARMS = {
-    "Effect": "Allow",
-    "Principal": {"Service": CLOUDWATCH},
-    "Action": "sns:Publish",
-    "Resource": TOPIC,
-    "Condition": {
-        "StringEquals": {"aws:SourceAccount": "111122223333"},
-        "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:eu-west-1:111122223333:alarm:app-*"},
-    },
-}
-
-
-def tool_scenario(
-    principal: str,
-    action: str,
-    resource: str,
-    context: dict[str, str],
-    *,
-    identity_policies: list[dict[str, Any]] | None = None,
-    resource_policy: dict[str, Any] | None = None,
-) -> Scenario:
-    """One hand-made request for the evaluator, outside any template."""
-    simulation: dict[str, Any] = {
-        "request": {
-            "principal": principal,
-            "action": action,
-            "resource": {"resource": resource, "accountId": "111122223333"},
-            "contextVariables": context,
-        },
-        "identityPolicies": identity_policies or [],
-        "serviceControlPolicies": [],
-        "resourceControlPolicies": [],
-    }
-    if resource_policy is not None:
-        simulation["resourcePolicy"] = resource_policy
-    return Scenario("tool", "tool", principal, action, resource, tuple(context.items()), ALLOWED, "", simulation)
-
-
-def publish(policy: dict[str, Any], source_account: str = "111122223333") -> Scenario:
-    context = {
-        "aws:SecureTransport": "true",
-        "aws:SourceAccount": source_account,
-        "aws:SourceArn": f"arn:aws:cloudwatch:eu-west-1:{source_account}:alarm:app-DlqDepth",
-    }
-    return tool_scenario(CLOUDWATCH, "sns:Publish", TOPIC, context, resource_policy=policy)
-
-
-def test_evaluator_answers_as_aws_for_a_topic_policy_with_and_without_cloudwatch() -> None:
-    """A TLS-only topic policy refuses CloudWatch (AWS's behaviour); an allow with source conditions admits only its account."""
-    with_allow = {**TLS_ONLY, "Statement": [*TLS_ONLY["Statement"], ALLOW_THIS_ACCOUNTS_ALARMS]}
-    assert evaluate([publish(TLS_ONLY), publish(with_allow), publish(with_allow, "444455556666")]) == [
-        "ImplicitlyDenied",
-        "Allowed",
-        "ImplicitlyDenied",
-    ]
-
-
-def test_evaluator_refuses_a_partial_secret_arn_under_a_suffix_wildcard_grant() -> None:
-    """ECS requests a secret by its ValueFrom's ARN: a grant on "<name>-??????" admits the complete ARN only,
-    so a partial ValueFrom (no suffix) is refused, as AWS refuses it at task start (aws-cdk#18555)."""
-    secret = "arn:aws:secretsmanager:eu-west-1:111122223333:secret:team/notify"
-    grant = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": f"{secret}-??????"}],
-    }
-    requests = [
-        tool_scenario(
-            "arn:aws:iam::111122223333:role/execution",
-            "secretsmanager:GetSecretValue",
-            requested,
-            {"aws:SecureTransport": "true"},
-            identity_policies=[{"name": "grant", "policy": grant}],
-        )
-        for requested in (secret, f"{secret}-Ab12Cd")
-    ]
-    assert evaluate(requests) == ["ImplicitlyDenied", "Allowed"]
-
-
-def test_evaluator_refuses_a_scenario_it_cannot_evaluate_rather_than_answering() -> None:
-    """An action that does not exist is an error naming the scenario, never a result."""
-    broken = publish(TLS_ONLY)
-    broken.simulation["request"]["action"] = "sns:PublishEverything"
-    with pytest.raises(RuntimeError, match=r"the evaluator refused scenarios:\ntool: cloudwatch.amazonaws.com"):
-        evaluate([broken])
-
-
-@pytest.mark.parametrize(
-    ("template", "message"),
-    [
-        ({"Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Fn::Cidr": []}}}}}, "'Fn::Cidr'"),
-        ({"Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Ref": "Nope"}}}}}, "'Nope'"),
-        (
-            {"Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Fn::GetAtt": ["A", "Color"]}}}}},
-            "reference cycle",
-        ),
-        (
-            {
-                "Resources": {
-                    "A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Fn::GetAtt": ["B", "Color"]}}},
-                    "B": {"Type": "AWS::SQS::Queue"},
-                }
-            },
-            "'Color' of AWS::SQS::Queue",
-        ),
-        (
-            {
-                "Resources": {
-                    "A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Ref": "B"}}},
-                    "B": {"Type": "AWS::Made::Up"},
-                }
-            },
-            "the Ref of AWS::Made::Up",
-        ),
-        (
-            {
-                "Parameters": {"P": {"Type": "String"}},
-                "Resources": {"A": {"Type": "AWS::SQS::Queue", "Properties": {"X": {"Ref": "P"}}}},
-            },
-            "parameter 'P'",
-        ),
-        ({"Transform": "AWS::Serverless-2016-10-31", "Resources": {}}, "Transform"),
-    ],
-    ids=["intrinsic", "ref", "cycle", "attribute", "type", "parameter", "section"],
-)
-def test_resolver_fails_loudly_on_what_it_does_not_know(template: dict[str, Any], message: str) -> None:
-    """An unknown intrinsic, reference, attribute, resource type, parameter value or section is an error naming it."""
-    with pytest.raises(ResolveError, match=message):
-        resolve_template(template, stack_name="S")
-
-
-def test_resolver_resolves_parameters_conditions_and_functions() -> None:
-    """Parameters (given and default), Conditions, Fn::If, Sub, Join, Select, Split and NoValue resolve as CloudFormation does."""
-    template = {
-        "Parameters": {"Email": {"Type": "String"}, "Tier": {"Type": "String", "Default": "prod"}},
-        "Conditions": {
-            "IsProd": {"Fn::Equals": [{"Ref": "Tier"}, "prod"]},
-            "IsDev": {"Fn::Not": [{"Condition": "IsProd"}]},
-        },
-        "Resources": {
-            "Queue": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": {"Fn::Sub": "${AWS::StackName}-source"}}},
-            "Dev": {"Type": "AWS::SQS::Queue", "Condition": "IsDev"},
-            "Topic": {
-                "Type": "AWS::SNS::Topic",
-                "Properties": {
-                    "DisplayName": {"Fn::If": ["IsProd", {"Ref": "Email"}, {"Ref": "AWS::NoValue"}]},
-                    "Tags": [
-                        {
-                            "Key": "queue",
-                            "Value": {"Fn::Select": [5, {"Fn::Split": [":", {"Fn::GetAtt": ["Queue", "Arn"]}]}]},
-                        },
-                        {"Key": "url", "Value": {"Fn::Join": ["|", [{"Ref": "Queue"}, {"Ref": "AWS::Region"}]]}},
-                    ],
-                },
-            },
-        },
-    }
-    resolved = resolve_template(template, stack_name="S", parameters={"Email": "oncall@example.org"})
-    assert "Dev" not in resolved.resources
-    topic = resolved.resources["Topic"].properties
-    assert topic["DisplayName"] == "oncall@example.org"
-    assert topic["Tags"] == [
-        {"Key": "queue", "Value": "S-source"},
-        {"Key": "url", "Value": "https://sqs.eu-west-1.amazonaws.com/111122223333/S-source|eu-west-1"},
-    ]
-    assert (
-        resolve_template(template, stack_name="S", parameters={"Email": "x", "Tier": "dev"})
-        .resources["Topic"]
-        .properties.get("DisplayName")
-        is None
-    )
 
 
 def test_tier_binds_the_resources_the_stack_really_uses(bound: dict[str, Bindings]) -> None:

@@ -86,3 +86,33 @@ def exiting_setup(message: Message) -> None:
 @worker(max_duration=5, setup=broken_check)
 def broken_setup(message: Message) -> None:
     """A handler whose start-up check raises something other than ConfigurationError."""
+
+
+#: What a lookup says about a customer: a value from the message (personal data a sender chose) in an exception's text.
+CUSTOMER_ERROR = "alice@example.com is not a customer"
+
+
+def look_up_customer(body: str) -> None:
+    """The handlers' own code that raises: a KeyError (declared non_retryable) for "reject", else a ValueError."""
+    if body == "reject":
+        raise KeyError(CUSTOMER_ERROR)
+    raise ValueError(CUSTOMER_ERROR)
+
+
+@worker(max_duration=5, concurrency=2, max_receive_count=2, retry_backoff_base=1, non_retryable=(KeyError,))
+def refuses_customer(message: Message) -> None:
+    """Always fails, the customer's address in the error (error_text's default: kept in reasons and logs)."""
+    look_up_customer(message.body)
+
+
+@worker(
+    max_duration=5,
+    concurrency=2,
+    max_receive_count=2,
+    retry_backoff_base=1,
+    non_retryable=(KeyError,),
+    error_text="omit",
+)
+def refuses_customer_quietly(message: Message) -> None:
+    """Always fails as refuses_customer does, declaring that error text stays out of reasons and logs."""
+    look_up_customer(message.body)

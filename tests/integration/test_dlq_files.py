@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
+from consumer.ops.commands import DLQ_TAKES_THE_CONSUMER_ONLY
 from consumer.testing import depth, drain
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
-from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, on_call, signal_on_call
+from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, hook_client, on_call, signal_on_call
 
 cli = dlq_support.cli
 clients = dlq_support.clients
@@ -260,3 +262,23 @@ def test_dlq_import_stops_at_a_failed_batch_and_says_where_to_resume(
         " (lines 4-10 were sent too and would be sent again)"
     ) in result.stdout
     assert depth(server_sqs, pair.dlq_url) == (10, 0)  # SQS took the whole first batch; nothing after it went
+
+
+def test_dlq_import_refused_by_the_dlqs_policy_says_to_import_to_the_source(
+    cli: Any, server_sqs: Any, tmp_path: Path, clients: Clients
+) -> None:
+    """Where producers are named the DLQ's policy refuses every sender but the task role (moto enforces none: SQS's
+    AccessDenied comes through botocore's hook): the error says why and to import --to source, nothing was sent."""
+    pair = create_pair(server_sqs, CONTRACT)
+    source = tmp_path / "in.jsonl"
+    export_lines(source, 3)
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "explicit deny"}}, "SendMessageBatch")
+    hook_client(clients, "SendMessageBatch", allowed=0, error=denied)
+
+    result = cli("dlq", "import", "--dlq-url", pair.dlq_url, "--in", str(source))
+
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[-1] == (
+        f"consumer dlq: SendMessageBatch on {pair.dlq_url} failed: AccessDenied: explicit deny; {DLQ_TAKES_THE_CONSUMER_ONLY}"
+    )
+    assert depth(server_sqs, pair.dlq_url) == (0, 0)
