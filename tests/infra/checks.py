@@ -121,6 +121,7 @@ def check_queues(env: Synthesized) -> None:
         arns = [_arn_tail(arn) for arn in allow.get("sourceQueueArns", [])]
         if allow.get("redrivePermission") != "byQueue" or arns != [f":{source['QueueName']}"]:
             problems.append(f"{label}: the DLQ's redrive allow policy must name its source alone: {allow!r}")
+        _check_senders(env, label, built, problems)
         for queue, properties in ((queues.queue, source), (queues.dead_letter_queue, dlq)):
             expect(
                 problems, label, f"{properties['QueueName']} FIFO", properties.get("FifoQueue", False), contract.fifo
@@ -129,6 +130,23 @@ def check_queues(env: Synthesized) -> None:
             if not any(_denies_plain_http(statement) for statement in _queue_policy_statements(env, queue)):
                 problems.append(f"{label}: {properties['QueueName']} has no TLS-only deny in its queue policy")
     report(problems, "queues")
+
+
+def _check_senders(env: Synthesized, label: str, built: Worker, problems: list[str]) -> None:
+    """Without producers, IAM alone decides who sends (each queue's policy holds only its TLS deny); with them, the
+    source denies every sender but them and the task role, and the DLQ every sender but the task role."""
+    producers = list(env.stack.settings.producers)
+    task_role = get_att(env, built.consumer.task_role, "Arn")
+    for queue, allowed in (
+        (built.queues.queue, [*producers, task_role]),
+        (built.queues.dead_letter_queue, [task_role]),
+    ):
+        statements = [s for s in _queue_policy_statements(env, queue) if not _denies_plain_http(s)]
+        denies = [s for s in statements if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage"]
+        if not producers:
+            expect(problems, label, f"{queue.node.id} policy beside the TLS deny", statements, [])
+        elif [d.get("Condition", {}).get("ArnNotEquals", {}).get("aws:PrincipalArn") for d in denies] != [allowed]:
+            problems.append(f"{label}: {queue.node.id} must deny SendMessage to all but {allowed!r}: {denies!r}")
 
 
 def _arn_tail(arn: object) -> str:

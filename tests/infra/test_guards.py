@@ -17,6 +17,7 @@ from consumer.contract import WorkerContract
 from infra.queues import WorkerQueues
 from infra.service import ConsumerService
 from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
+from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.resolve import resolve_template
 
@@ -334,10 +335,10 @@ def test_only_the_consumer_may_send_to_the_dlq_where_producers_are_named(variant
     }
 
 
-def test_without_producers_each_dlq_holds_only_the_tls_deny(synthesized: dict[str, Synthesized]) -> None:
-    """Every worker of every cdk.json environment that names no producers: same-account IAM decides who sends to its
+def test_without_producers_each_dlq_holds_only_the_tls_deny(reference: dict[str, Synthesized]) -> None:
+    """Every worker of every reference environment (none names producers): same-account IAM decides who sends to its
     DLQ, as to its source (the documented default)."""
-    unrestricted = [env for env in synthesized.values() if not env.stack.settings.producers]
+    unrestricted = [env for env in reference.values() if not env.stack.settings.producers]
     for env in unrestricted:
         for worker in env.stack.workers.values():
             (tls,) = queue_policy_statements(env, worker.queues.dead_letter_queue)
@@ -373,3 +374,11 @@ def test_idempotency_table_has_no_deletion_protection_even_where_data_is_retaine
         for worker in env.stack.workers.values():
             table = env.json["Resources"][env.logical_id(worker.consumer.idempotency_table)]
             assert table["Properties"]["DeletionProtectionEnabled"] is False, (name, worker.name)
+
+
+@pytest.mark.parametrize("check", list(TEMPLATE_CHECKS))
+def test_framework_checks_hold_on_the_guard_variants(variants: dict[str, Synthesized], check: str) -> None:
+    """The checks the repository's own cdk.json passes (tests/infra/checks.py) hold where paging is committed and
+    where producers, every kind of secret and a placeholder subscription are set, settings cdk.json may not have."""
+    for env in variants.values():
+        TEMPLATE_CHECKS[check](env)
