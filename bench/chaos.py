@@ -42,7 +42,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,9 @@ from botocore.config import Config
 from rich.console import Console
 
 from bench.chaos_accounting import (
+    KINDS,
+    PLACES,
+    ChaosResult,
     Delivery,
     account_stream,
     consumer_endings,
@@ -67,7 +70,6 @@ from bench.chaos_report import render, write_markdown
 from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, standard_cases
 from bench.proxy import FaultPlan, FaultProxy
 from consumer.examples.notifications import WEBHOOK_URL_ENV
-from consumer.local import accounting
 from consumer.local.display import output_console
 from consumer.local.harness import (
     TIMED_OUT,
@@ -88,18 +90,6 @@ from consumer.local.harness import (
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"
-APPLIED, DEAD_LETTERED = "applied once", "DLQ with a reason"
-#: Share of each event kind in the chaos stream, and where it must end.
-KINDS: dict[str, tuple[float, str]] = {
-    "good": (0.82, APPLIED),
-    "flaky": (0.08, APPLIED),  # the downstream answers 503 to its first delivery
-    "malformed": (0.05, DEAD_LETTERED),  # not JSON or breaks the schema
-    "rejected": (0.05, DEAD_LETTERED),  # the downstream answers 422
-}
-#: Where each kind must end, in the shared accounting's terms.
-PLACES = {
-    kind: accounting.DELIVERED if place == APPLIED else accounting.DEAD_LETTERED for kind, (_, place) in KINDS.items()
-}
 POLL_SECONDS = 1.0
 #: Nothing moving for this long (source empty) means the phase has settled: the demo contract's lease
 #: plus its maximum backoff (10 + 4 s) and two ticks, so every lease a SIGKILL left has expired.
@@ -200,37 +190,6 @@ def build_stream(count: int, seed: int) -> list[Planned]:
 
 
 # --------------------------------------------------------------------------- the run
-
-
-@dataclass
-class ChaosResult:
-    options: dict[str, Any]
-    produced: dict[str, int]
-    accounting: dict[str, Any]
-    repeats: dict[str, Any]
-    corpus: list[dict[str, Any]]
-    fifo: dict[str, Any]
-    faults: dict[str, dict[str, int]]
-    forwarded: dict[str, int]
-    outages: list[dict[str, float]]
-    kills: int
-    consumers: list[dict[str, Any]]
-    events: dict[str, int]
-    phases: dict[str, float]
-    elapsed_seconds: float
-    failures: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ChaosResult:
-        """Read back :meth:`to_json` output (to rewrite the docs from a stored run)."""
-        return cls(**{k: v for k, v in data.items() if k != "ok"})
 
 
 class Chaos:

@@ -1,15 +1,16 @@
-"""The chaos suite's verdict, as pure functions over what a run read back.
+"""The chaos suite's verdict, as pure functions over what a run read back, and the result it is recorded in.
 
 Final places come from :func:`consumer.local.accounting.places`, the rule the demo's report uses
 too; what is particular to chaos is here: DLQ copies from lost answers, the bad-input corpus,
-repeat deliveries traced to SIGKILLs, and how each consumer process ended.
+repeat deliveries traced to SIGKILLs, how each consumer process ended, and the :class:`ChaosResult`
+both the run (:mod:`bench.chaos`) and its reports (:mod:`bench.chaos_report`) use.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.corpus import Case
@@ -40,6 +41,52 @@ REPORTED_EVENTS = frozenset(
 )
 
 Record = dict[str, Any] | None
+
+APPLIED, DEAD_LETTERED = "applied once", "DLQ with a reason"
+#: Share of each event kind in the chaos stream, and where it must end.
+KINDS: dict[str, tuple[float, str]] = {
+    "good": (0.82, APPLIED),
+    "flaky": (0.08, APPLIED),  # the downstream answers 503 to its first delivery
+    "malformed": (0.05, DEAD_LETTERED),  # not JSON or breaks the schema
+    "rejected": (0.05, DEAD_LETTERED),  # the downstream answers 422
+}
+#: Where each kind must end, in the shared accounting's terms.
+PLACES = {
+    kind: accounting.DELIVERED if place == APPLIED else accounting.DEAD_LETTERED for kind, (_, place) in KINDS.items()
+}
+
+
+@dataclass
+class ChaosResult:
+    """One run's results: what :mod:`bench.chaos` records in its JSON and the reports are made from."""
+
+    options: dict[str, Any]
+    produced: dict[str, int]
+    accounting: dict[str, Any]
+    repeats: dict[str, Any]
+    corpus: list[dict[str, Any]]
+    fifo: dict[str, Any]
+    faults: dict[str, dict[str, int]]
+    forwarded: dict[str, int]
+    outages: list[dict[str, float]]
+    kills: int
+    consumers: list[dict[str, Any]]
+    events: dict[str, int]
+    phases: dict[str, float]
+    elapsed_seconds: float
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChaosResult:
+        """Read back :meth:`to_json` output (to rewrite the docs from a stored run)."""
+        return cls(**{k: v for k, v in data.items() if k != "ok"})
 
 
 @dataclass

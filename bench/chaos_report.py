@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.chaos_accounting import KINDS, ChaosResult
 from bench.proxy import FAULT_KINDS
 from bench.report import fill
 from consumer.local.harness import demo_contract
-
-if TYPE_CHECKING:
-    from bench.chaos import ChaosResult
 
 TEMPLATE = Path(__file__).with_name("CHAOS.template.md")
 
@@ -82,8 +80,6 @@ def _yes(ok: bool) -> str:
 
 def _figures(result: ChaosResult) -> list[tuple[str, Any]]:
     """The "Figures of the full run" table's rows: (figure, value)."""
-    from bench.chaos import KINDS
-
     a = result.accounting
     exits = Counter(f"{c['fleet']} {c['ended_by']} -> exit {c['exit_code']}" for c in result.consumers)
     outages = ", ".join(f"{x['seconds']} s" for x in result.outages)
