@@ -30,6 +30,10 @@ What one run does, all on 127.0.0.1 with no AWS account:
 Exit code 1 if anything is lost, in a wrong place, in two places, in the DLQ
 without a reason, a corpus message missed the DLQ at its first receive, a
 repeat delivery is not explained by a SIGKILL, or a consumer did not exit 0.
+A repeat delivery or an event in two places that the evidence traces to the
+endpoint (moto's server handing one message to two receives at once, or its
+store admitting two claims on one key) is reported, not failed:
+:mod:`bench.chaos_evidence` says how each is told apart.
 """
 
 from __future__ import annotations
@@ -55,14 +59,21 @@ from bench.chaos_accounting import (
     KINDS,
     PLACES,
     ChaosResult,
-    Delivery,
     account_stream,
     consumer_endings,
     corpus_checks,
-    repeats,
     reported_events,
     sort_dlq,
     stream_failures,
+)
+from bench.chaos_evidence import (
+    ConsumerLogs,
+    Delivery,
+    ReceiveLog,
+    Run,
+    classify_repeats,
+    double_hand_outs,
+    two_places_by_endpoint,
 )
 from bench.chaos_fifo import create_fifo_pair, fifo_report
 from bench.chaos_fleet import Supervisor
@@ -126,8 +137,8 @@ class IdempotentDownstream(LoopbackWebhook):
     """The webhook, honouring ``Idempotency-Key`` like Stripe: the first 200 per key applies the effect.
 
     Later requests with an applied key get 200 without applying again. Every raw request is
-    recorded with its sender (each consumer process gets its own URL path ``/notify/c<N>``), so a
-    repeat delivery can be traced to a SIGKILLed sender or not. ``reject`` keys get 422, ``flaky``
+    recorded with its sender (each consumer process gets its own URL path ``/notify/<label>``,
+    ``c<N>``), so a repeat delivery can be traced to its cause (:mod:`bench.chaos_evidence`). ``reject`` keys get 422, ``flaky``
     keys 503 on their first request; anything else is applied.
     """
 
@@ -141,11 +152,12 @@ class IdempotentDownstream(LoopbackWebhook):
         self._rng = random.Random(seed)
 
     def respond(self, key: str, path: str) -> int:
-        sender = path.rpartition("/c")[2]
-        return self.answer(key, int(sender or 0))
+        return self.answer(key, path.rpartition("/")[2])
 
-    def answer(self, key: str, sender: int) -> int:
-        arrived = time.monotonic()  # a sender SIGKILLed while we answer was alive when it sent
+    def answer(self, key: str, sender: str) -> int:
+        # When this thread read the request: under load that can be after the sender was SIGKILLed, though it sent
+        # before (bench.chaos_evidence never compares it with the sender's own kill).
+        arrived = time.monotonic()
         with self._lock:
             pause = self._rng.uniform(0.005, 0.05)
         time.sleep(pause)  # a real call takes time: a SIGKILL can land between the 200 and the ack
@@ -207,6 +219,7 @@ class Chaos:
         self.phase = "provisioning"
         self.phases: dict[str, float] = {}
         self._producing = threading.Event()
+        self.receives = ReceiveLog()  # the proxy's record of who received what (bench.chaos_evidence)
 
     # --- orchestration ------------------------------------------------------
     def run(self) -> ChaosResult:
@@ -225,6 +238,7 @@ class Chaos:
                 error_after=options.error_after,
                 seed=options.seed,
             ),
+            observer=self.receives,
         )
         downstream = IdempotentDownstream(
             reject={p.event_id for p in self.plan if p.kind == "rejected"},
@@ -352,7 +366,7 @@ class Chaos:
         fleet = Fleet(env, self.options.log_dir / "fifo")
         fleet.log_dir.mkdir(exist_ok=True)
         fleets.append(fleet)
-        self.supervisor.start(fleet)
+        self.supervisor.start(fleet, prefix="fifo-c")
         cases = fifo_cases()
         sent: dict[str, Case] = {}
         for case in cases:
@@ -449,7 +463,12 @@ class Chaos:
         by_event, corpus_found, unknown = sort_dlq(read_dlq(self.moto, self.dlq_url), self.corpus_ids, "evt-chaos-")
         left = sum(self._depth())
         stream = account_stream(self.plan, PLACES, applied, by_event, unknown, left, self.produced_ids)
-        repeated = repeats(deliveries, self.supervisor.killed)
+        lease = demo_contract().visibility_timeout_seconds  # the source's lease and the idempotency claim's
+        logs = ConsumerLogs((self.supervisor.label(one, c.number), c.log_path) for one in fleets for c in one.processes)
+        killed = {self.supervisor.label(fleets[0], number): at for number, at in self.supervisor.killed.items()}
+        repeated = classify_repeats(deliveries, Run(killed, self.receives, logs, lease, self.started))
+        hand_outs = double_hand_outs(self.receives, lease)
+        stream["in_two_places_by_endpoint"] = two_places_by_endpoint(stream["in_two_places"], hand_outs, logs)
         failures = stream_failures(stream, repeated)
         checks, corpus_failures = corpus_checks(self.corpus, corpus_found)
         failures += corpus_failures
@@ -486,6 +505,10 @@ class Chaos:
             phases=self.phases,
             elapsed_seconds=round(time.monotonic() - self.started, 1),
             failures=failures,
+            double_hand_outs=[
+                {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
+                for m, (first, second) in hand_outs.items()
+            ],
         )
 
 
