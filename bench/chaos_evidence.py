@@ -10,7 +10,8 @@ event both applied and dead-lettered needs a cause, and the run records what it 
 * the downstream records each delivery's sender and arrival, the supervisor each SIGKILL;
 * each consumer's log says what it did with each message, by MessageId (:class:`ConsumerLogs`).
 
-A repeat's cause (:func:`classify_repeats`), checked against each earlier successful delivery of the key:
+A repeat's cause (:func:`classify_repeats`): the first is checked against every earlier successful delivery of the
+key, the others against the last one (whose completion should have made the repeat's claim find the key done):
 
 ``endpoint``
     The repeat arrived inside the earlier holder's lease: the earlier holder received the event at ``h`` (the proxy
