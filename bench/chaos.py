@@ -66,15 +66,7 @@ from bench.chaos_accounting import (
     sort_dlq,
     stream_failures,
 )
-from bench.chaos_evidence import (
-    ConsumerLogs,
-    Delivery,
-    ReceiveLog,
-    Run,
-    classify_repeats,
-    double_hand_outs,
-    two_places_by_endpoint,
-)
+from bench.chaos_evidence import Delivery, ReceiveLog, trace
 from bench.chaos_fifo import create_fifo_pair, fifo_report
 from bench.chaos_fleet import Supervisor
 from bench.chaos_report import render, write_markdown
@@ -464,11 +456,8 @@ class Chaos:
         left = sum(self._depth())
         stream = account_stream(self.plan, PLACES, applied, by_event, unknown, left, self.produced_ids)
         lease = demo_contract().visibility_timeout_seconds  # the source's lease and the idempotency claim's
-        logs = ConsumerLogs((self.supervisor.label(one, c.number), c.log_path) for one in fleets for c in one.processes)
-        killed = {self.supervisor.label(fleets[0], number): at for number, at in self.supervisor.killed.items()}
-        repeated = classify_repeats(deliveries, Run(killed, self.receives, logs, lease, self.started))
-        hand_outs = double_hand_outs(self.receives, lease)
-        stream["in_two_places_by_endpoint"] = two_places_by_endpoint(stream["in_two_places"], hand_outs, logs)
+        run = self.supervisor.record(fleets, self.receives, lease, self.started)
+        repeated, stream["in_two_places_by_endpoint"], hand_outs = trace(deliveries, stream["in_two_places"], run)
         failures = stream_failures(stream, repeated)
         checks, corpus_failures = corpus_checks(self.corpus, corpus_found)
         failures += corpus_failures
@@ -505,10 +494,7 @@ class Chaos:
             phases=self.phases,
             elapsed_seconds=round(time.monotonic() - self.started, 1),
             failures=failures,
-            double_hand_outs=[
-                {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
-                for m, (first, second) in hand_outs.items()
-            ],
+            double_hand_outs=hand_outs,
         )
 
 

@@ -285,3 +285,16 @@ def two_places_by_endpoint(
                 *logs.told([message_id], {s for s in (first.sender, second.sender) if s is not None}),
             ]
     return found
+
+
+def trace(
+    deliveries: Mapping[str, Sequence[Delivery]], in_two_places: Sequence[str], run: Run
+) -> tuple[dict[str, Any], dict[str, list[str]], list[dict[str, Any]]]:
+    """What a run's result records: the repeats with their causes, the events in two places the endpoint caused (with
+    the evidence), and the messages the endpoint handed to two receives at once."""
+    hand_outs = double_hand_outs(run.receives, run.lease_seconds)
+    recorded = [
+        {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
+        for m, (first, second) in hand_outs.items()
+    ]
+    return classify_repeats(deliveries, run), two_places_by_endpoint(in_two_places, hand_outs, run.logs), recorded
