@@ -1,15 +1,17 @@
-"""The chaos suite's verdict, as pure functions over what a run read back.
+"""The chaos suite's verdict, as pure functions over what a run read back, and the result it is recorded in.
 
 Final places come from :func:`consumer.local.accounting.places`, the rule the demo's report uses
 too; what is particular to chaos is here: DLQ copies from lost answers, the bad-input corpus,
-repeat deliveries traced to SIGKILLs, and how each consumer process ended.
+how each consumer process ended, and the :class:`ChaosResult` both the run (:mod:`bench.chaos`)
+and its reports (:mod:`bench.chaos_report`) use. Why an event was delivered twice or ended in
+two places is :mod:`bench.chaos_evidence`'s.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.corpus import Case
@@ -41,12 +43,54 @@ REPORTED_EVENTS = frozenset(
 
 Record = dict[str, Any] | None
 
+APPLIED, DEAD_LETTERED = "applied once", "DLQ with a reason"
+#: Share of each event kind in the chaos stream, and where it must end.
+KINDS: dict[str, tuple[float, str]] = {
+    "good": (0.82, APPLIED),
+    "flaky": (0.08, APPLIED),  # the downstream answers 503 to its first delivery
+    "malformed": (0.05, DEAD_LETTERED),  # not JSON or breaks the schema
+    "rejected": (0.05, DEAD_LETTERED),  # the downstream answers 422
+}
+#: Where each kind must end, in the shared accounting's terms.
+PLACES = {
+    kind: accounting.DELIVERED if place == APPLIED else accounting.DEAD_LETTERED for kind, (_, place) in KINDS.items()
+}
+
 
 @dataclass
-class Delivery:
-    sender: int  # consumer process number (from the URL path)
-    at: float  # monotonic, when the request arrived
-    status: int
+class ChaosResult:
+    """One run's results: what :mod:`bench.chaos` records in its JSON and the reports are made from."""
+
+    options: dict[str, Any]
+    produced: dict[str, int]
+    accounting: dict[str, Any]
+    repeats: dict[str, Any]
+    corpus: list[dict[str, Any]]
+    fifo: dict[str, Any]
+    faults: dict[str, dict[str, int]]
+    forwarded: dict[str, int]
+    outages: list[dict[str, float]]
+    kills: int
+    consumers: list[dict[str, Any]]
+    events: dict[str, int]
+    phases: dict[str, float]
+    elapsed_seconds: float
+    failures: list[str] = field(default_factory=list)
+    #: Messages the endpoint handed to two receives at once (bench.chaos_evidence.double_hand_outs); older runs
+    #: recorded none.
+    double_hand_outs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChaosResult:
+        """Read back :meth:`to_json` output (to rewrite the docs from a stored run)."""
+        return cls(**{k: v for k, v in data.items() if k != "ok"})
 
 
 def account_stream(
@@ -76,6 +120,7 @@ def account_stream(
         "lost": found.lost,
         "misplaced": found.delivered_unexpectedly,
         "in_two_places": found.in_two_places,
+        "in_two_places_by_endpoint": {},  # filled by the run from its evidence (bench.chaos_evidence)
         "dlq_without_reason": found.without_reason,
         "unknown_in_dlq": unknown,
         "left_in_source": left,
@@ -103,11 +148,14 @@ def sort_dlq(
 
 
 def stream_failures(a: Mapping[str, Any], repeats: Mapping[str, Any]) -> list[str]:
+    """The stream's failures: anything lost, misplaced or left over, and the repeats and events in two places whose
+    cause is the consumer's or unknown (those the endpoint caused are reported, not failed: bench.chaos_evidence)."""
     failures = []
+    by_endpoint = a.get("in_two_places_by_endpoint", {})
     for label, values in (
         ("lost", a["lost"]),
         ("in a wrong place", a["misplaced"]),
-        ("in two places", a["in_two_places"]),
+        ("in two places", [key for key in a["in_two_places"] if key not in by_endpoint]),
         ("in the DLQ without a reason (SQS's silent redrive)", a["dlq_without_reason"]),
         ("never sent (time ran out)", a["unsent"]),
     ):
@@ -116,7 +164,14 @@ def stream_failures(a: Mapping[str, Any], repeats: Mapping[str, Any]) -> list[st
     if a["left_in_source"]:
         failures.append(f"{a['left_in_source']} messages left in the source queue")
     if repeats["unexplained"]:
-        failures.append(f"{len(repeats['unexplained'])} repeat deliveries not explained by a SIGKILL")
+        causes = "; ".join(
+            f"{r['key']} by {', '.join(map(str, r['senders']))}: {r.get('cause', 'unexplained')}"
+            for r in repeats["unexplained"]
+        )
+        failures.append(
+            f"{len(repeats['unexplained'])} repeat deliveries explained neither by a SIGKILL nor by the endpoint"
+            f" ({causes[:600]})"
+        )
     return failures
 
 
@@ -188,27 +243,3 @@ def consumer_endings(
 def reported_events(events: Mapping[str, int]) -> dict[str, int]:
     """The log events the report shows, sorted by name."""
     return {k: v for k, v in sorted(events.items()) if k in REPORTED_EVENTS or k.startswith("moved_to_dlq:")}
-
-
-def repeats(deliveries: Mapping[str, list[Delivery]], killed: Mapping[int, float]) -> dict[str, Any]:
-    """Deliveries after the first 200 per key, split by cause.
-
-    A repeat is explained when an earlier delivery's sender was SIGKILLed after it: the
-    downstream had answered, but the consumer died before recording completion, so after the
-    lease another consumer delivered again (the downstream's Idempotency-Key absorbed it).
-    Anything else would be a duplicate the consumer caused.
-    """
-    explained, unexplained = 0, []
-    for key, history in deliveries.items():
-        successes = [d for d in history if d.status == 200]
-        for n in range(1, len(successes)):
-            earlier = successes[:n]
-            if any(d.sender in killed and killed[d.sender] >= d.at for d in earlier):
-                explained += 1
-            else:
-                unexplained.append({"key": key, "senders": [d.sender for d in successes]})
-    return {
-        "raw_repeat_deliveries": explained + len(unexplained),
-        "explained_by_sigkill": explained,
-        "unexplained": unexplained,
-    }

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.chaos_accounting import KINDS, ChaosResult
 from bench.proxy import FAULT_KINDS
 from bench.report import fill
 from consumer.local.harness import demo_contract
-
-if TYPE_CHECKING:
-    from bench.chaos import ChaosResult
 
 TEMPLATE = Path(__file__).with_name("CHAOS.template.md")
 
@@ -43,11 +41,8 @@ def render(result: ChaosResult, console: Console) -> None:
         ("in a wrong place / in two places", f"{len(a['misplaced'])} / {len(a['in_two_places'])}"),
         ("in the DLQ without a reason (SQS silent redrive)", str(len(a["dlq_without_reason"]))),
         ("left in the source", str(a["left_in_source"])),
-        (
-            "raw repeat deliveries (explained by SIGKILL / not)",
-            f"{result.repeats['raw_repeat_deliveries']} ({result.repeats['explained_by_sigkill']}"
-            f" / {len(result.repeats['unexplained'])})",
-        ),
+        ("raw repeat deliveries (by SIGKILL / by the endpoint / neither)", _repeats(result)),
+        ("in two places by the endpoint / messages it handed to two receives", _endpoint(result)),
         ("SIGKILLs", str(result.kills)),
         ("endpoint restarts", ", ".join(f"{o['seconds']} s down" for o in result.outages) or "none"),
         (
@@ -76,14 +71,24 @@ def render(result: ChaosResult, console: Console) -> None:
         console.print("[green]OK[/green]: nothing lost, nothing misplaced, every corpus message dead-lettered at once")
 
 
+def _repeats(result: ChaosResult) -> str:
+    r = result.repeats
+    return (
+        f"{r['raw_repeat_deliveries']} ({r['explained_by_sigkill']} / {r.get('caused_by_endpoint', 0)}"
+        f" / {len(r['unexplained'])})"
+    )
+
+
+def _endpoint(result: ChaosResult) -> str:
+    return f"{len(result.accounting.get('in_two_places_by_endpoint', {}))} / {len(result.double_hand_outs)}"
+
+
 def _yes(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
 def _figures(result: ChaosResult) -> list[tuple[str, Any]]:
     """The "Figures of the full run" table's rows: (figure, value)."""
-    from bench.chaos import KINDS
-
     a = result.accounting
     exits = Counter(f"{c['fleet']} {c['ended_by']} -> exit {c['exit_code']}" for c in result.consumers)
     outages = ", ".join(f"{x['seconds']} s" for x in result.outages)
@@ -104,8 +109,13 @@ def _figures(result: ChaosResult) -> list[tuple[str, Any]]:
         ("left in the source queue", a["left_in_source"]),
         ("raw repeat deliveries at the downstream", result.repeats["raw_repeat_deliveries"]),
         (
-            "of which explained by a SIGKILL of the earlier sender / not explained",
-            f"{result.repeats['explained_by_sigkill']} / {len(result.repeats['unexplained'])}",
+            "of which after a SIGKILL of the earlier sender / caused by the endpoint / neither (the consumer's)",
+            f"{result.repeats['explained_by_sigkill']} / {result.repeats.get('caused_by_endpoint', 0)}"
+            f" / {len(result.repeats['unexplained'])}",
+        ),
+        (
+            "events in two places by the endpoint / messages the endpoint handed to two receives at once",
+            _endpoint(result),
         ),
         ("SIGKILLs / endpoint restarts", f"{result.kills} / {len(result.outages)} ({outages})"),
         ("consumers and how they ended", "; ".join(f"{k}: {v}" for k, v in sorted(exits.items()))),

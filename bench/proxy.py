@@ -20,7 +20,9 @@ closes every open connection (so clients see refused and reset connections),
 and comes back on the same port a few seconds later, with moto's state intact.
 
 Only requests whose ``X-Amz-Target`` starts with one of ``FaultPlan.targets``
-(SQS by default) are faulted; everything else is forwarded untouched.
+(SQS by default) are faulted; everything else is forwarded untouched. An ``observer``
+sees every request that was forwarded (an :class:`Exchange`): the chaos suite reads
+from them who received which message when (:mod:`bench.chaos_evidence`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -74,6 +77,25 @@ class FaultPlan:
             )
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One request the proxy forwarded to moto, as its observer sees it.
+
+    ``sent_at`` and ``answered_at`` are ``time.monotonic()`` when the request arrived and when moto's answer came
+    back (before the proxy passed it on); ``status`` is None when forwarding failed (whether moto applied it is
+    unknown); ``passed_on`` says whether the client got moto's answer (False for a lost answer, ``error_after``).
+    """
+
+    operation: str
+    user_agent: str
+    body: bytes
+    status: int | None
+    answer: bytes
+    sent_at: float
+    answered_at: float
+    passed_on: bool
+
+
 def error_body(kind: str, operation: str) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of an injected error, shaped as SQS's JSON protocol answers it."""
     if kind == THROTTLE_BEFORE:
@@ -102,10 +124,17 @@ class FaultProxy:
         proxy.stop()
     """
 
-    def __init__(self, upstream: str, plan: FaultPlan | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        plan: FaultPlan | None = None,
+        port: int = 0,
+        observer: Callable[[Exchange], None] | None = None,
+    ) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         self.upstream_host, self.upstream_port = parsed.hostname or "127.0.0.1", parsed.port or 80
         self.plan = plan or FaultPlan()
+        self.observer = observer
         self.faults: Counter[tuple[str, str]] = Counter()
         self.forwarded: Counter[str] = Counter()
         self.outages: list[dict[str, float]] = []
@@ -259,22 +288,33 @@ class FaultProxy:
             self._next_id += 1
             request_id = self._next_id
             self._inflight.add(request_id)
+        sent_at = time.monotonic()
+
+        def observe(status: int | None, answer: bytes, passed_on: bool) -> None:
+            if self.observer is not None:
+                agent = request.headers.get("User-Agent", "")
+                self.observer(Exchange(operation, agent, body, status, answer, sent_at, answered_at, passed_on))
+
         try:
             status, headers, answer = self._forward(request, body)
         except OSError as error:
             # moto unreachable or the outage reset us mid-request: the client sees a bad gateway.
+            answered_at = time.monotonic()
+            observe(None, b"", passed_on=False)
             self._reply(request, 502, {"Content-Type": "text/plain"}, f"upstream failed: {error}".encode())
             return
         finally:
             with self._lock:
                 self._inflight.discard(request_id)
+        answered_at = time.monotonic()
         with self._lock:
             self.forwarded[operation] += 1
         if fault == ERROR_AFTER and not self._paused.is_set():
             self._count(fault, operation)
             self._reply(request, *error_body(fault, operation))
+            observe(status, answer, passed_on=False)
             return
-        self._reply(request, status, headers, answer)
+        observe(status, answer, passed_on=self._reply(request, status, headers, answer))
 
     def _forward(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, dict[str, str], bytes]:
         connection = http.client.HTTPConnection(
@@ -296,7 +336,8 @@ class FaultProxy:
             self.faults[(kind, operation)] += 1
 
     @staticmethod
-    def _reply(request: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes) -> None:
+    def _reply(request: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes) -> bool:
+        """Answer the client; False if it went away (or the outage reset the connection) first."""
         try:
             request.send_response(status)
             for name, value in headers.items():
@@ -305,4 +346,5 @@ class FaultProxy:
             request.end_headers()
             request.wfile.write(body)
         except OSError:
-            pass  # the client went away (or the outage reset the connection): nothing to answer
+            return False
+        return True

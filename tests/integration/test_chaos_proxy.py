@@ -15,6 +15,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from bench.chaos_evidence import ReceiveLog, double_hand_outs
 from bench.proxy import ERROR_AFTER, THROTTLE_BEFORE, FaultPlan, FaultProxy
 from consumer.testing import depth, wait_until
 from tests.integration.conftest import REGION
@@ -114,6 +115,40 @@ def test_proxy_without_faults_forwards_unchanged(clean: FaultProxy, direct: Any,
     (message,) = sqs.receive_message(QueueUrl=queue_url)["Messages"]
     assert message["Body"] == "hello"
     assert sum(clean.faults.values()) == 0 and clean.forwarded["SendMessage"] == 1
+
+
+def test_proxy_observer_records_who_received_which_event_and_the_visibility_changes(
+    moto_server: str, direct: Any, queue_url: str
+) -> None:
+    """The chaos suite's evidence: a receive answer's receiver (its User-Agent app id), message, receive count and
+    idempotency key; a lost answer (error_after) is a receive nobody holds; a hand-back (visibility 0) between two
+    receives makes the second SQS's doing, not a double hand-out."""
+    log = ReceiveLog()
+    losing = FaultProxy(moto_server, FaultPlan(error_after=1.0), observer=log)
+    losing.start()
+    key = {"idempotency-key": {"DataType": "String", "StringValue": "evt-1"}}
+    everything = {"MessageSystemAttributeNames": ["All"], "MessageAttributeNames": ["All"]}  # as the consumer asks
+    direct.send_message(QueueUrl=queue_url, MessageBody="m", MessageAttributes=key)
+    try:
+        with pytest.raises(ClientError, match="InternalError"):
+            client(losing).receive_message(QueueUrl=queue_url, VisibilityTimeout=0, **everything)
+        losing.pause_faults()
+        labelled = client(losing, Config(retries={"total_max_attempts": 1}, user_agent_appid="c7"))
+        (message,) = labelled.receive_message(QueueUrl=queue_url, **everything)["Messages"]
+        labelled.change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+        )
+        labelled.receive_message(QueueUrl=queue_url, **everything)
+    finally:
+        losing.stop()
+    assert [(r.sender, r.receive_count, r.key, r.passed_on) for r in log.receives] == [
+        (None, 1, "evt-1", False),
+        ("c7", 2, "evt-1", True),
+        ("c7", 3, "evt-1", True),
+    ]
+    assert [r.sender for r in log.holds()["evt-1"]] == ["c7", "c7"]
+    assert len(log.changes[message["MessageId"]]) == 1
+    assert double_hand_outs(log, lease_seconds=30) == {}
 
 
 def test_proxy_paused_faults_forward_everything(throttling: FaultProxy, direct: Any, queue_url: str) -> None:

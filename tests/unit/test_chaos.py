@@ -1,4 +1,4 @@
-"""The chaos suite's parts that need no network: fault shapes, fault plans, the corpus, the repeat accounting."""
+"""The chaos suite's parts that need no network: fault shapes, fault plans, the corpus, the stream's accounting."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from botocore.parsers import create_parser
 from botocore.retries.standard import RetryContext, ThrottledRetryableChecker, TransientRetryableChecker
 
-from bench.chaos import KINDS, PLACES, Delivery, IdempotentDownstream, build_stream
-from bench.chaos_accounting import account_stream, repeats, stream_failures
+from bench.chaos import IdempotentDownstream, build_stream
+from bench.chaos_accounting import KINDS, PLACES, account_stream, stream_failures
 from bench.corpus import fifo_cases, standard_cases
 from bench.proxy import ERROR_AFTER, ERROR_BEFORE, THROTTLE_BEFORE, FaultPlan, error_body
 from consumer.examples.notifications import parse
@@ -121,44 +121,18 @@ def test_build_stream_rejects_fewer_messages_than_kinds() -> None:
 def test_downstream_applies_a_key_once_and_counts_repeats() -> None:
     """Three requests with one key: one application, three raw deliveries from their senders."""
     downstream = IdempotentDownstream()
-    statuses = [downstream.answer("k", sender) for sender in (1, 2, 2)]
+    statuses = [downstream.respond("k", f"/notify/{sender}") for sender in ("c1", "c2", "c2")]
     applied, deliveries = downstream.snapshot()
     assert statuses == [200, 200, 200]
-    assert (applied, [d.sender for d in deliveries["k"]]) == ({"k"}, [1, 2, 2])
+    assert (applied, [d.sender for d in deliveries["k"]]) == ({"k"}, ["c1", "c2", "c2"])
 
 
 def test_downstream_flaky_key_fails_its_first_delivery_only() -> None:
     """A flaky key gets 503 once, then 200; a rejected key always 422 and is never applied."""
     downstream = IdempotentDownstream(reject={"r"}, flaky={"f"})
-    assert [downstream.answer("f", 1), downstream.answer("f", 1)] == [503, 200]
-    assert [downstream.answer("r", 1), downstream.answer("r", 2)] == [422, 422]
+    assert [downstream.answer("f", "c1"), downstream.answer("f", "c1")] == [503, 200]
+    assert [downstream.answer("r", "c1"), downstream.answer("r", "c2")] == [422, 422]
     assert downstream.snapshot()[0] == {"f"}
-
-
-def test_repeats_after_a_sigkilled_sender_are_explained() -> None:
-    """A repeat whose earlier sender was SIGKILLed after delivering is explained, not a duplicate."""
-    history = {"k": [Delivery(sender=1, at=10.0, status=200), Delivery(sender=2, at=25.0, status=200)]}
-    found = repeats(history, {1: 10.5})
-    assert (found["explained_by_sigkill"], found["unexplained"]) == (1, [])
-
-
-def test_repeats_from_a_sender_never_killed_are_unexplained() -> None:
-    """Two 200s for one key from consumers that were not killed is a duplicate the consumer caused."""
-    history = {"k": [Delivery(sender=1, at=10.0, status=200), Delivery(sender=2, at=25.0, status=200)]}
-    found = repeats(history, {})
-    assert found["unexplained"] == [{"key": "k", "senders": [1, 2]}]
-
-
-def test_repeats_ignore_a_sender_killed_before_its_delivery() -> None:
-    """A kill before the earlier delivery cannot explain the repeat (the sender was alive after it)."""
-    history = {"k": [Delivery(sender=1, at=10.0, status=200), Delivery(sender=1, at=12.0, status=200)]}
-    assert len(repeats(history, {1: 9.0})["unexplained"]) == 1
-
-
-def test_repeats_count_only_successful_deliveries() -> None:
-    """A 503 then a 200 is a retry, not a repeat."""
-    history = {"k": [Delivery(sender=1, at=10.0, status=503), Delivery(sender=1, at=12.0, status=200)]}
-    assert repeats(history, {})["raw_repeat_deliveries"] == 0
 
 
 def test_error_body_is_json_with_the_sqs_type() -> None:

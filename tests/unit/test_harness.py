@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import chaos
-from bench.chaos import ChaosResult
+from bench.chaos_accounting import ChaosResult
 from bench.chaos_report import sections, write_markdown
 from consumer import Message, worker
 from consumer.contract import ContractError

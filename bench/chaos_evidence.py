@@ -1,0 +1,300 @@
+"""Why an event reached the downstream twice, or ended in two places: the causes, read from what the run recorded.
+
+The consumer promises one effect per event; a second 200 for one ``Idempotency-Key`` (a repeat delivery) or an
+event both applied and dead-lettered needs a cause, and the run records what it takes to name one:
+
+* the proxy sees every SQS request a consumer makes, and each consumer's botocore ``User-Agent`` carries its label
+  (``AWS_SDK_UA_APP_ID``, set by the supervisor): :class:`ReceiveLog` keeps which receive answer handed which
+  message (with its ``idempotency-key``, the event id) to whom, when, at which ``ApproximateReceiveCount``, and
+  every visibility change or delete sent for it;
+* the downstream records each delivery's sender and arrival, the supervisor each SIGKILL;
+* each consumer's log says what it did with each message, by MessageId (:class:`ConsumerLogs`).
+
+A repeat's cause (:func:`classify_repeats`): the first is checked against every earlier successful delivery of the
+key, the others against the last one (whose completion should have made the repeat's claim find the key done):
+
+``endpoint``
+    The repeat arrived inside the earlier holder's lease: the earlier holder received the event at ``h`` (the proxy
+    stamps the answer before passing it on, so its claim came after ``h`` and its idempotency lease ran at least
+    until ``h + lease``), and the repeat's sender claimed before it delivered, so before ``h + lease``. The store
+    admitted a second claim on a live lease, which a DynamoDB conditional write never does: moto's server runs
+    requests on threads without a lock around its backends, and two concurrent conditional PutItems on one key can
+    both succeed there (docs/CHAOS.md has the reproduction). Not the consumer's.
+``sigkill``
+    The earlier sender was SIGKILLed before the repeat arrived and its log never says the event's message was
+    processed: it died between the downstream's 200 and recording completion, so after its lease another consumer
+    delivered again. The kill is compared with the repeat, never with the earlier delivery's arrival: the harness
+    stamps an arrival when its (busy) downstream thread gets to the request, which under load can be after it
+    stamped the kill of the sender, although the request was sent before.
+``lease_lapsed``
+    The earlier sender was alive when the repeat arrived, and the repeat came at least a lease after the earlier
+    sender received the event: it held the event past its lease without renewing it (a stalled heartbeat: the
+    consumer's fault, or a machine too loaded to run it). The earlier sender's log lines for the message are the
+    evidence. Fails the run.
+``unexplained``
+    Anything else. Fails the run.
+
+An event applied and also in the DLQ is the endpoint's when one of its messages was handed to a second receive while
+the first receive's lease was running (:func:`double_hand_outs`): the two holders then act on one message at once
+(the one that finds the other's claim hands a copy back; the other, at its last receive, dead-letters the original),
+which SQS, handing a message to one receive per visibility timeout, never causes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.proxy import Exchange
+from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE
+
+SIGKILL, ENDPOINT, LEASE_LAPSED, UNEXPLAINED = "sigkill", "endpoint", "lease_lapsed", "unexplained"
+#: The causes that fail the run: the consumer's (or a machine too loaded to run it), or none found.
+CONSUMER_CAUSES = frozenset({LEASE_LAPSED, UNEXPLAINED})
+#: The environment variable botocore appends to its User-Agent as ``app/<value>``: each consumer's label.
+UA_APP_ID_ENV = "AWS_SDK_UA_APP_ID"
+_APP_ID = re.compile(r"\bapp/(\S+)")
+_CHANGES = frozenset({"ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "DeleteMessage", "DeleteMessageBatch"})
+_LOST_LEASE = "no longer held its lease"
+
+
+@dataclass
+class Delivery:
+    sender: str  # the consumer's label (the last segment of its webhook URL's path)
+    at: float  # monotonic, when the downstream read the request
+    status: int
+
+
+@dataclass(frozen=True)
+class Receive:
+    """One message in one ReceiveMessage answer moto gave."""
+
+    sender: str | None  # the receiving consumer's label; None for a client without one
+    message_id: str
+    receive_count: int
+    key: str | None  # the idempotency-key attribute: the event id
+    at: float  # monotonic, when the answer came back from moto (before the proxy passed it on)
+    passed_on: bool  # the consumer got it (False: a lost answer; the message is in flight with nobody)
+    visibility: float | None = None  # the receive's own VisibilityTimeout, if it asked for one (else the queue's)
+
+
+@dataclass
+class ReceiveLog:
+    """The proxy's observer: every message a receive answer carried, every visibility change and delete sent."""
+
+    receives: list[Receive] = field(default_factory=list)
+    #: MessageId -> when each visibility change or delete naming one of its receipt handles reached the proxy.
+    changes: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    _message_of: dict[str, str] = field(default_factory=dict)  # receipt handle -> MessageId
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, exchange: Exchange) -> None:
+        if exchange.operation == "ReceiveMessage" and exchange.status == 200:
+            self._received(exchange)
+        elif exchange.operation in _CHANGES:
+            # Recorded whatever the answer: a failed forward or a lost answer may still have been applied.
+            request = json.loads(exchange.body or b"{}")
+            entries = request.get("Entries") or [request]
+            with self._lock:
+                for entry in entries:
+                    message_id = self._message_of.get(str(entry.get("ReceiptHandle")))
+                    if message_id is not None:
+                        self.changes[message_id].append(exchange.sent_at)
+
+    def _received(self, exchange: Exchange) -> None:
+        label = _APP_ID.search(exchange.user_agent)
+        sender = label[1] if label else None
+        asked = json.loads(exchange.body or b"{}").get("VisibilityTimeout")
+        visibility = None if asked is None else float(asked)
+        for message in json.loads(exchange.answer).get("Messages", []):
+            key = message.get("MessageAttributes", {}).get(IDEMPOTENCY_KEY_ATTRIBUTE, {}).get("StringValue")
+            count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 0))
+            at, passed_on = exchange.answered_at, exchange.passed_on
+            receive = Receive(sender, message["MessageId"], count, key, at, passed_on, visibility)
+            with self._lock:
+                self._message_of[message["ReceiptHandle"]] = message["MessageId"]
+                self.receives.append(receive)
+
+    def holds(self) -> dict[str, list[Receive]]:
+        """Per event id, the receives that reached a consumer, in order."""
+        with self._lock:
+            found: dict[str, list[Receive]] = defaultdict(list)
+            for receive in sorted(self.receives, key=lambda r: r.at):
+                if receive.key is not None and receive.passed_on and receive.sender is not None:
+                    found[receive.key].append(receive)
+            return found
+
+
+def double_hand_outs(log: ReceiveLog, lease_seconds: float) -> dict[str, list[Receive]]:
+    """MessageId -> the two receives that got it at once: the second answered with the same receive count (one
+    receive handed to two receivers), or less than half the first receive's visibility timeout (its own, else the
+    queue's ``lease_seconds``) after it, with no visibility change or delete of the message sent in between (half: room
+    for the time between moto marking the message received and the proxy stamping its answer). SQS hands a message
+    to one receive per visibility timeout
+    (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-visibility-timeout.html)."""
+    by_message: dict[str, list[Receive]] = defaultdict(list)
+    for receive in sorted(log.receives, key=lambda r: r.at):
+        by_message[receive.message_id].append(receive)
+    found = {}
+    for message_id, receives in by_message.items():
+        changed = log.changes.get(message_id, [])
+        for first, second in zip(receives, receives[1:], strict=False):
+            quiet = not any(first.at - lease_seconds <= at <= second.at for at in changed)
+            invisible = lease_seconds if first.visibility is None else first.visibility
+            if first.receive_count == second.receive_count or (quiet and second.at - first.at < invisible / 2):
+                found[message_id] = [first, second]
+                break
+    return found
+
+
+@dataclass(frozen=True)
+class Line:
+    sender: str
+    event: str
+    receive_count: int | None
+    timestamp: str
+
+
+class ConsumerLogs:
+    """Every consumer's JSON log lines about each message (by MessageId), and the store's lost-lease warnings."""
+
+    def __init__(self, logs: Iterable[tuple[str, Path]]) -> None:
+        """``logs``: each consumer's label and log file."""
+        self.by_message: dict[str, list[Line]] = defaultdict(list)
+        self.lost_leases: dict[str, list[Line]] = defaultdict(list)  # event id -> the warnings naming it
+        for label, path in logs:
+            for raw in path.read_bytes().splitlines() if path.exists() else []:
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue  # a line cut by a SIGKILL
+                if not isinstance(line, dict) or "event" not in line:
+                    continue
+                entry = Line(label, str(line["event"]), line.get("receive_count"), str(line.get("timestamp", "")))
+                if "message_id" in line:
+                    self.by_message[str(line["message_id"])].append(entry)
+                elif _LOST_LEASE in entry.event:
+                    for key in re.findall(r"attr:(\S+)", entry.event):
+                        self.lost_leases[key].append(entry)
+
+    def processed(self, sender: str, message_ids: Iterable[str]) -> bool:
+        """Whether ``sender`` logged one of ``message_ids`` processed (logged after its completion was recorded)."""
+        return any(
+            line.sender == sender and line.event == "message_processed"
+            for message_id in message_ids
+            for line in self.by_message.get(message_id, [])
+        )
+
+    def told(self, message_ids: Iterable[str], senders: Iterable[str]) -> list[str]:
+        """What ``senders`` logged about ``message_ids``, one short string per line, in log order."""
+        wanted = set(senders)
+        lines = [line for m in message_ids for line in self.by_message.get(m, []) if line.sender in wanted]
+        return [f"{line.timestamp[11:23]} {line.sender} {line.event} (receive {line.receive_count})" for line in lines]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a run recorded, for the classifiers: kills by consumer label, receives, logs, the lease, the start."""
+
+    killed: Mapping[str, float]
+    receives: ReceiveLog
+    logs: ConsumerLogs
+    lease_seconds: float
+    started: float
+
+
+def classify_repeats(deliveries: Mapping[str, Sequence[Delivery]], run: Run) -> dict[str, Any]:
+    """Every delivery after the first 200 per key, with its cause (see the module) and the evidence for it."""
+    holds = run.receives.holds()
+    found = []
+    for key, history in deliveries.items():
+        successes = [d for d in history if d.status == 200]
+        for n in range(1, len(successes)):
+            cause, evidence = _cause(key, successes[:n], successes[n], holds.get(key, []), run)
+            found.append({"key": key, "senders": [d.sender for d in successes], "cause": cause, "evidence": evidence})
+    return {
+        "raw_repeat_deliveries": len(found),
+        "explained_by_sigkill": sum(1 for r in found if r["cause"] == SIGKILL),
+        "caused_by_endpoint": sum(1 for r in found if r["cause"] == ENDPOINT),
+        # The consumer's (or the machine's load), or no cause found: these fail the run.
+        "unexplained": [r for r in found if r["cause"] in CONSUMER_CAUSES],
+        "repeats": found,
+    }
+
+
+def _cause(
+    key: str, earlier: Sequence[Delivery], repeat: Delivery, holds: Sequence[Receive], run: Run
+) -> tuple[str, list[str]]:
+    def at(seconds: float) -> str:
+        return f"+{seconds - run.started:.2f} s"
+
+    def held_by(delivery: Delivery) -> list[Receive]:
+        return [h for h in holds if h.sender == delivery.sender and h.at <= delivery.at]
+
+    def told(delivery: Delivery) -> list[str]:
+        return run.logs.told(sorted({h.message_id for h in held_by(delivery)}), {delivery.sender, repeat.sender})
+
+    again = f"{repeat.sender} delivered again at {at(repeat.at)}"
+    for before in earlier:
+        held = held_by(before)
+        # The earliest receive before the delivery: whichever receive the delivering claim followed, it came after this.
+        if held and repeat.at < held[0].at + run.lease_seconds:
+            return ENDPOINT, [
+                f"{before.sender} received {key} at {at(held[0].at)} (message {held[0].message_id}, receive"
+                f" {held[0].receive_count}) and delivered at {at(before.at)}; {again}, inside {before.sender}'s"
+                f" {run.lease_seconds:g} s lease: the store admitted a second claim on a live lease",
+                *told(before),
+            ]
+    before = earlier[-1]  # its completion is what should have made the repeat's claim find the key done
+    held = held_by(before)
+    killed = run.killed.get(before.sender)
+    if killed is not None and killed <= repeat.at:
+        if not run.logs.processed(before.sender, {h.message_id for h in held}):
+            return SIGKILL, [
+                f"{before.sender} delivered (read by the downstream at {at(before.at)}) and was SIGKILLed at"
+                f" {at(killed)} before logging it processed; {again}",
+                *told(before),
+            ]
+    elif held:
+        return LEASE_LAPSED, [
+            f"{before.sender} received {key} at {at(held[0].at)}, delivered at {at(before.at)} and was alive when"
+            f" {again}: it held the event past its {run.lease_seconds:g} s lease",
+            *(f"{line.timestamp[11:23]} {line.sender}: {line.event}" for line in run.logs.lost_leases.get(key, [])),
+            *told(before),
+        ]
+    return UNEXPLAINED, [f"{before.sender} delivered at {at(before.at)}; {again}", *told(before)]
+
+
+def two_places_by_endpoint(
+    in_two_places: Sequence[str], hand_outs: Mapping[str, list[Receive]], logs: ConsumerLogs
+) -> dict[str, list[str]]:
+    """Event id -> evidence, for the events in two places one of whose messages the endpoint handed to two receives
+    at once (:func:`double_hand_outs`); the others stay failures."""
+    found: dict[str, list[str]] = {}
+    for message_id, (first, second) in hand_outs.items():
+        if first.key in in_two_places:
+            found[first.key] = [
+                f"message {message_id} handed to {first.sender} (receive {first.receive_count}) and to"
+                f" {second.sender} (receive {second.receive_count}) {second.at - first.at:.3f} s apart",
+                *logs.told([message_id], {s for s in (first.sender, second.sender) if s is not None}),
+            ]
+    return found
+
+
+def trace(
+    deliveries: Mapping[str, Sequence[Delivery]], in_two_places: Sequence[str], run: Run
+) -> tuple[dict[str, Any], dict[str, list[str]], list[dict[str, Any]]]:
+    """What a run's result records: the repeats with their causes, the events in two places the endpoint caused (with
+    the evidence), and the messages the endpoint handed to two receives at once."""
+    hand_outs = double_hand_outs(run.receives, run.lease_seconds)
+    recorded = [
+        {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
+        for m, (first, second) in hand_outs.items()
+    ]
+    return classify_repeats(deliveries, run), two_places_by_endpoint(in_two_places, hand_outs, run.logs), recorded
