@@ -115,6 +115,27 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return outdir
 
 
+SYNTHESIZE_CONTEXT = """
+import json, sys
+from infra.app import build_app
+app, _ = build_app(outdir=sys.argv[1], context={"sqs-worker:environments": json.loads(sys.argv[2])})
+app.synth()
+"""
+
+
+def synthesize_context(outdir: Path, environments: dict[str, Any]) -> Path:
+    """A cloud assembly of ``environments`` (the ``sqs-worker:environments`` context a test builds, in place of
+    cdk.json's), synthesized by the real app with cdk-nag in a subprocess; returns ``outdir``."""
+    subprocess.run(
+        [sys.executable, "-c", SYNTHESIZE_CONTEXT, str(outdir), json.dumps(environments)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    return outdir
+
+
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dummy credentials so nothing ever reaches a real account."""
