@@ -72,10 +72,15 @@ def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -
 def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """`python -m consumer local up` serving the dev stack (any free port) and its env file; yields (env file, output)."""
     env_file = tmp_path_factory.mktemp("local") / "local.env"
-    # The send command is the last line printed before serving.
-    with local_up(
-        cdk_out / "SqsWorker-dev.template.json", env_file, lambda line: line.startswith("  ") and "local send" in line
-    ) as output:
+    # The last worker's send command is the last line printed before serving (a send command per worker).
+    counts = {"workers": 0, "sends": 0}
+
+    def last_send(line: str) -> bool:
+        counts["workers"] += line.startswith("worker ")
+        counts["sends"] += line.startswith("  ") and "local send" in line
+        return counts["sends"] == counts["workers"] > 0
+
+    with local_up(cdk_out / "SqsWorker-dev.template.json", env_file, last_send) as output:
         yield env_file, output
 
 
