@@ -1,6 +1,6 @@
 """A team's own workers, which the framework does not know (``tests/team_handlers.py``: ``invoices`` declares samples,
-``ledger`` none), on a stack synthesized from a context this module builds, without the notifications example: the
-local demo runs and accounts for both, and every command ``local up`` prints works as printed."""
+``ledger`` none), on a stack synthesized from a context the tests build (``team_cdk_out``), without the notifications
+example: the local demo runs and accounts for both, and every command ``local up`` prints works as printed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,29 +17,21 @@ from consumer.local.manual import read_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, poll_until
-from tests.integration.conftest import ROOT, run_module, synthesize_context
+from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS, run_module
 from tests.integration.test_local_run import message_ids, user_environment
 from tests.integration.test_readme_commands import stop_command
 
 pytestmark = pytest.mark.slow(45)  # a synth, a short demo and a manual run
 
-STACK = "SqsWorker-team"
-WORKERS = {"invoices": "tests.team_handlers:invoices", "ledger": "tests.team_handlers:ledger"}
-TEAM: dict[str, Any] = {
-    "retain_queues": False,
-    "pages_to_tickets": True,
-    "source_retention_days": 1,
-    "dlq_retention_days": 7,
-    "workers": {name: {"handler": handler, "max_tasks": 2} for name, handler in WORKERS.items()},
-}
+WORKERS = TEAM_WORKERS
 #: Messages the demo sends each worker: invoices' three samples cycle (two valid, one poison) to 4 valid, 1 poison.
 SAMPLES = 5
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The team's stack, synthesized (cdk-nag included) from this module's context."""
-    return synthesize_context(tmp_path_factory.mktemp("cdk.out"), {"team": TEAM}) / f"{STACK}.template.json"
+def template(team_cdk_out: Path) -> Path:
+    """The team's stack, synthesized (cdk-nag included) from the context tests/integration/conftest.py builds."""
+    return team_cdk_out / f"{TEAM_STACK}.template.json"
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +66,7 @@ def test_demo_runs_every_worker_of_a_stack_without_the_example(
     done, report = demo_report
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {name: w["handler"] for name, w in report["workers"].items()} == WORKERS
-    assert [(name, w["ok"]) for name, w in report["workers"].items()] == [("invoices", True), ("ledger", True)]
+    assert [(name, w["ok"]) for name, w in report["workers"].items()] == [("ledger", True), ("invoices", True)]
     for worker in report["workers"].values():
         assert [c["exit_code"] for c in worker["consumers"]] == [0, 0]  # no rolling restart: the example's feature
         phases = {h["phase"] for c in worker["consumers"] for h in c["health"]}
@@ -127,10 +118,10 @@ def served(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     printed = []
     for line in up.stdout:
         printed.append(line.rstrip("\n"))
-        if "local send --worker ledger" in line:
+        if "local send --worker invoices" in line:
             break
     try:
-        assert (workdir / ".local.ledger.env").is_file(), "\n".join(printed)
+        assert (workdir / ".local.invoices.env").is_file(), "\n".join(printed)
         yield workdir, [line.strip() for line in printed if line.startswith("  ")]
     finally:
         assert stop_command(up, signal.SIGINT) == 0
@@ -153,10 +144,10 @@ def test_local_up_prints_each_workers_commands_with_its_own_env_file(served: tup
     """A consumer and a send command per worker, each reading that worker's own file."""
     _, commands = served
     assert commands == [
-        "set -a; . ./.local.invoices.env; set +a; .venv/bin/python -m consumer run",
-        ".venv/bin/python -m consumer local send --worker invoices",
         "set -a; . ./.local.ledger.env; set +a; .venv/bin/python -m consumer run",
         ".venv/bin/python -m consumer local send --worker ledger",
+        "set -a; . ./.local.invoices.env; set +a; .venv/bin/python -m consumer run",
+        ".venv/bin/python -m consumer local send --worker invoices",
     ]
 
 
