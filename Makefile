@@ -19,11 +19,10 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export AWS_EC2_METADATA_DISABLED := true
 
-# pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock), then each
-# handler package's requirements.txt into its own lock under those pins (-c), so the locks never disagree.
+# pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock), then the
+# examples' requirements.txt under that lock (-c) and the team's (workers/) under both, so the locks never disagree;
+# consumer/local/lock.py runs it and says a conflict with a lock in one line, naming both pins and their files.
 PIP_TOOLS := pip-tools==7.6.2
-PIP_COMPILE := -m piptools compile --quiet --generate-hashes --allow-unsafe --strip-extras \
-	--no-emit-index-url --no-emit-find-links --output-file requirements.lock
 # What the image installs, in one pip call as the Dockerfile does: the framework's runtime, the example handlers'
 # dependencies and the team package's (workers/).
 LOCKS := consumer/requirements.lock consumer/examples/requirements.lock workers/requirements.lock
@@ -85,9 +84,7 @@ $(PY_STAMP): requirements.txt requirements-dev.txt $(LOCKS:.lock=.txt) $(LOCKS)
 # Re-resolve after changing a requirements.txt of $(LOCKS) (needs the package index); commit each pair.
 lock: $(PY_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
-	cd consumer && $(abspath $(PY)) $(PIP_COMPILE) requirements.txt
-	cd consumer/examples && $(abspath $(PY)) $(PIP_COMPILE) --constraint ../requirements.lock requirements.txt
-	cd workers && $(abspath $(PY)) $(PIP_COMPILE) --constraint ../consumer/requirements.lock requirements.txt
+	$(PY) -m consumer.local.lock
 
 $(CLI_STAMP): package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error

@@ -5,14 +5,15 @@ handler receives), :class:`PoisonMessage` (raise it for a message that can
 never succeed), :class:`DownstreamUnavailable` (raise it when the downstream is down: the
 consumer pauses receiving and probes before it resumes), :class:`ConfigurationError` (a setting that keeps the consumer
 from starting: raise it from a handler's ``setup`` check to refuse to start),
-:class:`WorkerContract` (the derived timings).
+:class:`WorkerContract` (the derived timings), :class:`Sample` (a sample message a handler declares with
+``@worker(samples=...)``, for the local tools and tests).
 
 Importing this package imports the standard library only: the CDK app imports
 handlers to read their declaration, and must never pull in runtime code.
 """
 
 from consumer.contract import ConfigurationError, ContractError, WorkerContract
-from consumer.declaration import worker
+from consumer.declaration import Sample, worker
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "DownstreamUnavailable",
     "Message",
     "PoisonMessage",
+    "Sample",
     "WorkerContract",
     "worker",
 ]

@@ -2,8 +2,9 @@
 
 ``@worker(...)`` builds the handler's :class:`~consumer.contract.WorkerContract` (validated there) and keeps it on
 the function, with what belongs beside the contract rather than in it (``setup=``, ``non_retryable=``: no timing
-depends on them, and types do not serialize into the environment; ``max_rate=``, ``error_text=``: no infrastructure
-value or drift check depends on them).
+depends on them, and types do not serialize into the environment; ``max_rate=``, ``error_text=``: no
+infrastructure value or drift check depends on them; ``samples=``: example messages for the local tools and
+tests, see :class:`Sample`).
 Standard library only, like the contract.
 """
 
@@ -12,11 +13,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from consumer.contract import LEASE_CAP_SECONDS, SQS_MAX_BATCH, ContractError, WorkerContract
+from consumer.limits import SOURCE_MAX_MESSAGE_BYTES
 
 HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"
@@ -29,6 +32,33 @@ ERROR_TEXT_CHOICES: tuple[ErrorText, ...] = ("include", "omit")
 #: ``max_rate`` bounds, in handler starts per second: below one start in ~17 minutes a message would outlive
 #: any lease waiting for its turn; above 10,000 a process cannot start handlers that fast anyway.
 MAX_RATE_MIN, MAX_RATE_MAX = 0.001, 10_000
+SAMPLES_ATTRIBUTE = "__worker_samples__"
+#: Room a sample body leaves under the source queue's size limit for the attributes the local tools send it with
+#: (its idempotency key and trace header: under 200 bytes with their names and types).
+SAMPLE_ATTRIBUTE_HEADROOM_BYTES = 1_024
+SAMPLE_MAX_BYTES = SOURCE_MAX_MESSAGE_BYTES - SAMPLE_ATTRIBUTE_HEADROOM_BYTES
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A message body the handler is written for, declared next to it with ``@worker(samples=...)``.
+
+    ``poison=True`` marks a body the handler must refuse at its first receive (it raises
+    :class:`~consumer.PoisonMessage` or a type it declares ``non_retryable``): ``python -m consumer local send
+    --poison`` sends those, and the local demo expects each in the DLQ with a reason; every other sample must be
+    processed. A plain string in ``samples`` is ``Sample(body)``.
+
+    Example::
+
+        @worker(
+            max_duration=timedelta(seconds=45),
+            samples=('{"invoice_id": "inv-0001", "total": "12.50"}', Sample('{"total": "1.00"}', poison=True)),
+        )
+        def handle(message: Message) -> None: ...
+    """
+
+    body: str
+    poison: bool = False
 
 
 def seconds(parameter: str, value: object) -> int:
@@ -68,6 +98,7 @@ def worker(
     non_retryable: tuple[type[Exception], ...] = (),
     max_rate: float | None = None,
     error_text: ErrorText = "include",
+    samples: Sequence[str | Sample] = (),
 ) -> Callable[[F], F]:
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
@@ -95,6 +126,11 @@ def worker(
     never its text, which often holds a value from the message (personal data a sender chose). A
     ``PoisonMessage(reason)`` or ``DownstreamUnavailable`` reason is written as the handler's author wrote it either
     way. Beside the contract like ``max_rate``.
+    ``samples`` are message bodies the handler is written for (a string, or a :class:`Sample` marked
+    ``poison=True`` for one it must refuse): ``python -m consumer local send`` and the local demo send them, and
+    :func:`consumer.testing.send_samples` puts them on a test's queue. Checked here (each a non-empty string SQS
+    accepts as a body, within the source queue's size limit); beside the contract too, never in the image's
+    environment.
 
     Example::
 
@@ -116,6 +152,7 @@ def worker(
     ):
         rule = f"must be a number of handler starts per second between {MAX_RATE_MIN} and {MAX_RATE_MAX}, or None"
         raise ContractError("max_rate", rule, max_rate)
+    declared_samples = check_samples(samples)
     try:
         contract = WorkerContract(
             max_duration_seconds=seconds("max_duration", max_duration),
@@ -145,6 +182,7 @@ def worker(
         setattr(function, NON_RETRYABLE_ATTRIBUTE, non_retryable)  # likewise; and a type has no environment form
         setattr(function, MAX_RATE_ATTRIBUTE, max_rate)  # beside it too: see the docstring
         setattr(function, ERROR_TEXT_ATTRIBUTE, error_text)  # beside it: what the runtime logs, nothing else
+        setattr(function, SAMPLES_ATTRIBUTE, declared_samples)  # beside it: examples for the tools, no setting
         return function
 
     return declare
@@ -228,6 +266,62 @@ def max_rate_of(handler: Callable[..., Any]) -> float | None:
     """The handler starts per second a handler declared with ``@worker(..., max_rate=N)``, or None (no limit)."""
     rate = getattr(handler, MAX_RATE_ATTRIBUTE, None)
     return rate if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
+
+
+def samples_of(handler: Callable[..., Any]) -> tuple[Sample, ...]:
+    """The sample messages a handler declared with ``@worker(..., samples=(...))``, as :class:`Sample`; empty if none."""
+    declared: tuple[Sample, ...] = getattr(handler, SAMPLES_ATTRIBUTE, ())
+    return declared
+
+
+def check_samples(value: object) -> tuple[Sample, ...]:
+    """``value`` as a tuple of :class:`Sample`; :class:`ContractError` naming ``samples`` for anything else.
+
+    A body must be a non-empty string of the characters SQS accepts in a message body, at most
+    :data:`SAMPLE_MAX_BYTES` in UTF-8: a sample SQS would refuse, or store with characters replaced, would not reach
+    the handler as declared.
+    https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html (MessageBody)
+    """
+    rule = 'must be a tuple of message bodies (str) or Sample(body, poison=True), such as (\'{"id": "1"}\',)'
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise ContractError("samples", rule, value)
+    samples = []
+    for index, entry in enumerate(value):
+        sample = Sample(entry) if isinstance(entry, str) else entry
+        if not isinstance(sample, Sample) or not isinstance(sample.body, str) or not isinstance(sample.poison, bool):
+            raise ContractError("samples", f"{rule}; entry {index} is not one", entry)
+        if not sample.body:
+            raise ContractError(
+                "samples", f"must hold non-empty bodies (SQS sends none); entry {index} is empty", entry
+            )
+        refused = next((c for c in sample.body if not _sqs_body_character(c)), None)
+        if refused is not None:
+            raise ContractError(
+                "samples",
+                f"must hold only characters SQS accepts in a message body; entry {index} has U+{ord(refused):04X}",
+                _shown(sample.body),
+            )
+        size = len(sample.body.encode("utf-8"))
+        if size > SAMPLE_MAX_BYTES:
+            raise ContractError(
+                "samples",
+                f"must hold bodies of at most {SAMPLE_MAX_BYTES} bytes; entry {index} has {size}",
+                _shown(sample.body),
+            )
+        samples.append(sample)
+    return tuple(samples)
+
+
+def _sqs_body_character(character: str) -> bool:
+    """Whether SQS accepts ``character`` in a message body: #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD |
+    #x10000-#x10FFFF (the XML 1.0 character range)."""
+    code = ord(character)
+    return code in (0x9, 0xA, 0xD) or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or 0x10000 <= code <= 0x10FFFF
+
+
+def _shown(body: str) -> str:
+    """A body as an error shows it: its first 60 characters."""
+    return body if len(body) <= 60 else body[:59] + "…"
 
 
 def load_handler(spec: str, parameter: str = "handler") -> Callable[..., Any]:

@@ -259,16 +259,16 @@ def send(
                 sent.append((message, ok["MessageId"]))
             errors = {e["Id"]: e for e in response.get("Failed", [])}
             # A sender fault (a bad entry) fails the same way every time: report it now, retry only the rest.
-            for entry_id, error in list(errors.items()):
-                if error.get("SenderFault") or attempt == retries:
+            for entry_id, refusal in list(errors.items()):
+                if refusal.get("SenderFault") or attempt == retries:
                     message, entry = batch.pop(entry_id)
                     failed.append(
                         Failure(
                             message,
                             entry,
-                            error.get("Code", ""),
-                            error.get("Message", ""),
-                            bool(error.get("SenderFault")),
+                            refusal.get("Code", ""),
+                            refusal.get("Message", ""),
+                            bool(refusal.get("SenderFault")),
                         )
                     )
             if not batch:

@@ -15,6 +15,9 @@ Example (the README's "Testing a handler" runs it)::
         with running(consumer) as run:
             wait_until(lambda: depth(sqs, url).total == 0, timeout=10, what="the order handled and deleted")
         assert run.exit_code == 0
+
+A handler's declared samples (``@worker(samples=...)``) go to a queue with :func:`send_samples`, so a test can
+check that each valid one is processed and each ``poison=True`` one ends in the DLQ.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from consumer.contract import SQS_MAX_BATCH
+from consumer.declaration import samples_of
+
+if TYPE_CHECKING:
+    from consumer.declaration import Sample
 
 __all__ = [
     "QueueDepth",
@@ -37,6 +44,7 @@ __all__ = [
     "poll_until",
     "receive_visible",
     "running",
+    "send_samples",
     "wait_until",
 ]
 
@@ -158,3 +166,38 @@ def _receive(sqs: Any, queue_url: str, **options: int) -> list[dict[str, Any]]:
     )
     messages: list[dict[str, Any]] = response.get("Messages", [])
     return messages
+
+
+def send_samples(
+    sqs: Any, queue_url: str, handler: Callable[..., Any], *, poison: bool | None = None
+) -> dict[str, Sample]:
+    """Send the samples ``handler`` declared (``@worker(samples=...)``) to ``queue_url``, each once, each with a new
+    ``idempotency-key`` (through :func:`consumer.producer.send`); returns idempotency key -> :class:`Sample`.
+
+    ``poison``: None sends every sample, True only those marked ``poison=True``, False only the others. Raises
+    ``AssertionError`` when there is nothing to send (a test that sends nothing would pass for nothing) or when SQS
+    refused a message after the producer's retries.
+
+    Example (a test of a handler's samples, with ``dlq_url`` its DLQ)::
+
+        sent = send_samples(sqs, url, handle)
+        ... run the consumer until depth(sqs, url).total == 0 ...
+        dead = {m["MessageAttributes"]["idempotency-key"]["StringValue"] for m in drain(sqs, dlq_url)}
+        assert dead == {key for key, sample in sent.items() if sample.poison}
+    """
+    import uuid
+
+    from consumer.producer import Outgoing, send  # botocore's exceptions: imported when used, not with this module
+
+    chosen = [s for s in samples_of(handler) if poison is None or s.poison is poison]
+    if not chosen:
+        which = "samples" if poison is None else "poison samples" if poison else "samples that are not poison"
+        name = getattr(handler, "__qualname__", repr(handler))
+        raise AssertionError(f"{name} declares no {which} (@worker(samples=...))")
+    run = uuid.uuid4().hex[:8]
+    keyed = {f"sample-{run}-{index:03d}": sample for index, sample in enumerate(chosen)}
+    result = send(sqs, queue_url, [Outgoing(body=s.body, idempotency_key=key) for key, s in keyed.items()])
+    if result.failed:
+        failures = [f"{f.message.idempotency_key}: {f.code} {f.error}" for f in result.failed]
+        raise AssertionError(f"send_samples to {queue_url}: SQS refused {', '.join(failures)}")
+    return keyed

@@ -42,8 +42,10 @@ class WorkerDashboard(Construct):
     With one section the dashboard is exactly that worker's; with several, the first rows are the "any worker
     paging" view (every worker's notifying alarms, in as many status widgets as CloudWatch's limit of
     :data:`MAX_ALARMS_PER_STATUS_WIDGET` per widget needs) and each worker's rows follow under a heading with its
-    name. Thresholds appear as horizontal lines taken from the same contract values the alarms
-    use. Attribute: ``dashboard``.
+    name, and every widget of a worker's rows is titled with its name (:func:`widget_title`), so a graph read on its
+    own (in a full-screen view, a link, a screenshot pasted into an incident) still says whose it is. With one
+    section the titles stay as they are: the dashboard, named after the stack, is that worker's. Thresholds appear
+    as horizontal lines taken from the same contract values the alarms use. Attribute: ``dashboard``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, sections: Sequence[DashboardSection]) -> None:
@@ -71,12 +73,18 @@ class WorkerDashboard(Construct):
         for section in sections:
             if len(sections) > 1:
                 rows.append([cloudwatch.TextWidget(markdown=f"## Worker {section.title}", width=WIDTH, height=1)])
-            rows.extend(_section_rows(section))
+            rows.extend(_section_rows(section, section.title if len(sections) > 1 else None))
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=Stack.of(self).stack_name, widgets=rows)
 
 
-def _section_rows(section: DashboardSection) -> list[list[cloudwatch.IWidget]]:
-    """One worker's graphs, a row per subject: source, DLQ, consumer, service."""
+def widget_title(worker: str | None, title: str) -> str:
+    """A worker's widget title: ``[reports] Source queue: depth`` on a dashboard of several workers (``worker``),
+    ``title`` alone on a one-worker dashboard (None)."""
+    return title if worker is None else f"[{worker}] {title}"
+
+
+def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cloudwatch.IWidget]]:
+    """One worker's graphs, a row per subject: source, DLQ, consumer, service; titled with ``worker`` when given."""
     m, contract = section.metrics, section.contract
 
     def line(value: float, label: str) -> cloudwatch.HorizontalAnnotation:
@@ -91,7 +99,7 @@ def _section_rows(section: DashboardSection) -> list[list[cloudwatch.IWidget]]:
         right: list[cloudwatch.IMetric] | None = None,
     ) -> cloudwatch.GraphWidget:
         return cloudwatch.GraphWidget(
-            title=title,
+            title=widget_title(worker, title),
             left=left,
             right=right or [],
             left_annotations=lines or [],

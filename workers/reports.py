@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from jinja2 import Environment, StrictUndefined
 
-from consumer import ConfigurationError, Message, PoisonMessage, worker
+from consumer import ConfigurationError, Message, PoisonMessage, Sample, worker
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,37 @@ _PAGE = Environment(autoescape=True, undefined=StrictUndefined).from_string(
 <p>{{ rows | length }} rows</p>
 </body></html>
 """
+)
+
+
+#: What ``python -m consumer local send --worker reports`` sends (and the local demo, for a worker it has no mix for):
+#: a valid request (a cell that must be escaped among its rows), then two the job refuses at the first receive: a row
+#: one cell short (``PoisonMessage``) and a body that is not JSON (``json.JSONDecodeError``, declared non-retryable).
+SAMPLES = (
+    Sample(
+        json.dumps(
+            {
+                "report_id": "sales-sample-0001",
+                "type": "report.requested",
+                "title": "Sales by region",
+                "columns": ["region", "orders"],
+                "rows": [["eu", 12], ["us", 30], ["<apac & oceania>", 7]],
+            }
+        )
+    ),
+    Sample(
+        json.dumps(
+            {
+                "report_id": "sales-sample-0002",
+                "type": "report.requested",
+                "title": "Sales by region",
+                "columns": ["region", "orders"],
+                "rows": [["eu"], ["us", 30]],
+            }
+        ),
+        poison=True,
+    ),
+    Sample("report_id=sales-sample-0003&type=report.requested", poison=True),
 )
 
 
@@ -146,6 +177,7 @@ def upload(report_id: str, page: str, base_url: str | None, timeout: float = UPL
     # A body that is not JSON never will be: the DLQ at its first receive, kind non_retryable (parse() lets it out).
     non_retryable=(json.JSONDecodeError,),
     setup=upload_target,  # consumer run refuses to start with neither an upload URL nor a declared dry run
+    samples=SAMPLES,
 )
 def handle(message: Message) -> None:
     """Check one report request, render it and upload it (or log it, in a declared dry run)."""

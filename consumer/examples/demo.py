@@ -16,7 +16,7 @@ from typing import Any
 from consumer import Message, worker
 from consumer.examples import notifications
 
-#: The demo-sized declaration, with the example's start-up check (the chaos suite's FIFO corpus reuses
+#: The demo-sized declaration, with the example's start-up check and samples (the chaos suite's FIFO corpus reuses
 #: it with ``fifo=True``).
 DECLARATION: dict[str, Any] = {
     "max_duration": timedelta(seconds=30),
@@ -28,6 +28,7 @@ DECLARATION: dict[str, Any] = {
     "acceptable_latency": timedelta(seconds=30),
     "average_duration": timedelta(seconds=1),
     "setup": notifications.delivery_target,
+    "samples": notifications.SAMPLES,
 }
 
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator, ValidationError
 
-from consumer import ConfigurationError, DownstreamUnavailable, Message, PoisonMessage, worker
+from consumer import ConfigurationError, DownstreamUnavailable, Message, PoisonMessage, Sample, worker
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,32 @@ SCHEMA: dict[str, Any] = {
     },
 }
 _VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+def _event(event_id: str, channel: str, recipient: str, template: str) -> str:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "type": "notification.requested",
+            "channel": channel,
+            "recipient": recipient,
+            "template": template,
+            "data": {"name": "Ada"},
+            "occurred_at": "2026-11-22T10:00:00Z",
+        }
+    )
+
+
+#: What ``python -m consumer local send`` (and the local demo, for a worker it has no mix for) sends this handler:
+#: events of the schema, and two it must refuse as poison (the first: a channel outside the enum, whose reason
+#: names the rule, ``schema check failed at properties/channel: enum [...]``).
+SAMPLES = (
+    Sample(_event("evt-sample-email-0001", "email", "ada@example.com", "welcome")),
+    Sample(_event("evt-sample-sms-0002", "sms", "+447700900123", "password_reset")),
+    Sample(_event("evt-sample-push-0003", "push", "device-7f3a", "invoice.ready")),
+    Sample(_event("evt-sample-pigeon-0004", "pigeon", "ada@example.com", "welcome"), poison=True),
+    Sample('{"event_id": "evt-sample-truncated-0005", "type": "notification.requested"', poison=True),
+)
 
 
 class WebhookUnavailable(Exception):
@@ -174,6 +200,7 @@ def retry_after_seconds(value: str) -> float | None:
     acceptable_latency=timedelta(seconds=60),
     average_duration=timedelta(seconds=2),
     setup=delivery_target,  # consumer run refuses to start with neither a URL nor a declared dry run
+    samples=SAMPLES,
 )
 def handle(message: Message) -> None:
     """Validate one notification event and hand it to the webhook (or log it, in a declared dry run)."""

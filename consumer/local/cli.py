@@ -33,14 +33,15 @@ def local_up(
     ),
     env_file: Path = typer.Option(
         DEFAULT_ENV_FILE,
-        help="Write the first worker's task environment here (KEY=value lines) before serving; on a stack of"
-        " several workers each one's also goes to .local.<worker>.env next to it.",
+        help="Write the first worker's task environment here (KEY=value lines) before serving; each worker's,"
+        " the first's included, also goes to .local.<worker>.env next to it.",
     ),
 ) -> None:
     """Start moto's server on 127.0.0.1, create the stack from TEMPLATE, write each worker's environment, wait for Ctrl-C.
 
     In another terminal: `set -a; . ./.local.env; set +a; python -m consumer run`, then
-    `python -m consumer local send` to give it an event (`--worker NAME` on a stack of several workers).
+    `python -m consumer local send` to give it an event; for one chosen worker, its own .local.<worker>.env and
+    `local send --worker NAME`.
     """
     import threading
 
@@ -75,9 +76,10 @@ def local_up(
 
 
 def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
-    """Write the first worker's environment to ``env_file`` and, on a stack of several workers, each worker's to
-    its :func:`~consumer.local.manual.worker_env_file` (removing the worker files of workers this stack lacks); print one line per worker (name, handler, queue, file)
-    and return the commands to run and feed each worker's consumer."""
+    """Write the first worker's environment to ``env_file`` and each worker's (the first's included) to its
+    :func:`~consumer.local.manual.worker_env_file`, removing the worker files of workers this stack lacks; print one
+    line per worker (name, handler, queue, files) and return the commands to run and feed each worker's consumer:
+    on a one-worker stack the ``env_file`` ones, on a stack of several each worker's own."""
     import shlex
 
     from consumer.contract import HANDLER_ENV
@@ -85,13 +87,14 @@ def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
 
     several = len(local.workers) > 1
     # A worker file an earlier `local up` of another stack left would name queues this server does not have.
-    for stale in set(env_file_workers(env_file)) - (set(local.workers) if several else set()):
+    for stale in set(env_file_workers(env_file)) - set(local.workers):
         worker_env_file(env_file, stale).unlink(missing_ok=True)
     python = _python()
     commands = []
     for index, worker in enumerate(local.workers):
         environment = local.process_environment(worker)
-        paths = ([env_file] if index == 0 else []) + ([worker_env_file(env_file, worker)] if several else [])
+        # Every worker has its own file, so `--worker NAME` and `. ./.local.NAME.env` run any one of them by hand.
+        paths = ([env_file] if index == 0 else []) + [worker_env_file(env_file, worker)]
         for path in paths:
             write_env_file(
                 path,
@@ -109,7 +112,8 @@ def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
             send += f" --env-file {shlex.quote(str(env_file))}"
         if several:
             send += f" --worker {worker}"
-        commands += [f"set -a; . {shell_path(paths[-1])}; set +a; {python} -m consumer run", send]
+        loaded = paths[-1] if several else env_file
+        commands += [f"set -a; . {shell_path(loaded)}; set +a; {python} -m consumer run", send]
     return commands
 
 
@@ -123,7 +127,7 @@ def local_send(
         None, help="Send to this worker's queue (its env file, .local.<worker>.env, as `local up` wrote it)."
     ),
     body: str | None = typer.Option(
-        None, help="Send this text as each message's body instead of samples (for a handler without samples)."
+        None, help="Send this text as each message's body instead of the handler's samples."
     ),
     env_file: Path | None = typer.Option(
         None,
@@ -132,29 +136,29 @@ def local_send(
         show_default=False,
     ),
 ) -> None:
-    """Send sample events that fit the worker's handler (notifications, or report requests) to its source queue."""
+    """Send the samples the worker's handler declares (@worker(samples=...); a body built from each event id when it
+    declares none) to its source queue."""
     import os
 
-    from consumer.local.manual import body_plan, samples_for, send_environment, send_samples
+    from consumer.local.manual import Samples, samples_for, send_environment, send_samples
+    from consumer.local.samples import body_plan
     from consumer.local.stack import LocalProvisioningError
 
     if body is not None and poison:
         _fail(ValueError(f'"--body" must not come with "--poison" (the body is sent as given): {body!r}'))
     try:
         environment, source = send_environment(os.environ, env_file, DEFAULT_ENV_FILE, worker)
-        if body is not None:
-            queue_url, sent = send_samples(environment, count, False, plan=lambda n, _: body_plan(n, body))
-        else:
-            samples = samples_for(environment)
-            queue_url, sent = send_samples(environment, count, poison, plan=samples.plan)
+        samples = Samples(body_plan(count, body), "") if body is not None else samples_for(environment, count, poison)
+        queue_url, sent = send_samples(environment, samples.plan)
     except LocalProvisioningError as error:
         _fail(error)
-    kind = "given-body" if body is not None else "poison" if poison else "valid"
+    kind = "given-body" if body is not None else "built" if samples.built else "poison" if poison else "valid"
     print(f"sent {len(sent)} {kind} event(s) to {queue_url} (from {source}):")
     for event in sent:
         print(f"  event_id {event.event_id}  message_id {event.message_id}")
-    if body is None:
-        print(samples.poisoned if poison else samples.processed)
+    for note in (samples.built, samples.outcome):
+        if note:
+            print(note)
 
 
 def _fail(error: Exception) -> NoReturn:
@@ -174,6 +178,13 @@ def demo(
     template: str = typer.Option("cdk.out/SqsWorker-demo.template.json", help="Synthesized template to provision."),
     messages: int = typer.Option(120, min=6, max=2000, help="Events to produce (at least one of each kind)."),
     reports: int = typer.Option(28, min=3, max=500, help="Report requests for the reports worker (one of each kind)."),
+    samples: int = typer.Option(
+        10,
+        min=1,
+        max=500,
+        help="Messages for each other worker: its handler's declared samples in turn (at least one of each),"
+        " else bodies built for it.",
+    ),
     consumers: int = typer.Option(2, min=1, max=8, help="Consumer processes (like ECS tasks)."),
     slow_seconds: float = typer.Option(14.0, min=1.0, max=25.0, help="How long a 'slow' delivery takes."),
     produce_seconds: float = typer.Option(10.0, min=0.0, max=300.0, help="Spread production over this long."),
@@ -182,11 +193,11 @@ def demo(
     logs: str = typer.Option(".demo", help="Directory for the consumers' logs (JSON lines and EMF)."),
     report: str | None = typer.Option(None, help="Also write the report as JSON to this file."),
 ) -> None:
-    """The whole system locally: provision the demo stack on moto, run consumers, produce a mix, report.
+    """The whole system locally: provision the demo stack on moto, run each worker's consumers, produce, report.
 
-    Exits 0 only if every event ended where its kind calls for (delivered once, or
-    in the DLQ with a reason), none was lost or delivered twice, and every
-    consumer exited 0 on SIGTERM.
+    Every worker of the stack runs: the notifications example and the report job with their own mixes, any other
+    with its handler's declared samples. Exits 0 only if every event ended where its kind calls for (delivered
+    once, or in the DLQ with a reason), none was lost or delivered twice, and every consumer exited 0 on SIGTERM.
     """
     from consumer.local.demo import DemoOptions, run_demo
     from consumer.local.stack import LocalProvisioningError
@@ -195,6 +206,7 @@ def demo(
         template=Path(template),
         messages=messages,
         reports=reports,
+        samples=samples,
         consumers=consumers,
         slow_seconds=slow_seconds,
         produce_seconds=produce_seconds,

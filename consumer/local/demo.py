@@ -1,10 +1,12 @@
 """The local demo (``python -m consumer demo``, the second half of ``make run``): the whole system on moto.
 
-The ``demo`` stack has two workers, and the demo runs a lane per worker at the same time
-(:mod:`consumer.local.demo_lane`): the notifications example (:mod:`consumer.local.demo_notifications`,
-steps 2-5 below) and the team's report job (:mod:`consumer.local.demo_reports`: its own report store,
-fleet and mix of valid, transiently failing and malformed report requests). What it does, with no AWS
-account:
+The demo runs a lane per worker of the ``demo`` stack, all at the same time (:mod:`consumer.local.demo_lane`),
+whatever workers the stack has. Two handlers it ships a mix for: the notifications example under the demo
+declaration (:mod:`consumer.local.demo_notifications`, steps 2-5 below, with the rolling restart and the outage:
+features of that lane, run only when the stack has it) and the team's report job
+(:mod:`consumer.local.demo_reports`: its own report store, fleet and mix of valid, transiently failing and
+malformed report requests). Any other worker gets the samples its handler declares, or bodies built for it, and an
+accounting read from its consumers' logs (:mod:`consumer.local.demo_samples`). What it does, with no AWS account:
 
 1. provisions the ``demo`` stack from the synthesized ``cdk.out`` template on
    moto's server on 127.0.0.1 (:mod:`consumer.local.stack`), every worker's queue pair;
@@ -23,7 +25,7 @@ account:
    the next probe closes the circuits and they are delivered, with no operator step (a
    ``dlq redrive`` runs only for a late arrival, see :meth:`Demo._recover`);
 6. stops every worker's consumers with SIGTERM and accounts for each worker's messages: delivered
-   exactly once at the webhook, or in the DLQ with a reason, nothing lost,
+   exactly once (at its downstream, or per the consumers' logs), or in the DLQ with a reason, nothing lost,
    nothing duplicated, and the SQS requests the consumers made per processed
    message (from their own EMF ``sqs_requests`` metric).
 
@@ -53,15 +55,19 @@ from rich.console import Console
 from rich.table import Table
 
 from consumer.contract import HANDLER_ENV
-from consumer.local.demo_lane import DELIVERED, Lane, LaneResult
+from consumer.local.demo_lane import DELIVERED, DemoResult, Lane
 from consumer.local.demo_notifications import MIX, REDRIVE_FILTER, Downstream, build_mix
-from consumer.local.demo_reports import REPORTS_MIX, ReportStore, build_report_mix
+from consumer.local.demo_report import render_report
+from consumer.local.demo_samples import SamplesLane, plan_for
 from consumer.local.display import LiveDisplay, output_console
 from consumer.local.harness import QUIET, TIMED_OUT, ConsumerProcess, Tick, demo_contract, quiet_seconds, settle
+from consumer.local.samples import SamplesUnavailableError
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS
 
-#: The handlers the demo has a lane for (``cdk.json``'s demo workers): the notifications example under the
-#: demo declaration, which carries the rolling restart and the outage (the circuit), and the team's report job.
+#: The handlers the demo ships a mix for: the notifications example under the demo declaration, whose lane carries
+#: the rolling restart and the outage (the circuit), and the report job the repository ships in the team package
+#: (its mix is imported only when a worker runs it: a team may change or remove workers/reports.py). Every other
+#: handler, and a second worker of the notifications one, gets a lane of its declared samples.
 NOTIFICATIONS_HANDLER, REPORTS_HANDLER = "consumer.examples.demo:handle", "workers.reports:handle"
 POLL_SECONDS = 0.5
 #: Nothing moving for this long with the sources empty means the run has settled: the demo contract's
@@ -78,6 +84,7 @@ class DemoOptions:
     template: Path
     messages: int = 120
     reports: int = 28
+    samples: int = 10
     consumers: int = 2
     slow_seconds: float = 14.0
     produce_seconds: float = 10.0
@@ -85,30 +92,6 @@ class DemoOptions:
     timeout_seconds: float = 300.0
     log_dir: Path = Path(".demo")
     report: Path | None = None
-
-
-@dataclass
-class DemoResult:
-    """Each worker's result (the notifications worker first), and how the run as a whole went."""
-
-    workers: list[LaneResult]
-    elapsed_seconds: float
-    timed_out_phase: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.timed_out_phase is None and all(worker.ok for worker in self.workers)
-
-    def to_json(self) -> dict[str, Any]:
-        """The first worker's result at the top level (the keys a single-worker demo wrote), every worker's under
-        ``workers`` by name; ``ok`` is the whole run's, the exit code's."""
-        first = self.workers[0].to_json() if self.workers else {}
-        return first | {
-            "elapsed_seconds": self.elapsed_seconds,
-            "timed_out_phase": self.timed_out_phase,
-            "ok": self.ok,
-            "workers": {worker.worker: worker.to_json() for worker in self.workers},
-        }
 
 
 class Demo:
@@ -120,10 +103,12 @@ class Demo:
         self.phase = "provisioning"
         self.started = time.monotonic()
         self.lanes: list[Lane] = []
+        #: The notifications example's lane (the outage, the rolling restart), when the stack runs it.
+        self.notifications: Lane | None = None
         self._restart: threading.Thread | None = None
 
     def run(self) -> DemoResult:
-        from consumer.local.stack import LocalProvisioningError, local_client, provision, start_server
+        from consumer.local.stack import local_client, provision, start_server
 
         options = self.options
         options.log_dir.mkdir(parents=True, exist_ok=True)
@@ -131,16 +116,8 @@ class Demo:
         try:
             local = provision(endpoint, options.template)
             sqs = local_client("sqs", endpoint)
-            by_handler = {env.get(HANDLER_ENV): name for name, env in local.workers.items()}
-            unknown = sorted(name for handler, name in by_handler.items() if handler not in _LANES)
-            if unknown or NOTIFICATIONS_HANDLER not in by_handler:
-                raise LocalProvisioningError(
-                    f"the demo runs workers whose handler is {' or '.join(_LANES)}, the notifications one among"
-                    f" them: {options.template} has {', '.join(f'{n} ({h})' for h, n in by_handler.items())}"
-                )
-            for handler in sorted(by_handler, key=list(_LANES).index):  # notifications first: it leads the run
-                name = by_handler[handler]
-                self.lanes.append(_LANES[handler](self, name, local.process_environment(name), sqs))
+            for name in local.workers:  # the stack's order: its first worker's result leads the JSON report
+                self.lanes.append(self._lane(name, local.process_environment(name), sqs))
             self.console.print(
                 f"local stack [bold]{local.stack_name}[/bold] on {endpoint} (from {options.template});"
                 f" alarms: {len(local.alarms)}; workers: "
@@ -151,62 +128,62 @@ class Demo:
                 )
             )
             for lane in self.lanes:
-                lane.downstream.start()
-            return self._run(*self.lanes)
+                lane.start()
+            return self._run()
         finally:
             for lane in self.lanes:
-                lane.fleet.kill_all()
-                lane.downstream.stop()
+                lane.stop()
             server.stop()
 
-    def _notifications_lane(self, worker: str, env: Mapping[str, str], sqs: Any) -> Lane:
-        plan = build_mix(self.options.messages)
-        downstream = Downstream(plan, self.options.slow_seconds)
-        return Lane(worker, MIX, plan, downstream, env, sqs, self.options.log_dir / worker)
+    def _lane(self, worker: str, env: Mapping[str, str], sqs: Any) -> Lane:
+        """The lane for ``worker``, chosen by its handler: a shipped mix, else its declared samples."""
+        from consumer.local.stack import LocalProvisioningError
 
-    def _reports_lane(self, worker: str, env: Mapping[str, str], sqs: Any) -> Lane:
-        plan = build_report_mix(self.options.reports)
-        return Lane(worker, REPORTS_MIX, plan, ReportStore(plan), env, sqs, self.options.log_dir / worker)
+        handler, log_dir = env.get(HANDLER_ENV), self.options.log_dir / worker
+        if handler == NOTIFICATIONS_HANDLER and self.notifications is None:
+            plan = build_mix(self.options.messages)
+            self.notifications = Lane(worker, MIX, plan, Downstream(plan, self.options.slow_seconds), env, sqs, log_dir)
+            return self.notifications
+        if handler == REPORTS_HANDLER:
+            from consumer.local.demo_reports import REPORTS_MIX, ReportStore, build_report_mix
 
-    def _run(self, notifications: Lane, *others: Lane) -> DemoResult:
+            plan = build_report_mix(self.options.reports)
+            return Lane(worker, REPORTS_MIX, plan, ReportStore(plan), env, sqs, log_dir)
+        try:
+            plan, note = plan_for(worker, env, self.options.samples)
+        except SamplesUnavailableError as error:
+            raise LocalProvisioningError(f"worker {worker} of {self.options.template}: {error}") from error
+        return SamplesLane(worker, plan, env, sqs, log_dir, note)
+
+    def _run(self) -> DemoResult:
         options = self.options
+        notifications = self.notifications
+        others = [lane for lane in self.lanes if lane is not notifications]
         for lane in self.lanes:
             for _ in range(options.consumers):
                 lane.fleet.start()
         deadline = time.monotonic() + options.timeout_seconds
-        outage = {p.event_id for p in notifications.plan if p.kind == "outage"}
-        must_deliver_first = notifications.ids(DELIVERED, but={"outage"})
-        expected_dlq = notifications.expected_dlq
         timed_out: str | None = None
         with self._display() as refresh:
             self.phase = "producing"
-            halfway = self._start_deploy if options.rolling_restart else None
-            notifications.start_producer(options.produce_seconds, halfway)
+            if notifications is not None:
+                halfway = self._start_deploy if options.rolling_restart else None
+                notifications.start_producer(options.produce_seconds, halfway)
             for lane in others:
                 lane.start_producer(options.produce_seconds)
+            if notifications is not None:
+                timed_out = self._outage(notifications, deadline, refresh)
+            else:
+                # Every producer done and every consumer started (one not started yet would skip its check); busy
+                # while a producer runs (Lane.busy), so a long --produce-seconds never reads as quiet.
+                def produced_and_started() -> bool:
+                    return not any(
+                        lane.producing() or not all(c.ready for c in lane.fleet.alive()) for lane in self.lanes
+                    )
 
-            def settled_but_the_outage() -> bool:
-                # Every event but the outage ones delivered or in the DLQ, and a circuit has opened: the outage
-                # events wait in the source, handed back unspent. (A flaky event can end in the DLQ with its
-                # 503 as reason when a receive nobody saw, a long poll left pending by a consumer that exited
-                # at the rolling restart, spent one of its receives: the recovery's redrive takes it back.)
-                dead = notifications.depths[2]
-                delivered = len(must_deliver_first & notifications.downstream.delivered())
-                return (
-                    not notifications.producing()
-                    and notifications.fleet.events["circuit_opened"] > 0
-                    and dead >= expected_dlq
-                    and delivered + dead >= len(notifications.plan) - len(outage)
-                )
-
-            stalled = self._wait(settled_but_the_outage, [notifications], deadline, refresh)
-            self._check_health("after producing, circuit open")
-            if stalled:
-                timed_out = f"{stalled} in the first pass (outage events waiting behind the circuit)"
-            if stalled is None or stalled.startswith(QUIET):
-                stalled = self._recover(notifications, deadline, refresh)
-                if stalled:
-                    timed_out = f"{stalled} after the outage ended"
+                stalled = self._wait(produced_and_started, self.lanes, deadline, refresh)
+                self._check_health("after producing")
+                timed_out = f"{stalled} while producing" if stalled else None
             for lane in others:
                 self.phase = f"settling {lane.worker}"
                 stalled = self._wait(lane.settled, [lane], deadline, refresh)
@@ -227,6 +204,38 @@ class Demo:
             elapsed_seconds=round(time.monotonic() - self.started, 1),
             timed_out_phase=timed_out,
         )
+
+    def _outage(self, notifications: Lane, deadline: float, refresh: Callable[[], None]) -> str | None:
+        """The notifications lane's first pass (everything but the outage events in its place, a circuit open), its
+        health check, then the outage's end (:meth:`_recover`); why it stopped short, or None."""
+        outage = {p.event_id for p in notifications.plan if p.kind == "outage"}
+        must_deliver_first = notifications.ids(DELIVERED, but={"outage"})
+        expected_dlq = notifications.expected_dlq
+        timed_out: str | None = None
+
+        def settled_but_the_outage() -> bool:
+            # Every event but the outage ones delivered or in the DLQ, and a circuit has opened: the outage
+            # events wait in the source, handed back unspent. (A flaky event can end in the DLQ with its
+            # 503 as reason when a receive nobody saw, a long poll left pending by a consumer that exited
+            # at the rolling restart, spent one of its receives: the recovery's redrive takes it back.)
+            dead = notifications.depths[2]
+            delivered = len(must_deliver_first & notifications.delivered())
+            return (
+                not notifications.producing()
+                and notifications.fleet.events["circuit_opened"] > 0
+                and dead >= expected_dlq
+                and delivered + dead >= len(notifications.plan) - len(outage)
+            )
+
+        stalled = self._wait(settled_but_the_outage, [notifications], deadline, refresh)
+        self._check_health("after producing, circuit open")
+        if stalled:
+            timed_out = f"{stalled} in the first pass (outage events waiting behind the circuit)"
+        if stalled is None or stalled.startswith(QUIET):
+            stalled = self._recover(notifications, deadline, refresh)
+            if stalled:
+                timed_out = f"{stalled} after the outage ended"
+        return timed_out
 
     # --- steps ----------------------------------------------------------------
     def _recover(self, notifications: Lane, deadline: float, refresh: Callable[[], None]) -> str | None:
@@ -261,7 +270,8 @@ class Demo:
             lane.fleet.check_health(phase)
 
     def _start_deploy(self) -> None:
-        lane = self.lanes[0]
+        lane = self.notifications
+        assert lane is not None  # the notifications lane's producer calls it
         self._restart = threading.Thread(target=self._deploy, args=(lane,), name="deploy")
         self._restart.start()
 
@@ -336,7 +346,7 @@ class Demo:
         row("produced", lambda lane: f"{lane.produced} / {len(lane.plan)}")
         row("source queue: visible / in flight", lambda lane: f"{lane.depths[0]} / {lane.depths[1]}")
         row("dead-letter queue", lambda lane: str(lane.depths[2]))
-        row("delivered downstream (unique)", lambda lane: str(len(lane.downstream.delivered())))
+        row("delivered (unique: downstream, else the consumers' logs)", lambda lane: str(len(lane.delivered())))
         row("processed / retried / poisoned", lambda lane: _triple(lane.fleet.events))
         # A consumer writes its metrics every METRICS_FLUSH_SECONDS and when it stops: until then this lags
         # behind the extensions made (the closing report counts after every consumer has stopped).
@@ -360,13 +370,6 @@ class Demo:
         return LiveDisplay(self.console, self._snapshot, tick=read_logs)
 
 
-#: The lane the demo builds for each handler, in the order the run leads with them.
-_LANES: dict[str, Callable[[Demo, str, Mapping[str, str], Any], Lane]] = {
-    NOTIFICATIONS_HANDLER: Demo._notifications_lane,
-    REPORTS_HANDLER: Demo._reports_lane,
-}
-
-
 def _triple(events: Mapping[str, int]) -> str:
     return (
         f"{events.get('message_processed', 0)} / {events.get('message_backoff', 0)}"
@@ -387,8 +390,6 @@ def _health(consumers: Sequence[ConsumerProcess]) -> str:
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     """Run the demo, print the report, write ``options.report`` (JSON) if set; returns the exit code."""
-    from consumer.local.demo_report import render_report
-
     console = console or output_console()
     result = Demo(options, console).run()
     render_report(result, console)

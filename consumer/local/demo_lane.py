@@ -1,10 +1,13 @@
-"""One worker's lane in the local demo: its producer mix, downstream, consumer fleet and accounting.
+"""One worker's lane in the local demo: its producer mix, downstream, consumer fleet and accounting; and the demo's
+result, which the run (:mod:`consumer.local.demo`) builds and the report (:mod:`consumer.local.demo_report`) renders.
 
 The demo runs a lane per worker of the ``demo`` stack, all at once against the one local stack. Each lane
-produces its own mix (:mod:`consumer.local.demo_notifications`, :mod:`consumer.local.demo_reports`) into its
-own source queue, runs its own ``python -m consumer run`` fleet with that worker's task environment, and
-is accounted for by the same rules: every produced event in exactly one final place (delivered once at its
-downstream, or in its DLQ with a reason), nothing lost, nothing delivered twice, every consumer exiting 0.
+produces its own mix (:mod:`consumer.local.demo_notifications`, :mod:`consumer.local.demo_reports`, or the
+handler's declared samples for any other worker, :mod:`consumer.local.demo_samples`) into its own source queue,
+runs its own ``python -m consumer run`` fleet with that worker's task environment, and is accounted for by the
+same rules: every produced event in exactly one final place (delivered once, at its downstream or, for a lane
+without one, per the consumers' logs; or in its DLQ with a reason), nothing lost, nothing delivered twice, every
+consumer exiting 0.
 """
 
 from __future__ import annotations
@@ -33,8 +36,11 @@ from consumer.local.harness import (
 from consumer.ops.queues import fingerprint
 from consumer.producer import send
 
-#: Where an event of a kind must end.
+#: Where an event of a kind must end: delivered once, the DLQ with a reason, or either of the two (exactly one).
 DELIVERED, DEAD_LETTERED = "delivered once", "DLQ with a reason"
+EITHER = "delivered once, or DLQ with a reason"
+#: Each place as the accounting's rules name it.
+_PLACES = {DELIVERED: accounting.DELIVERED, DEAD_LETTERED: accounting.DEAD_LETTERED, EITHER: accounting.EITHER}
 
 
 class Kind(NamedTuple):
@@ -47,14 +53,16 @@ class Kind(NamedTuple):
 class Mix:
     """What a lane produces and how its report names things.
 
-    ``url_env``: the handler's variable for the downstream's URL; ``downstream``: the downstream's name in
-    the report (``the webhook``); ``cost_note``: printed under the lane's report, if any.
+    ``url_env``: the handler's variable for the downstream's URL (None: the lane has no downstream);
+    ``downstream``: where a delivery is counted, in the report (``the webhook``); ``cost_note``: printed under the
+    lane's report, if any; ``note``: printed under its tables, if any (what the demo had to make up for it).
     """
 
     kinds: Mapping[str, Kind]
-    url_env: str
+    url_env: str | None
     downstream: str
     cost_note: str = ""
+    note: str = ""
 
 
 def kinds_in_shares(kinds: Mapping[str, Kind], count: int, parameter: str, rng: random.Random) -> list[str]:
@@ -138,7 +146,8 @@ def account(
 ) -> Accounting:
     """Compare each planned event's final place with the one its kind (in ``kinds``) calls for.
 
-    ``successes``: successful answers per event id at the downstream; ``dlq``: event id -> its reason
+    ``successes``: successful deliveries per event id (at the downstream, or processed per the consumers' logs);
+    ``dlq``: event id -> its reason
     record (None when it carries none), for every message in the DLQ; ``left_in_source``: messages
     still in the source queue.
     """
@@ -146,10 +155,7 @@ def account(
     known = {p.event_id for p in planned}
     delivered = {event_id for event_id, n in successes.items() if n > 0}
     found = accounting.places(
-        (
-            (p.event_id, accounting.DELIVERED if kinds[p.kind].place == DELIVERED else accounting.DEAD_LETTERED)
-            for p in planned
-        ),
+        ((p.event_id, _PLACES[kinds[p.kind].place]) for p in planned),
         delivered,
         {event_id: [reason] for event_id, reason in dlq.items()},
     )
@@ -181,6 +187,8 @@ class LaneResult:
     sqs_requests: int
     processed: int
     downstream_refusals: dict[str, int]
+    #: What the lane produced and where each kind must end (the report's descriptions; in the JSON as ``kinds``).
+    mix: Mix
     redrive: dict[str, Any] = field(default_factory=dict)
     #: From the consumers' circuit_opened / circuit_closed logs: opens, closes, seconds open in all, the longest.
     circuit: dict[str, Any] = field(default_factory=dict)
@@ -207,10 +215,36 @@ class LaneResult:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("mix")
+        data["kinds"] = {name: {"place": k.place, "what": k.downstream} for name, k in self.mix.kinds.items()}
         data["accounting"]["balanced"] = self.accounting.balanced
         data["requests_per_message"] = self.requests_per_message
         data["ok"] = self.ok
         return data
+
+
+@dataclass
+class DemoResult:
+    """Each worker's result (the stack's first worker first), and how the run as a whole went."""
+
+    workers: list[LaneResult]
+    elapsed_seconds: float
+    timed_out_phase: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.timed_out_phase is None and all(worker.ok for worker in self.workers)
+
+    def to_json(self) -> dict[str, Any]:
+        """The first worker's result at the top level (the keys a single-worker demo wrote), every worker's under
+        ``workers`` by name; ``ok`` is the whole run's, the exit code's."""
+        first = self.workers[0].to_json() if self.workers else {}
+        return first | {
+            "elapsed_seconds": self.elapsed_seconds,
+            "timed_out_phase": self.timed_out_phase,
+            "ok": self.ok,
+            "workers": {worker.worker: worker.to_json() for worker in self.workers},
+        }
 
 
 # --------------------------------------------------------------------------- the lane
@@ -250,14 +284,18 @@ class RecordingDownstream(LoopbackWebhook):
 
 
 class Lane:
-    """One worker's queue pair, producer, downstream and fleet; :meth:`result` accounts for its events."""
+    """One worker's queue pair, producer, downstream and fleet; :meth:`result` accounts for its events.
+
+    Deliveries are counted where the lane's ``downstream`` (None: it has none) saw them; a lane without one
+    overrides :meth:`successes` (:class:`consumer.local.demo_samples.SamplesLane`: the consumers' logs).
+    """
 
     def __init__(
         self,
         worker: str,
         mix: Mix,
         plan: Sequence[Planned],
-        downstream: RecordingDownstream,
+        downstream: RecordingDownstream | None,
         task_environment: Mapping[str, str],
         sqs: Any,
         log_dir: Path,
@@ -268,12 +306,36 @@ class Lane:
         self.queue_url, self.dlq_url = self.env["QUEUE_URL"], self.env["DLQ_URL"]
         self.stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.fleet = Fleet(consumer_environment(self.env, {mix.url_env: downstream.url}), log_dir)
+        extra = {mix.url_env: downstream.url} if mix.url_env and downstream is not None else {}
+        self.fleet = Fleet(consumer_environment(self.env, extra), log_dir)
         self.produced = 0
         self.depths = (0, 0, 0)  # (source visible, source in flight or delayed, DLQ), refreshed by look()
         self.producer: threading.Thread | None = None
         self.redrive: dict[str, Any] = {}
         self.unsent: list[str] = []  # what consumer.producer could not send: the run stops and fails naming them
+
+    def start(self) -> None:
+        """Start the lane's downstream, if it has one (its consumers start with :meth:`Fleet.start`)."""
+        if self.downstream is not None:
+            self.downstream.start()
+
+    def stop(self) -> None:
+        """Kill whatever of its fleet still runs and stop its downstream (the demo's clean-up)."""
+        self.fleet.kill_all()
+        if self.downstream is not None:
+            self.downstream.stop()
+
+    def successes(self) -> Mapping[str, int]:
+        """Successful deliveries per event id, as the downstream counted them."""
+        return self.downstream.successes if self.downstream is not None else {}
+
+    def delivered(self) -> set[str]:
+        """The event ids delivered at least once."""
+        return self.downstream.delivered() if self.downstream is not None else set()
+
+    def refusals(self) -> Mapping[int, int]:
+        """The downstream's refusals by HTTP status (none without a downstream)."""
+        return self.downstream.refusals if self.downstream is not None else {}
 
     def ids(self, place: str, *, but: Iterable[str] = ()) -> set[str]:
         """The event ids whose kind must end in ``place``, except the kinds in ``but``."""
@@ -313,7 +375,7 @@ class Lane:
     def tenants(self) -> dict[str, dict[str, int]]:
         """Per tenant: what was produced (the plan) and delivered (the downstream), and what the consumers logged
         under its message_group_id (processed, moved to the DLQ); empty when the plan has no tenants."""
-        delivered = self.downstream.delivered()
+        delivered = self.delivered()
         out: dict[str, dict[str, int]] = {}
         for p in self.plan:
             if p.tenant is not None:
@@ -341,7 +403,7 @@ class Lane:
         return (
             not self.producing()
             and self.depths == (0, 0, self.expected_dlq)
-            and self.ids(DELIVERED) <= self.downstream.delivered()
+            and self.ids(DELIVERED) <= self.delivered()
         )
 
     def result(self) -> LaneResult:
@@ -354,7 +416,7 @@ class Lane:
         return LaneResult(
             worker=self.worker,
             handler=self.handler,
-            accounting=account(self.plan, self.mix.kinds, self.downstream.successes, dlq, visible + in_flight),
+            accounting=account(self.plan, self.mix.kinds, self.successes(), dlq, visible + in_flight),
             consumers=[
                 {
                     "number": c.number,
@@ -370,7 +432,8 @@ class Lane:
             requeued=int(fleet.metrics["requeued"]),
             sqs_requests=int(fleet.metrics["sqs_requests"]),
             processed=int(fleet.metrics["processed"]),
-            downstream_refusals={str(k): v for k, v in sorted(self.downstream.refusals.items())},
+            downstream_refusals={str(k): v for k, v in sorted(self.refusals().items())},
+            mix=self.mix,
             redrive=self.redrive,
             circuit={
                 "opens": fleet.events["circuit_opened"],

@@ -7,19 +7,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from consumer.local.demo import NOTIFICATIONS_HANDLER, REPORTS_HANDLER, DemoResult
-from consumer.local.demo_lane import LaneResult, Mix
-from consumer.local.demo_notifications import MIX
-from consumer.local.demo_reports import REPORTS_MIX
-
-#: Each lane's mix by the worker's handler, for the kinds' descriptions and the downstream's name.
-MIXES: dict[str, Mix] = {NOTIFICATIONS_HANDLER: MIX, REPORTS_HANDLER: REPORTS_MIX}
+from consumer.local.demo_lane import DemoResult, LaneResult, Mix
 
 
 def render_report(result: DemoResult, console: Console) -> None:
     """The closing report, a section per worker, then the verdict: balanced only if every worker balances."""
     for worker in result.workers:
-        render_worker(worker, MIXES[worker.handler], console)
+        render_worker(worker, worker.mix, console)
     if result.timed_out_phase:
         console.print(f"[red]timed out[/red] {result.timed_out_phase}")
     for worker in result.workers:
@@ -123,6 +117,8 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
     if per_message is not None and mix.cost_note:
         # Outside the table: in a cell this sentence made every row of a log as wide as itself.
         console.print(mix.cost_note)
+    if mix.note:
+        console.print(mix.note, markup=False)
 
 
 def render_tenants(result: LaneResult, console: Console) -> None:

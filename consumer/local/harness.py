@@ -79,6 +79,8 @@ class Planned:
     body: str
     transient_failures: int = 0
     tenant: str | None = None
+    #: A W3C trace header to send it with (the consumer logs its trace id on every line about the message).
+    traceparent: str | None = None
 
 
 def batches(plan: Sequence[Planned]) -> list[Sequence[Planned]]:
@@ -89,7 +91,9 @@ def batches(plan: Sequence[Planned]) -> list[Sequence[Planned]]:
 def outgoing(planned: Planned) -> Outgoing:
     """What :mod:`consumer.producer` sends for a planned event: its body, the event id as the idempotency key and
     its tenant (a MessageGroupId on a standard queue)."""
-    return Outgoing(body=planned.body, idempotency_key=planned.event_id, tenant=planned.tenant)
+    return Outgoing(
+        body=planned.body, idempotency_key=planned.event_id, tenant=planned.tenant, traceparent=planned.traceparent
+    )
 
 
 def batch_entries(pending: Mapping[str, Planned]) -> list[dict[str, Any]]:
@@ -206,6 +210,9 @@ class Fleet:
         #: Per tenant (the message_group_id the consumers log on each message's lines): its message_processed and
         #: message_moved_to_dlq events.
         self.tenants: dict[str, Counter[str]] = {}
+        #: The same per trace id (from the message's traceparent): what the consumers logged for each message a
+        #: producer sent with a trace header of its own, whatever copy of it they held.
+        self.traces: dict[str, Counter[str]] = {}
 
     def start(self) -> ConsumerProcess:
         number = len(self.processes) + 1
@@ -298,8 +305,11 @@ class Fleet:
                 self.circuit_open_seconds.append(float(line.get("open_seconds", 0)))
             if line["event"] == "message_moved_to_dlq":
                 self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
-            if line["event"] in ("message_processed", "message_moved_to_dlq") and "message_group_id" in line:
-                self.tenants.setdefault(str(line["message_group_id"]), Counter())[line["event"]] += 1
+            if line["event"] in ("message_processed", "message_moved_to_dlq"):
+                if "message_group_id" in line:
+                    self.tenants.setdefault(str(line["message_group_id"]), Counter())[line["event"]] += 1
+                if "trace_id" in line:
+                    self.traces.setdefault(str(line["trace_id"]), Counter())[line["event"]] += 1
 
 
 def _new_lines(consumer: ConsumerProcess) -> Iterator[Any]:

@@ -3,26 +3,31 @@
 ``local up`` serves until Ctrl-C, so its output cannot be ``eval``-ed: it writes the task's
 environment to a file instead (``KEY=value`` lines, each value quoted for a POSIX shell), which
 ``set -a; . ./.local.env; set +a`` loads in another terminal and :func:`read_env_file` reads back.
-On a stack of several workers the first worker's environment is still in ``.local.env`` (so the
-one-worker commands keep working), and each worker's is in ``.local.<worker>.env`` as well
-(:func:`worker_env_file`), which ``local send --worker NAME`` reads.
-``local send`` puts sample events that fit the worker's handler (:func:`samples_for`: the
-notification events the demo sends too, or report requests) on the queue that environment names,
-and only on a loopback endpoint: it is no producer for a deployed queue.
+The first worker's environment is in ``.local.env`` (the one-worker commands), and each worker's, the first's
+included, in ``.local.<worker>.env`` as well (:func:`worker_env_file`), which ``local send --worker NAME`` reads:
+so one chosen worker of any stack runs by hand with its own file.
+``local send`` puts the samples the worker's handler declares (:func:`samples_for`; ``@worker(samples=...)``,
+or a body built from each event id when it declares none) on the queue that environment names, and only on a
+loopback endpoint: it is no producer for a deployed queue.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from consumer.contract import HANDLER_ENV
-from consumer.local.harness import Planned, outgoing, sample_event
+from consumer.local.harness import Planned, outgoing
+from consumer.local.samples import (
+    BUILT,
+    DECLARE_HINT,
+    POISON,
+    SamplesUnavailableError,
+    declared_samples,
+    plan_samples,
+)
 from consumer.local.stack import LocalProvisioningError, local_client
 from consumer.producer import Outgoing, SendResult, send
 
@@ -92,7 +97,7 @@ def send_environment(
         path = worker_env_file(base, worker)
         if not path.is_file():
             there = (
-                ", ".join(env_file_workers(base)) or f"none: {base} alone is a one-worker stack's, leave --worker out"
+                ", ".join(env_file_workers(base)) or "none: start `python -m consumer local up`, which writes one each"
             )
             raise LocalProvisioningError(
                 f'"--worker" must be one of the workers `local up` wrote an env file for next to {base} ({there}):'
@@ -110,87 +115,41 @@ def send_environment(
     return read_env_file(path), str(path)
 
 
-def sample_plan(count: int, poison: bool) -> list[Planned]:
-    """``count`` sample notification events, each with a new id (also its idempotency key), so a second send
-    is processed again rather than skipped as a duplicate; with ``poison`` each breaks the schema."""
-
-    def event(event_id: str, index: int) -> dict[str, Any]:
-        # A channel outside the schema's enum: the handler refuses it as poison, and the reason names the rule.
-        return sample_event(event_id, index, **({"channel": "pigeon"} if poison else {}))
-
-    return _plan("evt-local", count, poison, event)
-
-
-def report_plan(count: int, poison: bool) -> list[Planned]:
-    """``count`` sample ``report.requested`` events (``workers.reports``), each with a new ``report_id`` (also its
-    idempotency key); with ``poison`` each has a row one cell short, which the handler refuses as poison."""
-
-    def event(report_id: str, index: int) -> dict[str, Any]:
-        rows: list[list[Any]] = [["eu", 12 + index], ["us", 30]]
-        return {
-            "report_id": report_id,
-            "type": "report.requested",
-            "title": f"Sales by region ({index + 1})",
-            "columns": ["region", "orders"],
-            "rows": [["eu"], *rows[1:]] if poison else rows,
-        }
-
-    return _plan("report-local", count, poison, event)
-
-
-def body_plan(count: int, body: str) -> list[Planned]:
-    """``count`` messages with ``body`` as it is (``--body``), each with a new idempotency key."""
-    return _plan("body-local", count, False, lambda _id, _index: body)
-
-
-def _plan(prefix: str, count: int, poison: bool, make: Callable[[str, int], Any]) -> list[Planned]:
-    run = uuid.uuid4().hex[:8]
-    plan = []
-    for index in range(count):
-        event_id = f"{prefix}-{run}-{index:03d}"
-        made = make(event_id, index)
-        body = made if isinstance(made, str) else json.dumps(made, ensure_ascii=False)
-        plan.append(Planned(event_id, "poison" if poison else "sample", body))
-    return plan
-
-
 class Samples(NamedTuple):
-    """The sample events that fit a handler, and what its consumer logs for them."""
+    """What ``local send`` sends a worker's handler, and what to tell the user about it."""
 
-    plan: Callable[[int, bool], list[Planned]]
-    processed: str
-    poisoned: str
+    plan: list[Planned]
+    #: What the consumer logs for them (printed after sending).
+    outcome: str
+    #: Said before the outcome when the bodies were built rather than declared (None when declared).
+    built: str | None = None
 
 
-NOTIFICATION_SAMPLES = Samples(
-    sample_plan,
-    "the consumer logs message_processed for each (a dry run on dev: notification_dry_run first)",
-    "the consumer logs message_moved_to_dlq for each; `python -m consumer dlq peek` (env loaded) shows them",
+PROCESSED = "the consumer logs message_processed for each"
+POISONED = "the consumer logs message_moved_to_dlq for each; `python -m consumer dlq peek` (env loaded) shows them"
+EITHER = (
+    "the consumer logs message_processed for each, or message_moved_to_dlq if the handler refuses it"
+    " (`python -m consumer dlq peek`, env loaded, shows those)"
 )
-REPORT_SAMPLES = Samples(
-    report_plan,
-    "the consumer logs message_processed for each (a declared dry run: report_dry_run first)",
-    NOTIFICATION_SAMPLES.poisoned,
-)
-#: The handlers :func:`samples_for` has samples for: the examples' by package, the team's report job by name.
-EXAMPLES_PACKAGE = "consumer.examples."
-REPORTS_HANDLER = "workers.reports:handle"
 
 
-def samples_for(environment: Mapping[str, str]) -> Samples:
-    """The samples that fit the handler ``environment`` names (``CONSUMER_HANDLER``, the notification samples when
-    unset); for another handler a :class:`LocalProvisioningError` naming it and saying how to send a body of one's
-    own."""
-    handler = environment.get(HANDLER_ENV)
-    # No handler named (QUEUE_URL set by hand): the notification samples, as before workers had handlers of their own.
-    if handler is None or handler.startswith(EXAMPLES_PACKAGE):
-        return NOTIFICATION_SAMPLES
-    if handler == REPORTS_HANDLER:
-        return REPORT_SAMPLES
-    raise LocalProvisioningError(
-        f'"{HANDLER_ENV}" must be a handler `local send` has samples for ({EXAMPLES_PACKAGE}*, {REPORTS_HANDLER}):'
-        f" {handler!r}; send a body of your own with --body TEXT"
-    )
+def samples_for(environment: Mapping[str, str], count: int, poison: bool) -> Samples:
+    """``count`` messages for the handler ``environment`` names: its declared samples (``@worker(samples=...)``),
+    the poison ones with ``poison``; without declared samples, bodies built from each event id, and a note saying
+    so. A handler that does not load, or ``poison`` for one that declares no poison sample, is a
+    :class:`LocalProvisioningError` naming it."""
+    try:
+        handler, declared = declared_samples(environment)
+        plan = plan_samples(declared, count, prefix="evt-local", poison=poison, handler=handler)
+    except SamplesUnavailableError as error:
+        raise LocalProvisioningError(str(error)) from error
+    if any(p.kind == BUILT for p in plan):
+        built = (
+            f"{handler or 'the handler (CONSUMER_HANDLER is not set)'} declares no samples, so each body was built"
+            f" from its event id ({plan[0].body}): {DECLARE_HINT} to send what it expects"
+        )
+        return Samples(plan, EITHER, built)
+    return Samples(plan, POISONED if poison else PROCESSED)
 
 
 class Sent(NamedTuple):
@@ -199,10 +158,8 @@ class Sent(NamedTuple):
     poison: bool
 
 
-def send_samples(
-    environment: Mapping[str, str], count: int, poison: bool, plan: Callable[[int, bool], list[Planned]] = sample_plan
-) -> tuple[str, list[Sent]]:
-    """Send ``plan``'s events to the local ``QUEUE_URL``; returns the queue URL and what was sent."""
+def send_samples(environment: Mapping[str, str], planned: list[Planned]) -> tuple[str, list[Sent]]:
+    """Send ``planned`` to the local ``QUEUE_URL``; returns the queue URL and what was sent."""
     queue_url = environment.get("QUEUE_URL", "")
     endpoint = environment.get("AWS_ENDPOINT_URL", "")
     if not queue_url:
@@ -212,10 +169,9 @@ def send_samples(
             f'"AWS_ENDPOINT_URL" must be a local endpoint (127.0.0.1 or localhost; `local send` never sends to'
             f" AWS): {endpoint!r}"
         )
-    planned = plan(count, poison)
     result = _send(local_client("sqs", endpoint), queue_url, [outgoing(p) for p in planned])
     ids = {message.idempotency_key: message_id for message, message_id in result.sent}
-    return queue_url, [Sent(p.event_id, ids[p.event_id], poison) for p in planned]
+    return queue_url, [Sent(p.event_id, ids[p.event_id], p.kind == POISON) for p in planned]
 
 
 def _send(sqs: Any, queue_url: str, messages: list[Outgoing]) -> SendResult:

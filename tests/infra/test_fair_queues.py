@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from infra.dashboard import widget_title
 from infra.settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.test_workers import SHARED, dashboard_body
@@ -99,7 +100,7 @@ def test_fair_metrics_are_drawn_only_in_the_fair_workers_section(env: Synthesize
     lines = [
         a["label"]
         for w in widgets[tenants_from:]
-        if w["properties"].get("title") == "Source queue: oldest message age (s)"
+        if w["properties"].get("title") == widget_title("tenants", "Source queue: oldest message age (s)")
         for a in w["properties"]["annotations"]["horizontal"]
     ]
     assert lines == ["acceptable latency (stalled input)"]

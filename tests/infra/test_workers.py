@@ -8,14 +8,16 @@ from typing import Any
 import pytest
 
 from consumer.stack_outputs import WORKER_METADATA_KEY
+from infra.dashboard import widget_title
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
 from tests.infra.conftest import Synthesized, synthesize
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 EXPORTS = {"handler": "tests.infra.handlers:five_minutes", "max_tasks": 4, "cpu": 512, "memory_mib": 1024}
 SHARED = {"retain_queues": False, "pages_to_tickets": True, "source_retention_days": 1, "dlq_retention_days": 7}
-#: The test environments: two workers, and the most an environment supports.
+#: The test environments: one worker, two workers, and the most an environment supports.
 ENVIRONMENTS = {
+    "one": {**SHARED, "workers": {"exports": EXPORTS}},
     "two": {**SHARED, "workers": {"notify": NOTIFY, "exports": EXPORTS}},
     "most": {**SHARED, "workers": {f"w{i}": EXPORTS for i in range(1, MAX_WORKERS + 1)}},
 }
@@ -117,6 +119,34 @@ def test_dashboard_has_an_any_worker_paging_view_and_a_section_per_worker(envs: 
     assert len(widgets[0]["properties"]["alarms"]) == 12
     headings = [w["properties"]["markdown"] for w in widgets if w["type"] == "text"]
     assert headings == ["## Worker notify", "## Worker exports"]
+
+
+def sections(widgets: list[dict[str, Any]]) -> dict[str | None, list[str]]:
+    """Each worker's widget titles under its ``## Worker NAME`` heading (None: before any heading)."""
+    titled: dict[str | None, list[str]] = {None: []}
+    worker: str | None = None
+    for widget in widgets:
+        if widget["type"] == "text":
+            worker = widget["properties"]["markdown"].removeprefix("## Worker ")
+            titled[worker] = []
+        elif widget["type"] == "metric":
+            titled[worker].append(widget["properties"]["title"])
+    return titled
+
+
+def test_dashboard_titles_every_graph_with_its_worker_when_there_are_several(envs: dict[str, Synthesized]) -> None:
+    """Every graph under a worker's heading is titled "[worker] ...", so no two workers' graphs share a title; each
+    worker's section has the same graphs as a one-worker dashboard, whose titles carry no name."""
+    one = sections(dashboard_body(envs["one"])["widgets"])[None]
+    for name in ("two", "most"):
+        titled = sections(dashboard_body(envs[name])["widgets"])
+        workers = list(envs[name].stack.workers)
+        assert list(titled) == [None, *workers] and titled[None] == []
+        for worker in workers:
+            assert titled[worker] == [widget_title(worker, title) for title in one]
+        every = [title for worker in workers for title in titled[worker]]
+        assert len(every) == len(set(every)) == len(one) * len(workers)
+    assert one and all(not title.startswith("[") for title in one)
 
 
 def test_topics_admit_every_workers_alarms(envs: dict[str, Synthesized]) -> None:

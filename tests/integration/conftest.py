@@ -118,6 +118,58 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return outdir
 
 
+SYNTHESIZE_CONTEXT = """
+import json, sys
+from infra.app import build_app
+app, _ = build_app(outdir=sys.argv[1], context={"sqs-worker:environments": json.loads(sys.argv[2])})
+app.synth()
+"""
+
+
+def synthesize_context(outdir: Path, environments: dict[str, Any]) -> Path:
+    """A cloud assembly of ``environments`` (the ``sqs-worker:environments`` context a test builds, in place of
+    cdk.json's), synthesized by the real app with cdk-nag in a subprocess; returns ``outdir``."""
+    subprocess.run(
+        [sys.executable, "-c", SYNTHESIZE_CONTEXT, str(outdir), json.dumps(environments)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    return outdir
+
+
+#: A stack of a team's own: two workers whose handlers the framework does not know (tests/team_handlers.py), no
+#: example; ``invoices`` declares samples, ``ledger`` (the stack's first worker) none.
+TEAM_STACK = "SqsWorker-team"
+TEAM_WORKERS = {"ledger": "tests.team_handlers:ledger", "invoices": "tests.team_handlers:invoices"}
+TEAM_ENVIRONMENT: dict[str, Any] = {
+    "retain_queues": False,
+    "pages_to_tickets": True,
+    "source_retention_days": 1,
+    "dlq_retention_days": 7,
+    "workers": {
+        "ledger": {"handler": TEAM_WORKERS["ledger"], "max_tasks": 2},
+        "invoices": {
+            "handler": TEAM_WORKERS["invoices"],
+            "max_tasks": 2,
+            "handler_environment": {"INVOICES_BOOK": "eu"},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def team_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cloud assembly of :data:`TEAM_ENVIRONMENT` (as ``team``), synthesized once per run as :func:`cdk_out` is."""
+    shared = shared_directory(tmp_path_factory)
+    outdir = shared / "team.cdk.out"
+    with FileLock(shared / "team.cdk.out.lock"):
+        if not outdir.is_dir():
+            synthesize_context(shared / "team.cdk.out.partial", {"team": TEAM_ENVIRONMENT}).rename(outdir)
+    return outdir
+
+
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dummy credentials so nothing ever reaches a real account."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from consumer.local.harness import event_id_of
-from consumer.local.manual import read_env_file
+from consumer.local.manual import read_env_file, worker_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from tests.integration.conftest import ROOT
@@ -71,10 +72,15 @@ def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -
 def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """`python -m consumer local up` serving the dev stack (any free port) and its env file; yields (env file, output)."""
     env_file = tmp_path_factory.mktemp("local") / "local.env"
-    # The send command is the last line printed before serving.
-    with local_up(
-        cdk_out / "SqsWorker-dev.template.json", env_file, lambda line: line.startswith("  ") and "local send" in line
-    ) as output:
+    # The last worker's send command is the last line printed before serving (a send command per worker).
+    counts = {"workers": 0, "sends": 0}
+
+    def last_send(line: str) -> bool:
+        counts["workers"] += line.startswith("worker ")
+        counts["sends"] += line.startswith("  ") and "local send" in line
+        return counts["sends"] == counts["workers"] > 0
+
+    with local_up(cdk_out / "SqsWorker-dev.template.json", env_file, last_send) as output:
         yield env_file, output
 
 
@@ -119,13 +125,59 @@ def test_local_up_env_file_loads_in_a_posix_shell(served: tuple[Path, str]) -> N
     assert {key: environment.get(key) for key in read_env_file(env_file)} == read_env_file(env_file)
 
 
+def printed_workers(output: str) -> list[str]:
+    """The workers `local up` named, one line each, in the stack's order."""
+    return re.findall(r"^worker (\S+): handler ", output, re.MULTILINE)
+
+
 def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None:
-    """What `local up` prints last is the consumer command (env file loaded) and the send command, ready to paste."""
+    """What `local up` prints last is the consumer command (env file loaded) and the send command, ready to paste:
+    on a one-worker stack with the env file, on a stack of several two per worker, each with that worker's file."""
     env_file, output = served
-    assert output.splitlines()[-2:] == [
-        f"  set -a; . {env_file}; set +a; {PYTHON} -m consumer run",
-        f"  {PYTHON} -m consumer local send --env-file {env_file}",
-    ]
+    workers = printed_workers(output)
+    if len(workers) == 1:
+        expected = [
+            f"  set -a; . {env_file}; set +a; {PYTHON} -m consumer run",
+            f"  {PYTHON} -m consumer local send --env-file {env_file}",
+        ]
+    else:
+        expected = [
+            line
+            for worker in workers
+            for line in (
+                f"  set -a; . {worker_env_file(env_file, worker)}; set +a; {PYTHON} -m consumer run",
+                f"  {PYTHON} -m consumer local send --env-file {env_file} --worker {worker}",
+            )
+        ]
+    assert output.splitlines()[-len(expected) :] == expected
+
+
+def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(served: tuple[Path, str]) -> None:
+    """Each worker's environment is in .local.<worker>.env, the first's too (its file is the env file's twin), so
+    `local send --worker <first>` reads it, as docs/local.md's "One chosen worker" gives it."""
+    env_file, output = served
+    workers = printed_workers(output)
+    environments = {worker: read_env_file(worker_env_file(env_file, worker)) for worker in workers}
+    assert environments[workers[0]] == read_env_file(env_file)
+    assert len({e["QUEUE_URL"] for e in environments.values()}) == len(workers)
+    sent = subprocess.run(
+        [sys.executable, "-m", "consumer", "local", "send", "--env-file", str(env_file), "--worker", workers[0]],
+        cwd=ROOT,
+        env=user_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert f" event(s) to {environments[workers[0]]['QUEUE_URL']} (from {worker_env_file(env_file, workers[0])}):" in (
+        sent.stdout
+    )
+    sqs = local_client("sqs", environments[workers[0]]["AWS_ENDPOINT_URL"])
+    drained = sqs.receive_message(QueueUrl=environments[workers[0]]["QUEUE_URL"], MaxNumberOfMessages=10)
+    assert len(drained.get("Messages", [])) == 1
+    sqs.delete_message(
+        QueueUrl=environments[workers[0]]["QUEUE_URL"], ReceiptHandle=drained["Messages"][0]["ReceiptHandle"]
+    )
 
 
 def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tuple[Path, str]) -> None:

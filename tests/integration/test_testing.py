@@ -12,7 +12,11 @@ import pytest
 
 from consumer import Message, worker
 from consumer.contract import WorkerContract
-from consumer.testing import QueueDepth, depth, drain, receive_visible
+from consumer.declaration import contract_of
+from consumer.runtime.consumer import Consumer
+from consumer.runtime.dead_letter import read_reason
+from consumer.testing import QueueDepth, depth, drain, receive_visible, running, send_samples, wait_until
+from tests import team_handlers
 from tests.integration.conftest import create_pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +59,33 @@ def test_drain_receives_and_deletes_more_than_one_batch(sqs: Any) -> None:
     assert sorted(m["Body"] for m in drained) == sorted(f"m{i}" for i in range(12))
     assert all("ApproximateReceiveCount" in m["Attributes"] for m in drained)
     assert depth(sqs, pair.queue_url) == (0, 0)
+
+
+def test_send_samples_puts_a_handlers_declared_samples_where_its_runtime_settles_them(sqs: Any) -> None:
+    """A team's handler's samples through the real runtime: the valid ones processed and deleted, exactly the poison
+    one in the DLQ with the handler's reason, told apart by the idempotency keys send_samples returns."""
+    handler = team_handlers.invoices
+    pair = create_pair(sqs, contract_of(handler))
+    sent = send_samples(sqs, pair.queue_url, handler)
+    consumer = Consumer(
+        sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract_of(handler), handler=handler
+    )
+    with running(consumer) as run:
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=15, what="every sample settled")
+    dead = {m["MessageAttributes"]["idempotency-key"]["StringValue"]: m for m in drain(sqs, pair.dlq_url)}
+    assert run.exit_code == 0
+    assert [s.body for s in sent.values()] == [getattr(s, "body", s) for s in team_handlers.INVOICE_SAMPLES]
+    assert set(dead) == {key for key, sample in sent.items() if sample.poison}
+    assert [read_reason(m["MessageAttributes"])["reason"] for m in dead.values()] == ["invoice lacks invoice_id"]  # type: ignore[index]
+
+
+def test_send_samples_refuses_to_send_nothing(sqs: Any) -> None:
+    """A handler without samples (or without poison ones, when asked for those) fails the test, naming it."""
+    pair = create_pair(sqs, WorkerContract(max_duration_seconds=30))
+    with pytest.raises(AssertionError, match=r"^ledger declares no samples \(@worker\(samples=\.\.\.\)\)$"):
+        send_samples(sqs, pair.queue_url, team_handlers.ledger)
+    assert len(send_samples(sqs, pair.queue_url, team_handlers.invoices, poison=True)) == 1
+    assert depth(sqs, pair.queue_url) == (1, 0)
 
 
 def docs_example() -> str:

@@ -11,11 +11,11 @@ import pytest
 
 from consumer.declaration import non_retryable_of
 from consumer.examples.notifications import parse
-from consumer.local.demo import DemoResult
 from consumer.local.demo_lane import (
     DEAD_LETTERED,
     DELIVERED,
     Accounting,
+    DemoResult,
     Lane,
     LaneResult,
     RecordingDownstream,
@@ -216,6 +216,7 @@ def lane_of(accounting: Accounting, exit_code: int = 0, worker: str = "notificat
         sqs_requests=2,
         processed=1,
         downstream_refusals={},
+        mix=MIX,
     )
 
 

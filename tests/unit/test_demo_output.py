@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from consumer.local.demo import Demo, DemoOptions, DemoResult
-from consumer.local.demo_lane import Lane, LaneResult, account
+from consumer.local.demo import Demo, DemoOptions
+from consumer.local.demo_lane import DemoResult, Lane, LaneResult, account
 from consumer.local.demo_notifications import KINDS, MIX, build_mix
 from consumer.local.demo_report import render_report
 from consumer.local.demo_reports import REPORT_KINDS, REPORTS_MIX, build_report_mix
@@ -79,6 +79,7 @@ def a_result(heartbeat_extensions: int) -> DemoResult:
         sqs_requests=209,
         processed=96,
         downstream_refusals={"422": 6, "503": 81},
+        mix=MIX,
         tenants={
             "tenant-noisy": {"produced": 90, "delivered": 72, "processed": 72, "moved_to_dlq": 18},
             "tenant-a": {"produced": 6, "delivered": 5, "processed": 5, "moved_to_dlq": 1},
@@ -105,6 +106,7 @@ def a_result(heartbeat_extensions: int) -> DemoResult:
         sqs_requests=40,
         processed=21,
         downstream_refusals={"503": 4},
+        mix=REPORTS_MIX,
     )
     return DemoResult(workers=[notifications, reports], elapsed_seconds=29.3)
 

@@ -10,25 +10,18 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from consumer.examples.notifications import parse
 from consumer.local import stack
 from consumer.local.cli import local_app
+from consumer.local.harness import Planned
 from consumer.local.manual import (
-    NOTIFICATION_SAMPLES,
-    REPORT_SAMPLES,
-    body_plan,
     read_env_file,
-    report_plan,
-    sample_plan,
-    samples_for,
     send_environment,
     send_samples,
     worker_env_file,
     write_env_file,
 )
+from consumer.local.samples import body_plan
 from consumer.local.stack import LocalProvisioningError
-from consumer.message import PoisonMessage
-from workers import reports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,32 +126,12 @@ def test_send_environment_without_file_or_queue_says_what_to_start(tmp_path: Pat
     )
 
 
-def test_sample_plan_events_pass_the_example_handlers_schema() -> None:
-    """Every sample event is one the deployed example handler accepts, its id its idempotency key."""
-    plan = sample_plan(3, poison=False)
-    assert [parse(p.body)["event_id"] for p in plan] == [p.event_id for p in plan]
-    assert len({p.event_id for p in plan}) == 3
-
-
-def test_sample_plan_ids_are_new_on_every_send() -> None:
-    """Two sends never share an event id, so the idempotency guard does not skip the second as a duplicate."""
-    assert not {p.event_id for p in sample_plan(2, False)} & {p.event_id for p in sample_plan(2, False)}
-
-
-def test_sample_plan_poison_breaks_the_schema_at_the_channel() -> None:
-    """A --poison event is refused by the handler as poison, naming the rule it broke."""
-    (event,) = sample_plan(1, poison=True)
-    with pytest.raises(PoisonMessage) as raised:
-        parse(event.body)
-    assert str(raised.value) == 'schema check failed at properties/channel: enum ["email", "sms", "push"]'
-
-
 @pytest.mark.parametrize("endpoint", ["", "https://sqs.eu-west-1.amazonaws.com", "http://10.0.0.5:4750"])
 def test_send_samples_refuses_an_endpoint_that_is_not_loopback(endpoint: str) -> None:
     """`local send` never sends to AWS or another host: only 127.0.0.1, localhost or ::1."""
     environment = {"QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/1/q", "AWS_ENDPOINT_URL": endpoint}
     with pytest.raises(LocalProvisioningError) as raised:
-        send_samples(environment, 1, poison=False)
+        send_samples(environment, [Planned("evt-1", "sample", "{}")])
     assert str(raised.value) == (
         '"AWS_ENDPOINT_URL" must be a local endpoint (127.0.0.1 or localhost; `local send` never sends to AWS):'
         f" {endpoint!r}"
@@ -195,46 +168,6 @@ def test_send_environment_with_an_unknown_worker_names_the_workers_there_are(tmp
         f'"--worker" must be one of the workers `local up` wrote an env file for next to {default}'
         " (notifications, reports): 'nope'"
     )
-
-
-@pytest.mark.parametrize(
-    ("handler", "samples"),
-    [
-        ("consumer.examples.notifications:handle", NOTIFICATION_SAMPLES),
-        ("consumer.examples.demo:handle", NOTIFICATION_SAMPLES),
-        ("workers.reports:handle", REPORT_SAMPLES),
-        (None, NOTIFICATION_SAMPLES),
-    ],
-)
-def test_samples_fit_the_workers_handler(handler: str | None, samples: object) -> None:
-    """The examples' handlers get notification events, the team's report job report requests; an environment
-    naming no handler (QUEUE_URL set by hand) the notification events, as before."""
-    assert samples_for({} if handler is None else {"CONSUMER_HANDLER": handler}) is samples
-
-
-def test_samples_for_another_handler_say_how_to_send_a_body() -> None:
-    """A handler without samples is named, with --body as the way to send one's own."""
-    with pytest.raises(LocalProvisioningError) as raised:
-        samples_for({"CONSUMER_HANDLER": "orders.handlers:handle"})
-    assert str(raised.value) == (
-        '"CONSUMER_HANDLER" must be a handler `local send` has samples for (consumer.examples.*,'
-        " workers.reports:handle): 'orders.handlers:handle'; send a body of your own with --body TEXT"
-    )
-
-
-def test_report_samples_pass_the_report_jobs_checks() -> None:
-    """Every report sample is a request workers.reports accepts, its report_id its idempotency key."""
-    plan = report_plan(3, poison=False)
-    assert [reports.parse(p.body)["report_id"] for p in plan] == [p.event_id for p in plan]
-    assert len({p.event_id for p in plan}) == 3
-
-
-def test_report_poison_is_refused_by_the_report_job_as_poison() -> None:
-    """A --poison report request has a row one cell short: the handler refuses it, naming the rule."""
-    (event,) = report_plan(1, poison=True)
-    with pytest.raises(PoisonMessage) as raised:
-        reports.parse(event.body)
-    assert str(raised.value) == '"rows"[0] must be a list of 2 cells, one per column'
 
 
 def test_body_plan_sends_the_body_as_given_with_a_new_key_each() -> None:

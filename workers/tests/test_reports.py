@@ -20,7 +20,7 @@ from consumer.declaration import contract_of, non_retryable_of
 from consumer.message import Attempt
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import read_reason
-from consumer.testing import depth, running, wait_until
+from consumer.testing import depth, drain, running, send_samples, wait_until
 from workers import reports
 from workers.reports import ReportStoreUnavailable, handle, parse, render, upload, upload_target
 
@@ -222,3 +222,21 @@ def test_handler_through_the_runtime_uploads_and_dead_letters_a_bad_request(stor
         json.dumps({**REQUEST, "report_id": "x"}): ("poison", f'"report_id" must match {reports.REPORT_ID.pattern}', 1),
         "not json": ("non_retryable", "JSONDecodeError: Expecting value: line 1 column 1 (char 0)", 1),
     }
+
+
+def test_declared_samples_end_where_declared(store: type[Store]) -> None:
+    """The samples `local send` and the demo send (its @worker(samples=...)), through the real runtime on moto: the
+    valid request uploaded once, the two marked poison=True in the DLQ at their first receive."""
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="eu-west-1")
+        url = sqs.create_queue(QueueName="reports")["QueueUrl"]
+        dlq = sqs.create_queue(QueueName="reports-dlq")["QueueUrl"]
+        sent = send_samples(sqs, url, handle)
+        consumer = Consumer(sqs, queue_url=url, dlq_url=dlq, contract=contract_of(handle), handler=handle)
+        with running(consumer) as run:
+            wait_until(lambda: depth(sqs, url).total == 0, timeout=15, what="every sample settled")
+        dead = {m["MessageAttributes"]["idempotency-key"]["StringValue"]: m for m in drain(sqs, dlq)}
+    assert run.exit_code == 0
+    assert set(dead) == {key for key, sample in sent.items() if sample.poison} and len(dead) == 2
+    assert {read_reason(m["MessageAttributes"])["receive_count"] for m in dead.values()} == {1}  # type: ignore[index]
+    assert [path for path, _type, _body in store.received] == ["/reports/sales-sample-0001.html"]
