@@ -127,6 +127,24 @@ def reference_context_json() -> str:
     return json.dumps(reference_context())
 
 
+def shipped_demo() -> tuple[dict[str, Any], dict[str, str]]:
+    """The demo environment as cdk.json shipped it (``make run``'s: the notifications example and the team package's
+    report job), less any worker whose handler this repository no longer has (a team deleted workers/reports.py, say);
+    and those left out, by handler, with why. A test of a shipped mix skips, saying why, when its worker is out."""
+    from consumer.declaration import load_handler
+    from consumer.errors import ContractError
+
+    demo = copy.deepcopy(SHIPPED["demo"])
+    missing = {}
+    for name, settings in list(demo["workers"].items()):
+        try:
+            load_handler(settings["handler"])
+        except ContractError as error:
+            missing[settings["handler"]] = str(error)
+            del demo["workers"][name]
+    return demo, missing
+
+
 def repository_environments() -> dict[str, Any]:
     """The repository's own ``cdk.json`` environments, as the team has them now."""
     environments: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"][CONTEXT_KEY]

@@ -26,7 +26,7 @@ from moto.server import ThreadedMotoServer
 
 from consumer.contract import WorkerContract
 from tests.integration.recorder import runtime_call_recorder
-from tests.reference import reference_context_json
+from tests.reference import reference_context_json, shipped_demo
 
 REGION = "eu-west-1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,6 +136,18 @@ def synthesize_context(outdir: Path, environments: dict[str, Any]) -> Path:
         capture_output=True,
         timeout=180,
     )
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def shipped_demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cloud assembly of the demo as cdk.json shipped it (``tests.reference.shipped_demo``: the notifications example
+    and the team package's report job, whatever cdk.json now holds), synthesized once per run as :func:`cdk_out` is."""
+    shared = shared_directory(tmp_path_factory)
+    outdir = shared / "shipped.cdk.out"
+    with FileLock(shared / "shipped.cdk.out.lock"):
+        if not outdir.is_dir():
+            synthesize_context(shared / "shipped.cdk.out.partial", {"demo": shipped_demo()[0]}).rename(outdir)
     return outdir
 
 

@@ -1,9 +1,10 @@
-"""The main job's local demo, shortened: provisioned from the repository's demo template, every worker's consumers,
-real HTTP downstreams.
+"""The main job's local demo, shortened: provisioned from the demo as cdk.json shipped it (``make run``'s: the
+notifications example and the team package's report job, tests/reference.py), every worker's consumers, real HTTP
+downstreams. It does not read the team's cdk.json: the demo of any other worker a team adds is tested on a stack of
+the tests' own in tests/integration/test_team_workers.py.
 
-The tests of a shipped mix (the notifications example's, the report job's) find its lane by handler, whatever the
-worker is named, and skip, saying so, when cdk.json's demo environment does not run that handler; a worker the demo
-has no mix for is covered by tests/integration/test_team_workers.py on a stack of the tests' own."""
+The tests of a shipped mix find its lane by handler and skip, saying why, where the repository no longer has that
+handler (a team deleted workers/reports.py, say)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,19 @@ import pytest
 from consumer import DownstreamUnavailable
 from consumer.examples.notifications import WebhookUnavailable, deliver
 from consumer.local.demo_notifications import OUTAGE_RETRY_AFTER, Downstream
-from consumer.local.demo_reports import ReportStore
 from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
 from consumer.stack_outputs import task_definitions
 from tests.integration.conftest import ROOT, run_module
-from workers.reports import ReportStoreUnavailable, upload
+from tests.reference import shipped_demo
 
 pytestmark = pytest.mark.slow(35)  # the module's one short run, with the assembly it needs
 
 
 @pytest.fixture(scope="module")
-def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
+def short_run(
+    shipped_demo_out: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess, dict]:
     """`python -m consumer demo` in its short form (18 events, 8 report requests, 2 consumers per worker, a rolling
     restart), with a JSON report."""
     workdir = tmp_path_factory.mktemp("demo")
@@ -39,7 +41,7 @@ def short_run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
         "consumer",
         "demo",
         "--template",
-        str(cdk_out / "SqsWorker-demo.template.json"),
+        str(shipped_demo_out / "SqsWorker-demo.template.json"),
         "--messages",
         "18",
         "--reports",
@@ -66,11 +68,18 @@ NOTIFICATIONS_HANDLER, REPORTS_HANDLER = "consumer.examples.demo:handle", "worke
 
 
 def lane(report: dict[str, Any], handler: str) -> dict[str, Any]:
-    """The result of the demo's (first) worker running ``handler``; the test skips when the demo stack has none."""
+    """The result of the demo's (first) worker running ``handler``; the test skips, saying why, when the shipped demo
+    has none here (this repository no longer has that handler)."""
     found = [w for w in report["workers"].values() if w["handler"] == handler]
     if not found:
-        pytest.skip(f"cdk.json's demo environment runs no worker with {handler}: the test of its mix does not apply")
+        why = shipped_demo()[1].get(handler, "the shipped demo runs no such worker")
+        pytest.skip(f"the shipped example's worker running {handler} is not in this repository: {why}")
     return found[0]
+
+
+def report_job() -> Any:
+    """The team package's report job (workers.reports), or a skip saying the repository no longer has it."""
+    return pytest.importorskip("workers.reports", reason="the shipped example's report job is not in this repository")
 
 
 def stack_workers(cdk_out: Path) -> dict[str, str]:
@@ -98,13 +107,13 @@ def test_demo_short_form_exits_0_and_balances(short_run: tuple[subprocess.Comple
 
 
 def test_demo_short_form_runs_every_worker_of_the_stack_balanced(
-    short_run: tuple[subprocess.CompletedProcess, dict], cdk_out: Path
+    short_run: tuple[subprocess.CompletedProcess, dict], shipped_demo_out: Path
 ) -> None:
     """Every worker of the demo stack ran, with its handler, each balanced, duplicate-free and with every consumer
     exiting 0."""
     _, report = short_run
     workers = report["workers"]
-    assert {name: w["handler"] for name, w in workers.items()} == stack_workers(cdk_out)
+    assert {name: w["handler"] for name, w in workers.items()} == stack_workers(shipped_demo_out)
     assert {(w["accounting"]["balanced"], w["accounting"]["duplicates"], w["ok"]) for w in workers.values()} == {
         (True, 0, True)
     }
@@ -295,16 +304,20 @@ def test_downstream_outage_lasts_until_cleared(downstream: Downstream) -> None:
 
 
 @pytest.fixture
-def store() -> Iterator[ReportStore]:
+def store() -> Iterator[Any]:
+    report_job()
+    from consumer.local.demo_reports import ReportStore  # imports the report job
+
     server = ReportStore([Planned("rpt-demo-00000", "valid", "{}"), Planned("rpt-demo-00001", "transient", "{}", 1)])
     server.start()
     yield server
     server.stop()
 
 
-def test_report_store_fails_a_transient_report_once_then_counts_its_upload(store: ReportStore) -> None:
+def test_report_store_fails_a_transient_report_once_then_counts_its_upload(store: Any) -> None:
     """Over real HTTP, the report job's upload() sees one 503 (retry), then the PUT is counted once."""
-    with pytest.raises(ReportStoreUnavailable, match="HTTP 503"):
+    upload = report_job().upload
+    with pytest.raises(report_job().ReportStoreUnavailable, match="HTTP 503"):
         upload("rpt-demo-00001", "<p>page</p>", store.url)
     upload("rpt-demo-00001", "<p>page</p>", store.url)
     upload("rpt-demo-00000", "<p>page</p>", store.url)
@@ -314,15 +327,15 @@ def test_report_store_fails_a_transient_report_once_then_counts_its_upload(store
     )
 
 
-def test_report_store_counts_a_second_upload_as_a_duplicate(store: ReportStore) -> None:
+def test_report_store_counts_a_second_upload_as_a_duplicate(store: Any) -> None:
     """Two successful PUTs of one report are two successes, which the accounting counts as a duplicate."""
     for _ in range(2):
-        upload("rpt-demo-00000", "<p>page</p>", store.url)
+        report_job().upload("rpt-demo-00000", "<p>page</p>", store.url)
     assert store.successes["rpt-demo-00000"] == 2
 
 
-def test_report_store_refuses_an_unplanned_report_as_permanent(store: ReportStore) -> None:
+def test_report_store_refuses_an_unplanned_report_as_permanent(store: Any) -> None:
     """A PUT for a report the plan does not hold is a 404: the report job raises PoisonMessage, nothing counted."""
     with pytest.raises(PoisonMessage, match="HTTP 404"):
-        upload("rpt-stranger-0", "<p>page</p>", store.url)
+        report_job().upload("rpt-stranger-0", "<p>page</p>", store.url)
     assert (store.delivered(), dict(store.refusals)) == (set(), {404: 1})

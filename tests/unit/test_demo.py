@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from consumer.declaration import non_retryable_of
 from consumer.examples.notifications import parse
 from consumer.local.demo_lane import (
     DEAD_LETTERED,
@@ -22,11 +20,9 @@ from consumer.local.demo_lane import (
     account,
 )
 from consumer.local.demo_notifications import KINDS, MIX, build_mix
-from consumer.local.demo_reports import REPORT_KINDS, build_report_mix
 from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
 from consumer.ops.queues import fingerprint
-from workers import reports
 
 #: What a lane reads of its worker's task environment.
 TASK = {"QUEUE_URL": "https://sqs.local/q", "DLQ_URL": "d", "CONSUMER_STOP_TIMEOUT_SECONDS": "35"}
@@ -224,77 +220,10 @@ def result_of(accounting: Accounting, exit_code: int = 0) -> DemoResult:
     return DemoResult(workers=[lane_of(accounting, exit_code)], elapsed_seconds=1.0)
 
 
-# --------------------------------------------------------------------------- the reports worker's lane
-
-
-def test_build_report_mix_follows_the_shares_with_every_kind() -> None:
-    """28 report requests split 15/4/6/3 (valid, transient, malformed, not JSON), each id unique, the same mix on
-    every run."""
-    mix = build_report_mix(28)
-    assert Counter(p.kind for p in mix) == {"valid": 15, "transient": 4, "malformed": 6, "not_json": 3}
-    assert len({p.event_id for p in mix}) == 28
-    assert mix == build_report_mix(28)
-
-
-def test_build_report_mix_rejects_fewer_requests_than_kinds() -> None:
-    """Three requests cannot cover four kinds: the error names the parameter, the rule and the value."""
-    with pytest.raises(ValueError, match=r'"reports" must be at least 4 \(one of each kind\): 3'):
-        build_report_mix(3)
-
-
-def test_build_report_mix_malformed_requests_are_poison_to_the_report_job() -> None:
-    """Every malformed request fails the report job's parse as PoisonMessage, six distinct reasons."""
-    reasons = set()
-    for planned in (p for p in build_report_mix(28) if p.kind == "malformed"):
-        with pytest.raises(PoisonMessage) as raised:
-            reports.parse(planned.body)
-        reasons.add(raised.value.reason)
-    assert len(reasons) == 6
-
-
-def test_build_report_mix_not_json_requests_raise_the_report_job_s_declared_non_retryable_error() -> None:
-    """A "not JSON" request fails the report job's parse with json.JSONDecodeError, the type its @worker declares
-    non_retryable (the DLQ at the first receive, kind non_retryable); two variants."""
-    bodies = {p.body[:10] for p in build_report_mix(28) if p.kind == "not_json"}
-    assert len(bodies) == 2
-    for planned in (p for p in build_report_mix(28) if p.kind == "not_json"):
-        with pytest.raises(json.JSONDecodeError):
-            reports.parse(planned.body)
-    assert non_retryable_of(reports.handle) == (json.JSONDecodeError,)
-
-
-def test_build_report_mix_valid_requests_render_under_their_report_id() -> None:
-    """Valid and transient requests parse as reports named by their event id, and render with escaped cells."""
-    for planned in (p for p in build_report_mix(28) if p.kind in ("valid", "transient")):
-        request = reports.parse(planned.body)
-        assert request["report_id"] == planned.event_id
-        assert "&lt;apac &amp; oceania&gt;" in reports.render(request)
-
-
-def test_build_report_mix_only_transient_requests_fail_once() -> None:
-    """A transient request is refused exactly once by the store (one 2 s backoff); no other kind fails."""
-    mix = build_report_mix(28)
-    assert {p.transient_failures for p in mix if p.kind == "transient"} == {1}
-    assert {p.transient_failures for p in mix if p.kind != "transient"} == {0}
-
-
-def test_account_reports_lane_balances_with_uploads_and_poison() -> None:
-    """The reports worker's kinds: valid and transient uploaded once, malformed in the DLQ with a reason."""
-    plan = [Planned("rpt-0", "valid", "{}"), Planned("rpt-1", "transient", "{}"), Planned("rpt-2", "malformed", "{}")]
-    result = account(plan, REPORT_KINDS, {"rpt-0": 1, "rpt-1": 1}, {"rpt-2": POISON}, 0)
-    assert (result.balanced, result.delivered, result.dead_lettered) == (True, 2, {"malformed": 1})
-
-
-def test_account_reports_lane_malformed_uploaded_is_misplaced() -> None:
-    """A malformed request that reached the store is in the wrong place: the reports lane does not balance."""
-    result = account([Planned("rpt-0", "malformed", "{}")], REPORT_KINDS, {"rpt-0": 1}, {}, 0)
-    assert (result.misplaced, result.balanced) == (["rpt-0"], False)
-
-
 def test_demo_result_ok_needs_every_worker_balanced() -> None:
     """The notifications worker balanced and the reports worker not: the run is not ok (exit 1)."""
     good = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
-    lost = lane_of(account([Planned("rpt-0", "valid", "{}")], REPORT_KINDS, {}, {}, 0), worker="reports")
+    lost = lane_of(account([Planned("rpt-0", "good", "{}")], KINDS, {}, {}, 0), worker="reports")
     assert DemoResult(workers=[good], elapsed_seconds=1.0).ok is True
     assert DemoResult(workers=[good, lost], elapsed_seconds=1.0).ok is False
 
@@ -302,7 +231,7 @@ def test_demo_result_ok_needs_every_worker_balanced() -> None:
 def test_demo_result_json_keeps_the_first_worker_on_top_and_every_worker_by_name() -> None:
     """--report: the first worker's keys at the top (as before), each worker under "workers", the run's "ok"."""
     good = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
-    lost = lane_of(account([Planned("rpt-0", "valid", "{}")], REPORT_KINDS, {}, {}, 0), worker="reports")
+    lost = lane_of(account([Planned("rpt-0", "good", "{}")], KINDS, {}, {}, 0), worker="reports")
     data = DemoResult(workers=[good, lost], elapsed_seconds=1.0).to_json()
     assert (data["worker"], data["accounting"]["balanced"], data["ok"]) == ("notifications", True, False)
     assert sorted(data["workers"]) == ["notifications", "reports"]
