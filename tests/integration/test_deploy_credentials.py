@@ -29,6 +29,12 @@ MISSING = "no AWS credentials found"
 WAYS = ("AWS_PROFILE=<name>", "aws configure sso", "aws sso login", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
+#: make, never remaking the venv or the CLI this suite runs on (-o: "old", up to date whatever its prerequisites'
+#: times): a requirements file newer than the stamp would otherwise have make rebuild .venv with the bare PATH's
+#: python3, which may be another Python than the venv's.
+MAKE = ["make", "-o", ".venv/.installed", "-o", "node_modules/.installed"]
+
+
 def environments() -> list[str]:
     """The environments the repository's cdk.json declares (the check runs before anything reads them)."""
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
@@ -92,7 +98,7 @@ def test_make_without_credentials_says_what_is_missing_in_one_line(
     CONFIG; no "Unable to resolve AWS account", no cdk command started, nothing synthesized."""
     out = tmp_path / "cdk.out"
     environment = bare_environment(tmp_path / "home", f"http://127.0.0.1:{refusing_port}/")
-    command = ["make", target, f"ENV={environments()[pick]}", f"CDK_ARGS=--output={out}"]
+    command = [*MAKE, target, f"ENV={environments()[pick]}", f"CDK_ARGS=--output={out}"]
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - started
@@ -168,7 +174,7 @@ def test_an_instance_role_counts_under_make(tmp_path: Path, moto_server: str) ->
     """The Makefile exports AWS_EC2_METADATA_DISABLED=true for everything else; for diff the check still asks the
     instance metadata (here moto's), finds its role and lets the cdk command start (`--app false`: no synthesis)."""
     environment = bare_environment(tmp_path / "home", f"{moto_server}/", AWS_EC2_METADATA_DISABLED="true")
-    command = ["make", "diff", f"ENV={environments()[0]}", "CDK_ARGS=--app false"]
+    command = [*MAKE, "diff", f"ENV={environments()[0]}", "CDK_ARGS=--app false"]
     done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
     assert MISSING not in done.stderr
     assert " diff --no-notices " in done.stdout  # the cdk command started
