@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from infra.settings import CONTEXT_KEY
+from tests.infra.checks import dashboard_body
 from tests.infra.conftest import Synthesized, synthesize
 
 
@@ -151,21 +152,12 @@ def test_ticket_topic_shares_the_paging_key(prod: Synthesized) -> None:
 
 def _dashboard(env: Synthesized) -> str:
     """The dashboard body with every reference replaced by its logical id, as one string."""
-    body = props(env, env.stack.dashboard.dashboard)["DashboardBody"]["Fn::Join"][1]
-    parts = []
-    for part in body:
-        if isinstance(part, str):
-            parts.append(part)
-        elif "Fn::GetAtt" in part:
-            parts.append("<" + ".".join(part["Fn::GetAtt"]) + ">")
-        else:
-            parts.append("<" + part["Ref"] + ">")
-    return "".join(parts)
+    return json.dumps(dashboard_body(env), separators=(",", ":"))
 
 
 def test_dashboard_graphs_both_queues_by_their_own_names(dev: Synthesized) -> None:
     """Source and DLQ widgets name the queues of this stack, by reference, with the alarms' statistics."""
-    body = json.loads(_dashboard(dev))
+    body = dashboard_body(dev)
     source = f"<{dev.logical_id(dev.stack.queues.queue)}.QueueName>"
     dlq = f"<{dev.logical_id(dev.stack.queues.dead_letter_queue)}.QueueName>"
     graphs = {w["properties"]["title"]: w["properties"] for w in body["widgets"] if w["type"] == "metric"}
@@ -197,7 +189,7 @@ def test_dashboard_shows_the_consumers_own_metrics_and_the_scaling_target(dev: S
 
 def test_dashboard_alarm_widget_lists_every_alarm_with_actions(dev: Synthesized) -> None:
     """The status row shows exactly the alarms that notify someone."""
-    body = json.loads(_dashboard(dev))
+    body = dashboard_body(dev)
     (status,) = [w for w in body["widgets"] if w["type"] == "alarm"]
     expected = [f"<{dev.logical_id(a)}.Arn>" for a in dev.stack.alarms.paging_alarms]
     assert status["properties"]["alarms"] == expected
@@ -251,7 +243,7 @@ def test_downstream_unavailable_counts_the_consumers_circuit_opens_per_derived_p
 
 def test_dashboard_draws_the_circuit_with_the_alarms_threshold(prod: Synthesized) -> None:
     """The circuit row: opens at the alarm's period with its threshold, and the longest time open."""
-    body = json.loads(_dashboard(prod))
+    body = dashboard_body(prod)
     graphs = {w["properties"]["title"]: w["properties"] for w in body["widgets"] if w["type"] == "metric"}
     source = f"<{prod.logical_id(prod.stack.queues.queue)}.QueueName>"
     opens = graphs["Downstream circuit: opens per alarm period"]

@@ -182,6 +182,17 @@ def team_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return outdir
 
 
+@pytest.fixture
+def process_guard() -> Iterator[list[subprocess.Popen[str]]]:
+    """The consumer processes a test starts (append them): any still running at its end are killed."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dummy credentials so nothing ever reaches a real account."""

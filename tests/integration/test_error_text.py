@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,18 +110,8 @@ def server_sqs(moto_server: str) -> Any:
     return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
-@pytest.fixture
-def process() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for running_process in started:
-        if running_process.poll() is None:
-            running_process.kill()
-            running_process.wait()
-
-
 def test_error_text_omitted_stays_out_of_what_the_process_writes(
-    moto_server: str, server_sqs: Any, tmp_path: Path, process: list[subprocess.Popen[str]]
+    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list[subprocess.Popen[str]]
 ) -> None:
     """`python -m consumer run` with the "omit" handler at DEBUG (botocore's request logs included): nothing it writes
     holds the address, and its message_moved_to_dlq lines name the type and the place."""
@@ -152,7 +142,7 @@ def test_error_text_omitted_stays_out_of_what_the_process_writes(
             stderr=subprocess.STDOUT,
             text=True,
         )
-        process.append(consumer)
+        process_guard.append(consumer)
         wait_until(lambda: depth(server_sqs, pair.dlq_url).total == 2, timeout=30)
         consumer.send_signal(signal.SIGTERM)
         assert consumer.wait(timeout=20) == 0

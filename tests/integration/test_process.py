@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +83,6 @@ def wait_in_flight(sqs: Any, url: str, count: int, timeout: float = 10.0) -> Non
 
 def effects(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-@pytest.fixture
-def process_guard() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_process_idle_exits_promptly_on_sigterm(
