@@ -17,7 +17,7 @@ from consumer.declaration import contract_of, load_handler
 from infra.settings import CONTEXT_KEY, load_environments
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
-from tests.reference import repository_environments
+from tests.reference import SHIPPED, repository_environments, shipped_example
 
 ENVIRONMENTS = list(repository_environments())
 
@@ -57,3 +57,16 @@ def test_framework_checks_hold_for_every_environment(
     the framework's checks on each environment of the repository's cdk.json."""
     run: Callable[[Synthesized], None] = TEMPLATE_CHECKS[check]
     run(repository[environment])
+
+
+def test_shipped_example_cdk_json_is_what_the_reference_says_shipped() -> None:
+    """As shipped, cdk.json holds exactly tests/reference.py's SHIPPED environments, so the reference the framework's
+    tests synthesize is what ships. A test of the shipped example: it skips, naming what changed, once a team has
+    made cdk.json its own."""
+    environments = repository_environments()
+    if set(environments) != set(SHIPPED):
+        pytest.skip(
+            f"the shipped example is not deployed as shipped: cdk.json's environments are {sorted(environments)}"
+        )
+    for name in SHIPPED:
+        assert shipped_example(name) == SHIPPED[name]
