@@ -32,8 +32,10 @@ without a reason, a corpus message missed the DLQ at its first receive, a
 repeat delivery is not explained by a SIGKILL, or a consumer did not exit 0.
 A repeat delivery or an event in two places that the evidence traces to the
 endpoint (moto's server handing one message to two receives at once, or its
-store admitting two claims on one key) is reported, not failed:
-:mod:`bench.chaos_evidence` says how each is told apart.
+store admitting two claims on one key), or to the SIGKILLs (an applied event whose
+every later holder was killed before its delete was applied, until SQS's redrive
+moved it), is reported, not failed: :mod:`bench.chaos_evidence` says how each is
+told apart.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from bench.chaos_accounting import (
     account_stream,
     consumer_endings,
     corpus_checks,
+    dlq_copies,
     reported_events,
     sort_dlq,
     stream_failures,
@@ -452,13 +455,13 @@ class Chaos:
     ) -> ChaosResult:
         self._mark("accounting")
         applied, deliveries = downstream.snapshot()
-        by_event, corpus_found, unknown = sort_dlq(read_dlq(self.moto, self.dlq_url), self.corpus_ids, "evt-chaos-")
-        left = sum(self._depth())
-        stream = account_stream(self.plan, PLACES, applied, by_event, unknown, left, self.produced_ids)
-        lease = demo_contract().visibility_timeout_seconds  # the source's lease and the idempotency claim's
-        run = self.supervisor.record(fleets, self.receives, lease, self.started)
-        repeated, stream["in_two_places_by_endpoint"], hand_outs = trace(deliveries, stream["in_two_places"], run)
-        failures = stream_failures(stream, repeated)
+        dlq = read_dlq(self.moto, self.dlq_url)
+        by_event, corpus_found, unknown = sort_dlq(dlq, self.corpus_ids, "evt-chaos-")
+        stream = account_stream(self.plan, PLACES, applied, by_event, unknown, sum(self._depth()), self.produced_ids)
+        run = self.supervisor.record(fleets, self.receives, demo_contract(), self.started)
+        traced = trace(deliveries, stream["in_two_places"], run, dlq_copies(dlq, "evt-chaos-"))
+        stream.update(traced.two_places())
+        failures = stream_failures(stream, traced.repeats)
         checks, corpus_failures = corpus_checks(self.corpus, corpus_found)
         failures += corpus_failures
         if self.canaries_applied != 5 or not self.corpus_alive:
@@ -482,7 +485,7 @@ class Chaos:
             options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
             produced={**Counter(p.kind for p in self.plan), "sends_confirmed": self.sent_messages},
             accounting=stream,
-            repeats=repeated,
+            repeats=traced.repeats,
             corpus=checks,
             fifo=fifo,
             faults=proxy.fault_counts(),
@@ -494,7 +497,7 @@ class Chaos:
             phases=self.phases,
             elapsed_seconds=round(time.monotonic() - self.started, 1),
             failures=failures,
-            double_hand_outs=hand_outs,
+            double_hand_outs=traced.hand_outs,
         )
 
 

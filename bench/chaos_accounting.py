@@ -120,7 +120,11 @@ def account_stream(
         "lost": found.lost,
         "misplaced": found.delivered_unexpectedly,
         "in_two_places": found.in_two_places,
-        "in_two_places_by_endpoint": {},  # filled by the run from its evidence (bench.chaos_evidence)
+        # Filled by the run from its evidence (bench.chaos_evidence): the events in two places the endpoint caused,
+        # those SIGKILLs made SQS redrive, and why each other one is neither.
+        "in_two_places_by_endpoint": {},
+        "in_two_places_by_sigkill": {},
+        "in_two_places_unexplained": {},
         "dlq_without_reason": found.without_reason,
         "unknown_in_dlq": unknown,
         "left_in_source": left,
@@ -147,20 +151,42 @@ def sort_dlq(
     return by_event, corpus_found, unknown
 
 
+def dlq_copies(dlq: Iterable[tuple[dict[str, Any], Record]], prefix: str) -> dict[str, list[tuple[str, Record]]]:
+    """Event id -> its DLQ copies as (MessageId, reason record or None), for the stream's events (ids starting
+    ``prefix``). SQS's redrive keeps a message's MessageId, so a copy without a reason names the source message it
+    moved; a copy the consumer sent names it in its record (``original_message_id``)."""
+    found: dict[str, list[tuple[str, Record]]] = defaultdict(list)
+    for message, record in dlq:
+        key = event_id_of(message)
+        if key and key.startswith(prefix):
+            found[key].append((str(message.get("MessageId")), record))
+    return found
+
+
 def stream_failures(a: Mapping[str, Any], repeats: Mapping[str, Any]) -> list[str]:
     """The stream's failures: anything lost, misplaced or left over, and the repeats and events in two places whose
-    cause is the consumer's or unknown (those the endpoint caused are reported, not failed: bench.chaos_evidence)."""
+    cause is the consumer's or unknown (those the endpoint or the SIGKILLs caused are reported, not failed:
+    bench.chaos_evidence). An event SIGKILLs made SQS redrive is excused from both "in two places" and "in the DLQ
+    without a reason"; why any other event in two places is neither cause follows its failure."""
     failures = []
-    by_endpoint = a.get("in_two_places_by_endpoint", {})
+    by_endpoint, by_sigkill = a.get("in_two_places_by_endpoint", {}), a.get("in_two_places_by_sigkill", {})
+    two = [key for key in a["in_two_places"] if key not in by_endpoint and key not in by_sigkill]
     for label, values in (
         ("lost", a["lost"]),
         ("in a wrong place", a["misplaced"]),
-        ("in two places", [key for key in a["in_two_places"] if key not in by_endpoint]),
-        ("in the DLQ without a reason (SQS's silent redrive)", a["dlq_without_reason"]),
+        ("in two places", two),
+        (
+            "in the DLQ without a reason (SQS's silent redrive)",
+            [k for k in a["dlq_without_reason"] if k not in by_sigkill],
+        ),
         ("never sent (time ran out)", a["unsent"]),
     ):
         if values:
             failures.append(f"{len(values)} events {label}: {values[:5]}")
+    unexplained = a.get("in_two_places_unexplained", {})
+    for key in two[:5]:
+        if unexplained.get(key):
+            failures.append(f"{key} in two places, neither by the endpoint nor by SIGKILLs: {unexplained[key][0]}")
     if a["left_in_source"]:
         failures.append(f"{a['left_in_source']} messages left in the source queue")
     if repeats["unexplained"]:

@@ -34,10 +34,21 @@ key, the others against the last one (whose completion should have made the repe
 ``unexplained``
     Anything else. Fails the run.
 
-An event applied and also in the DLQ is the endpoint's when one of its messages was handed to a second receive while
-the first receive's lease was running (:func:`double_hand_outs`): the two holders then act on one message at once
-(the one that finds the other's claim hands a copy back; the other, at its last receive, dead-letters the original),
-which SQS, handing a message to one receive per visibility timeout, never causes.
+An event applied and also in the DLQ has two causes that are not the consumer's:
+
+``endpoint``
+    One of its messages was handed to a second receive while the first receive's lease was running
+    (:func:`double_hand_outs`): the two holders then act on one message at once (the one that finds the other's claim
+    hands a copy back; the other, at its last receive, dead-letters the original), which SQS, handing a message to one
+    receive per visibility timeout, never causes.
+``sigkill``
+    A holder whose message's fate was decided was SIGKILLed before a delete for it was applied (a consumer batches a
+    delete for up to a second, and takes longer on a loaded machine), so the message came back
+    (:func:`two_places_by_sigkill`): applied, then every later receive ended with nobody holding it (its holder
+    SIGKILLed so, or the answer never reaching a consumer: lost by the proxy, or handed to the long poll a SIGKILLed
+    consumer left waiting at moto) until SQS's redrive moved it without a reason; or dead-lettered with a reason, the
+    holder SIGKILLed before its delete, and applied at a later receive. A holder alive at the end of its lease with no
+    delete applied, or that gave up its delete, is the consumer's, and fails the run.
 """
 
 from __future__ import annotations
@@ -82,6 +93,17 @@ class Receive:
     at: float  # monotonic, when the answer came back from moto (before the proxy passed it on)
     passed_on: bool  # the consumer got it (False: a lost answer; the message is in flight with nobody)
     visibility: float | None = None  # the receive's own VisibilityTimeout, if it asked for one (else the queue's)
+    handle: str = ""  # the receipt handle this receive gave: its deletes and visibility changes name it
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A delete or visibility change sent with one receive's handle, and whether moto applied it."""
+
+    operation: str  # "delete" or "visibility"
+    sent_at: float  # monotonic, when the request reached the proxy
+    applied: bool  # moto answered 200 without listing the entry as failed (the client may not have seen it)
+    seconds: float | None = None  # a visibility change's new timeout
 
 
 @dataclass
@@ -91,6 +113,8 @@ class ReceiveLog:
     receives: list[Receive] = field(default_factory=list)
     #: MessageId -> when each visibility change or delete naming one of its receipt handles reached the proxy.
     changes: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: Receipt handle -> each delete and visibility change sent with it, and how moto answered.
+    acks: dict[str, list[Ack]] = field(default_factory=lambda: defaultdict(list))
     _message_of: dict[str, str] = field(default_factory=dict)  # receipt handle -> MessageId
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -98,14 +122,28 @@ class ReceiveLog:
         if exchange.operation == "ReceiveMessage" and exchange.status == 200:
             self._received(exchange)
         elif exchange.operation in _CHANGES:
-            # Recorded whatever the answer: a failed forward or a lost answer may still have been applied.
-            request = json.loads(exchange.body or b"{}")
-            entries = request.get("Entries") or [request]
-            with self._lock:
-                for entry in entries:
-                    message_id = self._message_of.get(str(entry.get("ReceiptHandle")))
-                    if message_id is not None:
-                        self.changes[message_id].append(exchange.sent_at)
+            self._acknowledged(exchange)
+
+    def _acknowledged(self, exchange: Exchange) -> None:
+        # Recorded whatever the answer: a failed forward or a lost answer may still have been applied.
+        request = json.loads(exchange.body or b"{}")
+        batch = "Entries" in request
+        entries = request.get("Entries") or [request]
+        failed: set[str] = set()
+        if exchange.status == 200 and batch:
+            failed = {str(f.get("Id")) for f in json.loads(exchange.answer or b"{}").get("Failed", [])}
+        operation = "delete" if exchange.operation.startswith("Delete") else "visibility"
+        with self._lock:
+            for entry in entries:
+                handle = str(entry.get("ReceiptHandle"))
+                message_id = self._message_of.get(handle)
+                if message_id is None:
+                    continue
+                self.changes[message_id].append(exchange.sent_at)
+                applied = exchange.status == 200 and str(entry.get("Id")) not in failed
+                seconds = entry.get("VisibilityTimeout")
+                ack = Ack(operation, exchange.sent_at, applied, None if seconds is None else float(seconds))
+                self.acks[handle].append(ack)
 
     def _received(self, exchange: Exchange) -> None:
         label = _APP_ID.search(exchange.user_agent)
@@ -116,10 +154,16 @@ class ReceiveLog:
             key = message.get("MessageAttributes", {}).get(IDEMPOTENCY_KEY_ATTRIBUTE, {}).get("StringValue")
             count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 0))
             at, passed_on = exchange.answered_at, exchange.passed_on
-            receive = Receive(sender, message["MessageId"], count, key, at, passed_on, visibility)
+            handle = message["ReceiptHandle"]
+            receive = Receive(sender, message["MessageId"], count, key, at, passed_on, visibility, handle)
             with self._lock:
-                self._message_of[message["ReceiptHandle"]] = message["MessageId"]
+                self._message_of[handle] = message["MessageId"]
                 self.receives.append(receive)
+
+    def of_message(self, message_id: str) -> list[Receive]:
+        """Every receive of one message, passed on or not, in order."""
+        with self._lock:
+            return sorted((r for r in self.receives if r.message_id == message_id), key=lambda r: r.at)
 
     def holds(self) -> dict[str, list[Receive]]:
         """Per event id, the receives that reached a consumer, in order."""
@@ -191,6 +235,12 @@ class ConsumerLogs:
             for line in self.by_message.get(message_id, [])
         )
 
+    def gave_up_deleting(self, sender: str, message_id: str) -> bool:
+        """Whether ``sender`` logged giving up a delete of ``message_id`` (its acknowledger's tries spent)."""
+        return any(
+            line.sender == sender and line.event == "delete_failed" for line in self.by_message.get(message_id, [])
+        )
+
     def told(self, message_ids: Iterable[str], senders: Iterable[str]) -> list[str]:
         """What ``senders`` logged about ``message_ids``, one short string per line, in log order."""
         wanted = set(senders)
@@ -207,6 +257,12 @@ class Run:
     logs: ConsumerLogs
     lease_seconds: float
     started: float
+    #: The redrive policy's maxReceiveCount: a message SQS moved itself had this many receives (None: not checked).
+    redrive_max_receive_count: int | None = None
+
+    def at(self, seconds: float) -> str:
+        """A monotonic time as the evidence shows it: seconds since the run started."""
+        return f"+{seconds - self.started:.2f} s"
 
 
 def classify_repeats(deliveries: Mapping[str, Sequence[Delivery]], run: Run) -> dict[str, Any]:
@@ -287,14 +343,179 @@ def two_places_by_endpoint(
     return found
 
 
+#: A DLQ copy as the classifiers read it: its MessageId and its reason record (None: SQS's redrive moved it).
+Copy = tuple[str, Mapping[str, Any] | None]
+
+
+def two_places_by_sigkill(
+    events: Sequence[str],
+    dlq_copies: Mapping[str, Sequence[Copy]],
+    deliveries: Mapping[str, Sequence[Delivery]],
+    run: Run,
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(excused, not excused): event id -> evidence, for ``events`` (applied and in the DLQ), ``dlq_copies`` giving
+    each event's DLQ copies.
+
+    Excused when SIGKILLs explain each of the event's DLQ copies:
+
+    * a copy without a reason (SQS's redrive moved the message, MessageId kept): every receive of that message from
+      the one the effect was applied in on ended with nobody holding it: its answer never reached a consumer (lost by
+      the proxy, or answered to the poll of a consumer SIGKILLed before), or its holder was SIGKILLed before the end
+      of its lease with no delete for it applied. Each such receive cost the message one of the redrive policy's
+      receives while the effect stayed applied once; past ``maxReceiveCount`` SQS moved it to the DLQ
+      (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html);
+    * a copy with a reason: its holder dead-lettered the message at a receive before the one the effect was applied
+      in, and was SIGKILLed before a delete for it was applied. The consumer sends the DLQ copy before it deletes
+      (at worst in two places, never in none: consumer/runtime/settlement.py), so the message came back and a later
+      receive applied it.
+
+    A holder alive at the end of its lease without a delete applied, or that gave up its delete (``delete_failed``),
+    a delete applied that did not end the message, a receive missing from the records, or a copy dead-lettered after
+    the effect was applied: not excused (the consumer's, or no cause found).
+    """
+    excused: dict[str, list[str]] = {}
+    refused: dict[str, list[str]] = {}
+    for key in events:
+        ok, evidence = _explained_by_kills(key, dlq_copies.get(key, ()), deliveries.get(key, ()), run)
+        (excused if ok else refused)[key] = evidence
+    return excused, refused
+
+
+def _explained_by_kills(
+    key: str, copies: Sequence[Copy], history: Sequence[Delivery], run: Run
+) -> tuple[bool, list[str]]:
+    """Whether SIGKILLs explain each of ``key``'s DLQ copies, and the evidence: what fails the rule first, if anything."""
+    if not copies:
+        return False, [f"{key}: no DLQ copy recorded"]
+    applied = next((d for d in history if d.status == 200), None)
+    if applied is None:
+        return False, [f"{key}: no successful delivery recorded"]
+    held = [h for h in run.receives.holds().get(key, []) if h.sender == applied.sender and h.at <= applied.at]
+    if not held:
+        return False, [f"{applied.sender} applied {key} at {run.at(applied.at)}; no receive of it by them recorded"]
+    source = held[-1]  # the receive the effect was applied in: the last one before the delivery
+    problems: list[str] = []
+    lines = [
+        f"{applied.sender} applied {key} (read by the downstream at {run.at(applied.at)}) holding message"
+        f" {source.message_id} from receive {source.receive_count} at {run.at(source.at)}"
+    ]
+    for message_id, record in copies:
+        if record is None:
+            problems += _receives_after(message_id, source.at, run, lines)
+        else:
+            problems += _dead_lettered_before(record, source, run, lines)
+    return not problems, problems + lines
+
+
+def _dead_lettered_before(record: Mapping[str, Any], source: Receive, run: Run, lines: list[str]) -> list[str]:
+    """What fails the rule for a DLQ copy with a reason (nothing: dead-lettered before the effect was applied by a
+    holder SIGKILLed before its delete); the evidence is added to ``lines``."""
+    message_id, count = str(record.get("original_message_id")), record.get("receive_count")
+    moved = [r for r in run.receives.of_message(message_id) if r.receive_count == count and r.passed_on]
+    if not moved:
+        return [f"message {message_id}: dead-lettered at receive {count}, a receive not recorded"]
+    receive = moved[-1]
+    what = f"{receive.sender} dead-lettered {message_id} at receive {count} ({record.get('kind')})"
+    if receive.at >= source.at:
+        problem = f"{what}, not before the receive the effect was applied in: the consumer dead-lettered it after"
+        lines.append(problem)
+        return [problem]
+    fine, line = _ended_unheld(receive, run)
+    lines += [f"{what}, before the effect was applied", line]
+    lines += run.logs.told([message_id], {receive.sender} if receive.sender is not None else set())
+    return [] if fine else [line]
+
+
+def _receives_after(message_id: str, since: float, run: Run, lines: list[str]) -> list[str]:
+    """What fails the rule for the receives of ``message_id`` from ``since`` on (nothing: each ended with nobody
+    holding the message); the evidence for each is added to ``lines``."""
+    receives = [r for r in run.receives.of_message(message_id) if r.at >= since]
+    if not receives:
+        return [f"message {message_id}: no receive recorded after the effect was applied"]
+    problems = []
+    counts = [r.receive_count for r in receives]
+    if counts != list(range(counts[0], counts[0] + len(counts))):
+        problems.append(f"message {message_id}: receives {counts} recorded after the effect was applied: one missing")
+    backstop = run.redrive_max_receive_count
+    if backstop is not None and counts[-1] < backstop:
+        problems.append(
+            f"message {message_id}: last receive recorded {counts[-1]}, redrive after {backstop}: one missing"
+        )
+    for receive in receives:
+        fine, line = _ended_unheld(receive, run)
+        lines.append(line)
+        if not fine:
+            problems.append(line)
+    lines.append(f"message {message_id} then moved to the DLQ by SQS's redrive, without a reason")
+    lines += run.logs.told([message_id], {r.sender for r in receives if r.sender is not None})
+    return problems
+
+
+def _ended_unheld(receive: Receive, run: Run) -> tuple[bool, str]:
+    """Whether ``receive`` ended with nobody holding the message (see :func:`two_places_by_sigkill`), and why."""
+    sender = receive.sender
+    head = f"receive {receive.receive_count} of {receive.message_id} at {run.at(receive.at)} by {sender}"
+    killed = run.killed.get(sender) if sender is not None else None
+    acks = run.receives.acks.get(receive.handle, [])
+    deletes = [a for a in acks if a.operation == "delete"]
+    if any(a.applied for a in deletes):
+        return False, f"{head}: a delete for it was applied, yet SQS moved the message later"
+    if sender is not None and run.logs.gave_up_deleting(sender, receive.message_id):
+        return False, f"{head}: {sender} gave up its delete (delete_failed) while alive: the consumer's"
+    sent = f"; deletes sent, none applied, at {', '.join(run.at(a.sent_at) for a in deletes)}" if deletes else ""
+    if killed is not None and killed <= receive.at:
+        return True, f"{head}: answered after {sender} was SIGKILLed at {run.at(killed)}: nobody held it"
+    if not receive.passed_on:
+        return True, f"{head}: the answer never reached {sender} (lost by the proxy): nobody held it"
+    lease_end = receive.at + (run.lease_seconds if receive.visibility is None else receive.visibility)
+    for change in sorted((a for a in acks if a.operation == "visibility" and a.applied), key=lambda a: a.sent_at):
+        lease_end = change.sent_at + (change.seconds or 0.0)  # each change restarts the lease from when it was made
+    if killed is None or killed >= lease_end:
+        when = "never SIGKILLed" if killed is None else f"SIGKILLed only at {run.at(killed)}"
+        return False, (
+            f"{head}: {sender} was alive at the end of its lease at {run.at(lease_end)} ({when})"
+            f" and no delete for it was applied{sent or '; none sent'}: the consumer's"
+        )
+    return True, (
+        f"{head}: {sender} SIGKILLed at {run.at(killed)} ({killed - receive.at:.2f} s after the receive, its lease"
+        f" ran to {run.at(lease_end)}) before a delete for it was applied{sent or '; none sent'}"
+    )
+
+
+@dataclass(frozen=True)
+class Traced:
+    """What a run's result records of its evidence (see :func:`trace`)."""
+
+    repeats: dict[str, Any]
+    by_endpoint: dict[str, list[str]]  # event in two places -> evidence the endpoint caused it
+    by_sigkill: dict[str, list[str]]  # event in two places -> evidence SIGKILLs made SQS redrive it
+    unexplained: dict[str, list[str]]  # the other events in two places -> why neither cause holds
+    hand_outs: list[dict[str, Any]]
+
+    def two_places(self) -> dict[str, dict[str, list[str]]]:
+        """The events in two places by cause, as the stream's accounting records them (bench.chaos_accounting)."""
+        return {
+            "in_two_places_by_endpoint": self.by_endpoint,
+            "in_two_places_by_sigkill": self.by_sigkill,
+            "in_two_places_unexplained": self.unexplained,
+        }
+
+
 def trace(
-    deliveries: Mapping[str, Sequence[Delivery]], in_two_places: Sequence[str], run: Run
-) -> tuple[dict[str, Any], dict[str, list[str]], list[dict[str, Any]]]:
-    """What a run's result records: the repeats with their causes, the events in two places the endpoint caused (with
-    the evidence), and the messages the endpoint handed to two receives at once."""
+    deliveries: Mapping[str, Sequence[Delivery]],
+    in_two_places: Sequence[str],
+    run: Run,
+    dlq_copies: Mapping[str, Sequence[Copy]] | None = None,
+) -> Traced:
+    """What a run's result records: the repeats with their causes, the events in two places the endpoint or the
+    SIGKILLs caused (with the evidence) and why the others are neither, and the messages the endpoint handed to two
+    receives at once."""
     hand_outs = double_hand_outs(run.receives, run.lease_seconds)
     recorded = [
         {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
         for m, (first, second) in hand_outs.items()
     ]
-    return classify_repeats(deliveries, run), two_places_by_endpoint(in_two_places, hand_outs, run.logs), recorded
+    by_endpoint = two_places_by_endpoint(in_two_places, hand_outs, run.logs)
+    others = [key for key in in_two_places if key not in by_endpoint]
+    by_sigkill, unexplained = two_places_by_sigkill(others, dlq_copies or {}, deliveries, run)
+    return Traced(classify_repeats(deliveries, run), by_endpoint, by_sigkill, unexplained, recorded)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.chaos_evidence import UA_APP_ID_ENV, ConsumerLogs, ReceiveLog, Run
+from consumer.contract import WorkerContract
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 from consumer.local.harness import ConsumerProcess, Fleet
 
@@ -37,12 +38,14 @@ class Supervisor:
         """Consumer ``number`` of ``fleet``'s label: its webhook path's last segment and its User-Agent app id."""
         return f"{self._prefixes.get(id(fleet), 'c')}{number}"
 
-    def record(self, fleets: Sequence[Fleet], receives: ReceiveLog, lease_seconds: float, started: float) -> Run:
+    def record(self, fleets: Sequence[Fleet], receives: ReceiveLog, contract: WorkerContract, started: float) -> Run:
         """What the run recorded, by consumer label, for bench.chaos_evidence: the kills (of the first fleet's
-        consumers), the proxy's receives and every consumer's log."""
+        consumers), the proxy's receives and every consumer's log; from the run's ``contract``, the source's lease
+        (the idempotency claim's too) and the receives after which SQS's redrive moves a message."""
         logs = ConsumerLogs((self.label(one, c.number), c.log_path) for one in fleets for c in one.processes)
         killed = {self.label(fleets[0], number): at for number, at in self.killed.items()}
-        return Run(killed, receives, logs, lease_seconds, started)
+        lease, backstop = contract.visibility_timeout_seconds, contract.redrive_max_receive_count
+        return Run(killed, receives, logs, lease, started, backstop)
 
     def start(self, fleet: Fleet, prefix: str = "c") -> ConsumerProcess:
         """Start a consumer whose webhook URL and User-Agent name it, so the downstream and the proxy know who it is."""
