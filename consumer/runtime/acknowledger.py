@@ -7,7 +7,8 @@ never overwrite a backoff or touch a deleted message. Deletes need no order (a
 message is deleted once, after its last visibility change was decided, and an
 extension sent after it fails harmlessly on a stale handle): the thread whose delete
 fills a batch of 10 sends it, and the acknowledger's thread sends what has waited
-``DELETE_FLUSH_SECONDS``.
+``DELETE_FLUSH_SECONDS``; a delete asked for ``at_once`` is sent by its caller at once, with
+whatever is waiting.
 """
 
 from __future__ import annotations
@@ -112,10 +113,11 @@ class Acknowledger:
     def start(self) -> None:
         self._thread.start()
 
-    def delete(self, ticket: Ticket) -> None:
+    def delete(self, ticket: Ticket, at_once: bool = False) -> None:
         """Delete after success (or after a move to the DLQ): the call that makes a batch of 10 sends it (after
-        :meth:`close`, every call sends its own at once)."""
-        tickets = self._take(ticket)
+        :meth:`close`, every call sends its own at once). ``at_once``: this caller sends it now, with every delete
+        waiting (one call per ten): for a message that must not wait (``Settlement``'s last allowed receive)."""
+        tickets = self._take(ticket, everything=at_once)
         if tickets:
             self._send_deletes(tickets)
 

@@ -1,6 +1,6 @@
 """What happens to a message once its fate is known: one outcome type, one place that settles it.
 
-Outcomes: return -> delete (batched); raise -> visibility set to a jittered backoff
+Outcomes: return -> delete (batched; at once on the last allowed receive); raise -> visibility set to a jittered backoff
 from the receive count, or on the last allowed receive a move to the DLQ with the
 error as reason; ``PoisonMessage`` (or a type the handler declared ``non_retryable``,
 with the error as reason) -> moved to the DLQ at once with its reason, then
@@ -200,7 +200,7 @@ class Settlement:
     def _succeed(self, item: InFlight, complete: bool) -> bool:
         if complete:
             update_record(self._idempotency, "complete", item, keep_seconds=self.contract.source_retention_seconds)
-        self._ack.delete(item.ticket)
+        self._delete(item)
         self._metrics.count("processed")
         log.info("message_processed", extra=item.context.fields())
         return True
@@ -266,6 +266,19 @@ class Settlement:
         log.info("message_backoff", extra=item.context.fields(delay_seconds=delay))
 
     # --- how a message leaves: a copy first, then the delete ------------------------
+    def _delete(self, item: InFlight) -> None:
+        """Delete a message that is done with (processed, already done, or copied to the DLQ or the source).
+
+        Batched, so a delete waits up to ``DELETE_FLUSH_SECONDS`` for others to share its call (the cost of about
+        0.2 SQS requests per message depends on it); but at once on or past the message's last allowed receive.
+        A delete that never lands (the task stopped or killed while it waited) brings the message back after its
+        lease, one receive further; past ``max_receive_count`` only the redrive policy's backstop receives are
+        left, and SQS then moves the message to the DLQ itself, without a reason, though it was done with
+        (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html).
+        Such messages are rare (retried ones, duplicates): one call each costs nothing measurable.
+        """
+        self._ack.delete(item.ticket, at_once=item.message.receive_count >= self.contract.max_receive_count)
+
     def _copies(self, message: Message) -> bool:
         """Whether a hand-back of ``message`` is a requeued copy that keeps its retry budget (standard queues)."""
         return not self.contract.fifo and can_carry_receives(message)
@@ -305,6 +318,6 @@ class Settlement:
         except (ClientError, BotoCoreError) as error:
             log.error(failed, extra={**fields, "error": str(error)})
             return False
-        self._ack.delete(item.ticket)
+        self._delete(item)
         log.log(level, done, extra=fields)
         return True
