@@ -32,10 +32,11 @@ without a reason, a corpus message missed the DLQ at its first receive, a
 repeat delivery is not explained by a SIGKILL, or a consumer did not exit 0.
 A repeat delivery or an event in two places that the evidence traces to the
 endpoint (moto's server handing one message to two receives at once, or its
-store admitting two claims on one key), or to the SIGKILLs (an applied event whose
-every later holder was killed before its delete was applied, until SQS's redrive
-moved it), is reported, not failed: :mod:`bench.chaos_evidence` says how each is
-told apart.
+store admitting two claims on one key), or to the SIGKILLs (an event applied or
+dead-lettered whose every later holder was killed before its delete was applied,
+until SQS's redrive moved it; one dead-lettered, its holder killed before the
+delete, then applied), is reported, not failed, as is a DLQ copy without a reason
+they explain: :mod:`bench.chaos_evidence` says how each is told apart.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ POLL_SECONDS = 1.0
 #: Nothing moving for this long (source empty) means the phase has settled: the demo contract's lease
 #: plus its maximum backoff (10 + 4 s) and two ticks, so every lease a SIGKILL left has expired.
 QUIET_SECONDS = quiet_seconds(demo_contract(), margin_seconds=2 * POLL_SECONDS)
+EVENT_PREFIX = "evt-chaos-"  # the stream's event ids: evt-chaos-00000, ...
 PRODUCER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
 
 
@@ -190,7 +192,7 @@ def build_stream(count: int, seed: int) -> list[Planned]:
     poison = [c.body for c in standard_cases() if not c.attributes and len(c.body) < 10_000]
     plan = []
     for index, kind in enumerate(kinds):
-        event_id = f"evt-chaos-{index:05d}"
+        event_id = f"{EVENT_PREFIX}{index:05d}"
         body = poison[index % len(poison)] if kind == "malformed" else json.dumps(sample_event(event_id, index))
         plan.append(Planned(event_id, kind, body))
     return plan
@@ -456,11 +458,11 @@ class Chaos:
         self._mark("accounting")
         applied, deliveries = downstream.snapshot()
         dlq = read_dlq(self.moto, self.dlq_url)
-        by_event, corpus_found, unknown = sort_dlq(dlq, self.corpus_ids, "evt-chaos-")
+        by_event, corpus_found, unknown = sort_dlq(dlq, self.corpus_ids, EVENT_PREFIX)
         stream = account_stream(self.plan, PLACES, applied, by_event, unknown, sum(self._depth()), self.produced_ids)
         run = self.supervisor.record(fleets, self.receives, demo_contract(), self.started)
-        traced = trace(deliveries, stream["in_two_places"], run, dlq_copies(dlq, "evt-chaos-"))
-        stream.update(traced.two_places())
+        traced = trace(deliveries, stream, run, dlq_copies(dlq, EVENT_PREFIX))
+        stream.update(traced.accounting())
         failures = stream_failures(stream, traced.repeats)
         checks, corpus_failures = corpus_checks(self.corpus, corpus_found)
         failures += corpus_failures

@@ -125,6 +125,8 @@ def account_stream(
         "in_two_places_by_endpoint": {},
         "in_two_places_by_sigkill": {},
         "in_two_places_unexplained": {},
+        "dlq_without_reason_by_sigkill": {},  # only in the DLQ, with a copy SIGKILLs left for SQS's redrive
+        "dlq_without_reason_unexplained": {},
         "dlq_without_reason": found.without_reason,
         "unknown_in_dlq": unknown,
         "left_in_source": left,
@@ -164,29 +166,27 @@ def dlq_copies(dlq: Iterable[tuple[dict[str, Any], Record]], prefix: str) -> dic
 
 
 def stream_failures(a: Mapping[str, Any], repeats: Mapping[str, Any]) -> list[str]:
-    """The stream's failures: anything lost, misplaced or left over, and the repeats and events in two places whose
-    cause is the consumer's or unknown (those the endpoint or the SIGKILLs caused are reported, not failed:
-    bench.chaos_evidence). An event SIGKILLs made SQS redrive is excused from both "in two places" and "in the DLQ
-    without a reason"; why any other event in two places is neither cause follows its failure."""
+    """The stream's failures: anything lost, misplaced or left over, and the repeats, events in two places and DLQ
+    copies without a reason whose cause is the consumer's or unknown (those the endpoint or the SIGKILLs caused are
+    reported, not failed: bench.chaos_evidence); why SIGKILLs do not explain the others follows their failure."""
     failures = []
     by_endpoint, by_sigkill = a.get("in_two_places_by_endpoint", {}), a.get("in_two_places_by_sigkill", {})
+    redriven = a.get("dlq_without_reason_by_sigkill", {})
     two = [key for key in a["in_two_places"] if key not in by_endpoint and key not in by_sigkill]
+    reasonless = [key for key in a["dlq_without_reason"] if key not in by_sigkill and key not in redriven]
     for label, values in (
         ("lost", a["lost"]),
         ("in a wrong place", a["misplaced"]),
         ("in two places", two),
-        (
-            "in the DLQ without a reason (SQS's silent redrive)",
-            [k for k in a["dlq_without_reason"] if k not in by_sigkill],
-        ),
+        ("in the DLQ without a reason (SQS's silent redrive)", reasonless),
         ("never sent (time ran out)", a["unsent"]),
     ):
         if values:
             failures.append(f"{len(values)} events {label}: {values[:5]}")
-    unexplained = a.get("in_two_places_unexplained", {})
-    for key in two[:5]:
-        if unexplained.get(key):
-            failures.append(f"{key} in two places, neither by the endpoint nor by SIGKILLs: {unexplained[key][0]}")
+    why = {**a.get("dlq_without_reason_unexplained", {}), **a.get("in_two_places_unexplained", {})}
+    for key in list(dict.fromkeys(two + reasonless))[:5]:
+        if why.get(key):
+            failures.append(f"{key}: SIGKILLs do not explain it: {why[key][0]}")
     if a["left_in_source"]:
         failures.append(f"{a['left_in_source']} messages left in the source queue")
     if repeats["unexplained"]:

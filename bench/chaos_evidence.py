@@ -34,7 +34,8 @@ key, the others against the last one (whose completion should have made the repe
 ``unexplained``
     Anything else. Fails the run.
 
-An event applied and also in the DLQ has two causes that are not the consumer's:
+An event applied and also in the DLQ, or in the DLQ with a copy without a reason, has two causes that are not the
+consumer's:
 
 ``endpoint``
     One of its messages was handed to a second receive while the first receive's lease was running
@@ -42,13 +43,13 @@ An event applied and also in the DLQ has two causes that are not the consumer's:
     hands a copy back; the other, at its last receive, dead-letters the original), which SQS, handing a message to one
     receive per visibility timeout, never causes.
 ``sigkill``
-    A holder whose message's fate was decided was SIGKILLed before a delete for it was applied (a consumer batches a
-    delete for up to a second, and takes longer on a loaded machine), so the message came back
-    (:func:`two_places_by_sigkill`): applied, then every later receive ended with nobody holding it (its holder
-    SIGKILLed so, or the answer never reaching a consumer: lost by the proxy, or handed to the long poll a SIGKILLed
-    consumer left waiting at moto) until SQS's redrive moved it without a reason; or dead-lettered with a reason, the
-    holder SIGKILLed before its delete, and applied at a later receive. A holder alive at the end of its lease with no
-    delete applied, or that gave up its delete, is the consumer's, and fails the run.
+    A holder whose message's fate was decided (applied, or dead-lettered with its reason) was SIGKILLed before a
+    delete for it was applied (a consumer batches a delete for up to a second, and takes longer on a loaded machine),
+    so the message came back (:func:`two_places_by_sigkill`): every later receive ended with nobody holding it (its
+    holder SIGKILLed so, or the answer never reaching a consumer: lost by the proxy, or handed to the long poll a
+    SIGKILLed consumer left waiting at moto) until SQS's redrive moved it without a reason; or, dead-lettered before
+    it was applied, a later receive applied it. A holder alive at the end of its lease with no delete applied, or
+    that gave up its delete, is the consumer's, and fails the run.
 """
 
 from __future__ import annotations
@@ -353,25 +354,27 @@ def two_places_by_sigkill(
     deliveries: Mapping[str, Sequence[Delivery]],
     run: Run,
 ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(excused, not excused): event id -> evidence, for ``events`` (applied and in the DLQ), ``dlq_copies`` giving
-    each event's DLQ copies.
+    """(excused, not excused): event id -> evidence, for ``events`` (applied and in the DLQ, or in the DLQ with a copy
+    without a reason), ``dlq_copies`` giving each event's DLQ copies.
 
-    Excused when SIGKILLs explain each of the event's DLQ copies:
+    Excused when SIGKILLs explain each of the event's DLQ copies, from the receive its fate was decided in on (the
+    one its effect was applied in, else the first that dead-lettered it with a reason):
 
     * a copy without a reason (SQS's redrive moved the message, MessageId kept): every receive of that message from
-      the one the effect was applied in on ended with nobody holding it: its answer never reached a consumer (lost by
-      the proxy, or answered to the poll of a consumer SIGKILLed before), or its holder was SIGKILLed before the end
-      of its lease with no delete for it applied. Each such receive cost the message one of the redrive policy's
-      receives while the effect stayed applied once; past ``maxReceiveCount`` SQS moved it to the DLQ
+      the decision on ended with nobody holding it: its answer never reached a consumer (lost by the proxy, or
+      answered to the poll of a consumer SIGKILLed before), or its holder was SIGKILLed before the end of its lease
+      with no delete for it applied. Each such receive cost the message one of the redrive policy's receives, its
+      fate unchanged; past ``maxReceiveCount`` SQS moved it to the DLQ
       (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html);
-    * a copy with a reason: its holder dead-lettered the message at a receive before the one the effect was applied
-      in, and was SIGKILLed before a delete for it was applied. The consumer sends the DLQ copy before it deletes
-      (at worst in two places, never in none: consumer/runtime/settlement.py), so the message came back and a later
-      receive applied it.
+    * of an applied event, a copy with a reason: its holder dead-lettered the message at a receive before the one the
+      effect was applied in, and was SIGKILLed before a delete for it was applied. The consumer sends the DLQ copy
+      before it deletes (at worst in two places, never in none: consumer/runtime/settlement.py), so the message came
+      back and a later receive applied it.
 
     A holder alive at the end of its lease without a delete applied, or that gave up its delete (``delete_failed``),
-    a delete applied that did not end the message, a receive missing from the records, or a copy dead-lettered after
-    the effect was applied: not excused (the consumer's, or no cause found).
+    a delete applied that did not end the message, a receive missing from the records, a copy dead-lettered after
+    the effect was applied, or an event neither applied nor dead-lettered with a reason: not excused (the
+    consumer's, or no cause found).
     """
     excused: dict[str, list[str]] = {}
     refused: dict[str, list[str]] = {}
@@ -388,41 +391,52 @@ def _explained_by_kills(
     if not copies:
         return False, [f"{key}: no DLQ copy recorded"]
     applied = next((d for d in history if d.status == 200), None)
-    if applied is None:
-        return False, [f"{key}: no successful delivery recorded"]
-    held = [h for h in run.receives.holds().get(key, []) if h.sender == applied.sender and h.at <= applied.at]
-    if not held:
-        return False, [f"{applied.sender} applied {key} at {run.at(applied.at)}; no receive of it by them recorded"]
-    source = held[-1]  # the receive the effect was applied in: the last one before the delivery
+    if applied is not None:
+        held = [h for h in run.receives.holds().get(key, []) if h.sender == applied.sender and h.at <= applied.at]
+        if not held:
+            return False, [f"{applied.sender} applied {key} at {run.at(applied.at)}; no receive of it by them recorded"]
+        decided = held[-1]  # the receive the effect was applied in: the last one before the delivery
+        head = f"{applied.sender} applied {key} (read by the downstream at {run.at(applied.at)}) holding message"
+    else:
+        moves = [m for m in (_dead_lettering(record, run) for _, record in copies if record is not None) if m]
+        if not moves:
+            return False, [f"{key}: neither applied nor dead-lettered with a reason, yet in the DLQ"]
+        decided = min(moves, key=lambda r: r.at)
+        head = f"{decided.sender} dead-lettered {key} with its reason, holding message"
     problems: list[str] = []
-    lines = [
-        f"{applied.sender} applied {key} (read by the downstream at {run.at(applied.at)}) holding message"
-        f" {source.message_id} from receive {source.receive_count} at {run.at(source.at)}"
-    ]
+    lines = [f"{head} {decided.message_id} from receive {decided.receive_count} at {run.at(decided.at)}"]
     for message_id, record in copies:
         if record is None:
-            problems += _receives_after(message_id, source.at, run, lines)
-        else:
-            problems += _dead_lettered_before(record, source, run, lines)
+            problems += _receives_after(message_id, decided.at, run, lines)
+        elif applied is not None:
+            problems += _dead_lettered_before(record, decided, run, lines)
     return not problems, problems + lines
 
 
-def _dead_lettered_before(record: Mapping[str, Any], source: Receive, run: Run, lines: list[str]) -> list[str]:
-    """What fails the rule for a DLQ copy with a reason (nothing: dead-lettered before the effect was applied by a
-    holder SIGKILLed before its delete); the evidence is added to ``lines``."""
+def _dead_lettering(record: Mapping[str, Any], run: Run) -> Receive | None:
+    """The receive a consumer's DLQ copy was made in (its record names the message and the receive count)."""
     message_id, count = str(record.get("original_message_id")), record.get("receive_count")
     moved = [r for r in run.receives.of_message(message_id) if r.receive_count == count and r.passed_on]
-    if not moved:
-        return [f"message {message_id}: dead-lettered at receive {count}, a receive not recorded"]
-    receive = moved[-1]
-    what = f"{receive.sender} dead-lettered {message_id} at receive {count} ({record.get('kind')})"
+    return moved[-1] if moved else None
+
+
+def _dead_lettered_before(record: Mapping[str, Any], source: Receive, run: Run, lines: list[str]) -> list[str]:
+    """What fails the rule for a DLQ copy with a reason of an applied event (nothing: dead-lettered before the effect
+    was applied by a holder SIGKILLed before its delete); the evidence is added to ``lines``."""
+    receive = _dead_lettering(record, run)
+    if receive is None:
+        problem = f"{record.get('original_message_id')} dead-lettered at receive {record.get('receive_count')}"
+        return [f"{problem}, a receive not recorded"]
+    what = (
+        f"{receive.sender} dead-lettered {receive.message_id} at receive {receive.receive_count} ({record.get('kind')})"
+    )
     if receive.at >= source.at:
         problem = f"{what}, not before the receive the effect was applied in: the consumer dead-lettered it after"
         lines.append(problem)
         return [problem]
     fine, line = _ended_unheld(receive, run)
     lines += [f"{what}, before the effect was applied", line]
-    lines += run.logs.told([message_id], {receive.sender} if receive.sender is not None else set())
+    lines += run.logs.told([receive.message_id], {receive.sender} if receive.sender is not None else set())
     return [] if fine else [line]
 
 
@@ -466,7 +480,7 @@ def _ended_unheld(receive: Receive, run: Run) -> tuple[bool, str]:
     if killed is not None and killed <= receive.at:
         return True, f"{head}: answered after {sender} was SIGKILLed at {run.at(killed)}: nobody held it"
     if not receive.passed_on:
-        return True, f"{head}: the answer never reached {sender} (lost by the proxy): nobody held it"
+        return True, f"{head}: the answer never reached {sender} (lost by the proxy or its restart): nobody held it"
     lease_end = receive.at + (run.lease_seconds if receive.visibility is None else receive.visibility)
     for change in sorted((a for a in acks if a.operation == "visibility" and a.applied), key=lambda a: a.sent_at):
         lease_end = change.sent_at + (change.seconds or 0.0)  # each change restarts the lease from when it was made
@@ -488,28 +502,35 @@ class Traced:
 
     repeats: dict[str, Any]
     by_endpoint: dict[str, list[str]]  # event in two places -> evidence the endpoint caused it
-    by_sigkill: dict[str, list[str]]  # event in two places -> evidence SIGKILLs made SQS redrive it
+    by_sigkill: dict[str, list[str]]  # event in two places -> evidence SIGKILLs did it
     unexplained: dict[str, list[str]]  # the other events in two places -> why neither cause holds
     hand_outs: list[dict[str, Any]]
+    redriven_by_sigkill: dict[str, list[str]]  # event only in the DLQ, a copy without a reason -> evidence, as above
+    redriven_unexplained: dict[str, list[str]]  # the others -> why SIGKILLs do not explain them
 
-    def two_places(self) -> dict[str, dict[str, list[str]]]:
-        """The events in two places by cause, as the stream's accounting records them (bench.chaos_accounting)."""
+    def accounting(self) -> dict[str, dict[str, list[str]]]:
+        """The events in two places, or in the DLQ without a reason, by cause, as the stream's accounting records them
+        (bench.chaos_accounting)."""
         return {
             "in_two_places_by_endpoint": self.by_endpoint,
             "in_two_places_by_sigkill": self.by_sigkill,
             "in_two_places_unexplained": self.unexplained,
+            "dlq_without_reason_by_sigkill": self.redriven_by_sigkill,
+            "dlq_without_reason_unexplained": self.redriven_unexplained,
         }
 
 
 def trace(
     deliveries: Mapping[str, Sequence[Delivery]],
-    in_two_places: Sequence[str],
+    places: Mapping[str, Any],
     run: Run,
     dlq_copies: Mapping[str, Sequence[Copy]] | None = None,
 ) -> Traced:
-    """What a run's result records: the repeats with their causes, the events in two places the endpoint or the
-    SIGKILLs caused (with the evidence) and why the others are neither, and the messages the endpoint handed to two
-    receives at once."""
+    """What a run's result records: the repeats with their causes, the events in two places and those in the DLQ with
+    a copy without a reason (``places``: the stream's ``in_two_places`` and ``dlq_without_reason``) the endpoint or
+    the SIGKILLs caused (with the evidence) and why the others are neither, and the messages the endpoint handed to
+    two receives at once."""
+    in_two_places, without_reason = places.get("in_two_places", []), places.get("dlq_without_reason", [])
     hand_outs = double_hand_outs(run.receives, run.lease_seconds)
     recorded = [
         {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
@@ -518,4 +539,7 @@ def trace(
     by_endpoint = two_places_by_endpoint(in_two_places, hand_outs, run.logs)
     others = [key for key in in_two_places if key not in by_endpoint]
     by_sigkill, unexplained = two_places_by_sigkill(others, dlq_copies or {}, deliveries, run)
-    return Traced(classify_repeats(deliveries, run), by_endpoint, by_sigkill, unexplained, recorded)
+    redriven = [key for key in without_reason if key not in in_two_places]
+    redriven_by_sigkill, redriven_unexplained = two_places_by_sigkill(redriven, dlq_copies or {}, deliveries, run)
+    repeats = classify_repeats(deliveries, run)
+    return Traced(repeats, by_endpoint, by_sigkill, unexplained, recorded, redriven_by_sigkill, redriven_unexplained)

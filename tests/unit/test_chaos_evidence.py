@@ -269,7 +269,7 @@ def test_an_event_applied_then_redriven_after_every_later_holder_was_sigkilled_i
     before a delete for it was applied, or its answer never reaching a consumer. The event is reported with the
     evidence, and neither "in two places" nor "in the DLQ without a reason" fails the run."""
     run, deliveries = redriven_run(tmp_path)
-    traced = trace(deliveries, [KEY], run, {KEY: [("m1", None)]})
+    traced = trace(deliveries, {"in_two_places": [KEY]}, run, {KEY: [("m1", None)]})
     assert (list(traced.by_sigkill), traced.unexplained, traced.by_endpoint) == ([KEY], {}, {})
     assert traced.by_sigkill[KEY] == [
         f"c1 applied {KEY} (read by the downstream at +5.20 s) holding message m1 from receive 1 at +5.00 s",
@@ -280,14 +280,13 @@ def test_an_event_applied_then_redriven_after_every_later_holder_was_sigkilled_i
         "receive 3 of m1 at +25.80 s by c8: c8 SIGKILLed at +27.50 s (1.70 s after the receive, its lease ran to"
         " +35.80 s) before a delete for it was applied; deletes sent, none applied, at +26.90 s",
         "receive 4 of m1 at +37.00 s by c10: answered after c10 was SIGKILLed at +35.00 s: nobody held it",
-        "receive 5 of m1 at +47.20 s by c11: the answer never reached c11 (lost by the proxy): nobody held it",
+        "receive 5 of m1 at +47.20 s by c11: the answer never reached c11 (lost by the proxy or its restart): nobody held it",
         "message m1 then moved to the DLQ by SQS's redrive, without a reason",
         "17:22:06.662 c1 message_processed (receive 1)",
         "17:22:06.662 c4 duplicate_skipped (receive 2)",
         "17:22:06.662 c8 duplicate_skipped (receive 3)",
     ]
-    stream = empty_stream() | {"in_two_places": [KEY], "dlq_without_reason": [KEY]}
-    stream |= {"in_two_places_by_sigkill": traced.by_sigkill, "in_two_places_unexplained": traced.unexplained}
+    stream = empty_stream() | {"in_two_places": [KEY], "dlq_without_reason": [KEY]} | traced.accounting()
     assert stream_failures(stream, {"unexplained": []}) == []
 
 
@@ -310,7 +309,7 @@ def test_a_redriven_event_whose_holder_lived_past_its_lease_without_a_delete_fai
     assert stream_failures(stream, {"unexplained": []}) == [
         f"1 events in two places: ['{KEY}']",
         f"1 events in the DLQ without a reason (SQS's silent redrive): ['{KEY}']",
-        f"{KEY} in two places, neither by the endpoint nor by SIGKILLs: {reason}",
+        f"{KEY}: SIGKILLs do not explain it: {reason}",
     ]
 
 
@@ -453,3 +452,37 @@ def test_dlq_copies_name_each_events_messages_and_whether_they_carry_a_reason() 
 
     dlq = [(message("m1", KEY), None), (message("m2", KEY), {"reason": "x"}), (message("m3", "evt-canary-1"), None)]
     assert dlq_copies(dlq, "evt-chaos-") == {KEY: [("m1", None), ("m2", {"reason": "x"})]}
+
+
+def test_a_poison_event_dead_lettered_then_left_to_sqss_redrive_by_sigkills_is_excused(tmp_path: Path) -> None:
+    """A reproduction under load: a malformed event's holders at receives 2, 3 and 4 each moved it to the DLQ with
+    its reason and were SIGKILLed before their delete; receive 5 went to a SIGKILLed consumer's poll, and SQS's
+    redrive then added a copy without a reason. Its place (the DLQ, with a reason) is right; the reasonless copy is
+    the SIGKILLs': excused. An event in the DLQ only without a reason, never dead-lettered by a consumer, is not."""
+    receives = recorded(
+        receive_answer("c3", "m1", 1, at=27.0),
+        receive_answer("c4", "m1", 2, at=39.1),
+        receive_answer("c7", "m1", 3, at=50.8),
+        receive_answer("c10", "m1", 4, at=62.8),
+        receive_answer("c11", "m1", 5, at=72.6, passed_on=False),
+    )
+    run = run_of(receives, logs(tmp_path, {}), {"c3": 29.2, "c4": 43.8, "c7": 52.1, "c10": 63.6, "c11": 72.1})
+    poison = {"kind": "poison", "reason": "schema check failed at properties/channel", "original_message_id": "m1"}
+    copies = {KEY: [(f"dlq-{n}", poison | {"receive_count": n}) for n in (2, 3, 4)] + [("m1", None)]}
+    traced = trace({}, {"dlq_without_reason": [KEY]}, run, copies)
+    assert (list(traced.redriven_by_sigkill), traced.redriven_unexplained, traced.by_sigkill) == ([KEY], {}, {})
+    assert traced.redriven_by_sigkill[KEY][:2] == [
+        f"c4 dead-lettered {KEY} with its reason, holding message m1 from receive 2 at +39.10 s",
+        "receive 2 of m1 at +39.10 s by c4: c4 SIGKILLed at +43.80 s (4.70 s after the receive, its lease ran to"
+        " +49.10 s) before a delete for it was applied; none sent",
+    ]
+    stream = empty_stream() | {"dlq_without_reason": [KEY]} | traced.accounting()
+    assert stream_failures(stream, {"unexplained": []}) == []
+    traced = trace({}, {"dlq_without_reason": [KEY]}, run, {KEY: [("m1", None)]})
+    assert traced.redriven_unexplained == {
+        KEY: [f"{KEY}: neither applied nor dead-lettered with a reason, yet in the DLQ"]
+    }
+    stream = empty_stream() | {"dlq_without_reason": [KEY]} | traced.accounting()
+    assert stream_failures(stream, {"unexplained": []})[-1] == (
+        f"{KEY}: SIGKILLs do not explain it: {KEY}: neither applied nor dead-lettered with a reason, yet in the DLQ"
+    )
