@@ -42,7 +42,10 @@ def render(result: ChaosResult, console: Console) -> None:
         ("in the DLQ without a reason (SQS silent redrive)", str(len(a["dlq_without_reason"]))),
         ("left in the source", str(a["left_in_source"])),
         ("raw repeat deliveries (by SIGKILL / by the endpoint / neither)", _repeats(result)),
-        ("in two places by the endpoint / by SIGKILLs (redriven) / messages handed to two receives", _endpoint(result)),
+        (
+            "in two places by the endpoint / by SIGKILLs / only in the DLQ, redriven by SIGKILLs / double hand-outs",
+            _endpoint(result),
+        ),
         ("SIGKILLs", str(result.kills)),
         ("endpoint restarts", ", ".join(f"{o['seconds']} s down" for o in result.outages) or "none"),
         (
@@ -82,7 +85,8 @@ def _repeats(result: ChaosResult) -> str:
 def _endpoint(result: ChaosResult) -> str:
     a = result.accounting
     by_endpoint, by_sigkill = a.get("in_two_places_by_endpoint", {}), a.get("in_two_places_by_sigkill", {})
-    return f"{len(by_endpoint)} / {len(by_sigkill)} / {len(result.double_hand_outs)}"
+    redriven = a.get("dlq_without_reason_by_sigkill", {})
+    return f"{len(by_endpoint)} / {len(by_sigkill)} / {len(redriven)} / {len(result.double_hand_outs)}"
 
 
 def _yes(ok: bool) -> str:
@@ -116,8 +120,8 @@ def _figures(result: ChaosResult) -> list[tuple[str, Any]]:
             f" / {len(result.repeats['unexplained'])}",
         ),
         (
-            "events in two places by the endpoint / by SIGKILLs (SQS's redrive after every later holder was killed)"
-            " / messages the endpoint handed to two receives at once",
+            "events in two places by the endpoint / by SIGKILLs / events only in the DLQ with a copy SQS's redrive"
+            " moved after SIGKILLs / messages the endpoint handed to two receives at once",
             _endpoint(result),
         ),
         ("SIGKILLs / endpoint restarts", f"{result.kills} / {len(result.outages)} ({outages})"),
