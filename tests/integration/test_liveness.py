@@ -36,9 +36,9 @@ from consumer.runtime.consumer import Consumer
 from consumer.runtime.liveness import Liveness
 from consumer.testing import running, wait_until
 from tests.integration.conftest import REGION, QueuePair, create_pair
-from tests.integration.test_process import CONTRACT, ROOT, process_guard, server_sqs, start, wait_for_event
+from tests.integration.test_process import CONTRACT, ROOT, server_sqs, start, wait_for_event
 
-__all__ = ["process_guard", "server_sqs"]  # fixtures shared with test_process.py
+__all__ = ["server_sqs"]  # a fixture shared with test_process.py (process_guard is the conftest's)
 
 #: Longer than any allowance, so a frozen receive stays frozen for the whole test.
 HOLD_SECONDS = 120
