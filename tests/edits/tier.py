@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from infra.app import ENV_CONTEXT_KEY
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
 from infra.worker_settings import WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
 from tests.infra.checks import TEMPLATE_CHECKS
@@ -128,12 +129,25 @@ def edited(edit: Callable[[Environments], Environments]) -> Environments:
     return edit(copy.deepcopy(repository_environments()))
 
 
+def changed_environments(environments: Environments) -> list[str]:
+    """The environments an edit changed: those that differ from the repository's cdk.json."""
+    before = repository_environments()
+    return [name for name, settings in environments.items() if settings != before.get(name)]
+
+
 def synthesize_edited(
     edit: Callable[[Environments], Environments], outdir: Path
 ) -> tuple[Environments, dict[str, Synthesized]]:
-    """The repository's environments after ``edit``, and their synthesis (cdk-nag included: an open finding fails)."""
+    """The repository's environments after ``edit``, and the synthesis (cdk-nag included: an open finding fails) of
+    those it changed. Every environment is parsed and validated, as ``cdk synth`` does; one the edit left alone is
+    the repository's own, synthesized and checked by tests/infra/test_repository.py, so only a one-environment edit
+    is synthesized alone (``-c env=NAME``), which keeps the tier's four syntheses from costing sixteen."""
     environments = edited(edit)
-    return environments, synthesize(outdir, {CONTEXT_KEY: environments})
+    changed = changed_environments(environments)
+    assert changed, "the edit changed no environment"
+    selection = {ENV_CONTEXT_KEY: changed[0]} if len(changed) == 1 else {}
+    synthesized = synthesize(outdir, {CONTEXT_KEY: environments, **selection})
+    return environments, {name: synthesized[name] for name in changed}
 
 
 def run_template_check(check: str, synthesized: Mapping[str, Synthesized]) -> None:

@@ -103,10 +103,24 @@ def test_the_report_in_a_narrow_terminal_wraps_cells_and_cuts_none(tmp_path: Pat
     assert "…" not in out.stdout
 
 
-def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
+#: The report off a terminal, run once for the tests that read it (they share an xdist group, so one worker runs both).
+_off_a_terminal: list[subprocess.CompletedProcess[str]] = []
+OFF_A_TERMINAL = pytest.mark.xdist_group("entry: the report off a terminal")
+
+
+def report_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.report > log` (no COLUMNS, FORCE_COLOR or TERM), run once per process."""
+    if not _off_a_terminal:
+        environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")}
+        _off_a_terminal.append(report(tmp_path_factory.mktemp("report"), environ))
+    return _off_a_terminal[0]
+
+
+@OFF_A_TERMINAL
+def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
     names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise)."""
-    out = report(tmp_path, {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")})
+    out = report_off_a_terminal(tmp_path_factory)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     environments = reference_context()[CONTEXT_KEY]
@@ -118,10 +132,11 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path: Path) -> None:
     assert "…" not in handler_row and "notifications" in handler_row
 
 
-def test_the_report_shows_every_worker_of_every_environment(tmp_path: Path) -> None:
+@OFF_A_TERMINAL
+def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A column per worker: one-worker environments under their name, demo's two workers each under "demo" over
     the worker's name, with its own handler, fleet and derived timings (the report job's 10 minutes)."""
-    out = report(tmp_path, {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")})
+    out = report_off_a_terminal(tmp_path_factory)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
 
