@@ -161,10 +161,13 @@ def shipped_example(environment: str, *, handler: str = NOTIFICATIONS) -> dict[s
     raw = environments.get(environment)
     if raw is None:
         pytest.skip(f"the shipped example is not deployed: cdk.json has no {environment!r} environment")
-    if raw != SHIPPED.get(environment):
+    shipped = SHIPPED.get(environment, {})
+    if raw != shipped:
+        changed = ", ".join(sorted(key for key in {*raw, *shipped} if raw.get(key) != shipped.get(key)))
         first = raw.get("handler") or next(iter(raw.get("workers", {}).values()), {}).get("handler")
+        runs = "" if first == handler else f"; its first worker runs {first}, not the example's {handler}"
         pytest.skip(
-            f"the shipped example is not deployed as shipped: cdk.json's {environment!r} environment was changed"
-            f" (its first worker runs {first}, the example {handler})"
+            f"the shipped example is not deployed as shipped: cdk.json's {environment!r} environment differs from"
+            f" the shipped one in {changed}{runs}"
         )
     return raw
