@@ -194,8 +194,13 @@ class LaneResult:
     circuit: dict[str, Any] = field(default_factory=dict)
     #: What the producer could not send after consumer.producer's retries, one line per event (the run fails).
     unsent: list[str] = field(default_factory=list)
-    #: Per tenant: produced (the plan), delivered (the downstream), processed and moved_to_dlq (the consumers' logs).
+    #: Per tenant: produced (the plan), delivered (the downstream), processed, duplicates_skipped and moved_to_dlq
+    #: (the consumers' logs).
     tenants: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Copies the idempotency store already had done (``duplicate_skipped``): settled as processed, the handler not
+    #: run. A second copy of an event comes from its sender, or from the endpoint handing one message to two holders
+    #: who each hand it back (moto's server does, rarely; see docs/CHAOS.md); the downstream still sees it once.
+    duplicates_skipped: int = 0
     #: Every unhealthy answer of ``python -m consumer health`` for a running consumer (the run fails).
     unhealthy: list[str] = field(default_factory=list)
 
@@ -374,7 +379,7 @@ class Lane:
 
     def tenants(self) -> dict[str, dict[str, int]]:
         """Per tenant: what was produced (the plan) and delivered (the downstream), and what the consumers logged
-        under its message_group_id (processed, moved to the DLQ); empty when the plan has no tenants."""
+        under its message_group_id (processed, duplicates skipped, moved to the DLQ); empty when the plan has no tenants."""
         delivered = self.delivered()
         out: dict[str, dict[str, int]] = {}
         for p in self.plan:
@@ -385,6 +390,7 @@ class Lane:
         for tenant, counts in out.items():
             logged = self.fleet.tenants.get(tenant, Counter())
             counts["processed"] = logged["message_processed"]
+            counts["duplicates_skipped"] = logged["duplicate_skipped"]
             counts["moved_to_dlq"] = logged["message_moved_to_dlq"]
         return dict(sorted(out.items(), key=lambda item: -item[1]["produced"]))
 
@@ -432,6 +438,7 @@ class Lane:
             requeued=int(fleet.metrics["requeued"]),
             sqs_requests=int(fleet.metrics["sqs_requests"]),
             processed=int(fleet.metrics["processed"]),
+            duplicates_skipped=int(fleet.metrics["duplicates_skipped"]),
             downstream_refusals={str(k): v for k, v in sorted(self.refusals().items())},
             mix=self.mix,
             redrive=self.redrive,

@@ -70,6 +70,13 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
         ("handed back as copies keeping their spent receives", str(result.requeued)),
         ("sent to the DLQ with a reason (still there)", str(sum(a.dead_lettered.values()))),
     ]
+    if result.duplicates_skipped:
+        rows.append(
+            (
+                "duplicate copies skipped (the idempotency store had the event done; the handler did not run)",
+                str(result.duplicates_skipped),
+            )
+        )
     if result.circuit.get("opens"):
         c = result.circuit
         rows.append(

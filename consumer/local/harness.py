@@ -305,7 +305,7 @@ class Fleet:
                 self.circuit_open_seconds.append(float(line.get("open_seconds", 0)))
             if line["event"] == "message_moved_to_dlq":
                 self.events[f"moved_to_dlq:{line.get('kind')}"] += 1
-            if line["event"] in ("message_processed", "message_moved_to_dlq"):
+            if line["event"] in ("message_processed", "duplicate_skipped", "message_moved_to_dlq"):
                 if "message_group_id" in line:
                     self.tenants.setdefault(str(line["message_group_id"]), Counter())[line["event"]] += 1
                 if "trace_id" in line:

@@ -232,6 +232,20 @@ def test_report_names_an_unhealthy_consumer_and_unsent_events_and_fails(
     assert (notifications.ok, result.ok) == (False, False)
 
 
+def test_report_shows_the_duplicate_copies_the_idempotency_store_skipped_only_when_there_were_any(
+    log_file: pytest.CaptureFixture[str],
+) -> None:
+    """A copy the idempotency store already had done is settled as processed without the handler: the report says
+    how many there were, beside the events delivered once, so processed less those is what the handlers did."""
+    row = "duplicate copies skipped (the idempotency store had the event done; the handler did not run)"
+    result = a_result(heartbeat_extensions=12)
+    render_report(result, output_console())
+    assert row not in log_file.readouterr().out
+    result.workers[0].duplicates_skipped = 1
+    render_report(result, output_console())
+    assert [line for line in log_file.readouterr().out.splitlines() if row in line and line.rstrip("│ ").endswith("1")]
+
+
 class Running:
     """A consumer's process that is still running."""
 

@@ -226,11 +226,13 @@ def test_check_health_runs_the_real_check_with_each_consumer_s_file(
 
 
 def test_fleet_counts_each_tenant_s_processed_and_dead_lettered_messages_from_the_logs(tmp_path: Path) -> None:
-    """The consumers log message_group_id on each message's lines: the fleet counts them per tenant."""
+    """The consumers log message_group_id on each message's lines: the fleet counts them per tenant (a duplicate the
+    idempotency store skipped is logged as skipped and processed, so processed less skipped is the handler's work)."""
     fleet = Fleet({}, tmp_path)
     consumer = ConsumerProcess(1, None, tmp_path / "consumer-1.log", {})  # type: ignore[arg-type]
     lines = [
         {"event": "message_processed", "message_group_id": "tenant-a"},
+        {"event": "duplicate_skipped", "message_group_id": "tenant-a"},
         {"event": "message_processed", "message_group_id": "tenant-a"},
         {"event": "message_moved_to_dlq", "kind": "poison", "message_group_id": "tenant-b"},
         {"event": "message_processed"},
@@ -239,4 +241,7 @@ def test_fleet_counts_each_tenant_s_processed_and_dead_lettered_messages_from_th
     consumer.log_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     fleet.processes.append(consumer)
     fleet.read_logs()
-    assert fleet.tenants == {"tenant-a": {"message_processed": 2}, "tenant-b": {"message_moved_to_dlq": 1}}
+    assert fleet.tenants == {
+        "tenant-a": {"message_processed": 2, "duplicate_skipped": 1},
+        "tenant-b": {"message_moved_to_dlq": 1},
+    }
