@@ -193,6 +193,23 @@ def process_guard() -> Iterator[list[subprocess.Popen[str]]]:
             process.wait()
 
 
+def consumer_run_environment(endpoint: str, **variables: str) -> dict[str, str]:
+    """The environment of a ``python -m consumer run`` subprocess on the local endpoint ``endpoint``: this process's
+    less any AWS, consumer or queue setting, with dummy credentials and ``variables`` (QUEUE_URL, CONSUMER_HANDLER...)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
+    env.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            **variables,
+        }
+    )
+    return env
+
+
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dummy credentials so nothing ever reaches a real account."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from consumer.runtime.failures import OMITTED
 from consumer.runtime.observability import JsonFormatter
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration import handlers
-from tests.integration.conftest import REGION, create_pair
+from tests.integration.conftest import REGION, consumer_run_environment, create_pair
 from tests.integration.handlers import CUSTOMER_ERROR, refuses_customer, refuses_customer_quietly
 from tests.integration.test_consumer import consumer_of
 from tests.integration.test_process import ROOT
@@ -118,19 +117,12 @@ def test_error_text_omitted_stays_out_of_what_the_process_writes(
     pair = create_pair(server_sqs, contract_of(refuses_customer_quietly))
     for body in ("retry", "reject"):
         server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
-    env.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_ENDPOINT_URL": moto_server,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "QUEUE_URL": pair.queue_url,
-            "DLQ_URL": pair.dlq_url,
-            "CONSUMER_HANDLER": "tests.integration.handlers:refuses_customer_quietly",
-            "CONSUMER_LOG_LEVEL": "DEBUG",
-        }
+    env = consumer_run_environment(
+        moto_server,
+        QUEUE_URL=pair.queue_url,
+        DLQ_URL=pair.dlq_url,
+        CONSUMER_HANDLER="tests.integration.handlers:refuses_customer_quietly",
+        CONSUMER_LOG_LEVEL="DEBUG",
     )
     output = tmp_path / "output"  # a file, not a pipe: DEBUG writes more than a pipe holds unread
     with output.open("w") as out:

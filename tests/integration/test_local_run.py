@@ -21,7 +21,7 @@ from consumer.local.harness import event_id_of
 from consumer.local.manual import read_env_file, worker_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, run_module
 
 PYTHON = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
 
@@ -160,14 +160,7 @@ def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(serv
     environments = {worker: read_env_file(worker_env_file(env_file, worker)) for worker in workers}
     assert environments[workers[0]] == read_env_file(env_file)
     assert len({e["QUEUE_URL"] for e in environments.values()}) == len(workers)
-    sent = subprocess.run(
-        [sys.executable, "-m", "consumer", "local", "send", "--env-file", str(env_file), "--worker", workers[0]],
-        cwd=ROOT,
-        env=user_environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    sent = run_module("consumer", "local", "send", "--env-file", str(env_file), "--worker", workers[0], timeout=60)
     assert sent.returncode == 0, sent.stderr
     assert f" event(s) to {environments[workers[0]]['QUEUE_URL']} (from {worker_env_file(env_file, workers[0])}):" in (
         sent.stdout
@@ -187,14 +180,7 @@ def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tup
     environment = read_env_file(env_file)
     consumer = shell(f"set -a; . {env_file}; set +a; exec {PYTHON} -m consumer run", stderr=subprocess.STDOUT)
     try:
-        sent = subprocess.run(
-            [sys.executable, "-m", "consumer", "local", "send", "--count", "2", "--env-file", str(env_file)],
-            cwd=ROOT,
-            env=user_environment(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        sent = run_module("consumer", "local", "send", "--count", "2", "--env-file", str(env_file), timeout=60)
         assert sent.returncode == 0, sent.stderr
         poisoned = subprocess.run(
             [sys.executable, "-m", "consumer", "local", "send", "--poison"],
@@ -251,14 +237,8 @@ def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: P
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "consumer", "local", "up", "--port", str(port), "--env-file", str(tmp_path / "e")],
-            cwd=ROOT,
-            env=user_environment(),
-            capture_output=True,
-            text=True,
-            timeout=30,  # moto's threaded server waits forever for a bind that failed: this must not
-        )
+        # moto's threaded server waits forever for a bind that failed: this must not (the timeout)
+        done = run_module("consumer", "local", "up", "--port", str(port), "--env-file", str(tmp_path / "e"), timeout=30)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
         f'consumer local: "--port" must be a free port on 127.0.0.1: {port} is in use (another `local up`?);'

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 from consumer.declaration import contract_of
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.testing import depth, poll_until, wait_until
-from tests.integration.conftest import REGION, create_pair
+from tests.integration.conftest import REGION, consumer_run_environment, create_pair
 from tests.integration.handlers import slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,18 +34,11 @@ def start(
     moto_server: str, queue_url: str, side_effects: Path, unset: tuple[str, ...] = (), **extra: str
 ) -> subprocess.Popen[str]:
     """`python -m consumer run` on moto's server with the slow handler; ``extra`` added, ``unset`` removed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
-    env.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_ENDPOINT_URL": moto_server,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "QUEUE_URL": queue_url,
-            "CONSUMER_HANDLER": "tests.integration.handlers:slow",
-            "SIDE_EFFECTS_FILE": str(side_effects),
-        }
+    env = consumer_run_environment(
+        moto_server,
+        QUEUE_URL=queue_url,
+        CONSUMER_HANDLER="tests.integration.handlers:slow",
+        SIDE_EFFECTS_FILE=str(side_effects),
     )
     env.update(extra)
     for key in unset:
