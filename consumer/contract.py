@@ -198,7 +198,7 @@ class WorkerContract(LivenessTimings):
     stop_timeout_seconds: int | None = None
     #: Source queue retention (an environment setting, not the handler's).
     source_retention_seconds: int = 4 * DAY
-    #: DLQ retention; must exceed the source's by at least a day.
+    #: DLQ retention; must exceed the source's by at least two days (consumer/limits.py, MIN_RETENTION_GAP_SECONDS).
     dlq_retention_seconds: int = 14 * DAY
 
     def __post_init__(self) -> None:

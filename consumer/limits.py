@@ -41,7 +41,9 @@ The formulas (also in the README's configuration table, generated from
   queues a message's expiry counts from its original enqueue time, but the DLQ's
   ``ApproximateAgeOfOldestMessage`` counts from the move, so a message can sit
   in the DLQ for as little as the retention gap; the alarm fires with at least
-  half of that gap left.
+  half of that gap left, and the gap is at least two days, so the page comes at
+  least a day before any DLQ message can expire (docs/alarms.md, the catalogue's
+  backstop-move scenario).
   https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html
 * ``backlog_age_alarm = acceptable_latency + sum(attempt_timeout +
   retry_backoff(n) for n in 1..min(3, max_receive_count))``: SQS's age metric
@@ -111,7 +113,9 @@ SHUTDOWN_FLUSH_SECONDS = 5
 MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
 MIN_MAX_RECEIVE_COUNT = 2
 MAX_CONCURRENCY = 256
-MIN_RETENTION_GAP_SECONDS = 86_400
+#: Twice the day of warning the DLQ age page gives before the earliest expiry (the page comes half the gap after
+#: a move; a message the redrive backstop moved can expire the gap after it).
+MIN_RETENTION_GAP_SECONDS = 2 * 86_400
 MAX_DURATION_SECONDS = SQS_MAX_VISIBILITY_SECONDS - VISIBILITY_MARGIN_MAX_SECONDS
 AGE_METRIC_SKIPPED_AFTER_RECEIVES = 3
 #: Room the source queue keeps below SQS's size limit for the reason attribute a move to the DLQ adds:

@@ -10,8 +10,8 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
 from consumer.contract import WorkerContract
-from infra.alarms import DOWNSTREAM_EVALUATION_PERIODS, QueueAlarms
 from infra.metrics import WorkerMetrics
+from infra.queue_alarms import DOWNSTREAM_EVALUATION_PERIODS, QueueAlarms
 
 WIDTH = 24
 HALF, THIRD = WIDTH // 2, WIDTH // 3
@@ -54,7 +54,7 @@ class WorkerDashboard(Construct):
             raise ValueError('"sections" must hold at least one worker\'s section: 0')
         alarms = [alarm for section in sections for alarm in section.alarms.paging_alarms]
         title = "Alarms" if len(sections) == 1 else "Alarms: any worker paging"
-        # Six alarms a worker: 19 workers' 114 need two widgets (CloudWatch draws at most 100 in one).
+        # Six alarms a worker: 18 workers' 108 need two widgets (CloudWatch draws at most 100 in one).
         chunks = [
             alarms[start : start + MAX_ALARMS_PER_STATUS_WIDGET]
             for start in range(0, len(alarms), MAX_ALARMS_PER_STATUS_WIDGET)

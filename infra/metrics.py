@@ -20,6 +20,10 @@ from infra.queues import WorkerQueues
 
 SQS_METRIC_PERIOD = Duration.minutes(1)
 CONSUMER_PERIOD = Duration.minutes(1)
+#: The DlqAge alarm's held input counts hours: CloudWatch allows up to seven days of evaluation with periods of an hour
+#: or more (one day below), and half the retention gap can reach seven days.
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html
+DLQ_HELD_PERIOD = Duration.hours(1)
 #: The runtime writes its EMF counts when a flush is due (consumer/runtime/heartbeat.py: METRICS_FLUSH_SECONDS,
 #: checked every 0.5 s tick), so a count's datapoint carries a time up to this much after the event; a test
 #: holds the two equal (infra imports no runtime module).
@@ -112,13 +116,35 @@ class WorkerMetrics:
         if fair_queue:
             self.fair = FairQueueMetrics(*(source.metric(name, **maximum) for name in FAIR_QUEUE_METRIC_NAMES))
         self.dlq_visible = dlq.metric_approximate_number_of_messages_visible(**maximum)
+        self.dlq_in_flight = dlq.metric_approximate_number_of_messages_not_visible(**maximum)
         self.dlq_age = dlq.metric_approximate_age_of_oldest_message(**maximum)
-        # Messages that arrived in a DLQ that already held some: the depth went up from a non-zero value.
+        # Every message the DLQ holds, visible or not: an operator's peek or export hides messages for a while
+        # (in flight) without taking them out, so visible alone would dip and come back as "new arrivals".
+        self.dlq_held = cloudwatch.MathExpression(
+            expression="visible + hidden",
+            using_metrics={"visible": self.dlq_visible, "hidden": self.dlq_in_flight},
+            period=SQS_METRIC_PERIOD,
+            label="DLQ messages (visible + in flight)",
+        )
+        # Messages that arrived in a DLQ that already held some: the held count went up from a non-zero value.
         self.dlq_new_arrivals = cloudwatch.MathExpression(
             expression="IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)",
-            using_metrics={"dlq": self.dlq_visible},
+            using_metrics={"dlq": self.dlq_held},
             period=SQS_METRIC_PERIOD,
             label="New arrivals in a non-empty DLQ",
+        )
+        # The DLQ held a message at some minute of each hour: the DlqAge alarm's second input, for messages SQS's age
+        # metric leaves out (a standard queue's message received three or more times: every peek is a receive).
+        # Its inputs carry the hour themselves: CDK would otherwise override their minute, with a synth warning.
+        hourly: _Statistic = {"period": DLQ_HELD_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
+        self.dlq_held_hourly = cloudwatch.MathExpression(
+            expression="FILL(visible, 0) + FILL(hidden, 0)",
+            using_metrics={
+                "visible": dlq.metric_approximate_number_of_messages_visible(**hourly),
+                "hidden": dlq.metric_approximate_number_of_messages_not_visible(**hourly),
+            },
+            period=DLQ_HELD_PERIOD,
+            label="DLQ held messages this hour",
         )
 
         self.running_tasks: cloudwatch.IMetric | None = None
@@ -167,6 +193,16 @@ class WorkerMetrics:
         # minute (the runtime writes circuit_open, in ms, when the circuit closes).
         self.circuit_opens = consumer("circuit_opens", period=Duration.seconds(circuit_period_seconds), labelled=False)
         self.circuit_open = consumer("circuit_open", cloudwatch.Stats.MAXIMUM, "circuit open, longest per close (ms)")
+        #: Every move to the DLQ the consumer made (unlabelled: the DlqDepth alarm reads it), so the page does not wait
+        #: for a sleeping DLQ's first metrics.
+        self.dead_lettered = consumer("dead_lettered", labelled=False)
+        # What the DlqDepth alarm compares with 1: held messages, or moves the consumer just made (missing = none).
+        self.dlq_depth_or_moves = cloudwatch.MathExpression(
+            expression="FILL(visible, 0) + FILL(hidden, 0) + FILL(moved, 0)",
+            using_metrics={"visible": self.dlq_visible, "hidden": self.dlq_in_flight, "moved": self.dead_lettered},
+            period=SQS_METRIC_PERIOD,
+            label="DLQ messages, or moves to it",
+        )
         self.processed = consumer("processed")
         self.failed = consumer("failed")
         self.poisoned = consumer("poisoned")

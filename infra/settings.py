@@ -239,18 +239,19 @@ _FIELDS = {f.name for f in dataclasses.fields(EnvironmentSettings)} - {
 }
 _KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets", *WORKER_KEYS})
 #: The most workers one environment supports: every limit it meets is checked by tests/infra/test_workers.py.
-#: - CloudFormation: 500 resources per stack; a worker adds 24 (queues and policies 4, table, task and execution
+#: - CloudFormation: 500 resources per stack; a worker adds 26 (queues and policies 4, table, task and execution
 #:   roles and policies 4, task definition, log group, service, security group, scaling target and policy,
-#:   9 alarms), the shared VPC, cluster, topics, key and dashboard 32: 19 workers make 488, 20 would make 512
-#:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm):
+#:   11 alarms), the shared VPC, cluster, topics, key and dashboard 32: 18 workers make 500, 19 would make 526
+#:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm; 19 until DlqAge became a
+#:   composite over two input alarms):
 #:   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
 #: - CloudWatch: 100 alarms in one alarm status widget (the dashboard's "any worker paging" view holds each
 #:   worker's 6 notifying alarms, in as many widgets as that takes) and 500 widgets per dashboard (13 per worker):
 #:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html
 #:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/CloudWatch-Dashboard-Body-Structure.html
 #: - A composite alarm's rule is at most 10,240 characters: each worker has its own ConsumerStalled over its own
-#:   three inputs, so no rule grows with the worker count.
-MAX_WORKERS = 19
+#:   three inputs and its own DlqAge over its own two, so no rule grows with the worker count.
+MAX_WORKERS = 18
 
 
 def _workers(prefix: str, raw: Mapping[str, Any]) -> tuple[WorkerSettings, ...]:
@@ -373,18 +374,19 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
             path("producers"), "must list at least one role or user ARN (leave it out to let IAM alone decide)", []
         )
 
-    source_retention = integer("source_retention_days", 4, 1, 13)
+    source_retention = integer("source_retention_days", 4, 1, 14 - RETENTION_GAP_DAYS)
     dlq_retention = raw.get("dlq_retention_days", 14)
     # The user writes days, so the relation is checked and said in days before the bound, which alone
     # ("between 2 and 14: 1") would hide that the DLQ must outlive the source.
     if type(dlq_retention) is int and dlq_retention < source_retention + RETENTION_GAP_DAYS:
         raise SettingsError(
             path("dlq_retention_days"),
-            f"must exceed source_retention_days ({source_retention}) by at least {RETENTION_GAP_DAYS} day,"
-            " because a message keeps its original enqueue time in the DLQ and would expire there before anyone acts",
+            f"must exceed source_retention_days ({source_retention}) by at least {RETENTION_GAP_DAYS} days,"
+            " because a message keeps its original enqueue time in the DLQ, and the DLQ age page (half the gap after"
+            " a move) must come at least a day before it can expire",
             dlq_retention,
         )
-    dlq_retention = integer("dlq_retention_days", 14, 2, 14)
+    dlq_retention = integer("dlq_retention_days", 14, 1 + RETENTION_GAP_DAYS, 14)
 
     settings = EnvironmentSettings(
         name=name,

@@ -14,10 +14,10 @@ from constructs import Construct
 
 from consumer.contract import WorkerContract, check_int
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
-from infra.alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
 from infra.dashboard import DashboardSection
 from infra.metrics import WorkerMetrics, circuit_period_seconds
 from infra.nag import acknowledge
+from infra.queue_alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.service import ConsumerService, container_secrets

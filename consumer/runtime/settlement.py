@@ -301,7 +301,12 @@ class Settlement:
             item.message, dlq_url=self.dlq_url, reason=reason, kind=kind, source_queue_url=self.queue_url
         )
         fields = item.context.fields(kind=kind, reason=reason)
-        return self._send_then_delete(item, params, "dlq_send_failed", "message_moved_to_dlq", fields)
+        if not self._send_then_delete(item, params, "dlq_send_failed", "message_moved_to_dlq", fields):
+            return False
+        # Every move, whatever its kind: the DlqDepth alarm reads it, so a page does not wait for the metrics of a
+        # DLQ that SQS let sleep (idle for 6 hours, up to 15 minutes to publish again once woken).
+        self._metrics.count("dead_lettered")
+        return True
 
     def _send_then_delete(
         self,

@@ -306,13 +306,7 @@ def check_alarms(env: Synthesized) -> None:
             expected = page_topic if severity == "page" else ticket_topic
             expect(problems, label, f"{construct_id} actions", properties.get("AlarmActions"), expected)
             expect(problems, label, f"{construct_id} OK actions", properties.get("OKActions"), expected)
-        expect(
-            problems,
-            label,
-            "DlqAge threshold",
-            _alarm_props(env, alarms.dlq_age)["Threshold"],
-            contract.dlq_age_alarm_seconds,
-        )
+        _check_dlq_alarms(env, problems, label, built, contract)
         if not contract.fair_queue:
             expect(
                 problems,
@@ -323,16 +317,73 @@ def check_alarms(env: Synthesized) -> None:
             )
         late = _alarm_props(env, alarms.stalled_inputs[0])
         expect(problems, label, "stalled latency", late["Threshold"], contract.acceptable_latency_seconds)
-        for alarm in (alarms.dlq_depth, alarms.dlq_age):
-            dimensions = _alarm_props(env, alarm)["Dimensions"]
-            expected_dimensions = [
-                {"Name": "QueueName", "Value": get_att(env, built.queues.dead_letter_queue, "QueueName")}
-            ]
-            expect(problems, label, f"{alarm.node.id} queue", dimensions, expected_dimensions)
-        for input_alarm in alarms.stalled_inputs:
+        for input_alarm in [*alarms.stalled_inputs, *alarms.dlq_age_inputs]:
             if {"AlarmActions", "OKActions"} & set(_alarm_props(env, input_alarm)):
                 problems.append(f"{label}: the composite's input {input_alarm.node.id} notifies on its own")
     report(problems, "alarms")
+
+
+#: DlqDepth: any DLQ message (visible or in flight) or a move the consumer counted, in any of 20 minutes.
+DLQ_DEPTH_EXPRESSION = "FILL(visible, 0) + FILL(hidden, 0) + FILL(moved, 0)"
+DLQ_DEPTH_PERIODS = 20
+#: DlqHeldLong counts hours, at most CloudWatch's 7 days of evaluation for periods of an hour or more.
+HOUR, MAX_HOURLY_PERIODS = 3_600, 7 * 24
+
+
+def metric_stats(properties: dict[str, Any]) -> dict[str, tuple[str, str, Any, int, str]]:
+    """A metric-math alarm's metrics by id: (namespace, name, dimensions, period, statistic)."""
+    return {
+        m["Id"]: (
+            m["MetricStat"]["Metric"]["Namespace"],
+            m["MetricStat"]["Metric"]["MetricName"],
+            m["MetricStat"]["Metric"]["Dimensions"],
+            m["MetricStat"]["Period"],
+            m["MetricStat"]["Stat"],
+        )
+        for m in properties["Metrics"]
+        if "MetricStat" in m
+    }
+
+
+def _check_dlq_alarms(
+    env: Synthesized, problems: list[str], label: str, built: Worker, contract: WorkerContract
+) -> None:
+    """DlqDepth over the worker's own DLQ and consumer count; DlqAge any of its two inputs, thresholds derived."""
+    alarms = built.alarms
+    dlq = [{"Name": "QueueName", "Value": get_att(env, built.queues.dead_letter_queue, "QueueName")}]
+    source = [{"Name": "Queue", "Value": get_att(env, built.queues.queue, "QueueName")}]
+    depth = _alarm_props(env, alarms.dlq_depth)
+    (expression,) = [m["Expression"] for m in depth["Metrics"] if m.get("ReturnData", True)]
+    expect(problems, label, "DlqDepth expression", expression, DLQ_DEPTH_EXPRESSION)
+    expect(
+        problems,
+        label,
+        "DlqDepth metrics",
+        metric_stats(depth),
+        {
+            "visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq, 60, "Maximum"),
+            "hidden": ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", dlq, 60, "Maximum"),
+            "moved": ("SqsWorker", "dead_lettered", source, 60, "Sum"),
+        },
+    )
+    found = (depth["Threshold"], depth["EvaluationPeriods"], depth["DatapointsToAlarm"])
+    expect(problems, label, "DlqDepth threshold, periods, datapoints", found, (1, DLQ_DEPTH_PERIODS, 1))
+    oldest, held = (_alarm_props(env, alarm) for alarm in alarms.dlq_age_inputs)
+    found = (oldest["Threshold"], oldest["Dimensions"])
+    expect(problems, label, "DlqAgeOldest threshold and queue", found, (contract.dlq_age_alarm_seconds, dlq))
+    hours = -(-contract.dlq_age_alarm_seconds // HOUR)
+    expect(problems, label, "DlqHeldLong periods", (held["EvaluationPeriods"], held["DatapointsToAlarm"]), (hours,) * 2)
+    if hours > MAX_HOURLY_PERIODS:
+        problems.append(f"{label}: DlqHeldLong evaluates {hours} hours, over CloudWatch's {MAX_HOURLY_PERIODS}")
+    expect(problems, label, "DlqHeldLong queue", {m[2] == dlq for m in metric_stats(held).values()}, {True})
+    rule = [
+        '(ALARM("',
+        get_att(env, alarms.dlq_age_inputs[0], "Arn"),
+        '") OR ALARM("',
+        get_att(env, alarms.dlq_age_inputs[1], "Arn"),
+        '"))',
+    ]
+    expect(problems, label, "DlqAge rule", _alarm_props(env, alarms.dlq_age)["AlarmRule"], {"Fn::Join": ["", rule]})
 
 
 def notifying_alarm_names(env: Synthesized) -> list[str]:

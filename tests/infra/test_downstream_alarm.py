@@ -1,7 +1,7 @@
 """DownstreamUnavailable's timing: the runtime's circuit, driven through an outage and a blip, against the alarm's rule.
 
 The alarm counts ``circuit_opens`` per :func:`infra.metrics.circuit_period_seconds` and pages on opens in
-:data:`infra.alarms.DOWNSTREAM_EVALUATION_PERIODS` periods in a row (tests/infra/test_oncall.py asserts the
+:data:`infra.queue_alarms.DOWNSTREAM_EVALUATION_PERIODS` periods in a row (tests/infra/test_oncall.py asserts the
 synthesized rule); CloudWatch evaluates nothing locally, so the rule is checked here as data.
 """
 
@@ -16,8 +16,8 @@ from consumer.runtime.circuit import PROBE, Circuit
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS as RUNTIME_FLUSH_SECONDS
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import TICK_SECONDS
-from infra.alarms import DOWNSTREAM_EVALUATION_PERIODS
 from infra.metrics import METRICS_FLUSH_SECONDS, METRICS_FLUSH_SLACK_SECONDS, circuit_period_seconds
+from infra.queue_alarms import DOWNSTREAM_EVALUATION_PERIODS
 
 #: The worst flush delays an open's datapoint can get, alternated so consecutive opens land as far apart as possible.
 FLUSH_DELAYS = (0.0, METRICS_FLUSH_SECONDS + METRICS_FLUSH_SLACK_SECONDS)
@@ -104,7 +104,7 @@ def test_circuit_period_fits_cloudwatchs_evaluation_range_at_the_contracts_bound
     longest = WorkerContract(
         max_duration_seconds=SQS_MAX_VISIBILITY_SECONDS - 300,
         retry_backoff_max_seconds=SQS_MAX_VISIBILITY_SECONDS,
-        source_retention_seconds=13 * 86_400,
+        source_retention_seconds=12 * 86_400,
         dlq_retention_seconds=14 * 86_400,
         max_receive_count=2,
     )

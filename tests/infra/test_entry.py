@@ -65,9 +65,9 @@ def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: boo
     [
         (
             environments_with(source_retention_days=3, dlq_retention_days=1),
-            f'"{CONTEXT_KEY}.dev.dlq_retention_days" must exceed source_retention_days (3) by at least 1 day,'
-            " because a message keeps its original enqueue time in the DLQ and would expire there before anyone"
-            " acts: 1",
+            f'"{CONTEXT_KEY}.dev.dlq_retention_days" must exceed source_retention_days (3) by at least 2 days,'
+            " because a message keeps its original enqueue time in the DLQ, and the DLQ age page (half the gap after"
+            " a move) must come at least a day before it can expire: 1",
         ),
         (
             {**reference_context(), "env": "qa"},

@@ -26,25 +26,111 @@ def arn(env: Synthesized, construct: Any) -> dict[str, list[str]]:
     return {"Fn::GetAtt": [env.logical_id(construct), "Arn"]}
 
 
-def test_dlq_new_arrivals_alarm_fires_when_a_non_empty_dlq_grows(prod: Synthesized) -> None:
-    """Metric math on the DLQ depth: the rise, counted only when the DLQ already held messages."""
-    alarm = props(prod, prod.stack.alarms.dlq_new_arrivals)
-    (expression,) = [m for m in alarm["Metrics"] if "Expression" in m]
-    (depth,) = [m for m in alarm["Metrics"] if "MetricStat" in m]
-    assert expression["Expression"] == "IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)"
-    assert depth["Id"] == "dlq" and depth["ReturnData"] is False
-    assert depth["MetricStat"]["Metric"]["MetricName"] == "ApproximateNumberOfMessagesVisible"
-    assert depth["MetricStat"]["Metric"]["Dimensions"] == [
+def dlq_dimensions(env: Synthesized) -> list[dict[str, Any]]:
+    return [
         {
             "Name": "QueueName",
-            "Value": {"Fn::GetAtt": [prod.logical_id(prod.stack.queues.dead_letter_queue), "QueueName"]},
+            "Value": {"Fn::GetAtt": [env.logical_id(env.stack.queues.dead_letter_queue), "QueueName"]},
         }
     ]
-    assert (depth["MetricStat"]["Stat"], depth["MetricStat"]["Period"]) == ("Maximum", 60)
+
+
+def metric_stats(alarm: dict[str, Any]) -> dict[str, tuple[str, str, Any, int, str]]:
+    """A metric-math alarm's metrics by id: namespace, name, dimensions, period, statistic (each ReturnData false)."""
+    stats = {}
+    for m in alarm["Metrics"]:
+        if "MetricStat" in m:
+            assert m["ReturnData"] is False, m["Id"]
+            metric = m["MetricStat"]["Metric"]
+            stats[m["Id"]] = (
+                metric["Namespace"],
+                metric["MetricName"],
+                metric["Dimensions"],
+                m["MetricStat"]["Period"],
+                m["MetricStat"]["Stat"],
+            )
+    return stats
+
+
+def test_dlq_new_arrivals_alarm_fires_when_a_non_empty_dlq_grows(prod: Synthesized) -> None:
+    """Metric math on what the DLQ holds (visible + in flight, so a peek's hidden messages coming back are no
+    arrival): the rise, counted only when the DLQ already held messages."""
+    alarm = props(prod, prod.stack.alarms.dlq_new_arrivals)
+    expressions = {m["Id"]: m for m in alarm["Metrics"] if "Expression" in m}
+    (returned,) = [m for m in expressions.values() if m["ReturnData"]]
+    assert returned["Expression"] == "IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)"
+    assert (expressions["dlq"]["Expression"], expressions["dlq"]["ReturnData"]) == ("visible + hidden", False)
+    dlq = dlq_dimensions(prod)
+    assert metric_stats(alarm) == {
+        "visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq, 60, "Maximum"),
+        "hidden": ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", dlq, 60, "Maximum"),
+    }
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
     topic = [ref(prod, prod.stack.paging.topic)]
     assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
+
+
+def test_dlq_depth_alarm_counts_held_messages_and_the_consumers_moves(prod: Synthesized) -> None:
+    """FILL(visible) + FILL(hidden) + FILL(moved) >= 1 in any of 20 minutes: the DLQ's own counts, or the consumer's
+    dead_lettered (EMF, per source queue) while a sleeping DLQ's metrics are late; latched 20 minutes after it
+    empties, missing data not breaching."""
+    alarm = props(prod, prod.stack.alarms.dlq_depth)
+    (returned,) = [m for m in alarm["Metrics"] if m.get("ReturnData", True)]
+    assert returned["Expression"] == "FILL(visible, 0) + FILL(hidden, 0) + FILL(moved, 0)"
+    dlq = dlq_dimensions(prod)
+    source = [{"Name": "Queue", "Value": {"Fn::GetAtt": [prod.logical_id(prod.stack.queues.queue), "QueueName"]}}]
+    assert metric_stats(alarm) == {
+        "visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq, 60, "Maximum"),
+        "hidden": ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", dlq, 60, "Maximum"),
+        "moved": ("SqsWorker", "dead_lettered", source, 60, "Sum"),
+    }
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (20, 1)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-depth")
+    topic = [ref(prod, prod.stack.paging.topic)]
+    assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
+
+
+def test_dlq_age_is_any_of_its_two_inputs_which_notify_nobody(prod: Synthesized) -> None:
+    """DlqAge pages on ALARM(DlqAgeOldest) OR ALARM(DlqHeldLong): the oldest DLQ message past half the retention gap,
+    or the DLQ holding messages in each hour for as long (hourly, visible + in flight); the inputs have no actions."""
+    alarms = prod.stack.alarms
+    oldest_alarm, held_alarm = alarms.dlq_age_inputs
+    composite = props(prod, alarms.dlq_age)
+    assert composite["AlarmName"] == "SqsWorker-prod-DlqAge"
+    assert composite["AlarmRule"] == {
+        "Fn::Join": ["", ['(ALARM("', arn(prod, oldest_alarm), '") OR ALARM("', arn(prod, held_alarm), '"))']]
+    }
+    topic = [ref(prod, prod.stack.paging.topic)]
+    assert (composite["AlarmActions"], composite["OKActions"]) == (topic, topic)
+    assert composite["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-age")
+    seconds = prod.stack.contract.dlq_age_alarm_seconds
+    assert seconds == 5 * 86_400  # prod: (14 - 4) days / 2
+    oldest, held = props(prod, oldest_alarm), props(prod, held_alarm)
+    assert (oldest["AlarmName"], held["AlarmName"]) == ("SqsWorker-prod-DlqAgeOldest", "SqsWorker-prod-DlqHeldLong")
+    dlq = dlq_dimensions(prod)
+    assert (oldest["Namespace"], oldest["MetricName"], oldest["Dimensions"]) == (
+        "AWS/SQS",
+        "ApproximateAgeOfOldestMessage",
+        dlq,
+    )
+    assert (oldest["Statistic"], oldest["Period"], oldest["Threshold"]) == ("Maximum", 60, seconds)
+    assert (oldest["ComparisonOperator"], oldest["EvaluationPeriods"]) == ("GreaterThanThreshold", 1)
+    (returned,) = [m for m in held["Metrics"] if m.get("ReturnData", True)]
+    assert returned["Expression"] == "FILL(visible, 0) + FILL(hidden, 0)"
+    assert metric_stats(held) == {
+        "visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq, 3_600, "Maximum"),
+        "hidden": ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", dlq, 3_600, "Maximum"),
+    }
+    assert (held["Threshold"], held["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (held["EvaluationPeriods"], held["DatapointsToAlarm"]) == (120, 120)  # 5 days in hours
+    for inputs in (oldest, held):
+        assert inputs["TreatMissingData"] == "notBreaching"
+        assert "AlarmActions" not in inputs and "OKActions" not in inputs
+        assert inputs["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-age")
+    assert "DlqAgeOldest" not in alarms.severity and "DlqHeldLong" not in alarms.severity
 
 
 def test_dlq_depth_alarm_sends_ok_when_the_dlq_is_drained(reference: dict[str, Synthesized]) -> None:
@@ -198,9 +284,7 @@ def test_dashboard_alarm_widget_lists_every_alarm_with_actions(dev: Synthesized)
 @pytest.mark.parametrize(
     ("attribute", "metric", "threshold", "periods", "comparison", "section"),
     [
-        ("dlq_depth", "ApproximateNumberOfMessagesVisible", 1, 1, "GreaterThanOrEqualToThreshold", "dlq-depth"),
         ("dlq_new_arrivals", None, 1, 1, "GreaterThanOrEqualToThreshold", "dlq-new-arrivals"),
-        ("dlq_age", "ApproximateAgeOfOldestMessage", "dlq_age_alarm_seconds", 1, "GreaterThanThreshold", "dlq-age"),
         (
             "backlog_age",
             "ApproximateAgeOfOldestMessage",

@@ -55,6 +55,15 @@ def test_every_paging_alarm_has_its_own_runbook_section(prod: Synthesized) -> No
     )
 
 
+def test_composite_inputs_link_their_composites_section(prod: Synthesized) -> None:
+    """An input alarm (no actions) links the section of the composite it feeds: DlqAge's #dlq-age, which exists."""
+    text = descriptions(prod)
+    linked = {LINK.search(text[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.dlq_age_inputs}
+    assert linked == {"dlq-age"} <= anchors()
+    stalled = {LINK.search(text[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.stalled_inputs}
+    assert stalled == {"consumer-stalled"} <= anchors()
+
+
 def test_alarm_descriptions_name_the_first_commands(prod: Synthesized) -> None:
     """DLQ alarms say which `python -m consumer dlq` command to run first, for this stack."""
     text = descriptions(prod)

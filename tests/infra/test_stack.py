@@ -142,25 +142,39 @@ def alarm_on(env: Synthesized, metric: str, queue: Any) -> dict[str, Any]:
 
 
 def test_dlq_depth_alarm_pages_on_one_message_within_a_minute(prod: Synthesized) -> None:
-    """Any visible DLQ message breaches over one 60 s period; ALARM and OK go to the paging topic."""
-    alarm = alarm_on(prod, "ApproximateNumberOfMessagesVisible", prod.stack.queues.dead_letter_queue)
+    """One DLQ message, visible or in flight, or one move the consumer counted, breaches a 60 s period; one such
+    minute in 20 pages (ALARM and OK to the paging topic), so OK comes 20 minutes after the DLQ empties."""
+    alarm = prod.json["Resources"][prod.logical_id(prod.stack.alarms.dlq_depth)]["Properties"]
     topic = [{"Ref": prod.logical_id(prod.stack.paging.topic)}]
-    assert alarm["Namespace"] == "AWS/SQS"
-    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Maximum", 60, 1)
+    by_id = {m["Id"]: m for m in alarm["Metrics"]}
+    assert by_id.pop("expr_1")["Expression"] == "FILL(visible, 0) + FILL(hidden, 0) + FILL(moved, 0)"
+    names = {i: (m["MetricStat"]["Metric"]["MetricName"], m["MetricStat"]["Period"]) for i, m in by_id.items()}
+    assert names == {
+        "visible": ("ApproximateNumberOfMessagesVisible", 60),
+        "hidden": ("ApproximateNumberOfMessagesNotVisible", 60),
+        "moved": ("dead_lettered", 60),
+    }
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (20, 1)
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert alarm["TreatMissingData"] == "notBreaching"
     assert (alarm["AlarmActions"], alarm["OKActions"]) == (topic, topic)
 
 
 def test_dlq_age_alarm_fires_before_expiry(reference: dict[str, Synthesized]) -> None:
-    """The DLQ age threshold is half the retention gap, well below the time a message has left."""
+    """The DLQ age page (either input) comes at half the retention gap, at least a day before a message moved at the
+    end of its source retention can expire; only the composite notifies."""
     for env in reference.values():
-        alarm = alarm_on(env, "ApproximateAgeOfOldestMessage", env.stack.queues.dead_letter_queue)
+        oldest = alarm_on(env, "ApproximateAgeOfOldestMessage", env.stack.queues.dead_letter_queue)
+        held = env.json["Resources"][env.logical_id(env.stack.alarms.dlq_age_inputs[1])]["Properties"]
+        composite = env.json["Resources"][env.logical_id(env.stack.alarms.dlq_age)]["Properties"]
         gap = (env.stack.settings.dlq_retention_days - env.stack.settings.source_retention_days) * 86_400
-        assert alarm["Threshold"] == env.stack.contract.dlq_age_alarm_seconds == gap // 2
-        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+        assert oldest["Threshold"] == env.stack.contract.dlq_age_alarm_seconds == gap // 2
+        assert oldest["ComparisonOperator"] == "GreaterThanThreshold"
+        assert held["EvaluationPeriods"] * 3_600 == gap // 2
+        assert gap - gap // 2 >= 86_400
         page_topic = env.stack.tickets.topic if env.stack.settings.pages_to_tickets else env.stack.paging.topic
-        assert alarm["OKActions"] == [{"Ref": env.logical_id(page_topic)}]
+        assert composite["OKActions"] == composite["AlarmActions"] == [{"Ref": env.logical_id(page_topic)}]
+        assert "OKActions" not in oldest and "OKActions" not in held
 
 
 def test_backlog_age_alarm_detects_a_stalled_consumer(dev: Synthesized) -> None:

@@ -107,6 +107,9 @@ PROD_RESOURCES_BEFORE_WORKERS = {
 PROD_RESOURCES_ADDED = {
     # issue 16: an outage held behind the consumer's circuit reaches no DLQ alarm any more.
     "AlarmsDownstreamUnavailable39FBC6CC": "AWS::CloudWatch::Alarm",
+    # DlqAge's two inputs (no actions): the DLQ's oldest message, and the DLQ holding messages hour after hour.
+    "AlarmsDlqAgeOldest84A78A17": "AWS::CloudWatch::Alarm",
+    "AlarmsDlqHeldLong6CCBEF54": "AWS::CloudWatch::Alarm",
 }
 
 

@@ -61,9 +61,15 @@ def test_two_workers_have_a_queue_pair_a_service_and_dlq_alarms_each(envs: dict[
     assert len(of_type(env, "AWS::DynamoDB::Table")) == 2
     alarms = {a["Properties"]["AlarmName"] for a in of_type(env, "AWS::CloudWatch::Alarm").values()}
     assert {"SqsWorker-two-DlqDepth", "SqsWorker-two-exports-DlqDepth"} <= alarms
-    assert {"SqsWorker-two-DlqAge", "SqsWorker-two-exports-DlqAge"} <= alarms
+    inputs = {f"SqsWorker-two-{w}{i}" for w in ("", "exports-") for i in ("DlqAgeOldest", "DlqHeldLong")}
+    assert inputs <= alarms
     composites = {a["Properties"]["AlarmName"] for a in of_type(env, "AWS::CloudWatch::CompositeAlarm").values()}
-    assert composites == {"SqsWorker-two-ConsumerStalled", "SqsWorker-two-exports-ConsumerStalled"}
+    assert composites == {
+        "SqsWorker-two-ConsumerStalled",
+        "SqsWorker-two-exports-ConsumerStalled",
+        "SqsWorker-two-DlqAge",
+        "SqsWorker-two-exports-DlqAge",
+    }
 
 
 def test_each_worker_is_timed_and_sized_from_its_own_declaration(envs: dict[str, Synthesized]) -> None:
@@ -172,5 +178,5 @@ def test_most_workers_synthesize_within_cloudformation_and_cloudwatch_limits(env
     assert [s["title"] for s in status] == ["Alarms: any worker paging (1 of 2)", "Alarms: any worker paging (2 of 2)"]
     assert max(len(s["alarms"]) for s in status) <= CW_MAX_STATUS_ALARMS
     assert sum(len(s["alarms"]) for s in status) == 6 * MAX_WORKERS
-    assert len(rules) == MAX_WORKERS
+    assert len(rules) == 2 * MAX_WORKERS  # each worker's ConsumerStalled and DlqAge
     assert max(len(json.dumps(rule)) for rule in rules) <= CW_MAX_ALARM_RULE_CHARS

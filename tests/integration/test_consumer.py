@@ -6,6 +6,8 @@ by patching the lease cap where a test needs a handler slower than the lease.
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import threading
 import time
@@ -22,6 +24,7 @@ from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime.consumer import EXIT_OK, EXIT_STUCK, Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
+from consumer.runtime.observability import Metrics
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import QueuePair, create_pair
 
@@ -47,6 +50,12 @@ def consumer_of(
 ) -> Consumer:
     """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
     return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
+
+
+def counted(stream: io.StringIO, *names: str) -> tuple[float, ...]:
+    """The totals of ``names`` over every EMF document a consumer's metrics wrote to ``stream``."""
+    documents = [json.loads(line) for line in stream.getvalue().splitlines()]
+    return tuple(sum(document.get(name, 0) for document in documents) for name in names)
 
 
 def test_consumer_deletes_successful_messages(sqs: Any) -> None:
@@ -76,11 +85,14 @@ def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -
         attempts.append(time.monotonic())
         raise RuntimeError(f"downstream down (receive {message.receive_count})")
 
-    consumer = consumer_of(sqs, pair, contract, fail)
+    stream = io.StringIO()
+    consumer = consumer_of(sqs, pair, contract, fail, metrics=Metrics(stream=stream))
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert len(attempts) == 3
+    # The DlqDepth alarm reads dead_lettered: one per move, whatever made it (here the retries ran out).
+    assert counted(stream, "failed", "poisoned", "dead_lettered") == (3, 0, 1)
     assert all(later - earlier >= 0.4 for earlier, later in zip(attempts, attempts[1:], strict=False))
     (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"])
@@ -104,11 +116,13 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
         calls.append(message.body)
         raise PoisonMessage("body is not JSON")
 
-    consumer = consumer_of(sqs, pair, contract, reject)
+    stream = io.StringIO()
+    consumer = consumer_of(sqs, pair, contract, reject, metrics=Metrics(stream=stream))
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert calls == ["{not json"]
+    assert counted(stream, "poisoned", "dead_lettered") == (1, 1)  # one move, counted once
     (moved,) = receive_visible(sqs, pair.dlq_url)
     assert moved["Body"] == "{not json"
     assert moved["MessageAttributes"]["tenant"]["StringValue"] == "acme"

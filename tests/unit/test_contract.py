@@ -38,8 +38,8 @@ BOUNDS = [
     ("retry_backoff_max_seconds", 2, 43_200, {}),
     ("stop_timeout_seconds", 6, 120, {}),
     ("max_lease_seconds", 4, 43_200, {}),
-    ("source_retention_seconds", 60, 13 * DAY, {"max_duration_seconds": 1, "max_receive_count": 2}),
-    ("dlq_retention_seconds", 2 * DAY, 14 * DAY, {"source_retention_seconds": DAY}),
+    ("source_retention_seconds", 60, 12 * DAY, {"max_duration_seconds": 1, "max_receive_count": 2}),
+    ("dlq_retention_seconds", 3 * DAY, 14 * DAY, {"source_retention_seconds": DAY}),
 ]
 
 
@@ -155,13 +155,15 @@ def test_contract_rejects_out_of_bounds_with_exact_message(name: str, value: int
     assert (raised.value.parameter, raised.value.value) == (name, value)
 
 
-def test_contract_rejects_retention_gap_below_one_day() -> None:
-    """The DLQ must keep messages at least a day longer than the source (86400 s ok, 86399 s not)."""
-    assert make(source_retention_seconds=4 * DAY, dlq_retention_seconds=5 * DAY).dlq_retention_seconds == 5 * DAY
+def test_contract_rejects_retention_gap_below_two_days() -> None:
+    """The DLQ must keep messages at least two days longer than the source (172800 s ok, 172799 s not), so the DLQ
+    age page (half the gap after a move) comes at least a day before a message can expire."""
+    assert make(source_retention_seconds=4 * DAY, dlq_retention_seconds=6 * DAY).dlq_retention_seconds == 6 * DAY
+    assert make(source_retention_seconds=4 * DAY, dlq_retention_seconds=6 * DAY).dlq_age_alarm_seconds == DAY
     with pytest.raises(ContractError) as raised:
-        make(source_retention_seconds=4 * DAY, dlq_retention_seconds=5 * DAY - 1)
+        make(source_retention_seconds=4 * DAY, dlq_retention_seconds=6 * DAY - 1)
     assert raised.value.parameter == "dlq_retention_seconds"
-    assert "must exceed source_retention_seconds (345600) by at least 86400 s" in str(raised.value)
+    assert "must exceed source_retention_seconds (345600) by at least 172800 s" in str(raised.value)
 
 
 def test_contract_rejects_equal_retentions() -> None:
@@ -184,7 +186,7 @@ def test_contract_rejects_source_retention_not_above_retry_horizon() -> None:
 @pytest.mark.parametrize(("max_receive_count", "redrive"), [(2, 4), (5, 7), (998, 1_000)])
 def test_contract_redrive_policy_allows_two_backstop_receives(max_receive_count: int, redrive: int) -> None:
     """The queue's maxReceiveCount leaves two receives the consumer never saw before SQS's silent redrive."""
-    contract = make(max_duration_seconds=1, max_receive_count=max_receive_count, source_retention_seconds=13 * DAY)
+    contract = make(max_duration_seconds=1, max_receive_count=max_receive_count, source_retention_seconds=12 * DAY)
     assert contract.redrive_max_receive_count == redrive
 
 

@@ -216,8 +216,9 @@ def test_paging_endpoint_pattern_is_the_deploy_time_rule(value: str, accepted: b
         ({"cpu": 300}, "cpu", "must be one of Fargate's CPU sizes"),
         ({"cpu": 256, "memory_mib": 4096}, "memory_mib", "must be 512..2048 in steps of 512 for cpu 256"),
         ({"log_retention_days": 10}, "log_retention_days", "must be one of CloudWatch's"),
-        ({"source_retention_days": 0}, "source_retention_days", "must be between 1 and 13"),
-        ({"dlq_retention_days": 15}, "dlq_retention_days", "must be between 2 and 14"),
+        ({"source_retention_days": 0}, "source_retention_days", "must be between 1 and 12"),
+        ({"source_retention_days": 13}, "source_retention_days", "must be between 1 and 12"),
+        ({"dlq_retention_days": 15}, "dlq_retention_days", "must be between 3 and 14"),
         ({"retain_queues": "yes"}, "retain_queues", "must be true or false"),
         ({"paging": {"emails": ["not-an-address"]}}, "paging.emails", "must be an email address"),
         ({"paging": {"https": ["http://insecure.example.com"]}}, "paging.https", "must be an https:// URL"),
@@ -245,22 +246,25 @@ def test_settings_rules(overrides: dict, key: str, rule: str) -> None:
 
 
 RETENTION_RULE = (
-    "must exceed source_retention_days ({source}) by at least 1 day, because a message keeps its original"
-    " enqueue time in the DLQ and would expire there before anyone acts"
+    "must exceed source_retention_days ({source}) by at least 2 days, because a message keeps its original"
+    " enqueue time in the DLQ, and the DLQ age page (half the gap after a move) must come at least a day before it"
+    " can expire"
 )
 
 
-@pytest.mark.parametrize(("source", "dlq"), [(7, 7), (4, 4), (3, 1)])
+@pytest.mark.parametrize(("source", "dlq"), [(7, 7), (4, 4), (3, 1), (3, 4), (12, 13)])
 def test_settings_retention_relation_is_said_in_days(source: int, dlq: int) -> None:
-    """A DLQ retention not a day above the source's fails in the unit the user wrote, before the 2..14 bound."""
+    """A DLQ retention not two days above the source's (one day above included) fails in the unit the user wrote,
+    before the 3..14 bound."""
     error = error_for("dev", settings(source_retention_days=source, dlq_retention_days=dlq))
     assert str(error) == (f'"{CONTEXT_KEY}.dev.dlq_retention_days" {RETENTION_RULE.format(source=source)}: {dlq}')
 
 
-def test_settings_retention_one_day_above_the_source_is_enough() -> None:
-    """The other edge: a DLQ kept exactly one day longer than the source parses."""
-    env = parse_environment("dev", settings(source_retention_days=3, dlq_retention_days=4))
-    assert (env.source_retention_days, env.dlq_retention_days) == (3, 4)
+@pytest.mark.parametrize(("source", "dlq"), [(3, 5), (1, 3), (12, 14)])
+def test_settings_retention_two_days_above_the_source_is_enough(source: int, dlq: int) -> None:
+    """The other edge: a DLQ kept exactly two days longer than the source parses (down to 1 and 3, up to 12 and 14)."""
+    env = parse_environment("dev", settings(source_retention_days=source, dlq_retention_days=dlq))
+    assert (env.source_retention_days, env.dlq_retention_days) == (source, dlq)
 
 
 def test_settings_contract_applies_environment_retention() -> None:
@@ -610,9 +614,9 @@ def test_settings_handler_form_is_one_default_worker() -> None:
         (workers(**{"a" * 21: {"handler": HANDLER}}), "workers." + "a" * 21, "at most 20 characters"),
         ({"workers": {}}, "workers", "must be an object of workers"),
         (
-            {"workers": {f"w{i}": {"handler": HANDLER} for i in range(20)}},
+            {"workers": {f"w{i}": {"handler": HANDLER} for i in range(19)}},
             "workers",
-            "must list at most 19 workers",
+            "must list at most 18 workers",
         ),
     ],
 )

@@ -14,6 +14,9 @@ https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-a
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -22,11 +25,15 @@ from constructs import Construct
 
 from consumer.contract import WorkerContract
 from consumer.stack_outputs import output_prefix
-from infra.metrics import WorkerMetrics
+from infra.metrics import DLQ_HELD_PERIOD, WorkerMetrics
 
 PAGE, TICKET = "page", "ticket"
 BACKLOG_AGE_EVALUATION_MINUTES = 3
 STALLED_EVALUATION_MINUTES = 5
+#: Minutes DlqDepth looks back: a move the consumer counted keeps it in ALARM until the DLQ's own metrics arrive, which
+#: SQS can hold back up to 15 minutes on a queue it let sleep (idle 6 hours); OK comes this long after the DLQ empties.
+#: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-available-cloudwatch-metrics.html
+DLQ_DEPTH_EVALUATION_MINUTES = 20
 #: Periods in a row (each :func:`infra.metrics.circuit_period_seconds` long) with a circuit open before
 #: DownstreamUnavailable pages. Three, not two: a blip opens each task's circuit once at about the same time, and
 #: the flushes can stamp those opens on either side of a period boundary, two periods in a row; three need opens
@@ -35,6 +42,7 @@ DOWNSTREAM_EVALUATION_PERIODS = 3
 #: CloudWatch's limit on AlarmDescription.
 MAX_DESCRIPTION_CHARS = 1024
 DEFAULT_RUNBOOK_URL = "docs/runbook.md"
+DLQ_HELD_PERIOD_SECONDS = round(DLQ_HELD_PERIOD.to_seconds())
 
 
 def alarm_name(stack_name: str, construct_id: str) -> str:
@@ -48,15 +56,51 @@ def alarm_name(stack_name: str, construct_id: str) -> str:
     return f"{stack_name}-{construct_id}"
 
 
+def dlq_held_hours(contract: WorkerContract) -> int:
+    """DlqHeldLong's evaluation periods: the hours (rounded up) of ``dlq_age_alarm_seconds``."""
+    return math.ceil(contract.dlq_age_alarm_seconds / DLQ_HELD_PERIOD_SECONDS)
+
+
+def dlq_age_inputs(
+    alarm: Callable[..., cloudwatch.Alarm], metrics: WorkerMetrics, contract: WorkerContract, runbook_url: str
+) -> list[cloudwatch.Alarm]:
+    """DlqAge's two inputs, made by ``alarm`` (QueueAlarms' factory) without actions: SQS's age metric, and the DLQ
+    holding messages in every hour for as long, which also covers what that metric leaves out (a message received
+    three or more times: an operator's third peek)."""
+    dlq_name, hours = metrics.queues.dlq_name, dlq_held_hours(contract)
+    oldest = alarm(
+        "DlqAgeOldest",
+        None,
+        f"Input of DlqAge (no actions of its own): ApproximateAgeOfOldestMessage of {dlq_name} over"
+        f" {contract.dlq_age_alarm_seconds} s. Runbook: {runbook_url}#dlq-age",
+        metrics.dlq_age,
+        contract.dlq_age_alarm_seconds,
+        cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+    )
+    held = alarm(
+        "DlqHeldLong",
+        None,
+        f"Input of DlqAge (no actions of its own): {dlq_name} held a message in each of the last {hours}"
+        f" hours (SQS's age metric leaves out messages received three or more times). Runbook: {runbook_url}#dlq-age",
+        metrics.dlq_held_hourly,
+        1,
+        cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        periods=hours,
+    )
+    return [oldest, held]
+
+
 class QueueAlarms(Construct):
     """The alarms of one environment; each description names its runbook section (``<runbook_url>#<id>``).
 
     ============================ ======== =================================================================
     alarm (attribute)            severity fires when
     ============================ ======== =================================================================
-    ``dlq_depth``                page     any visible DLQ message (latched while any is there)
-    ``dlq_new_arrivals``         page     the DLQ's depth rises while it already held messages
-    ``dlq_age``                  page     the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
+    ``dlq_depth``                page     any DLQ message, visible or in flight, or a move the consumer counted
+                                          (latched while any is there; OK 20 minutes after it empties)
+    ``dlq_new_arrivals``         page     the DLQ's held count rises while it already held messages
+    ``dlq_age``                  page     composite: the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
+                                          OR the DLQ held messages in every hour for as long
     ``backlog_age``              ticket   the source's oldest message is older than ``backlog_age_alarm_seconds``
                                           (on a fair queue: the oldest outside the noisy tenants' groups)
     ``consumer_stalled``         page     composite: (oldest source message older than the acceptable
@@ -65,7 +109,7 @@ class QueueAlarms(Construct):
                                           gap between opens while the downstream stays down)
     ============================ ======== =================================================================
 
-    ``stalled_inputs`` holds the composite's three input alarms (no actions of their own).
+    ``stalled_inputs`` holds ConsumerStalled's input alarms, ``dlq_age_inputs`` DlqAge's (no actions of their own).
     ``running_tasks_reliable`` says whether Container Insights is known to be on (a cluster this
     stack creates); otherwise the no-task input treats missing data as not breaching, and the
     backlog branch alone catches a service scaled to zero with a growing backlog.
@@ -116,6 +160,7 @@ class QueueAlarms(Construct):
             comparison: cloudwatch.ComparisonOperator,
             periods: int = 1,
             missing: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
+            datapoints: int | None = None,
         ) -> cloudwatch.Alarm:
             created = cloudwatch.Alarm(
                 self,
@@ -126,7 +171,7 @@ class QueueAlarms(Construct):
                 threshold=threshold,
                 comparison_operator=comparison,
                 evaluation_periods=periods,
-                datapoints_to_alarm=periods,
+                datapoints_to_alarm=datapoints or periods,
                 treat_missing_data=missing,
             )
             if severity is not None:
@@ -145,14 +190,17 @@ class QueueAlarms(Construct):
             describe(
                 PAGE,
                 "dlq-depth",
-                f"Messages are waiting in {dlq_name}; each carries the reason it failed (poison, or"
-                f" {contract.max_receive_count} failed receives). Stays in ALARM until the DLQ is drained (then OK).",
+                f"Messages are waiting in {dlq_name} (or the consumer just moved one there); each carries the reason"
+                f" it failed (poison, or {contract.max_receive_count} failed receives). Stays in ALARM until the DLQ is"
+                f" drained (OK {DLQ_DEPTH_EVALUATION_MINUTES} minutes later).",
                 "a handler bug in a recent deploy, a downstream outage, malformed input from a producer.",
                 f"`{stats}`, then `{peek}` to read the reasons grouped by cause; fix the cause, then `{redrive}`.",
             ),
-            metrics.dlq_visible,
+            metrics.dlq_depth_or_moves,
             1,
             at_least,
+            periods=DLQ_DEPTH_EVALUATION_MINUTES,
+            datapoints=1,
         )
         self.dlq_new_arrivals = alarm(
             "DlqNewArrivals",
@@ -169,21 +217,28 @@ class QueueAlarms(Construct):
             1,
             at_least,
         )
-        self.dlq_age = alarm(
+        self.dlq_age_inputs = oldest, held = dlq_age_inputs(alarm, metrics, contract, runbook_url)
+        self.dlq_age = cloudwatch.CompositeAlarm(
+            self,
             "DlqAge",
-            PAGE,
-            describe(
+            composite_alarm_name=alarm_name(prefix, "DlqAge"),
+            alarm_rule=cloudwatch.AlarmRule.any_of(
+                cloudwatch.AlarmRule.from_alarm(oldest, cloudwatch.AlarmState.ALARM),
+                cloudwatch.AlarmRule.from_alarm(held, cloudwatch.AlarmState.ALARM),
+            ),
+            alarm_description=describe(
                 PAGE,
                 "dlq-age",
-                f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s, half the time"
-                " between the source's and the DLQ's retention: it will expire (be lost) if nobody acts.",
+                f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s (or the DLQ has held messages"
+                " that long), half the time between the source's and the DLQ's retention: it will expire (be lost)"
+                " if nobody acts, at the earliest a day from now.",
                 "a DLQ page acknowledged but never worked off.",
                 f"`python -m consumer dlq export {queues} --out dlq-backup.jsonl`, then fix and `{redrive}`.",
             ),
-            metrics.dlq_age,
-            contract.dlq_age_alarm_seconds,
-            above,
         )
+        self.dlq_age.add_alarm_action(topics[PAGE])
+        self.dlq_age.add_ok_action(topics[PAGE])
+        self.severity["DlqAge"] = PAGE
         # A fair queue (fair_queue declared) ages on its quiet groups: SQS serves a noisy tenant's backlog last, so
         # the whole queue's oldest message would say only that one tenant is busy; the quiet tenants' oldest says
         # whether everyone else is late. The same construct id, threshold and runbook section either way.

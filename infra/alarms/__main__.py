@@ -1,0 +1,187 @@
+"""``python -m infra.alarms``: evaluate a template's alarms on a series, list what they read, run the scenarios.
+
+    python -m infra.alarms evaluate cdk.out/SqsWorker-prod.template.json series.json
+    python -m infra.alarms metrics cdk.out/SqsWorker-prod.template.json
+    python -m infra.alarms scenarios --env prod [--plot docs/alarms]
+
+Bad input (a template or series that is not what it should be, something the evaluator does not implement) exits 2
+with one line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from infra.alarms.definitions import Series
+from infra.alarms.engine import default_end, evaluate
+from infra.alarms.metric_alarm import evaluation_range
+from infra.alarms.template import load_template, read_alarms, stack_name_of
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0] if __doc__ else None)
+
+TemplateArgument = Annotated[
+    Path, typer.Argument(help="A CloudFormation template (JSON), e.g. cdk.out/<stack>.template.json")
+]
+StackOption = Annotated[
+    str | None,
+    typer.Option("--stack-name", help="The stack's name (default: the template file's, as the CDK names it)"),
+]
+
+
+def _fail(error: Exception) -> typer.Exit:
+    typer.echo(f"error: {error}", err=True)
+    return typer.Exit(2)
+
+
+@app.command("evaluate")
+def evaluate_command(
+    template: TemplateArgument,
+    series: Annotated[
+        Path,
+        typer.Argument(
+            help='SERIES JSON: {"metrics": [{"namespace", "metric", "dimensions", "points": [[t, v]]}], "end"?}'
+        ),
+    ],
+    stack_name: StackOption = None,
+    extra_periods: Annotated[
+        int | None,
+        typer.Option(
+            help="Periods the evaluation range holds beyond EvaluationPeriods (default: the user guide's example)"
+        ),
+    ] = None,
+) -> None:
+    """Print every alarm state change, one JSON object per line: {"t", "alarm", "from", "to", "actions"}."""
+    try:
+        document = json.loads(series.read_text())
+        if not isinstance(document, dict):
+            raise ValueError(f"SERIES {series}: must be a JSON object with 'metrics'")
+        points, end = Series.from_json(document)
+        alarms, composites = read_alarms(load_template(template), stack_name or stack_name_of(template))
+        range_periods = evaluation_range if extra_periods is None else (lambda n: n + extra_periods)
+        if extra_periods is not None and extra_periods < 0:
+            raise ValueError(f"--extra-periods: must be >= 0, got {extra_periods}")
+        stop = end if end is not None else default_end(alarms, points, range_periods)
+        changes = evaluate(alarms, composites, points, end=stop, range_periods=range_periods)
+    except (OSError, ValueError) as error:  # Unsupported is a ValueError
+        raise _fail(error) from None
+    for change in changes:
+        sys.stdout.write(json.dumps(change.to_json()) + "\n")
+
+
+@app.command("metrics")
+def metrics_command(template: TemplateArgument, stack_name: StackOption = None) -> None:
+    """Print the metrics the template's alarms read, as SERIES entries to fill in (points empty)."""
+    try:
+        alarms, _ = read_alarms(load_template(template), stack_name or stack_name_of(template))
+    except (OSError, ValueError) as error:
+        raise _fail(error) from None
+    keys = sorted({key for alarm in alarms for key in alarm.metric_keys()})
+    document = Series({key: [] for key in keys}).to_json()
+    sys.stdout.write(json.dumps(document, indent=1) + "\n")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs" / "alarms.md"
+BEGIN, END = "<!-- BEGIN generated: python -m infra.alarms scenarios --write-docs -->", "<!-- END generated -->"
+
+
+def synthesize(outdir: Path) -> Path:
+    """``python app.py`` into ``outdir`` (every environment, cdk-nag included): the templates as they deploy."""
+    import os
+    import subprocess
+
+    environment = {**os.environ, "CDK_OUTDIR": str(outdir)}
+    result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=environment, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ValueError(f"python app.py failed: {result.stderr.strip().splitlines()[-1:]}")
+    return outdir
+
+
+def scenario_report(
+    templates: Path, environments: list[str] | None, plot_dir: Path | None, plot_only: str | None = None
+) -> tuple[str, bool]:
+    """The catalogue and scaling tables of every (or each named) environment, as markdown; and whether all held."""
+    from infra.alarms.catalogue import run_catalogue, worker_facts
+    from infra.alarms.report import catalogue_markdown, plot, scaling_markdown
+    from infra.alarms.scaling import policies_from_template
+    from infra.settings import CONTEXT_KEY, load_environments
+
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    selected = load_environments({CONTEXT_KEY: context[CONTEXT_KEY]})
+    unknown = set(environments or []) - {e.name for e in selected}
+    if unknown:
+        raise ValueError(
+            f"--env: {sorted(unknown)[0]!r} is not an environment of cdk.json ({', '.join(e.name for e in selected)})"
+        )
+    catalogue, scaling, held = [], [], True
+    for environment in selected:
+        if environments and environment.name not in environments:
+            continue
+        template = templates / f"{environment.stack_name}.template.json"
+        outcomes = run_catalogue(template, environment)
+        held = held and all(o.intended for o in outcomes)
+        catalogue.append(catalogue_markdown(environment.name, outcomes))
+        policies = list(policies_from_template(load_template(template)).values())
+        if policies:
+            scaling.append(scaling_markdown(environment.name, policies[0], worker_facts(environment)[0]))
+        if plot_dir is not None and plot_only in (None, environment.name):
+            plot_dir.mkdir(parents=True, exist_ok=True)
+            for outcome in outcomes:
+                plot(outcome, plot_dir / f"{environment.name}-{outcome.scenario.name}.png")
+    from infra.alarms.sqs_model import rules_markdown
+
+    text = (
+        "### Time to page, per scenario\n\n" + "\n".join(catalogue)
+        + "\n### Scaling on the same clock\n\n" + "\n".join(scaling)
+        + "\n### What AWS publishes: the model's rules\n\n" + rules_markdown() + "\n"
+    )  # fmt: skip
+    return text, held
+
+
+@app.command("scenarios")
+def scenarios_command(
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="An environment of cdk.json (repeat; default all)")
+    ] = None,
+    plot_dir: Annotated[Path | None, typer.Option("--plot", help="Write one PNG timeline per scenario here")] = None,
+    templates: Annotated[
+        Path | None, typer.Option(help="Synthesized templates (default: python app.py into a temporary directory)")
+    ] = None,
+    write_docs: Annotated[
+        bool, typer.Option(help="Rewrite docs/alarms.md's generated section (and plots: docs/alarms/)")
+    ] = False,
+) -> None:
+    """Run every scenario against each environment's synthesized template: which alarms notify, when, where, and
+    whether that is the intended outcome; then the burst on the scaling policy. Exit 1 if any outcome is not."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            source = templates or synthesize(Path(scratch))
+            plot_only = None
+            if write_docs and plot_dir is None:  # the docs carry prod's timelines
+                plot_dir, plot_only = DOCS.parent / "alarms", "prod"
+            text, held = scenario_report(source, env, plot_dir, plot_only)
+    except (OSError, ValueError) as error:
+        raise _fail(error) from None
+    if write_docs:
+        document = DOCS.read_text()
+        before, _, rest = document.partition(BEGIN)
+        _, _, after = rest.partition(END)
+        DOCS.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
+    sys.stdout.write(text)
+    if not held:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

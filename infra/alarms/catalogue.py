@@ -1,0 +1,251 @@
+"""Run the scenario catalogue against an environment's synthesized template and judge each outcome.
+
+For each scenario: the world's calls and counts go through the publishing rules into a series, the template's alarms
+are evaluated on it, and the changes are read as the on-call person meets them: which alarm notified, when (minutes
+after the onset), where (the paging or the ticket topic), and whether that is what the scenario must give.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from infra.alarms.definitions import ALARM, OK, CompositeAlarm, MetricAlarm, Series
+from infra.alarms.engine import Transition, evaluate
+from infra.alarms.events import SqsEvent
+from infra.alarms.publishers import container_insights_series, emf_series
+from infra.alarms.scaling import policies_from_template
+from infra.alarms.scenarios import CATALOGUE, CREATED_SECONDS, DAY, USUAL_PER_MINUTE, Scenario, Timeline
+from infra.alarms.sqs_model import QueueSpec, sqs_series
+from infra.alarms.template import load_template, read_alarms
+from infra.alarms.world import WorkerFacts, World
+from infra.settings import EnvironmentSettings
+
+RECORDINGS = Path(__file__).resolve().parent / "recordings"
+#: A DLQ message must page at least this long before it could expire.
+EXPIRY_WARNING_SECONDS = DAY
+
+
+def worker_facts(environment: EnvironmentSettings) -> list[WorkerFacts]:
+    """Every worker's queues, service and contract, named as the synthesized template names them."""
+    stack = environment.stack_name
+    facts = []
+    for index, worker in enumerate(environment.workers):
+        prefix = stack if index == 0 else f"{stack}-{worker.name}"
+        facts.append(
+            WorkerFacts(
+                source=f"{prefix}-source" + (".fifo" if environment.contract(worker).fifo else ""),
+                dlq=f"{prefix}-dlq" + (".fifo" if environment.contract(worker).fifo else ""),
+                cluster="",
+                service="",
+                contract=environment.contract(worker),
+                min_tasks=worker.min_tasks,
+                max_tasks=worker.max_tasks,
+            )
+        )
+    return facts
+
+
+def _service_dimensions(alarms: Sequence[MetricAlarm]) -> list[tuple[str, str]]:
+    """(cluster, service) of every RunningTaskCount the alarms read, in template order (one per worker)."""
+    found: list[tuple[str, str]] = []
+    for alarm in alarms:
+        for key in sorted(alarm.metric_keys()):
+            if key[1] == "RunningTaskCount":
+                dimensions = dict(key[2])
+                pair = (dimensions.get("ClusterName", ""), dimensions.get("ServiceName", ""))
+                if pair not in found:
+                    found.append(pair)
+    return found
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    timeline: Timeline
+    changes: list[Transition]
+    routes: Mapping[str, str]
+    short_names: Mapping[str, str]
+    series: Series
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def intended(self) -> bool:
+        return not self.problems
+
+    def notifications(self) -> list[tuple[Transition, str]]:
+        """Changes that notified someone, with where (page / ticket / the topic as written)."""
+        return [
+            (change, ", ".join(sorted({self.routes.get(a, a) for a in change.actions})))
+            for change in self.changes
+            if change.actions
+        ]
+
+    def row(self) -> dict[str, Any]:
+        onset = self.timeline.onset
+        pages = [
+            {
+                "alarm": self.short_names.get(change.alarm, change.alarm),
+                "to": change.to_state,
+                "minutes": round((change.t - onset) / 60, 1),
+                "to_topic": where,
+            }
+            for change, where in self.notifications()
+            if not (change.t == self.timeline.created and change.to_state == OK)
+        ]
+        return {
+            "scenario": self.scenario.name,
+            "title": self.scenario.title,
+            "source": self.scenario.source,
+            "wrong": self.scenario.wrong,
+            "notifications": pages,
+            "intended": self.intended,
+            "problems": self.problems,
+        }
+
+
+def judge(outcome: Outcome) -> list[str]:
+    """The goals (docs/alarms.md): every real failure pages in its bound; nothing wrong means no page and no flap;
+    a DLQ message pages at least a day before it could expire."""
+    scenario, onset = outcome.scenario, outcome.timeline.onset
+    problems = []
+    alarms_to = [
+        (c, outcome.short_names.get(c.alarm, c.alarm)) for c in outcome.changes if c.actions and c.to_state == ALARM
+    ]
+    for change, name in alarms_to:
+        if name in scenario.tickets:
+            continue
+        if not scenario.wrong or name not in (*scenario.pages, *scenario.may_page):
+            problems.append(f"{name} notified ALARM at {(change.t - onset) / 60:+.1f} min: unintended")
+    if scenario.quiet_after_onset:
+        problems += [
+            f"{name} went to ALARM at {(c.t - onset) / 60:+.1f} min, after the onset"
+            for c, name in alarms_to
+            if c.t > onset
+        ]
+    for name in scenario.pages:
+        first = next((c for c, n in alarms_to if n == name and c.t >= onset), None)
+        if first is None:
+            problems.append(f"{name} never paged")
+        elif scenario.within_minutes is not None and name == scenario.pages[0]:
+            late = (first.t - onset) / 60
+            if late > scenario.within_minutes:
+                problems.append(
+                    f"{name} paged {late:.1f} min after onset, over the {scenario.within_minutes} min bound"
+                )
+    for expiry in outcome.timeline.expiries:
+        warned = [c for c, n in alarms_to if n == "DlqAge" and c.t <= expiry - EXPIRY_WARNING_SECONDS]
+        if not warned:
+            problems.append(f"no DlqAge page a day before the expiry at {expiry / DAY:.2f} d")
+    seen: dict[str, list[str]] = {}
+    for change in outcome.changes:
+        seen.setdefault(change.alarm, []).append(change.to_state)
+    for alarm, states in seen.items():
+        flapped = any(
+            a == ALARM and b == OK and c == ALARM for a, b, c in zip(states, states[1:], states[2:], strict=False)
+        )
+        if flapped and any(outcome.short_names.get(alarm) == n for _, n in alarms_to):
+            problems.append(f"{outcome.short_names.get(alarm, alarm)} flapped ALARM → OK → ALARM")
+    return problems
+
+
+def _series_of(
+    world: World, timeline: Timeline, facts: Sequence[WorkerFacts], services: Sequence[tuple[str, str]]
+) -> Series:
+    specs = []
+    for worker in facts:
+        contract = worker.contract
+        specs.append(
+            QueueSpec(
+                worker.source, contract.fifo, contract.source_retention_seconds, contract.visibility_timeout_seconds
+            )
+        )
+        specs.append(QueueSpec(worker.dlq, contract.fifo, contract.dlq_retention_seconds, 30))
+    series = sqs_series(world.events, specs, start=0, end=timeline.end, idle_since=timeline.idle_since)
+    for index, (cluster, service) in enumerate(services):
+        counts = world.tasks if index == 0 else [(0.0, facts[index].min_tasks, facts[index].min_tasks)]
+        for key, points in container_insights_series(
+            counts, cluster=cluster, service=service, start=0, end=timeline.end
+        ).points.items():
+            series.add(key, points)
+    for key, points in emf_series(world.counts, queue=facts[0].source).points.items():
+        series.add(key, points)
+    return series
+
+
+def run_scenario(
+    scenario: Scenario,
+    alarms: Sequence[MetricAlarm],
+    composites: Sequence[CompositeAlarm],
+    facts: Sequence[WorkerFacts],
+    routes: Mapping[str, str],
+    short_names: Mapping[str, str],
+    policy: object = None,
+) -> Outcome:
+    world = World(facts[0])
+    world.policy = policy
+    services = _service_dimensions(alarms)
+    if scenario.recording is not None:
+        timeline = load_recording(RECORDINGS / f"{scenario.recording}.json", world)
+    else:
+        timeline = scenario.build(world)
+    series = _series_of(world, timeline, facts, services)
+    changes = evaluate(alarms, composites, series, end=timeline.end, created=timeline.created)
+    outcome = Outcome(scenario, timeline, changes, routes, short_names, series)
+    outcome.problems = judge(outcome)
+    return outcome
+
+
+def load_recording(path: Path, world: World) -> Timeline:
+    """A recorded run, after ``CREATED_SECONDS`` of modeled steady history (so the alarms exist before it starts, as
+    for a stack that has run a while), its queue names mapped onto the environment's first worker (source first,
+    then the DLQ). The fleet keeps its last running count after the recording's teardown."""
+    document = json.loads(path.read_text())
+    shift = float(CREATED_SECONDS)
+    world.set_tasks(0, world.facts.min_tasks)
+    world.steady(0, shift - 60, USUAL_PER_MINUTE)
+    queues = [q["name"] for q in document["queues"]]
+    names = dict(zip(queues, (world.facts.source, world.facts.dlq), strict=False))
+    for raw in document["events"]:
+        event = SqsEvent.from_json(raw)
+        world.events.append(replace(event, t=event.t + shift, queue=names.get(event.queue, event.queue)))
+    for t, metric, value in document["emf"]["points"]:
+        world.counts.append((t + shift, metric, value))
+    running = [row for row in document["tasks"] if row[1] > 0]
+    world.tasks.extend((t + shift, r, d) for t, r, d in document["tasks"] if t <= running[-1][0])
+    end = shift + float(document["end"])
+    return Timeline(onset=shift + float(document["onset"]), end=end)
+
+
+def topic_routes(template: Mapping[str, Any]) -> dict[str, str]:
+    """Each SNS topic's role: the stack's paging topic pages, its ticket topic files a ticket (by logical id, as
+    infra/paging.py names them); any other topic keeps its logical id."""
+    routes = {}
+    for logical_id, resource in template.get("Resources", {}).items():
+        if resource.get("Type") == "AWS::SNS::Topic":
+            routes[logical_id] = (
+                "page"
+                if logical_id.startswith("Paging")
+                else "ticket"
+                if logical_id.startswith("Tickets")
+                else logical_id
+            )
+    return routes
+
+
+def run_catalogue(
+    template_path: Path, environment: EnvironmentSettings, scenarios: Sequence[Scenario] = CATALOGUE
+) -> list[Outcome]:
+    template = load_template(template_path)
+    alarms, composites = read_alarms(template, environment.stack_name)
+    facts = worker_facts(environment)
+    prefix = f"{environment.stack_name}-"
+    names = [a.name for a in alarms] + [c.name for c in composites]
+    short = {name: name.removeprefix(prefix) for name in names}
+    routes = topic_routes(template)
+    policies = list(policies_from_template(template).values())
+    policy = policies[0] if policies else None
+    return [run_scenario(s, alarms, composites, facts, routes, short, policy) for s in scenarios]

@@ -1,0 +1,203 @@
+"""The clock: every alarm evaluated once a minute over its evaluation range, composites after the alarms they read.
+
+CloudWatch evaluates an alarm whose period is a minute or more once a minute, over the evaluation range that ends
+at that moment; an alarm starts in INSUFFICIENT_DATA and is evaluated at once when created (here at t = 0).
+https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-evaluation.html
+
+Where the documentation is silent, the reading chosen here (and said in docs/alarms.md):
+- the periods of the range end at the evaluation moment (a 480 s period read at t covers [t - 480, t)), and only
+  whole periods count: the period in progress is not read, as CloudWatch evaluates only data it has received;
+- a period before the series start is missing data (the metric did not exist yet);
+- CloudWatch's ingestion and evaluation delays (seconds to a couple of minutes on AWS) are not added: a time to
+  page here is the least AWS needs, and the goals (docs/alarms.md) keep a margin for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from infra.alarms.composite import composite_state, parse_rule
+from infra.alarms.definitions import INSUFFICIENT_DATA, CompositeAlarm, MetricAlarm, MetricStat, Series, Unsupported
+from infra.alarms.metric_alarm import evaluation_range, next_state
+from infra.alarms.metric_math import check_expression, evaluate_queries
+from infra.alarms.statistics import check_period, check_stat, period_values
+
+EVALUATION_INTERVAL = 60
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One state change: what ``python -m infra.alarms evaluate`` prints, one JSON object per line."""
+
+    t: int
+    alarm: str
+    from_state: str
+    to_state: str
+    actions: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "t": self.t,
+            "alarm": self.alarm,
+            "from": self.from_state,
+            "to": self.to_state,
+            "actions": list(self.actions),
+        }
+
+
+def check_alarms(alarms: Sequence[MetricAlarm], composites: Sequence[CompositeAlarm]) -> None:
+    """Refuse, before evaluating anything, whatever the evaluator does not implement (one line naming it)."""
+    for alarm in alarms:
+        check_period(alarm.period)
+        alarm.returned  # noqa: B018 (raises when not exactly one query returns data)
+        for query in alarm.queries:
+            if query.metric is not None:
+                check_stat(query.metric.stat)
+                check_period(query.metric.period)
+            if query.expression is not None:
+                check_expression(query.expression)
+    names = {a.name for a in alarms} | {c.name for c in composites}
+    for composite in composites:
+        missing = parse_rule(composite.rule).alarm_names() - names
+        if missing:
+            raise ValueError(
+                f"composite alarm {composite.name}: its rule names {sorted(missing)[0]}, not in the template"
+            )
+
+
+def _composite_order(composites: Sequence[CompositeAlarm]) -> list[CompositeAlarm]:
+    """Composites that read other composites come after them (CloudWatch refuses a cycle)."""
+    by_name = {c.name: c for c in composites}
+    ordered: list[CompositeAlarm] = []
+    visiting: set[str] = set()
+
+    def visit(composite: CompositeAlarm) -> None:
+        if composite in ordered:
+            return
+        if composite.name in visiting:
+            raise ValueError(f"composite alarm {composite.name}: its rule refers back to itself")
+        visiting.add(composite.name)
+        for name in sorted(parse_rule(composite.rule).alarm_names()):
+            if name in by_name:
+                visit(by_name[name])
+        ordered.append(composite)
+
+    for composite in composites:
+        visit(composite)
+    return ordered
+
+
+class _Datapoints:
+    """Per-period values of each metric statistic, computed once for every window start of the minute grid (one
+    sort, one pass) and read by every evaluation as slices."""
+
+    def __init__(self, series: Series, end: float) -> None:
+        self.series = series
+        self.count = int(end) // EVALUATION_INTERVAL + 1
+        self.grids: dict[MetricStat, list[float | None]] = {}
+
+    def values(self, metric: MetricStat, starts: Sequence[float]) -> list[float | None]:
+        grid = self.grids.get(metric)
+        if grid is None:
+            grid_starts = [float(i * EVALUATION_INTERVAL) for i in range(self.count)]
+            grid = self.grids[metric] = period_values(
+                self.series.get(metric.key), metric.stat, grid_starts, metric.period
+            )
+        if all(
+            s % EVALUATION_INTERVAL == 0 and 0 <= s < self.count * EVALUATION_INTERVAL for s in (starts[0], starts[-1])
+        ):
+            step = (int(starts[1] - starts[0]) // EVALUATION_INTERVAL) if len(starts) > 1 else 1
+            first = int(starts[0]) // EVALUATION_INTERVAL
+            return grid[first : first + step * len(starts) : step]
+        return period_values(self.series.get(metric.key), metric.stat, starts, metric.period)
+
+
+def evaluate(
+    alarms: Sequence[MetricAlarm],
+    composites: Sequence[CompositeAlarm],
+    series: Series,
+    *,
+    end: float,
+    range_periods: Callable[[int], int] = evaluation_range,
+    created: int = 0,
+) -> list[Transition]:
+    """Every state change from ``created`` (when the alarms are created, a whole minute; 0 by default) to ``end``
+    (inclusive), in time order; within a minute, metric alarms first. Data before ``created`` is history the alarms
+    read, as an alarm created on a metric that already has datapoints does."""
+    check_alarms(alarms, composites)
+    states = {a.name: INSUFFICIENT_DATA for a in alarms} | {c.name: INSUFFICIENT_DATA for c in composites}
+    ordered = _composite_order(composites)
+    rules = {c.name: parse_rule(c.rule) for c in ordered}
+    datapoints = _Datapoints(series, end)
+    changes: list[Transition] = []
+    # An alarm whose datapoints did not change since its last evaluation keeps its state: next_state depends on the
+    # current state only to keep it, so the same points give the same state again. Skipping those is what makes
+    # weeks of minutes fast.
+    last: dict[str, tuple[tuple[float | None, ...], ...]] = {}
+    for t in range(created, int(end) + 1, EVALUATION_INTERVAL):
+        for alarm in alarms:
+            count = range_periods(alarm.evaluation_periods)
+            starts = [t - k * alarm.period for k in range(count, 0, -1)]
+            inputs = _inputs(alarm, datapoints, starts)
+            signature = tuple(tuple(values) for values in inputs.values())
+            if last.get(alarm.name) == signature:
+                continue
+            last[alarm.name] = signature
+            points = alarm_points(alarm, inputs, starts)
+            new = next_state(
+                points,
+                evaluation_periods=alarm.evaluation_periods,
+                datapoints_to_alarm=alarm.datapoints_to_alarm,
+                threshold=alarm.threshold,
+                comparison=alarm.comparison,
+                treat_missing=alarm.treat_missing,
+                current=states[alarm.name],
+            )
+            changes.extend(_change(t, alarm.name, states, new, alarm.actions.get(new, ())))
+        for composite in ordered:
+            new = composite_state(rules[composite.name], states)
+            changes.extend(_change(t, composite.name, states, new, composite.actions.get(new, ())))
+    return changes
+
+
+def _inputs(alarm: MetricAlarm, datapoints: _Datapoints, starts: Sequence[float]) -> dict[str, list[float | None]]:
+    """Each metric query's values, one per period of the range (None: missing; before t = 0: the metric had none)."""
+    before = sum(1 for s in starts if s < 0)
+    metric_values: dict[str, list[float | None]] = {}
+    for query in alarm.queries:
+        if query.metric is not None:
+            known = datapoints.values(query.metric, starts[before:]) if before < len(starts) else []
+            padded: list[float | None] = [None] * before
+            metric_values[query.id] = padded + list(known)
+    return metric_values
+
+
+def alarm_points(
+    alarm: MetricAlarm, metric_values: dict[str, list[float | None]], starts: Sequence[float]
+) -> list[float | None]:
+    """The values the alarm compares with its threshold, one per period of the range (None: missing)."""
+    returned = alarm.returned
+    if returned.metric is not None:
+        return metric_values[returned.id]
+    return evaluate_queries(alarm.queries, metric_values, list(starts), alarm.period)
+
+
+def _change(t: int, name: str, states: dict[str, str], new: str, actions: Iterable[str]) -> list[Transition]:
+    old = states[name]
+    if new == old:
+        return []
+    states[name] = new
+    return [Transition(t=t, alarm=name, from_state=old, to_state=new, actions=tuple(actions))]
+
+
+def default_end(
+    alarms: Sequence[MetricAlarm], series: Series, range_periods: Callable[[int], int] = evaluation_range
+) -> float:
+    """One evaluation range (the longest of the alarms') after the series' last point."""
+    longest = max((range_periods(a.evaluation_periods) * a.period for a in alarms), default=0)
+    last = series.last_t or 0.0
+    return last + longest
+
+
+__all__ = ["Transition", "Unsupported", "evaluate", "default_end", "check_alarms"]

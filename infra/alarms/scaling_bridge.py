@@ -1,0 +1,56 @@
+"""The burst scenario on the scaling model's clock: the fleet the target-tracking simulation grows, written as calls.
+
+The scaling simulation (:mod:`infra.alarms.scaling`) says, minute by minute, how many tasks run and how many
+messages they take; this turns that into the sends, receives and deletes of each message (oldest first), so the
+alarms see the burst the fleet actually had.
+"""
+
+from __future__ import annotations
+
+from infra.alarms.scaling import Load, ScalingPolicy, simulate
+from infra.alarms.scenarios import HOUR, Timeline
+from infra.alarms.world import PICKUP_SECONDS, World
+
+#: The usual rate of the burst scenario: half of what the minimum fleet clears (so ten times it needs the fleet to
+#: grow, as a real burst does), but never below the catalogue's usual rate.
+USUAL_SHARE_OF_MIN_FLEET = 0.5
+
+
+def policy_of(world: World) -> ScalingPolicy:
+    """The scaling policy the catalogue read from the template for the first worker (World.policy), else one built
+    from the worker's settings with the stack's cooldowns (infra/service.py)."""
+    policy = getattr(world, "policy", None)
+    if isinstance(policy, ScalingPolicy):
+        return policy
+    facts = world.facts
+    return ScalingPolicy(facts.min_tasks, facts.max_tasks, facts.contract.scaling_target_backlog_per_task, 60, 300)
+
+
+def burst_fleet(world: World, *, usual_per_minute: float, factor: int, onset: float, minutes: int) -> Timeline:
+    facts = world.facts
+    usual = max(usual_per_minute, USUAL_SHARE_OF_MIN_FLEET * facts.min_tasks * facts.per_task_per_minute)
+    start_minute, total = int(onset // 60), int((onset + 2 * HOUR) // 60)
+    arrivals = [usual * (factor if start_minute <= m < start_minute + minutes else 1) for m in range(total)]
+    policy = policy_of(world)
+    simulated = simulate(policy, Load(arrivals, facts.per_task_per_minute))
+    sends: list[float] = []
+    for at, count in enumerate(arrivals):
+        whole = int(count)
+        sends.extend(at * 60 + i * 60 / whole for i in range(whole))
+    done = 0.0
+    index = 0
+    for minute in simulated:
+        begins = minute.t * 60.0
+        world.set_tasks(begins + 60, minute.running, minute.desired)
+        done += minute.processed
+        while index < len(sends) and index < int(done + 1e-9):
+            sent = sends[index]
+            received = min(max(sent + PICKUP_SECONDS, begins), begins + 59)
+            message_id = world.send(sent)
+            world.receive(received, message_id)
+            finished = max(received, sent) + facts.duration
+            world.delete(finished, message_id)
+            world.count(finished, "processed")
+            world.count(finished, "deleted")
+            index += 1
+    return Timeline(onset=onset, end=total * 60)

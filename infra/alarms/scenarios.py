@@ -1,0 +1,355 @@
+"""The scenario catalogue: what happens, when it starts, and what the alarms must do about it.
+
+Every scenario says its source: ``modeled`` (a script of calls, :mod:`infra.alarms.world`, for what a local run cannot
+show in minutes: days of DLQ ageing, a queue idle for hours) or ``recorded`` (calls and EMF lines captured from a real
+local run, :mod:`infra.alarms.record`). Both go through the same publishing rules (:mod:`infra.alarms.sqs_model`).
+
+``pages`` are the alarms (construct ids, as in infra/queue_alarms.py) that must notify within ``within_minutes`` of
+the onset; ``may_page`` ones may notify too (a real failure often trips more than one); anything else notifying is
+an unintended page. A scenario with ``wrong=False`` must notify nothing and flap nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from infra.alarms.world import World
+
+MINUTE, HOUR, DAY = 60, 3600, 86400
+#: The usual rate of the modeled scenarios (messages a minute) and a quiet one for the ones that last days.
+USUAL_PER_MINUTE = 20.0
+QUIET_PER_MINUTE = 0.2
+#: Bound on a poison message's page into a DLQ idle for days (SQS's first metrics after waking can take 15 minutes;
+#: the consumer's own dead_lettered count does not wait for them).
+IDLE_DLQ_PAGE_MINUTES = 4
+#: The alarms of a scenario exist from here on; the world runs from t = 0, so they start with 20 minutes of history.
+CREATED_SECONDS = 20 * MINUTE
+
+
+@dataclass
+class Timeline:
+    """What a builder returns: the fault's start, the evaluation's end, the queues already idle at t = 0 (and since
+    when, negative seconds), and the times DLQ messages would expire (for the "a day before expiry" goal)."""
+
+    onset: float
+    end: float
+    idle_since: dict[str, float] = field(default_factory=dict)
+    expiries: list[float] = field(default_factory=list)
+    #: When the alarms are created: after some history, as for a stack that has run a while (a first deploy sets less).
+    created: int = CREATED_SECONDS
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    source: str
+    wrong: bool
+    build: Callable[[World], Timeline]
+    pages: tuple[str, ...] = ()
+    within_minutes: float | None = None
+    may_page: tuple[str, ...] = ()
+    #: Recorded scenarios: the recording's name under infra/alarms/recordings/.
+    recording: str | None = None
+    #: Nothing may go to ALARM after the onset (an operator's work on an incident already paged).
+    quiet_after_onset: bool = False
+    #: Ticket-level alarms this scenario may raise though nothing is broken (a burst beyond max_tasks is late work).
+    tickets: tuple[str, ...] = ()
+
+
+def _background(world: World, end: float, per_minute: float = USUAL_PER_MINUTE) -> None:
+    facts = world.facts
+    world.set_tasks(0, facts.min_tasks)
+    world.steady(0, end, per_minute)
+
+
+def steady(world: World) -> Timeline:
+    _background(world, 2 * HOUR)
+    return Timeline(onset=0, end=2 * HOUR)
+
+
+def idle_then_traffic(world: World) -> Timeline:
+    facts = world.facts
+    world.set_tasks(0, facts.min_tasks)
+    onset = 30 * MINUTE
+    world.steady(onset, onset + HOUR, USUAL_PER_MINUTE)
+    return Timeline(onset=onset, end=onset + 90 * MINUTE, idle_since={facts.source: -8 * HOUR, facts.dlq: -8 * HOUR})
+
+
+def poison_active_dlq(world: World) -> Timeline:
+    onset = 30 * MINUTE
+    _background(world, HOUR)
+    world.dlq_stats(1)  # someone looked at the DLQ: it is active
+    world.poisoned(onset)
+    return Timeline(onset=onset, end=HOUR)
+
+
+def poison_idle_dlq(world: World) -> Timeline:
+    onset = 30 * MINUTE
+    _background(world, 2 * HOUR)
+    world.poisoned(onset)
+    return Timeline(onset=onset, end=2 * HOUR, idle_since={world.facts.dlq: -3 * DAY})
+
+
+def handler_fails_all(world: World) -> Timeline:
+    facts = world.facts
+    onset = 30 * MINUTE
+    end = onset + facts.contract.retry_horizon_seconds + HOUR
+    world.set_tasks(0, facts.min_tasks)
+    world.steady(0, onset, USUAL_PER_MINUTE)
+    world.steady(onset, end - 30 * MINUTE, USUAL_PER_MINUTE, "failing")
+    return Timeline(onset=onset, end=end, idle_since={facts.dlq: -DAY})
+
+
+def downstream(outage_seconds: float) -> Callable[[World], Timeline]:
+    """Every task's circuit opens at the onset and re-opens after each pause until the downstream is back; the
+    messages wait in the source (the tasks receive nothing while paused, each probe hands its message back as a
+    fresh copy), then the backlog drains."""
+
+    def build(world: World) -> Timeline:
+        facts = world.facts
+        contract = facts.contract
+        onset = 30 * MINUTE
+        back = onset + outage_seconds
+        end = back + HOUR
+        world.set_tasks(0, facts.min_tasks)
+        world.steady(0, onset, USUAL_PER_MINUTE)
+        for task in range(facts.min_tasks):
+            at, opens, copies = onset + task * 0.5, 0, []
+            while at < back:
+                opens += 1
+                probe = world.send(at - 1)  # the message the probe (or the first failure) held: handed back
+                world.receive(at - 0.5, probe)
+                pause = min(contract.retry_backoff_seconds(opens), contract.retry_backoff_max_seconds)
+                copies.append(world.send(at))  # the hand-back: a fresh copy, then the original's delete
+                world.delete(at, probe)
+                world.count(at, "circuit_opens")
+                world.count(at, "deleted")
+                at += pause + 1
+            for index, copy in enumerate(copies):  # the copies wait out the outage with the rest
+                done = back + 2 + task + index * 0.1
+                world.receive(done - 1, copy)
+                world.delete(done, copy)
+                world.count(done, "processed")
+                world.count(done, "deleted")
+        # While paused nothing is received: the backlog builds, then drains at the fleet's pace.
+        arrivals = [onset + i * 60 / USUAL_PER_MINUTE for i in range(int(outage_seconds * USUAL_PER_MINUTE / 60))]
+        capacity = facts.per_task_per_minute * facts.min_tasks / 60
+        for index, sent in enumerate(arrivals):
+            world.processed(sent, wait=max(0.0, back - sent) + index / capacity)
+        world.steady(back, end, USUAL_PER_MINUTE)
+        return Timeline(onset=onset, end=end)
+
+    return build
+
+
+def hung_consumer(world: World) -> Timeline:
+    """From the onset every handler hangs: the slots fill, nothing is deleted, the backlog ages; each task exits
+    (3, handlers stuck) after the attempt timeout and ECS starts another that hangs too."""
+    facts = world.facts
+    contract = facts.contract
+    onset = 30 * MINUTE
+    end = onset + HOUR
+    world.set_tasks(0, facts.min_tasks)
+    world.steady(0, onset, USUAL_PER_MINUTE)
+    held_per_task = contract.concurrency
+    at = onset
+    for index in range(int(HOUR * USUAL_PER_MINUTE / 60)):
+        message_id = world.send(onset + index * 60 / USUAL_PER_MINUTE)
+        if index < held_per_task * facts.min_tasks:
+            world.receive(onset + index * 60 / USUAL_PER_MINUTE + 1, message_id)
+    while at < end:  # tasks replaced after each attempt timeout (a minute to start again)
+        world.set_tasks(at + contract.attempt_timeout_seconds, 0, facts.min_tasks)
+        world.set_tasks(at + contract.attempt_timeout_seconds + MINUTE, facts.min_tasks)
+        at += contract.attempt_timeout_seconds + MINUTE
+    return Timeline(onset=onset, end=end)
+
+
+def tasks_down(running_while_down: int, title_desired: int | None = None) -> Callable[[World], Timeline]:
+    """No task consuming from the onset: a crash loop at start-up (desired stays, nothing runs long enough to be
+    counted) or a service scaled to zero (desired 0)."""
+
+    def build(world: World) -> Timeline:
+        facts = world.facts
+        onset = 30 * MINUTE
+        end = onset + HOUR
+        world.set_tasks(0, facts.min_tasks)
+        world.steady(0, onset, USUAL_PER_MINUTE)
+        desired = facts.min_tasks if title_desired is None else title_desired
+        world.set_tasks(onset, running_while_down, desired)
+        for index in range(int(HOUR * USUAL_PER_MINUTE / 60)):
+            world.send(onset + index * 60 / USUAL_PER_MINUTE)
+        return Timeline(onset=onset, end=end)
+
+    return build
+
+
+def deploy_replaces_tasks(world: World) -> Timeline:
+    facts = world.facts
+    onset = 30 * MINUTE
+    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(onset, facts.min_tasks * 2, facts.min_tasks)  # new tasks start before the old ones stop
+    world.set_tasks(onset + 3 * MINUTE, facts.min_tasks)
+    world.steady(0, 2 * HOUR, USUAL_PER_MINUTE)
+    return Timeline(onset=onset, end=2 * HOUR)
+
+
+def scale_in_to_minimum(world: World) -> Timeline:
+    facts = world.facts
+    onset = 30 * MINUTE
+    world.set_tasks(0, facts.max_tasks)
+    for step in range(facts.max_tasks - facts.min_tasks + 1):
+        world.set_tasks(onset + step * 5 * MINUTE, facts.max_tasks - step)
+    world.steady(0, onset, USUAL_PER_MINUTE * 5)
+    world.steady(onset, 3 * HOUR, USUAL_PER_MINUTE)
+    return Timeline(onset=onset, end=3 * HOUR)
+
+
+def burst(world: World) -> Timeline:
+    """Ten times the usual rate for 15 minutes; the fleet grows as the scaling simulation says and drains in order."""
+    from infra.alarms.scaling_bridge import burst_fleet  # the scaling model, shared with the scaling table
+
+    return burst_fleet(world, usual_per_minute=USUAL_PER_MINUTE, factor=10, onset=30 * MINUTE, minutes=15)
+
+
+def _dlq_messages(world: World, onset: float, count: int) -> list[str]:
+    """``count`` poison messages moved to the DLQ at the onset: the DLQ ids the operator then works with."""
+    moved = []
+    for index in range(count):
+        message_id = world.send(onset + index)
+        world.receive(onset + index + 1, message_id)
+        moved.append(world.dead_letter(onset + index + 2, message_id))
+        world.count(onset + index + 2, "poisoned")
+    return moved
+
+
+def operator_works_dlq(world: World) -> Timeline:
+    """A DLQ page worked with the runbook's own commands over three days: stats, peek twice, export, a redrive dry
+    run, then the redrive of what the fix makes good and an export --delete of the rest."""
+    facts = world.facts
+    onset = 30 * MINUTE
+    end = 3 * DAY
+    world.set_tasks(0, facts.min_tasks)
+    world.steady(0, end, QUIET_PER_MINUTE)
+    moved = _dlq_messages(world, onset, 5)
+    world.dlq_stats(onset + 10 * MINUTE)
+    world.dlq_read(onset + 11 * MINUTE, moved)  # peek
+    world.dlq_read(onset + 2 * HOUR, moved)  # peek again, after lunch
+    world.dlq_read(onset + DAY, moved, visibility=60)  # export --out (no --delete)
+    world.dlq_stats(onset + DAY + HOUR)
+    world.dlq_read(onset + 2 * DAY, moved)  # redrive --dry-run
+    world.dlq_redrive(onset + 2 * DAY + HOUR, moved[:4])
+    world.dlq_read(onset + 2 * DAY + 2 * HOUR, moved[4:], release=False)  # export --delete
+    world.delete(onset + 2 * DAY + 2 * HOUR + 1, moved[4], facts.dlq)
+    return Timeline(onset=onset, end=end)
+
+
+def dlq_untouched(inspected: bool) -> Callable[[World], Timeline]:
+    """One poison message left in the DLQ until it expires; ``inspected``: the operator peeked at it three times on
+    the first day (three receives: SQS's age metric leaves it out from then on)."""
+
+    def build(world: World) -> Timeline:
+        facts = world.facts
+        onset = 30 * MINUTE
+        retention = facts.contract.dlq_retention_seconds
+        end = onset + retention + 2 * HOUR
+        world.set_tasks(0, facts.min_tasks)
+        world.steady(0, end, QUIET_PER_MINUTE)
+        (moved,) = _dlq_messages(world, onset, 1)
+        if inspected:
+            for hour in (1, 2, 5):
+                world.dlq_read(onset + hour * HOUR, [moved])
+        return Timeline(onset=onset, end=end, expiries=[onset + 2 + retention])
+
+    return build
+
+
+def backstop_move_untouched(world: World) -> Timeline:
+    """SQS's redrive policy (the backstop) moves a message near the end of the source's retention: its expiry
+    counts from the original enqueue time, so it has the least time left of any DLQ message."""
+    facts = world.facts
+    contract = facts.contract
+    onset = 30 * MINUTE
+    enqueued = onset - contract.source_retention_seconds + HOUR
+    end = enqueued + contract.dlq_retention_seconds + 2 * HOUR
+    world.set_tasks(0, facts.min_tasks)
+    world.steady(0, end, QUIET_PER_MINUTE)
+    world.send(onset, facts.dlq, by="redrive", enqueued=enqueued)
+    return Timeline(onset=onset, end=end, expiries=[enqueued + contract.dlq_retention_seconds])
+
+
+DLQ_PAGES = ("DlqDepth",)
+STALLED = ("ConsumerStalled",)
+
+CATALOGUE: tuple[Scenario, ...] = (
+    Scenario("steady", "steady traffic, nothing wrong (2 h)", "modeled", False, steady),
+    Scenario("idle-then-traffic", "queues idle for 8 h, then traffic", "modeled", False, idle_then_traffic),
+    Scenario("poison-active-dlq", "a poison message into an active DLQ", "modeled", True, poison_active_dlq, DLQ_PAGES, 2),
+    Scenario(
+        "poison-idle-dlq", "a poison message into a DLQ idle for days", "modeled", True, poison_idle_dlq, DLQ_PAGES,
+        IDLE_DLQ_PAGE_MINUTES,
+    ),
+    Scenario(
+        "handler-fails-all", "the handler fails every message", "modeled", True, handler_fails_all, DLQ_PAGES, None,
+        ("ConsumerStalled", "BacklogAge", "DlqNewArrivals"),
+    ),
+    Scenario(
+        "downstream-outage", "the downstream is down for 30 minutes", "modeled", True, downstream(30 * MINUTE),
+        ("DownstreamUnavailable",), 30, ("ConsumerStalled", "BacklogAge"),
+    ),
+    Scenario("downstream-blip", "the downstream is down for 2 minutes", "modeled", False, downstream(2 * MINUTE)),
+    Scenario(
+        "hung-consumer", "every handler hangs", "modeled", True, hung_consumer, STALLED, 10, ("BacklogAge",)
+    ),
+    Scenario(
+        "crash-loop", "tasks crash at start-up (a bad deploy)", "modeled", True, tasks_down(0), STALLED, 6,
+        ("BacklogAge",),
+    ),
+    Scenario(
+        "no-task-running", "the service scaled to zero", "modeled", True, tasks_down(0, 0), STALLED, 6,
+        ("BacklogAge",),
+    ),
+    Scenario("deploy-replaces-tasks", "a deploy replaces every task", "modeled", False, deploy_replaces_tasks),
+    Scenario("scale-in", "scale-in to the minimum", "modeled", False, scale_in_to_minimum),
+    Scenario(
+        "burst-10x", "a burst of ten times the usual rate", "modeled", False, burst, tickets=("BacklogAge",),
+    ),
+    Scenario(
+        "operator-works-dlq", "the operator works a DLQ page with the runbook's commands over days", "modeled",
+        True, operator_works_dlq, DLQ_PAGES, 2,
+    ),
+    Scenario(
+        "dlq-untouched", "a DLQ message left untouched until it would expire", "modeled", True, dlq_untouched(False),
+        ("DlqDepth", "DlqAge"), None,
+    ),
+    Scenario(
+        "dlq-inspected", "the same after the operator inspected it three times", "modeled", True, dlq_untouched(True),
+        ("DlqDepth", "DlqAge"), None,
+    ),
+    Scenario(
+        "backstop-move", "SQS's redrive backstop moves a message near the source's retention", "modeled", True,
+        backstop_move_untouched, ("DlqDepth", "DlqAge"), None,
+    ),
+    # Recorded: a real consumer, producer and the dlq commands against the local endpoint (infra/alarms/record.py).
+    Scenario(
+        "recorded-poison", "a poison message (recorded run)", "recorded", True, steady, DLQ_PAGES, 2,
+        recording="poison-active-dlq",
+    ),
+    Scenario(
+        "recorded-fails-all", "the handler fails every message (recorded run)", "recorded", True, steady, DLQ_PAGES, 3,
+        ("DlqNewArrivals",), recording="handler-fails-all",
+    ),
+    Scenario(
+        "recorded-blip", "the downstream is down for 2 minutes (recorded run)", "recorded", False, steady,
+        recording="downstream-blip",
+    ),
+    Scenario(
+        "recorded-deploy", "a rolling deploy replaces both tasks (recorded run)", "recorded", False, steady,
+        recording="deploy-replaces-tasks",
+    ),
+    Scenario(
+        "recorded-operator", "stats, peek twice, export, redrive dry run on a paged DLQ (recorded run)", "recorded",
+        True, steady, (), None, DLQ_PAGES, recording="operator-works-dlq", quiet_after_onset=True,
+    ),
+)  # fmt: skip

@@ -1,0 +1,180 @@
+"""Modeled scenarios' raw material: the calls a fleet of consumers, producers and an operator make, as events.
+
+A :class:`World` is a script, not a simulator of the runtime: each helper writes the calls the consumer makes for
+one message's path, as consumer/runtime does it (a success is a receive and a delete; a failure a receive and a
+backoff by visibility change, until the last allowed receive moves it to the DLQ with a send and a delete; a poison
+message is moved at once), and the counts the consumer writes as EMF for them. The SQS, Container Insights and EMF
+publishing rules (:mod:`infra.alarms.sqs_model`) turn them into datapoints, as for a recorded run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from consumer.contract import WorkerContract
+from infra.alarms.events import SqsEvent
+
+#: Seconds between a message's send and its receive when the fleet keeps up (a long poll answers at once).
+PICKUP_SECONDS = 1.0
+
+
+@dataclass
+class WorkerFacts:
+    """What a scenario needs to know of one worker of an environment (from its cdk.json and contract)."""
+
+    source: str
+    dlq: str
+    cluster: str
+    service: str
+    contract: WorkerContract
+    min_tasks: int
+    max_tasks: int
+
+    @property
+    def duration(self) -> float:
+        """The handler's average duration (the contract defaults it to half max_duration when undeclared)."""
+        return float(self.contract.average_duration_seconds or max(1, self.contract.max_duration_seconds // 2))
+
+    @property
+    def per_task_per_minute(self) -> float:
+        return self.contract.concurrency * 60 / self.duration
+
+
+@dataclass
+class World:
+    """Events, EMF counts and task counts of one scenario, written by the helpers below."""
+
+    facts: WorkerFacts
+    events: list[SqsEvent] = field(default_factory=list)
+    counts: list[tuple[float, str, float]] = field(default_factory=list)
+    tasks: list[tuple[float, int, int]] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    #: The first worker's scaling policy from the template (infra.alarms.scaling.ScalingPolicy), for the burst.
+    policy: object = None
+
+    # --- calls ---------------------------------------------------------------------------
+    def send(self, t: float, queue: str | None = None, *, by: str = "caller", enqueued: float | None = None) -> str:
+        message_id = f"m{next(self._ids)}"
+        self.events.append(
+            SqsEvent(t=t, queue=queue or self.facts.source, op="send", message_id=message_id, by=by, enqueued=enqueued)
+        )
+        return message_id
+
+    def receive(self, t: float, message_id: str, queue: str | None = None, visibility: float | None = None) -> None:
+        hold = self.facts.contract.visibility_timeout_seconds if visibility is None else visibility
+        self.events.append(
+            SqsEvent(t=t, queue=queue or self.facts.source, op="receive", message_id=message_id, visibility=hold)
+        )
+        if queue in (None, self.facts.source):
+            self.count(t, "received")
+
+    def delete(self, t: float, message_id: str, queue: str | None = None) -> None:
+        self.events.append(SqsEvent(t=t, queue=queue or self.facts.source, op="delete", message_id=message_id))
+
+    def release(self, t: float, message_id: str, seconds: float, queue: str | None = None) -> None:
+        self.events.append(
+            SqsEvent(
+                t=t, queue=queue or self.facts.source, op="change_visibility", message_id=message_id, visibility=seconds
+            )
+        )
+
+    def call(self, t: float, queue: str | None = None) -> None:
+        self.events.append(SqsEvent(t=t, queue=queue or self.facts.source, op="call"))
+
+    def count(self, t: float, metric: str, value: float = 1) -> None:
+        self.counts.append((t, metric, value))
+
+    def set_tasks(self, t: float, running: int, desired: int | None = None) -> None:
+        self.tasks.append((t, running, running if desired is None else desired))
+
+    # --- one message's path ------------------------------------------------------------------
+    def processed(self, t: float, *, wait: float = 0.0) -> str:
+        """Sent at ``t``, received after ``wait`` (a backlog), done after the average duration, deleted."""
+        message_id = self.send(t)
+        received = t + PICKUP_SECONDS + wait
+        self.receive(received, message_id)
+        done = received + self.facts.duration
+        self.delete(done, message_id)
+        self.count(done, "processed")
+        self.count(done, "deleted")
+        return message_id
+
+    def poisoned(self, t: float) -> str:
+        """A message the handler calls poison: moved to the DLQ with a reason at once (one send, one delete)."""
+        message_id = self.send(t)
+        received = t + PICKUP_SECONDS
+        self.receive(received, message_id)
+        done = received + self.facts.duration
+        self.dead_letter(done, message_id)
+        self.count(done, "poisoned")
+        return message_id
+
+    def dead_letter(self, t: float, message_id: str) -> str:
+        """The consumer's move: a SendMessage to the DLQ (a caller's send, counted by NumberOfMessagesSent), then the
+        delete from the source."""
+        moved = self.send(t, self.facts.dlq)
+        self.delete(t, message_id)
+        self.count(t, "dead_lettered")
+        self.count(t, "deleted")
+        return moved
+
+    def failing(self, t: float) -> str:
+        """A message every attempt fails: backoffs by visibility change, then the consumer's move on its last
+        allowed receive (``max_receive_count``)."""
+        contract = self.facts.contract
+        message_id = self.send(t)
+        at = t + PICKUP_SECONDS
+        for receive_count in range(1, contract.max_receive_count + 1):
+            self.receive(at, message_id)
+            at += self.facts.duration
+            self.count(at, "failed")
+            if receive_count == contract.max_receive_count:
+                self.dead_letter(at, message_id)
+                break
+            backoff = contract.retry_backoff_seconds(receive_count)
+            self.release(at, message_id, backoff)
+            at += backoff
+        return message_id
+
+    def steady(self, start: float, end: float, per_minute: float, kind: str = "processed") -> None:
+        """Messages every ``60 / per_minute`` seconds from ``start`` to ``end``, each taking the named path."""
+        if per_minute <= 0:
+            return
+        step = 60.0 / per_minute
+        path = {"processed": self.processed, "failing": self.failing, "poisoned": self.poisoned}[kind]
+        t = start
+        while t < end:
+            path(t)
+            t += step
+
+    # --- the operator's dlq commands (consumer/ops) ---------------------------------------------
+    def dlq_stats(self, t: float) -> None:
+        """``dlq stats``: GetQueueAttributes only."""
+        self.call(t, self.facts.dlq)
+
+    def dlq_read(self, t: float, message_ids: list[str], *, visibility: float = 30, release: bool = True) -> None:
+        """``dlq peek`` / ``export`` (no delete) / ``redrive --dry-run``: each message received (one more receive,
+        which SQS counts against the age metric), then released (visibility 0) or left to its lease."""
+        self.call(t, self.facts.dlq)
+        for index, message_id in enumerate(message_ids):
+            self.receive(t + 0.01 * index, message_id, self.facts.dlq, visibility)
+            if release:
+                self.release(t + 1, message_id, 0, self.facts.dlq)
+
+    def dlq_redrive(self, t: float, message_ids: list[str], *, outcome: str = "processed") -> None:
+        """``dlq redrive``: SQS's move task takes every message back to the source, where the consumer processes it (or
+        it fails again and comes back). The task sends with SendMessageBatch, so the source counts new messages."""
+        self.call(t, self.facts.dlq)
+        for index, message_id in enumerate(message_ids):
+            at = t + 0.05 * index
+            self.delete(at, message_id, self.facts.dlq)
+            back = self.send(at, self.facts.source)
+            self.receive(at + PICKUP_SECONDS, back)
+            done = at + PICKUP_SECONDS + self.facts.duration
+            if outcome == "processed":
+                self.delete(done, back)
+                self.count(done, "processed")
+                self.count(done, "deleted")
+            else:
+                self.dead_letter(done, back)
