@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from consumer.contract import WorkerContract
+from infra.queue_alarms import dlq_held_hours
 from infra.settings import CONTEXT_KEY
 from tests.infra.checks import dashboard_body
 from tests.infra.conftest import Synthesized, synthesize
@@ -131,6 +133,27 @@ def test_dlq_age_is_any_of_its_two_inputs_which_notify_nobody(prod: Synthesized)
         assert "AlarmActions" not in inputs and "OKActions" not in inputs
         assert inputs["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-age")
     assert "DlqAgeOldest" not in alarms.severity and "DlqHeldLong" not in alarms.severity
+
+
+@pytest.mark.parametrize(
+    ("source_days", "dlq_days", "hours"),
+    [(None, 14, 168), (1, 3, 24), (4, 14, 120)],
+    ids=["widest", "narrowest", "4-14"],
+)
+def test_dlq_held_long_fits_cloudwatchs_evaluation_range_at_the_contracts_bounds(
+    source_days: int | None, dlq_days: int, hours: int
+) -> None:
+    """DlqHeldLong's hourly periods cover dlq_age_alarm_seconds, rounded up, and stay within the 7 days PutMetricAlarm
+    allows for periods of an hour or more, from the widest retention gap a contract accepts (60 s to 14 days) to the
+    narrowest (2 days)."""
+    contract = WorkerContract(
+        max_duration_seconds=1,
+        max_receive_count=2,
+        source_retention_seconds=60 if source_days is None else source_days * 86_400,
+        dlq_retention_seconds=dlq_days * 86_400,
+    )
+    assert dlq_held_hours(contract) == hours
+    assert (hours - 1) * 3_600 < contract.dlq_age_alarm_seconds <= hours * 3_600 <= 7 * 86_400
 
 
 def test_dlq_depth_alarm_sends_ok_when_the_dlq_is_drained(reference: dict[str, Synthesized]) -> None:

@@ -96,24 +96,63 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     metric_alarms = {k for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
     alarms = {a["AlarmName"]: a for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]}
     assert set(alarms) == {f"{local.stack_name}-{logical_id}" for logical_id in metric_alarms}
-    assert len(alarms) == 8  # with DownstreamUnavailable, the circuit's alarm
+    assert len(alarms) == 9  # with DownstreamUnavailable, the circuit's alarm, and DlqAge's two inputs
     contract = WorkerContract.from_env(local.task_environment)
-    dlq_age = next(a for k, a in alarms.items() if "DlqAge" in k)
-    assert (dlq_age["MetricName"], dlq_age["Threshold"]) == (
+    dlq = [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
+
+    def alarm(construct_id: str) -> dict[str, Any]:
+        (found,) = [a for k, a in alarms.items() if k.startswith(f"{local.stack_name}-Alarms{construct_id}")]
+        return found
+
+    def metrics(found: dict[str, Any]) -> tuple[list[str], dict[str, tuple[str, Any, int]]]:
+        expressions = [m["Expression"] for m in found["Metrics"] if "Expression" in m]
+        stats = {
+            m["Id"]: (
+                m["MetricStat"]["Metric"]["MetricName"],
+                m["MetricStat"]["Metric"]["Dimensions"],
+                m["MetricStat"]["Period"],
+            )
+            for m in found["Metrics"]
+            if "MetricStat" in m
+        }
+        return expressions, stats
+
+    oldest, held = alarm("DlqAgeOldest"), alarm("DlqHeldLong")
+    assert (oldest["MetricName"], oldest["Threshold"]) == (
         "ApproximateAgeOfOldestMessage",
         contract.dlq_age_alarm_seconds,
     )
-    assert dlq_age["Dimensions"] == [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
+    assert oldest["Dimensions"] == dlq
+    assert held["EvaluationPeriods"] * 3_600 == contract.dlq_age_alarm_seconds  # dev: (7 - 1) days / 2, in hours
+    assert metrics(held) == (
+        ["FILL(visible, 0) + FILL(hidden, 0)"],
+        {
+            "visible": ("ApproximateNumberOfMessagesVisible", dlq, 3_600),
+            "hidden": ("ApproximateNumberOfMessagesNotVisible", dlq, 3_600),
+        },
+    )
+    for inputs in (oldest, held):  # DlqAge's inputs notify nobody; the composite (skipped locally) does
+        assert (inputs["AlarmActions"], inputs["OKActions"]) == ([], [])
+    depth = alarm("DlqDepth")
     # dev sends its pages to the ticket topic (pages_to_tickets in cdk.json).
-    assert dlq_age["AlarmActions"] == [local.outputs["TicketTopicArn"]]
-    arrivals = next(a for k, a in alarms.items() if "DlqNewArrivals" in k)
-    expressions = [m["Expression"] for m in arrivals["Metrics"] if "Expression" in m]
-    (depth,) = [m["MetricStat"]["Metric"] for m in arrivals["Metrics"] if "MetricStat" in m]
-    assert expressions == ["IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)"]
-    assert depth["Dimensions"] == [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
+    assert depth["AlarmActions"] == [local.outputs["TicketTopicArn"]]
+    assert (depth["EvaluationPeriods"], depth["DatapointsToAlarm"]) == (20, 1)
+    expressions, stats = metrics(depth)
+    assert expressions == ["FILL(visible, 0) + FILL(hidden, 0) + FILL(moved, 0)"]
+    assert stats == {
+        "visible": ("ApproximateNumberOfMessagesVisible", dlq, 60),
+        "hidden": ("ApproximateNumberOfMessagesNotVisible", dlq, 60),
+        "moved": ("dead_lettered", [{"Name": "Queue", "Value": "SqsWorker-dev-source"}], 60),
+    }
+    expressions, stats = metrics(alarm("DlqNewArrivals"))
+    assert expressions == ["IF(DIFF(dlq) > 0 AND (dlq - DIFF(dlq)) > 0, DIFF(dlq), 0)", "visible + hidden"]
+    assert stats == {
+        "visible": ("ApproximateNumberOfMessagesVisible", dlq, 60),
+        "hidden": ("ApproximateNumberOfMessagesNotVisible", dlq, 60),
+    }
     skipped = [k for k, v in resources.items() if v["Type"] in LOCAL_SKIPPED_TYPES]
     assert [s.split(" ")[0] for s in local.skipped] == skipped
-    assert len(skipped) == 2  # the composite alarm and the dashboard
+    assert len(skipped) == 3  # the two composite alarms (ConsumerStalled, DlqAge) and the dashboard
 
 
 def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:
