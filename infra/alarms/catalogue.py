@@ -18,10 +18,10 @@ from infra.alarms.engine import Transition, evaluate
 from infra.alarms.events import SqsEvent
 from infra.alarms.publishers import container_insights_series, emf_series
 from infra.alarms.scaling import policies_from_template
-from infra.alarms.scenarios import CATALOGUE, CREATED_SECONDS, DAY, USUAL_PER_MINUTE, Scenario, Timeline
+from infra.alarms.scenarios import CATALOGUE, USUAL_PER_MINUTE, Scenario
 from infra.alarms.sqs_model import QueueSpec, sqs_series
 from infra.alarms.template import load_template, read_alarms
-from infra.alarms.world import WorkerFacts, World
+from infra.alarms.world import CREATED_SECONDS, DAY, Timeline, WorkerFacts, World
 from infra.settings import EnvironmentSettings
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"

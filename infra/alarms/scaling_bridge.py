@@ -8,8 +8,7 @@ alarms see the burst the fleet actually had.
 from __future__ import annotations
 
 from infra.alarms.scaling import Load, ScalingPolicy, simulate
-from infra.alarms.scenarios import HOUR, Timeline
-from infra.alarms.world import PICKUP_SECONDS, World
+from infra.alarms.world import HOUR, PICKUP_SECONDS, Timeline, World
 
 #: The usual rate of the burst scenario: half of what the minimum fleet clears (so ten times it needs the fleet to
 #: grow, as a real burst does), but never below the catalogue's usual rate.

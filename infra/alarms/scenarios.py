@@ -12,32 +12,16 @@ an unintended page. A scenario with ``wrong=False`` must notify nothing and flap
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from infra.alarms.world import World
+from infra.alarms.world import DAY, HOUR, MINUTE, Timeline, World
 
-MINUTE, HOUR, DAY = 60, 3600, 86400
 #: The usual rate of the modeled scenarios (messages a minute) and a quiet one for the ones that last days.
 USUAL_PER_MINUTE = 20.0
 QUIET_PER_MINUTE = 0.2
 #: Bound on a poison message's page into a DLQ idle for days (SQS's first metrics after waking can take 15 minutes;
 #: the consumer's own dead_lettered count does not wait for them).
 IDLE_DLQ_PAGE_MINUTES = 4
-#: The alarms of a scenario exist from here on; the world runs from t = 0, so they start with 20 minutes of history.
-CREATED_SECONDS = 20 * MINUTE
-
-
-@dataclass
-class Timeline:
-    """What a builder returns: the fault's start, the evaluation's end, the queues already idle at t = 0 (and since
-    when, negative seconds), and the times DLQ messages would expire (for the "a day before expiry" goal)."""
-
-    onset: float
-    end: float
-    idle_since: dict[str, float] = field(default_factory=dict)
-    expiries: list[float] = field(default_factory=list)
-    #: When the alarms are created: after some history, as for a stack that has run a while (a first deploy sets less).
-    created: int = CREATED_SECONDS
 
 
 @dataclass(frozen=True)

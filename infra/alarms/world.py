@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from consumer.contract import WorkerContract
 from infra.alarms.events import SqsEvent
 
+MINUTE, HOUR, DAY = 60, 3600, 86400
+#: The alarms of a scenario exist from here on; the world runs from t = 0, so they start with 20 minutes of history.
+CREATED_SECONDS = 20 * MINUTE
 #: Seconds between a message's send and its receive when the fleet keeps up (a long poll answers at once).
 PICKUP_SECONDS = 1.0
 
@@ -178,3 +181,16 @@ class World:
                 self.count(done, "deleted")
             else:
                 self.dead_letter(done, back)
+
+
+@dataclass
+class Timeline:
+    """What a builder returns: the fault's start, the evaluation's end, the queues already idle at t = 0 (and since
+    when, negative seconds), and the times DLQ messages would expire (for the "a day before expiry" goal)."""
+
+    onset: float
+    end: float
+    idle_since: dict[str, float] = field(default_factory=dict)
+    expiries: list[float] = field(default_factory=list)
+    #: When the alarms are created: after some history, as for a stack that has run a while (a first deploy sets less).
+    created: int = CREATED_SECONDS

@@ -5,8 +5,6 @@ Every rule test is registered with :func:`covers`; the last test checks that eve
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
