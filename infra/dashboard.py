@@ -54,7 +54,7 @@ class WorkerDashboard(Construct):
             raise ValueError('"sections" must hold at least one worker\'s section: 0')
         alarms = [alarm for section in sections for alarm in section.alarms.paging_alarms]
         title = "Alarms" if len(sections) == 1 else "Alarms: any worker paging"
-        # Six alarms a worker: 18 workers' 108 need two widgets (CloudWatch draws at most 100 in one).
+        # Six alarms a worker: 17 workers' 102 need two widgets (CloudWatch draws at most 100 in one).
         chunks = [
             alarms[start : start + MAX_ALARMS_PER_STATUS_WIDGET]
             for start in range(0, len(alarms), MAX_ALARMS_PER_STATUS_WIDGET)

@@ -20,7 +20,7 @@ from infra.queues import WorkerQueues
 
 SQS_METRIC_PERIOD = Duration.minutes(1)
 CONSUMER_PERIOD = Duration.minutes(1)
-#: The DlqAge alarm's held input counts hours: CloudWatch allows up to seven days of evaluation with periods of an hour
+#: The DlqExpiring alarm's held input counts hours: CloudWatch allows up to seven days of evaluation with periods of an hour
 #: or more (one day below), and half the retention gap can reach seven days.
 #: https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html
 DLQ_HELD_PERIOD = Duration.hours(1)
@@ -133,7 +133,7 @@ class WorkerMetrics:
             period=SQS_METRIC_PERIOD,
             label="New arrivals in a non-empty DLQ",
         )
-        # The DLQ held a message at some minute of each hour: the DlqAge alarm's second input, for messages SQS's age
+        # The DLQ held a message at some minute of each hour: the DlqExpiring alarm's second input, for messages SQS's age
         # metric leaves out (a standard queue's message received three or more times: every peek is a receive).
         # Its inputs carry the hour themselves: CDK would otherwise override their minute, with a synth warning.
         hourly: _Statistic = {"period": DLQ_HELD_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}

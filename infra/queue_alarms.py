@@ -61,18 +61,22 @@ def dlq_held_hours(contract: WorkerContract) -> int:
     return math.ceil(contract.dlq_age_alarm_seconds / DLQ_HELD_PERIOD_SECONDS)
 
 
-def dlq_age_inputs(
+def dlq_expiring_inputs(
     alarm: Callable[..., cloudwatch.Alarm], metrics: WorkerMetrics, contract: WorkerContract, runbook_url: str
 ) -> list[cloudwatch.Alarm]:
-    """DlqAge's two inputs, made by ``alarm`` (QueueAlarms' factory) without actions: SQS's age metric, and the DLQ
-    holding messages in every hour for as long, which also covers what that metric leaves out (a message received
-    three or more times: an operator's third peek)."""
+    """DlqExpiring's two inputs, made by ``alarm`` (QueueAlarms' factory) without actions: SQS's age metric, and the
+    DLQ holding messages in every hour for as long, which also covers what that metric leaves out (a message received
+    three or more times: an operator's third peek).
+
+    The age input keeps the construct id and name ``DlqAge``: it is the metric alarm that paged before the composite
+    existed, and CloudFormation cannot change a resource's type in place (Alarm to CompositeAlarm under one logical
+    id fails the update), so a deployed stack updates it (its actions removed) and adds the composite beside it."""
     dlq_name, hours = metrics.queues.dlq_name, dlq_held_hours(contract)
     oldest = alarm(
-        "DlqAgeOldest",
+        "DlqAge",
         None,
-        f"Input of DlqAge (no actions of its own): ApproximateAgeOfOldestMessage of {dlq_name} over"
-        f" {contract.dlq_age_alarm_seconds} s. Runbook: {runbook_url}#dlq-age",
+        f"Input of DlqExpiring (no actions of its own): ApproximateAgeOfOldestMessage of {dlq_name} over"
+        f" {contract.dlq_age_alarm_seconds} s. Runbook: {runbook_url}#dlq-expiring",
         metrics.dlq_age,
         contract.dlq_age_alarm_seconds,
         cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -80,8 +84,8 @@ def dlq_age_inputs(
     held = alarm(
         "DlqHeldLong",
         None,
-        f"Input of DlqAge (no actions of its own): {dlq_name} held a message in each of the last {hours}"
-        f" hours (SQS's age metric leaves out messages received three or more times). Runbook: {runbook_url}#dlq-age",
+        f"Input of DlqExpiring (no actions of its own): {dlq_name} held a message in each of the last {hours}"
+        f" hours (SQS's age metric leaves out messages received three or more times). Runbook: {runbook_url}#dlq-expiring",
         metrics.dlq_held_hourly,
         1,
         cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -99,7 +103,7 @@ class QueueAlarms(Construct):
     ``dlq_depth``                page     any DLQ message, visible or in flight, or a move the consumer counted
                                           (latched while any is there; OK 20 minutes after it empties)
     ``dlq_new_arrivals``         page     the DLQ's held count rises while it already held messages
-    ``dlq_age``                  page     composite: the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
+    ``dlq_expiring``             page     composite: the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
                                           OR the DLQ held messages in every hour for as long
     ``backlog_age``              ticket   the source's oldest message is older than ``backlog_age_alarm_seconds``
                                           (on a fair queue: the oldest outside the noisy tenants' groups)
@@ -109,7 +113,7 @@ class QueueAlarms(Construct):
                                           gap between opens while the downstream stays down)
     ============================ ======== =================================================================
 
-    ``stalled_inputs`` holds ConsumerStalled's input alarms, ``dlq_age_inputs`` DlqAge's (no actions of their own).
+    ``stalled_inputs`` holds ConsumerStalled's input alarms, ``dlq_expiring_inputs`` DlqExpiring's (no actions of their own).
     ``running_tasks_reliable`` says whether Container Insights is known to be on (a cluster this
     stack creates); otherwise the no-task input treats missing data as not breaching, and the
     backlog branch alone catches a service scaled to zero with a growing backlog.
@@ -217,18 +221,18 @@ class QueueAlarms(Construct):
             1,
             at_least,
         )
-        self.dlq_age_inputs = oldest, held = dlq_age_inputs(alarm, metrics, contract, runbook_url)
-        self.dlq_age = cloudwatch.CompositeAlarm(
+        self.dlq_expiring_inputs = oldest, held = dlq_expiring_inputs(alarm, metrics, contract, runbook_url)
+        self.dlq_expiring = cloudwatch.CompositeAlarm(
             self,
-            "DlqAge",
-            composite_alarm_name=alarm_name(prefix, "DlqAge"),
+            "DlqExpiring",
+            composite_alarm_name=alarm_name(prefix, "DlqExpiring"),
             alarm_rule=cloudwatch.AlarmRule.any_of(
                 cloudwatch.AlarmRule.from_alarm(oldest, cloudwatch.AlarmState.ALARM),
                 cloudwatch.AlarmRule.from_alarm(held, cloudwatch.AlarmState.ALARM),
             ),
             alarm_description=describe(
                 PAGE,
-                "dlq-age",
+                "dlq-expiring",
                 f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s (or the DLQ has held messages"
                 " that long), half the time between the source's and the DLQ's retention: it will expire (be lost)"
                 " if nobody acts, at the earliest a day from now.",
@@ -236,9 +240,9 @@ class QueueAlarms(Construct):
                 f"`python -m consumer dlq export {queues} --out dlq-backup.jsonl`, then fix and `{redrive}`.",
             ),
         )
-        self.dlq_age.add_alarm_action(topics[PAGE])
-        self.dlq_age.add_ok_action(topics[PAGE])
-        self.severity["DlqAge"] = PAGE
+        self.dlq_expiring.add_alarm_action(topics[PAGE])
+        self.dlq_expiring.add_ok_action(topics[PAGE])
+        self.severity["DlqExpiring"] = PAGE
         # A fair queue (fair_queue declared) ages on its quiet groups: SQS serves a noisy tenant's backlog last, so
         # the whole queue's oldest message would say only that one tenant is busy; the quiet tenants' oldest says
         # whether everyone else is late. The same construct id, threshold and runbook section either way.
@@ -371,7 +375,7 @@ class QueueAlarms(Construct):
         return [
             self.dlq_depth,
             self.dlq_new_arrivals,
-            self.dlq_age,
+            self.dlq_expiring,
             self.backlog_age,
             self.consumer_stalled,
             self.downstream_unavailable,

@@ -241,17 +241,18 @@ _KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets", *WORKER_KEYS})
 #: The most workers one environment supports: every limit it meets is checked by tests/infra/test_workers.py.
 #: - CloudFormation: 500 resources per stack; a worker adds 26 (queues and policies 4, table, task and execution
 #:   roles and policies 4, task definition, log group, service, security group, scaling target and policy,
-#:   11 alarms), the shared VPC, cluster, topics, key and dashboard 32: 18 workers make 500, 19 would make 526
-#:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm; 19 until DlqAge became a
-#:   composite over two input alarms):
+#:   11 alarms), the shared VPC, cluster, topics, key and dashboard 32: 17 workers make 474, which leaves a worker's
+#:   worth (26) for producers, subscriptions and grants; 18 would make exactly 500 with nothing to spare
+#:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm; 19 until DlqExpiring became a
+#:   composite over two input alarms, issue 25):
 #:   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
 #: - CloudWatch: 100 alarms in one alarm status widget (the dashboard's "any worker paging" view holds each
 #:   worker's 6 notifying alarms, in as many widgets as that takes) and 500 widgets per dashboard (13 per worker):
 #:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html
 #:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/CloudWatch-Dashboard-Body-Structure.html
 #: - A composite alarm's rule is at most 10,240 characters: each worker has its own ConsumerStalled over its own
-#:   three inputs and its own DlqAge over its own two, so no rule grows with the worker count.
-MAX_WORKERS = 18
+#:   three inputs and its own DlqExpiring over its own two, so no rule grows with the worker count.
+MAX_WORKERS = 17
 
 
 def _workers(prefix: str, raw: Mapping[str, Any]) -> tuple[WorkerSettings, ...]:

@@ -21,6 +21,9 @@ Metric names the runtime emits (namespace ``SqsWorker``, dimension ``Queue``):
 - ``received`` (Count): messages received; ``deleted`` (Count): deletes SQS confirmed.
 - ``deferred`` (Count): messages handed back because another holder's idempotency lease is live.
 - ``requeued`` (Count): messages handed back as a fresh copy carrying their spent receives (standard queues).
+- ``dead_lettered`` (Count): messages the consumer moved to the DLQ (every reason), counted once SQS confirmed the
+  move; DlqDepth reads it, so a move pages before the DLQ's own metrics wake up.
+- ``circuit_opens`` (Count): the downstream circuit opened; DownstreamUnavailable reads it.
 - ``duration`` (Milliseconds): handler wall time, one value per message, so CloudWatch can compute percentiles.
 
 Usage::

@@ -11,9 +11,11 @@ with one line naming it.
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -88,6 +90,20 @@ def metrics_command(template: TemplateArgument, stack_name: StackOption = None) 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "alarms.md"
 BEGIN, END = "<!-- BEGIN generated: python -m infra.alarms scenarios --write-docs -->", "<!-- END generated -->"
+RUNBOOK = ROOT / "docs" / "runbook.md"
+#: In the runbook, each alarm's section holds its time to page between these (``{alarm}``: its construct id).
+RUNBOOK_BEGIN, RUNBOOK_END = "<!-- BEGIN time to page: {alarm} -->", "<!-- END time to page -->"
+RUNBOOK_BLOCK = re.compile(r"<!-- BEGIN time to page: (\w+) -->\n(.*?)<!-- END time to page -->", re.DOTALL)
+
+
+def runbook_with_times(document: str, outcomes: Mapping[str, Sequence[Any]]) -> str:
+    """The runbook with every time-to-page block rewritten from the catalogue's outcomes."""
+    from infra.alarms.report import runbook_line
+
+    return RUNBOOK_BLOCK.sub(
+        lambda m: f"{RUNBOOK_BEGIN.format(alarm=m.group(1))}\n{runbook_line(m.group(1), outcomes)}{RUNBOOK_END}",
+        document,
+    )
 
 
 def synthesize(outdir: Path) -> Path:
@@ -102,28 +118,35 @@ def synthesize(outdir: Path) -> Path:
     return outdir
 
 
-def scenario_report(
-    templates: Path, environments: list[str] | None, plot_dir: Path | None, plot_only: str | None = None
-) -> tuple[str, bool]:
-    """The catalogue and scaling tables of every (or each named) environment, as markdown; and whether all held."""
-    from infra.alarms.catalogue import run_catalogue, worker_facts
-    from infra.alarms.report import catalogue_markdown, plot, scaling_markdown
-    from infra.alarms.scaling import policies_from_template
+def _environments() -> list[Any]:
+    """The environments of the repository's cdk.json, validated."""
     from infra.settings import CONTEXT_KEY, load_environments
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    selected = load_environments({CONTEXT_KEY: context[CONTEXT_KEY]})
+    return list(load_environments({CONTEXT_KEY: context[CONTEXT_KEY]}))
+
+
+def scenario_report(
+    templates: Path, environments: list[str] | None, plot_dir: Path | None, plot_only: str | None = None
+) -> tuple[str, bool, dict[str, Any]]:
+    """The catalogue and scaling tables of every (or each named) environment, as markdown; whether all held; and
+    each environment's outcomes."""
+    from infra.alarms.catalogue import run_catalogue, worker_facts
+    from infra.alarms.report import catalogue_markdown, plot, scaling_markdown, time_to_page_markdown
+    from infra.alarms.scaling import policies_from_template
+
+    selected = _environments()
     unknown = set(environments or []) - {e.name for e in selected}
     if unknown:
         raise ValueError(
             f"--env: {sorted(unknown)[0]!r} is not an environment of cdk.json ({', '.join(e.name for e in selected)})"
         )
-    catalogue, scaling, held = [], [], True
+    catalogue, scaling, held, found, timelines = [], [], True, {}, []
     for environment in selected:
         if environments and environment.name not in environments:
             continue
         template = templates / f"{environment.stack_name}.template.json"
-        outcomes = run_catalogue(template, environment)
+        outcomes = found[environment.name] = run_catalogue(template, environment)
         held = held and all(o.intended for o in outcomes)
         catalogue.append(catalogue_markdown(environment.name, outcomes))
         policies = list(policies_from_template(load_template(template)).values())
@@ -133,14 +156,23 @@ def scenario_report(
             plot_dir.mkdir(parents=True, exist_ok=True)
             for outcome in outcomes:
                 plot(outcome, plot_dir / f"{environment.name}-{outcome.scenario.name}.png")
+            if plot_only is not None:
+                timelines = [
+                    f"- [{o.scenario.name}](alarms/{environment.name}-{o.scenario.name}.png): {o.scenario.title}"
+                    for o in outcomes
+                ]
     from infra.alarms.sqs_model import rules_markdown
 
     text = (
-        "### Time to page, per scenario\n\n" + "\n".join(catalogue)
+        "### Time to page, per alarm\n\n" + time_to_page_markdown(found)
+        + "\n### Time to page, per scenario\n\n" + "\n".join(catalogue)
+        + (f"\n### Timelines ({plot_only})\n\nOne PNG per scenario: for each alarm that went to ALARM, the value it"
+           " compared with its threshold (ALARM shaded), then every alarm's state with each notification marked.\n\n"
+           + "\n".join(timelines) + "\n" if timelines else "")
         + "\n### Scaling on the same clock\n\n" + "\n".join(scaling)
         + "\n### What AWS publishes: the model's rules\n\n" + rules_markdown() + "\n"
     )  # fmt: skip
-    return text, held
+    return text, held, found
 
 
 @app.command("scenarios")
@@ -153,20 +185,27 @@ def scenarios_command(
         Path | None, typer.Option(help="Synthesized templates (default: python app.py into a temporary directory)")
     ] = None,
     write_docs: Annotated[
-        bool, typer.Option(help="Rewrite docs/alarms.md's generated section (and plots: docs/alarms/)")
+        bool,
+        typer.Option(
+            help="Rewrite docs/alarms.md's generated section, prod's plots (docs/alarms/) and the runbook's time to"
+            " page (every environment; not with --env)"
+        ),
     ] = False,
 ) -> None:
     """Run every scenario against each environment's synthesized template: which alarms notify, when, where, and
     whether that is the intended outcome; then the burst on the scaling policy. Exit 1 if any outcome is not."""
     import tempfile
 
+    if write_docs and env:
+        raise _fail(ValueError("--write-docs: the docs carry every environment; run it without --env"))
     try:
         with tempfile.TemporaryDirectory() as scratch:
             source = templates or synthesize(Path(scratch))
             plot_only = None
-            if write_docs and plot_dir is None:  # the docs carry prod's timelines
-                plot_dir, plot_only = DOCS.parent / "alarms", "prod"
-            text, held = scenario_report(source, env, plot_dir, plot_only)
+            if write_docs and plot_dir is None:  # the docs carry one environment's timelines: prod's, or the first's
+                names = [e.name for e in _environments()]
+                plot_dir, plot_only = DOCS.parent / "alarms", "prod" if "prod" in names else names[0]
+            text, held, outcomes = scenario_report(source, env, plot_dir, plot_only)
     except (OSError, ValueError) as error:
         raise _fail(error) from None
     if write_docs:
@@ -174,6 +213,7 @@ def scenarios_command(
         before, _, rest = document.partition(BEGIN)
         _, _, after = rest.partition(END)
         DOCS.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
+        RUNBOOK.write_text(runbook_with_times(RUNBOOK.read_text(), outcomes))
     sys.stdout.write(text)
     if not held:
         raise typer.Exit(1)

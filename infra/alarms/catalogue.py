@@ -71,6 +71,8 @@ class Outcome:
     short_names: Mapping[str, str]
     series: Series
     problems: list[str] = field(default_factory=list)
+    #: The template's metric alarms, for plots of what each compared with its threshold.
+    alarms: Sequence[MetricAlarm] = ()
 
     @property
     def intended(self) -> bool:
@@ -137,9 +139,9 @@ def judge(outcome: Outcome) -> list[str]:
                     f"{name} paged {late:.1f} min after onset, over the {scenario.within_minutes} min bound"
                 )
     for expiry in outcome.timeline.expiries:
-        warned = [c for c, n in alarms_to if n == "DlqAge" and c.t <= expiry - EXPIRY_WARNING_SECONDS]
+        warned = [c for c, n in alarms_to if n == "DlqExpiring" and c.t <= expiry - EXPIRY_WARNING_SECONDS]
         if not warned:
-            problems.append(f"no DlqAge page a day before the expiry at {expiry / DAY:.2f} d")
+            problems.append(f"no DlqExpiring page a day before the expiry at {expiry / DAY:.2f} d")
     seen: dict[str, list[str]] = {}
     for change in outcome.changes:
         seen.setdefault(change.alarm, []).append(change.to_state)
@@ -194,7 +196,7 @@ def run_scenario(
         timeline = scenario.build(world)
     series = _series_of(world, timeline, facts, services)
     changes = evaluate(alarms, composites, series, end=timeline.end, created=timeline.created)
-    outcome = Outcome(scenario, timeline, changes, routes, short_names, series)
+    outcome = Outcome(scenario, timeline, changes, routes, short_names, series, alarms=alarms)
     outcome.problems = judge(outcome)
     return outcome
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from infra.alarms.composite import composite_state, parse_rule
 from infra.alarms.definitions import INSUFFICIENT_DATA, CompositeAlarm, MetricAlarm, MetricStat, Series, Unsupported
-from infra.alarms.metric_alarm import evaluation_range, next_state
+from infra.alarms.metric_alarm import effective_treat_missing, evaluation_range, next_state
 from infra.alarms.metric_math import check_expression, evaluate_queries
 from infra.alarms.statistics import check_period, check_stat, period_values
 
@@ -151,7 +151,7 @@ def evaluate(
                 datapoints_to_alarm=alarm.datapoints_to_alarm,
                 threshold=alarm.threshold,
                 comparison=alarm.comparison,
-                treat_missing=alarm.treat_missing,
+                treat_missing=treat_missing(alarm),
                 current=states[alarm.name],
             )
             changes.extend(_change(t, alarm.name, states, new, alarm.actions.get(new, ())))
@@ -159,6 +159,14 @@ def evaluate(
             new = composite_state(rules[composite.name], states)
             changes.extend(_change(t, composite.name, states, new, composite.actions.get(new, ())))
     return changes
+
+
+def treat_missing(alarm: MetricAlarm) -> str:
+    """The alarm's TreatMissingData as CloudWatch applies it: an alarm on metrics in a namespace that always ignores
+    missing data (AWS/DynamoDB) ignores it whatever it says. The guide does not say what a math alarm mixing such a
+    metric with others does; the reading here: only an alarm whose metrics are all in that namespace ignores."""
+    namespaces = {key[0] for key in alarm.metric_keys()}
+    return effective_treat_missing(alarm.treat_missing, namespaces.pop() if len(namespaces) == 1 else "")
 
 
 def _inputs(alarm: MetricAlarm, datapoints: _Datapoints, starts: Sequence[float]) -> dict[str, list[float | None]]:
@@ -183,6 +191,20 @@ def alarm_points(
     return evaluate_queries(alarm.queries, metric_values, list(starts), alarm.period)
 
 
+def alarm_values(
+    alarm: MetricAlarm, series: Series, *, end: float, step: int = EVALUATION_INTERVAL
+) -> list[tuple[int, float | None]]:
+    """What the alarm compares with its threshold at each ``step`` from 0 to ``end``: its newest whole period's value
+    (the metric's statistic, or the math's result; None where missing), for plots. Two periods are read, enough for
+    DIFF and RATE; an expression that needs more of the range is drawn from two."""
+    datapoints = _Datapoints(series, end)
+    values: list[tuple[int, float | None]] = []
+    for t in range(0, int(end) + 1, step):
+        starts = [t - 2 * alarm.period, t - alarm.period]
+        values.append((t, alarm_points(alarm, _inputs(alarm, datapoints, starts), starts)[-1]))
+    return values
+
+
 def _change(t: int, name: str, states: dict[str, str], new: str, actions: Iterable[str]) -> list[Transition]:
     old = states[name]
     if new == old:
@@ -200,4 +222,4 @@ def default_end(
     return last + longest
 
 
-__all__ = ["Transition", "Unsupported", "evaluate", "default_end", "check_alarms"]
+__all__ = ["Transition", "Unsupported", "evaluate", "default_end", "check_alarms", "alarm_values"]

@@ -6,7 +6,7 @@ them; tests/alarms/test_catalogue.py fails when the committed text differs from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,40 +97,115 @@ STATE_LEVEL = {OK: 0, INSUFFICIENT_DATA: 1, ALARM: 2}
 
 
 def plot(outcome: Outcome, path: Path) -> None:
-    """One PNG: the series the notifying alarms read (top), each alarm's state (bottom), notifications marked."""
+    """One PNG: for each metric alarm that went to ALARM, the value it compared (metric or math result) with its
+    threshold and its ALARM minutes shaded; then every alarm's state, notifications marked page or ticket."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, height_ratios=[2, 1])
-    onset = outcome.timeline.onset
-    for key, points in sorted(outcome.series.points.items()):
-        namespace, metric, dimensions = key
-        if metric not in {"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "dead_lettered",
-                          "circuit_opens", "RunningTaskCount", "NumberOfMessagesDeleted"} or not points:  # fmt: skip
-            continue
-        queue = dict(dimensions).get("QueueName", dict(dimensions).get("Queue", ""))
-        label = f"{metric} {queue.rsplit('-', 1)[-1] if queue else ''}".strip()
-        top.step([(t - onset) / 60 for t, _ in points], [v for _, v in points], where="post", label=label, linewidth=1)
-    top.set_yscale("symlog")
-    top.legend(fontsize=6, loc="upper left")
-    top.set_title(f"{outcome.scenario.name}: {outcome.scenario.title} ({outcome.scenario.source})", fontsize=9)
+    from infra.alarms.engine import alarm_values
+
+    onset, end = outcome.timeline.onset, outcome.timeline.end
+    alarmed = {c.alarm for c in outcome.changes if c.to_state == ALARM}
+    drawn = [a for a in outcome.alarms if a.name in alarmed] or list(outcome.alarms[:1])
     names = sorted({c.alarm for c in outcome.changes})
+    step = 60 if end - onset <= 2 * 86_400 else 600
+
+    def minutes(t: float) -> float:
+        return (t - onset) / 60
+
+    figure, axes = plt.subplots(
+        len(drawn) + 1, 1, figsize=(10, 1.6 * len(drawn) + 2.4), sharex=True, squeeze=False,
+        height_ratios=[1.0] * len(drawn) + [max(1.0, 0.25 * len(names))],
+    )  # fmt: skip
+    figure.suptitle(f"{outcome.scenario.name}: {outcome.scenario.title} ({outcome.scenario.source})", fontsize=9)
+    for axis, alarm in zip(axes[:-1, 0], drawn, strict=True):
+        values = alarm_values(alarm, outcome.series, end=end, step=step)
+        axis.step([minutes(t) for t, _ in values], [float("nan") if v is None else v for _, v in values],
+                  where="post", linewidth=1, label="value (missing: gap)")  # fmt: skip
+        axis.axhline(alarm.threshold, color="red", linestyle="--", linewidth=0.8,
+                     label=f"threshold {alarm.comparison} {alarm.threshold:g}")  # fmt: skip
+        state, since = INSUFFICIENT_DATA, float(outcome.timeline.created)
+        for change in [c for c in outcome.changes if c.alarm == alarm.name] + [None]:
+            until = float(end) if change is None else float(change.t)
+            if state == ALARM:
+                axis.axvspan(minutes(since), minutes(until), color="red", alpha=0.12, linewidth=0)
+            if change is not None:
+                state, since = change.to_state, float(change.t)
+        short = outcome.short_names.get(alarm.name, alarm.name)
+        axis.set_title(f"{short}: {alarm.period // 60} min periods, {alarm.datapoints_to_alarm} of"
+                       f" {alarm.evaluation_periods} (ALARM shaded)", fontsize=7, loc="left")  # fmt: skip
+        axis.legend(fontsize=6, loc="upper right")
+        axis.tick_params(labelsize=6)
+    bottom = axes[-1, 0]
     for index, name in enumerate(names):
-        xs, ys = [(outcome.timeline.created - onset) / 60], [index + 0.4 * STATE_LEVEL[INSUFFICIENT_DATA] / 2]
+        xs, ys = [minutes(outcome.timeline.created)], [index + 0.4 * STATE_LEVEL[INSUFFICIENT_DATA] / 2]
         for change in (c for c in outcome.changes if c.alarm == name):
-            xs.append((change.t - onset) / 60)
+            xs.append(minutes(change.t))
             ys.append(index + 0.4 * STATE_LEVEL[change.to_state] / 2)
             if change.actions and change.to_state == ALARM:
-                bottom.annotate("page" if "page" in outcome.routes.values() else "notify", (xs[-1], ys[-1]), fontsize=6)
-        xs.append((outcome.timeline.end - onset) / 60)
+                where = ", ".join(sorted({outcome.routes.get(a, a) for a in change.actions}))
+                bottom.annotate(where, (xs[-1], ys[-1]), fontsize=6)
+        xs.append(minutes(end))
         ys.append(ys[-1])
         bottom.step(xs, ys, where="post", linewidth=1.5)
     bottom.set_yticks(range(len(names)), [outcome.short_names.get(n, n) for n in names], fontsize=6)
-    bottom.set_xlabel("minutes after onset (state: low OK, middle INSUFFICIENT_DATA, high ALARM)")
-    for axis in (top, bottom):
+    bottom.set_xlabel("minutes after onset (state: low OK, middle INSUFFICIENT_DATA, high ALARM)", fontsize=7)
+    for axis in axes[:, 0]:
         axis.axvline(0, color="grey", linestyle=":")
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    figure.savefig(path, dpi=80, metadata={"Software": None})
     plt.close(figure)
+
+
+def first_pages(outcomes: Sequence[Outcome]) -> dict[str, list[tuple[float, str]]]:
+    """Each notifying alarm's first ALARM notification after the onset in each scenario where something is wrong:
+    ``{alarm: [(minutes after onset, scenario), ...]}`` (an alarm already in ALARM at the onset is not counted)."""
+    found: dict[str, list[tuple[float, str]]] = {}
+    for outcome in outcomes:
+        if not outcome.scenario.wrong:
+            continue
+        seen: set[str] = set()
+        for notification in outcome.row()["notifications"]:
+            alarm, minutes = notification["alarm"], notification["minutes"]
+            if notification["to"] == ALARM and minutes >= 0 and alarm not in seen:
+                seen.add(alarm)
+                found.setdefault(alarm, []).append((minutes, outcome.scenario.name))
+    return found
+
+
+def _span(pages: Sequence[tuple[float, str]]) -> str:
+    low, high = min(m for m, _ in pages), max(m for m, _ in pages)
+    return _minutes(low) if low == high else f"{_minutes(low)} to {_minutes(high)}"
+
+
+def time_to_page_markdown(outcomes: Mapping[str, Sequence[Outcome]]) -> str:
+    """Per alarm and environment: the first notification's time after the onset, least to most over the scenarios
+    where it notifies, and those scenarios."""
+    by_env = {environment: first_pages(found) for environment, found in outcomes.items()}
+    alarms = sorted({alarm for pages in by_env.values() for alarm in pages})
+    lines = [
+        "| alarm | " + " | ".join(by_env) + " | scenarios |",
+        "|---|" + "---|" * len(by_env) + "---|",
+    ]
+    for alarm in alarms:
+        cells = [_span(by_env[e][alarm]) if alarm in by_env[e] else "never" for e in by_env]
+        scenarios = sorted({name for pages in by_env.values() for _, name in pages.get(alarm, [])})
+        lines.append(f"| {alarm} | " + " | ".join(cells) + " | " + ", ".join(scenarios) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def runbook_line(alarm: str, outcomes: Mapping[str, Sequence[Outcome]]) -> str:
+    """One sentence for the alarm's runbook section: its time to page per environment, from the catalogue."""
+    spans: dict[str, list[str]] = {}
+    scenarios: set[str] = set()
+    for environment, found in outcomes.items():
+        pages = first_pages(found).get(alarm)
+        spans.setdefault(_span(pages) if pages else "never", []).append(environment)
+        scenarios |= {name for _, name in pages or []}
+    parts = [f"{span} ({', '.join(environments)})" for span, environments in spans.items()]
+    return (
+        f"Time to page after the onset, from the scenario catalogue ([alarms.md](alarms.md#time-to-page-per-alarm)):"
+        f" {'; '.join(parts)}; scenarios: {', '.join(sorted(scenarios))}.\n"
+    )

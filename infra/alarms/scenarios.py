@@ -305,15 +305,15 @@ CATALOGUE: tuple[Scenario, ...] = (
     ),
     Scenario(
         "dlq-untouched", "a DLQ message left untouched until it would expire", "modeled", True, dlq_untouched(False),
-        ("DlqDepth", "DlqAge"), None,
+        ("DlqDepth", "DlqExpiring"), None,
     ),
     Scenario(
         "dlq-inspected", "the same after the operator inspected it three times", "modeled", True, dlq_untouched(True),
-        ("DlqDepth", "DlqAge"), None,
+        ("DlqDepth", "DlqExpiring"), None,
     ),
     Scenario(
         "backstop-move", "SQS's redrive backstop moves a message near the source's retention", "modeled", True,
-        backstop_move_untouched, ("DlqDepth", "DlqAge"), None,
+        backstop_move_untouched, ("DlqDepth", "DlqExpiring"), None,
     ),
     # Recorded: a real consumer, producer and the dlq commands against the local endpoint (infra/alarms/record.py).
     Scenario(

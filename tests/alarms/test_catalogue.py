@@ -14,27 +14,48 @@ from pathlib import Path
 
 import pytest
 
-from infra.alarms.__main__ import DOCS, ROOT, synthesize
-from infra.alarms.catalogue import run_catalogue
-from infra.alarms.report import catalogue_markdown
+from infra.alarms.__main__ import DOCS, ROOT, RUNBOOK, RUNBOOK_BLOCK, runbook_with_times, synthesize
+from infra.alarms.catalogue import Outcome, run_catalogue
+from infra.alarms.report import catalogue_markdown, time_to_page_markdown
 from infra.settings import CONTEXT_KEY, load_environments
 
 ENVIRONMENTS = load_environments({CONTEXT_KEY: json.loads((ROOT / "cdk.json").read_text())["context"][CONTEXT_KEY]})
+#: The alarms that notify someone, each with a runbook section (tests/infra/test_runbook.py) and a time to page.
+NOTIFYING = {"DlqDepth", "DlqNewArrivals", "DlqExpiring", "BacklogAge", "ConsumerStalled", "DownstreamUnavailable"}
 
 
 @pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return synthesize(tmp_path_factory.mktemp("cdk.out"))
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Outcome]]:
+    """Every environment's catalogue on its synthesized template, run once for the tests below."""
+    templates = synthesize(tmp_path_factory.mktemp("cdk.out"))
+    return {e.name: run_catalogue(templates / f"{e.stack_name}.template.json", e) for e in ENVIRONMENTS}
 
 
 @pytest.mark.slow(40)
-@pytest.mark.parametrize("environment", ENVIRONMENTS, ids=lambda e: e.name)
-def test_catalogue_meets_the_goals_and_matches_the_docs(templates: Path, environment: object) -> None:
+@pytest.mark.parametrize("environment", [e.name for e in ENVIRONMENTS])
+def test_catalogue_meets_the_goals_and_matches_the_docs(outcomes: dict[str, list[Outcome]], environment: str) -> None:
     """Every scenario's outcome is the intended one, and the same as the committed table (an outcome that changes
     fails here until docs/alarms.md is regenerated)."""
-    outcomes = run_catalogue(templates / f"{environment.stack_name}.template.json", environment)  # type: ignore[attr-defined]
-    assert [(o.scenario.name, o.problems) for o in outcomes if not o.intended] == []
-    assert catalogue_markdown(environment.name, outcomes) in DOCS.read_text()  # type: ignore[attr-defined]
+    found = outcomes[environment]
+    assert [(o.scenario.name, o.problems) for o in found if not o.intended] == []
+    assert catalogue_markdown(environment, found) in DOCS.read_text()
+
+
+def test_time_to_page_per_alarm_is_the_committed_table(outcomes: dict[str, list[Outcome]]) -> None:
+    """docs/alarms.md's per-alarm table comes from this run, and every notifying alarm pages in some scenario of
+    every environment."""
+    table = time_to_page_markdown(outcomes)
+    assert table in DOCS.read_text()
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in table.splitlines()[2:]}
+    assert set(rows) == NOTIFYING
+    assert [alarm for alarm, row in rows.items() if "never" in row] == []
+
+
+def test_runbook_states_each_alarms_time_to_page_from_the_catalogue(outcomes: dict[str, list[Outcome]]) -> None:
+    """Each notifying alarm's runbook section carries its time to page, exactly as the catalogue gives it now."""
+    runbook = RUNBOOK.read_text()
+    assert {m.group(1) for m in RUNBOOK_BLOCK.finditer(runbook)} == NOTIFYING
+    assert runbook_with_times(runbook, outcomes) == runbook
 
 
 def _evaluate(

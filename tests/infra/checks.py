@@ -317,7 +317,7 @@ def check_alarms(env: Synthesized) -> None:
             )
         late = _alarm_props(env, alarms.stalled_inputs[0])
         expect(problems, label, "stalled latency", late["Threshold"], contract.acceptable_latency_seconds)
-        for input_alarm in [*alarms.stalled_inputs, *alarms.dlq_age_inputs]:
+        for input_alarm in [*alarms.stalled_inputs, *alarms.dlq_expiring_inputs]:
             if {"AlarmActions", "OKActions"} & set(_alarm_props(env, input_alarm)):
                 problems.append(f"{label}: the composite's input {input_alarm.node.id} notifies on its own")
     report(problems, "alarms")
@@ -348,7 +348,7 @@ def metric_stats(properties: dict[str, Any]) -> dict[str, tuple[str, str, Any, i
 def _check_dlq_alarms(
     env: Synthesized, problems: list[str], label: str, built: Worker, contract: WorkerContract
 ) -> None:
-    """DlqDepth over the worker's own DLQ and consumer count; DlqAge any of its two inputs, thresholds derived."""
+    """DlqDepth over the worker's own DLQ and consumer count; DlqExpiring any of its two inputs, thresholds derived."""
     alarms = built.alarms
     dlq = [{"Name": "QueueName", "Value": get_att(env, built.queues.dead_letter_queue, "QueueName")}]
     source = [{"Name": "Queue", "Value": get_att(env, built.queues.queue, "QueueName")}]
@@ -368,9 +368,9 @@ def _check_dlq_alarms(
     )
     found = (depth["Threshold"], depth["EvaluationPeriods"], depth["DatapointsToAlarm"])
     expect(problems, label, "DlqDepth threshold, periods, datapoints", found, (1, DLQ_DEPTH_PERIODS, 1))
-    oldest, held = (_alarm_props(env, alarm) for alarm in alarms.dlq_age_inputs)
+    oldest, held = (_alarm_props(env, alarm) for alarm in alarms.dlq_expiring_inputs)
     found = (oldest["Threshold"], oldest["Dimensions"])
-    expect(problems, label, "DlqAgeOldest threshold and queue", found, (contract.dlq_age_alarm_seconds, dlq))
+    expect(problems, label, "DlqAge threshold and queue", found, (contract.dlq_age_alarm_seconds, dlq))
     hours = -(-contract.dlq_age_alarm_seconds // HOUR)
     expect(problems, label, "DlqHeldLong periods", (held["EvaluationPeriods"], held["DatapointsToAlarm"]), (hours,) * 2)
     if hours > MAX_HOURLY_PERIODS:
@@ -378,12 +378,18 @@ def _check_dlq_alarms(
     expect(problems, label, "DlqHeldLong queue", {m[2] == dlq for m in metric_stats(held).values()}, {True})
     rule = [
         '(ALARM("',
-        get_att(env, alarms.dlq_age_inputs[0], "Arn"),
+        get_att(env, alarms.dlq_expiring_inputs[0], "Arn"),
         '") OR ALARM("',
-        get_att(env, alarms.dlq_age_inputs[1], "Arn"),
+        get_att(env, alarms.dlq_expiring_inputs[1], "Arn"),
         '"))',
     ]
-    expect(problems, label, "DlqAge rule", _alarm_props(env, alarms.dlq_age)["AlarmRule"], {"Fn::Join": ["", rule]})
+    expect(
+        problems,
+        label,
+        "DlqExpiring rule",
+        _alarm_props(env, alarms.dlq_expiring)["AlarmRule"],
+        {"Fn::Join": ["", rule]},
+    )
 
 
 def notifying_alarm_names(env: Synthesized) -> list[str]:

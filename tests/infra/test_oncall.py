@@ -96,22 +96,22 @@ def test_dlq_depth_alarm_counts_held_messages_and_the_consumers_moves(prod: Synt
 
 
 def test_dlq_age_is_any_of_its_two_inputs_which_notify_nobody(prod: Synthesized) -> None:
-    """DlqAge pages on ALARM(DlqAgeOldest) OR ALARM(DlqHeldLong): the oldest DLQ message past half the retention gap,
+    """DlqExpiring pages on ALARM(DlqAge) OR ALARM(DlqHeldLong): the oldest DLQ message past half the retention gap,
     or the DLQ holding messages in each hour for as long (hourly, visible + in flight); the inputs have no actions."""
     alarms = prod.stack.alarms
-    oldest_alarm, held_alarm = alarms.dlq_age_inputs
-    composite = props(prod, alarms.dlq_age)
-    assert composite["AlarmName"] == "SqsWorker-prod-DlqAge"
+    oldest_alarm, held_alarm = alarms.dlq_expiring_inputs
+    composite = props(prod, alarms.dlq_expiring)
+    assert composite["AlarmName"] == "SqsWorker-prod-DlqExpiring"
     assert composite["AlarmRule"] == {
         "Fn::Join": ["", ['(ALARM("', arn(prod, oldest_alarm), '") OR ALARM("', arn(prod, held_alarm), '"))']]
     }
     topic = [ref(prod, prod.stack.paging.topic)]
     assert (composite["AlarmActions"], composite["OKActions"]) == (topic, topic)
-    assert composite["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-age")
+    assert composite["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-expiring")
     seconds = prod.stack.contract.dlq_age_alarm_seconds
     assert seconds == 5 * 86_400  # prod: (14 - 4) days / 2
     oldest, held = props(prod, oldest_alarm), props(prod, held_alarm)
-    assert (oldest["AlarmName"], held["AlarmName"]) == ("SqsWorker-prod-DlqAgeOldest", "SqsWorker-prod-DlqHeldLong")
+    assert (oldest["AlarmName"], held["AlarmName"]) == ("SqsWorker-prod-DlqAge", "SqsWorker-prod-DlqHeldLong")
     dlq = dlq_dimensions(prod)
     assert (oldest["Namespace"], oldest["MetricName"], oldest["Dimensions"]) == (
         "AWS/SQS",
@@ -131,8 +131,8 @@ def test_dlq_age_is_any_of_its_two_inputs_which_notify_nobody(prod: Synthesized)
     for inputs in (oldest, held):
         assert inputs["TreatMissingData"] == "notBreaching"
         assert "AlarmActions" not in inputs and "OKActions" not in inputs
-        assert inputs["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-age")
-    assert "DlqAgeOldest" not in alarms.severity and "DlqHeldLong" not in alarms.severity
+        assert inputs["AlarmDescription"].endswith("Runbook: docs/runbook.md#dlq-expiring")
+    assert "DlqAge" not in alarms.severity and "DlqHeldLong" not in alarms.severity
 
 
 @pytest.mark.parametrize(
@@ -244,7 +244,7 @@ def test_severity_routing_per_environment(reference: dict[str, Synthesized], nam
     assert alarms.severity == {
         "DlqDepth": "page",
         "DlqNewArrivals": "page",
-        "DlqAge": "page",
+        "DlqExpiring": "page",
         "BacklogAge": "ticket",
         "ConsumerStalled": "page",
         "DownstreamUnavailable": "page",

@@ -50,16 +50,23 @@ def test_every_paging_alarm_has_its_own_runbook_section(prod: Synthesized) -> No
     linked = {LINK.search(descriptions(prod)[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.paging_alarms}
     assert (
         linked
-        == {"dlq-depth", "dlq-new-arrivals", "dlq-age", "backlog-age", "consumer-stalled", "downstream-unavailable"}
+        == {
+            "dlq-depth",
+            "dlq-new-arrivals",
+            "dlq-expiring",
+            "backlog-age",
+            "consumer-stalled",
+            "downstream-unavailable",
+        }
         <= anchors()
     )
 
 
 def test_composite_inputs_link_their_composites_section(prod: Synthesized) -> None:
-    """An input alarm (no actions) links the section of the composite it feeds: DlqAge's #dlq-age, which exists."""
+    """An input alarm (no actions) links the section of the composite it feeds: DlqExpiring's #dlq-expiring, which exists."""
     text = descriptions(prod)
-    linked = {LINK.search(text[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.dlq_age_inputs}
-    assert linked == {"dlq-age"} <= anchors()
+    linked = {LINK.search(text[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.dlq_expiring_inputs}
+    assert linked == {"dlq-expiring"} <= anchors()
     stalled = {LINK.search(text[prod.logical_id(a)]).group(2) for a in prod.stack.alarms.stalled_inputs}
     assert stalled == {"consumer-stalled"} <= anchors()
 
@@ -69,7 +76,9 @@ def test_alarm_descriptions_name_the_first_commands(prod: Synthesized) -> None:
     text = descriptions(prod)
     for alarm in (prod.stack.alarms.dlq_depth, prod.stack.alarms.dlq_new_arrivals):
         assert "python -m consumer dlq peek --stack SqsWorker-prod" in text[prod.logical_id(alarm)]
-    assert "python -m consumer dlq export --stack SqsWorker-prod" in text[prod.logical_id(prod.stack.alarms.dlq_age)]
+    assert (
+        "python -m consumer dlq export --stack SqsWorker-prod" in text[prod.logical_id(prod.stack.alarms.dlq_expiring)]
+    )
 
 
 def test_alarm_descriptions_fit_cloudwatchs_limit(reference: dict[str, Synthesized]) -> None:

@@ -165,8 +165,8 @@ def test_dlq_age_alarm_fires_before_expiry(reference: dict[str, Synthesized]) ->
     end of its source retention can expire; only the composite notifies."""
     for env in reference.values():
         oldest = alarm_on(env, "ApproximateAgeOfOldestMessage", env.stack.queues.dead_letter_queue)
-        held = env.json["Resources"][env.logical_id(env.stack.alarms.dlq_age_inputs[1])]["Properties"]
-        composite = env.json["Resources"][env.logical_id(env.stack.alarms.dlq_age)]["Properties"]
+        held = env.json["Resources"][env.logical_id(env.stack.alarms.dlq_expiring_inputs[1])]["Properties"]
+        composite = env.json["Resources"][env.logical_id(env.stack.alarms.dlq_expiring)]["Properties"]
         gap = (env.stack.settings.dlq_retention_days - env.stack.settings.source_retention_days) * 86_400
         assert oldest["Threshold"] == env.stack.contract.dlq_age_alarm_seconds == gap // 2
         assert oldest["ComparisonOperator"] == "GreaterThanThreshold"

@@ -107,8 +107,9 @@ PROD_RESOURCES_BEFORE_WORKERS = {
 PROD_RESOURCES_ADDED = {
     # issue 16: an outage held behind the consumer's circuit reaches no DLQ alarm any more.
     "AlarmsDownstreamUnavailable39FBC6CC": "AWS::CloudWatch::Alarm",
-    # DlqAge's two inputs (no actions): the DLQ's oldest message, and the DLQ holding messages hour after hour.
-    "AlarmsDlqAgeOldest84A78A17": "AWS::CloudWatch::Alarm",
+    # issue 25: DlqExpiring pages on the DLQ's oldest message (DlqAge above, kept as its input without actions: an
+    # Alarm cannot become a CompositeAlarm under one logical id) or the DLQ holding messages hour after hour.
+    "AlarmsDlqExpiringCEA29B4F": "AWS::CloudWatch::CompositeAlarm",
     "AlarmsDlqHeldLong6CCBEF54": "AWS::CloudWatch::Alarm",
 }
 

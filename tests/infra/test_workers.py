@@ -61,14 +61,14 @@ def test_two_workers_have_a_queue_pair_a_service_and_dlq_alarms_each(envs: dict[
     assert len(of_type(env, "AWS::DynamoDB::Table")) == 2
     alarms = {a["Properties"]["AlarmName"] for a in of_type(env, "AWS::CloudWatch::Alarm").values()}
     assert {"SqsWorker-two-DlqDepth", "SqsWorker-two-exports-DlqDepth"} <= alarms
-    inputs = {f"SqsWorker-two-{w}{i}" for w in ("", "exports-") for i in ("DlqAgeOldest", "DlqHeldLong")}
+    inputs = {f"SqsWorker-two-{w}{i}" for w in ("", "exports-") for i in ("DlqAge", "DlqHeldLong")}
     assert inputs <= alarms
     composites = {a["Properties"]["AlarmName"] for a in of_type(env, "AWS::CloudWatch::CompositeAlarm").values()}
     assert composites == {
         "SqsWorker-two-ConsumerStalled",
         "SqsWorker-two-exports-ConsumerStalled",
-        "SqsWorker-two-DlqAge",
-        "SqsWorker-two-exports-DlqAge",
+        "SqsWorker-two-DlqExpiring",
+        "SqsWorker-two-exports-DlqExpiring",
     }
 
 
@@ -171,6 +171,9 @@ def test_most_workers_synthesize_within_cloudformation_and_cloudwatch_limits(env
     rules = [a["Properties"]["AlarmRule"] for a in of_type(env, "AWS::CloudWatch::CompositeAlarm").values()]
     assert len(env.stack.workers) == MAX_WORKERS
     assert len(env.json["Resources"]) <= CFN_MAX_RESOURCES
+    # A worker's worth of resources to spare, for producers, subscriptions and grants (infra/settings.py).
+    per_worker = (len(env.json["Resources"]) - len(envs["one"].json["Resources"])) // (MAX_WORKERS - 1)
+    assert len(env.json["Resources"]) + per_worker <= CFN_MAX_RESOURCES, (len(env.json["Resources"]), per_worker)
     assert len(env.json["Outputs"]) <= CFN_MAX_OUTPUTS
     assert template_bytes <= CFN_MAX_TEMPLATE_BYTES
     assert len(widgets) <= CW_MAX_WIDGETS
@@ -178,5 +181,5 @@ def test_most_workers_synthesize_within_cloudformation_and_cloudwatch_limits(env
     assert [s["title"] for s in status] == ["Alarms: any worker paging (1 of 2)", "Alarms: any worker paging (2 of 2)"]
     assert max(len(s["alarms"]) for s in status) <= CW_MAX_STATUS_ALARMS
     assert sum(len(s["alarms"]) for s in status) == 6 * MAX_WORKERS
-    assert len(rules) == 2 * MAX_WORKERS  # each worker's ConsumerStalled and DlqAge
+    assert len(rules) == 2 * MAX_WORKERS  # each worker's ConsumerStalled and DlqExpiring
     assert max(len(json.dumps(rule)) for rule in rules) <= CW_MAX_ALARM_RULE_CHARS

@@ -96,7 +96,7 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     metric_alarms = {k for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
     alarms = {a["AlarmName"]: a for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]}
     assert set(alarms) == {f"{local.stack_name}-{logical_id}" for logical_id in metric_alarms}
-    assert len(alarms) == 9  # with DownstreamUnavailable, the circuit's alarm, and DlqAge's two inputs
+    assert len(alarms) == 9  # with DownstreamUnavailable, the circuit's alarm, and DlqExpiring's two inputs
     contract = WorkerContract.from_env(local.task_environment)
     dlq = [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
 
@@ -117,7 +117,7 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
         }
         return expressions, stats
 
-    oldest, held = alarm("DlqAgeOldest"), alarm("DlqHeldLong")
+    oldest, held = alarm("DlqAge"), alarm("DlqHeldLong")
     assert (oldest["MetricName"], oldest["Threshold"]) == (
         "ApproximateAgeOfOldestMessage",
         contract.dlq_age_alarm_seconds,
@@ -131,7 +131,7 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
             "hidden": ("ApproximateNumberOfMessagesNotVisible", dlq, 3_600),
         },
     )
-    for inputs in (oldest, held):  # DlqAge's inputs notify nobody; the composite (skipped locally) does
+    for inputs in (oldest, held):  # DlqExpiring's inputs notify nobody; the composite (skipped locally) does
         assert (inputs["AlarmActions"], inputs["OKActions"]) == ([], [])
     depth = alarm("DlqDepth")
     # dev sends its pages to the ticket topic (pages_to_tickets in cdk.json).
@@ -152,7 +152,7 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     }
     skipped = [k for k, v in resources.items() if v["Type"] in LOCAL_SKIPPED_TYPES]
     assert [s.split(" ")[0] for s in local.skipped] == skipped
-    assert len(skipped) == 3  # the two composite alarms (ConsumerStalled, DlqAge) and the dashboard
+    assert len(skipped) == 3  # the two composite alarms (ConsumerStalled, DlqExpiring) and the dashboard
 
 
 def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:

@@ -614,9 +614,9 @@ def test_settings_handler_form_is_one_default_worker() -> None:
         (workers(**{"a" * 21: {"handler": HANDLER}}), "workers." + "a" * 21, "at most 20 characters"),
         ({"workers": {}}, "workers", "must be an object of workers"),
         (
-            {"workers": {f"w{i}": {"handler": HANDLER} for i in range(19)}},
+            {"workers": {f"w{i}": {"handler": HANDLER} for i in range(18)}},
             "workers",
-            "must list at most 18 workers",
+            "must list at most 17 workers",
         ),
     ],
 )
