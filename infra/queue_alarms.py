@@ -221,6 +221,8 @@ class QueueAlarms(Construct):
             1,
             at_least,
         )
+        gap = contract.dlq_retention_seconds - contract.source_retention_seconds
+        expiry_days = round((gap - contract.dlq_age_alarm_seconds) / 86_400, 1)
         self.dlq_expiring_inputs = oldest, held = dlq_expiring_inputs(alarm, metrics, contract, runbook_url)
         self.dlq_expiring = cloudwatch.CompositeAlarm(
             self,
@@ -235,7 +237,8 @@ class QueueAlarms(Construct):
                 "dlq-expiring",
                 f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s (or the DLQ has held messages"
                 " that long), half the time between the source's and the DLQ's retention: it will expire (be lost)"
-                " if nobody acts, at the earliest a day from now.",
+                f" if nobody acts, at the earliest {expiry_days:g} days from now (a message SQS's redrive moved; one"
+                " the consumer moved has longer).",
                 "a DLQ page acknowledged but never worked off.",
                 f"`python -m consumer dlq export {queues} --out dlq-backup.jsonl`, then fix and `{redrive}`.",
             ),

@@ -56,14 +56,33 @@ def evaluate_command(
             help="Periods the evaluation range holds beyond EvaluationPeriods (default: the user guide's example)"
         ),
     ] = None,
+    allow_unread: Annotated[
+        bool, typer.Option(help="Accept SERIES metrics that no alarm of TEMPLATE reads (refused by default)")
+    ] = False,
 ) -> None:
-    """Print every alarm state change, one JSON object per line: {"t", "alarm", "from", "to", "actions"}."""
+    """Print every alarm state change, one JSON object per line: {"t", "alarm", "from", "to", "actions"}.
+
+    A metric the alarms read and SERIES leaves out is missing data throughout (an alarm that treats missing data as
+    breaching fires on it); `metrics TEMPLATE` prints every one to fill in."""
     try:
-        document = json.loads(series.read_text())
+        try:
+            document = json.loads(series.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"SERIES {series}: cannot be read as JSON ({error})") from None
         if not isinstance(document, dict):
             raise ValueError(f"SERIES {series}: must be a JSON object with 'metrics'")
         points, end = Series.from_json(document)
         alarms, composites = read_alarms(load_template(template), stack_name or stack_name_of(template))
+        read = {key for alarm in alarms for key in alarm.metric_keys()}
+        unread = [key for key in points.points if key not in read]
+        if unread and not allow_unread:
+            namespace, metric, dimensions = unread[0]
+            named = ", ".join(f"{k}={v}" for k, v in dimensions)
+            raise ValueError(
+                f"SERIES: metric {namespace} {metric} {{{named}}} is read by no alarm of the template (a misspelt"
+                " name or dimension would make every alarm see missing data); `metrics TEMPLATE` lists the ones"
+                " they read, --allow-unread accepts it"
+            )
         range_periods = evaluation_range if extra_periods is None else (lambda n: n + extra_periods)
         if extra_periods is not None and extra_periods < 0:
             raise ValueError(f"--extra-periods: must be >= 0, got {extra_periods}")

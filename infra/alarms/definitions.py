@@ -137,6 +137,9 @@ class Series:
     @classmethod
     def from_json(cls, document: Mapping[str, object]) -> tuple[Series, float | None]:
         """Parse a SERIES document; a malformed one is refused naming the field, the rule and the value."""
+        unknown = sorted(set(document) - {"metrics", "end"})
+        if unknown:
+            raise ValueError(f"SERIES: unknown key {unknown[0]!r} (a SERIES holds 'metrics' and optionally 'end')")
         metrics = document.get("metrics")
         if not isinstance(metrics, list):
             raise ValueError(f"SERIES: 'metrics' must be a list of metrics, got {type(metrics).__name__}")
@@ -145,6 +148,11 @@ class Series:
             where = f"SERIES metrics[{index}]"
             if not isinstance(entry, dict):
                 raise ValueError(f"{where}: must be an object, got {entry!r}")
+            unknown = sorted(set(entry) - {"namespace", "metric", "dimensions", "points"})
+            if unknown:
+                raise ValueError(
+                    f"{where}: unknown key {unknown[0]!r} (a metric holds namespace, metric, dimensions, points)"
+                )
             for name in ("namespace", "metric"):
                 if not isinstance(entry.get(name), str) or not entry[name]:
                     raise ValueError(f"{where}.{name}: must be a non-empty string, got {entry.get(name)!r}")

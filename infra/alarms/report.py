@@ -186,6 +186,10 @@ def time_to_page_markdown(outcomes: Mapping[str, Sequence[Outcome]]) -> str:
     by_env = {environment: first_pages(found) for environment, found in outcomes.items()}
     alarms = sorted({alarm for pages in by_env.values() for alarm in pages})
     lines = [
+        "The first notification of each alarm after the onset, least to most over the scenarios where something is"
+        " wrong (a notification before the onset, a negative time in the per-scenario tables, is an alarm already in"
+        " ALARM when the scenario starts, as in recorded-operator, which begins on a paged DLQ: not counted here).",
+        "",
         "| alarm | " + " | ".join(by_env) + " | scenarios |",
         "|---|" + "---|" * len(by_env) + "---|",
     ]

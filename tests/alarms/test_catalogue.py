@@ -46,7 +46,11 @@ def test_time_to_page_per_alarm_is_the_committed_table(outcomes: dict[str, list[
     every environment."""
     table = time_to_page_markdown(outcomes)
     assert table in DOCS.read_text()
-    rows = {line.split(" | ")[0].removeprefix("| "): line for line in table.splitlines()[2:]}
+    rows = {
+        line.split(" | ")[0].removeprefix("| "): line
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| alarm")
+    }
     assert set(rows) == NOTIFYING
     assert [alarm for alarm, row in rows.items() if "never" in row] == []
 
@@ -144,3 +148,48 @@ def test_evaluate_names_a_bad_series_field(tmp_path: Path) -> None:
     result = _evaluate(tmp_path, TEMPLATE, {"metrics": [{"namespace": "AWS/SQS", "metric": "M", "points": [[-1, 0]]}]})
     assert result.returncode == 2
     assert "SERIES metrics[0].points[0]: t must be >= 0" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("series", "message"),
+    [
+        ({"metrics": [], "ends": 60}, "SERIES: unknown key 'ends'"),
+        (
+            {"metrics": [{"namespace": "AWS/SQS", "metric": "M", "dimension": {}, "points": []}]},
+            "SERIES metrics[0]: unknown key 'dimension'",
+        ),
+    ],
+)
+def test_evaluate_refuses_an_unknown_series_key(tmp_path: Path, series: dict[str, object], message: str) -> None:
+    """A misspelt key would otherwise be dropped and the metric read as another (no dimensions) or the end ignored."""
+    result = _evaluate(tmp_path, TEMPLATE, series)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_evaluate_refuses_a_metric_no_alarm_reads_unless_allowed(tmp_path: Path) -> None:
+    """A DLQ misspelt in SERIES would leave every alarm on missing data and print "nothing pages": refused, naming
+    the metric; --allow-unread evaluates it as given."""
+    typo = {"namespace": "AWS/SQS", "metric": "ApproximateNumberOfMessagesVisible", "points": [[120, 1]]}
+    series = {"metrics": [{**typo, "dimensions": {"QueueName": "orders-DLQ"}}]}
+    result = _evaluate(tmp_path, TEMPLATE, series)
+    assert result.returncode == 2
+    assert "ApproximateNumberOfMessagesVisible {QueueName=orders-DLQ} is read by no alarm" in result.stderr
+    command = [sys.executable, "-m", "infra.alarms", "evaluate", "--allow-unread"]
+    allowed = subprocess.run(
+        [*command, str(tmp_path / "t.template.json"), str(tmp_path / "s.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert [json.loads(line)["to"] for line in allowed.stdout.splitlines()] == ["OK", "OK"]
+
+
+def test_evaluate_names_the_series_file_it_cannot_read(tmp_path: Path) -> None:
+    (tmp_path / "t.template.json").write_text(json.dumps(TEMPLATE))
+    missing = tmp_path / "nope.json"
+    command = [sys.executable, "-m", "infra.alarms", "evaluate", str(tmp_path / "t.template.json"), str(missing)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: SERIES {missing}: cannot be read as JSON")
