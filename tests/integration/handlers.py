@@ -26,9 +26,19 @@ def record(message: Message) -> None:
             )
 
 
+def mark_started(message: Message) -> None:
+    """Appends the body to SIDE_EFFECTS_FILE + ".started": a test signals only once the handler really runs (under
+    load the receive can come well before the handler starts, and a message not yet started is handed back)."""
+    path = os.environ.get("SIDE_EFFECTS_FILE")
+    if path:
+        with open(path + ".started", "a") as out:
+            out.write(message.body + "\n")
+
+
 @worker(max_duration=5, concurrency=2, max_receive_count=3, retry_backoff_base=1, retry_backoff_max=1)
 def slow(message: Message) -> None:
-    """Sleeps for the seconds in the body (a number), then records its side effect."""
+    """Marks its start, sleeps for the seconds in the body (a number), then records its side effect."""
+    mark_started(message)
     time.sleep(float(message.body))
     record(message)
 
@@ -45,10 +55,7 @@ def poison_if_bad(message: Message) -> None:
 def ordered_slow(message: Message) -> None:
     """FIFO: marks its start (SIDE_EFFECTS_FILE + ".started"), sleeps 2 s, then records its side effect (3 slots: one
     receive can bring a group of 3)."""
-    path = os.environ.get("SIDE_EFFECTS_FILE")
-    if path:
-        with open(path + ".started", "a") as out:
-            out.write(message.body + "\n")
+    mark_started(message)
     time.sleep(2)
     record(message)
 

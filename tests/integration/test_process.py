@@ -104,6 +104,8 @@ def test_process_sigterm_finishes_in_flight_and_holds_nothing_back(
     wait_for_event(process, "consumer_started")
     wait_in_flight(server_sqs, pair.queue_url, 2)
     assert depth(server_sqs, pair.queue_url) == (1, 2)  # two running (concurrency 2), one waiting
+    started = tmp_path / "effects.started"
+    wait_until(lambda: started.exists() and len(started.read_text().split()) == 2, what="both handlers started")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=CONTRACT.stop_timeout_seconds + 5) == 0
     assert len(effects(tmp_path / "effects")) == 2
