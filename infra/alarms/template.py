@@ -11,7 +11,7 @@ https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resou
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -243,12 +243,20 @@ def _queries(resolver: Resolver, name: str, properties: Mapping[str, Any]) -> tu
     return tuple(queries), periods.pop()
 
 
-def metric_alarm(resolver: Resolver, logical_id: str, topics: Mapping[str, str]) -> MetricAlarm:
+def _alarm_properties(
+    resolver: Resolver, logical_id: str, implemented: Set[str], kind: str
+) -> tuple[Mapping[str, Any], str]:
+    """An alarm resource's properties and its physical name; a property not implemented is refused by name."""
     properties = resolver.resources[logical_id].get("Properties", {})
     name = resolver.physical_name(logical_id)
-    unknown = set(properties) - METRIC_ALARM_PROPERTIES
+    unknown = set(properties) - implemented
     if unknown:
-        raise Unsupported(f"alarm {name}: property {sorted(unknown)[0]} is not implemented")
+        raise Unsupported(f"{kind} {name}: property {sorted(unknown)[0]} is not implemented")
+    return properties, name
+
+
+def metric_alarm(resolver: Resolver, logical_id: str, topics: Mapping[str, str]) -> MetricAlarm:
+    properties, name = _alarm_properties(resolver, logical_id, METRIC_ALARM_PROPERTIES, "alarm")
     comparison = properties.get("ComparisonOperator")
     if comparison not in COMPARISONS:
         raise Unsupported(f"alarm {name}: ComparisonOperator {comparison} is not implemented")
@@ -277,11 +285,7 @@ def metric_alarm(resolver: Resolver, logical_id: str, topics: Mapping[str, str])
 
 
 def composite_alarm(resolver: Resolver, logical_id: str, topics: Mapping[str, str]) -> CompositeAlarm:
-    properties = resolver.resources[logical_id].get("Properties", {})
-    name = resolver.physical_name(logical_id)
-    unknown = set(properties) - COMPOSITE_PROPERTIES
-    if unknown:
-        raise Unsupported(f"composite alarm {name}: property {sorted(unknown)[0]} is not implemented")
+    properties, name = _alarm_properties(resolver, logical_id, COMPOSITE_PROPERTIES, "composite alarm")
     return CompositeAlarm(
         logical_id=logical_id,
         name=name,
