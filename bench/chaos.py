@@ -94,6 +94,7 @@ from consumer.local.harness import (
     sample_event,
     settle,
 )
+from consumer.local.stack import LOCAL_LOG_LEVEL
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"
@@ -352,7 +353,7 @@ class Chaos:
     ) -> dict[str, Any]:
         self._mark("FIFO corpus: faults paused, no kills")
         queue_url, dlq_url = create_fifo_pair(self.moto, f"chaos-{os.getpid()}")
-        env = {k: v for k, v in child.items() if not k.startswith("CONSUMER_") and k != "DLQ_URL"}
+        env = {k: v for k, v in child.items() if not k.startswith("CONSUMER_") and k != "DLQ_URL"} | LOCAL_LOG_LEVEL
         env.update(
             {
                 "QUEUE_URL": queue_url,

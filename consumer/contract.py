@@ -184,6 +184,9 @@ class WorkerContract(LivenessTimings):
     #: Standard queue only: producers give each tenant a MessageGroupId and SQS serves quiet tenants first
     #: (SQS fair queues); infra then alarms on the quiet groups' oldest message, not the whole queue's.
     fair_queue: bool = False
+    #: The handler is idempotent by itself (a second run of a message changes nothing more): no idempotency guard,
+    #: so no DynamoDB table, no claim and no completion per message (docs/handlers.md, "Idempotent handlers").
+    idempotent: bool = False
     #: How long a message may wait before a handler starts on it (scaling and alarms).
     acceptable_latency_seconds: int = 60
     #: Typical handler duration; defaults to half the max duration.
@@ -225,6 +228,7 @@ class WorkerContract(LivenessTimings):
         if self.content_based_deduplication and not self.fifo:
             raise ContractError("content_based_deduplication", "is only allowed on a FIFO pair (fifo=True)", True)
         _check_fair_queue(self.fair_queue, self.fifo)
+        _check_bool("idempotent", self.idempotent)
         check_int("acceptable_latency_seconds", self.acceptable_latency_seconds, 1, SQS_MAX_VISIBILITY_SECONDS)
         if self.average_duration_seconds is None:
             object.__setattr__(self, "average_duration_seconds", max(1, math.ceil(self.max_duration_seconds / 2)))
@@ -452,10 +456,10 @@ class WorkerContract(LivenessTimings):
         return contract
 
 
-_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication", "fair_queue"})
+_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication", "fair_queue", "idempotent"})
 #: Fields added after stacks were deployed: written only when declared, so a worker that does not declare one keeps
 #: its task definition byte for byte (no new revision, no rolling deploy); from_env reads an absent one as False.
-_WRITTEN_ONLY_WHEN_DECLARED = frozenset({"fair_queue"})
+_WRITTEN_ONLY_WHEN_DECLARED = frozenset({"fair_queue", "idempotent"})
 
 
 def _written(name: str, value: object) -> bool:

@@ -88,6 +88,7 @@ def worker(
     fifo: bool = False,
     content_based_deduplication: bool = False,
     fair_queue: bool = False,
+    idempotent: bool = False,
     acceptable_latency: timedelta | float = 60,
     average_duration: timedelta | float | None = None,
     retry_backoff_base: timedelta | float = 2,
@@ -103,6 +104,11 @@ def worker(
     """Declare a handler's contract next to its code; the function itself is returned unchanged.
 
     Durations take a ``timedelta`` or a number of seconds (rounded up).
+
+    ``idempotent=True`` says the handler is idempotent by itself: running it twice for one message has the effect
+    of running it once (an upsert keyed by the message, a downstream that deduplicates on the idempotency key).
+    The runtime then runs no idempotency guard (no claim before the handler, no completion after it) and the stack
+    creates no DynamoDB table for the worker. It is part of the contract: the stack and the handler must agree.
 
     ``setup`` is the handler's start-up check: ``python -m consumer run`` calls ``setup(environ)``
     once, with the process environment, before it reaches AWS or receives anything; raising
@@ -162,6 +168,7 @@ def worker(
             fifo=fifo,
             content_based_deduplication=content_based_deduplication,
             fair_queue=fair_queue,
+            idempotent=idempotent,
             acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
             average_duration_seconds=None
             if average_duration is None

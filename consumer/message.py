@@ -66,12 +66,13 @@ class DownstreamUnavailable(Exception):
         super().__init__(reason)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Attempt:
     """One attempt at a message, as a handler sees it: when the consumer gives up on it, and whether it is stopping.
 
     ``deadline`` is an instant on ``clock``, the consumer's monotonic clock (``time.monotonic``), not a wall
-    clock time: the attempt's start plus the contract's per-message timeout (``max_duration``). Past it the
+    clock time: the attempt's start plus the contract's per-message timeout (``max_duration``), set by the consumer
+    as the attempt starts (each receive of a message is a new :class:`Message` with its own attempt). Past it the
     heartbeat gives up on the handler (within a tick): no more lease extensions, and its result is not
     settled, so the message comes back after its lease. ``stop`` is set once the consumer began to stop
     (SIGTERM, or every slot stuck): read it, never set it. ``drain_end`` is the instant, on ``clock``, the
@@ -143,8 +144,11 @@ class Message:
         return self.attempt.stop.is_set()
 
     @classmethod
-    def from_sqs(cls, raw: Mapping[str, Any], *, own_role_id: str | None = None) -> Message:
-        """Build from one entry of a boto3 ``receive_message`` response's ``Messages``.
+    def from_sqs(
+        cls, raw: Mapping[str, Any], *, own_role_id: str | None = None, attempt: Attempt | None = None
+    ) -> Message:
+        """Build from one entry of a boto3 ``receive_message`` response's ``Messages``; ``attempt`` is the attempt
+        the consumer will make at it (its deadline set when it starts), a fresh :class:`Attempt` when None.
 
         ``x-prior-receives`` counts only on a copy a session of ``own_role_id``
         (the task role's RoleId) sent: any sender can set a message attribute,
@@ -155,7 +159,11 @@ class Message:
         attributes = dict(raw.get("Attributes", {}))
         message_attributes = dict(raw.get("MessageAttributes", {}))
         prior = _prior_receives(message_attributes) if sent_by_role(attributes, own_role_id) else 0
-        return cls(
+        message = object.__new__(cls)
+        # Every field at once, as __init__ would set them: a frozen dataclass's __init__ sets each one through
+        # object.__setattr__, several times slower, and this runs for every message the consumer receives.
+        # tests/unit/test_runtime_parts.py checks it sets exactly the dataclass's fields.
+        message.__dict__.update(
             body=raw.get("Body", ""),
             message_id=raw["MessageId"],
             receipt_handle=raw["ReceiptHandle"],
@@ -163,7 +171,9 @@ class Message:
             attributes=attributes,
             message_attributes=message_attributes,
             prior_receives=prior,
+            attempt=Attempt() if attempt is None else attempt,
         )
+        return message
 
 
 def _prior_receives(message_attributes: Mapping[str, Any]) -> int:

@@ -56,8 +56,16 @@ SOURCE_QUEUE_ACTIONS = (
     "sqs:SendMessage",
 )
 DEAD_LETTER_QUEUE_ACTIONS = ("sqs:SendMessage",)
-#: The idempotency guard's conditional writes (consumer/runtime/idempotency.py DynamoDBStore).
-IDEMPOTENCY_TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+#: The idempotency guard's writes (consumer/runtime/idempotency.py DynamoDBStore): a claim's conditional PutItem (and
+#: its GetItem fallback), a renewal's UpdateItem, a release's DeleteItem, and the completions, a BatchWriteItem per
+#: batch of deletes.
+IDEMPOTENCY_TABLE_ACTIONS = (
+    "dynamodb:BatchWriteItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+)
 #: Attribute names the consumer's DynamoDBStore uses.
 IDEMPOTENCY_PARTITION_KEY = "pk"
 IDEMPOTENCY_TTL_ATTRIBUTE = "expires_at"
@@ -86,7 +94,8 @@ class ConsumerService(Construct):
       :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ, :data:`IDEMPOTENCY_TABLE_ACTIONS`
       on the idempotency table and task scale-in protection on this cluster's tasks; it and the execution
       role trust ECS tasks of this account only (:mod:`infra.trust`);
-    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery);
+    * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery), unless the handler is
+      declared idempotent by itself (``contract.idempotent``: no guard, no table, no DynamoDB action);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
     * no deletion protection on the idempotency table (``data_removal_policy`` keeps it, see below); every Linux
       capability dropped; ``secrets`` as ECS secrets, read at task start by the execution role,
@@ -124,23 +133,27 @@ class ConsumerService(Construct):
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.cluster = cluster
-        self.idempotency_table = dynamodb.Table(
-            self,
-            "IdempotencyTable",
-            partition_key=dynamodb.Attribute(name=IDEMPOTENCY_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            removal_policy=data_removal_policy,
-            # Off, explicitly, wherever the data is retained: "When enabled, the table cannot be deleted by any user
-            # or process" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-dynamodb-table.html#cfn-dynamodb-table-deletionprotectionenabled),
-            # CloudFormation's rollback included, so a failed first deploy would end in ROLLBACK_FAILED with the table
-            # stuck in it. RETAIN_DATA already keeps the table through stack deletes, replacements and removal from
-            # the template, and the task role may not DeleteTable (tests/infra/test_permissions.py).
-            deletion_protection=False,
-        )
+        #: The idempotency guard's table; None for a handler declared idempotent by itself (@worker(idempotent=True)),
+        #: which runs no guard. Its construct id is a contract (tests/infra/test_upgrades.py).
+        self.idempotency_table: dynamodb.Table | None = None
+        if not contract.idempotent:
+            self.idempotency_table = dynamodb.Table(
+                self,
+                "IdempotencyTable",
+                partition_key=dynamodb.Attribute(name=IDEMPOTENCY_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+                time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
+                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                    point_in_time_recovery_enabled=True
+                ),
+                removal_policy=data_removal_policy,
+                # Off, explicitly, wherever the data is retained: "When enabled, the table cannot be deleted by any
+                # user or process" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-dynamodb-table.html#cfn-dynamodb-table-deletionprotectionenabled),
+                # CloudFormation's rollback included, so a failed first deploy would end in ROLLBACK_FAILED with the
+                # table stuck in it. RETAIN_DATA already keeps the table through stack deletes, replacements and removal
+                # from the template, and the task role may not DeleteTable (tests/infra/test_permissions.py).
+                deletion_protection=False,
+            )
         self.task_role = iam.Role(
             self,
             "TaskRole",
@@ -148,11 +161,13 @@ class ConsumerService(Construct):
             assumed_by=ecs_task_principal(self),
             description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
         )
+        # In this order (the task definition keeps it), so a worker's task definition stays the same across upgrades.
+        table = {} if self.idempotency_table is None else {IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name}
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
             DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
             HANDLER_ENV: handler,
-            IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name,
+            **table,
             TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
@@ -180,9 +195,12 @@ class ConsumerService(Construct):
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn])
         )
-        self.task_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=list(IDEMPOTENCY_TABLE_ACTIONS), resources=[self.idempotency_table.table_arn])
-        )
+        if self.idempotency_table is not None:
+            self.task_role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=list(IDEMPOTENCY_TABLE_ACTIONS), resources=[self.idempotency_table.table_arn]
+                )
+            )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=list(TASK_PROTECTION_ACTIONS),

@@ -52,12 +52,18 @@ FLUSH_WAIT_SECONDS = 10.0
 
 @dataclass(eq=False)
 class Ticket:
-    """The acknowledger's view of one received message."""
+    """The acknowledger's view of one received message.
+
+    ``settles``: what must be recorded before this message's delete is sent (set by whoever asks for the delete,
+    handed to the acknowledger's ``before_delete`` with the rest of the batch, then cleared): the idempotency
+    completion of a processed message, recorded in one call per batch rather than one per message.
+    """
 
     message_id: str
     receipt_handle: str
     is_running: Callable[[], bool] = lambda: False
     attempts: int = 0
+    settles: object = None
 
 
 @dataclass
@@ -76,6 +82,9 @@ class _Flush:
 class Acknowledger:
     """Batches ``DeleteMessageBatch`` and ``ChangeMessageVisibilityBatch`` for one queue.
 
+    ``before_delete`` is called with each batch of deletes holding a ticket that ``settles`` something, on the
+    thread about to send it, before it is sent.
+
     Example::
 
         ack = Acknowledger(client, queue_url)
@@ -91,11 +100,15 @@ class Acknowledger:
         queue_url: str,
         *,
         on_deleted: Callable[[Ticket], None] | None = None,
+        before_delete: Callable[[list[Ticket]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._queue_url = queue_url
         self._on_deleted = on_deleted
+        # Called with each batch of deletes just before it is sent (on the sending thread): what the batch's tickets
+        # settle is recorded first, so a delete never lands before it (Settlement.record_settled).
+        self._before_delete = before_delete
         self._clock = clock
         self._ops: queue.SimpleQueue[object] = queue.SimpleQueue()
         # Deletes wait here until a batch is full, and the thread that fills it sends it; the thread's own tick
@@ -255,6 +268,8 @@ class Acknowledger:
         retry: list[Ticket] = []
         for start in range(0, len(tickets), SQS_MAX_BATCH):
             batch = tickets[start : start + SQS_MAX_BATCH]
+            if self._before_delete is not None and any(t.settles is not None for t in batch):
+                self._before_delete(batch)
             entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
                 {"Id": str(i), "ReceiptHandle": t.receipt_handle} for i, t in enumerate(batch)
             ]

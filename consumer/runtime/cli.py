@@ -61,7 +61,7 @@ def run() -> None:
         region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
         session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
         # Bounded timeouts and attempts, the ones the liveness allowances are derived from (clients.py).
-        client = sqs_client(session)
+        client = sqs_client(session, config.contract)
         binding = check_queue(
             client,
             queue_url=config.queue_url,
@@ -75,7 +75,9 @@ def run() -> None:
             dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
             dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
         table = config.idempotency_table
-        store = DynamoDBStore(table, client=dynamodb_client(session)) if table else InMemoryStore()
+        store = None  # @worker(idempotent=True): no guard, and the stack made no table
+        if not config.contract.idempotent:
+            store = DynamoDBStore(table, client=dynamodb_client(session, config.contract)) if table else InMemoryStore()
         running.append(
             Consumer(
                 client,

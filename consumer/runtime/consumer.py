@@ -148,7 +148,8 @@ class Consumer:
         self.dlq_url = dlq_url
         self.contract = contract
         self.handler = handler
-        self.idempotency = idempotency or InMemoryStore()
+        # No guard for a handler idempotent by itself (@worker(idempotent=True)): no key, no claim, no completion.
+        self.idempotency: IdempotencyStore | None = None if contract.idempotent else (idempotency or InMemoryStore())
         self.protection = protection or ScaleInProtection(None)
         self.metrics = metrics or Metrics(dimensions={"Queue": queue_url.rsplit("/", 1)[-1]})
         self.task_role_id = task_role_id
@@ -170,7 +171,13 @@ class Consumer:
         rate = max_rate if max_rate is not None else max_rate_of(handler)
         if rate is not None:
             check_rate_fits_the_lease(contract, rate)  # @worker checked its own; an explicit one is checked here
-        self._ack = Acknowledger(client, queue_url, on_deleted=lambda _t: self.metrics.count("deleted"))
+        self._ack = Acknowledger(
+            client,
+            queue_url,
+            on_deleted=lambda _t: self.metrics.count("deleted"),
+            # What a batch of deletes settles (the idempotency completions) is recorded just before it is sent.
+            before_delete=lambda tickets: self._settlement.record_settled(tickets),
+        )
         self._settlement = Settlement(
             client,
             queue_url=queue_url,
@@ -205,6 +212,7 @@ class Consumer:
             batch_fill_seconds=BATCH_FILL_SECONDS,
             liveness=self.liveness,
             circuit=self.circuit,
+            drain_end=lambda: self._drain_end,
         )
         self._lookahead = Lookahead(
             self._slots,
@@ -229,7 +237,6 @@ class Consumer:
             clock=clock,
             circuit=self.circuit,
             rate=None if rate is None else RateLimit(rate, clock),
-            drain_end=lambda: self._drain_end,
             lookahead=self._lookahead,
             extend_now=lambda item: self._heartbeat.extend_now(item),
         )

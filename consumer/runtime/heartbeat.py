@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.runtime.acknowledger import Acknowledger
-from consumer.runtime.idempotency import IdempotencyStore
+from consumer.runtime.idempotency import IdempotencyStore, warn_lost_lease
 from consumer.runtime.inflight import InFlight, InFlightTable, update_record
 from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness
 from consumer.runtime.observability import Metrics
@@ -53,7 +53,7 @@ class Heartbeat:
         contract: WorkerContract,
         table: InFlightTable,
         ack: Acknowledger,
-        idempotency: IdempotencyStore,
+        idempotency: IdempotencyStore | None,
         metrics: Metrics,
         protection: ScaleInProtection,
         stop: threading.Event,
@@ -143,7 +143,9 @@ class Heartbeat:
             target = self._extend(item, now)
             if target is None:
                 continue
-            update_record(self._idempotency, "renew", item, lease_seconds=target)
+            if update_record(self._idempotency, "renew", item, lease_seconds=target) is False and item.key is not None:
+                # Refused: the lease lapsed before this renewal and another attempt may have claimed the key.
+                warn_lost_lease(item.key, item.owner)
             # Each renewal is a call that returned: progress. The allowance (heartbeat_stall_seconds) covers one
             # call's worst case, not one per running message, which no fixed allowance could.
             self._liveness.beat(HEARTBEAT_LOOP)

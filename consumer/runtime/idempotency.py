@@ -7,6 +7,8 @@ store record:
 
 1. ``claim`` -> ``ACQUIRED``: run the handler, ``renew`` the lease while it
    runs (heartbeat), then ``complete`` on success or ``release`` on failure.
+   The runtime completes in batches (:meth:`IdempotencyStore.complete_many`),
+   each just before the batch of deletes it belongs to.
 2. ``claim`` -> ``COMPLETED``: the work was done before; delete the message.
 3. ``claim`` -> ``IN_PROGRESS``: a live holder has it; leave the message for a
    later retry.
@@ -18,6 +20,13 @@ at most ``lease_seconds`` rather than for the whole record lifetime.
 ``owner`` must be unique per attempt (for instance ``f"{worker_id}:{uuid4()}"``):
 a second claim with the same owner while the lease is live is IN_PROGRESS too,
 exactly as for any other owner.
+
+A completion is unconditional: once a handler has returned, "this key's work is
+done" is true whoever holds the lease now, so it never waits on a condition and
+batches (DynamoDB's ``BatchWriteItem`` takes no conditions). A holder that lost
+its lease finds out when its heartbeat's ``renew`` returns False (the runtime
+logs it, :func:`warn_lost_lease`); a later holder's ``release`` then leaves
+the completed record alone.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -40,7 +49,7 @@ from consumer.runtime.aws_errors import error_code
 
 if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef, WriteRequestTypeDef
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +60,12 @@ IN_PROGRESS_GRACE_SECONDS = 24 * 60 * 60
 IDEMPOTENCY_KEY_ATTRIBUTE = "idempotency-key"
 #: Longer attribute values are hashed: DynamoDB partition keys stop at 2,048 bytes (with room for a prefix).
 MAX_PLAIN_KEY_BYTES = 1024
+
+#: BatchWriteItem's limit of put and delete requests per call.
+BATCH_WRITE_MAX_ITEMS = 25
+#: Tries of a batch's unprocessed items (the first and two more), backing off from BATCH_WRITE_BACKOFF_SECONDS.
+BATCH_WRITE_TRIES = 3
+BATCH_WRITE_BACKOFF_SECONDS = 0.05
 
 _IN_PROGRESS = "IN_PROGRESS"
 _COMPLETED = "COMPLETED"
@@ -93,7 +108,11 @@ class IdempotencyStore(Protocol):
         ...
 
     def complete(self, key: str, *, owner: str, keep_seconds: int) -> None:
-        """Mark done; later claims see COMPLETED until now + ``keep_seconds``."""
+        """Mark done; later claims see COMPLETED until now + ``keep_seconds`` (whoever holds the lease now)."""
+        ...
+
+    def complete_many(self, done: Sequence[tuple[str, str]], *, keep_seconds: int) -> None:
+        """:meth:`complete` each ``(key, owner)`` of ``done``, in as few calls as the store allows."""
         ...
 
     def release(self, key: str, *, owner: str) -> None:
@@ -230,15 +249,16 @@ class InMemoryStore:
 
     def complete(self, key: str, *, owner: str, keep_seconds: int) -> None:
         """See :meth:`IdempotencyStore.complete`."""
-        _check_arguments(key, owner, keep_seconds=keep_seconds)
+        self.complete_many([(key, owner)], keep_seconds=keep_seconds)
+
+    def complete_many(self, done: Sequence[tuple[str, str]], *, keep_seconds: int) -> None:
+        """See :meth:`IdempotencyStore.complete_many`."""
+        for key, owner in done:
+            _check_arguments(key, owner, keep_seconds=keep_seconds)
         with self._lock:
             now = self._clock()
-            record = self._get(key, now)
-            if record is None or record.owner != owner:
-                _warn_lost_lease(key, owner)
-                return
-            record.status = _COMPLETED
-            record.expires_at = math.ceil(now + keep_seconds)
+            for key, owner in done:
+                self._records[key] = _Record(_COMPLETED, owner, now, math.ceil(now + keep_seconds))
 
     def release(self, key: str, *, owner: str) -> None:
         """See :meth:`IdempotencyStore.release`."""
@@ -249,12 +269,12 @@ class InMemoryStore:
                 del self._records[key]
 
 
-def _warn_lost_lease(key: str, owner: str) -> None:
-    # The handler already ran, so raising would only make the caller retry work
-    # that is done; but the lease lapsed and another owner may be running it too,
-    # which means lease_seconds is too short for the handler or the heartbeat stalled.
+def warn_lost_lease(key: str, owner: str) -> None:
+    """Log that ``owner`` found its lease on ``key`` gone while its handler ran (a renewal refused)."""
+    # The handler may still succeed and complete the key; but another owner may be running it too, which means
+    # lease_seconds is too short for the handler or the heartbeat stalled.
     logger.warning(
-        "idempotency: %s finished %s but no longer held its lease; the work may have run twice "
+        "idempotency: %s no longer held its lease on %s ; the work may run twice "
         "(lease_seconds too short, or the heartbeat stalled)",
         owner,
         key,
@@ -273,7 +293,7 @@ class DynamoDBStore:
     ``lease_expires_at`` and ``expires_at`` (epoch seconds). TTL deletes items
     up to days late, so every condition also treats ``expires_at < now`` as gone.
 
-    Needs ``dynamodb:PutItem``, ``UpdateItem``, ``DeleteItem`` and ``GetItem`` on the table.
+    Needs ``dynamodb:PutItem``, ``UpdateItem``, ``DeleteItem``, ``GetItem`` and ``BatchWriteItem`` on the table.
 
     Example::
 
@@ -361,26 +381,47 @@ class DynamoDBStore:
 
     def complete(self, key: str, *, owner: str, keep_seconds: int) -> None:
         """See :meth:`IdempotencyStore.complete`."""
-        _check_arguments(key, owner, keep_seconds=keep_seconds)
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key={"pk": {"S": key}},
-                UpdateExpression="SET #s = :completed, expires_at = :expires",
-                ConditionExpression="#o = :owner",
-                ExpressionAttributeNames={"#o": "owner", "#s": "status"},
-                ExpressionAttributeValues={
-                    ":owner": {"S": owner},
-                    ":completed": {"S": _COMPLETED},
-                    ":expires": _number(math.ceil(self._clock() + keep_seconds)),
-                },
-            )
-        except ClientError as error:
-            if error_code(error) != _CONDITION_FAILED:
+        self.complete_many([(key, owner)], keep_seconds=keep_seconds)
+
+    def complete_many(self, done: Sequence[tuple[str, str]], *, keep_seconds: int) -> None:
+        """See :meth:`IdempotencyStore.complete_many`: ``BatchWriteItem``, 25 puts a call; what DynamoDB leaves
+        unprocessed (throttling) is sent again, up to :data:`BATCH_WRITE_TRIES` tries in all, then raised."""
+        for key, owner in done:
+            _check_arguments(key, owner, keep_seconds=keep_seconds)
+        expires = _number(math.ceil(self._clock() + keep_seconds))
+        puts: list[WriteRequestTypeDef] = [
+            {
+                "PutRequest": {
+                    "Item": {
+                        "pk": {"S": key},
+                        "status": {"S": _COMPLETED},
+                        "owner": {"S": owner},
+                        "expires_at": expires,
+                    }
+                }
+            }
+            for key, owner in dict(done).items()  # one put per key: BatchWriteItem refuses a key twice in a call
+        ]
+        for start in range(0, len(puts), BATCH_WRITE_MAX_ITEMS):
+            self._batch_write(puts[start : start + BATCH_WRITE_MAX_ITEMS])
+
+    def _batch_write(self, puts: list[WriteRequestTypeDef]) -> None:
+        for attempt in range(BATCH_WRITE_TRIES):
+            try:
+                response = self._client.batch_write_item(RequestItems={self.table_name: puts})
+            except (ClientError, BotoCoreError) as error:
                 raise self._wrap("complete", error) from error
-            _warn_lost_lease(key, owner)
-        except BotoCoreError as error:
-            raise self._wrap("complete", error) from error
+            # The unprocessed requests, as DynamoDB returned them (the output shape of the same request).
+            puts = list(response.get("UnprocessedItems", {}).get(self.table_name, []))  # type: ignore[arg-type]
+            if not puts:
+                return
+            # Unprocessed items are DynamoDB's way to throttle a batch: back off before sending them again
+            # (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html).
+            time.sleep(BATCH_WRITE_BACKOFF_SECONDS * 2**attempt)
+        raise IdempotencyStoreError(
+            f"idempotency complete on DynamoDB table {self.table_name!r} failed: {len(puts)} items left unprocessed"
+            f" after {BATCH_WRITE_TRIES} tries"
+        )
 
     def release(self, key: str, *, owner: str) -> None:
         """See :meth:`IdempotencyStore.release`."""

@@ -33,36 +33,56 @@ class State(enum.Enum):
     RELEASED = "released"  # handed back unstarted, or at the drain timeout
 
 
-@dataclass(frozen=True)
 class LogContext:
-    """The fields every log line about one message carries, trace ids included; bound once at the receive."""
+    """The fields every log line about one message carries, trace ids included; bound once at the receive.
 
-    message_id: str
-    receive_count: int
-    queue_url: str
-    trace: Mapping[str, str]
-    #: The MessageGroupId: a tenant on a standard (fair) queue, the order key on FIFO; None when the producer set none.
-    #: Logs only, never a metric dimension: one dimension value per tenant is a metric (and a cost) per tenant.
-    message_group_id: str | None = None
+    Built for every message, read only for the few that are logged about (a failure, a move, a hand-back; the
+    per-message ``message_processed`` line is DEBUG): so the trace ids and the group are worked out from the message
+    on the first :meth:`fields` call, not at the receive.
+    """
+
+    __slots__ = ("_bound", "message", "queue_url")
+
+    def __init__(self, message: Message, queue_url: str) -> None:
+        self.message = message
+        self.queue_url = queue_url
+        self._bound: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, message: Message, queue_url: str) -> LogContext:
-        trace = trace_context(message.message_attributes, message.attributes)
-        group = message.attributes.get("MessageGroupId")  # receive asks for every system attribute ("All")
-        return cls(
-            message.message_id, message.receive_count, queue_url, trace, group if isinstance(group, str) else None
-        )
+        return cls(message, queue_url)
+
+    @property
+    def message_id(self) -> str:
+        return self.message.message_id
+
+    @property
+    def trace(self) -> Mapping[str, str]:
+        return trace_context(self.message.message_attributes, self.message.attributes)
+
+    @property
+    def message_group_id(self) -> str | None:
+        """The MessageGroupId: a tenant on a standard (fair) queue, the order key on FIFO; None when the producer
+        set none. Logs only, never a metric dimension: one dimension value per tenant is a metric (and a cost) per
+        tenant."""
+        group = self.message.attributes.get("MessageGroupId")  # receive asks for every system attribute ("All")
+        return group if isinstance(group, str) else None
 
     def fields(self, **more: Any) -> dict[str, Any]:
         """The bound fields, then ``more``, as a log call's ``extra``."""
-        bound: dict[str, Any] = {
-            "message_id": self.message_id,
-            "receive_count": self.receive_count,
-            "queue_url": self.queue_url,
-        }
-        if self.message_group_id is not None:
-            bound["message_group_id"] = self.message_group_id
-        return bound | dict(self.trace) | more
+        bound = self._bound
+        if bound is None:
+            bound = {
+                "message_id": self.message.message_id,
+                "receive_count": self.message.receive_count,
+                "queue_url": self.queue_url,
+            }
+            group = self.message_group_id
+            if group is not None:
+                bound["message_group_id"] = group
+            bound |= self.trace
+            self._bound = bound
+        return bound | more
 
 
 @dataclass(eq=False)
@@ -84,16 +104,21 @@ class InFlight:
 
 
 def update_record(
-    store: IdempotencyStore, operation: Literal["complete", "release", "renew"], item: InFlight, **seconds: int
-) -> None:
-    """Complete, release or renew ``item``'s idempotency record; a failure is logged, never raised."""
+    store: IdempotencyStore | None, operation: Literal["release", "renew"], item: InFlight, **seconds: int
+) -> bool | None:
+    """Release or renew ``item``'s idempotency record (none without a guard, or before a key); what the store
+    answered (``renew``: whether the lease is still ``item``'s), or None. A failure is logged, never raised."""
+    if store is None or item.key is None:
+        return None
     try:
-        getattr(store, operation)(item.key, owner=item.owner, **seconds)
+        result: bool | None = getattr(store, operation)(item.key, owner=item.owner, **seconds)
     except Exception as error:  # noqa: BLE001 (the message outcome stands; the record expires)
         log.warning(
             "idempotency_update_failed",
             extra={"operation": operation, "message_id": item.message.message_id, "error": str(error)},
         )
+        return None
+    return result
 
 
 class Admission(enum.Enum):
@@ -153,7 +178,7 @@ class InFlightTable:
             return self._receiving
 
     # --- workers ----------------------------------------------------------------
-    def start(self, item: InFlight, *, started_at: float, key: str, owner: str) -> bool:
+    def start(self, item: InFlight, *, started_at: float, key: str | None, owner: str) -> bool:
         """WAITING -> RUNNING; False if it was handed back (or given up on) before it could start."""
         with self._lock:
             if item.state is not State.WAITING:

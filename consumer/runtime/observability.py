@@ -56,6 +56,9 @@ __all__ = ["LOG_LEVELS", "JsonFormatter", "Metrics", "configure_logging", "log_l
 
 # --------------------------------------------------------------------------- logging
 
+#: The consumer's loggers' common parent: the runtime logs as "consumer", its modules as "consumer.runtime.<module>".
+RUNTIME_LOGGER = "consumer"
+
 # Attributes every LogRecord carries (plus the two a Formatter adds); anything else came from ``extra``.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _FIXED_KEYS = frozenset({"timestamp", "level", "logger", "event", "exception", "stack"})
@@ -131,9 +134,15 @@ def configure_logging(stream: IO[str] | None = None, level: str | int = "INFO") 
     Idempotent: a second call reuses the handler the first one installed,
     pointing it at the new stream and level. Other handlers are left alone.
     A level name outside :data:`LOG_LEVELS` raises :class:`ConfigurationError`.
+
+    ``level`` is the consumer's own loggers' (``consumer`` and below); the libraries' (botocore, urllib3) stay at
+    INFO when it is DEBUG: DEBUG is for the consumer's per-message lines, and botocore's own DEBUG output (every
+    request, header and body) would drown them and cost far more than they do.
     """
+    threshold = log_level(level) if isinstance(level, str) else level
     root = logging.getLogger()
-    root.setLevel(log_level(level) if isinstance(level, str) else level)
+    root.setLevel(max(threshold, logging.INFO))
+    logging.getLogger(RUNTIME_LOGGER).setLevel(threshold)
     # What a record would gather that no line of ours prints (the logging HOWTO's "Optimization"): the caller's
     # file and line (a stack walk per record), the thread, the process and its multiprocessing name.
     logging._srcfile = None  # noqa: SLF001 (the switch the HOWTO names)

@@ -8,6 +8,7 @@ clear in ``LOOKAHEAD_WAIT_SECONDS`` at their mean duration, so a receive overlap
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
-from consumer.message import Message
+from consumer.message import Attempt, Message
 from consumer.runtime.circuit import PAUSED, Circuit
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
 from consumer.runtime.liveness import Liveness, poller_loop
@@ -227,6 +228,7 @@ class Poller:
         batch_fill_seconds: float,
         liveness: Liveness | None = None,
         circuit: Circuit | None = None,
+        drain_end: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.client = client
         self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
@@ -245,6 +247,7 @@ class Poller:
         self._batch_fill_seconds = batch_fill_seconds
         self._liveness = liveness or Liveness(None)
         self._circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
+        self._drain_end = drain_end
 
     def run(self, index: int = 0) -> None:
         """Poller ``index``'s loop; it records progress (liveness) after every receive returns, empty or not, and
@@ -327,7 +330,10 @@ class Poller:
         lease_end = now + self.contract.visibility_timeout_seconds
         received = []
         for raw in response.get("Messages", []):
-            message = Message.from_sqs(raw, own_role_id=self.task_role_id)
+            # Each receive is a new Message with the one attempt a worker may make at it (its deadline set as it
+            # starts): what the handler sees, never copied per attempt.
+            attempt = Attempt(stop=self._stop, clock=self._clock, drain_end=self._drain_end)
+            message = Message.from_sqs(raw, own_role_id=self.task_role_id, attempt=attempt)
             received.append(InFlight(message, now, lease_end, LogContext.of(message, self.queue_url)))
         return received
 

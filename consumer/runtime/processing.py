@@ -9,11 +9,10 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 
 from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
-from consumer.message import Attempt, DownstreamUnavailable, Message, PoisonMessage
+from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
@@ -40,7 +39,7 @@ class Worker:
         contract: WorkerContract,
         table: InFlightTable,
         settlement: Settlement,
-        idempotency: IdempotencyStore,
+        idempotency: IdempotencyStore | None,
         metrics: Metrics,
         work: queue.SimpleQueue[list[InFlight]],
         stop: threading.Event,
@@ -48,7 +47,6 @@ class Worker:
         clock: Callable[[], float],
         circuit: Circuit | None = None,
         rate: RateLimit | None = None,
-        drain_end: Callable[[], float] = lambda: math.inf,
         lookahead: Lookahead | None = None,
         extend_now: Callable[[InFlight], None] = lambda _item: None,
     ) -> None:
@@ -68,7 +66,6 @@ class Worker:
         self._non_retryable = non_retryable_of(handler)
         self._circuit = circuit or settlement.circuit
         self._rate = rate
-        self._drain_end = drain_end
         self._lookahead = lookahead
         self._extend_now = extend_now
         # The contract's derived timings, read once rather than per message: the lease a waiting message must still
@@ -92,7 +89,6 @@ class Worker:
     def _process(self, item: InFlight) -> bool:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
         message = item.message
-        owner = f"{self._owner}:{next(self._attempts)}"
         if not self._may_start(item):
             return False
         lease_left = item.visible_until - self._clock()
@@ -103,7 +99,10 @@ class Worker:
             self._circuit.answered(message.message_id, None)  # a half-open probe handed back: the next one probes
             self._settlement.hand_back_unstarted([item], "lease_ran_down")
             return False
-        if not self._table.start(item, started_at=self._clock(), key=idempotency_key(message), owner=owner):
+        key, owner = None, ""  # no key and no record without a guard (@worker(idempotent=True)): nothing reads them
+        if self._idempotency is not None:
+            key, owner = idempotency_key(message), f"{self._owner}:{next(self._attempts)}"
+        if not self._table.start(item, started_at=self._clock(), key=key, owner=owner):
             return False
         if lease_left <= self._extend_below:
             # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
@@ -124,22 +123,10 @@ class Worker:
         return False
 
     def _attempt(self, item: InFlight) -> Outcome:
-        assert item.key is not None
-        try:
-            claim = self._idempotency.claim(
-                item.key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds
-            )
-        except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
-            log.warning("idempotency_unavailable", extra=item.context.fields(error=str(error)))
-            return Outcome(Verdict.FAILED, error)
-        if claim is Claim.COMPLETED:
-            log.info("duplicate_skipped", extra=item.context.fields())
-            self._metrics.count("duplicates_skipped")
-            return ALREADY_DONE
-        if claim is Claim.IN_PROGRESS:
-            log.info("message_in_progress_elsewhere", extra=item.context.fields())
-            return DEFERRED
-
+        if self._idempotency is not None:
+            guarded = self._guard(item)
+            if guarded is not None:
+                return guarded
         started = self._clock()
         try:
             self.handler(self._view(item))
@@ -162,15 +149,35 @@ class Worker:
             self._lookahead.finished(seconds)
         return outcome
 
-    def _view(self, item: InFlight) -> Message:
-        """The message as this attempt's handler sees it: its own deadline, and the consumer's stop signal.
+    def _guard(self, item: InFlight) -> Outcome | None:
+        """Claim ``item``'s idempotency key before its handler runs; None (run it) when the claim is acquired, else
+        what to do instead: a duplicate of work done already, another holder's live lease, or a store outage."""
+        assert self._idempotency is not None and item.key is not None
+        try:
+            claim = self._idempotency.claim(
+                item.key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds
+            )
+        except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
+            log.warning("idempotency_unavailable", extra=item.context.fields(error=str(error)))
+            return Outcome(Verdict.FAILED, error)
+        if claim is Claim.COMPLETED:
+            log.info("duplicate_skipped", extra=item.context.fields())
+            self._metrics.count("duplicates_skipped")
+            return ALREADY_DONE
+        if claim is Claim.IN_PROGRESS:
+            log.info("message_in_progress_elsewhere", extra=item.context.fields())
+            return DEFERRED
+        return None
 
-        A copy, so the received message (what settlement and hand-backs use) is never changed, and a
-        retried message gets a new deadline. The deadline is the one the heartbeat gives up at, or, once
-        stopping, the drain's end if earlier (``drain_end``: read when the handler asks, so it moves for handlers
-        already running too).
+    def _view(self, item: InFlight) -> Message:
+        """The message as this attempt's handler sees it: its deadline, and the consumer's stop signal.
+
+        The deadline is the one the heartbeat gives up at, or, once stopping, the drain's end if earlier (read
+        when the handler asks, so it moves for handlers already running too). The attempt came with the message
+        from its receive (:meth:`.Poller._received`): a message is attempted at most once per receive, and a retry
+        is a new receive, a new message and a new attempt, so setting its deadline here changes nothing another
+        attempt sees.
         """
         assert item.started_at is not None
-        deadline = item.started_at + self.contract.message_timeout_seconds
-        attempt = Attempt(deadline=deadline, stop=self._stop, clock=self._clock, drain_end=self._drain_end)
-        return replace(item.message, attempt=attempt)
+        item.message.attempt.deadline = item.started_at + self.contract.message_timeout_seconds
+        return item.message

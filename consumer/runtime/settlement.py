@@ -37,7 +37,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
-from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.acknowledger import Acknowledger, Ticket
 from consumer.runtime.circuit import Circuit
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.runtime.failures import FailureText
@@ -93,7 +93,7 @@ class Settlement:
         ack: Acknowledger,
         table: InFlightTable,
         slots: Slots,
-        idempotency: IdempotencyStore,
+        idempotency: IdempotencyStore | None,
         metrics: Metrics,
         protection: ScaleInProtection,
         clock: Callable[[], float],
@@ -198,12 +198,44 @@ class Settlement:
 
     # --- outcomes ---------------------------------------------------------------
     def _succeed(self, item: InFlight, complete: bool) -> bool:
-        if complete:
-            update_record(self._idempotency, "complete", item, keep_seconds=self.contract.source_retention_seconds)
+        # The completion (``complete``: the handler ran; not for a duplicate skipped) and the message_processed line
+        # go with the message's batch of deletes, just before it is sent (record_settled): one BatchWriteItem per
+        # batch instead of an UpdateItem per message, still recorded before the delete can land.
+        item.ticket.settles = (item, complete)
         self._delete(item)
         self._metrics.count("processed")
-        log.info("message_processed", extra=item.context.fields())
         return True
+
+    def record_settled(self, tickets: list[Ticket]) -> None:
+        """The acknowledger's ``before_delete``: record what a batch of deletes settles, before it is sent.
+
+        The idempotency completions of its processed messages in one call (a failure is logged, never raised: the
+        message outcome stands and the record's lease expires), then a ``message_processed`` line per message, at
+        DEBUG: one line per message is the busiest thing a consumer can print, and what an operator reads from it
+        is a count (the EMF ``processed`` metric). Failures, moves and hand-backs stay at INFO and above;
+        ``CONSUMER_LOG_LEVEL=DEBUG`` brings the line back (the local runs and the chaos suite set it).
+        """
+        settled: list[tuple[InFlight, bool]] = []
+        for ticket in tickets:
+            if ticket.settles is not None:
+                settled.append(ticket.settles)  # type: ignore[arg-type]  # only _succeed sets it
+                ticket.settles = None  # a delete SQS failed is sent again: its completion is recorded once
+        done = [(item.key, item.owner) for item, complete in settled if complete and item.key is not None]
+        if done and self._idempotency is not None:
+            try:
+                self._idempotency.complete_many(done, keep_seconds=self.contract.source_retention_seconds)
+            except Exception as error:  # noqa: BLE001 (the outcomes stand; the records' leases expire)
+                log.warning(
+                    "idempotency_update_failed",
+                    extra={
+                        "operation": "complete",
+                        "message_ids": [item.message.message_id for item, complete in settled if complete],
+                        "error": str(error),
+                    },
+                )
+        if log.isEnabledFor(logging.DEBUG):
+            for item, _ in settled:
+                log.debug("message_processed", extra=item.context.fields())
 
     def _poison(self, item: InFlight, reason: str, kind: str) -> bool:
         update_record(self._idempotency, "release", item)

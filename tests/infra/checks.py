@@ -186,15 +186,22 @@ def check_services(env: Synthesized) -> None:
         container = env.container(worker.name)
         variables = {e["Name"]: e["Value"] for e in container["Environment"]}
         expected = contract.to_env() | dict(worker.handler_environment)
-        expect(problems, label, "environment keys", set(variables), set(expected) | BINDING_KEYS)
+        # A handler idempotent by itself runs no guard: no table, so no CONSUMER_IDEMPOTENCY_TABLE.
+        bindings = BINDING_KEYS - {"CONSUMER_IDEMPOTENCY_TABLE"} if contract.idempotent else BINDING_KEYS
+        expect(problems, label, "environment keys", set(variables), set(expected) | bindings)
         for key, value in expected.items():
             expect(problems, label, key, variables.get(key), value)
         expect(problems, label, "CONSUMER_HANDLER", variables.get("CONSUMER_HANDLER"), worker.handler)
         expect(problems, label, "QUEUE_URL", variables.get("QUEUE_URL"), ref(env, built.queues.queue))
         expect(problems, label, "DLQ_URL", variables.get("DLQ_URL"), ref(env, built.queues.dead_letter_queue))
         table = built.consumer.idempotency_table
+        expect(problems, label, "an idempotency table", table is None, contract.idempotent)
         expect(
-            problems, label, "CONSUMER_IDEMPOTENCY_TABLE", variables.get("CONSUMER_IDEMPOTENCY_TABLE"), ref(env, table)
+            problems,
+            label,
+            "CONSUMER_IDEMPOTENCY_TABLE",
+            variables.get("CONSUMER_IDEMPOTENCY_TABLE"),
+            None if table is None else ref(env, table),
         )
         if WorkerContract.from_env(variables) != contract:
             problems.append(f"{label}: the container's environment does not read back as its contract")
@@ -266,11 +273,13 @@ def check_task_roles(env: Synthesized) -> None:
                 if statement["Effect"] != "Allow":
                     problems.append(f"{label}: the task role's policy has a {statement['Effect']} statement")
                 granted[json.dumps(statement["Resource"], sort_keys=True)] = sorted(actions)
-        for construct, actions in (
+        grants = [
             (built.queues.queue, SOURCE_QUEUE_ACTIONS),
             (built.queues.dead_letter_queue, DEAD_LETTER_QUEUE_ACTIONS),
-            (built.consumer.idempotency_table, IDEMPOTENCY_TABLE_ACTIONS),
-        ):
+        ]
+        if built.consumer.idempotency_table is not None:  # none for a handler idempotent by itself
+            grants.append((built.consumer.idempotency_table, IDEMPOTENCY_TABLE_ACTIONS))
+        for construct, actions in grants:
             key = json.dumps(get_att(env, construct, "Arn"), sort_keys=True)
             expect(problems, label, f"actions on {construct.node.id}", granted.pop(key, None), sorted(actions))
         protection = [(resource, actions) for resource, actions in granted.items() if ":task/" in resource]
@@ -495,10 +504,12 @@ def check_logical_ids(env: Synthesized) -> None:
         found = {
             "source queue": env.logical_id(built.queues.queue),
             "dead-letter queue": env.logical_id(built.queues.dead_letter_queue),
-            "idempotency table": env.logical_id(built.consumer.idempotency_table),
         }
+        if built.consumer.idempotency_table is not None:  # none for a handler idempotent by itself
+            found["idempotency table"] = env.logical_id(built.consumer.idempotency_table)
         if index == 0:
-            expect(problems, label, "logical ids", found, FIRST_WORKER_LOGICAL_IDS)
+            kept = {what: i for what, i in FIRST_WORKER_LOGICAL_IDS.items() if what in found}
+            expect(problems, label, "logical ids", found, kept)
         else:
             # The CDK keeps only letters and digits of a construct id in a logical id ("order-emails": "orderemails").
             prefix = re.sub(r"[^A-Za-z0-9]", "", built.name)

@@ -23,3 +23,8 @@ def ordered(message):  # noqa: ANN001, ANN201
 @worker(max_duration=timedelta(minutes=5), concurrency=4, max_receive_count=3, fair_queue=True)
 def tenants(message):  # noqa: ANN001, ANN201
     """five_minutes on a fair queue: each tenant's MessageGroupId is a message group SQS keeps fair."""
+
+
+@worker(max_duration=30, concurrency=8, idempotent=True)
+def upserts(message):  # noqa: ANN001, ANN201
+    """A handler idempotent by itself (an upsert keyed by the message): no guard, so no table and no DynamoDB grant."""

@@ -115,12 +115,16 @@ class Bindings:
         service = _single(self._owned("AWS::ECS::Service"), "AWS::ECS::Service")
         self.cluster_name = str(service.properties.get("Cluster", "default")).rsplit("/", 1)[-1]
         environment_variables = {e["Name"]: e["Value"] for e in self.container.get("Environment", [])}
+        table = environment_variables.get("CONSUMER_IDEMPOTENCY_TABLE")
+        #: False for a handler idempotent by itself: no guard, no table; the guard's calls bind to a table of this
+        #: account the worker does not have, and must be refused (:meth:`scenarios`).
+        self.guarded = table is not None
         self.resources = {
             "source": self._queue_with_url(environment_variables["QUEUE_URL"]).attributes["Arn"],
             "dlq": self._queue_with_url(environment_variables["DLQ_URL"]).attributes["Arn"],
-            "idempotency-table": self._table_named(environment_variables["CONSUMER_IDEMPOTENCY_TABLE"]).attributes[
-                "Arn"
-            ],
+            "idempotency-table": self._table_named(table).attributes["Arn"]
+            if table is not None
+            else template.arn("dynamodb", f"table/{template.stack_name}-no-guard-has-no-table"),
             "task": template.arn("ecs", f"task/{self.cluster_name}/{TASK_ID}"),
             "asset-repository": template.arn("ecr", f"repository/{self._image_repository()}"),
             "log-stream": self._log_stream(),
@@ -275,6 +279,9 @@ class Bindings:
         ``sibling:`` resource for that resource of every other worker (none: no scenario)."""
         bound = []
         for row in rows:
+            if not self.guarded and row.resource == "idempotency-table" and row.expected == ALLOWED:
+                # A worker without the guard calls no table; a DynamoDB grant would be one it never needed.
+                row = row._replace(expected=DENIED, why="no idempotency guard: no table, no DynamoDB action")
             if row.resource.startswith(SIBLING):
                 # This worker's principal on each other worker's resource: bound there, requested from here.
                 bound += [

@@ -52,8 +52,8 @@ PRODUCERS = [
     f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}",
     f"arn:aws:iam::{FAKE_ACCOUNT}:role/{OPERATOR}",
 ]
-#: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair,
-#: an existing VPC and cluster, named producers with Secrets Manager secrets, and two workers each with secrets of
+#: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair, a
+#: handler idempotent by itself (no table: every DynamoDB call refused), an existing VPC and cluster, named producers with Secrets Manager secrets, and two workers each with secrets of
 #: its own, so each execution role is refused the other's. The tests that pin bindings read these, never cdk.json.
 VARIANTS: dict[str, dict[str, Any]] = {
     "solo": {
@@ -62,6 +62,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/sqs-worker/solo/notify-webhook-url"},
     },
     "fifo": {"handler": "tests.infra.handlers:ordered"},
+    "guardless": {"handler": "tests.infra.handlers:upserts"},
     "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
     "senders": {
         "handler": "consumer.examples.notifications:handle",

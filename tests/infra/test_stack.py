@@ -311,8 +311,9 @@ def test_prod_health_check_interval_is_half_the_shortest_stall(prod: Synthesized
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
     """Keys equal the contract's to_env() keys plus the bindings (queue URLs, handler, table, task role id) and dev's handler_environment (its dry run)."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
-    # CONSUMER_FAIR_QUEUE is written only when a worker declares fair_queue (dev's does not).
-    assert set(environment) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"} | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
+    # CONSUMER_FAIR_QUEUE and CONSUMER_IDEMPOTENT are written only when a worker declares them (dev's does not).
+    unwritten = {"CONSUMER_FAIR_QUEUE", "CONSUMER_IDEMPOTENT"}
+    assert set(environment) == WorkerContract.env_keys() - unwritten | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
     assert environment["NOTIFY_DRY_RUN"] == "true"
     for key, value in dev.stack.contract.to_env().items():
         assert environment[key] == value
@@ -348,7 +349,8 @@ def test_log_retention_from_settings(reference: dict[str, Synthesized]) -> None:
 
 
 def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
-    """Source: receive/delete/extend/get attributes/send (hand-backs); DLQ: send; table: item CRUD; tasks: protection."""
+    """Source: receive/delete/extend/get attributes/send (hand-backs); DLQ: send; table: item CRUD and the batched
+    completions; tasks: protection."""
     role_ref = {"Ref": dev.logical_id(dev.stack.consumer.task_role)}
     policies = [
         p["Properties"] for p in dev.resources("AWS::IAM::Policy").values() if role_ref in p["Properties"]["Roles"]
@@ -381,6 +383,7 @@ def test_task_role_has_exactly_the_consumer_actions(dev: Synthesized) -> None:
         actions.pop(table_arn)
         == sorted(IDEMPOTENCY_TABLE_ACTIONS)
         == [
+            "dynamodb:BatchWriteItem",
             "dynamodb:DeleteItem",
             "dynamodb:GetItem",
             "dynamodb:PutItem",
@@ -483,3 +486,4 @@ def test_image_is_built_for_the_task_platform_whatever_machine_deploys(dev: Synt
     (definition,) = dev.resources("AWS::ECS::TaskDefinition").values()
     assert definition["Properties"]["RuntimePlatform"]["CpuArchitecture"] == "X86_64"
     assert task.platform == TASK_PLATFORM == "linux/amd64"
+

@@ -25,6 +25,7 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from consumer.contract import WorkerContract
+from consumer.local.stack import LOCAL_LOG_LEVEL
 from tests.integration.recorder import runtime_call_recorder
 from tests.reference import reference_context_json, shipped_demo
 
@@ -195,7 +196,8 @@ def process_guard() -> Iterator[list[subprocess.Popen[str]]]:
 
 def consumer_run_environment(endpoint: str, **variables: str) -> dict[str, str]:
     """The environment of a ``python -m consumer run`` subprocess on the local endpoint ``endpoint``: this process's
-    less any AWS, consumer or queue setting, with dummy credentials and ``variables`` (QUEUE_URL, CONSUMER_HANDLER...)."""
+    less any AWS, consumer or queue setting, with dummy credentials, the local runs' DEBUG log level, and
+    ``variables`` (QUEUE_URL, CONSUMER_HANDLER...)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_", "QUEUE_URL", "DLQ_URL"))}
     env.update(
         {
@@ -204,6 +206,7 @@ def consumer_run_environment(endpoint: str, **variables: str) -> dict[str, str]:
             "AWS_DEFAULT_REGION": REGION,
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_EC2_METADATA_DISABLED": "true",
+            **LOCAL_LOG_LEVEL,  # as every local run: message_processed is a DEBUG line
             **variables,
         }
     )

@@ -123,3 +123,11 @@ def refuses_customer(message: Message) -> None:
 def refuses_customer_quietly(message: Message) -> None:
     """Always fails as refuses_customer does, declaring that error text stays out of reasons and logs."""
     look_up_customer(message.body)
+
+
+@worker(max_duration=5, concurrency=32)
+def wide(message: Message) -> None:
+    """32 slots, 20 ms each, recording each side effect: every worker thread calls SQS (deletes) and DynamoDB (claims)
+    at once, as a busy deployed worker does."""
+    time.sleep(0.02)
+    record(message)

@@ -535,3 +535,23 @@ def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_
     reason = read_reason(moved["MessageAttributes"])
     assert (reason["kind"], reason["receive_count"]) == ("unattempted", 3)
     assert reason["reason"].startswith("not attempted: handed back (deferred) on its last allowed receive (3 of 3)")
+
+
+def test_consumer_of_a_handler_idempotent_by_itself_runs_no_guard(sqs: Any) -> None:
+    """@worker(idempotent=True): two messages with the same key both run (the handler makes a repeat harmless), and
+    the store it is given is never asked: no claim, no completion."""
+    contract = fast_contract(concurrency=1, idempotent=True)
+    pair = create_pair(sqs, contract)
+    key = {"idempotency-key": {"DataType": "String", "StringValue": "order-42"}}
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="a", MessageAttributes=key)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="b", MessageAttributes=key)
+    calls: list[str] = []
+    store = InMemoryStore()
+    worker = consumer_of(sqs, pair, contract, lambda m: calls.append(m.body), idempotency=store)
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+    assert (sorted(calls), worker.idempotency, store.claim("attr:order-42", owner="x", lease_seconds=5)) == (
+        ["a", "b"],
+        None,
+        Claim.ACQUIRED,
+    )

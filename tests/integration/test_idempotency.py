@@ -4,11 +4,11 @@ and the runtime's heartbeat renewing a running handler's lease in DynamoDB."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -172,15 +172,25 @@ def test_complete_record_expires_after_keep_seconds(store: IdempotencyStore, clo
     assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.ACQUIRED
 
 
-def test_complete_by_non_holder_warns_and_keeps_holder(
-    store: IdempotencyStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A complete from a lapsed holder logs a warning, does not raise, and leaves the new holder's lease."""
+def test_complete_by_a_lapsed_holder_marks_the_work_done(store: IdempotencyStore, clock: FakeClock) -> None:
+    """A holder whose lease lapsed and whose handler then returned completes the key anyway (the work is done,
+    whoever holds the lease now): a later claim is COMPLETED, and the new holder's release leaves it so."""
     store.claim(KEY, owner="a", lease_seconds=LEASE)
-    with caplog.at_level(logging.WARNING, logger="consumer.runtime.idempotency"):
-        store.complete(KEY, owner="b", keep_seconds=KEEP)
-    assert "b" in caplog.text and KEY in caplog.text
-    assert store.claim(KEY, owner="c", lease_seconds=LEASE) is Claim.IN_PROGRESS
+    clock.advance(LEASE + 1)
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.ACQUIRED
+    store.complete(KEY, owner="a", keep_seconds=KEEP)
+    store.release(KEY, owner="b")
+    assert store.claim(KEY, owner="c", lease_seconds=LEASE) is Claim.COMPLETED
+    assert store.renew(KEY, owner="b", lease_seconds=LEASE) is False
+
+
+def test_complete_many_completes_each_key_once_in_batches(store: IdempotencyStore) -> None:
+    """60 completions (more than one BatchWriteItem's 25), one key twice: each key is COMPLETED afterwards."""
+    keys = [f"sha256:{n:04d}" for n in range(60)]
+    for key in keys:
+        store.claim(key, owner="a", lease_seconds=LEASE)
+    store.complete_many([(key, "a") for key in keys] + [(keys[0], "a")], keep_seconds=KEEP)
+    assert {store.claim(key, owner="b", lease_seconds=LEASE) for key in keys} == {Claim.COMPLETED}
 
 
 def test_release_lets_another_owner_claim_at_once(store: IdempotencyStore) -> None:
@@ -379,3 +389,69 @@ def test_heartbeat_renews_the_idempotency_lease_of_a_long_handler(dynamodb: Any)
         wait_until(lambda: len(leases) == 2 and depth(sqs, pair.queue_url).total == 0, timeout=20)
     claimed, pushed = leases
     assert pushed >= claimed + 1, leases
+
+
+def test_heartbeat_logs_a_renewal_the_store_refuses_as_a_lost_lease(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """While the handler runs past its 4 s lease, another attempt completes the key: the heartbeat's next renewal
+    is refused, and the consumer says the work may run twice, naming the key (the chaos suite reads that line)."""
+    contract = fast_contract(max_duration_seconds=8, concurrency=1, max_lease_seconds=4)
+    store = InMemoryStore()
+    pair = create_pair(sqs, contract)
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+    key = idempotency_key(message("slow"))
+    done = threading.Event()
+
+    def slow(_: Message) -> None:
+        store.complete(key, owner="another-attempt", keep_seconds=KEEP)
+        done.wait(6)  # past the first extension, about 2 s in
+
+    worker = consumer_of(sqs, pair, contract, slow, idempotency=store)
+    with caplog.at_level("WARNING", logger="consumer.runtime.idempotency"), running(worker):
+        wait_until(lambda: "no longer held its lease" in caplog.text, timeout=10)
+        done.set()
+    assert f"no longer held its lease on {key} ;" in caplog.text
+
+
+def test_completions_go_in_one_batch_write_just_before_each_batch_of_deletes(dynamodb: Any) -> None:
+    """30 messages through the runtime on DynamoDB: a claim (PutItem) each, and the completions of each batch of
+    deletes in one BatchWriteItem sent just before it, on the same thread: 1.1 DynamoDB requests a message, not
+    2 (no UpdateItem per completion), and every key COMPLETED."""
+    contract = fast_contract(concurrency=10)
+    table = create_table(dynamodb)
+    sqs = boto3.client("sqs", region_name=REGION)
+    pair = create_pair(sqs, contract)
+    bodies = [f"order-{n}" for n in range(30)]
+    for start in range(0, 30, 10):
+        sqs.send_message_batch(
+            QueueUrl=pair.queue_url,
+            Entries=[{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])],
+        )
+    calls: list[tuple[int, str, int]] = []  # (thread, operation, entries)
+
+    def recorded(operation: str, count: Callable[[dict[str, Any]], int]) -> Callable[..., None]:
+        return lambda params, **_: calls.append((threading.get_ident(), operation, count(params)))
+
+    dynamodb.meta.events.register("before-parameter-build.dynamodb.PutItem", recorded("PutItem", lambda _: 1))
+    dynamodb.meta.events.register("before-parameter-build.dynamodb.UpdateItem", recorded("UpdateItem", lambda _: 1))
+    dynamodb.meta.events.register(
+        "before-parameter-build.dynamodb.BatchWriteItem",
+        recorded("BatchWriteItem", lambda p: len(p["RequestItems"][table])),
+    )
+    sqs.meta.events.register(
+        "before-parameter-build.sqs.DeleteMessageBatch", recorded("Delete", lambda p: len(p["Entries"]))
+    )
+    worker = consumer_of(sqs, pair, contract, lambda _: None, idempotency=DynamoDBStore(table, client=dynamodb))
+    with running(worker):
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+    operations = Counter(operation for _, operation, _ in calls)
+    assert (operations["PutItem"], operations["UpdateItem"]) == (30, 0)
+    assert operations["BatchWriteItem"] == operations["Delete"] <= 6
+    for thread in {t for t, _, _ in calls}:
+        pairs = [
+            (operation, n) for t, operation, n in calls if t == thread and operation in ("BatchWriteItem", "Delete")
+        ]
+        # On each thread that sent deletes: a write of n completions, then a delete of the same n, and so on.
+        assert pairs == [pair for _, n in pairs[1::2] for pair in (("BatchWriteItem", n), ("Delete", n))], pairs
+    assert (30 + operations["BatchWriteItem"]) / 30 < 2
+    statuses = [item["status"]["S"] for item in dynamodb.scan(TableName=table)["Items"]]
+    assert statuses == ["COMPLETED"] * 30

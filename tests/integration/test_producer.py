@@ -30,7 +30,7 @@ def test_producer_sends_what_the_consumer_processes_with_the_tenant_logged(
     ] + [Outgoing(body="b11", idempotency_key="evt-11")]
     result = send(sqs, pair.queue_url, outgoing)
     assert (len(result.sent), result.failed) == (12, [])
-    caplog.set_level(logging.INFO, logger="consumer")
+    caplog.set_level(logging.DEBUG, logger="consumer")  # message_processed is a DEBUG line
     seen: list[Message] = []
     with running(consumer_of(sqs, pair, contract, seen.append)) as outcome:
         wait_until(lambda: len(seen) == 12 and depth(sqs, pair.queue_url).total == 0)

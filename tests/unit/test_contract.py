@@ -232,10 +232,27 @@ def test_contract_fair_queue_env_only_when_declared() -> None:
     environment as it was); from_env reads it back, and its absence as False."""
     declared = make(fair_queue=True)
     assert declared.to_env()["CONSUMER_FAIR_QUEUE"] == "true"
-    assert set(declared.to_env()) == WorkerContract.env_keys()
+    assert set(declared.to_env()) == WorkerContract.env_keys() - {"CONSUMER_IDEMPOTENT"}
     assert WorkerContract.from_env(declared.to_env()) == declared
     assert "CONSUMER_FAIR_QUEUE" not in make().to_env()
     assert WorkerContract.from_env(make().to_env()).fair_queue is False
+
+
+def test_contract_idempotent_env_only_when_declared() -> None:
+    """CONSUMER_IDEMPOTENT is written only for a worker that declares it (every other worker keeps its task
+    environment byte for byte); from_env reads it back, and its absence as False."""
+    declared = make(idempotent=True)
+    assert declared.to_env()["CONSUMER_IDEMPOTENT"] == "true"
+    assert set(declared.to_env()) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"}
+    assert WorkerContract.from_env(declared.to_env()) == declared
+    assert "CONSUMER_IDEMPOTENT" not in make().to_env()
+    assert WorkerContract.from_env(make().to_env()).idempotent is False
+
+
+def test_worker_idempotent_must_be_a_bool() -> None:
+    """@worker(idempotent="yes") is refused naming the argument, the rule and the value."""
+    with pytest.raises(ContractError, match="^\"idempotent\" must be true or false: 'yes'$"):
+        worker(max_duration=90, idempotent="yes")  # type: ignore[arg-type]
 
 
 def test_contract_is_frozen_and_keyword_only() -> None:
@@ -344,7 +361,7 @@ def test_contract_env_round_trip() -> None:
     """from_env(to_env()) gives back an equal contract, defaults resolved."""
     contract = make(concurrency=8, fifo=True, content_based_deduplication=True, stop_timeout_seconds=60)
     environ = contract.to_env()
-    assert set(environ) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"}
+    assert set(environ) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE", "CONSUMER_IDEMPOTENT"}
     assert environ["CONSUMER_FIFO"] == "true"
     assert environ["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"] == "100"
     assert WorkerContract.from_env(environ) == contract

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from consumer import limits
 from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
-from consumer.limits import DYNAMODB_CLIENT, SQS_CLIENT, ClientTimeouts
+from consumer.limits import DYNAMODB_CLIENT, MAX_CONCURRENCY, SQS_CLIENT, ClientTimeouts
 from consumer.runtime.clients import dynamodb_client, sqs_client
 from consumer.runtime.heartbeat import Heartbeat
 from consumer.runtime.liveness import DEFAULT_LIVENESS_FILE, Liveness, check, liveness_path
@@ -157,7 +158,9 @@ def test_client_worst_case_counts_every_attempt_and_botocores_longest_backoff() 
 def test_the_runtimes_clients_are_built_with_the_timeouts_the_allowances_are_derived_from() -> None:
     """The SQS and DynamoDB clients the run builds carry exactly SQS_CLIENT's and DYNAMODB_CLIENT's numbers."""
     session = boto3.Session(region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
-    for client, timeouts in ((sqs_client(session), SQS_CLIENT), (dynamodb_client(session), DYNAMODB_CLIENT)):
+    contract = WorkerContract(max_duration_seconds=5)
+    clients = ((sqs_client(session, contract), SQS_CLIENT), (dynamodb_client(session, contract), DYNAMODB_CLIENT))
+    for client, timeouts in clients:
         config = client.meta.config
         assert (config.connect_timeout, config.read_timeout, config.retries) == (
             timeouts.connect_seconds,
@@ -165,6 +168,20 @@ def test_the_runtimes_clients_are_built_with_the_timeouts_the_allowances_are_der
             {"mode": "standard", "total_max_attempts": timeouts.max_attempts},
         )
     assert SQS_CLIENT.read_seconds > SQS_MAX_WAIT_SECONDS  # a long poll never times out on our side
+
+
+@pytest.mark.parametrize("concurrency", [1, 16, MAX_CONCURRENCY])
+def test_the_runtimes_clients_hold_a_connection_for_every_thread_that_calls_them(concurrency: int) -> None:
+    """A pool smaller than the threads calling a client discards a connection whenever one more returns one: the
+    SQS client's has one for each worker, each poller, the acknowledger and the main thread; DynamoDB's one for each
+    worker, the acknowledger (completions) and the heartbeat (renewals)."""
+    session = boto3.Session(region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
+    contract = WorkerContract(max_duration_seconds=5, concurrency=concurrency)
+    sqs, dynamodb = sqs_client(session, contract), dynamodb_client(session, contract)
+    assert (sqs.meta.config.max_pool_connections, dynamodb.meta.config.max_pool_connections) == (
+        concurrency + math.ceil(concurrency / 10) + 2,
+        concurrency + 2,
+    )
 
 
 def test_allowances_move_with_the_clients_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,12 +28,13 @@ FROZEN_MS = 1_700_000_000_123
 
 @pytest.fixture
 def root_logger() -> Iterator[logging.Logger]:
-    """The root logger, restored to its handlers and level after the test."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    """The root logger, restored to its handlers and level after the test (and the consumer's loggers' level)."""
+    root, runtime = logging.getLogger(), logging.getLogger("consumer")
+    handlers, level, runtime_level = root.handlers[:], root.level, runtime.level
     yield root
     root.handlers[:] = handlers
     root.setLevel(level)
+    runtime.setLevel(runtime_level)
 
 
 def log_line(message: str = "message_deleted", *, exc: bool = False, **extra: object) -> dict:
@@ -150,6 +151,16 @@ def test_configure_logging_sets_level(root_logger: logging.Logger) -> None:
     logging.getLogger("consumer").info("dropped")
     assert root_logger.level == logging.WARNING
     assert out.getvalue() == ""
+
+
+def test_configure_logging_at_debug_leaves_the_libraries_at_info(root_logger: logging.Logger) -> None:
+    """DEBUG is the consumer's (its per-message lines): botocore's and urllib3's own DEBUG output stays out."""
+    out = io.StringIO()
+    configure_logging(stream=out, level="DEBUG")
+    logging.getLogger("consumer.runtime.acknowledger").debug("kept")
+    logging.getLogger("botocore.endpoint").debug("dropped")
+    logging.getLogger("botocore.credentials").info("library info kept")
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["kept", "library info kept"]
 
 
 @pytest.mark.parametrize(("name", "level"), [("DEBUG", logging.DEBUG), ("warning", logging.WARNING), ("Critical", 50)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import threading
 from typing import Any
 
@@ -18,7 +19,7 @@ from consumer.contract import (
     ContractError,
     WorkerContract,
 )
-from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
+from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Attempt, Message
 from consumer.runtime import consumer as runtime
 from consumer.runtime.config import check_declaration, load_config
 from consumer.runtime.consumer import Consumer, Slots, lease_extension, task_role_id_from_env
@@ -437,6 +438,22 @@ def test_message_without_its_own_role_id_trusts_no_carried_count() -> None:
         }
         assert Message.from_sqs(raw).receive_count == 1
         assert Message.from_sqs(raw, own_role_id="").receive_count == 1
+
+
+def test_message_from_sqs_sets_every_field_init_would() -> None:
+    """from_sqs fills the frozen dataclass in one step rather than through __init__: it must set exactly its fields,
+    to what __init__ would, and carry the attempt the consumer hands it (a field added later fails here)."""
+    attempt = Attempt(deadline=9.0)
+    message = Message.from_sqs(
+        {"MessageId": "m-1", "ReceiptHandle": "rh", "Body": "b", "Attributes": {"ApproximateReceiveCount": "2"}},
+        attempt=attempt,
+    )
+    built = Message(
+        body="b", message_id="m-1", receipt_handle="rh", receive_count=2, attributes={"ApproximateReceiveCount": "2"}
+    )
+    assert set(vars(message)) == {f.name for f in dataclasses.fields(Message)}
+    assert (message, message.attempt) == (built, attempt)
+    assert Message.from_sqs({"MessageId": "m", "ReceiptHandle": "r"}).attempt.deadline == math.inf
 
 
 def test_task_role_id_from_env_reads_the_binding() -> None:
