@@ -21,7 +21,7 @@ from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract
 from consumer.declaration import contract_of, load_handler
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 from infra.toolchain import use_pinned_node
-from infra.worker_settings import WorkerSettings
+from infra.worker_settings import WorkerSettings, beyond_one_process
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -179,6 +179,10 @@ def main(
     for label in rows[0]:
         table.add_row(label, *[r[label] for r in rows])
     console.print(table)
+    for column in shown:
+        beyond = beyond_one_process(column.worker.cpu)
+        if beyond is not None:
+            console.print(f"[yellow]note[/yellow] {column.header.replace(chr(10), ' ')}: {beyond}")
     for stack in stacks:
         open_findings, acknowledged = nag_results(outdir, stack.stack_name)
         console.print(

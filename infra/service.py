@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from aws_cdk import ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
+from aws_cdk import Annotations, ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
@@ -32,6 +32,7 @@ from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.settings import SecretSource
 from infra.trust import ECS_TASKS, confine_trust, ecs_task_principal, this_account
+from infra.worker_settings import beyond_one_process
 
 #: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
 #: (consumer/) and the team package (workers/). One image serves every worker of the app; each service picks its
@@ -220,6 +221,10 @@ class ConsumerService(Construct):
             ),
         )
         self.task_definition.add_volume(name="tmp")
+        beyond = beyond_one_process(cpu)
+        if beyond is not None:
+            # A warning, not a refusal: a handler in native code may use the cores (cdk synth and deploy print it).
+            Annotations.of(self.task_definition).add_warning_v2("sqs-worker:cpu-beyond-one-process", beyond)
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=data_removal_policy)
         # The consumer needs no Linux capability: a compromised handler gets none of Docker's defaults either.
         # Fargate accepts any drop (it restricts only additions, to SYS_PTRACE).

@@ -24,6 +24,23 @@ FARGATE_MEMORY_MIB: dict[int, range] = {
     16384: range(32768, 122880 + 1, 8192),
 }
 MAX_TASKS_LIMIT = 100
+#: Fargate CPU units in one vCPU: as much as one consumer process keeps busy with Python code (docs/configuration.md,
+#: "More than one core"; measured in docs/BENCHMARKS.md, the CPU-bound cell).
+ONE_PROCESS_CPU_UNITS = 1024
+
+
+def beyond_one_process(cpu: int) -> str | None:
+    """What a task of ``cpu`` units gives that its one consumer process cannot use, in one sentence; None when one
+    process can use all of it."""
+    if cpu <= ONE_PROCESS_CPU_UNITS:
+        return None
+    return (
+        f"cpu {cpu} is {cpu / ONE_PROCESS_CPU_UNITS:g} vCPU, but the task runs one consumer process, and Python runs"
+        f" its code on one core at a time: a handler busy in Python code uses {ONE_PROCESS_CPU_UNITS} of it. Declare"
+        f" cpu {ONE_PROCESS_CPU_UNITS} and raise max_tasks instead (Fargate bills vCPU and memory linearly: two tasks"
+        " of 1 vCPU cost what one of 2 vCPU does); keep it only for a handler that spends its time outside the"
+        " interpreter (native code that releases it, such as NumPy)"
+    )
 
 
 def check_task_size(

@@ -87,11 +87,14 @@ def test_app_py_reports_a_configuration_error_in_one_line(
     assert not list(tmp_path.glob("*.template.json"))
 
 
-def report(tmp_path: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.report` (make run's first step) on the reference environments (given as the CDK CLI gives
-    context), with ``environ``, its output captured."""
+def report(
+    tmp_path: Path, environ: dict[str, str], context: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.report` (make run's first step) on the reference environments, or ``context`` (given as the
+    CDK CLI gives context), with ``environ``, its output captured."""
     command = [sys.executable, "-m", "infra.report", "--outdir", str(tmp_path / "out")]
-    environ = {**environ, "CDK_CONTEXT_JSON": reference_context_json()}
+    given = reference_context_json() if context is None else json.dumps(context)
+    environ = {**environ, "CDK_CONTEXT_JSON": given}
     return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -150,6 +153,19 @@ def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: py
     assert cells("handler") == [*["notifications:handle"] * 3, "demo:handle", "reference:report_job"]
     assert cells("declared max duration")[3:] == ["30 s", "600 s (10 min)"]
     assert cells("concurrency per task")[3:] == ["8", "2"]
+    assert [line for line in lines if line.startswith("note ")] == []  # no worker above one vCPU
+
+
+def test_the_report_says_when_a_worker_declares_more_vcpu_than_one_process_uses(tmp_path: Path) -> None:
+    """dev at cpu 2048: after the table, one line names the worker and says what to declare instead; the reference
+    environments (at most 512) get no such line."""
+    context = environments_with(cpu=2048, memory_mib=4096)
+    out = report(tmp_path, {**os.environ, "COLUMNS": "200"}, context)
+    assert out.returncode == 0, out.stderr
+    notes = [line for line in out.stdout.splitlines() if line.startswith("note ")]
+    assert len(notes) == 1
+    assert notes[0].startswith("note dev: cpu 2048 is 2 vCPU, but the task runs one consumer process")
+    assert "Declare cpu 1024 and raise max_tasks instead" in notes[0]
 
 
 #: Runs app.py as a python3 without the CDK installed would (the machine's, when `npx cdk` runs outside the venv).
