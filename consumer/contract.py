@@ -44,6 +44,7 @@ from consumer.limits import (
     LEASE_CAP_SECONDS,
     MAX_CONCURRENCY,
     MAX_DURATION_SECONDS,
+    MAX_POLLERS,
     MIN_LEASE_SECONDS,
     MIN_MAX_RECEIVE_COUNT,
     MIN_RETENTION_GAP_SECONDS,
@@ -88,6 +89,7 @@ __all__ = [
     "LEASE_CAP_SECONDS",
     "MAX_CONCURRENCY",
     "MAX_DURATION_SECONDS",
+    "MAX_POLLERS",
     "MIN_LEASE_SECONDS",
     "MIN_MAX_RECEIVE_COUNT",
     "MIN_RETENTION_GAP_SECONDS",
@@ -357,7 +359,7 @@ class WorkerContract(LivenessTimings):
 
     @property
     def pollers(self) -> int:
-        return math.ceil(self.concurrency / self.batch_size)
+        return min(math.ceil(self.concurrency / self.batch_size), MAX_POLLERS)
 
     @property
     def uses_heartbeat_lease(self) -> bool:

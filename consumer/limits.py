@@ -51,7 +51,10 @@ The formulas (also in the README's configuration table, generated from
   legitimately ages by at most three attempt cycles before it stops counting.
 * ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
   messages of backlog per task (AWS's "acceptable backlog per task").
-* ``pollers = ceil(concurrency / batch_size)`` receive loops per process.
+* ``pollers = min(ceil(concurrency / batch_size), MAX_POLLERS)`` receive loops per process: one per batch of
+  slots, at most four. Four receive loops keep 256 slots of 200 ms handlers fed (1,280 messages a second, more
+  than one process handles); more only add threads contending for the interpreter lock, and one loop per 10 slots
+  (26 for 256) made a 256-slot consumer slower than a minimal loop of four receivers (docs/BENCHMARKS.md, peers).
 * ``call_worst(client) = max_attempts * (connect_timeout + read_timeout) + sum(min(2 ** (n - 1), 20) + 5
   for n < max_attempts)``: the longest one call of a client the runtime builds can take (every attempt
   times out, and botocore's standard retry mode waits at most ``min(2 ** (n - 1), 20)`` s after the n-th,
@@ -113,6 +116,7 @@ SHUTDOWN_FLUSH_SECONDS = 5
 MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
 MIN_MAX_RECEIVE_COUNT = 2
 MAX_CONCURRENCY = 256
+MAX_POLLERS = 4
 #: Twice the day of warning the DLQ age page gives before the earliest expiry (the page comes half the gap after
 #: a move; a message the redrive backstop moved can expire the gap after it).
 MIN_RETENTION_GAP_SECONDS = 2 * 86_400
@@ -185,7 +189,7 @@ DERIVED_FORMULAS: dict[str, str] = {
         "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
     ),
     "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
-    "pollers": "ceil(concurrency / batch_size)",
+    "pollers": f"min(ceil(concurrency / batch_size), {MAX_POLLERS})",
     "poll_stall_seconds": "call_worst(sqs) + 10 (call_worst: see consumer/limits.py)",
     "heartbeat_stall_seconds": "heartbeat_interval + call_worst(dynamodb) + 4 * agent_timeout + 10",
     "health_check_interval_seconds": "clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)",

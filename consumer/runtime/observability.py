@@ -204,14 +204,20 @@ class Metrics:
 
     def count(self, name: str, value: float = 1) -> None:
         """Add ``value`` to counter ``name`` (unit ``Count``)."""
-        value = self._check(name, value)
+        # The runtime counts several times a message: a name already bound to Count and a whole number (always
+        # finite; a bool is not an int here) skip the checks.
+        if type(value) is not int or self._units.get(name) != "Count":
+            value = self._check(name, value)
         with self._lock:
             self._claim(name, "Count")
             self._counts[name] = self._counts.get(name, 0) + value
 
     def timing(self, name: str, milliseconds: float) -> None:
         """Record one duration for ``name`` (unit ``Milliseconds``); every value is kept until flush."""
-        milliseconds = self._check(name, milliseconds)
+        if self._units.get(name) != "Milliseconds" or type(milliseconds) is not float:
+            milliseconds = self._check(name, milliseconds)
+        elif not math.isfinite(milliseconds):
+            raise ValueError(f"metric {name!r} needs a finite number, got {milliseconds!r}")
         with self._lock:
             self._claim(name, "Milliseconds")
             self._timings.setdefault(name, []).append(milliseconds)

@@ -486,4 +486,3 @@ def test_image_is_built_for_the_task_platform_whatever_machine_deploys(dev: Synt
     (definition,) = dev.resources("AWS::ECS::TaskDefinition").values()
     assert definition["Properties"]["RuntimePlatform"]["CpuArchitecture"] == "X86_64"
     assert task.platform == TASK_PLATFORM == "linux/amd64"
-

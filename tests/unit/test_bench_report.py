@@ -60,6 +60,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
         "profile",
         "build",
         "container",
+        "peers",
     }
 
 

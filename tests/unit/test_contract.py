@@ -354,7 +354,7 @@ def test_contract_scaling_target_and_pollers() -> None:
         == 1
     )
     assert make(concurrency=8).average_duration_seconds == 45
-    assert [make(concurrency=c).pollers for c in (1, 10, 11, 256)] == [1, 1, 2, 26]
+    assert [make(concurrency=c).pollers for c in (1, 10, 11, 40, 41, 256)] == [1, 1, 2, 4, 4, 4]
 
 
 def test_contract_env_round_trip() -> None:
