@@ -3,7 +3,8 @@
 #               locally on moto: provisioning from the demo template, consumers, a producer,
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
-# Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md)
+# Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md),
+#   make peers (docs/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer beside ours; ~35 min)
 # make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
 # Deploying (docs/deploy.md): make synth|diff|deploy ENV=staging, with the venv and the pinned CLI brought here.
 VENV ?= .venv
@@ -27,7 +28,7 @@ PIP_TOOLS := pip-tools==7.6.2
 # dependencies and the team package's (workers/).
 LOCKS := consumer/requirements.lock consumer/examples/requirements.lock workers/requirements.lock
 
-.PHONY: run test synth diff deploy image bench chaos lock clean
+.PHONY: run test synth diff deploy image bench peers chaos lock clean
 
 run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
@@ -65,6 +66,11 @@ image: $(PY_STAMP) $(CLI_STAMP)
 
 bench: $(BENCH_STAMP) $(CLI_STAMP)
 	$(PY) -m bench all $(BENCH_ARGS)
+
+# The peers table: each peer installed into its own environment under .bench/peers/ from bench/peers/*-requirements.txt
+# and bench/peers/sqs-consumer/package-lock.json (once), run on Node 22 from $(CLI_STAMP). PEERS_ARGS: e.g. --rounds 5.
+peers: $(BENCH_STAMP) $(CLI_STAMP)
+	$(PY) -m bench peers $(PEERS_ARGS)
 
 chaos: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report

@@ -106,6 +106,34 @@ def container_command(runs: int = typer.Option(5, min=1, help="start/stop cycles
     _save("container", "moto", container.run(runs=runs))
 
 
+@app.command("peers")
+def peers_command(
+    rounds: int = typer.Option(3, min=1, help="rounds of the headline cell (noop, concurrency 16)"),
+    other_rounds: int = typer.Option(2, min=1, help="rounds of every other throughput cell and the CPU-bound cell"),
+    cells: list[str] = typer.Option(
+        [],
+        "--cells",
+        help="cells to run (repeat the option; default all): noop_c16 noop_c64 io50_c16 io50_c64"
+        " io200_c256 cpu5_c8 lease kill",
+    ),
+    subjects: list[str] = typer.Option([], "--subjects", help="subjects to run (repeat; default all)"),
+    window: float = typer.Option(8.0, help="seconds counted per measurement"),
+    warmup: float = typer.Option(3.0, help="seconds after the first delete before counting"),
+) -> None:
+    """The peers (Celery, Dramatiq, sqs-workers, sqs-consumer) beside ours and two yardsticks (about 35 min)."""
+    import signal
+    import sys
+
+    from bench.peers import harness
+
+    # SIGTERM (a CI timeout, `kill`) ends the run through its finally blocks: every subject and the endpoint stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    settings = harness.Settings(rounds=rounds, other_rounds=other_rounds, warmup=warmup, window=window)
+    with local_endpoint("ministack", counting=True) as url:
+        payload = harness.run(url, settings=settings, cells=cells or harness.CELLS, subjects=subjects or None)
+    _save("peers", "ministack", payload)
+
+
 @app.command("all")
 def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True)) -> None:
     """Every benchmark in turn (about 22 minutes on 2 cores, with the suite)."""

@@ -67,15 +67,25 @@ def _wait_listening(port: int, process: subprocess.Popen, name: str) -> None:
 
 
 @contextlib.contextmanager
-def local_endpoint(kind: str = "ministack") -> Iterator[str]:
-    """Start ``kind`` on a free loopback port; yields its URL and stops it afterwards."""
+def local_endpoint(kind: str = "ministack", *, counting: bool = False) -> Iterator[str]:
+    """Start ``kind`` on a free loopback port; yields its URL and stops it afterwards.
+
+    ``counting`` (ministack only): serve it behind :mod:`bench.counting_endpoint`, which counts requests and
+    deletes per caller at ``/_bench/counts`` (the yardstick's way to count, outside the measured process).
+    """
     if kind not in ENDPOINTS:
         raise EndpointError(f"endpoint must be one of {', '.join(ENDPOINTS)}: {kind!r}")
+    if counting and kind != "ministack":
+        raise EndpointError(f"only ministack counts requests (bench/counting_endpoint.py): {kind!r}")
     port = free_port()
     if kind == "ministack":
         # BIND_HOST: ministack listens on every interface unless told otherwise.
         env = {**os.environ, "BIND_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), "LOG_LEVEL": "WARNING"}
         command = [str(_ministack_binary())]
+        if counting:
+            # ministack's interpreter runs the wrapper from this tree (standard library only besides ministack).
+            command = [str(_ministack_binary().with_name("python")), "-m", "bench.counting_endpoint"]
+            env["PYTHONPATH"] = str(ROOT)
     else:
         env = dict(os.environ)
         command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]

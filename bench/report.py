@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT
+from bench.peers import report as peers_report
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
@@ -455,4 +456,5 @@ def sections() -> dict[str, str]:
         "profile": _profile_section(_load("profile-before"), _load("profile")),
         "build": _build_section(_load("build")),
         "container": _container_section(_load("container")),
+        "peers": peers_report.section(_load("peers")),
     }
