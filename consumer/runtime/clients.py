@@ -4,10 +4,18 @@ The timeouts and attempts are :data:`consumer.limits.SQS_CLIENT` and :data:`cons
 the numbers the liveness allowances are derived from (``poll_stall_seconds``, ``heartbeat_stall_seconds``):
 a client left on botocore's defaults (60 s connect, 60 s read) could wait longer than its loop's allowance,
 and one slow AWS answer, seen by every task at once, would have ECS replace them all together.
+
+Each client sends a User-Agent fixed when it is built (:func:`user_agent`), through botocore's ``user_agent``
+setting: left to itself botocore composes the header twice for every request (before signing, and again "right
+before the request is sent" to add the features the call used), which was about a tenth of the consumer's CPU per
+message (docs/runtime.md, "The SDK's own cost per call").
 """
 
 from __future__ import annotations
 
+import os
+import platform
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from botocore.config import Config
@@ -28,9 +36,36 @@ __all__ = ["client_config", "dynamodb_client", "dynamodb_connections", "sqs_clie
 OTHER_CALLING_THREADS = 2
 
 
+#: The SDKs' variable for an application id, which botocore's User-Agent carries as ``app/<id>`` (the chaos suite
+#: labels its consumers with it): https://docs.aws.amazon.com/sdkref/latest/guide/feature-appid.html
+APP_ID_ENV = "AWS_SDK_UA_APP_ID"
+
+
+def user_agent(environ: Mapping[str, str] = os.environ) -> str:
+    """The User-Agent every client of a run sends, in the SDKs' format (https://docs.aws.amazon.com/sdkref/latest/guide/feature-user-agent.html):
+    this consumer, the language and the retry mode, then ``app/<id>`` when ``AWS_SDK_UA_APP_ID`` names one (boto3
+    appends ``Botocore/<version>`` to it).
+
+    >>> user_agent({"AWS_SDK_UA_APP_ID": "c1"}).split()[-1]
+    'app/c1'
+    """
+    parts = [
+        "sqs-worker-consumer",
+        "ua/2.1",
+        f"os/{platform.system().lower()}",
+        f"lang/python#{platform.python_version()}",
+        "cfg/retry-mode#standard",
+    ]
+    app_id = environ.get(APP_ID_ENV, "").strip()
+    if app_id:
+        parts.append(f"app/{app_id}")
+    return " ".join(parts)
+
+
 def client_config(timeouts: ClientTimeouts, max_connections: int | None = None) -> Config:
-    """botocore's ``Config`` for ``timeouts``: standard retry mode, bounded connect and read timeouts, and a
-    connection pool of ``max_connections`` (botocore's default of 10 when None).
+    """botocore's ``Config`` for ``timeouts``: standard retry mode, bounded connect and read timeouts, a User-Agent
+    fixed once (:func:`user_agent`) and a connection pool of ``max_connections`` (botocore's default of 10 when
+    None).
 
     ``total_max_attempts``, not ``max_attempts``: botocore reads the latter as retries after the first attempt
     (``max_attempts=3`` makes 4 attempts), which the worst case would then undercount.
@@ -39,6 +74,7 @@ def client_config(timeouts: ClientTimeouts, max_connections: int | None = None) 
         retries={"mode": "standard", "total_max_attempts": timeouts.max_attempts},
         connect_timeout=timeouts.connect_seconds,
         read_timeout=timeouts.read_seconds,
+        user_agent=user_agent(),
     )
     return config if max_connections is None else config.merge(Config(max_pool_connections=max_connections))
 

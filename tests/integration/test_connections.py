@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore
 import pytest
+from moto import mock_aws
 
 from consumer.declaration import contract_of
+from consumer.runtime.clients import dynamodb_client, sqs_client, user_agent
 from consumer.testing import depth, wait_until
 from tests.integration.conftest import REGION, consumer_run_environment, create_pair
 from tests.integration.handlers import wide
@@ -65,3 +68,23 @@ def test_process_at_32_slots_with_the_idempotency_table_discards_no_connection(
     assert sorted(e["body"] for e in effects(side_effects)) == sorted(f"m-{n}" for n in range(MESSAGES))
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     assert [line["event"] for line in lines if DISCARDED in line.get("event", "")] == []
+
+
+def test_every_request_carries_the_user_agent_fixed_at_start(
+    aws_credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's clients send the User-Agent built once (botocore composes its own twice per request), with the
+    SDKs' app id as app/<id>, the label the chaos suite reads; SQS and DynamoDB alike."""
+    monkeypatch.setenv("AWS_SDK_UA_APP_ID", "c7")
+    contract = contract_of(wide)
+    sent: list[str] = []
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        sqs, dynamodb = sqs_client(session, contract), dynamodb_client(session, contract)
+        for client in (sqs, dynamodb):
+            client.meta.events.register("before-send", lambda request, **_: sent.append(request.headers["User-Agent"]))
+        sqs.list_queues()
+        dynamodb.list_tables()
+    expected = user_agent()  # boto3's session appends "Botocore/<version>" to it
+    assert [header.decode() for header in sent] == [f"{expected} Botocore/{botocore.__version__}"] * 2
+    assert expected.startswith("sqs-worker-consumer ua/2.1 ") and expected.endswith(" app/c7")
