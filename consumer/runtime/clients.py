@@ -7,8 +7,8 @@ and one slow AWS answer, seen by every task at once, would have ECS replace them
 
 Each client sends a User-Agent fixed when it is built (:func:`user_agent`), through botocore's ``user_agent``
 setting: left to itself botocore composes the header twice for every request (before signing, and again "right
-before the request is sent" to add the features the call used), which was about a tenth of the consumer's CPU per
-message (docs/runtime.md, "The SDK's own cost per call").
+before the request is sent" to add the features the call used), among the costliest things a call does in Python
+(docs/runtime.md, "The SDK's own cost per call").
 """
 
 from __future__ import annotations
