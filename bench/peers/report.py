@@ -69,7 +69,8 @@ PEERS_WHY: dict[tuple[str, str], str] = {
 }
 #: The variants of ours every other subject is compared with (the bare loop excepted: it has no handler).
 _OURS = ("ours-idempotent", "ours")
-_NOT_COMPARED = frozenset({*_OURS, "bare"})
+#: ours-memory is a reference, not a deployed configuration: shown, never compared.
+_NOT_COMPARED = frozenset({*_OURS, "ours-memory", "bare"})
 _METRIC_WORDS = {"messages_per_second": "msg/s", "cpu_ms_per_message": "CPU per message"}
 _NO_REASON = "**no reason recorded (PEERS_WHY in bench/peers/report.py)**"
 #: How the notes name the variants of ours.
@@ -187,7 +188,7 @@ def _peers_cell(
                 _fig(entry.messages_per_second) + _rounds(rows, cell, name, "messages_per_second", 0),
                 _fig(entry.cpu_ms_per_message, 2) + _rounds(rows, cell, name, "cpu_ms_per_message", 2),
                 _fig(entry.sqs_requests_per_message, 3),
-                _fig(entry.dynamodb_requests_per_message, 3) if name in _OURS else "-",
+                _fig(entry.dynamodb_requests_per_message, 3) if name in _OURS or name == "ours-memory" else "-",
                 _fig(entry.memory_mib),
                 _loads(entry),
                 "; ".join(n for n in notes if n),
@@ -278,7 +279,7 @@ def _cpu(result: Mapping[str, Any]) -> str:
                 "-" if name == "bare" else _fig(entry.ideal),
                 _fig(entry.cpu_ms_per_message, 2),
                 _fig(entry.sqs_requests_per_message, 3),
-                _fig(entry.dynamodb_requests_per_message, 3) if name in _OURS else "-",
+                _fig(entry.dynamodb_requests_per_message, 3) if name in _OURS or name == "ours-memory" else "-",
                 _loads(entry),
             ]
         )

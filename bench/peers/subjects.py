@@ -114,7 +114,9 @@ def base_env(context: Context) -> dict[str, str]:
 # --------------------------------------------------------------------------- ours
 
 
-def _ours(idempotent: bool) -> Callable[[Context, str, int], Launch]:
+def _ours(idempotent: bool, table: bool = True) -> Callable[[Context, str, int], Launch]:
+    """Ours as the container runs it; ``table`` False leaves a guarded handler on the in-memory store (local runs)."""
+
     def launch(context: Context, kind: str, concurrency: int) -> Launch:
         liveness = Path(tempfile.gettempdir()) / f"peers-liveness-{os.getpid()}-{next(_liveness)}.json"
         env = {
@@ -122,7 +124,7 @@ def _ours(idempotent: bool) -> Callable[[Context, str, int], Launch]:
             "CONSUMER_LIVENESS_FILE": str(liveness),
             "PYTHONPATH": str(ROOT),
         }
-        if context.table and not idempotent:
+        if context.table and table and not idempotent:
             env["CONSUMER_IDEMPOTENCY_TABLE"] = context.table
         return Launch([sys.executable, "-m", "consumer", "run"], env)
 
@@ -214,6 +216,15 @@ SUBJECTS: tuple[Subject, ...] = (
         _ours(idempotent=False),
         lambda c: f"1 process, {c} slots",
         uses_table=True,
+        ours=True,
+    ),
+    # Not a deployed configuration: the guard on its in-memory store, as a local run has it; the cells the
+    # benchmarks before the table-on ones measured, beside them.
+    Subject(
+        "ours-memory",
+        "ours (in-memory guard, local runs)",
+        _ours(idempotent=False, table=False),
+        lambda c: f"1 process, {c} slots",
         ours=True,
     ),
     Subject(
