@@ -199,37 +199,9 @@ class Naive:
             thread.join(30)
 
 
-class Plain(Naive):
-    """The ceiling: one thread of receive 10 / handle each / one ``DeleteMessageBatch`` for the batch.
-
-    What the endpoint and the client library allow one interpreter to do with the same handler: no slots, no
-    heartbeat, no bookkeeping, no shutdown handling. Not a consumer to run (a crash mid-batch strands the
-    whole batch, a slow handler lets the rest's visibility run down); the yardstick the per-message cost of
-    ours is measured against.
-    """
-
-    def __init__(self, client: Any, queue_url: str, handle) -> None:
-        super().__init__(client, queue_url, 1, handle)
-
-    def _loop(self) -> None:
-        while not self.stop_event.is_set():
-            messages = self.client.receive_message(
-                QueueUrl=self.queue_url, MaxNumberOfMessages=SQS_MAX_BATCH, WaitTimeSeconds=1
-            ).get("Messages", [])
-            done = []
-            for message in messages:
-                try:
-                    self.handle(message["Body"])
-                except Exception:  # noqa: BLE001 (left to its visibility timeout, as the naive loop does)
-                    continue
-                done.append({"Id": str(len(done)), "ReceiptHandle": message["ReceiptHandle"]})
-            if done:
-                self.client.delete_message_batch(QueueUrl=self.queue_url, Entries=done)
-
-
 @app.command()
 def main(
-    impl: str = typer.Option(..., help="ours | naive | plain"),
+    impl: str = typer.Option(..., help="ours | naive"),
     queue_url: str = typer.Option(...),
     endpoint: str = typer.Option(...),
     result: Path = typer.Option(..., help="where to write the JSON result"),
@@ -278,13 +250,13 @@ def main(
         signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
         runner.start()
         join = runner.join
-    elif impl in ("naive", "plain"):
-        naive = Naive(client, queue_url, concurrency, handle) if impl == "naive" else Plain(client, queue_url, handle)
+    elif impl == "naive":
+        naive = Naive(client, queue_url, concurrency, handle)
         naive.start()
         forever = threading.Event()  # the naive process runs until SIGTERM kills it (it has no handler)
         stop, join = naive.stop, (lambda timeout=None: forever.wait(timeout))
     else:
-        raise typer.BadParameter(f"must be ours, naive or plain: {impl!r}", param_hint="--impl")
+        raise typer.BadParameter(f"must be ours or naive: {impl!r}", param_hint="--impl")
     time.sleep(idle_seconds)
     idle = rss_kib()
     print("ready", flush=True)

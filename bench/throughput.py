@@ -7,11 +7,9 @@ measurement window after a warm-up. Reports messages/s, SQS requests per
 deleted message, process CPU milliseconds per deleted message, and the
 process's resident memory at idle and at the end of the window.
 
-The plain loop (``bench.subject.Plain``: one thread, receive 10, one delete
-batch) is the ceiling ours is held to with the no-op handler. It is one
-thread, so it runs once per sweep, not per concurrency: at the start and at
-the end of the no-op sweep, both kept, so a machine that got busier (or
-quieter) during the sweep shows as two different figures.
+Ours' CPU per message against the bare loop, counted from outside the process, is
+``python -m bench peers``'s (section 10); here ours and the naive loop count their
+own requests with botocore hooks, both alike.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from consumer.limits import SQS_MAX_MESSAGE_BYTES
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 HANDLERS = {"noop": 0.0, "io50ms": 0.05}
-#: Ours again with one of its choices switched off, beside its default run at the same handler and concurrency:
+#: Ours again with one of its choices changed, beside its default run at the same handler and concurrency:
 #: (label, subject options, (handler, concurrency) cases). What each choice buys, measured, not argued.
 ABLATIONS: tuple[tuple[str, dict[str, Any], tuple[tuple[str, int], ...]], ...] = (
     ("no lookahead", {"lookahead": 0.0}, (("noop", 16), ("io50ms", 8), ("io50ms", 16), ("io50ms", 64))),
@@ -33,7 +31,7 @@ ABLATIONS: tuple[tuple[str, dict[str, Any], tuple[tuple[str, int], ...]], ...] =
         {"lookahead": 0.0, "batch_fill": 0.0},
         (("noop", 16), ("io50ms", 8), ("io50ms", 16), ("io50ms", 64)),
     ),
-    ("no per-message INFO lines", {"log_level": "WARNING"}, (("noop", 16),)),
+    ("per-message lines on (DEBUG)", {"log_level": "DEBUG"}, (("noop", 16),)),
 )
 QUEUE_TARGET_DEPTH = 300
 #: Message bodies for the billed-requests table: the usual small event, SQS's old limit, its limit since 2025.
@@ -122,23 +120,9 @@ def measure(
     }
 
 
-def _plain(endpoint: str, when: str, window: float) -> dict[str, Any]:
-    """The plain loop with the no-op handler; ``when`` (start | end) says where in the sweep it ran."""
-    row = measure(endpoint, "plain", 1, HANDLERS["noop"], window=window)
-    row.update(handler="noop", when=when)
-    print(
-        f"noop    plain ({when:5}) {row['messages_per_second']:8.1f} msg/s"
-        f"  {row['cpu_ms_per_message'] or 0:.3f} CPU ms/msg",
-        flush=True,
-    )
-    return row
-
-
 def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float = 8.0) -> dict[str, Any]:
-    rows, plain = [], []
+    rows = []
     for handler, sleep in HANDLERS.items():
-        if handler == "noop":
-            plain.append(_plain(endpoint, "start", window))
         for level in concurrency:
             for impl in IMPLS:
                 row = measure(endpoint, impl, level, sleep, window=window)
@@ -150,8 +134,6 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
                     f"  rss {row['rss_load_kib'] / 1024:.0f} MiB",
                     flush=True,
                 )
-        if handler == "noop":
-            plain.append(_plain(endpoint, "end", window))
     # What SQS bills with bigger bodies: each 64 KiB of a call's payload is one billed request.
     bodies = []
     for label, size in BODY_SIZES.items():
@@ -178,7 +160,6 @@ def run(endpoint: str, concurrency: tuple[int, ...] = CONCURRENCY, window: float
             )
     return {
         "rows": rows,
-        "plain": plain,
         "bodies": bodies,
         "ablation": ablation,
         "queue_target_depth": QUEUE_TARGET_DEPTH,

@@ -50,7 +50,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
     assert placeholders == {
         "requests",
         "throughput",
-        "plain",
+        "bare",
         "bodies",
         "ablation",
         "latency",
@@ -83,24 +83,25 @@ def test_report_throughput_table_without_cpu_figures_shows_a_dash() -> None:
     assert "| 16 | 600 | 300 | 2.00x | - | - |" in report._throughput_section({**RESULT, "rows": rows})
 
 
-def test_report_plain_section_holds_ours_at_its_best_against_the_plain_mean() -> None:
-    """Plain ran at 1000 then 500 msg/s (mean 750); ours' best no-op rate, 900 at 16, reads 1.20 of it."""
-    rows = [
-        {**r, "messages_per_second": 900.0}
-        if (r["impl"], r["handler"], r["concurrency"]) == ("ours", "noop", 16)
-        else r
-        for r in RESULT["rows"]
-    ]
-    text = report._plain_section({**RESULT, "rows": rows})
-    assert "| 750 (1000 msg/s at the start, 500 msg/s at the end) | 900 (16) | 1.20 | at least 0.8 |" in text
-    assert "| 16 | 1.50 | 1.50 |" in text
-    assert "The plain loop (one thread): 0.61 at the start and 0.84 at the end of the sweep." in text
+def _peers_row(round_number: int, subject: str, cpu: float) -> dict[str, object]:
+    return {"cell": "noop_c16", "round": round_number, "subject": subject, "cpu_ms_per_message": cpu, "deleted": 1}
 
 
-def test_report_plain_section_without_a_plain_run_names_the_command() -> None:
-    """A throughput result from before the plain loop was measured says how to get it."""
-    result = {k: v for k, v in RESULT.items() if k != "plain"}
-    assert report._plain_section(result) == "_Not measured yet: run `python -m bench throughput`._"
+def test_report_bare_section_gives_each_rounds_ratio_of_ours_to_the_bare_loop_and_their_median() -> None:
+    """Three rounds: ours without the guard at 1.10, 1.30, 1.20 of the bare loop (median 1.20), with the guard at
+    4.00 each; the goal beside them."""
+    rows = []
+    for n, (bare, ours) in enumerate(((0.5, 0.55), (0.4, 0.52), (0.5, 0.6))):
+        rows += [_peers_row(n, "bare", bare), _peers_row(n, "ours-idempotent", ours), _peers_row(n, "ours", 4 * bare)]
+    text = report._bare_section({"meta": RESULT["meta"], "rows": rows})
+    assert "| ours, idempotent handler | 1.20 | 1.10, 1.30, 1.20 |" in text
+    assert "| ours (DynamoDB guard) | 4.00 | 4.00, 4.00, 4.00 |" in text
+    assert text.endswith("Goal (issue 26): ours without the guard at most 1.25 of the bare loop.")
+
+
+def test_report_bare_section_without_a_peers_run_names_the_command() -> None:
+    """No peers result yet: the section says how to get it."""
+    assert report._bare_section(None) == "_Not measured yet: run `make peers`._"
 
 
 def test_report_requests_table_shows_both_costs() -> None:
