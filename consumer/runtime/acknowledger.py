@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: A successful message's delete waits at most this long for nine others to share its call.
 DELETE_FLUSH_SECONDS = 1.0
+#: The acknowledger's thread goes round its loop at least this often (sending what is due, calling ``every_tick``).
+TICK_SECONDS = 0.1
 #: Per-entry delete failures SQS marks as its own fault: tries in all (the first and two retries).
 DELETE_RETRIES = 3
 #: A flush waits this long at most for batches other threads are sending (one call's worst case is bounded by
@@ -83,7 +85,8 @@ class Acknowledger:
     """Batches ``DeleteMessageBatch`` and ``ChangeMessageVisibilityBatch`` for one queue.
 
     ``before_delete`` is called with each batch of deletes holding a ticket that ``settles`` something, on the
-    thread about to send it, before it is sent.
+    thread about to send it, before it is sent; ``every_tick`` on the acknowledger's thread, every ``TICK_SECONDS`` at
+    most.
 
     Example::
 
@@ -101,6 +104,7 @@ class Acknowledger:
         *,
         on_deleted: Callable[[Ticket], None] | None = None,
         before_delete: Callable[[list[Ticket]], None] | None = None,
+        every_tick: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -109,6 +113,9 @@ class Acknowledger:
         # Called with each batch of deletes just before it is sent (on the sending thread): what the batch's tickets
         # settle is recorded first, so a delete never lands before it (Settlement.record_settled).
         self._before_delete = before_delete
+        # Called on the acknowledger's thread every time round its loop (at least every TICK_SECONDS): the settlement's
+        # timer for the completions it batches (Settlement.flush_completions).
+        self._every_tick = every_tick
         self._clock = clock
         self._ops: queue.SimpleQueue[object] = queue.SimpleQueue()
         # Deletes wait here until a batch is full, and the thread that fills it sends it; the thread's own tick
@@ -165,9 +172,11 @@ class Acknowledger:
     def _run(self) -> None:
         while True:
             try:
-                op = self._ops.get(timeout=0.1)
+                op = self._ops.get(timeout=TICK_SECONDS)
             except queue.Empty:
                 op = ...
+            if self._every_tick is not None:
+                self._every_tick()
             if op is None:
                 self._send_all_deletes(final=True)
                 self._send_visibility(self._queued_visibility())  # put before the drain; later ones are sent by callers

@@ -177,6 +177,7 @@ class Consumer:
             on_deleted=lambda _t: self.metrics.count("deleted"),
             # What a batch of deletes settles (the idempotency completions) is recorded just before it is sent.
             before_delete=lambda tickets: self._settlement.record_settled(tickets),
+            every_tick=lambda: self._settlement.flush_completions(),
         )
         self._settlement = Settlement(
             client,
