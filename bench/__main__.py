@@ -108,7 +108,7 @@ def container_command(runs: int = typer.Option(5, min=1, help="start/stop cycles
 
 @app.command("peers")
 def peers_command(
-    rounds: int = typer.Option(3, min=1, help="rounds of the headline cell (noop, concurrency 16)"),
+    rounds: int = typer.Option(5, min=1, help="rounds of the headline cell (noop, concurrency 16)"),
     other_rounds: int = typer.Option(2, min=1, help="rounds of every other throughput cell and the CPU-bound cell"),
     cells: list[str] = typer.Option(
         [],

@@ -61,7 +61,7 @@ POOL_FULL = re.compile(rb"Connection pool is full")
 
 @dataclass(frozen=True)
 class Settings:
-    rounds: int = 3  # of the headline cell
+    rounds: int = 5  # of the headline cell
     other_rounds: int = 2  # of every other throughput cell and the CPU-bound cell
     warmup: float = 3.0
     window: float = 8.0
