@@ -175,7 +175,7 @@ class Consumer:
             client,
             queue_url,
             on_deleted=lambda _t: self.metrics.count("deleted"),
-            # What a batch of deletes settles (the idempotency completions) is recorded just before it is sent.
+            # The settlement's completions: written before their batch of deletes is sent, or on the tick once due.
             before_delete=lambda tickets: self._settlement.record_settled(tickets),
             every_tick=lambda: self._settlement.flush_completions(),
         )

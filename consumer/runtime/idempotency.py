@@ -8,7 +8,7 @@ store record:
 1. ``claim`` -> ``ACQUIRED``: run the handler, ``renew`` the lease while it
    runs (heartbeat), then ``complete`` on success or ``release`` on failure.
    The runtime completes in batches (:meth:`IdempotencyStore.complete_many`),
-   each just before the batch of deletes it belongs to.
+   each written before the deletes of its messages are sent.
 2. ``claim`` -> ``COMPLETED``: the work was done before; delete the message.
 3. ``claim`` -> ``IN_PROGRESS``: a live holder has it; leave the message for a
    later retry.

@@ -53,10 +53,6 @@ class LogContext:
         return cls(message, queue_url)
 
     @property
-    def message_id(self) -> str:
-        return self.message.message_id
-
-    @property
     def trace(self) -> Mapping[str, str]:
         return trace_context(self.message.message_attributes, self.message.attributes)
 
