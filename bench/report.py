@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT
+from bench.markdown import measured as _meta
+from bench.markdown import missing as _missing
+from bench.markdown import table as _table
 from bench.peers import report as peers_report
 from bench.peers import summary as peers_summary
 
@@ -30,24 +33,6 @@ def _ratio(ours: float | None, naive: float | None) -> str:
     if not ours or not naive:
         return "-"
     return f"{ours / naive:.2f}x"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _meta(result: dict[str, Any]) -> str:
-    meta = result["meta"]
-    return (
-        f"_Measured {meta['date']} at commit `{meta['commit']}`, endpoint: {meta['endpoint']},"
-        f" {meta['cpus']} CPUs, Python {meta['python']}._"
-    )
-
-
-def _missing(command: str) -> str:
-    return f"_Not measured yet: run `{command}`._"
 
 
 def _pairs(rows: list[dict[str, Any]], handler: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:

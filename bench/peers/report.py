@@ -2,8 +2,8 @@
 
 :func:`section` is the ``{{peers}}`` placeholder's text (:func:`bench.report.sections`). The figures are medians over
 rounds (:mod:`bench.peers.summary`); :data:`PEERS_WHY` holds the reasons shown beside a cell where a peer is ahead
-of ours, and only there. Pure rendering: no I/O (its small Markdown helpers are its own, so that bench/report.py can
-import this module without an import cycle).
+of ours, and only there. Pure rendering: no I/O (the Markdown helpers are :mod:`bench.markdown`'s, shared with
+bench/report.py, which imports this module).
 """
 
 from __future__ import annotations
@@ -11,26 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bench.markdown import measured as _meta
+from bench.markdown import missing as _missing
+from bench.markdown import table as _table
 from bench.peers import summary
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _meta(result: Mapping[str, Any]) -> str:
-    meta = result["meta"]
-    return (
-        f"_Measured {meta['date']} at commit `{meta['commit']}`, endpoint: {meta['endpoint']},"
-        f" {meta['cpus']} CPUs, Python {meta['python']}._"
-    )
-
-
-def _missing(command: str, narrower: str = "") -> str:
-    return f"_Not measured yet: run `{command}`" + (f" (or `{narrower}`)" if narrower else "") + "._"
-
 
 #: The command that reproduces the peers tables.
 PEERS_COMMAND = "make peers"
