@@ -111,10 +111,10 @@ class Acknowledger:
         self._queue_url = queue_url
         self._on_deleted = on_deleted
         # Called with each batch of deletes just before it is sent (on the sending thread): what the batch's tickets
-        # settle is recorded first, so a delete never lands before it (Settlement.record_settled).
+        # settle is recorded first, so a delete never lands before it (Completions.record).
         self._before_delete = before_delete
         # Called on the acknowledger's thread every time round its loop (at least every TICK_SECONDS): the settlement's
-        # timer for the completions it batches (Settlement.flush_completions).
+        # timer for the completions it batches (Completions.flush).
         self._every_tick = every_tick
         self._clock = clock
         self._ops: queue.SimpleQueue[object] = queue.SimpleQueue()

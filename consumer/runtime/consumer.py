@@ -176,8 +176,8 @@ class Consumer:
             queue_url,
             on_deleted=lambda _t: self.metrics.count("deleted"),
             # The settlement's completions: written before their batch of deletes is sent, or on the tick once due.
-            before_delete=lambda tickets: self._settlement.record_settled(tickets),
-            every_tick=lambda: self._settlement.flush_completions(),
+            before_delete=lambda tickets: self._settlement.completions.record(tickets),
+            every_tick=lambda: self._settlement.completions.flush(),
         )
         self._settlement = Settlement(
             client,

@@ -29,7 +29,6 @@ import enum
 import logging
 import math
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,8 +37,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
-from consumer.runtime.acknowledger import Acknowledger, Ticket
+from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit
+from consumer.runtime.completions import Completions
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.runtime.failures import FailureText
 from consumer.runtime.idempotency import IdempotencyStore
@@ -52,13 +52,6 @@ if TYPE_CHECKING:  # the stubs are a development dependency: the image does not 
     from mypy_boto3_sqs import SQSClient
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
-
-#: A processed message's idempotency completion waits at most this long (plus the acknowledger's tick) for others to
-#: share its BatchWriteItem, and never longer than its delete: a task killed in that window runs the message again
-#: once its lease lapses, as one killed while the handler ran would.
-COMPLETION_FLUSH_SECONDS = 0.05
-#: BatchWriteItem's limit of requests per call: a full batch of completions is written at once.
-COMPLETION_BATCH = 25
 
 
 class Verdict(enum.Enum):
@@ -124,11 +117,8 @@ class Settlement:
         self._random = rng
         self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
         self._describe = describe
-        # Processed messages whose completion (and message_processed line) is not written yet, oldest first; the lock
-        # also makes taking a ticket's ``settles`` one step, so no completion is written (or logged) twice.
-        self._settling = threading.Lock()
-        self._completing: list[Ticket] = []
-        self._oldest_completion: float | None = None
+        #: Processed messages' completions and message_processed lines, batched (the acknowledger's hooks call it).
+        self.completions = Completions(idempotency, keep_seconds=contract.source_retention_seconds, clock=clock)
 
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
@@ -211,70 +201,12 @@ class Settlement:
 
     # --- outcomes ---------------------------------------------------------------
     def _succeed(self, item: InFlight, complete: bool) -> bool:
-        # The completion (``complete``: the handler ran; not for a duplicate skipped) and the message_processed line
-        # are written in batches (record_settled): when 25 wait, when the oldest has waited COMPLETION_FLUSH_SECONDS
-        # (flush_completions, on the acknowledger's tick), or with the message's batch of deletes if that goes first,
-        # so a completion always lands before its delete can.
-        item.ticket.settles = (item, complete)
-        with self._settling:
-            self._completing.append(item.ticket)
-            if self._oldest_completion is None:
-                self._oldest_completion = self._clock()
-            full = self._take_completions() if len(self._completing) >= COMPLETION_BATCH else []
-        if full:
-            self.record_settled(full)
+        # ``complete``: the handler ran (not for a duplicate skipped). The completion is batched, and always lands
+        # before the delete can (see completions.py).
+        self.completions.add(item, complete)
         self._delete(item)
         self._metrics.count("processed")
         return True
-
-    def flush_completions(self) -> None:
-        """Write the completions that have waited ``COMPLETION_FLUSH_SECONDS`` (the acknowledger's ``every_tick``)."""
-        with self._settling:
-            oldest = self._oldest_completion
-            if oldest is None or self._clock() - oldest < COMPLETION_FLUSH_SECONDS:
-                return
-            due = self._take_completions()
-        self.record_settled(due)
-
-    def _take_completions(self) -> list[Ticket]:
-        """(``_settling`` held.) Every completion waiting; the wait starts again."""
-        taken, self._completing, self._oldest_completion = self._completing, [], None
-        return taken
-
-    def record_settled(self, tickets: list[Ticket]) -> None:
-        """Record what ``tickets`` settle that is not recorded yet: the acknowledger's ``before_delete``, and the
-        completion batches of :meth:`_succeed` and :meth:`flush_completions`.
-
-        The idempotency completions of their processed messages in one call (a failure is logged, never raised: the
-        message outcome stands and the record's lease expires), then a ``message_processed`` line per message, at
-        DEBUG: one line per message is the busiest thing a consumer can print, and what an operator reads from it
-        is a count (the EMF ``processed`` metric). Failures, moves and hand-backs stay at INFO and above;
-        ``CONSUMER_LOG_LEVEL=DEBUG`` brings the line back (the local runs and the chaos suite set it).
-        """
-        settled: list[tuple[InFlight, bool]] = []
-        with self._settling:  # whoever takes a ticket's settles writes it: the other callers find None
-            for ticket in tickets:
-                if ticket.settles is not None:
-                    settled.append(ticket.settles)  # type: ignore[arg-type]  # only _succeed sets it
-                    ticket.settles = None
-        if not settled:
-            return
-        done = [(item.key, item.owner) for item, complete in settled if complete and item.key is not None]
-        if done and self._idempotency is not None:
-            try:
-                self._idempotency.complete_many(done, keep_seconds=self.contract.source_retention_seconds)
-            except Exception as error:  # noqa: BLE001 (the outcomes stand; the records' leases expire)
-                log.warning(
-                    "idempotency_update_failed",
-                    extra={
-                        "operation": "complete",
-                        "message_ids": [item.message.message_id for item, complete in settled if complete],
-                        "error": str(error),
-                    },
-                )
-        if log.isEnabledFor(logging.DEBUG):
-            for item, _ in settled:
-                log.debug("message_processed", extra=item.context.fields())
 
     def _poison(self, item: InFlight, reason: str, kind: str) -> bool:
         update_record(self._idempotency, "release", item)
