@@ -120,7 +120,7 @@ def peers_command(
     window: float = typer.Option(8.0, help="seconds counted per measurement"),
     warmup: float = typer.Option(3.0, help="seconds after the first delete before counting"),
 ) -> None:
-    """The peers (Celery, Dramatiq, sqs-workers, sqs-consumer) beside ours and two yardsticks (about 35 min)."""
+    """The peers (Celery, Dramatiq, sqs-workers, sqs-consumer) beside ours and two yardsticks (about 38 min)."""
     import signal
     import sys
 
