@@ -121,6 +121,18 @@ def run(
     }
 
 
+def _row_head(spec: CellSpec, round_number: int, subject: str, shape: str) -> dict[str, Any]:
+    """What every row of a measurement starts with: where and what was measured."""
+    return {
+        "cell": spec.name,
+        "kind": spec.kind,
+        "concurrency": spec.concurrency,
+        "round": round_number,
+        "subject": subject,
+        "shape": shape,
+    }
+
+
 def _throughput_cell(
     endpoint: str,
     spec: CellSpec,
@@ -134,14 +146,7 @@ def _throughput_cell(
     offset = iter(offsets)
     for round_number in range(settings.rounds_of(spec.name)):
         for subject in subjects:
-            base = {
-                "cell": spec.name,
-                "kind": spec.kind,
-                "concurrency": spec.concurrency,
-                "round": round_number,
-                "subject": subject.name,
-                "shape": subject.shape(spec.concurrency),
-            }
+            base = _row_head(spec, round_number, subject.name, subject.shape(spec.concurrency))
             if not subject.runs(spec.kind):
                 if round_number == 0:
                     rows.append({**base, "skipped": subject.skip_reason})
@@ -169,16 +174,10 @@ def _cpu_cell(
     for round_number in range(settings.rounds_of(spec.name)):
         for subject in subjects:
             for processes in (1,) if subject.name == "bare" else (1, 2):
-                base = {
-                    "cell": spec.name,
-                    "kind": spec.kind,
-                    "concurrency": spec.concurrency,
-                    "round": round_number,
-                    "subject": subject.name,
-                    "shape": subject.shape(spec.concurrency)
-                    if processes == 1
-                    else f"2 processes, {spec.concurrency} slots each",
-                }
+                shape = (
+                    subject.shape(spec.concurrency) if processes == 1 else f"2 processes, {spec.concurrency} slots each"
+                )
+                base = _row_head(spec, round_number, subject.name, shape)
                 # The bare loop runs the no-op (it has no handler): its figure is the floor of receiving and deleting.
                 kind = "noop" if subject.name == "bare" else spec.kind
                 measured = _measure(endpoint, spec, subject, installed, settings, next(offset), processes, kind=kind)
