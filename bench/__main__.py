@@ -136,7 +136,7 @@ def peers_command(
 
 @app.command("all")
 def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True)) -> None:
-    """Every benchmark in turn (about 22 minutes on 2 cores, with the suite)."""
+    """Every benchmark in turn (about 28 minutes on 2 cores, with the suite)."""
     with local_endpoint(endpoint) as url:
         for name, bench in (
             ("throughput", throughput.run),
