@@ -8,7 +8,7 @@ bench/report.py, which imports this module).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.markdown import measured as _meta
@@ -277,70 +277,65 @@ def _correctness(result: Mapping[str, Any]) -> str:
         return _missing(PEERS_COMMAND, "python -m bench peers --cells lease --cells kill")
     labels = _peer_labels(result)
     parts = []
-    lease = checks.get("lease")
-    if lease:
-        table = []
-        for r in lease:
-            label = labels.get(r["subject"], r["subject"])
-            if "error" in r:
-                table.append([label, "-", "-", "-", f"failed: {r['error']}"])
-                continue
-            table.append(
-                [
-                    label,
+    if checks.get("lease"):
+        parts.append(
+            _check_table(
+                checks["lease"],
+                labels,
+                "**A handler outliving its lease**",
+                ":",
+                ["duplicate starts", "handled", "watched s", "visibility it receives with"],
+                lambda r: [
                     f"**{r['duplicate_starts']}**",
                     f"{r['keys_completed']} of {r['messages']}",
                     f"{r['watched_seconds']:.0f}",
                     _visibility(r),
-                ]
+                ],
             )
-        first = next((r for r in lease if "error" not in r), None)
-        intro = (
-            f"**A handler outliving its lease**: {first['messages']} messages, concurrency {first['concurrency']}, a"
-            f" {first['handler_seconds']} s handler, the queue's visibility timeout {first['queue_visibility_seconds']}"
-            " s:"
-            if first
-            else "**A handler outliving its lease**:"
         )
-        header = ["subject", "duplicate starts", "handled", "watched s", "visibility it receives with"]
-        parts.append(intro + "\n\n" + _table(header, table))
-    kill = checks.get("kill")
-    if kill:
-        table = []
-        for r in kill:
-            label = labels.get(r["subject"], r["subject"])
-            if "error" in r:
-                table.append([label, "-", "-", "-", "-", f"failed: {r['error']}"])
-                continue
-            table.append(
-                [
-                    label,
+    if checks.get("kill"):
+        parts.append(
+            _check_table(
+                checks["kill"],
+                labels,
+                "**A worker killed mid-handler**",
+                "; SIGKILL to the whole process group 1.5 s after the first handler started, then the same subject"
+                " started again:",
+                ["handlers cut off", "held (in flight) at the kill", "lost", "duplicated", "invisible until"],
+                lambda r: [
                     str(r["cut_off"]),
                     str(r.get("held_at_kill", "-")),
                     f"**{r['lost']}**",
                     f"**{r['duplicated']}**",
                     r["invisible_until"],
-                ]
+                ],
             )
-        first = next((r for r in kill if "error" not in r), None)
-        intro = (
-            f"**A worker killed mid-handler**: {first['messages']} messages, concurrency {first['concurrency']}, a"
-            f" {first['handler_seconds']} s handler, the queue's visibility timeout {first['queue_visibility_seconds']}"
-            " s; SIGKILL to the whole process group 1.5 s after the first handler started, then the same subject"
-            " started again:"
-            if first
-            else "**A worker killed mid-handler**:"
         )
-        header = [
-            "subject",
-            "handlers cut off",
-            "held (in flight) at the kill",
-            "lost",
-            "duplicated",
-            "invisible until",
-        ]
-        parts.append(intro + "\n\n" + _table(header, table))
     return "\n\n".join(parts)
+
+
+def _check_table(
+    results: list[Mapping[str, Any]],
+    labels: Mapping[str, str],
+    title: str,
+    tail: str,
+    header: list[str],
+    cells: Callable[[Mapping[str, Any]], list[str]],
+) -> str:
+    """One correctness check's table, under a line saying how it was set up (from its first result that ran)."""
+    table = []
+    for r in results:
+        label = labels.get(r["subject"], r["subject"])
+        failed = "error" in r
+        table.append([label, *(["-"] * (len(header) - 1) + [f"failed: {r['error']}"] if failed else cells(r))])
+    first = next((r for r in results if "error" not in r), None)
+    intro = (
+        f"{title}: {first['messages']} messages, concurrency {first['concurrency']}, a {first['handler_seconds']} s"
+        f" handler, the queue's visibility timeout {first['queue_visibility_seconds']} s{tail}"
+        if first
+        else f"{title}:"
+    )
+    return intro + "\n\n" + _table(["subject", *header], table)
 
 
 def _visibility(row: Mapping[str, Any]) -> str:
