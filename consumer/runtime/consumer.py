@@ -39,6 +39,7 @@ from consumer.exit_codes import ExitCode
 from consumer.message import Message
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit, RateLimit
+from consumer.runtime.completions import Completions
 from consumer.runtime.failures import FailureText
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
@@ -171,13 +172,14 @@ class Consumer:
         rate = max_rate if max_rate is not None else max_rate_of(handler)
         if rate is not None:
             check_rate_fits_the_lease(contract, rate)  # @worker checked its own; an explicit one is checked here
+        self._completions = Completions(self.idempotency, keep_seconds=contract.source_retention_seconds, clock=clock)
         self._ack = Acknowledger(
             client,
             queue_url,
             on_deleted=lambda _t: self.metrics.count("deleted"),
-            # The settlement's completions: written before their batch of deletes is sent, or on the tick once due.
-            before_delete=lambda tickets: self._settlement.completions.record(tickets),
-            every_tick=lambda: self._settlement.completions.flush(),
+            # Completions are written before their batch of deletes is sent, or on the tick once due.
+            before_delete=self._completions.record,
+            every_tick=self._completions.flush,
         )
         self._settlement = Settlement(
             client,
@@ -188,6 +190,7 @@ class Consumer:
             table=self._table,
             slots=self._slots,
             idempotency=self.idempotency,
+            completions=self._completions,
             metrics=self.metrics,
             protection=self.protection,
             clock=clock,

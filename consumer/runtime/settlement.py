@@ -95,6 +95,7 @@ class Settlement:
         table: InFlightTable,
         slots: Slots,
         idempotency: IdempotencyStore | None,
+        completions: Completions,
         metrics: Metrics,
         protection: ScaleInProtection,
         clock: Callable[[], float],
@@ -117,8 +118,8 @@ class Settlement:
         self._random = rng
         self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
         self._describe = describe
-        #: Processed messages' completions and message_processed lines, batched (the acknowledger's hooks call it).
-        self.completions = Completions(idempotency, keep_seconds=contract.source_retention_seconds, clock=clock)
+        # Processed messages' completions and message_processed lines, batched (the acknowledger's hooks write them).
+        self._completions = completions
 
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
@@ -203,7 +204,7 @@ class Settlement:
     def _succeed(self, item: InFlight, complete: bool) -> bool:
         # ``complete``: the handler ran (not for a duplicate skipped). The completion is batched, and always lands
         # before the delete can (see completions.py).
-        self.completions.add(item, complete)
+        self._completions.add(item, complete)
         self._delete(item)
         self._metrics.count("processed")
         return True
