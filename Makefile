@@ -4,7 +4,7 @@
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
 # Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md),
-#   make peers (docs/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer beside ours; ~35 min)
+#   make peers (docs/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer beside ours; ~38 min)
 # make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
 # Deploying (docs/deploy.md): make synth|diff|deploy ENV=staging, with the venv and the pinned CLI brought here.
 VENV ?= .venv
