@@ -42,8 +42,12 @@ from consumer.limits import (
     HEALTH_CHECK_TIMEOUT_SECONDS,
     HEARTBEAT_MAX_INTERVAL_SECONDS,
     LEASE_CAP_SECONDS,
+    MAX_ASYNC_CONCURRENCY,
+    MAX_BATCH,
+    MAX_BATCH_WINDOW_SECONDS,
     MAX_CONCURRENCY,
     MAX_DURATION_SECONDS,
+    MAX_MESSAGES_IN_FLIGHT,
     MAX_POLLERS,
     MIN_LEASE_SECONDS,
     MIN_MAX_RECEIVE_COUNT,
@@ -64,6 +68,7 @@ from consumer.limits import (
     SQS_MIN_RETENTION_SECONDS,
     VISIBILITY_MARGIN_MAX_SECONDS,
     VISIBILITY_MARGIN_MIN_SECONDS,
+    HandlerShape,
     LivenessTimings,
 )
 from consumer.queue_attributes import QueueAttributes, QueuePairAttributes
@@ -87,8 +92,12 @@ __all__ = [
     "HEALTH_CHECK_TIMEOUT_SECONDS",
     "HEARTBEAT_MAX_INTERVAL_SECONDS",
     "LEASE_CAP_SECONDS",
+    "MAX_ASYNC_CONCURRENCY",
+    "MAX_BATCH",
+    "MAX_BATCH_WINDOW_SECONDS",
     "MAX_CONCURRENCY",
     "MAX_DURATION_SECONDS",
+    "MAX_MESSAGES_IN_FLIGHT",
     "MAX_POLLERS",
     "MIN_LEASE_SECONDS",
     "MIN_MAX_RECEIVE_COUNT",
@@ -158,7 +167,7 @@ def _check_bool(parameter: str, value: object) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WorkerContract(LivenessTimings):
+class WorkerContract(HandlerShape, LivenessTimings):
     """Everything the queue, the alarms, the ECS task and the consumer must agree on.
 
     Declared values are fields; everything else is derived (properties), so the
@@ -173,7 +182,7 @@ class WorkerContract(LivenessTimings):
 
     #: Longest a single handler call may run; it is given up on after that.
     max_duration_seconds: int
-    #: Messages processed at once by one consumer process.
+    #: Handler calls at once in one consumer process: threads, or coroutines for an ``async def`` handler.
     concurrency: int = 1
     #: Messages asked for per ReceiveMessage call (1..10).
     batch_size: int = SQS_MAX_BATCH
@@ -189,6 +198,12 @@ class WorkerContract(LivenessTimings):
     #: The handler is idempotent by itself (a second run of a message changes nothing more): no idempotency guard,
     #: so no DynamoDB table, no claim and no completion per message (docs/handlers.md, "Idempotent handlers").
     idempotent: bool = False
+    #: A batch handler's largest batch (messages per call, collected from several receives); None: one message.
+    max_batch: int | None = None
+    #: A batch handler: how long a batch may wait to fill after its first message (0: what has arrived).
+    batch_window_seconds: int = 0
+    #: The handler is ``async def``: ``concurrency`` coroutines on one event loop (set by ``@worker`` from it).
+    asynchronous: bool = False
     #: How long a message may wait before a handler starts on it (scaling and alarms).
     acceptable_latency_seconds: int = 60
     #: Typical handler duration; defaults to half the max duration.
@@ -215,7 +230,7 @@ class WorkerContract(LivenessTimings):
             f" (SQS's {SQS_MAX_VISIBILITY_SECONDS} s visibility limit less the"
             f" {VISIBILITY_MARGIN_MAX_SECONDS} s margin)",
         )
-        check_int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        _check_concurrency(self.concurrency, self.asynchronous)
         check_int("batch_size", self.batch_size, 1, SQS_MAX_BATCH, " (SQS receives at most 10 per call)")
         check_int(
             "max_receive_count",
@@ -232,6 +247,7 @@ class WorkerContract(LivenessTimings):
         _check_fair_queue(self.fair_queue, self.fifo)
         _check_bool("idempotent", self.idempotent)
         check_int("acceptable_latency_seconds", self.acceptable_latency_seconds, 1, SQS_MAX_VISIBILITY_SECONDS)
+        _check_batch(self)
         if self.average_duration_seconds is None:
             object.__setattr__(self, "average_duration_seconds", max(1, math.ceil(self.max_duration_seconds / 2)))
         check_int(
@@ -308,7 +324,7 @@ class WorkerContract(LivenessTimings):
 
     @property
     def visibility_timeout_seconds(self) -> int:
-        return min(self.attempt_timeout_seconds, self.max_lease_seconds)
+        return min(self.receive_cycle_seconds, self.max_lease_seconds)
 
     @property
     def heartbeat_interval_seconds(self) -> int:
@@ -340,7 +356,7 @@ class WorkerContract(LivenessTimings):
     @property
     def retry_horizon_seconds(self) -> int:
         backoffs = sum(self.retry_backoff_seconds(n) for n in range(1, self.max_receive_count))
-        return self.redrive_max_receive_count * self.attempt_timeout_seconds + backoffs
+        return self.redrive_max_receive_count * self.receive_cycle_seconds + backoffs
 
     @property
     def dlq_age_alarm_seconds(self) -> int:
@@ -349,17 +365,8 @@ class WorkerContract(LivenessTimings):
     @property
     def backlog_age_alarm_seconds(self) -> int:
         cycles = min(AGE_METRIC_SKIPPED_AFTER_RECEIVES, self.max_receive_count)
-        retries = sum(self.attempt_timeout_seconds + self.retry_backoff_seconds(n) for n in range(1, cycles + 1))
+        retries = sum(self.receive_cycle_seconds + self.retry_backoff_seconds(n) for n in range(1, cycles + 1))
         return self.acceptable_latency_seconds + retries
-
-    @property
-    def scaling_target_backlog_per_task(self) -> int:
-        assert self.average_duration_seconds is not None  # resolved in __post_init__
-        return max(1, self.acceptable_latency_seconds * self.concurrency // self.average_duration_seconds)
-
-    @property
-    def pollers(self) -> int:
-        return min(math.ceil(self.concurrency / self.batch_size), MAX_POLLERS)
 
     @property
     def uses_heartbeat_lease(self) -> bool:
@@ -458,15 +465,66 @@ class WorkerContract(LivenessTimings):
         return contract
 
 
-_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication", "fair_queue", "idempotent"})
+_BOOL_FIELDS = frozenset({"fifo", "content_based_deduplication", "fair_queue", "idempotent", "asynchronous"})
 #: Fields added after stacks were deployed: written only when declared, so a worker that does not declare one keeps
-#: its task definition byte for byte (no new revision, no rolling deploy); from_env reads an absent one as False.
-_WRITTEN_ONLY_WHEN_DECLARED = frozenset({"fair_queue", "idempotent"})
+#: its task definition byte for byte (no new revision, no rolling deploy); from_env reads an absent one as its
+#: default (False, None, 0).
+_WRITTEN_ONLY_WHEN_DECLARED = frozenset(
+    {"fair_queue", "idempotent", "max_batch", "batch_window_seconds", "asynchronous"}
+)
 
 
 def _written(name: str, value: object) -> bool:
     """Whether :meth:`WorkerContract.to_env` writes field ``name`` holding ``value``."""
-    return not (name in _WRITTEN_ONLY_WHEN_DECLARED and value is False)
+    return not (name in _WRITTEN_ONLY_WHEN_DECLARED and value in (False, None, 0))
+
+
+def _check_concurrency(concurrency: object, asynchronous: object) -> None:
+    """Threads for a ``def`` handler, coroutines on one event loop for an ``async def``: the bounds differ."""
+    if _check_bool("asynchronous", asynchronous):
+        check_int("concurrency", concurrency, 1, MAX_ASYNC_CONCURRENCY, " (coroutines of an async def handler)")
+    else:
+        why = f" (threads; an async def handler may run up to {MAX_ASYNC_CONCURRENCY} coroutines)"
+        check_int("concurrency", concurrency, 1, MAX_CONCURRENCY, why)
+
+
+def _check_batch(contract: WorkerContract) -> None:
+    """A batch handler's ``max_batch`` and ``batch_window``: within bounds, on a standard queue, a window inside
+    the acceptable latency, and no more messages held than a process should."""
+    if contract.max_batch is not None:
+        check_int("max_batch", contract.max_batch, 1, MAX_BATCH, " (messages per call of a batch handler)")
+        if contract.fifo:
+            raise ContractError(
+                "max_batch",
+                "is only allowed on a standard queue (fifo=False): a FIFO group's order is kept one message at a time",
+                contract.max_batch,
+            )
+        held = contract.concurrency * contract.max_batch
+        if held > MAX_MESSAGES_IN_FLIGHT:
+            raise ContractError(
+                "max_batch",
+                f"must keep concurrency x max_batch ({contract.concurrency} x {contract.max_batch} = {held}) at most"
+                f" {MAX_MESSAGES_IN_FLIGHT} messages held by one process",
+                contract.max_batch,
+            )
+    check_int("batch_window_seconds", contract.batch_window_seconds, 0, MAX_BATCH_WINDOW_SECONDS)
+    if contract.batch_window_seconds and contract.max_batch is None:
+        raise ContractError(
+            "batch_window_seconds", "is only for a batch handler (declare max_batch too)", contract.batch_window_seconds
+        )
+    if contract.batch_window_seconds >= contract.acceptable_latency_seconds:
+        raise ContractError(
+            "batch_window_seconds",
+            f"must be less than acceptable_latency ({contract.acceptable_latency_seconds} s): every message of a"
+            " batch that does not fill waits the whole window",
+            contract.batch_window_seconds,
+        )
+    if contract.max_batch is not None and contract.asynchronous:
+        raise ContractError(
+            "max_batch",
+            "is not supported for an async def handler yet (declare a def batch handler)",
+            contract.max_batch,
+        )
 
 
 def _env_name(name: str) -> str:

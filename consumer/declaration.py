@@ -10,6 +10,7 @@ Standard library only, like the contract.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import math
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
-from consumer.contract import LEASE_CAP_SECONDS, SQS_MAX_BATCH, ContractError, WorkerContract
+from consumer.contract import LEASE_CAP_SECONDS, MAX_CONCURRENCY, SQS_MAX_BATCH, ContractError, WorkerContract
 from consumer.limits import SOURCE_MAX_MESSAGE_BYTES
 
 HANDLER_ATTRIBUTE = "__worker_contract__"
@@ -89,6 +90,8 @@ def worker(
     content_based_deduplication: bool = False,
     fair_queue: bool = False,
     idempotent: bool = False,
+    max_batch: int | None = None,
+    batch_window: timedelta | float = 0,
     acceptable_latency: timedelta | float = 60,
     average_duration: timedelta | float | None = None,
     retry_backoff_base: timedelta | float = 2,
@@ -169,6 +172,10 @@ def worker(
             content_based_deduplication=content_based_deduplication,
             fair_queue=fair_queue,
             idempotent=idempotent,
+            max_batch=max_batch,
+            batch_window_seconds=seconds("batch_window", batch_window),
+            # Known once the function is: checked again then (declare), with the bounds of its shape.
+            asynchronous=isinstance(concurrency, int) and concurrency > MAX_CONCURRENCY,
             acceptable_latency_seconds=seconds("acceptable_latency", acceptable_latency),
             average_duration_seconds=None
             if average_duration is None
@@ -184,7 +191,8 @@ def worker(
         check_rate_fits_the_lease(contract, max_rate)
 
     def declare(function: F) -> F:
-        setattr(function, HANDLER_ATTRIBUTE, contract)
+        shaped = with_shape(contract, function, max_rate)
+        setattr(function, HANDLER_ATTRIBUTE, shaped)
         setattr(function, SETUP_ATTRIBUTE, setup)  # beside the contract, never in it: no timing depends on it
         setattr(function, NON_RETRYABLE_ATTRIBUTE, non_retryable)  # likewise; and a type has no environment form
         setattr(function, MAX_RATE_ATTRIBUTE, max_rate)  # beside it too: see the docstring
@@ -193,6 +201,23 @@ def worker(
         return function
 
     return declare
+
+
+def with_shape(contract: WorkerContract, function: Callable[..., Any], max_rate: float | None) -> WorkerContract:
+    """``contract`` for ``function``'s shape: ``asynchronous`` when it is an ``async def``, checked again with the
+    bounds of that shape (a thread count for a ``def``, coroutines for an ``async def``)."""
+    asynchronous = inspect.iscoroutinefunction(function)
+    if max_rate is not None and (asynchronous or contract.max_batch is not None):
+        shape = "an async def handler" if asynchronous else "a batch handler (max_batch)"
+        raise ContractError(
+            "max_rate", f"is not supported for {shape} yet: pace the downstream in the handler", max_rate
+        )
+    if asynchronous == contract.asynchronous:
+        return contract
+    try:
+        return dataclasses.replace(contract, asynchronous=asynchronous)
+    except ContractError as error:
+        raise type(error)(worker_argument(error.parameter), error.rule, error.value) from None
 
 
 def worker_argument(field: str) -> str:

@@ -11,13 +11,16 @@ The formulas (also in the README's configuration table, generated from
   receive-to-start delay, the batched delete's flush interval and clock skew.
 * ``attempt_timeout = max_duration + visibility_margin``: the longest one
   receive may hold a message; the heartbeat never extends past it.
-* ``visibility_timeout = min(attempt_timeout, max_lease)`` with ``max_lease``
+* ``messages_per_call = max_batch`` for a batch handler (``@worker(max_batch=...)``), 1 otherwise; a batch
+  handler's ``max_duration`` and ``average_duration`` are one call's, for the whole batch.
+* ``visibility_timeout = min(attempt_timeout + batch_window, max_lease)`` with ``max_lease``
   900 s unless declared: short handlers are covered by the queue's visibility
   alone, so a heartbeat failure cannot cause a duplicate; longer handlers get a
   lease (15 min by default) that the heartbeat extends, so a crashed task's
   messages come back within the lease, not hours later. Declaring a shorter
   ``max_lease`` trades that heartbeat independence for a faster return of a
-  crashed task's messages.
+  crashed task's messages. A batch handler's message may wait up to ``batch_window`` (0 unless declared) in
+  its batch before the call starts, so the lease covers that wait too.
 * ``heartbeat_interval = clamp(visibility_timeout // 5, 1, 60)``; a message is
   extended when its lease has at most ``2 * heartbeat_interval`` left, so one
   failed heartbeat call still leaves a second chance before expiry.
@@ -33,7 +36,7 @@ The formulas (also in the README's configuration table, generated from
   redrive is only the backstop for receives the consumer never saw (a receive
   response lost on the network and retried, a process killed in a long poll),
   so up to two of those cannot dead-letter a message unseen and unexplained.
-* ``retry_horizon = redrive_max_receive_count * attempt_timeout +
+* ``retry_horizon = redrive_max_receive_count * (attempt_timeout + batch_window) +
   sum(retry_backoff(n) for n < max_receive_count)``: the longest a failing message can take to reach
   the DLQ; it must fit in the source retention or messages could expire
   instead of reaching the DLQ.
@@ -45,14 +48,15 @@ The formulas (also in the README's configuration table, generated from
   least a day before any DLQ message can expire (docs/alarms.md, the catalogue's
   backstop-move scenario).
   https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html
-* ``backlog_age_alarm = acceptable_latency + sum(attempt_timeout +
+* ``backlog_age_alarm = acceptable_latency + sum(attempt_timeout + batch_window +
   retry_backoff(n) for n in 1..min(3, max_receive_count))``: SQS's age metric
   skips messages received three times or more, so a message being retried
   legitimately ages by at most three attempt cycles before it stops counting.
-* ``scaling_target = max(1, acceptable_latency * concurrency // average_duration)``
-  messages of backlog per task (AWS's "acceptable backlog per task").
-* ``pollers = min(ceil(concurrency / batch_size), MAX_POLLERS)`` receive loops per process: one per batch of
-  slots, at most four. Four receive loops keep 256 slots of 200 ms handlers fed (1,280 messages a second, more
+* ``scaling_target = max(1, acceptable_latency * concurrency * messages_per_call // average_duration)``
+  messages of backlog per task (AWS's "acceptable backlog per task"): a batch handler clears ``max_batch``
+  messages per call under a backlog.
+* ``pollers = min(ceil(concurrency * messages_per_call / batch_size), MAX_POLLERS)`` receive loops per process:
+  one per receive's worth of messages held, at most four. Four receive loops keep 256 slots of 200 ms handlers fed (1,280 messages a second, more
   than one process handles); more only add threads contending for the interpreter lock, and one loop per 10 slots
   (26 for 256) made a 256-slot consumer slower than a minimal loop of four receivers (docs/BENCHMARKS.md, peers).
 * ``call_worst(client) = max_attempts * (connect_timeout + read_timeout) + sum(min(2 ** (n - 1), 20) + 5
@@ -79,6 +83,7 @@ The formulas (also in the README's configuration table, generated from
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # --- AWS limits (the one home of SQS's numbers; every other module imports them) --------------
@@ -116,6 +121,22 @@ SHUTDOWN_FLUSH_SECONDS = 5
 MIN_STOP_TIMEOUT_SECONDS = SHUTDOWN_FLUSH_SECONDS + 1
 MIN_MAX_RECEIVE_COUNT = 2
 MAX_CONCURRENCY = 256
+#: An ``async def`` handler's concurrency is coroutines on one event loop, not threads: far more fit in a process.
+MAX_ASYNC_CONCURRENCY = 4_096
+#: A batch handler's largest batch (``max_batch``), and its longest window to fill one (``batch_window``), as
+#: Lambda's SQS event source bounds the window (MaximumBatchingWindowInSeconds, 0..300 s).
+#: https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-parameters.html
+MAX_BATCH = 1_000
+MAX_BATCH_WINDOW_SECONDS = 300
+#: Messages one process may hold at once (concurrency x max_batch): each is a message body in memory.
+MAX_MESSAGES_IN_FLIGHT = 10_000
+#: An event loop (``async def`` handlers) that has not run its beat for this long is blocked by a synchronous call
+#: inside a coroutine: ``python -m consumer health`` fails and ECS replaces the task. A coroutine never holds the loop
+#: for a second on purpose; 30 s is far past a garbage collection or a slow import, and well inside a page.
+EVENT_LOOP_STALL_SECONDS = 30
+#: Threads an async handler's event loop hands blocking calls to (idempotency claims, settlement: SQS and DynamoDB
+#: calls of a few milliseconds), so a coroutine never waits on the network inside the loop.
+ASYNC_EXECUTOR_THREADS = 32
 MAX_POLLERS = 4
 #: Twice the day of warning the DLQ age page gives before the earliest expiry (the page comes half the gap after
 #: a move; a message the redrive backstop moved can expire the gap after it).
@@ -175,21 +196,24 @@ DAY = 86_400
 DERIVED_FORMULAS: dict[str, str] = {
     "visibility_margin_seconds": "clamp(ceil(max_duration / 10), 10, 300)",
     "attempt_timeout_seconds": "max_duration + visibility_margin",
-    "visibility_timeout_seconds": "min(attempt_timeout, max_lease)",
+    "visibility_timeout_seconds": "min(attempt_timeout + batch_window, max_lease)",
     "heartbeat_interval_seconds": "clamp(visibility_timeout // 5, 1, 60)",
     "heartbeat_threshold_seconds": "2 * heartbeat_interval",
     "message_timeout_seconds": "max_duration",
     "drain_timeout_seconds": "stop_timeout - 5",
     "redrive_max_receive_count": "max_receive_count + 2",
     "retry_horizon_seconds": (
-        "redrive_max_receive_count * attempt_timeout + sum(retry_backoff(n) for n < max_receive_count)"
+        "redrive_max_receive_count * (attempt_timeout + batch_window) + sum(retry_backoff(n) for n < max_receive_count)"
     ),
     "dlq_age_alarm_seconds": "(dlq_retention - source_retention) // 2",
     "backlog_age_alarm_seconds": (
-        "acceptable_latency + sum(attempt_timeout + retry_backoff(n) for n in 1..min(3, max_receive_count))"
+        "acceptable_latency + sum(attempt_timeout + batch_window + retry_backoff(n)"
+        " for n in 1..min(3, max_receive_count))"
     ),
-    "scaling_target_backlog_per_task": "max(1, acceptable_latency * concurrency // average_duration)",
-    "pollers": f"min(ceil(concurrency / batch_size), {MAX_POLLERS})",
+    "scaling_target_backlog_per_task": (
+        "max(1, acceptable_latency * concurrency * messages_per_call // average_duration)"
+    ),
+    "pollers": f"min(ceil(concurrency * messages_per_call / batch_size), {MAX_POLLERS})",
     "poll_stall_seconds": "call_worst(sqs) + 10 (call_worst: see consumer/limits.py)",
     "heartbeat_stall_seconds": "heartbeat_interval + call_worst(dynamodb) + 4 * agent_timeout + 10",
     "health_check_interval_seconds": "clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)",
@@ -225,3 +249,44 @@ class LivenessTimings:
     @property
     def health_check_start_period_seconds(self) -> int:
         return min(HEALTH_CHECK_START_PERIOD_SECONDS, ECS_HEALTH_CHECK_MAX_START_PERIOD_SECONDS)
+
+
+class HandlerShape:
+    """What the handler's shape derives (``WorkerContract`` inherits them): messages per call and in flight, how long
+    a receive holds a message, the pollers and the scaling target (:data:`DERIVED_FORMULAS`). Here rather than in the
+    contract's class body, which stays under the architecture test's size limit."""
+
+    concurrency: int
+    batch_size: int
+    max_batch: int | None
+    batch_window_seconds: int
+    acceptable_latency_seconds: int
+    average_duration_seconds: int | None
+
+    @property
+    def attempt_timeout_seconds(self) -> int:
+        raise NotImplementedError  # WorkerContract's
+
+    @property
+    def messages_per_call(self) -> int:
+        """Messages one handler call takes: ``max_batch`` for a batch handler, else 1."""
+        return self.max_batch or 1
+
+    @property
+    def messages_in_flight(self) -> int:
+        """Messages one process holds at most (not counting the lookahead): ``concurrency * messages_per_call``."""
+        return self.concurrency * self.messages_per_call
+
+    @property
+    def receive_cycle_seconds(self) -> int:
+        """The longest one receive holds a message: its wait in a filling batch, then its attempt."""
+        return self.attempt_timeout_seconds + self.batch_window_seconds
+
+    @property
+    def scaling_target_backlog_per_task(self) -> int:
+        assert self.average_duration_seconds is not None  # resolved in WorkerContract.__post_init__
+        return max(1, self.acceptable_latency_seconds * self.messages_in_flight // self.average_duration_seconds)
+
+    @property
+    def pollers(self) -> int:
+        return min(math.ceil(self.messages_in_flight / self.batch_size), MAX_POLLERS)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from botocore.config import Config
 
-from consumer.limits import DYNAMODB_CLIENT, SQS_CLIENT, ClientTimeouts
+from consumer.limits import ASYNC_EXECUTOR_THREADS, DYNAMODB_CLIENT, SQS_CLIENT, ClientTimeouts
 
 if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
     import boto3
@@ -85,13 +85,19 @@ def sqs_connections(contract: WorkerContract) -> int:
 
     A pool smaller than that makes urllib3 discard a connection each time one more thread finishes a call ("Connection
     pool is full, discarding connection") and open a new one (TCP and, on AWS, TLS) for the next."""
-    return contract.concurrency + contract.pollers + OTHER_CALLING_THREADS
+    return calling_threads(contract) + contract.pollers + OTHER_CALLING_THREADS
 
 
 def dynamodb_connections(contract: WorkerContract) -> int:
     """The idempotency store's pool: a claim per worker, the completions of a batch of deletes on the thread sending
     it (a worker, or the acknowledger), and the heartbeat's renewals."""
-    return contract.concurrency + OTHER_CALLING_THREADS
+    return calling_threads(contract) + OTHER_CALLING_THREADS
+
+
+def calling_threads(contract: WorkerContract) -> int:
+    """The threads that run handlers' AWS calls: one per worker thread; an async handler's coroutines hand theirs
+    to the event loop's executor (consumer/runtime/coroutines.py)."""
+    return min(contract.concurrency, ASYNC_EXECUTOR_THREADS) if contract.asynchronous else contract.concurrency
 
 
 def sqs_client(session: boto3.Session, contract: WorkerContract) -> SQSClient:

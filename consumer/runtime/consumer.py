@@ -20,6 +20,7 @@ second after SIGTERM, without waiting out a long poll.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -31,15 +32,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from consumer.contract import TASK_ROLE_ID_ENV, ContractError, WorkerContract
 from consumer.declaration import check_rate_fits_the_lease, max_rate_of
 from consumer.exit_codes import ExitCode
+from consumer.limits import EVENT_LOOP_STALL_SECONDS
 from consumer.message import Message
 from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.batches import BatchWorker
 from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.completions import Completions
+from consumer.runtime.coroutines import EVENT_LOOP, AsyncWorker
 from consumer.runtime.failures import FailureText
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
@@ -98,6 +102,27 @@ EXIT_STUCK = ExitCode.STUCK
 ROLE_ID_PATTERN = re.compile(r"\w{16,128}", re.ASCII)
 
 
+def check_shape(handler: Callable[..., Any], contract: WorkerContract) -> None:
+    """Refuse an ``async def`` handler under a contract for a ``def`` one, and the reverse: a thread calling a
+    coroutine function gets a coroutine back, never run, and would delete the message as if it had succeeded."""
+    if inspect.iscoroutinefunction(handler) != contract.asynchronous:
+        shape = "an async def" if contract.asynchronous else "a def"
+        name = getattr(handler, "__qualname__", repr(handler))
+        raise ContractError("handler", f"must be {shape} function, as its contract says (asynchronous)", name)
+
+
+def worker_for(
+    contract: WorkerContract, *, slots: Slots, liveness: Liveness, closed: threading.Event, **parts: Any
+) -> Worker:
+    """The workers for the handler's shape: threads of one message each, threads of a batch each
+    (``max_batch``), or coroutines on one event loop (``async def``)."""
+    if contract.max_batch is not None:
+        return BatchWorker(slots=slots, contract=contract, **parts)
+    if contract.asynchronous:
+        return AsyncWorker(liveness=liveness, closed=closed, contract=contract, **parts)
+    return Worker(contract=contract, **parts)
+
+
 def task_role_id_from_env(environ: Mapping[str, str]) -> str | None:
     """The task role's RoleId the stack writes (``CONSUMER_TASK_ROLE_ID``), or None when unset (a bare local run)."""
     value = environ.get(TASK_ROLE_ID_ENV, "")
@@ -144,6 +169,7 @@ class Consumer:
         liveness: Liveness | None = None,
         max_rate: float | None = None,
     ) -> None:
+        check_shape(handler, contract)
         self.client = client
         self.queue_url = queue_url
         self.dlq_url = dlq_url
@@ -165,7 +191,7 @@ class Consumer:
         self._drain_end = math.inf
         self._closed = threading.Event()
         self._table = InFlightTable()
-        self._slots = Slots(contract.concurrency, tick_seconds=TICK_SECONDS)
+        self._slots = Slots(contract.messages_in_flight, tick_seconds=TICK_SECONDS)
         # SimpleQueue (C, no Condition): one put and one get per message, the cheapest hand-off there is.
         self._work: queue.SimpleQueue[list[InFlight]] = queue.SimpleQueue()
         self.circuit = Circuit(contract, metrics=self.metrics, clock=clock)
@@ -198,6 +224,38 @@ class Consumer:
             circuit=self.circuit,
             describe=FailureText.of(handler),  # error text in reasons and logs, as @worker(error_text=...) says
         )
+        self._lookahead = Lookahead(
+            self._slots,
+            concurrency=contract.concurrency,
+            batch_size=contract.batch_size,
+            # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn. On
+            # FIFO a hand-back spends a receive (and can end in the DLQ unattempted), and a group runs in order on
+            # one worker anyway: nothing is received ahead there either.
+            # A batch handler's free threads collect while the others run: the batch is its own lookahead.
+            wait_seconds=0.0 if rate is not None or contract.fifo or contract.max_batch else LOOKAHEAD_WAIT_SECONDS,
+            clock=clock,
+        )
+        self._worker = worker_for(
+            contract,
+            slots=self._slots,
+            liveness=self.liveness,
+            closed=self._closed,
+            handler=handler,
+            table=self._table,
+            settlement=self._settlement,
+            idempotency=self.idempotency,
+            metrics=self.metrics,
+            work=self._work,
+            stop=self._stop,
+            owner=self.owner,
+            clock=clock,
+            circuit=self.circuit,
+            rate=None if rate is None else RateLimit(rate, clock),
+            lookahead=self._lookahead,
+            extend_now=lambda item: self._heartbeat.extend_now(item),
+        )
+        if isinstance(self._worker, AsyncWorker):
+            self._work = self._worker.feed  # each message starts as a task on the loop at once
         self._poller = Poller(
             client,
             queue_url=queue_url,
@@ -218,33 +276,7 @@ class Consumer:
             circuit=self.circuit,
             drain_end=lambda: self._drain_end,
         )
-        self._lookahead = Lookahead(
-            self._slots,
-            concurrency=contract.concurrency,
-            batch_size=contract.batch_size,
-            # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn. On
-            # FIFO a hand-back spends a receive (and can end in the DLQ unattempted), and a group runs in order on
-            # one worker anyway: nothing is received ahead there either.
-            wait_seconds=0.0 if rate is not None or contract.fifo else LOOKAHEAD_WAIT_SECONDS,
-            clock=clock,
-        )
-        self._worker = Worker(
-            handler=handler,
-            contract=contract,
-            table=self._table,
-            settlement=self._settlement,
-            idempotency=self.idempotency,
-            metrics=self.metrics,
-            work=self._work,
-            stop=self._stop,
-            owner=self.owner,
-            clock=clock,
-            circuit=self.circuit,
-            rate=None if rate is None else RateLimit(rate, clock),
-            lookahead=self._lookahead,
-            extend_now=lambda item: self._heartbeat.extend_now(item),
-        )
-        self._heartbeat = Heartbeat(
+        self._heartbeat: Heartbeat = Heartbeat(
             contract=contract,
             table=self._table,
             ack=self._ack,
@@ -278,9 +310,10 @@ class Consumer:
 
     def run(self) -> int:
         """Process until :meth:`stop`; returns the process exit code."""
+        loops = 1 if isinstance(self._worker, AsyncWorker) else self.contract.concurrency  # one event loop
         threads = [
             threading.Thread(target=self._guarded(self._worker.run), name=f"worker-{i}", daemon=True)
-            for i in range(self.contract.concurrency)
+            for i in range(loops)
         ]
         threads += [
             threading.Thread(target=self._guarded(partial(self._poller.run, i)), name=poller_loop(i), daemon=True)
@@ -288,6 +321,8 @@ class Consumer:
         ]
         threads.append(threading.Thread(target=self._guarded(self._heartbeat.run), name=HEARTBEAT_LOOP, daemon=True))
         allowances = {poller_loop(i): self.contract.poll_stall_seconds for i in range(self.contract.pollers)}
+        if isinstance(self._worker, AsyncWorker):
+            allowances[EVENT_LOOP] = EVENT_LOOP_STALL_SECONDS
         self.liveness.start({**allowances, HEARTBEAT_LOOP: self.contract.heartbeat_stall_seconds})
         self._ack.start()
         for thread in threads:

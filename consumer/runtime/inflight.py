@@ -91,6 +91,7 @@ class InFlight:
     started_at: float | None = None
     key: str | None = None
     owner: str = ""  # unique per attempt, so a stale attempt can never touch a newer one's record
+    call: int | None = None  # the batch handler call it is part of (None: a call of its own)
     ticket: Ticket = field(init=False)
 
     def __post_init__(self) -> None:
@@ -217,8 +218,27 @@ class InFlightTable:
             ]
             for item in overrun:
                 item.state = State.TIMED_OUT
-            stuck = sum(1 for i in self._items.values() if i.state is State.TIMED_OUT)
+            # Handler calls, not messages: the messages of one batch handler call hold one slot of concurrency.
+            stuck = len(
+                {id(i) if i.call is None else i.call for i in self._items.values() if i.state is State.TIMED_OUT}
+            )
         return overrun, stuck
+
+    def time_out(self, item: InFlight) -> bool:
+        """RUNNING -> TIMED_OUT for one message (an async handler cancelled at its deadline); False if not running."""
+        with self._lock:
+            if item.state is not State.RUNNING:
+                return False
+            item.state = State.TIMED_OUT
+            return True
+
+    def release_running(self, item: InFlight) -> bool:
+        """RUNNING -> RELEASED (an async handler cancelled at the drain's end); False if shutdown released it first."""
+        with self._lock:
+            if item.state is not State.RUNNING:
+                return False
+            item.state = State.RELEASED
+            return True
 
     def running(self) -> list[InFlight]:
         with self._lock:

@@ -122,6 +122,14 @@ class Slots:
                 if self._needs and self._free >= min(self._needs):
                     self._condition.notify_all()
 
+    def hold(self, count: int) -> None:
+        """Take ``count`` slots without waiting (free may go below 0): a batch handler call holds room for a full
+        batch while it runs, so pollers receive only for handlers free to take a batch (:meth:`release` gives it
+        back)."""
+        if count:
+            with self._condition:
+                self._free -= count
+
     @property
     def extra(self) -> int:
         """How many more messages than handlers may be held now (:meth:`set_extra`)."""

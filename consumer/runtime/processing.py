@@ -9,6 +9,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
@@ -35,7 +36,7 @@ class Worker:
     def __init__(
         self,
         *,
-        handler: Callable[[Message], None],
+        handler: Callable[..., Any],
         contract: WorkerContract,
         table: InFlightTable,
         settlement: Settlement,
@@ -88,6 +89,13 @@ class Worker:
 
     def _process(self, item: InFlight) -> bool:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
+        if not self._begin(item):
+            return False
+        return self._settlement.settle(item, self._attempt(item))
+
+    def _begin(self, item: InFlight) -> bool:
+        """Start ``item`` (RUNNING, its lease extended if low); False if it was handed back instead (the circuit is
+        open, its lease ran down while it waited, shutdown) or was no longer waiting."""
         message = item.message
         if not self._may_start(item):
             return False
@@ -107,7 +115,7 @@ class Worker:
         if lease_left <= self._extend_below:
             # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
             self._extend_now(item)
-        return self._settlement.settle(item, self._attempt(item))
+        return True
 
     def _may_start(self, item: InFlight) -> bool:
         """Whether ``item`` starts now: not while the circuit is open (handed back), and in its turn under max_rate."""
@@ -131,23 +139,27 @@ class Worker:
         try:
             self.handler(self._view(item))
             outcome = SUCCEEDED
-        except PoisonMessage as poison:
-            outcome = Outcome(Verdict.POISON, poison)
-        except DownstreamUnavailable as unavailable:  # before non_retryable: a declared (Exception,) must not take it
-            outcome = Outcome(Verdict.UNAVAILABLE, unavailable)
-        except self._non_retryable as rejected:  # declared with @worker(non_retryable=...): the DLQ at once
-            outcome = Outcome(Verdict.NON_RETRYABLE, rejected)
         except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
             # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
             # (signals reach only the main thread), they would end the thread with its slot still taken
             # and strand the message; as a failed attempt it backs off and, on its last receive, goes
             # to the DLQ like any other failure.
-            outcome = Outcome(Verdict.FAILED, failure)
+            outcome = self.classify(failure)
         seconds = self._clock() - started
         self._metrics.timing("duration", seconds * 1000)
         if self._lookahead is not None:
             self._lookahead.finished(seconds)
         return outcome
+
+    def classify(self, error: BaseException) -> Outcome:
+        """The outcome of an attempt that raised ``error`` (or that a batch handler reported failed with it)."""
+        if isinstance(error, PoisonMessage):
+            return Outcome(Verdict.POISON, error)
+        if isinstance(error, DownstreamUnavailable):  # before non_retryable: a declared (Exception,) must not take it
+            return Outcome(Verdict.UNAVAILABLE, error)
+        if isinstance(error, self._non_retryable):  # declared with @worker(non_retryable=...): the DLQ at once
+            return Outcome(Verdict.NON_RETRYABLE, error)
+        return Outcome(Verdict.FAILED, error)
 
     def _guard(self, item: InFlight) -> Outcome | None:
         """Claim ``item``'s idempotency key before its handler runs; None (run it) when the claim is acquired, else

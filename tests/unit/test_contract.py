@@ -63,8 +63,16 @@ def test_contract_accepts_both_edges(name: str, low: int, high: int, extra: dict
             42_901,
             '"max_duration_seconds" must be between 1 and 42900 (SQS\'s 43200 s visibility limit less the 300 s margin): 42901',
         ),
-        ("concurrency", 0, '"concurrency" must be between 1 and 256: 0'),
-        ("concurrency", 257, '"concurrency" must be between 1 and 256: 257'),
+        (
+            "concurrency",
+            0,
+            '"concurrency" must be between 1 and 256 (threads; an async def handler may run up to 4096 coroutines): 0',
+        ),
+        (
+            "concurrency",
+            257,
+            '"concurrency" must be between 1 and 256 (threads; an async def handler may run up to 4096 coroutines): 257',
+        ),
         ("batch_size", 0, '"batch_size" must be between 1 and 10 (SQS receives at most 10 per call): 0'),
         ("batch_size", 11, '"batch_size" must be between 1 and 10 (SQS receives at most 10 per call): 11'),
         (
@@ -227,12 +235,16 @@ def test_worker_fair_queue_names_the_argument_on_fifo() -> None:
         worker(max_duration=90, fifo=True, fair_queue=True)
 
 
+#: The handler-shape fields (batch, async): written only when declared, like fair_queue and idempotent.
+SHAPE_KEYS = {"CONSUMER_MAX_BATCH", "CONSUMER_BATCH_WINDOW_SECONDS", "CONSUMER_ASYNCHRONOUS"}
+
+
 def test_contract_fair_queue_env_only_when_declared() -> None:
     """CONSUMER_FAIR_QUEUE is written only for a worker that declares it (an undeclared one keeps its task
     environment as it was); from_env reads it back, and its absence as False."""
     declared = make(fair_queue=True)
     assert declared.to_env()["CONSUMER_FAIR_QUEUE"] == "true"
-    assert set(declared.to_env()) == WorkerContract.env_keys() - {"CONSUMER_IDEMPOTENT"}
+    assert set(declared.to_env()) == WorkerContract.env_keys() - {"CONSUMER_IDEMPOTENT"} - SHAPE_KEYS
     assert WorkerContract.from_env(declared.to_env()) == declared
     assert "CONSUMER_FAIR_QUEUE" not in make().to_env()
     assert WorkerContract.from_env(make().to_env()).fair_queue is False
@@ -243,7 +255,7 @@ def test_contract_idempotent_env_only_when_declared() -> None:
     environment byte for byte); from_env reads it back, and its absence as False."""
     declared = make(idempotent=True)
     assert declared.to_env()["CONSUMER_IDEMPOTENT"] == "true"
-    assert set(declared.to_env()) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"}
+    assert set(declared.to_env()) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE"} - SHAPE_KEYS
     assert WorkerContract.from_env(declared.to_env()) == declared
     assert "CONSUMER_IDEMPOTENT" not in make().to_env()
     assert WorkerContract.from_env(make().to_env()).idempotent is False
@@ -361,7 +373,7 @@ def test_contract_env_round_trip() -> None:
     """from_env(to_env()) gives back an equal contract, defaults resolved."""
     contract = make(concurrency=8, fifo=True, content_based_deduplication=True, stop_timeout_seconds=60)
     environ = contract.to_env()
-    assert set(environ) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE", "CONSUMER_IDEMPOTENT"}
+    assert set(environ) == WorkerContract.env_keys() - {"CONSUMER_FAIR_QUEUE", "CONSUMER_IDEMPOTENT"} - SHAPE_KEYS
     assert environ["CONSUMER_FIFO"] == "true"
     assert environ["CONSUMER_VISIBILITY_TIMEOUT_SECONDS"] == "100"
     assert WorkerContract.from_env(environ) == contract

@@ -1,0 +1,167 @@
+"""Async handlers (``async def``): ``concurrency`` coroutines on one event loop the runtime owns.
+
+The pollers hand each message to the loop (:class:`LoopFeed`), which starts it as a task at once; the slots bound
+how many run. What blocks (an idempotency claim in DynamoDB, a settlement that sends to the DLQ or requeues a copy)
+runs on the loop's executor (``ASYNC_EXECUTOR_THREADS`` threads), never inside the loop.
+
+Cancellation is how a coroutine sees the deadline and the stop: every tick the loop's watcher cancels a handler
+past :attr:`Message.deadline` (its ``max_duration``, or the drain's end once stopping). Past ``max_duration`` the
+attempt is given up on as a thread's is (timed out, no delete, the message comes back after its lease); at the
+drain's end it is handed back as shutdown hands back a thread's. Either way the handler gets ``CancelledError`` at
+its ``await`` and may clean up; its result no longer counts, and its slot is free once it returns.
+
+The watcher also beats the ``event-loop`` entry of the liveness file: a coroutine that blocks the loop with a
+synchronous call stops the beat while the pollers and the heartbeat go on, and ``python -m consumer health`` fails
+after ``EVENT_LOOP_STALL_SECONDS``, so ECS replaces the task (consumer/runtime/liveness.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+from consumer.limits import ASYNC_EXECUTOR_THREADS
+from consumer.runtime.inflight import InFlight
+from consumer.runtime.liveness import Liveness
+from consumer.runtime.polling import TICK_SECONDS
+from consumer.runtime.processing import Worker
+from consumer.runtime.settlement import SUCCEEDED, Outcome, Verdict
+
+log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
+
+EVENT_LOOP = "event-loop"
+
+
+class LoopFeed(queue.SimpleQueue):  # type: ignore[type-arg]
+    """The pollers' work queue for an async handler: each group put is started on the loop at once, so nothing
+    waits in it (``get_nowait`` at shutdown finds it empty; a task started during shutdown hands itself back)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, start: Callable[[list[InFlight]], None]) -> None:
+        super().__init__()
+        self._loop = loop
+        self._start = start
+
+    def put(self, item: list[InFlight], block: bool = True, timeout: float | None = None) -> None:
+        self._loop.call_soon_threadsafe(self._start, item)
+
+
+class AsyncWorker(Worker):
+    """Runs the event loop (:meth:`run`, on one thread) and every coroutine of an ``async def`` handler.
+
+    ``closed`` ends the loop once shutdown is done; ``liveness`` receives the loop's beat.
+    """
+
+    def __init__(self, *, liveness: Liveness, closed: threading.Event, **parts: Any) -> None:
+        super().__init__(**parts)
+        self._liveness = liveness
+        self._closed = closed
+        self.loop = asyncio.new_event_loop()
+        threads = min(self.contract.concurrency, ASYNC_EXECUTOR_THREADS)
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="settle")
+        self.loop.set_default_executor(self._executor)
+        self.feed = LoopFeed(self.loop, self._spawn)
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Running handlers' tasks by message, and why the watcher cancelled one ("timeout" or "drain").
+        self._running: dict[InFlight, asyncio.Task[None]] = {}
+        self._cancelled: dict[InFlight, str] = {}
+
+    def run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._watch)
+        try:
+            self.loop.run_forever()
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- on the loop ------------------------------------------------------------
+    def _spawn(self, group: list[InFlight]) -> None:
+        task = self.loop.create_task(self._run_group(group))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _watch(self) -> None:
+        """Every tick: beat the loop's liveness, cancel handlers past their deadline, end the loop once closed."""
+        self._liveness.beat(EVENT_LOOP)
+        if self._closed.is_set():
+            self.loop.stop()
+            return
+        now = self._clock()
+        for item, task in list(self._running.items()):
+            message = item.message
+            if now >= message.attempt.deadline:
+                why = "timeout"
+            elif now >= message.attempt.drain_end():
+                why = "drain"
+            else:
+                continue
+            self._cancelled[item] = why
+            del self._running[item]
+            task.cancel()
+        self.loop.call_later(TICK_SECONDS, self._watch)
+
+    async def _run_group(self, group: list[InFlight]) -> None:
+        for index, item in enumerate(group):
+            if self._stop.is_set():
+                await self._blocking(self._settlement.hand_back_unstarted, group[index:], "shutdown")
+                return
+            if not await self._process_async(item) and self.contract.fifo:
+                # Order within a group: nothing after a failed message may run before it.
+                await self._blocking(self._settlement.hand_back_unstarted, group[index + 1 :], "fifo_group_blocked")
+                return
+
+    async def _process_async(self, item: InFlight) -> bool:
+        if not self._begin(item):
+            return False
+        if self._idempotency is not None:
+            guarded = await self._blocking(self._guard, item)
+            if guarded is not None:
+                return bool(await self._blocking(self._settlement.settle, item, guarded))
+        outcome = await self._attempt_async(item)
+        why = self._cancelled.pop(item, None)
+        if why is not None:
+            await self._blocking(self._given_up, item, why)
+        return bool(await self._blocking(self._settlement.settle, item, outcome))
+
+    async def _attempt_async(self, item: InFlight) -> Outcome:
+        started = self._clock()
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[item] = task
+        try:
+            await cast("Awaitable[object]", self.handler(self._view(item)))
+            outcome = SUCCEEDED
+        except asyncio.CancelledError as cancelled:
+            outcome = Outcome(Verdict.FAILED, cancelled)  # not counted if the watcher cancelled it (_given_up)
+        except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later", as a thread's)
+            outcome = self.classify(failure)
+        finally:
+            self._running.pop(item, None)
+        seconds = self._clock() - started
+        self._metrics.timing("duration", seconds * 1000)
+        if self._lookahead is not None:
+            self._lookahead.finished(seconds)
+        return outcome
+
+    def _given_up(self, item: InFlight, why: str) -> None:
+        """The watcher cancelled ``item``'s handler: past max_duration it is timed out (its lease brings it back);
+        at the drain's end it is handed back, unless shutdown did first. Its settlement then finds it so and only
+        frees its slot."""
+        if why == "timeout":
+            if self._table.time_out(item):  # else the heartbeat did, and logged it
+                self._metrics.count("timed_out")
+                log.error(
+                    "handler_timed_out",
+                    extra=item.context.fields(max_duration_seconds=self.contract.max_duration_seconds, cancelled=True),
+                )
+        elif self._table.release_running(item):
+            self._settlement.hand_back(item, "drain_timeout", attempted=True)
+            log.warning("message_handed_back", extra=item.context.fields(cancelled=True))
+
+    async def _blocking(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)`` on the executor: a call that may wait on the network never blocks the loop."""
+        return await self.loop.run_in_executor(None, call, *args)

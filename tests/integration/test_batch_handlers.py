@@ -1,0 +1,255 @@
+"""Batch handlers (``@worker(max_batch=...)``) through the real runtime, against moto in-process and over HTTP:
+batches collected across receives up to ``max_batch`` or the window, each message settled with the outcome its
+``BatchResult`` reports (deleted, retried, DLQ at once with its reason, never deleted when not reported),
+idempotency per message, room for a batch before a receive, and hand-back at shutdown."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any
+
+import pytest
+
+from consumer import BatchResult, Message, worker
+from consumer.declaration import contract_of
+from consumer.runtime.consumer import EXIT_OK
+from consumer.runtime.dead_letter import read_reason
+from consumer.testing import depth, drain, receive_visible, running, wait_until
+from tests.integration.conftest import create_pair
+from tests.integration.test_consumer import consumer_of, fast_contract
+
+
+def send(sqs: Any, url: str, *bodies: str) -> None:
+    for start in range(0, len(bodies), 10):
+        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+
+
+def reasons(sqs: Any, dlq_url: str) -> dict[str, tuple[str, str]]:
+    """Each DLQ message's body -> (kind, reason)."""
+    found = {}
+    for moved in drain(sqs, dlq_url):
+        reason = read_reason(moved.get("MessageAttributes", {})) or {}
+        found[moved["Body"]] = (reason.get("kind", ""), reason.get("reason", ""))
+    return found
+
+
+def test_batches_are_collected_across_receives_up_to_max_batch_then_the_window(
+    sqs: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """25 messages, max_batch 20 (two receives of 10 at least), one thread: a full batch of 20, then the 5 left
+    once the window has passed; every message deleted. In-process moto may answer two concurrent receives with one
+    message: the idempotency guard then keeps the second copy from the call (deferred), so it counts to the 20."""
+    contract = fast_contract(concurrency=1, max_batch=20, batch_window_seconds=4)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, *(f"m{i}" for i in range(25)))
+    calls: list[list[str]] = []
+    caplog.set_level(logging.INFO, logger="consumer")
+
+    def handle(messages: list[Message]) -> BatchResult:
+        calls.append([m.body for m in messages])
+        return BatchResult().succeeded(*messages)
+
+    with running(consumer_of(sqs, pair, contract, handle)) as result:
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+    twice = sum(1 for record in caplog.records if record.getMessage() == "message_in_progress_elsewhere")
+    assert len(calls[0]) + twice == 20
+    assert {body for call in calls for body in call} == {f"m{i}" for i in range(25)}
+    assert len(calls) == 2 and len(calls[1]) >= 5  # the rest, once the window passed (and any copy handed back)
+    assert result.exit_code == EXIT_OK
+
+
+@worker(
+    max_duration=3,
+    concurrency=1,
+    max_batch=10,
+    max_receive_count=3,
+    retry_backoff_base=1,
+    retry_backoff_max=1,
+    non_retryable=(KeyError,),
+)
+def mixed(messages: list[Message]) -> BatchResult:
+    """Each body says what the handler reports for it."""
+    result = BatchResult()
+    for message in messages:
+        attempts[message.body] = attempts.get(message.body, 0) + 1
+        if message.body == "ok":
+            result.succeeded(message)
+        elif message.body == "poison":
+            result.poison(message, "not an order")
+        elif message.body == "rejected":
+            result.failed(message, KeyError("order_id"))
+        elif message.body == "flaky":
+            if message.receive_count == 1:
+                result.failed(message, RuntimeError("downstream 503"))
+            else:
+                result.succeeded(message)
+        elif message.body == "failing":
+            result.failed(message, RuntimeError("always"))
+        # "forgotten": not reported at all
+    return result
+
+
+attempts: dict[str, int] = {}
+
+
+def test_each_message_of_a_batch_gets_the_outcome_the_result_reports(sqs: Any) -> None:
+    """One batch, six outcomes: ok deleted once; poison and a declared non-retryable type to the DLQ at their first
+    receive with their reasons; flaky retried after a backoff, then deleted; failing and forgotten (not reported)
+    retried to the last receive, then to the DLQ with the reason, never deleted by default."""
+    attempts.clear()
+    contract = contract_of(mixed)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "ok", "poison", "rejected", "flaky", "failing", "forgotten")
+    with running(consumer_of(sqs, pair, contract, mixed)) as result:
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+    moved = reasons(sqs, pair.dlq_url)
+    assert set(moved) == {"poison", "rejected", "failing", "forgotten"}
+    assert moved["poison"] == ("poison", "not an order")
+    assert moved["rejected"] == ("non_retryable", "KeyError: 'order_id'")
+    assert moved["failing"] == ("exhausted", "failed 3 times; last error: RuntimeError: always")
+    kind, reason = moved["forgotten"]
+    assert kind == "exhausted" and "the batch handler did not report this message" in reason
+    assert attempts == {"ok": 1, "poison": 1, "rejected": 1, "flaky": 2, "failing": 3, "forgotten": 3}
+    assert result.exit_code == EXIT_OK
+
+
+@pytest.mark.parametrize("returned", [None, ["ok"]], ids=["None", "a-list"])
+def test_a_handler_returning_no_batch_result_deletes_nothing(sqs: Any, returned: object) -> None:
+    """Returning anything but a BatchResult reports nothing: every message is retried and ends in the DLQ with a
+    reason that says so; none is deleted as if it had succeeded."""
+    contract = fast_contract(concurrency=1, max_batch=10, max_receive_count=2)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "a", "b", "c")
+    calls: list[int] = []
+
+    def handle(messages: list[Message]) -> Any:
+        calls.append(len(messages))
+        return returned
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 3, timeout=30)
+    moved = reasons(sqs, pair.dlq_url)
+    assert set(moved) == {"a", "b", "c"}
+    assert all(kind == "exhausted" and "not a BatchResult" in reason for kind, reason in moved.values())
+    assert sum(calls) == 6  # each message attempted on both allowed receives, deleted on neither
+
+
+def test_a_handler_raising_fails_the_whole_batch(sqs: Any) -> None:
+    """A batch handler that raises fails every message of its call: each is retried, then moved with the error."""
+    contract = fast_contract(concurrency=1, max_batch=10, max_receive_count=2)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "a", "b")
+
+    def handle(messages: list[Message]) -> BatchResult:
+        raise ConnectionError("bulk insert refused")
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 2, timeout=30)
+    assert reasons(sqs, pair.dlq_url) == {
+        body: ("exhausted", "failed 2 times; last error: ConnectionError: bulk insert refused") for body in "ab"
+    }
+
+
+def test_idempotency_is_per_message_within_a_batch(sqs: Any) -> None:
+    """Two messages with one body (one idempotency key) and a third: the handler runs the shared key once and the
+    other once; all three leave the queue (the duplicate deleted, as done, without reaching the handler)."""
+    contract = fast_contract(concurrency=1, max_batch=10, retry_backoff_base_seconds=1, max_receive_count=4)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "same", "same", "other")
+    handled: list[str] = []
+
+    def handle(messages: list[Message]) -> BatchResult:
+        handled.extend(m.body for m in messages)
+        return BatchResult().succeeded(*messages)
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+    assert sorted(handled) == ["other", "same"]
+    assert depth(sqs, pair.dlq_url).total == 0
+
+
+def test_a_running_batch_holds_room_for_a_full_batch(sqs: Any) -> None:
+    """One thread, max_batch 10: while a call of 2 messages runs, its unused room stays held, so no receive starts
+    for it. The one receive already in flight when the call began (for the room the thread was collecting into)
+    may still bring messages, 3 here; after it nothing more is received, though 4 more wait. Once the call returns
+    the rest are processed."""
+    contract = fast_contract(concurrency=1, max_batch=10, max_duration_seconds=30)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "a", "b")
+    running_call, release = threading.Event(), threading.Event()
+    sizes: list[int] = []
+
+    def handle(messages: list[Message]) -> BatchResult:
+        sizes.append(len(messages))
+        running_call.set()
+        release.wait(30)
+        return BatchResult().succeeded(*messages)
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(running_call.is_set, timeout=10)
+        send(sqs, pair.queue_url, "c", "d", "e")
+        wait_until(lambda: depth(sqs, pair.queue_url).in_flight == 5, timeout=10)  # the receive in flight took them
+        send(sqs, pair.queue_url, *(f"m{i}" for i in range(4)))
+        threading.Event().wait(1.5)  # a receive would have taken them by now: none was made
+        held = depth(sqs, pair.queue_url)
+        release.set()
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+    assert (held.visible, held.in_flight) == (4, 5)
+    assert sizes[0] == 2 and sum(sizes) == 9
+
+
+def test_a_batch_collecting_at_shutdown_is_handed_back_at_once(sqs: Any) -> None:
+    """Stopped while its window is open, a collecting batch is handed back, never run: its messages are visible
+    again at once, not after their lease."""
+    contract = fast_contract(concurrency=1, max_batch=10, batch_window_seconds=30, acceptable_latency_seconds=60)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "a", "b", "c")
+    calls: list[int] = []
+
+    def handle(messages: list[Message]) -> BatchResult:
+        calls.append(len(messages))
+        return BatchResult().succeeded(*messages)
+
+    consumer = consumer_of(sqs, pair, contract, handle)
+    with running(consumer) as result:
+        wait_until(lambda: depth(sqs, pair.queue_url).in_flight == 3, timeout=10)
+    assert calls == []
+    assert result.exit_code == EXIT_OK
+    wait_until(lambda: len(receive_visible(sqs, pair.queue_url)) == 3, timeout=5)
+
+
+def test_a_timed_out_batch_is_one_stuck_call_not_one_per_message(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Two threads, one batch of 3 messages overrunning max_duration: the call is given up on (no delete) and
+    the consumer goes on, not stopped as stuck (3 messages, but 1 of 2 handler calls)."""
+    contract = fast_contract(concurrency=2, max_batch=3, max_duration_seconds=1)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "a", "b", "c")
+    unblock = threading.Event()
+
+    def handle(messages: list[Message]) -> BatchResult:
+        unblock.wait(10)
+        return BatchResult().succeeded(*messages)
+
+    caplog.set_level(logging.INFO, logger="consumer")
+    consumer = consumer_of(sqs, pair, contract, handle)
+
+    def timed_out() -> int:
+        return sum(1 for record in caplog.records if record.getMessage() == "handler_timed_out")
+
+    with running(consumer) as result:
+        wait_until(lambda: timed_out() == 3, timeout=10)
+        threading.Event().wait(1)  # a heartbeat tick or two after giving up: it would have stopped by now
+        assert not consumer.stopping
+        unblock.set()
+    assert result.exit_code == EXIT_OK
+
+
+def test_a_batch_contract_takes_the_window_into_the_lease() -> None:
+    """The window is part of how long a receive holds a message: visibility and retry horizon grow by it."""
+    plain = fast_contract(max_batch=10)
+    windowed = dataclasses.replace(plain, batch_window_seconds=5)
+    assert windowed.visibility_timeout_seconds == plain.visibility_timeout_seconds + 5
+    assert windowed.retry_horizon_seconds == plain.retry_horizon_seconds + 5 * plain.redrive_max_receive_count
