@@ -43,7 +43,7 @@ from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.batches import BatchWorker
 from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.completions import Completions
-from consumer.runtime.coroutines import EVENT_LOOP, AsyncWorker
+from consumer.runtime.coroutines import ASYNC_GIVE_UP_GRACE_SECONDS, EVENT_LOOP, AsyncWorker
 from consumer.runtime.failures import FailureText
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
@@ -290,6 +290,7 @@ class Consumer:
             tick_seconds=TICK_SECONDS,
             liveness=self.liveness,
             lookahead=self._lookahead,
+            grace_seconds=ASYNC_GIVE_UP_GRACE_SECONDS if contract.asynchronous else 0.0,
         )
         self._count_requests(client)
 
@@ -386,6 +387,7 @@ class Consumer:
         # its delete, and the message would come back to be moved a second time.
         while self._clock() < deadline and self._table.unsettled():
             time.sleep(0.05)
+        self._worker.cancel_running(LATE_RECEIVE_WAIT_SECONDS)  # coroutines see CancelledError and hand back
         dispatching = self._table.close()
         # A poller handing on (or back) what a receive brought: brief, never a long poll; bounded, as a
         # requeue's send can retry against a dead endpoint, within the 5 s kept for flushing.

@@ -35,6 +35,9 @@ from consumer.runtime.settlement import SUCCEEDED, Outcome, Verdict
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
 EVENT_LOOP = "event-loop"
+#: How long past max_duration the heartbeat waits for the loop to cancel a coroutine before it gives up on it
+#: itself (and counts it toward "every slot stuck"): a few of the watcher's ticks.
+ASYNC_GIVE_UP_GRACE_SECONDS = 4 * TICK_SECONDS
 
 
 class LoopFeed(queue.SimpleQueue):  # type: ignore[type-arg]
@@ -77,6 +80,26 @@ class AsyncWorker(Worker):
             self.loop.run_forever()
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def cancel_running(self, wait_seconds: float) -> None:
+        """At the drain's end (shutdown, from its thread): cancel every running handler, then wait up to
+        ``wait_seconds`` for them to return, each handing its message back (:meth:`_given_up`). A loop held by a
+        synchronous call answers nothing: shutdown then hands the messages back itself."""
+        future = asyncio.run_coroutine_threadsafe(self._cancel_all(wait_seconds), self.loop)
+        try:
+            future.result(wait_seconds + 0.5)
+        except Exception:  # noqa: BLE001 (a blocked or stopped loop: shutdown's own hand-back follows)
+            future.cancel()
+
+    async def _cancel_all(self, wait_seconds: float) -> None:
+        tasks = []
+        for item, task in list(self._running.items()):
+            self._cancelled[item] = "drain"
+            del self._running[item]
+            task.cancel()
+            tasks.append(task)
+        if tasks:
+            await asyncio.wait(tasks, timeout=wait_seconds)
 
     # --- on the loop ------------------------------------------------------------
     def _spawn(self, group: list[InFlight]) -> None:
@@ -152,7 +175,9 @@ class AsyncWorker(Worker):
         at the drain's end it is handed back, unless shutdown did first. Its settlement then finds it so and only
         frees its slot."""
         if why == "timeout":
-            if self._table.time_out(item):  # else the heartbeat did, and logged it
+            # Released, not TIMED_OUT: a cancelled coroutine returns, so it is not a stuck slot (the heartbeat counts
+            # TIMED_OUT ones, and gives up on a coroutine itself only past a grace: a loop that cannot cancel it).
+            if self._table.release_running(item):  # else the heartbeat gave up first, and logged it
                 self._metrics.count("timed_out")
                 log.error(
                     "handler_timed_out",

@@ -63,8 +63,12 @@ class Heartbeat:
         tick_seconds: float,
         liveness: Liveness | None = None,
         lookahead: Lookahead | None = None,
+        grace_seconds: float = 0.0,
     ) -> None:
         self.contract = contract
+        #: Beyond max_duration, before giving up on a handler here: an async one is cancelled by its event loop at
+        #: max_duration and returns; the heartbeat gives up on it only if the loop cannot (blocked).
+        self._grace_seconds = grace_seconds
         self._table = table
         self._ack = ack
         self._idempotency = idempotency
@@ -98,7 +102,7 @@ class Heartbeat:
                 self._metrics.flush()
 
     def _give_up_overruns(self, now: float) -> None:
-        overrun, stuck = self._table.time_out_overruns(now, self.contract.message_timeout_seconds)
+        overrun, stuck = self._table.time_out_overruns(now, self.contract.message_timeout_seconds + self._grace_seconds)
         for item in overrun:
             self._metrics.count("timed_out")
             log.error(

@@ -224,16 +224,9 @@ class InFlightTable:
             )
         return overrun, stuck
 
-    def time_out(self, item: InFlight) -> bool:
-        """RUNNING -> TIMED_OUT for one message (an async handler cancelled at its deadline); False if not running."""
-        with self._lock:
-            if item.state is not State.RUNNING:
-                return False
-            item.state = State.TIMED_OUT
-            return True
-
     def release_running(self, item: InFlight) -> bool:
-        """RUNNING -> RELEASED (an async handler cancelled at the drain's end); False if shutdown released it first."""
+        """RUNNING -> RELEASED (an async handler cancelled at its deadline or the drain's end); False if the heartbeat
+        or shutdown got to it first."""
         with self._lock:
             if item.state is not State.RUNNING:
                 return False

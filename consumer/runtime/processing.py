@@ -87,6 +87,9 @@ class Worker:
                     self._settlement.hand_back_unstarted(group[index + 1 :], "fifo_group_blocked")
                     break
 
+    def cancel_running(self, wait_seconds: float) -> None:
+        """At the drain's end: a thread cannot be cancelled, so shutdown hands its message back (AsyncWorker's)."""
+
     def _process(self, item: InFlight) -> bool:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
         if not self._begin(item):
