@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from consumer import BatchResult, Message, PoisonMessage, WorkerContract, worker
-from consumer.contract import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY, ContractError
+from consumer.contract import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY, ContractDriftError, ContractError
 from consumer.declaration import contract_of
+from consumer.runtime.config import check_declaration
 from consumer.runtime.inflight import InFlight, InFlightTable, LogContext
 
 
@@ -168,3 +169,19 @@ def test_a_stuck_batch_call_counts_once_toward_every_slot_stuck() -> None:
         assert table.start(item, started_at=0.0, key=None, owner="")
     overrun, stuck = table.time_out_overruns(now=10.0, timeout_seconds=5)
     assert len(overrun) == 4 and stuck == 2
+
+
+def test_the_drift_check_names_a_shape_the_stack_and_the_handler_disagree_on() -> None:
+    """A stack deployed for a one-message handler, an image whose handler now batches (or is async): refused at
+    start in one line naming the variable and both values, never run in the wrong shape."""
+    deployed = WorkerContract(max_duration_seconds=60)
+    with pytest.raises(ContractDriftError) as batch:
+        check_declaration(declared=dataclasses.replace(deployed, max_batch=50), deployed=deployed)
+    assert str(batch.value).startswith(
+        '"CONSUMER_MAX_BATCH" differs from the handler\'s @worker declaration (max_batch:'
+    )
+    assert "stack None, handler 50" in str(batch.value)
+    with pytest.raises(
+        ContractDriftError, match='"CONSUMER_ASYNCHRONOUS" differs .*asynchronous: stack False, handler True'
+    ):
+        check_declaration(declared=dataclasses.replace(deployed, asynchronous=True), deployed=deployed)
