@@ -106,13 +106,29 @@ SHIPPED: dict[str, dict[str, Any]] = {
                 "max_tasks": 2,
                 "handler_environment": {"REPORTS_DRY_RUN": "true"},
             },
+            "webhooks": {
+                "handler": "consumer.examples.webhooks:handle",
+                "max_tasks": 2,
+                "handler_environment": {"SUBSCRIBER_DRY_RUN": "true"},
+            },
+            "audit": {
+                "handler": "workers.audit:handle",
+                "max_tasks": 2,
+                "handler_environment": {"AUDIT_DATABASE_PATH": "/tmp/sqs-worker-audit.sqlite3"},
+            },
         },
     },
 }
-#: The reference environments: the shipped ones with the team package's report job replaced by :func:`report_job`
-#: (a copy is what tests get: :func:`reference_context`).
+#: The reference environments: the shipped ones with the team package's report job replaced by :func:`report_job`,
+#: and without the two workers the demo gained with the batch and async shapes (``webhooks``, the async example, and
+#: ``audit``, the team package's batch handler): the framework's tests of the reference demo keep its two workers, and
+#: the shipped demo with all four runs in tests/integration/test_demo.py (:func:`shipped_demo`). A copy is what tests
+#: get: :func:`reference_context`.
 ENVIRONMENTS: dict[str, dict[str, Any]] = copy.deepcopy(SHIPPED)
-ENVIRONMENTS["demo"]["workers"]["reports"] = {"handler": REPORT_JOB, "max_tasks": 2}
+ENVIRONMENTS["demo"]["workers"] = {
+    "notifications": ENVIRONMENTS["demo"]["workers"]["notifications"],
+    "reports": {"handler": REPORT_JOB, "max_tasks": 2},
+}
 
 
 def reference_context() -> dict[str, Any]:
@@ -128,8 +144,9 @@ def reference_context_json() -> str:
 
 
 def shipped_demo() -> tuple[dict[str, Any], dict[str, str]]:
-    """The demo environment as cdk.json shipped it (``make run``'s: the notifications example and the team package's
-    report job), less any worker whose handler this repository no longer has (a team deleted workers/reports.py, say);
+    """The demo environment as cdk.json shipped it (``make run``'s: the notifications example, the team package's
+    report job, the async webhooks example and the team package's batch audit handler), less any worker whose handler
+    this repository no longer has (a team deleted workers/reports.py, say);
     and those left out, by handler, with why. A test of a shipped mix skips, saying why, when its worker is out."""
     from consumer.declaration import load_handler
     from consumer.errors import ContractError

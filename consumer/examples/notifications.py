@@ -85,11 +85,13 @@ class WebhookUnavailable(Exception):
     """The webhook could not take this event now (timeout, 5xx, 429): retry it later, as an ordinary failure."""
 
 
-def parse(body: str) -> dict[str, Any]:
-    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema.
+def parse(body: str, validator: Draft202012Validator | None = None) -> dict[str, Any]:
+    """The event in ``body``; :class:`PoisonMessage` if it is not JSON or breaks the schema (``validator``'s, this
+    module's :data:`SCHEMA` by default: the webhooks example checks its own events with it).
 
     The reason (kept in the DLQ and logged) carries where and which rule, never a value of the event.
     """
+    validator = validator or _VALIDATOR
     # Nesting deeper than the interpreter's recursion limit raises RecursionError, in the decoder or the
     # check: the body can never succeed, so it is poison now rather than a retry until the DLQ.
     try:
@@ -99,7 +101,7 @@ def parse(body: str) -> dict[str, Any]:
     except RecursionError as error:
         raise PoisonMessage("body is not JSON this handler can parse: nested too deeply (RecursionError)") from error
     try:
-        errors = sorted(_VALIDATOR.iter_errors(event), key=lambda e: list(e.absolute_path))
+        errors = sorted(validator.iter_errors(event), key=lambda e: list(e.absolute_path))
     except RecursionError as error:
         raise PoisonMessage("schema check failed: the event nests too deeply to check (RecursionError)") from error
     if errors:
@@ -129,14 +131,21 @@ def delivery_target(environ: Mapping[str, str]) -> str | None:
     URL set -> deliver; else ``NOTIFY_DRY_RUN=true`` -> log only; else refuse. The handler's
     start-up check and :func:`handle` both apply it.
     """
-    url, dry_run = environ.get(WEBHOOK_URL_ENV), environ.get(DRY_RUN_ENV, "")
+    return url_or_dry_run(environ, WEBHOOK_URL_ENV, DRY_RUN_ENV, "the webhook's")
+
+
+def url_or_dry_run(environ: Mapping[str, str], url_env: str, dry_run_env: str, whose: str) -> str | None:
+    """The http(s) URL in ``url_env``, else None when ``dry_run_env`` is ``true``; :class:`ConfigurationError`
+    naming the variable otherwise (``whose`` URL it is, in the message). :func:`delivery_target` and the webhooks
+    example's check apply it, each with its own variables."""
+    url, dry_run = environ.get(url_env), environ.get(dry_run_env, "")
     if dry_run not in ("", "true", "false"):
-        raise ConfigurationError(DRY_RUN_ENV, 'must be "true" or "false"', dry_run)
+        raise ConfigurationError(dry_run_env, 'must be "true" or "false"', dry_run)
     if url:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigurationError(
-                WEBHOOK_URL_ENV,
+                url_env,
                 "must be an http:// or https:// URL with a host (shown up to its scheme: a webhook URL may carry a token)",
                 f"{parts.scheme}://…" if parts.scheme else "…",
             )
@@ -144,8 +153,8 @@ def delivery_target(environ: Mapping[str, str]) -> str | None:
     if dry_run == "true":
         return None
     raise ConfigurationError(
-        WEBHOOK_URL_ENV,
-        f"must be set to the webhook's http(s):// URL, or {DRY_RUN_ENV}=true declared to only log events"
+        url_env,
+        f"must be set to {whose} http(s):// URL, or {dry_run_env}=true declared to only log events"
         " (without either every event would be deleted undelivered)",
         url,
     )
@@ -166,18 +175,24 @@ def deliver(event: dict[str, Any], url: str | None) -> None:
         with urllib.request.urlopen(request, timeout=DOWNSTREAM_TIMEOUT_SECONDS):
             return
     except urllib.error.HTTPError as error:
-        if 400 <= error.code < 500 and error.code not in (408, 429):
-            raise PoisonMessage(f"webhook rejected the event with HTTP {error.code}") from error
-        retry_after = error.headers.get("Retry-After") if error.headers else None
-        if error.code == 503 and retry_after is not None:
-            # The webhook says it is down and for how long: a pause for the whole consumer, not a retry
-            # of this one event (which would spend its receives and, in a long outage, end in the DLQ).
-            raise DownstreamUnavailable(
-                f"webhook answered HTTP 503, Retry-After {retry_after}", retry_after=retry_after_seconds(retry_after)
-            ) from error
-        raise WebhookUnavailable(f"webhook answered HTTP {error.code}") from error
+        raise refusal(error.code, error.headers.get("Retry-After") if error.headers else None) from error
     except (urllib.error.URLError, TimeoutError) as error:
         raise WebhookUnavailable(f"webhook unreachable: {error}") from error
+
+
+def refusal(status: int, retry_after: str | None) -> Exception:
+    """What a webhook's answer other than 2xx means for the event (``retry_after``: its ``Retry-After`` header, if
+    any): a 4xx but 408 and 429 is :class:`PoisonMessage` (it will never be taken); a 503 with ``Retry-After``
+    :class:`DownstreamUnavailable` (the consumer's pause); anything else :class:`WebhookUnavailable` (a retry)."""
+    if 400 <= status < 500 and status not in (408, 429):
+        return PoisonMessage(f"webhook rejected the event with HTTP {status}")
+    if status == 503 and retry_after is not None:
+        # The webhook says it is down and for how long: a pause for the whole consumer, not a retry
+        # of this one event (which would spend its receives and, in a long outage, end in the DLQ).
+        return DownstreamUnavailable(
+            f"webhook answered HTTP 503, Retry-After {retry_after}", retry_after=retry_after_seconds(retry_after)
+        )
+    return WebhookUnavailable(f"webhook answered HTTP {status}")
 
 
 def retry_after_seconds(value: str) -> float | None:

@@ -32,6 +32,7 @@ from consumer.local.harness import (
     outgoing,
     queue_depth,
     read_dlq,
+    task_volume_paths,
 )
 from consumer.ops.queues import fingerprint
 from consumer.producer import send
@@ -312,7 +313,7 @@ class Lane:
         self.stop_timeout = float(self.env["CONSUMER_STOP_TIMEOUT_SECONDS"])
         log_dir.mkdir(parents=True, exist_ok=True)
         extra = {mix.url_env: downstream.url} if mix.url_env and downstream is not None else {}
-        self.fleet = Fleet(consumer_environment(self.env, extra), log_dir)
+        self.fleet = Fleet(consumer_environment(self.env, extra), log_dir, task_volume=task_volume_paths(self.env))
         self.produced = 0
         self.depths = (0, 0, 0)  # (source visible, source in flight or delayed, DLQ), refreshed by look()
         self.producer: threading.Thread | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,8 @@ IDEMPOTENCY_ATTRIBUTE = "idempotency-key"
 HEALTH_TIMEOUT_SECONDS = 20.0
 #: What :func:`settle` returns when nothing moved for its quiet time, and when its deadline passed.
 QUIET, TIMED_OUT = "settled", "timed out"
+#: The task's one writable volume (infra/service.py mounts it at /tmp): ECS gives each task its own.
+TASK_VOLUME = "/tmp"
 
 
 def demo_contract() -> WorkerContract:
@@ -153,6 +156,17 @@ class LoopbackWebhook:
 # --------------------------------------------------------------------------- consumer processes
 
 
+def task_volume_paths(task: Mapping[str, str]) -> dict[str, str]:
+    """The values of a task environment that name a path on the task's volume (``/tmp`` or under it), by key."""
+    return {key: value for key, value in task.items() if value == TASK_VOLUME or value.startswith(f"{TASK_VOLUME}/")}
+
+
+def on_own_volume(paths: Mapping[str, str], directory: Path) -> dict[str, str]:
+    """``paths`` (each on the task's ``/tmp``, :func:`task_volume_paths`) as the same paths in ``directory``, absolute as
+    they were (a handler may refuse a relative one; the demo's log directory is relative by default)."""
+    return {key: str(directory.absolute() / value[len(TASK_VOLUME) :].lstrip("/")) for key, value in paths.items()}
+
+
 def consumer_environment(task: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """A consumer process's environment: the task's (as ECS sets it) and ``extra`` over this process's own.
 
@@ -199,9 +213,15 @@ class ConsumerProcess:
 class Fleet:
     """``python -m consumer run`` processes, each logging to its own file (JSON lines and EMF)."""
 
-    def __init__(self, environment: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, environment: Mapping[str, str], log_dir: Path, *, task_volume: Mapping[str, str] | None = None
+    ) -> None:
         self.environment = dict(environment)
         self.log_dir = log_dir
+        #: The task environment's paths on its /tmp volume (:func:`task_volume_paths`): in ECS each task has its own
+        #: /tmp, here every consumer shares the machine's, so each process gets them in a directory of its own, empty
+        #: when it starts (a handler's file there, a database say, is never shared by the fleet or kept from a run).
+        self.task_volume = dict(task_volume or {})
         self.processes: list[ConsumerProcess] = []
         self.events: Counter[str] = Counter()
         self.metrics: Counter[str] = Counter()
@@ -220,6 +240,11 @@ class Fleet:
         # Each process its own liveness file: in ECS a task has its own /tmp, here every consumer shares the
         # machine's, and with the default path they would overwrite each other's progress.
         environment = self.environment | {LIVENESS_FILE_ENV: str(self.log_dir / f"consumer-{number}.liveness.json")}
+        if self.task_volume:  # the same for the task environment's paths on /tmp (task_volume)
+            volume = self.log_dir / f"consumer-{number}.tmp"
+            shutil.rmtree(volume, ignore_errors=True)  # a new task's volume is empty: nothing from an earlier run
+            volume.mkdir(parents=True)
+            environment |= on_own_volume(self.task_volume, volume)
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 [sys.executable, "-m", "consumer", "run"],

@@ -25,7 +25,6 @@ from consumer.contract import (
     WorkerContract,
 )
 from consumer.declaration import contract_of, load_handler, setup_of, worker_argument
-from consumer.message import Message
 
 #: The consumer's log level: DEBUG, INFO (the default), WARNING, ERROR or CRITICAL.
 LOG_LEVEL_ENV = f"{ENV_PREFIX}LOG_LEVEL"
@@ -46,7 +45,7 @@ class RuntimeConfig:
 
     queue_url: str
     dlq_url: str | None
-    handler: Callable[[Message], None]
+    handler: Callable[..., Any]
     contract: WorkerContract
     from_stack: bool
     idempotency_table: str | None
@@ -81,7 +80,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
     )
 
 
-def run_setup(handler: Callable[[Message], None], environ: Mapping[str, str]) -> None:
+def run_setup(handler: Callable[..., Any], environ: Mapping[str, str]) -> None:
     """Call the handler's declared start-up check once with ``environ``; any failure is a :class:`ConfigurationError`.
 
     The check's own ConfigurationError passes unchanged; anything else it raises (a bug in the

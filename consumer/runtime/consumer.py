@@ -38,7 +38,6 @@ from consumer.contract import TASK_ROLE_ID_ENV, ContractError, WorkerContract
 from consumer.declaration import check_rate_fits_the_lease, max_rate_of
 from consumer.exit_codes import ExitCode
 from consumer.limits import EVENT_LOOP_STALL_SECONDS
-from consumer.message import Message
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.batches import BatchWorker
 from consumer.runtime.circuit import Circuit, RateLimit
@@ -158,7 +157,7 @@ class Consumer:
         queue_url: str,
         dlq_url: str | None,
         contract: WorkerContract,
-        handler: Callable[[Message], None],
+        handler: Callable[..., Any],
         idempotency: IdempotencyStore | None = None,
         protection: ScaleInProtection | None = None,
         metrics: Metrics | None = None,

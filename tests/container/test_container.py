@@ -33,7 +33,9 @@ SHIPPED = [
     "consumer.ops.commands",
     "consumer.examples.notifications",
     "consumer.examples.demo",
+    "consumer.examples.webhooks",
     "jsonschema",
+    "httpx",
 ]
 #: Every handler the repository's cdk.json deploys, whatever the team made of it: each must load in the image.
 DEPLOYED_HANDLERS = sorted(

@@ -311,8 +311,15 @@ def test_prod_health_check_interval_is_half_the_shortest_stall(prod: Synthesized
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:
     """Keys equal the contract's to_env() keys plus the bindings (queue URLs, handler, table, task role id) and dev's handler_environment (its dry run)."""
     environment = {e["Name"]: e["Value"] for e in container(dev)["Environment"]}
-    # CONSUMER_FAIR_QUEUE and CONSUMER_IDEMPOTENT are written only when a worker declares them (dev's does not).
-    unwritten = {"CONSUMER_FAIR_QUEUE", "CONSUMER_IDEMPOTENT"}
+    # CONSUMER_FAIR_QUEUE, CONSUMER_IDEMPOTENT and the batch and async shapes' fields are written only when a worker
+    # declares them (dev's does not).
+    unwritten = {
+        "CONSUMER_FAIR_QUEUE",
+        "CONSUMER_IDEMPOTENT",
+        "CONSUMER_MAX_BATCH",
+        "CONSUMER_BATCH_WINDOW_SECONDS",
+        "CONSUMER_ASYNCHRONOUS",
+    }
     assert set(environment) == WorkerContract.env_keys() - unwritten | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
     assert environment["NOTIFY_DRY_RUN"] == "true"
     for key, value in dev.stack.contract.to_env().items():

@@ -142,8 +142,9 @@ def synthesize_context(outdir: Path, environments: dict[str, Any]) -> Path:
 
 @pytest.fixture(scope="session")
 def shipped_demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cloud assembly of the demo as cdk.json shipped it (``tests.reference.shipped_demo``: the notifications example
-    and the team package's report job, whatever cdk.json now holds), synthesized once per run as :func:`cdk_out` is."""
+    """A cloud assembly of the demo as cdk.json shipped it (``tests.reference.shipped_demo``: the notifications example,
+    the team package's report job, the async webhooks example and the team package's batch audit handler, whatever
+    cdk.json now holds), synthesized once per run as :func:`cdk_out` is."""
     shared = shared_directory(tmp_path_factory)
     outdir = shared / "shipped.cdk.out"
     with FileLock(shared / "shipped.cdk.out.lock"):

@@ -1,6 +1,6 @@
 """The main job's local demo, shortened: provisioned from the demo as cdk.json shipped it (``make run``'s: the
-notifications example and the team package's report job, tests/reference.py), every worker's consumers, real HTTP
-downstreams. It does not read the team's cdk.json: the demo of any other worker a team adds is tested on a stack of
+notifications example, the team package's report job, the async webhooks example and the team package's batch audit
+handler, tests/reference.py), every worker's consumers, real HTTP downstreams for the first two. It does not read the team's cdk.json: the demo of any other worker a team adds is tested on a stack of
 the tests' own in tests/integration/test_team_workers.py.
 
 The tests of a shipped mix find its lane by handler and skip, saying why, where the repository no longer has that
@@ -9,15 +9,18 @@ handler (a team deleted workers/reports.py, say)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from contextlib import closing
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 
 from consumer import DownstreamUnavailable
+from consumer.declaration import load_handler, samples_of
 from consumer.examples.notifications import WebhookUnavailable, deliver
 from consumer.local.demo_notifications import OUTAGE_RETRY_AFTER, Downstream
 from consumer.local.harness import Planned
@@ -65,6 +68,9 @@ def short_run(
 
 #: The handlers the demo has a mix of its own for (consumer/local/demo.py).
 NOTIFICATIONS_HANDLER, REPORTS_HANDLER = "consumer.examples.demo:handle", "workers.reports:handle"
+#: The shipped handlers of the other two shapes, which the demo runs on their declared samples: the async example and
+#: the team package's batch handler.
+WEBHOOKS_HANDLER, AUDIT_HANDLER = "consumer.examples.webhooks:handle", "workers.audit:handle"
 
 
 def lane(report: dict[str, Any], handler: str) -> dict[str, Any]:
@@ -151,6 +157,45 @@ def test_demo_short_form_uploads_every_valid_report_once(short_run: tuple[subpro
     assert reports["downstream_refusals"] == {"503": produced["transient"]}
     assert reports["retried"] == produced["transient"]
     assert reports["processed"] - reports["duplicates_skipped"] == accounting["delivered"]
+
+
+@pytest.mark.parametrize("handler", [WEBHOOKS_HANDLER, AUDIT_HANDLER], ids=["async", "batch"])
+def test_demo_short_form_runs_the_async_and_batch_workers_on_their_samples(
+    short_run: tuple[subprocess.CompletedProcess, dict], handler: str
+) -> None:
+    """The async example and the team package's batch handler run beside the others, each on its declared samples:
+    every valid one processed once (the consumers' logs), every poison one in the DLQ with the handler's reason."""
+    _, report = short_run
+    worker = lane(report, handler)
+    accounting = worker["accounting"]
+    produced = accounting["produced"]
+    assert set(produced) == {"sample", "poison"}
+    assert (accounting["delivered"], accounting["dead_lettered"]) == (
+        produced["sample"],
+        {"poison": produced["poison"]},
+    )
+    assert all(reason.startswith("poison: ") for reason in accounting["dlq_reasons"])
+    assert sum(accounting["dlq_reasons"].values()) == produced["poison"]
+    assert worker["ok"] and accounting["duplicates"] == 0
+
+
+def test_demo_short_form_gives_each_consumer_a_tmp_of_its_own(
+    short_run: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    """In ECS each task has its own /tmp: the batch handler's database, a path under /tmp in its task environment,
+    is a file in each consumer's own directory beside its log (never the machine's /tmp, shared by the fleet), and
+    together they hold each valid sample's event."""
+    _, report = short_run
+    worker = lane(report, AUDIT_HANDLER)
+    (settings,) = [w for w in shipped_demo()[0]["workers"].values() if w["handler"] == AUDIT_HANDLER]
+    name = PurePosixPath(settings["handler_environment"]["AUDIT_DATABASE_PATH"]).relative_to("/tmp")
+    databases = [Path(c["log"]).with_suffix(".tmp") / name for c in worker["consumers"]]
+    stored = set()
+    for database in (d for d in databases if d.exists()):
+        with closing(sqlite3.connect(database)) as connection:
+            stored |= {row[0] for row in connection.execute("SELECT event_id FROM audit_events")}
+    valid = [json.loads(s.body)["event_id"] for s in samples_of(load_handler(AUDIT_HANDLER)) if not s.poison]
+    assert stored == set(valid)
 
 
 def test_demo_short_form_dead_letters_only_poison_with_reasons(

@@ -81,10 +81,14 @@ def test_local_queues_carry_the_contracts_timings(local: LocalStack) -> None:
 def test_local_task_environment_is_the_templates_resolved(local: LocalStack) -> None:
     """Every key the task would get (dev's declared dry run too), queue URLs on the local endpoint, a real local table."""
     environment = local.task_environment
-    # CONSUMER_FAIR_QUEUE and CONSUMER_IDEMPOTENT are written only when a worker declares them (dev's does not).
+    # CONSUMER_FAIR_QUEUE, CONSUMER_IDEMPOTENT and the batch and async shapes' fields are written only when a worker
+    # declares them (dev's does not).
     assert set(environment) == WorkerContract.env_keys() - {
         "CONSUMER_FAIR_QUEUE",
         "CONSUMER_IDEMPOTENT",
+        "CONSUMER_MAX_BATCH",
+        "CONSUMER_BATCH_WINDOW_SECONDS",
+        "CONSUMER_ASYNCHRONOUS",
     } | BINDING_KEYS | {"NOTIFY_DRY_RUN"}
     assert environment["QUEUE_URL"] == f"{local.endpoint}/123456789012/SqsWorker-dev-source"
     tables = client(local, "dynamodb").list_tables()["TableNames"]

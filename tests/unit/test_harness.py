@@ -33,6 +33,7 @@ from consumer.local.harness import (
     batches,
     quiet_seconds,
     settle,
+    task_volume_paths,
 )
 from consumer.runtime.liveness import LIVENESS_FILE_ENV, Liveness
 
@@ -204,6 +205,33 @@ def test_fleet_gives_each_consumer_its_own_liveness_file(tmp_path: Path) -> None
         consumer.process.wait(timeout=30)
     files = [consumer.environment[LIVENESS_FILE_ENV] for consumer in (first, second)]
     assert files == [str(tmp_path / "consumer-1.liveness.json"), str(tmp_path / "consumer-2.liveness.json")]
+
+
+def test_fleet_gives_each_consumer_a_fresh_tmp_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ECS gives each task its own /tmp volume: a path of the task environment on /tmp (a handler's database file,
+    say) is the same absolute path in the consumer's own directory (the log directory may be relative), empty at its
+    start; every other value is left as it is, a path under /tmp of this machine's own environment included."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "consumer-1.tmp").mkdir()
+    (tmp_path / "consumer-1.tmp" / "left-over.sqlite3").write_text("an earlier run's")
+    task = {"DATABASE": "/tmp/audit.sqlite3", "CACHE": "/tmp", "NOT_ON_IT": "/tmpfs/x", "URL": "http://h/tmp/x"}
+    assert task_volume_paths(task) == {"DATABASE": "/tmp/audit.sqlite3", "CACHE": "/tmp"}
+    host = {"PATH": "/usr/bin", "CONSUMER_HANDLER": "no.such:handler", "RECORDS": "/tmp/pytest-of-x/records"}
+    fleet = Fleet(host | task, Path("."), task_volume=task_volume_paths(task))
+    first, second = fleet.start(), fleet.start()
+    for consumer in (first, second):
+        consumer.process.wait(timeout=30)
+    databases = [consumer.environment["DATABASE"] for consumer in (first, second)]
+    assert databases == [str(tmp_path / f"consumer-{n}.tmp" / "audit.sqlite3") for n in (1, 2)]
+    assert first.environment["CACHE"] == str(tmp_path / "consumer-1.tmp")
+    unchanged = ("PATH", "RECORDS", "NOT_ON_IT", "URL")
+    assert [first.environment[key] for key in unchanged] == [
+        "/usr/bin",
+        "/tmp/pytest-of-x/records",
+        "/tmpfs/x",
+        "http://h/tmp/x",
+    ]
+    assert [list((tmp_path / f"consumer-{n}.tmp").iterdir()) for n in (1, 2)] == [[], []]
 
 
 def test_check_health_runs_the_real_check_with_each_consumer_s_file(
