@@ -18,6 +18,7 @@ import typer
 
 from bench import build, latency, profile, throughput
 from bench.common import ROOT, write_result
+from bench.coroutines.harness import STEADY_SECONDS
 from bench.endpoint import ENDPOINTS, local_endpoint
 from consumer.local.image import ContainerToolingUnavailable
 
@@ -132,6 +133,37 @@ def peers_command(
     with local_endpoint("ministack", counting=True) as url:
         payload = harness.run(url, settings=settings, cells=cells or harness.CELLS, subjects=subjects or None)
     _save("peers", "ministack", payload)
+
+
+@app.command("async")
+def async_command(
+    rounds: int = typer.Option(5, min=1, help="interleaved rounds of every cell"),
+    shapes: list[str] = typer.Option(
+        [], "--shapes", help="cells to run (repeat; default all): thread_c256 async_c256 async_c1024"
+    ),
+    guards: list[str] = typer.Option(
+        [], "--guards", help="guards to run under (repeat; default both): idempotent dynamodb"
+    ),
+    window: float = typer.Option(8.0, help="seconds counted per measurement"),
+    warmup: float = typer.Option(3.0, help="seconds after the first delete before counting"),
+    steady: float = typer.Option(
+        STEADY_SECONDS, help="then at most this many seconds more until the process holds a steady number of messages"
+    ),
+) -> None:
+    """Async handlers beside the threaded one: 200 ms I/O, def at 256 threads, async def at 256 and 1,024 (~12 min)."""
+    import signal
+    import sys
+
+    from bench.coroutines import harness
+    from bench.peers.harness import Settings
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as peers: the subject and the endpoint stopped
+    settings = Settings(rounds=rounds, warmup=warmup, window=window, steady=steady)
+    with local_endpoint("ministack", counting=True) as url:
+        payload = harness.run(
+            url, settings=settings, shapes=shapes or harness.SHAPES, guards=guards or tuple(harness.GUARDS)
+        )
+    _save("async", "ministack", payload)
 
 
 @app.command("all")

@@ -15,13 +15,19 @@ protocol's ``Action`` form field (older SDKs). Deletes count the entries SQS rep
 returned.
 
 Standard library only besides ministack itself: it runs in ministack's virtualenv (``bench/endpoint.py``), which
-pins an older botocore than the project's.
+pins an older botocore than the project's. ``python -m bench.counting_endpoint moto`` (the project's interpreter)
+counts the same way in front of moto's server instead (a WSGI application: :func:`counting_wsgi`), so the tests can
+run the counted benchmarks' code paths on the endpoint the suite already has; ``GATEWAY_PORT`` names the port either
+way.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
+import sys
 import threading
 from collections import Counter
 from typing import Any
@@ -156,7 +162,52 @@ def counting(app: Any, counts: Counts) -> Any:
     return wrapped
 
 
+def counting_wsgi(app: Any, counts: Counts) -> Any:
+    """:func:`counting` for a WSGI ``app`` (moto's server): the same counts, the same two ``/_bench`` paths."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path in (COUNTS_PATH, RESET_PATH):
+            if path == RESET_PATH:
+                counts.reset()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps(counts.snapshot()).encode()]
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)  # read in full (to name its operation), handed on unread
+        headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+        operation = operation_of(headers, body if "x-amz-target" not in headers else b"")
+        caller = caller_of(headers, environ.get("QUERY_STRING", "").encode("latin-1"))
+        if operation not in _READ_ANSWERS:
+            counts.add(caller, operation)
+            return app(environ, start_response)
+        status = [0]
+
+        def reading(line: str, response_headers: Any, exc_info: Any = None) -> Any:
+            status[0] = int(line.split(" ", 1)[0])
+            return start_response(line, response_headers, exc_info)
+
+        answer = b"".join(app(environ, reading))
+        deleted, received = messages_in_answer(operation, status[0], answer)
+        counts.add(caller, operation, deleted=deleted, received=received)
+        return [answer]
+
+    return wrapped
+
+
+def _serve_moto(port: int) -> None:
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import run_simple
+
+    os.environ.setdefault("MOTO_PORT", str(port))  # as moto's own main: the URLs it hands out name this port
+    app = counting_wsgi(DomainDispatcherApplication(create_backend_app), Counts())
+    run_simple("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["moto"]:
+        _serve_moto(int(os.environ["GATEWAY_PORT"]))
+        return
     import ministack.app as ministack  # type: ignore[import-not-found]  # ministack's own virtualenv only
 
     ministack.app = counting(ministack.app, Counts())  # main() serves the module's global ``app``

@@ -70,13 +70,11 @@ def _wait_listening(port: int, process: subprocess.Popen, name: str) -> None:
 def local_endpoint(kind: str = "ministack", *, counting: bool = False) -> Iterator[str]:
     """Start ``kind`` on a free loopback port; yields its URL and stops it afterwards.
 
-    ``counting`` (ministack only): serve it behind :mod:`bench.counting_endpoint`, which counts requests and
-    deletes per caller at ``/_bench/counts`` (the yardstick's way to count, outside the measured process).
+    ``counting``: serve it behind :mod:`bench.counting_endpoint`, which counts requests and deletes per caller at
+    ``/_bench/counts`` (the yardstick's way to count, outside the measured process); on moto, for the tests.
     """
     if kind not in ENDPOINTS:
         raise EndpointError(f"endpoint must be one of {', '.join(ENDPOINTS)}: {kind!r}")
-    if counting and kind != "ministack":
-        raise EndpointError(f"only ministack counts requests (bench/counting_endpoint.py): {kind!r}")
     port = free_port()
     if kind == "ministack":
         # BIND_HOST: ministack listens on every interface unless told otherwise.
@@ -86,6 +84,9 @@ def local_endpoint(kind: str = "ministack", *, counting: bool = False) -> Iterat
             # ministack's interpreter runs the wrapper from this tree (standard library only besides ministack).
             command = [str(_ministack_binary().with_name("python")), "-m", "bench.counting_endpoint"]
             env["PYTHONPATH"] = str(ROOT)
+    elif counting:
+        env = {**os.environ, "GATEWAY_PORT": str(port), "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-m", "bench.counting_endpoint", "moto"]
     else:
         env = dict(os.environ)
         command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]

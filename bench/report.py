@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT
+from bench.coroutines import report as async_report
 from bench.markdown import measured as _meta
 from bench.markdown import missing as _missing
 from bench.markdown import table as _table
@@ -430,4 +431,5 @@ def sections() -> dict[str, str]:
         "build": _build_section(_load("build")),
         "container": _container_section(_load("container")),
         "peers": peers_report.section(_load("peers")),
+        "async": async_report.section(_load("async")),
     }

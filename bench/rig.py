@@ -55,6 +55,12 @@ FULL_WAIT_SECONDS = 0.05
 _TICKS = os.sysconf("SC_CLK_TCK")
 #: A subject that deleted nothing for this long after its start is reported as not starting.
 START_TIMEOUT_SECONDS = 90
+#: How often the rig counts the subject's threads during the window (the most it saw is reported).
+THREAD_SAMPLE_SECONDS = 0.5
+#: :func:`wait_steady`: a subject whose held messages grew by at most STEADY_SLACK over STEADY_STEP_SECONDS is
+#: steady (a receive of 10 or a delete batch of 10 either side of a look is noise, not growth).
+STEADY_STEP_SECONDS = 2.0
+STEADY_SLACK = 20
 
 
 def credentials(key: str) -> dict[str, str]:
@@ -296,6 +302,11 @@ class Cell:
         }
 
 
+def _held(now: Mapping[str, Any], base: Mapping[str, Any]) -> int:
+    """Messages received and not deleted since ``base`` (the subject's counts before it started)."""
+    return int((now["received"] - base["received"]) - (now["deleted"] - base["deleted"]))
+
+
 def _delta(after: Mapping[str, Any], before: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
     ops = set(after["requests"]) | set(before["requests"])
     requests = {op: after["requests"].get(op, 0) - before["requests"].get(op, 0) for op in sorted(ops)}
@@ -347,6 +358,27 @@ def wait_consuming(
     raise RuntimeError(f"the subject deleted nothing within {timeout:.0f} s")
 
 
+def wait_steady(
+    endpoint: str, timeout: float, *, step: float = STEADY_STEP_SECONDS, slack: int = STEADY_SLACK
+) -> float:
+    """Until the subject holds (received less deleted, at the endpoint) at most ``slack`` messages more than ``step``
+    seconds before: its slots are full, or it deletes as fast as it receives. The seconds waited, ``timeout`` at most
+    (then it was still filling: the window says so in ``held_at_start`` and ``held_at_end``)."""
+
+    def held() -> int:
+        found = caller_counts(endpoint)
+        return int(found["received"] - found["deleted"])
+
+    began, last = time.monotonic(), held()
+    while time.monotonic() - began < timeout:
+        time.sleep(step)
+        now = held()
+        if now - last <= slack:
+            break
+        last = now
+    return time.monotonic() - began
+
+
 def _logs(log: Path | None, count: int) -> list[Path | None]:
     """One log per process: ``log`` itself for one, ``<stem>.<i><suffix>`` beside it for several."""
     if log is None or count == 1:
@@ -362,8 +394,14 @@ def measure(
     window: float = 10.0,
     log: Path | None = None,
     window_started: Callable[[], object] | None = None,
+    steady: float = 0.0,
 ) -> Cell:
     """Start ``command``, wait for its first delete, warm up, then count one window; stop it.
+
+    ``steady`` (seconds, 0 for none): after the warm-up, wait up to that long more until the subject holds no more
+    messages than a moment before (:func:`wait_steady`): a subject with many slots and a low rate takes longer than
+    any fixed warm-up to fill them, and a window while it fills counts receives and claims of messages it deletes
+    only later.
 
     ``command`` may be several commands: one subject of several processes on the same queue (all signing as the
     subject), started together; its deletes and requests are counted together at the endpoint and its CPU is summed
@@ -375,19 +413,22 @@ def measure(
     commands = [command] if isinstance(command, Command) else list(command)
     processes: list[subprocess.Popen[bytes]] = []
     try:
+        base = caller_counts(endpoint)  # what earlier subjects on this endpoint left held is not this one's
         for each, each_log in zip(commands, _logs(log, len(commands)), strict=True):
             processes.append(start(each, each_log))
         started = wait_consuming(endpoint, processes)
         time.sleep(warmup)
+        settled = wait_steady(endpoint, steady) if steady else None
         if window_started is not None:
             window_started()
         before, cpu0, t0, machine0 = caller_counts(endpoint), _tree_times(processes), time.monotonic(), busy_times()
-        time.sleep(window)
+        most_threads = _most_threads(processes, window)
         after, cpu1, t1, machine1 = caller_counts(endpoint), _tree_times(processes), time.monotonic(), busy_times()
         load = load_average()
         members = [member for process in processes for member in process_tree(process.pid)]
         threads = sum(_threads(member) for member in members)
-        memory_kib = sum(_pss_kib(member) for member in members)
+        memory_kib = sum(_proc_kib(member, "smaps_rollup", "Pss") for member in members)
+        peak_kib = sum(_proc_kib(member, "status", "VmHWM") for member in members)
     finally:
         for process, each in zip(processes, commands, strict=False):
             stop(process, each.stop_signal)
@@ -400,9 +441,20 @@ def measure(
         # children, dramatiq's worker processes and threads, sqs-workers' processes.)
         "tree_processes": len(members),
         "tree_threads": threads,
+        # Messages the subject held (received, not yet deleted: counted at the endpoint) as the window began and
+        # ended, and how long after the warm-up it took to stop growing (``steady``; None: not waited for).
+        "held_at_start": _held(before, base),
+        "held_at_end": _held(after, base),
+        "steady_after_seconds": settled,
+        # The most threads the tree held at any of the window's samples (every THREAD_SAMPLE_SECONDS): a pool that
+        # grows on demand (an executor's) is counted at its largest, not where it stood at the end.
+        "tree_threads_max": most_threads,
         # Proportional set size summed over the tree (shared pages split between the processes sharing them, so
         # forked workers are not counted N times): the memory the subject needs at that concurrency.
         "tree_pss_mib": memory_kib / 1024,
+        # The largest resident set each process of the tree had had so far (VmHWM: start-up and warm-up included),
+        # summed over the tree: for one process, its peak RSS.
+        "tree_peak_rss_mib": peak_kib / 1024,
         # The whole machine over the window (every process, the endpoint and the feeder included): busy share of
         # all cores, and what the subject's own CPU left to everything else.
         "machine_busy": (machine1[0] - machine0[0]) / max(machine1[1] - machine0[1], 1e-9),
@@ -418,10 +470,23 @@ def _threads(pid: int) -> int:
         return 0
 
 
-def _pss_kib(pid: int) -> int:
+def _most_threads(processes: Sequence[subprocess.Popen[bytes]], seconds: float) -> int:
+    """Waits ``seconds``, counting the threads of ``processes``' trees every THREAD_SAMPLE_SECONDS: the most seen."""
+    end, most = time.monotonic() + seconds, 0
+    while True:
+        most = max(most, sum(_threads(m) for process in processes for m in process_tree(process.pid)))
+        left = end - time.monotonic()
+        if left <= 0:
+            return most
+        time.sleep(min(THREAD_SAMPLE_SECONDS, left))
+
+
+def _proc_kib(pid: int, file: str, field_name: str) -> int:
+    """A ``kB`` field of ``/proc/<pid>/<file>`` (``status``'s ``VmHWM``, ``smaps_rollup``'s ``Pss``), 0 if the process
+    is gone."""
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(f"/proc/{pid}/{file}").read_text().splitlines():
+            if line.startswith(field_name + ":"):
                 return int(line.split()[1])
     except (OSError, ValueError):
         pass

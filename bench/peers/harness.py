@@ -29,6 +29,7 @@ from typing import Any
 from bench import rig
 from bench.peers import correctness, envs, handlers, summary
 from bench.peers.subjects import SUBJECTS, BodySource, Context, Subject, create_table, drop_table
+from consumer.contract import QueueAttributes
 from consumer.declaration import contract_of
 from consumer.testing import depth
 
@@ -65,6 +66,11 @@ class Settings:
     other_rounds: int = 2  # of every other throughput cell and the CPU-bound cell
     warmup: float = 3.0
     window: float = 8.0
+    #: Messages the feeder keeps visible (a test on moto keeps fewer: its receive slows with the queue's depth).
+    feed_depth: int = rig.FEED_DEPTH
+    #: Seconds at most to wait after the warm-up for the subject to hold a steady number of messages (0: not at all;
+    #: :func:`bench.rig.wait_steady`).
+    steady: float = 0.0
 
     def rounds_of(self, cell: str) -> int:
         return self.rounds if cell == HEADLINE else self.other_rounds
@@ -109,7 +115,7 @@ def run(
             "other_rounds": settings.other_rounds,
             "warmup_seconds": settings.warmup,
             "window_seconds": settings.window,
-            "feed_depth": rig.FEED_DEPTH,
+            "feed_depth": settings.feed_depth,
             "cells": list(cells),
         },
         "subjects": [
@@ -199,46 +205,70 @@ def _measure(
     kind: str | None = None,
 ) -> dict[str, Any]:
     """One subject (``processes`` copies of it) on a fresh fed queue: its :class:`rig.Cell` as a dict, or an error."""
-    kind = kind or spec.kind
-    queue_url, dlq_url = rig.fresh_queue(endpoint, spec.attributes())
-    table = create_table(endpoint) if subject.uses_table else None
-    context = Context(endpoint, queue_url, installed, table=table)
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / f"{spec.name}-{subject.name}-x{processes}.log"
+    run = kind or spec.kind
+    return measure_fed(
+        endpoint,
+        spec.attributes(),
+        lambda context: [subject.launch(context, run, spec.concurrency).command(context) for _ in range(processes)],
+        lambda context: BodySource(subject, context, run, first),
+        settings=settings,
+        log=LOGS / f"{spec.name}-{subject.name}-x{processes}.log",
+        installed=installed,
+        table=subject.uses_table,
+    )
+
+
+def measure_fed(
+    endpoint: str,
+    attributes: QueueAttributes,
+    commands: Callable[[Context], Sequence[rig.Command]],
+    body: Callable[[Context], Callable[[], str]],
+    *,
+    settings: Settings,
+    log: Path,
+    installed: Mapping[str, Path] | None = None,
+    table: bool = False,
+) -> dict[str, Any]:
+    """``commands`` (one subject, one process per command) on a fresh queue with ``attributes``, fed with ``body()``
+    and, with ``table``, a fresh idempotency table: its :class:`rig.Cell` as a dict, or an error (never raises)."""
+    queue_url, dlq_url = rig.fresh_queue(endpoint, attributes)
+    table_name = create_table(endpoint) if table else None
+    context = Context(endpoint, queue_url, installed or {}, table=table_name)
+    log.parent.mkdir(parents=True, exist_ok=True)
     try:
-        body = BodySource(subject, context, kind, first)
-        commands = [subject.launch(context, kind, spec.concurrency).command(context) for _ in range(processes)]
-        with rig.Feeder(endpoint, queue_url, body) as feeder:
-            _wait_fed(endpoint, queue_url)
+        launched = list(commands(context))
+        with rig.Feeder(endpoint, queue_url, body(context), target=settings.feed_depth) as feeder:
+            _wait_fed(endpoint, queue_url, settings.feed_depth)
             cell = rig.measure(
-                commands,
+                launched,
                 endpoint,
                 warmup=settings.warmup,
                 window=settings.window,
                 log=log,
                 window_started=feeder.reset_low,
+                steady=settings.steady,
             )
             low, starved = feeder.low, feeder.starved
         result = cell.as_dict()
         result["feed_low"] = low  # the fewest visible messages the feeder saw in the window
         result["feed_starved"] = starved  # the share of its looks that found fewer than 10
-        result["pool_warnings"] = _pool_warnings(log, processes)
+        result["pool_warnings"] = _pool_warnings(log, len(launched))
         result["log"] = str(log.relative_to(envs.ROOT))
         return result
     except Exception as error:  # noqa: BLE001 (one subject failing must not end the run: the table says so)
         return {"error": f"{type(error).__name__}: {error}", "log": str(log.relative_to(envs.ROOT))}
     finally:
         rig.drop_queues(endpoint, queue_url, dlq_url)
-        if table:
-            drop_table(endpoint, table)
+        if table_name:
+            drop_table(endpoint, table_name)
 
 
-def _wait_fed(endpoint: str, queue_url: str, timeout: float = 10.0) -> None:
+def _wait_fed(endpoint: str, queue_url: str, target: int, timeout: float = 10.0) -> None:
     """Until the feeder has the queue at its depth (a subject never starts on a half-filled queue)."""
     sqs = rig.client(endpoint)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if depth(sqs, queue_url).visible >= rig.FEED_DEPTH - 10:
+        if depth(sqs, queue_url).visible >= target - 10:
             return
         time.sleep(0.1)
 

@@ -114,19 +114,22 @@ def base_env(context: Context) -> dict[str, str]:
 # --------------------------------------------------------------------------- ours
 
 
+def ours_launch(context: Context, handler: str, *, table: bool) -> Launch:
+    """``python -m consumer run`` as the container runs it, with ``handler`` (``module:function``); ``table``: on the
+    context's DynamoDB idempotency table (a guarded handler without one keeps the in-memory store of local runs)."""
+    liveness = Path(tempfile.gettempdir()) / f"peers-liveness-{os.getpid()}-{next(_liveness)}.json"
+    env = {"CONSUMER_HANDLER": handler, "CONSUMER_LIVENESS_FILE": str(liveness), "PYTHONPATH": str(ROOT)}
+    if context.table and table:
+        env["CONSUMER_IDEMPOTENCY_TABLE"] = context.table
+    return Launch([sys.executable, "-m", "consumer", "run"], env)
+
+
 def _ours(idempotent: bool, table: bool = True) -> Callable[[Context, str, int], Launch]:
     """Ours as the container runs it; ``table`` False leaves a guarded handler on the in-memory store (local runs)."""
 
     def launch(context: Context, kind: str, concurrency: int) -> Launch:
-        liveness = Path(tempfile.gettempdir()) / f"peers-liveness-{os.getpid()}-{next(_liveness)}.json"
-        env = {
-            "CONSUMER_HANDLER": f"bench.peers.handlers:{handlers.name(kind, concurrency, idempotent=idempotent)}",
-            "CONSUMER_LIVENESS_FILE": str(liveness),
-            "PYTHONPATH": str(ROOT),
-        }
-        if context.table and table and not idempotent:
-            env["CONSUMER_IDEMPOTENCY_TABLE"] = context.table
-        return Launch([sys.executable, "-m", "consumer", "run"], env)
+        handler = f"bench.peers.handlers:{handlers.name(kind, concurrency, idempotent=idempotent)}"
+        return ours_launch(context, handler, table=table and not idempotent)
 
     return launch
 

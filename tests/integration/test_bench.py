@@ -1,4 +1,5 @@
-"""The benchmark harness on moto's server: its counting is right and the headline cost holds.
+"""The benchmark harness on moto's server: its counting is right and the headline cost holds; the async cells' code
+path runs end to end.
 
 Not a benchmark: no timing is asserted. What is asserted are request counts per
 deleted message at saturation, which do not depend on the machine's speed.
@@ -10,7 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.coroutines import harness as async_harness
+from bench.coroutines import report as async_report
 from bench.endpoint import local_endpoint
+from bench.peers.harness import Settings
 from bench.throughput import measure
 
 #: Deep enough that every receive finds 10 visible messages, so only the consumer decides the batch size.
@@ -48,3 +52,37 @@ def test_bench_naive_baseline_pays_a_delete_per_message(endpoint: str) -> None:
     assert calls.get("DeleteMessageBatch", 0) == 0, row
     assert 10 * calls.get("ReceiveMessage", 0) >= deleted, row
     assert 10 * sum(calls.values()) >= 11 * deleted, row
+
+
+@pytest.fixture
+def counting_endpoint() -> Iterator[str]:
+    """moto's server behind the request counter (bench/counting_endpoint.py), as ministack runs behind it in a run."""
+    with local_endpoint("moto", counting=True) as url:
+        yield url
+
+
+def test_bench_async_measures_threads_and_coroutines_with_and_without_the_guard(counting_endpoint: str) -> None:
+    """``python -m bench async``'s code path, tiny (one round, short windows, a shallow queue): the threaded and the
+    coroutine cells each run as ``python -m consumer run``, with and without the DynamoDB guard, every figure the
+    section shows is there, and each holds by construction: a thread per slot against coroutines on one loop, and
+    DynamoDB requests only under the guard. No speed is asserted."""
+    settings = Settings(rounds=1, warmup=1.0, window=3.0, feed_depth=40, steady=4.0)
+    result = async_harness.run(
+        counting_endpoint, settings=settings, shapes=("thread_c256", "async_c256"), progress=lambda _: None
+    )
+    rows = {(r["cell"], r["guard"]): r for r in result["rows"]}
+    assert set(rows) == {(s, g) for s in ("thread_c256", "async_c256") for g in ("idempotent", "dynamodb")}
+    for (_, guard), row in rows.items():
+        assert "error" not in row, row
+        assert row["deleted"] > 0 and row["ideal"] == pytest.approx(256 / 0.2), row
+        assert row["tree_processes"] == 1 and row["tree_peak_rss_mib"] >= row["tree_pss_mib"] > 0, row
+        assert row["tree_threads_max"] >= row["tree_threads"] > 0, row
+        assert 0 < row["steady_after_seconds"] < 10 and row["held_at_end"] >= 0, row
+        assert (row["dynamodb_requests_per_message"] > 0) == (guard == "dynamodb"), row
+    for guard in ("idempotent", "dynamodb"):
+        # 256 handler threads, or the loop's executor (at most 32), the pollers and the runtime's own few.
+        assert rows[("thread_c256", guard)]["tree_threads_max"] > 256
+        assert rows[("async_c256", guard)]["tree_threads_max"] < 64
+    meta = {"date": "2026-11-28", "commit": "abc1234", "endpoint": "moto", "cpus": 2, "python": "3.11"}
+    text = async_report.section({"meta": meta, **result})
+    assert text.count("| `async def`, 256 coroutines | 1,280 |") == 2, text

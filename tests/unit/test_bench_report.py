@@ -61,6 +61,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
         "build",
         "container",
         "peers",
+        "async",
     }
 
 
