@@ -6,8 +6,9 @@ of 0). The slots count messages, ``concurrency * max_batch``; a call running wit
 holds the rest of its room until it returns (:meth:`.Slots.hold`), so the pollers start a receive only for a thread
 free to collect, never for a batch that would wait behind running ones. A receive already in flight when the last
 free thread starts its call (it was started for that thread's room) may still bring up to a receive's worth per
-poller; those wait for the next free thread, as the lookahead's messages wait for a handler, and are handed back
-rather than started if their lease runs down meanwhile.
+poller; those wait for the next free thread, up to a call's ``max_duration``, and the heartbeat extends their leases
+as it does running messages' (``Heartbeat(extend_waiting=True)``), so a short lease (``max_lease``) cannot lapse
+while they wait.
 
 Every message of the batch starts as a one-message handler's would (the circuit, a lease run down while it waited,
 its idempotency claim: a duplicate of work done is deleted without reaching the handler, one held elsewhere is

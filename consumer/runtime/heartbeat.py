@@ -64,11 +64,15 @@ class Heartbeat:
         liveness: Liveness | None = None,
         lookahead: Lookahead | None = None,
         grace_seconds: float = 0.0,
+        extend_waiting: bool = False,
     ) -> None:
         self.contract = contract
         #: Beyond max_duration, before giving up on a handler here: an async one is cancelled by its event loop at
         #: max_duration and returns; the heartbeat gives up on it only if the loop cannot (blocked).
         self._grace_seconds = grace_seconds
+        #: A batch handler's messages wait for a free thread (a receive in flight as the last free one started its
+        #: call) up to a call's max_duration: their leases are extended too, not only running messages'.
+        self._extend_waiting = extend_waiting
         self._table = table
         self._ack = ack
         self._idempotency = idempotency
@@ -124,12 +128,11 @@ class Heartbeat:
 
     def _extend(self, item: InFlight, now: float) -> int | None:
         """Queue a lease extension for the running ``item`` if it is due; the new visibility, or None."""
-        assert item.started_at is not None
         target = lease_extension(
             self.contract,
             now=now,
             received_at=item.received_at,
-            started_at=item.started_at,
+            started_at=now if item.started_at is None else item.started_at,  # waiting: as if it started now
             visible_until=item.visible_until,
         )
         if target is None:
@@ -143,7 +146,8 @@ class Heartbeat:
         return target
 
     def _extend_leases(self, now: float) -> None:
-        for item in self._table.running():
+        held = self._table.running() + (self._table.waiting() if self._extend_waiting else [])
+        for item in held:
             target = self._extend(item, now)
             if target is None:
                 continue

@@ -96,7 +96,10 @@ class InFlight:
 
     def __post_init__(self) -> None:
         self.ticket = Ticket(
-            self.message.message_id, self.message.receipt_handle, is_running=lambda: self.state is State.RUNNING
+            # Held: running, or waiting to start (a batch handler's message waiting for a free thread is extended too).
+            self.message.message_id,
+            self.message.receipt_handle,
+            is_running=lambda: self.state is State.RUNNING or self.state is State.WAITING,
         )
 
 
@@ -232,6 +235,11 @@ class InFlightTable:
                 return False
             item.state = State.RELEASED
             return True
+
+    def waiting(self) -> list[InFlight]:
+        """Received and not started: a batch handler's messages collected or waiting for a free thread."""
+        with self._lock:
+            return [i for i in self._items.values() if i.state is State.WAITING]
 
     def running(self) -> list[InFlight]:
         with self._lock:

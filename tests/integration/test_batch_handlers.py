@@ -285,3 +285,31 @@ def test_a_batch_handler_costs_the_floor_in_sqs_requests(sqs: Any) -> None:
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=120)
         made = len(calls)
     assert made / 300 <= 0.25, Counter(name.rsplit(".", 1)[-1] for name in calls)
+
+
+def test_messages_waiting_for_a_free_thread_keep_their_lease(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A 4 s lease (max_lease), one thread: while a call runs 8 s, the messages the receive in flight brought wait
+    for the thread; the heartbeat extends their leases as it does a running message's, so they start on the same
+    receive (not handed back with their lease run down, nor received again elsewhere)."""
+    contract = fast_contract(concurrency=1, max_batch=10, max_duration_seconds=20, max_lease_seconds=4)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "a", "b")
+    running_call = threading.Event()
+    calls: list[list[tuple[str, int]]] = []
+
+    def handle(messages: list[Message]) -> BatchResult:
+        calls.append([(m.body, m.receive_count) for m in messages])
+        if len(calls) == 1:
+            running_call.set()
+            threading.Event().wait(8)
+        return BatchResult().succeeded(*messages)
+
+    caplog.set_level(logging.INFO, logger="consumer")
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(running_call.is_set, timeout=10)
+        send(sqs, pair.queue_url, "c", "d", "e")
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+    released = [r for r in caplog.records if r.getMessage() == "message_released"]
+    assert released == []
+    assert sorted(body for call in calls for body, _ in call) == ["a", "b", "c", "d", "e"]
+    assert all(count == 1 for call in calls for _, count in call)
