@@ -3,33 +3,38 @@
 What one run does, all on 127.0.0.1 with no AWS account:
 
 1. provisions the ``demo`` stack from ``cdk.out/SqsWorker-demo.template.json`` on
-   moto's server (:mod:`consumer.local.stack`) and puts the fault-injecting proxy of
+   moto's server (in a process of its own; :mod:`consumer.local.stack`) and puts the fault-injecting proxy of
    :mod:`bench.proxy` in front of it: the consumers' ``AWS_ENDPOINT_URL`` is the
    proxy, so every SQS call they make may be throttled, fail with HTTP 500
    before reaching moto, or be applied and then answered with HTTP 500 (a lost
    answer). The idempotency table (DynamoDB) is reached directly: the faults
    are SQS's, and the table is what keeps side effects single across them;
-2. **chaos phase**: ``--consumers`` ``python -m consumer run`` processes consume
-   a paced stream of ``--messages`` events (good ones, downstream-flaky ones,
-   malformed ones and ones the downstream rejects) while one random consumer is
-   SIGKILLed every ``--kill-every`` seconds and replaced, and the endpoint is
-   restarted once (the proxy stops listening for ``--outage-seconds``; moto's
-   state is in memory, so restarting moto itself would lose every queue);
+2. **chaos phase**: three fleets of ``python -m consumer run`` processes, one per handler shape
+   (:mod:`bench.chaos_lanes`): ``--consumers`` running the stack's own worker (``def handle(message)``,
+   threads) on its queue pair, and ``--batch-consumers`` and ``--async-consumers`` running a batch handler
+   (``max_batch``) and an ``async def`` handler (:mod:`bench.chaos_handlers`), each on a pair of its own made
+   from its declaration. Each fleet consumes a paced stream of its own (``--messages``, ``--batch-messages``,
+   ``--async-messages`` events: good ones, downstream-flaky ones, malformed ones and ones the downstream
+   rejects; the other fleets' streams keep pace with the thread fleet's) while a random consumer is SIGKILLed
+   every ``--kill-every`` seconds (each fleet's in turn) and replaced, and the endpoint is restarted once, when
+   every fleet's producer is half way (the proxy stops listening for ``--outage-seconds``; moto's state is in
+   memory, so restarting moto itself would lose every queue);
 3. **corpus phase** (faults paused, no kills, and sent once every request from
    before the pause has been answered): the bad-input corpus of
-   :mod:`bench.corpus`, one message per kind, then a few good canaries: each
+   :mod:`bench.corpus`, one message per kind to each fleet's queue, then a few good canaries: each
    corpus message must reach the DLQ with a reason at its first receive, and the
    consumers must still be running and delivering;
 4. **FIFO phase**: a FIFO pair (attributes from the FIFO declaration, checked by
    the consumer's own drift check at start) and its consumer: poison in the
    middle and at the head of a group, a shared deduplication id, 128-character ids;
 5. SIGTERM to every consumer still running (each must exit 0), then the
-   accounting: each produced event is applied once at the downstream or in the
-   DLQ with a reason; lost = produced - (applied | DLQ) must be empty.
+   accounting, fleet by fleet: each produced event is applied once at the downstream or in the
+   DLQ with a reason of the kind its own kind calls for; lost = produced - (applied | DLQ) must be empty.
 
 Exit code 1 if anything is lost, in a wrong place, in two places, in the DLQ
-without a reason, a corpus message missed the DLQ at its first receive, a
-repeat delivery is not explained by a SIGKILL, or a consumer did not exit 0.
+without a reason or with the wrong kind of reason, a corpus message missed the DLQ at its first receive, a
+repeat delivery is not explained by a SIGKILL, or a consumer did not exit 0; a failure of the batch or
+async fleet names it.
 A repeat delivery or an event in two places that the evidence traces to the
 endpoint (moto's server handing one message to two receives at once, or its
 store admitting two claims on one key), or to the SIGKILLs (an event applied or
@@ -47,8 +52,8 @@ import random
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,51 +63,43 @@ import typer
 from botocore.config import Config
 from rich.console import Console
 
-from bench.chaos_accounting import (
-    KINDS,
-    PLACES,
-    ChaosResult,
-    account_stream,
-    consumer_endings,
-    corpus_checks,
-    dlq_copies,
-    reported_events,
-    sort_dlq,
-    stream_failures,
-)
-from bench.chaos_evidence import Delivery, ReceiveLog, trace
+from bench.chaos_accounting import ChaosResult, consumer_endings, reported_events
+from bench.chaos_evidence import ReceiveLog
 from bench.chaos_fifo import create_fifo_pair, fifo_report
-from bench.chaos_fleet import Supervisor
+from bench.chaos_fleet import Supervisor, Watch, Watched
+from bench.chaos_lanes import (
+    ASYNC,
+    BATCH,
+    THREADS,
+    Lane,
+    declared_environment,
+    declared_lane,
+    fleet_results,
+    produce,
+    send_corpus,
+)
 from bench.chaos_report import render, write_markdown
-from bench.corpus import KEY_ATTRIBUTE, Case, fifo_cases, standard_cases
+from bench.chaos_stream import IdempotentDownstream, build_stream
+from bench.corpus import Case, fifo_cases
+from bench.endpoint import local_endpoint
 from bench.proxy import FaultPlan, FaultProxy
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 from consumer.local.display import output_console
 from consumer.local.harness import (
-    TIMED_OUT,
     Fleet,
-    LoopbackWebhook,
-    Planned,
-    Tick,
-    batch_entries,
-    batches,
     consumer_environment,
     demo_contract,
-    queue_depth,
     quiet_seconds,
     read_dlq,
-    sample_event,
-    settle,
 )
-from consumer.local.stack import LOCAL_LOG_LEVEL
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"
 POLL_SECONDS = 1.0
 #: Nothing moving for this long (source empty) means the phase has settled: the demo contract's lease
-#: plus its maximum backoff (10 + 4 s) and two ticks, so every lease a SIGKILL left has expired.
+#: plus its maximum backoff (10 + 4 s) and two ticks, so every lease a SIGKILL left has expired (the batch and async
+#: fleets are declared with the same timings).
 QUIET_SECONDS = quiet_seconds(demo_contract(), margin_seconds=2 * POLL_SECONDS)
-EVENT_PREFIX = "evt-chaos-"  # the stream's event ids: evt-chaos-00000, ...
 PRODUCER_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
 
 
@@ -112,6 +109,10 @@ class ChaosOptions:
 
     messages: int = 3000
     consumers: int = 4
+    batch_messages: int = 1000
+    batch_consumers: int = 2
+    async_messages: int = 1000
+    async_consumers: int = 2
     kill_every_seconds: float = 5.0
     outage_seconds: float = 5.0
     throttle: float = 0.03
@@ -128,77 +129,6 @@ class ChaosOptions:
     command: str = ""
 
 
-# --------------------------------------------------------------------------- the downstream
-
-
-class IdempotentDownstream(LoopbackWebhook):
-    """The webhook, honouring ``Idempotency-Key`` like Stripe: the first 200 per key applies the effect.
-
-    Later requests with an applied key get 200 without applying again. Every raw request is
-    recorded with its sender (each consumer process gets its own URL path ``/notify/<label>``,
-    ``c<N>``), so a repeat delivery can be traced to its cause (:mod:`bench.chaos_evidence`). ``reject`` keys get 422, ``flaky``
-    keys 503 on their first request; anything else is applied.
-    """
-
-    def __init__(self, reject: Iterable[str] = (), flaky: Iterable[str] = (), seed: int = 11) -> None:
-        super().__init__()
-        self.reject, self.flaky = set(reject), set(flaky)
-        self.deliveries: dict[str, list[Delivery]] = defaultdict(list)
-        self.applied: Counter[str] = Counter()
-        self.order: list[str] = []  # keys in the order their effect was applied
-        self._lock = threading.Lock()
-        self._rng = random.Random(seed)
-
-    def respond(self, key: str, path: str) -> int:
-        return self.answer(key, path.rpartition("/")[2])
-
-    def answer(self, key: str, sender: str) -> int:
-        # When this thread read the request: under load that can be after the sender was SIGKILLed, though it sent
-        # before (bench.chaos_evidence never compares it with the sender's own kill).
-        arrived = time.monotonic()
-        with self._lock:
-            pause = self._rng.uniform(0.005, 0.05)
-        time.sleep(pause)  # a real call takes time: a SIGKILL can land between the 200 and the ack
-        with self._lock:
-            earlier = self.deliveries[key]
-            if key in self.reject:
-                status = 422
-            elif key in self.flaky and not earlier:
-                status = 503
-            else:
-                status = 200
-                if not self.applied[key]:
-                    self.order.append(key)
-                self.applied[key] = 1  # idempotent: applied once, whatever the number of requests
-            earlier.append(Delivery(sender, arrived, status))
-        return status
-
-    def snapshot(self) -> tuple[set[str], dict[str, list[Delivery]]]:
-        with self._lock:
-            return set(self.applied), {k: list(v) for k, v in self.deliveries.items()}
-
-
-# --------------------------------------------------------------------------- the plan
-
-
-def build_stream(count: int, seed: int) -> list[Planned]:
-    """``count`` events in the shares of :data:`KINDS` (at least one of each), shuffled reproducibly."""
-    if count < len(KINDS):
-        raise ValueError(f'"messages" must be at least {len(KINDS)} (one of each kind): {count}')
-    rng = random.Random(seed)
-    counts = {name: max(1, round(count * share)) for name, (share, _) in KINDS.items()}
-    counts["good"] += count - sum(counts.values())
-    kinds = [kind for kind, n in counts.items() for _ in range(n)]
-    rng.shuffle(kinds)
-    poison = [c.body for c in standard_cases() if not c.attributes and len(c.body) < 10_000]
-    plan = []
-    for index, kind in enumerate(kinds):
-        event_id = f"{EVENT_PREFIX}{index:05d}"
-        body = poison[index % len(poison)] if kind == "malformed" else json.dumps(sample_event(event_id, index))
-        plan.append(Planned(event_id, kind, body))
-    return plan
-
-
 # --------------------------------------------------------------------------- the run
 
 
@@ -210,45 +140,58 @@ class Chaos:
         self.console = console
         self.rng = random.Random(options.seed)
         self.plan = build_stream(options.messages, options.seed)
+        # The other shapes' streams: seeded apart from the thread fleet's, their event ids their own.
+        self.plans = {
+            shape.name: build_stream(count, options.seed + n, shape.event_prefix)
+            for n, (shape, count) in enumerate(((BATCH, options.batch_messages), (ASYNC, options.async_messages)), 1)
+            if count > 0
+        }
         self.started = time.monotonic()
         self.deadline = self.started + options.timeout_seconds
-        self.produced_ids: set[str] = set()
-        self.sent_messages = 0
         self.phase = "provisioning"
         self.phases: dict[str, float] = {}
         self._producing = threading.Event()
         self.receives = ReceiveLog()  # the proxy's record of who received what (bench.chaos_evidence)
+        self.lanes: list[Lane] = []
+        self.fifo_fleet: Fleet | None = None
+        self._halfway = 0
+        self._lock = threading.Lock()
 
     # --- orchestration ------------------------------------------------------
     def run(self) -> ChaosResult:
-        from consumer.local.stack import LOCAL_CREDENTIALS, LOCAL_REGION, local_client, provision, start_server
-
+        """Provision, run the phases, stop the consumers and account. moto's server runs in a process of its own (as
+        ``--endpoint moto`` runs it for the benchmarks): in this one it would share an interpreter lock with the
+        proxy, the downstream and the harness, which every fleet's every request goes through."""
         options = self.options
         options.log_dir.mkdir(parents=True, exist_ok=True)
-        for old in options.log_dir.glob("*.log"):
+        for old in options.log_dir.glob("**/*.log"):
             old.unlink()
-        server, moto = start_server()
-        proxy = FaultProxy(
-            moto,
-            FaultPlan(
-                throttle_before=options.throttle,
-                error_before=options.error_before,
-                error_after=options.error_after,
-                seed=options.seed,
-            ),
-            observer=self.receives,
+        with local_endpoint("moto") as moto:
+            return self._run_on(moto)
+
+    def _run_on(self, moto: str) -> ChaosResult:
+        from consumer.local.stack import LOCAL_CREDENTIALS, LOCAL_REGION, local_client, provision
+
+        options = self.options
+        plan = FaultPlan(
+            throttle_before=options.throttle,
+            error_before=options.error_before,
+            error_after=options.error_after,
+            seed=options.seed,
         )
+        proxy = FaultProxy(moto, plan, observer=self.receives)
+        every = [self.plan, *self.plans.values()]
         downstream = IdempotentDownstream(
-            reject={p.event_id for p in self.plan if p.kind == "rejected"},
-            flaky={p.event_id for p in self.plan if p.kind == "flaky"},
+            reject={p.event_id for events in every for p in events if p.kind == "rejected"},
+            flaky={p.event_id for events in every for p in events if p.kind == "flaky"},
         )
         self.supervisor = Supervisor(downstream.url, self.rng, self._producing, self.deadline)
-        fleets: list[Fleet] = []
         try:
             local = provision(moto, options.template)
             env = local.process_environment()
-            self.queue_url, self.dlq_url = env["QUEUE_URL"], env["DLQ_URL"]
             self.moto = local_client("sqs", moto)  # the harness's own view: never faulted
+            self.dynamodb = local_client("dynamodb", moto)
+            self.watch = Watch(self.supervisor, self.moto, self.console, self._producing.is_set, self.started)
             proxy.start()
             downstream.start()
             child = consumer_environment(
@@ -260,13 +203,15 @@ class Chaos:
                     "PYTHONPATH": str(ROOT),
                 },
             )
-            fleet = Fleet(child, options.log_dir)
-            fleets.append(fleet)
+            self.lanes = self._lanes(env, child)
+            self.quiet_seconds = max(quiet_seconds(lane.contract, 2 * POLL_SECONDS) for lane in self.lanes)
             self.console.print(
                 f"moto {moto}, chaos proxy {proxy.url}, downstream {downstream.url};"
                 f" lease {env['CONSUMER_VISIBILITY_TIMEOUT_SECONDS']} s,"
                 f" max receives {env['CONSUMER_MAX_RECEIVE_COUNT']} (redrive backstop"
-                f" {env['CONSUMER_REDRIVE_MAX_RECEIVE_COUNT']}); logs in {options.log_dir}"
+                f" {env['CONSUMER_REDRIVE_MAX_RECEIVE_COUNT']}); fleets "
+                + ", ".join(f"{lane.name} ({lane.consumers} x {lane.shape.what})" for lane in self.lanes)
+                + f"; logs in {options.log_dir}"
             )
             producer = boto3.client(
                 "sqs",
@@ -276,94 +221,142 @@ class Chaos:
                 aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
                 config=PRODUCER_CONFIG,
             )
-            self._chaos_phase(fleet, proxy, downstream, producer)
-            corpus = self._corpus_phase(fleet, proxy, downstream)
-            fifo = self._fifo_phase(child, downstream, fleets)
+            self._chaos_phase(proxy, producer)
+            self._corpus_phase(proxy, downstream)
+            fifo = self._fifo_phase(child, downstream)
             self.phase = "stopping consumers (SIGTERM)"
-            stop_timeout = float(env["CONSUMER_STOP_TIMEOUT_SECONDS"])
-            for one in fleets:
+            stop_timeout = max(
+                [float(env["CONSUMER_STOP_TIMEOUT_SECONDS"])]
+                + [lane.contract.stop_timeout_seconds for lane in self.lanes]
+            )
+            for one in self._fleets():
                 one.stop_all(timeout=stop_timeout)
-            return self._result(fleets, proxy, downstream, corpus, fifo)
+            return self._result(proxy, downstream, fifo)
         finally:
-            for one in fleets:
+            for one in self._fleets():
                 one.kill_all()
             downstream.stop()
             proxy.stop()
-            server.stop()
+
+    def _lanes(self, env: dict[str, str], child: dict[str, str]) -> list[Lane]:
+        """The thread fleet on the stack's pair, then a fleet per other shape on a pair from its declaration."""
+        options = self.options
+        lanes = [
+            Lane(
+                THREADS,
+                demo_contract(),
+                options.consumers,
+                self.plan,
+                options.rate_per_second,
+                env["QUEUE_URL"],
+                env["DLQ_URL"],
+                Fleet(child, options.log_dir),
+            )
+        ]
+        for shape, consumers in ((BATCH, options.batch_consumers), (ASYNC, options.async_consumers)):
+            if shape.name in self.plans:
+                plan = self.plans[shape.name]
+                # Paced in proportion (and never ahead of the thread fleet's share: bench.chaos_lanes.produce), so
+                # every fleet's stream spans the same time and meets the endpoint restart.
+                rate = max(1.0, options.rate_per_second * len(plan) / len(self.plan))
+                run_id = str(os.getpid())
+                lanes.append(
+                    declared_lane(
+                        self.moto, self.dynamodb, shape, child, options.log_dir, plan, consumers, rate, run_id
+                    )
+                )
+        return lanes
+
+    def _fleets(self) -> list[Fleet]:
+        return [lane.fleet for lane in self.lanes] + ([self.fifo_fleet] if self.fifo_fleet is not None else [])
 
     def _mark(self, phase: str) -> None:
         self.phase = phase
         self.phases[phase] = round(time.monotonic() - self.started, 1)
         self.console.print(f"[bold]{self.phase}[/bold] at {self.phases[phase]} s")
 
-    def _chaos_phase(self, fleet: Fleet, proxy: FaultProxy, downstream: IdempotentDownstream, producer: Any) -> None:
+    def _chaos_phase(self, proxy: FaultProxy, producer: Any) -> None:
         self._mark("chaos: producing under kills, faults and one endpoint restart")
-        for _ in range(self.options.consumers):
-            self.supervisor.start(fleet)
+        for lane in self.lanes:
+            for _ in range(lane.consumers):
+                self.supervisor.start(lane.fleet, lane.shape.label_prefix)
         self._producing.set()
+        fleets = [lane.fleet for lane in self.lanes]
         threads = [
-            threading.Thread(target=self._produce, args=(producer, proxy), name="producer", daemon=True),
+            threading.Thread(target=self._produce, args=(producer, proxy), name="producers", daemon=True),
             threading.Thread(
                 target=self.supervisor.kill_loop,
-                args=(fleet, self.options.kill_every_seconds),
+                args=(fleets, self.options.kill_every_seconds),
                 name="killer",
                 daemon=True,
             ),
         ]
         for thread in threads:
             thread.start()
-        # Until the stream is sent, then until every lease a SIGKILL or a lost answer left has
-        # expired and its message settled: the source empty and the logs quiet.
-        self._wait(lambda: False, fleet, downstream, quiet_is_done=True)
+        # Until the streams are sent, then until every lease a SIGKILL or a lost answer left has
+        # expired and its message settled: the sources empty and the logs quiet.
+        self._wait(lambda: False, quiet=self.quiet_seconds)
         threads[1].join()
 
-    def _corpus_phase(self, fleet: Fleet, proxy: FaultProxy, downstream: IdempotentDownstream) -> list[dict]:
+    def _produce(self, producer: Any, proxy: FaultProxy) -> None:
+        """Every fleet's producer at once (:func:`bench.chaos_lanes.produce`); the producing phase ends with the last."""
+        threads = [
+            threading.Thread(
+                target=produce,
+                args=(lane, producer),
+                kwargs={
+                    "visible": lambda url: self.watch.depth(url)[0],
+                    # In proportion too: moto's receive scans the whole queue, and every fleet's goes to one server.
+                    "max_depth": max(10, round(self.options.max_depth * len(lane.plan) / len(self.plan))),
+                    "deadline": self.deadline,
+                    "halfway": lambda: self._halfway_there(proxy),
+                    "leader": None if lane is self.lanes[0] else self.lanes[0],
+                },
+                name=f"producer-{lane.name}",
+                daemon=True,
+            )
+            for lane in self.lanes
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self._producing.clear()
+
+    def _halfway_there(self, proxy: FaultProxy) -> None:
+        """A fleet's producer is half way: the endpoint restarts once every fleet's is."""
+        with self._lock:
+            self._halfway += 1
+            last = self._halfway == len(self.lanes)
+        if last and self.options.outage_seconds > 0:
+            threading.Thread(target=proxy.outage, args=(self.options.outage_seconds,), name="outage").start()
+
+    def _corpus_phase(self, proxy: FaultProxy, downstream: IdempotentDownstream) -> None:
         self._mark("corpus: faults paused, no kills")
         proxy.pause_faults()
         # A consumer SIGKILLed (or cut off by the outage) mid long poll left that poll waiting at moto;
         # a corpus message handed to it would come back at receive 2 after its lease. Let them end.
         proxy.settle()
         self._mark("corpus: sending (every request from before the pause answered)")
-        size = int(
-            self.moto.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["MaximumMessageSize"])[
-                "Attributes"
-            ]["MaximumMessageSize"]
-        )
-        self.corpus = standard_cases(size)
-        self.corpus_ids: dict[str, Case] = {}
-        for case in self.corpus:
-            message_id = self.moto.send_message(**case.send_arguments(self.queue_url))["MessageId"]
-            self.corpus_ids[message_id] = case
-        canaries = [f"evt-canary-{n}" for n in range(5)]
-        for n, event_id in enumerate(canaries):
-            self.moto.send_message(
-                QueueUrl=self.queue_url,
-                MessageBody=json.dumps(sample_event(event_id, n)),
-                MessageAttributes={KEY_ATTRIBUTE: {"DataType": "String", "StringValue": event_id}},
-            )
-        alive_before = {c.number for c in fleet.alive()}
-        self._wait(lambda: set(canaries) <= downstream.snapshot()[0], fleet, downstream)
-        self._wait(lambda: False, fleet, downstream, quiet_is_done=True, quiet_seconds=4.0)
-        self.canaries_applied = len(set(canaries) & downstream.snapshot()[0])
-        self.corpus_alive = sorted(alive_before & {c.number for c in fleet.alive()})
-        return [{"name": c.name, "what": c.what, "body_chars": len(c.body)} for c in self.corpus]
+        for lane in self.lanes:
+            send_corpus(self.moto, lane)
+        alive_before = {lane.name: {c.number for c in lane.fleet.alive()} for lane in self.lanes}
+        canaries = {key for lane in self.lanes for key in lane.canaries}
+        self._wait(lambda: canaries <= downstream.snapshot()[0])
+        self._wait(lambda: False, quiet=4.0)
+        applied = downstream.snapshot()[0]
+        for lane in self.lanes:
+            lane.canaries_applied = len(set(lane.canaries) & applied)
+            lane.corpus_alive = sorted(alive_before[lane.name] & {c.number for c in lane.fleet.alive()})
 
-    def _fifo_phase(
-        self, child: dict[str, str], downstream: IdempotentDownstream, fleets: list[Fleet]
-    ) -> dict[str, Any]:
+    def _fifo_phase(self, child: dict[str, str], downstream: IdempotentDownstream) -> dict[str, Any]:
         self._mark("FIFO corpus: faults paused, no kills")
         queue_url, dlq_url = create_fifo_pair(self.moto, f"chaos-{os.getpid()}")
-        env = {k: v for k, v in child.items() if not k.startswith("CONSUMER_") and k != "DLQ_URL"} | LOCAL_LOG_LEVEL
-        env.update(
-            {
-                "QUEUE_URL": queue_url,
-                "CONSUMER_HANDLER": "bench.corpus:fifo_handle",
-                "CONSUMER_IDEMPOTENCY_TABLE": child["CONSUMER_IDEMPOTENCY_TABLE"],
-            }
-        )
-        fleet = Fleet(env, self.options.log_dir / "fifo")
+        # The DLQ found through the source's redrive policy, as a local run does; the stack's idempotency table.
+        table = child["CONSUMER_IDEMPOTENCY_TABLE"]
+        env = declared_environment(child, "bench.corpus:fifo_handle", queue_url, None, table)
+        fleet = self.fifo_fleet = Fleet(env, self.options.log_dir / "fifo")
         fleet.log_dir.mkdir(exist_ok=True)
-        fleets.append(fleet)
         self.supervisor.start(fleet, prefix="fifo-c")
         cases = fifo_cases()
         sent: dict[str, Case] = {}
@@ -371,136 +364,69 @@ class Chaos:
             message_id = self.moto.send_message(**case.send_arguments(queue_url))["MessageId"]
             sent.setdefault(message_id, case)  # a deduplicated send returns the first send's MessageId
         goods = {c.event_id for c in cases if c.expect == "applied"}
-        self._wait(lambda: goods <= downstream.snapshot()[0], fleet, downstream, queue_url=queue_url)
-        self._wait(lambda: False, fleet, downstream, quiet_is_done=True, quiet_seconds=4.0, queue_url=queue_url)
+        watched: list[Watched] = [("fifo", fleet, queue_url, str)]
+        self._wait(lambda: goods <= downstream.snapshot()[0], watched)
+        self._wait(lambda: False, watched, quiet=4.0)
         dlq = read_dlq(self.moto, dlq_url)
         return fifo_report(queue_url, sent, cases, dlq, downstream.snapshot()[0], list(downstream.order))
 
-    # --- actors -------------------------------------------------------------
-    def _produce(self, producer: Any, proxy: FaultProxy) -> None:
-        """Send the plan in batches of 10 through the proxy (faults on), paced and depth-bounded.
-
-        A batch the faults fail is sent again (an at-least-once producer): a lost answer thus
-        puts two copies on the queue, which the consumers' idempotency must absorb.
-        """
-        options = self.options
-        sends = batches(self.plan)
-        pause = 10 / options.rate_per_second
-        outage_at = len(sends) // 2
-        for number, batch in enumerate(sends):
-            if number == outage_at and options.outage_seconds > 0:
-                threading.Thread(target=proxy.outage, args=(options.outage_seconds,), name="outage").start()
-            while self._depth()[0] > options.max_depth and time.monotonic() < self.deadline:
-                time.sleep(0.5)
-            pending = {str(n): p for n, p in enumerate(batch)}
-            while pending and time.monotonic() < self.deadline:
-                try:
-                    response = producer.send_message_batch(QueueUrl=self.queue_url, Entries=batch_entries(pending))
-                except Exception:  # noqa: BLE001 (retries exhausted or endpoint down: send again)
-                    time.sleep(0.5)
-                    continue
-                for ok in response.get("Successful", []):
-                    self.produced_ids.add(pending.pop(ok["Id"]).event_id)
-                    self.sent_messages += 1
-            time.sleep(pause)
-        self._producing.clear()
-
     # --- observation ----------------------------------------------------------
-    def _depth(self, queue_url: str | None = None) -> tuple[int, int]:
-        depth = queue_depth(self.moto, queue_url or self.queue_url)
-        return depth.visible, depth.not_visible + depth.delayed
+    def _watched(self) -> list[Watched]:
+        return [
+            (lane.name, lane.fleet, lane.queue_url, lambda lane=lane: f"  sent {lane.sent}/{len(lane.plan)}")  # type: ignore[misc]
+            for lane in self.lanes
+        ]
 
-    def _wait(
-        self,
-        done: Callable[[], bool],
-        fleet: Fleet,
-        downstream: IdempotentDownstream,
-        *,
-        quiet_is_done: bool = False,
-        quiet_seconds: float = QUIET_SECONDS,
-        queue_url: str | None = None,
-    ) -> None:
-        """Until ``done()``, or (``quiet_is_done``) the source is empty and no log line came for ``quiet_seconds``."""
-        last_print = 0.0
-
-        def look() -> Tick:
-            nonlocal last_print
-            self.supervisor.supervise(fleet)
-            fleet.read_logs()
-            depth = self._depth(queue_url)
-            if time.monotonic() - last_print > 5:
-                last_print = time.monotonic()
-                self._progress(depth, fleet, downstream)
-            return Tick((depth, sum(fleet.events.values())), depth != (0, 0) or self._producing.is_set())
-
-        quiet = quiet_seconds if quiet_is_done else None
-        if settle(look, done, deadline=self.deadline, poll_seconds=POLL_SECONDS, quiet_seconds=quiet) == TIMED_OUT:
+    def _wait(self, done: Callable[[], bool], watched: list[Watched] | None = None, quiet: float | None = None) -> None:
+        """Until ``done()``, or (``quiet`` seconds given) the watched fleets' sources are empty and their logs quiet
+        that long (:class:`bench.chaos_fleet.Watch`); the fleets are the stream's unless ``watched`` says."""
+        if not self.watch.wait(done, watched or self._watched(), quiet):
             self.console.print(f"[red]timed out after {self.options.timeout_seconds:.0f} s[/red] in {self.phase}")
 
-    def _progress(self, depth: tuple[int, int], fleet: Fleet, downstream: IdempotentDownstream) -> None:
-        applied, _ = downstream.snapshot()
-        self.console.print(
-            f"  {time.monotonic() - self.started:5.0f} s  sent {self.sent_messages}/{len(self.plan)}"
-            f"  source visible/in flight {depth[0]}/{depth[1]}  applied {len(applied)}"
-            f"  processed {fleet.events['message_processed']}  to DLQ {fleet.events['message_moved_to_dlq']}"
-            f"  running {len(fleet.alive())}  killed {len(self.supervisor.killed)}",
-            highlight=False,
-        )
-
     # --- accounting -----------------------------------------------------------
-    def _result(
-        self,
-        fleets: list[Fleet],
-        proxy: FaultProxy,
-        downstream: IdempotentDownstream,
-        corpus: list[dict[str, Any]],
-        fifo: dict[str, Any],
-    ) -> ChaosResult:
+    def _result(self, proxy: FaultProxy, downstream: IdempotentDownstream, fifo: dict[str, Any]) -> ChaosResult:
         self._mark("accounting")
         applied, deliveries = downstream.snapshot()
-        dlq = read_dlq(self.moto, self.dlq_url)
-        by_event, corpus_found, unknown = sort_dlq(dlq, self.corpus_ids, EVENT_PREFIX)
-        stream = account_stream(self.plan, PLACES, applied, by_event, unknown, sum(self._depth()), self.produced_ids)
-        run = self.supervisor.record(fleets, self.receives, demo_contract(), self.started)
-        traced = trace(deliveries, stream, run, dlq_copies(dlq, EVENT_PREFIX))
-        stream.update(traced.accounting())
-        failures = stream_failures(stream, traced.repeats)
-        checks, corpus_failures = corpus_checks(self.corpus, corpus_found)
-        failures += corpus_failures
-        if self.canaries_applied != 5 or not self.corpus_alive:
-            failures.append(
-                f"after the corpus: {self.canaries_applied}/5 canaries applied, consumers alive {self.corpus_alive}"
-            )
+        extra = [self.fifo_fleet] if self.fifo_fleet is not None else []
+        results, failures = fleet_results(
+            self.lanes, extra, self.supervisor, self.receives, self.moto, applied, deliveries, self.started
+        )
         for check in fifo["checks"]:
             if not check["ok"]:
                 failures.append(f"FIFO {check['name']}: expected {check['expect']}, found {check['place']}")
         if not fifo["groups_in_order"]:
             failures.append(f"a FIFO group was applied out of order: {fifo['order']}")
-        consumers, exit_failures = consumer_endings(fleets, self.supervisor.killed, self.supervisor.replaced)
+        named = [(lane.name, lane.fleet) for lane in self.lanes] + [("fifo", fleet) for fleet in extra]
+        consumers, exit_failures = consumer_endings(
+            named, self.supervisor.label, self.supervisor.killed, self.supervisor.replaced
+        )
         failures += exit_failures
-        events: Counter[str] = Counter()
-        for one in fleets:
+        events: Counter[str] = Counter()  # the thread and FIFO fleets' (each other fleet's are in its own result)
+        for one in [self.lanes[0].fleet, *extra]:
             one.read_logs()
             events.update(one.events)
-        if events["thread_crashed"]:
-            failures.append(f"{events['thread_crashed']} consumer threads crashed")
+        crashed = sum(one.events["thread_crashed"] for one in self._fleets())
+        if crashed:
+            failures.append(f"{crashed} consumer threads crashed")
+        standard = results.pop(self.lanes[0].name)
         return ChaosResult(
             options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(self.options).items()},
-            produced={**Counter(p.kind for p in self.plan), "sends_confirmed": self.sent_messages},
-            accounting=stream,
-            repeats=traced.repeats,
-            corpus=checks,
+            produced=standard["produced"],
+            accounting=standard["accounting"],
+            repeats=standard["repeats"],
+            corpus=standard["corpus"],
             fifo=fifo,
             faults=proxy.fault_counts(),
             forwarded=dict(proxy.forwarded),
             outages=proxy.outages,
-            kills=len(self.supervisor.killed),
+            kills=standard["kills"],
             consumers=consumers,
             events=reported_events(events),
             phases=self.phases,
             elapsed_seconds=round(time.monotonic() - self.started, 1),
             failures=failures,
-            double_hand_outs=traced.hand_outs,
+            double_hand_outs=standard["double_hand_outs"],
+            fleets=results,
         )
 
 
@@ -511,17 +437,25 @@ app = typer.Typer(add_completion=False, help="The chaos suite: SIGKILLs, SQS fau
 
 @app.command()
 def main(
-    messages: int = typer.Option(3000, help="Events in the chaos stream."),
-    consumers: int = typer.Option(4, help="Consumer processes kept running."),
-    kill_every: float = typer.Option(5.0, help="Seconds between SIGKILLs (+-30 %); 0 = none."),
+    messages: int = typer.Option(3000, help="Events in the thread fleet's stream."),
+    consumers: int = typer.Option(4, help="Consumer processes of the thread fleet (the demo stack's worker)."),
+    batch_messages: int = typer.Option(1000, help="Events in the batch handler fleet's stream; 0 = no batch fleet."),
+    batch_consumers: int = typer.Option(2, help="Consumer processes of the batch handler fleet."),
+    async_messages: int = typer.Option(1000, help="Events in the async handler fleet's stream; 0 = no async fleet."),
+    async_consumers: int = typer.Option(2, help="Consumer processes of the async handler fleet."),
+    kill_every: float = typer.Option(5.0, help="Seconds between SIGKILLs (+-30 %), each fleet's in turn; 0 = none."),
     outage_seconds: float = typer.Option(5.0, help="How long the endpoint restart lasts; 0 = none."),
     throttle: float = typer.Option(0.03, help="Probability of RequestThrottled per SQS request."),
     error_before: float = typer.Option(0.02, help="Probability of HTTP 500 before forwarding."),
     error_after: float = typer.Option(0.02, help="Probability of HTTP 500 after moto applied the request."),
-    rate: float = typer.Option(60.0, help="Producer pace, messages per second."),
-    max_depth: int = typer.Option(150, help="The producer waits while more messages than this are visible."),
+    rate: float = typer.Option(
+        60.0, help="The thread fleet's producer pace, messages per second (the others' in proportion to their streams)."
+    ),
+    max_depth: int = typer.Option(
+        150, help="The thread fleet's producer waits while more than this are visible (the others' in proportion)."
+    ),
     timeout: float = typer.Option(840.0, help="Hard limit for the whole run, seconds."),
-    seed: int = typer.Option(5, help="Seed of the stream, the kills and the faults."),
+    seed: int = typer.Option(5, help="Seed of the streams, the kills and the faults."),
     template: Path = typer.Option(TEMPLATE, help="The demo stack's synthesized template."),
     logs: Path = typer.Option(Path(".chaos"), help="Directory for the consumers' logs."),
     results: Path = typer.Option(ROOT / "docs" / "bench" / "chaos.json", help="Where the JSON results go."),
@@ -540,6 +474,10 @@ def main(
     options = ChaosOptions(
         messages=messages,
         consumers=consumers,
+        batch_messages=batch_messages,
+        batch_consumers=batch_consumers,
+        async_messages=async_messages,
+        async_consumers=async_consumers,
         kill_every_seconds=kill_every,
         outage_seconds=outage_seconds,
         throttle=throttle,

@@ -10,7 +10,7 @@ two places is :mod:`bench.chaos_evidence`'s.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -79,6 +79,9 @@ class ChaosResult:
     #: Messages the endpoint handed to two receives at once (bench.chaos_evidence.double_hand_outs); older runs
     #: recorded none.
     double_hand_outs: list[dict[str, Any]] = field(default_factory=list)
+    #: The other handler shapes' fleets by name ("batch", "async"), each accounted for as the thread fleet above is
+    #: (bench.chaos_lanes.lane_result); older runs had none.
+    fleets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -138,14 +141,20 @@ def account_stream(
 def sort_dlq(
     dlq: Iterable[tuple[dict[str, Any], Record]], corpus_ids: Mapping[str, Case], prefix: str
 ) -> tuple[dict[str, list[Record]], dict[str, Record], int]:
-    """The DLQ's messages split into stream events (by event id), corpus cases (by name), and unknown."""
+    """The DLQ's messages split into stream events (by event id), corpus cases (by name), and unknown.
+
+    A corpus case's record is its first dead-lettering (the lowest receive count): one moved again at a later receive
+    (its delete landed after its lease, on a loaded machine) was still moved with its reason at the first."""
     by_event: dict[str, list[Record]] = defaultdict(list)
     corpus_found: dict[str, Record] = {}
     unknown = 0
     for message, record in dlq:
         key = event_id_of(message)
         if record and record.get("original_message_id") in corpus_ids:
-            corpus_found[corpus_ids[record["original_message_id"]].name] = record
+            name = corpus_ids[record["original_message_id"]].name
+            earlier = corpus_found.get(name)
+            if earlier is None or record["receive_count"] < earlier["receive_count"]:
+                corpus_found[name] = record
         elif key and key.startswith(prefix):
             by_event[key].append(record)
         else:
@@ -201,6 +210,48 @@ def stream_failures(a: Mapping[str, Any], repeats: Mapping[str, Any]) -> list[st
     return failures
 
 
+#: The DLQ reason kinds each event kind may end with: the shape's own for a rejected one (the thread fleet's handler
+#: raises PoisonMessage on a 422, the others a declared non_retryable type), ``unattempted`` for any (its lease ran
+#: down before it started, at its last receive: bench.chaos_evidence's SIGKILL chains can leave one so).
+UNATTEMPTED = "unattempted"
+
+
+def expected_dlq_kinds(rejected_kind: str) -> dict[str, frozenset[str]]:
+    """Event kind -> the reason kinds its DLQ copies may carry, for a fleet whose rejected events end ``rejected_kind``.
+
+    A good or flaky event is dead-lettered only once its retries are spent (``exhausted``); a malformed one is poison
+    at its first receive. Any other kind is a handler or runtime that classified the event wrongly, though the event
+    is "in the DLQ with a reason" all the same."""
+    return {
+        "good": frozenset({"exhausted", UNATTEMPTED}),
+        "flaky": frozenset({"exhausted", UNATTEMPTED}),
+        "malformed": frozenset({"poison", UNATTEMPTED}),
+        "rejected": frozenset({rejected_kind, UNATTEMPTED}),
+    }
+
+
+def dlq_kinds(plan: Sequence[Planned], by_event: Mapping[str, list[Record]]) -> dict[str, dict[str, int]]:
+    """Event kind -> reason kind -> DLQ copies carrying it (copies without a reason are counted elsewhere)."""
+    found: dict[str, Counter[str]] = defaultdict(Counter)
+    for planned in plan:
+        for record in by_event.get(planned.event_id, []):
+            if record is not None:
+                found[planned.kind][str(record.get("kind"))] += 1
+    return {kind: dict(counts.most_common()) for kind, counts in sorted(found.items())}
+
+
+def kind_failures(kinds: Mapping[str, Mapping[str, int]], expected: Mapping[str, frozenset[str]]) -> list[str]:
+    """A failure per event kind some of whose DLQ copies carry a reason kind it may not end with."""
+    failures = []
+    for kind, counts in kinds.items():
+        wrong = {reason: n for reason, n in counts.items() if reason not in expected.get(kind, frozenset())}
+        if wrong:
+            allowed = " or ".join(sorted(expected.get(kind, frozenset())))
+            found = ", ".join(f"{n} {reason}" for reason, n in wrong.items())
+            failures.append(f"{kind} events dead-lettered with the wrong reason kind: {found} (expected {allowed})")
+    return failures
+
+
 def dead_lettered_at_first_receive(record: Record) -> bool:
     """A poison message the consumer moved itself, with its reason, on its first receive."""
     return record is not None and record["receive_count"] == 1 and record["kind"] == "poison"
@@ -233,18 +284,22 @@ def corpus_checks(corpus: Iterable[Case], found: Mapping[str, Record]) -> tuple[
 
 
 def consumer_endings(
-    fleets: Sequence[Fleet], killed: Mapping[int, float], replaced: Sequence[Mapping[str, Any]]
+    fleets: Sequence[tuple[str, Fleet]],
+    label: Callable[[Fleet, int], str],
+    killed: Mapping[str, float],
+    replaced: Sequence[Mapping[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """How each consumer process ended (SIGKILL, on its own, SIGTERM), and the endings that fail the run.
 
-    ``killed`` and ``replaced`` number the processes of the first (standard) fleet.
+    ``fleets``: (name, fleet); ``label`` names a fleet's consumer number as the supervisor does; ``killed`` and
+    ``replaced`` are the supervisor's, by consumer label.
     """
     consumers, failures = [], []
-    for one in fleets:
-        standard = one is fleets[0]
+    for name, one in fleets:
         for c in one.processes:
-            how = "SIGKILL" if c.number in killed and standard else None
-            own = [r for r in replaced if r["number"] == c.number and standard]
+            own_label = label(one, c.number)
+            how = "SIGKILL" if own_label in killed else None
+            own = [r for r in replaced if r["label"] == own_label]
             if own:
                 how = f"exited on its own ({own[0]['exit_code']})"
             elif how is None:
@@ -252,7 +307,7 @@ def consumer_endings(
             code = c.final_exit_code
             consumers.append(
                 {
-                    "fleet": "standard" if standard else "fifo",
+                    "fleet": name,
                     "number": c.number,
                     "ended_by": how,
                     "exit_code": code,
@@ -260,9 +315,9 @@ def consumer_endings(
                 }
             )
             if how == "SIGTERM" and code != 0:
-                failures.append(f"consumer {c.number} exited {code} after SIGTERM")
+                failures.append(f"consumer {own_label} exited {code} after SIGTERM")
             if own and own[0]["exit_code"] != EXIT_STARTUP:
-                failures.append(f"consumer {c.number} crashed with exit {own[0]['exit_code']}")
+                failures.append(f"consumer {own_label} crashed with exit {own[0]['exit_code']}")
     return consumers, failures
 
 

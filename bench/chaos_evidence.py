@@ -48,17 +48,20 @@ consumer's:
     so the message came back (:func:`two_places_by_sigkill`): every later receive ended with nobody holding it (its
     holder SIGKILLed so, or the answer never reaching a consumer: lost by the proxy, or handed to the long poll a
     SIGKILLed consumer left waiting at moto) until SQS's redrive moved it without a reason; or, dead-lettered before
-    it was applied, a later receive applied it. A holder alive at the end of its lease with no delete applied, or
-    that gave up its delete, is the consumer's, and fails the run.
+    it was applied, a later receive applied it; or, an event nobody decided, every receive of it ended so from its
+    first (each holder SIGKILLed before it got to the event: a batch handler's consumer holds a batch's worth). A
+    holder alive at the end of its lease with no delete applied, or that gave up its delete, is the consumer's, and
+    fails the run.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +163,16 @@ class ReceiveLog:
             with self._lock:
                 self._message_of[handle] = message["MessageId"]
                 self.receives.append(receive)
+
+    def only(self, senders: Callable[[str], bool]) -> ReceiveLog:
+        """A copy holding the receives of the consumers ``senders`` accepts (by label), and the visibility changes
+        and deletes of what they received: one fleet's record, when several fleets share the proxy."""
+        with self._lock:
+            receives = [r for r in self.receives if r.sender is not None and senders(r.sender)]
+            messages, handles = {r.message_id for r in receives}, {r.handle for r in receives}
+            changes = defaultdict(list, {m: list(at) for m, at in self.changes.items() if m in messages})
+            acks = defaultdict(list, {h: list(acks) for h, acks in self.acks.items() if h in handles})
+            return ReceiveLog(receives, changes, acks, {h: m for h, m in self._message_of.items() if h in handles})
 
     def of_message(self, message_id: str) -> list[Receive]:
         """Every receive of one message, passed on or not, in order."""
@@ -344,6 +357,28 @@ def two_places_by_endpoint(
     return found
 
 
+def two_places_by_lost_delete(in_two_places: Sequence[str], run: Run) -> dict[str, list[str]]:
+    """Event id -> evidence, for the events in two places one of whose messages a receive handed out after a delete of
+    it was answered as applied (moto's unlocked queue, rebuilt by concurrent deletes; SQS's "at least once")."""
+    found: dict[str, list[str]] = {}
+    deleted: dict[str, tuple[Receive, float]] = {}  # MessageId -> the receive a delete was applied for, and when
+    for receive in sorted(run.receives.receives, key=lambda r: r.at):
+        gone = deleted.get(receive.message_id)
+        if gone is not None and receive.at > gone[1] and receive.key in in_two_places and receive.key not in found:
+            found[receive.key] = [
+                f"message {receive.message_id}: a delete with receive {gone[0].receive_count}'s handle by"
+                f" {gone[0].sender}, sent at {run.at(gone[1])}, was applied; receive {receive.receive_count} by"
+                f" {receive.sender} at {run.at(receive.at)} handed it out again",
+                *run.logs.told([receive.message_id], {s for s in (gone[0].sender, receive.sender) if s is not None}),
+            ]
+        applied = [
+            a.sent_at for a in run.receives.acks.get(receive.handle, []) if a.operation == "delete" and a.applied
+        ]
+        if applied and receive.message_id not in deleted:
+            deleted[receive.message_id] = (receive, min(applied))
+    return found
+
+
 #: A DLQ copy as the classifiers read it: its MessageId and its reason record (None: SQS's redrive moved it).
 Copy = tuple[str, Mapping[str, Any] | None]
 
@@ -371,10 +406,13 @@ def two_places_by_sigkill(
       before it deletes (at worst in two places, never in none: consumer/runtime/settlement.py), so the message came
       back and a later receive applied it.
 
+    * of an event nobody decided (every copy without a reason), and of another message of the event than the one
+      decided (a send repeated after a lost answer): every receive of it, from its first, ended so.
+
     A holder alive at the end of its lease without a delete applied, or that gave up its delete (``delete_failed``),
     a delete applied that did not end the message, a receive missing from the records, a copy dead-lettered after
-    the effect was applied, or an event neither applied nor dead-lettered with a reason: not excused (the
-    consumer's, or no cause found).
+    the effect was applied, or an event nobody decided with a copy carrying a reason: not excused (the consumer's,
+    or no cause found).
     """
     excused: dict[str, list[str]] = {}
     refused: dict[str, list[str]] = {}
@@ -399,6 +437,10 @@ def _explained_by_kills(
         head = f"{applied.sender} applied {key} (read by the downstream at {run.at(applied.at)}) holding message"
     else:
         moves = [m for m in (_dead_lettering(record, run) for _, record in copies if record is not None) if m]
+        if not moves and all(record is None for _, record in copies):  # nobody decided it: every receive counts
+            lines = [f"nobody applied or dead-lettered {key}: each receive of its message ended with nobody holding it"]
+            problems = [problem for message_id, _ in copies for problem in _every_receive(message_id, run, lines)]
+            return not problems, problems + lines
         if not moves:
             return False, [f"{key}: neither applied nor dead-lettered with a reason, yet in the DLQ"]
         decided = min(moves, key=lambda r: r.at)
@@ -406,11 +448,23 @@ def _explained_by_kills(
     problems: list[str] = []
     lines = [f"{head} {decided.message_id} from receive {decided.receive_count} at {run.at(decided.at)}"]
     for message_id, record in copies:
-        if record is None:
+        if record is None and message_id != decided.message_id:
+            # Another copy of the event (a producer's send repeated after a lost answer): all its receives count.
+            problems += _every_receive(message_id, run, lines)
+        elif record is None:
             problems += _receives_after(message_id, decided.at, run, lines)
         elif applied is not None:
             problems += _dead_lettered_before(record, decided, run, lines)
     return not problems, problems + lines
+
+
+def _every_receive(message_id: str, run: Run, lines: list[str]) -> list[str]:
+    """:func:`_receives_after` for every receive of ``message_id``, from its first (which must be recorded)."""
+    first = next(iter(run.receives.of_message(message_id)), None)
+    problems = []
+    if first is not None and first.receive_count != 1:
+        problems.append(f"message {message_id}: its first receive recorded is {first.receive_count}: one missing")
+    return problems + _receives_after(message_id, -math.inf, run, lines)
 
 
 def _dead_lettering(record: Mapping[str, Any], run: Run) -> Receive | None:
@@ -536,7 +590,8 @@ def trace(
         {"message_id": m, "key": first.key, "receives": [[r.sender, r.receive_count] for r in (first, second)]}
         for m, (first, second) in hand_outs.items()
     ]
-    by_endpoint = two_places_by_endpoint(in_two_places, hand_outs, run.logs)
+    by_endpoint = two_places_by_lost_delete(in_two_places, run)
+    by_endpoint |= two_places_by_endpoint(in_two_places, hand_outs, run.logs)
     others = [key for key in in_two_places if key not in by_endpoint]
     by_sigkill, unexplained = two_places_by_sigkill(others, dlq_copies or {}, deliveries, run)
     redriven = [key for key in without_reason if key not in in_two_places]

@@ -7,20 +7,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bench.chaos_accounting import Record, check_of, dead_lettered_at_first_receive
+from bench.chaos_lanes import create_pair
 from bench.corpus import Case, fifo_handle
 from consumer.declaration import contract_of
 
 
 def create_fifo_pair(sqs: Any, prefix: str) -> tuple[str, str]:
     """A FIFO source and DLQ with the attributes of the FIFO declaration; returns (source URL, DLQ URL)."""
-    contract = contract_of(fifo_handle)
-    pair = contract.queue_attributes()
-    dlq_url = sqs.create_queue(QueueName=f"{prefix}-dlq.fifo", Attributes=pair.dead_letter.to_sqs())["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    queue_url = sqs.create_queue(
-        QueueName=f"{prefix}-source.fifo", Attributes=pair.source.to_sqs(dead_letter_target_arn=dlq_arn)
-    )["QueueUrl"]
-    return queue_url, dlq_url
+    return create_pair(sqs, contract_of(fifo_handle), prefix)
 
 
 def fifo_report(

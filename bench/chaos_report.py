@@ -8,6 +8,7 @@ run's results, as docs/BENCHMARKS.md is made by :mod:`bench.report`; ``python -m
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.chaos_accounting import KINDS, ChaosResult
+from bench.chaos_lanes import CANARIES, THREADS, declaration
 from bench.proxy import FAULT_KINDS
 from bench.report import fill
 from consumer.local.harness import demo_contract
@@ -59,6 +61,14 @@ def render(result: ChaosResult, console: Console) -> None:
     for label, value in rows:
         summary.add_row(label, value)
     console.print(summary)
+    if result.fleets:
+        per_fleet = Table(title="Every handler shape: each fleet's accounting")
+        per_fleet.add_column("figure", style="bold")
+        for name in fleet_names(result):
+            per_fleet.add_column(name)
+        for figure, *values in fleet_rows(result):
+            per_fleet.add_row(figure, *(str(v) for v in values))
+        console.print(per_fleet)
     faults = Table(title="Injected faults (by kind and operation)")
     faults.add_column("kind")
     faults.add_column("operations")
@@ -87,6 +97,125 @@ def _endpoint(result: ChaosResult) -> str:
     by_endpoint, by_sigkill = a.get("in_two_places_by_endpoint", {}), a.get("in_two_places_by_sigkill", {})
     redriven = a.get("dlq_without_reason_by_sigkill", {})
     return f"{len(by_endpoint)} / {len(by_sigkill)} / {len(redriven)} / {len(result.double_hand_outs)}"
+
+
+#: The thread fleet's name in the per-fleet table (its figures are the result's own, above).
+STANDARD = "standard"
+
+
+def fleet_names(result: ChaosResult) -> list[str]:
+    """The fleets the per-fleet table shows: the thread fleet, then the other shapes' in the run's order."""
+    return [STANDARD, *result.fleets]
+
+
+def _fleets(result: ChaosResult) -> dict[str, dict[str, Any]]:
+    """Every fleet's results in one shape: the thread fleet's are the result's own fields."""
+    standard = {
+        "handler": "consumer.examples.demo:handle",
+        "shape": THREADS.what,
+        "declaration": declaration(demo_contract()),
+        "consumers": result.options.get("consumers"),
+        "produced": result.produced,
+        "accounting": result.accounting,
+        "repeats": result.repeats,
+        "double_hand_outs": result.double_hand_outs,
+        "corpus": result.corpus,
+        "kills": result.kills,
+        "canaries": f"{CANARIES}/{CANARIES}"
+        if not any("canaries" in f for f in _own_failures(result, STANDARD))
+        else "NO",
+    }
+    return {STANDARD: standard, **result.fleets}
+
+
+def _own_failures(result: ChaosResult, name: str) -> list[str]:
+    """The failures of fleet ``name`` (another fleet's name them; the thread fleet's, and the run's, do not)."""
+    others = [f"{other} fleet: " for other in result.fleets]
+    if name == STANDARD:
+        return [f for f in result.failures if not f.startswith(tuple(others))]
+    return [f.removeprefix(f"{name} fleet: ") for f in result.failures if f.startswith(f"{name} fleet: ")]
+
+
+def _declared(fleet: Mapping[str, Any]) -> str:
+    d = fleet["declaration"]
+    if d.get("max_batch"):
+        shape = f"{d['concurrency']} threads x batches of up to {d['max_batch']} ({d['batch_window_seconds']} s window)"
+    elif d.get("asynchronous"):
+        shape = f"{d['concurrency']} coroutines on one event loop"
+    else:
+        shape = f"{d['concurrency']} threads"
+    return (
+        f"`{fleet['handler']}`: {fleet['shape']}; {shape}; {d['lease_seconds']} s lease, {d['max_receive_count']}"
+        f" receives, redrive backstop {d['redrive_max_receive_count']}"
+    )
+
+
+def fleet_rows(result: ChaosResult) -> list[list[Any]]:
+    """The per-fleet table: a row per figure, a column per fleet (the thread fleet first)."""
+    fleets = _fleets(result)
+    names = fleet_names(result)
+
+    def row(figure: str, value: Callable[[str, Mapping[str, Any]], Any]) -> list[Any]:
+        return [figure, *(value(name, fleets[name]) for name in names)]
+
+    def accounting(name: str) -> Mapping[str, Any]:
+        return fleets[name]["accounting"]
+
+    def produced(_: str, f: Mapping[str, Any]) -> str:
+        kinds = ", ".join(f"{k} {f['produced'].get(k, 0)}" for k in KINDS)
+        return f"{sum(f['produced'].get(k, 0) for k in KINDS)} ({kinds}; sends confirmed {f['produced']['sends_confirmed']})"
+
+    def reason_kinds(name: str, _: Mapping[str, Any]) -> str:
+        kinds = accounting(name).get("dlq_kinds", {})
+        return "; ".join(f"{kind}: {_joined(counts)}" for kind, counts in kinds.items()) or "none"
+
+    def places(name: str, _: Mapping[str, Any]) -> str:
+        a = accounting(name)
+        return f"{len(a['misplaced'])} / {len(a['in_two_places'])} / {len(a['dlq_without_reason'])}"
+
+    def repeats(_: str, f: Mapping[str, Any]) -> str:
+        r = f["repeats"]
+        by = f"{r['explained_by_sigkill']} / {r.get('caused_by_endpoint', 0)} / {len(r['unexplained'])}"
+        return f"{r['raw_repeat_deliveries']} ({by})"
+
+    def causes(name: str, f: Mapping[str, Any]) -> str:
+        a = accounting(name)
+        counts = (a.get(k, {}) for k in ("in_two_places_by_endpoint", "in_two_places_by_sigkill"))
+        two = " / ".join(str(len(c)) for c in counts)
+        return f"{two} / {len(a.get('dlq_without_reason_by_sigkill', {}))} / {len(f['double_hand_outs'])}"
+
+    def corpus(_: str, f: Mapping[str, Any]) -> str:
+        return f"{sum(c['ok'] for c in f['corpus'])} / {len(f['corpus'])}; canaries applied: {f['canaries']}"
+
+    def verdict(name: str, _: Mapping[str, Any]) -> str:
+        own = _own_failures(result, name)
+        return "OK" if not own else "FAILED: " + "; ".join(own)
+
+    return [
+        row("handler and declaration", lambda _, f: _declared(f)),
+        row("consumer processes at a time / SIGKILLed", lambda _, f: f"{f['consumers']} / {f['kills']}"),
+        row("events produced (sends SQS confirmed)", produced),
+        row("applied exactly once at the downstream", lambda n, _: accounting(n)["applied_once"]),
+        row(
+            "events in the DLQ with a reason (DLQ copies)",
+            lambda n, _: f"{accounting(n)['dead_lettered_events']} ({accounting(n)['dlq_copies']})",
+        ),
+        row("DLQ copies by event kind: reason kind", reason_kinds),
+        row(
+            "good events in the DLQ with a reason (retries exhausted)",
+            lambda n, _: accounting(n)["good_in_dlq_with_reason"],
+        ),
+        row("**lost**", lambda n, _: f"**{len(accounting(n)['lost'])}**"),
+        row("in a wrong place / in two places / in the DLQ without a reason", places),
+        row("left in the source queue", lambda n, _: accounting(n)["left_in_source"]),
+        row("raw repeat deliveries (after a SIGKILL of the earlier sender / by the endpoint / neither)", repeats),
+        row(
+            "in two places by the endpoint / by SIGKILLs / only in the DLQ, redriven after SIGKILLs / double hand-outs",
+            causes,
+        ),
+        row("bad-input corpus in the DLQ at receive 1", corpus),
+        row("verdict", verdict),
+    ]
 
 
 def _yes(ok: bool) -> str:
@@ -147,6 +276,7 @@ def sections(result: ChaosResult) -> dict[str, str]:
         "redrive_backstop": str(contract.redrive_max_receive_count),
         "backoff": f"{contract.retry_backoff_base_seconds}-{contract.retry_backoff_max_seconds}",
         **{name: str(o[name]) for name in ("consumers", "throttle", "error_before", "error_after")},
+        **{name: str(o.get(name, 0)) for name in ("batch_consumers", "async_consumers")},
         **{name: str(o[name]) for name in ("outage_seconds", "kill_every_seconds", "rate_per_second", "max_depth")},
         **{kind: str(result.produced.get(kind, 0)) for kind in ("good", "flaky", "malformed", "rejected")},
         "figures": _rows([[figure, value] for figure, value in _figures(result)]),
@@ -160,6 +290,8 @@ def sections(result: ChaosResult) -> dict[str, str]:
         "corpus": _rows(
             [[f"`{c['name']}`", c["what"], c["place"], c["receive_count"], _yes(c["ok"])] for c in result.corpus]
         ),
+        "fleets": _rows([["figure", *fleet_names(result)], ["---"] * (len(result.fleets) + 2), *fleet_rows(result)]),
+        "fleet_kills": _joined({name: f["kills"] for name, f in _fleets(result).items()}),
         "fifo_queue": result.fifo["queue"],
         "groups_in_order": _yes(result.fifo["groups_in_order"]),
         "fifo_order": "; ".join(

@@ -8,8 +8,8 @@ import pytest
 from botocore.parsers import create_parser
 from botocore.retries.standard import RetryContext, ThrottledRetryableChecker, TransientRetryableChecker
 
-from bench.chaos import IdempotentDownstream, build_stream
 from bench.chaos_accounting import KINDS, PLACES, account_stream, stream_failures
+from bench.chaos_stream import IdempotentDownstream, build_stream
 from bench.corpus import fifo_cases, standard_cases
 from bench.proxy import ERROR_AFTER, ERROR_BEFORE, THROTTLE_BEFORE, FaultPlan, error_body
 from consumer.examples.notifications import parse
