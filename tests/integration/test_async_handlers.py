@@ -21,6 +21,7 @@ from consumer.runtime import consumer as consumer_module
 from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.coroutines import EVENT_LOOP
 from consumer.runtime.dead_letter import read_reason
+from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.liveness import Liveness, check
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
@@ -201,3 +202,29 @@ def test_a_coroutine_function_under_a_thread_contract_is_refused(sqs: Any) -> No
 
     with pytest.raises(ContractError, match='"handler" must be a def function'):
         consumer_of(sqs, pair, contract, handle)
+
+
+class SlowClaims(InMemoryStore):
+    """The runtime's own in-memory store, each claim taking 1.5 s: a claim that waited its turn on the executor."""
+
+    def claim(self, key: str, *, owner: str, lease_seconds: int) -> Claim:
+        time.sleep(1.5)
+        return super().claim(key, owner=owner, lease_seconds=lease_seconds)
+
+
+def test_max_duration_counts_from_the_handler_start_not_the_claim(sqs: Any) -> None:
+    """A 1 s max_duration and a claim that takes 1.5 s: the handler still gets its whole second (0.5 s of work is
+    done and deleted), because the attempt counts from when the handler starts, not from before its claim."""
+    contract = async_contract(concurrency=1, max_duration_seconds=1)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, "work")
+    done: list[int] = []
+
+    async def handle(message: Message) -> None:
+        await asyncio.sleep(0.5)
+        done.append(message.receive_count)
+
+    with running(consumer_of(sqs, pair, contract, handle, idempotency=SlowClaims())) as result:
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+    assert done == [1]
+    assert result.exit_code == EXIT_OK
