@@ -448,7 +448,7 @@ def measure(
         "steady_after_seconds": settled,
         # The most threads the tree held at any of the window's samples (every THREAD_SAMPLE_SECONDS): a pool that
         # grows on demand (an executor's) is counted at its largest, not where it stood at the end.
-        "tree_threads_max": most_threads,
+        "tree_threads_max": max(most_threads, threads),  # the end's count is a sample too (an executor may grow after)
         # Proportional set size summed over the tree (shared pages split between the processes sharing them, so
         # forked workers are not counted N times): the memory the subject needs at that concurrency.
         "tree_pss_mib": memory_kib / 1024,
