@@ -230,8 +230,11 @@ class Consumer:
             # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn. On
             # FIFO a hand-back spends a receive (and can end in the DLQ unattempted), and a group runs in order on
             # one worker anyway: nothing is received ahead there either.
-            # A batch handler's free threads collect while the others run: the batch is its own lookahead.
-            wait_seconds=0.0 if rate is not None or contract.fifo or contract.max_batch else LOOKAHEAD_WAIT_SECONDS,
+            # A batch handler's free threads collect while the others run: the batch is its own lookahead. An async
+            # handler's message starts as a task as it arrives: one received ahead would run beyond concurrency.
+            wait_seconds=0.0
+            if rate is not None or contract.fifo or contract.max_batch or contract.asynchronous
+            else LOOKAHEAD_WAIT_SECONDS,
             clock=clock,
         )
         self._worker = worker_for(

@@ -228,3 +228,23 @@ def test_max_duration_counts_from_the_handler_start_not_the_claim(sqs: Any) -> N
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
     assert done == [1]
     assert result.exit_code == EXIT_OK
+
+
+def test_concurrency_bounds_the_coroutines_in_flight(sqs: Any) -> None:
+    """concurrency=2 and 12 messages of 0.2 s: never more than 2 handlers at once (no message is received ahead to
+    start as a third task), and all 12 are done."""
+    contract = async_contract(concurrency=2)
+    pair = create_pair(sqs, contract)
+    send(sqs, pair.queue_url, *(f"m{i}" for i in range(12)))
+    in_flight, most, done = [0], [0], []
+
+    async def handle(message: Message) -> None:
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        await asyncio.sleep(0.2)
+        in_flight[0] -= 1
+        done.append(message.body)
+
+    with running(consumer_of(sqs, pair, contract, handle)):
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+    assert most[0] == 2 and len(done) == 12
