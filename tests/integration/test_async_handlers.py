@@ -25,17 +25,12 @@ from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.liveness import Liveness, check
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
+from tests.integration.test_batch_handlers import send
 from tests.integration.test_consumer import consumer_of, fast_contract
 
 
 def async_contract(**overrides: Any) -> Any:
     return fast_contract(asynchronous=True, **overrides)
-
-
-def send(sqs: Any, url: str, *bodies: str) -> None:
-    for start in range(0, len(bodies), 10):
-        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-        sqs.send_message_batch(QueueUrl=url, Entries=entries)
 
 
 def test_coroutines_run_concurrently_on_one_thread(sqs: Any) -> None:
