@@ -166,6 +166,20 @@ def async_command(
     _save("async", "ministack", payload)
 
 
+@app.command("tracing")
+def tracing_command(
+    endpoint: str = ENDPOINT_OPTION,
+    rounds: int = typer.Option(2, min=1, help="rounds of every cell, in turn"),
+    window: float = typer.Option(8.0, help="seconds counted per measurement"),
+    warmup: float = typer.Option(2.0, help="seconds before counting"),
+) -> None:
+    """A span per attempt, off against on (the SDK dropping spans, and OTLP/HTTP to a local sink): msg/s, CPU per
+    message, as ratios against off in the same session (about 2 min)."""
+    from bench.tracing import harness
+
+    _with_endpoint("tracing", endpoint, lambda url: harness.run(url, rounds=rounds, window=window, warmup=warmup))
+
+
 @app.command("all")
 def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True)) -> None:
     """Every benchmark in turn (about 28 minutes on 2 cores, with the suite)."""

@@ -18,6 +18,7 @@ from bench.markdown import missing as _missing
 from bench.markdown import table as _table
 from bench.peers import report as peers_report
 from bench.peers import summary as peers_summary
+from bench.tracing import report as tracing_report
 
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
@@ -432,4 +433,5 @@ def sections() -> dict[str, str]:
         "container": _container_section(_load("container")),
         "peers": peers_report.section(_load("peers")),
         "async": async_report.section(_load("async")),
+        "tracing": tracing_report.section(_load("tracing")),
     }

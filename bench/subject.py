@@ -39,6 +39,7 @@ import typer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from bench.tracing.subject import subject_tracer
 from consumer.contract import SQS_MAX_BATCH, WorkerContract
 from consumer.limits import SQS_CLIENT
 from consumer.runtime import consumer as runtime
@@ -217,6 +218,7 @@ def main(
     batch_fill: float | None = typer.Option(None, help="ours: override BATCH_FILL_SECONDS (ablation)"),
     log_level: str = typer.Option("INFO", help="ours: CONSUMER_LOG_LEVEL (the container's default is INFO)"),
     lookahead: float | None = typer.Option(None, help="ours: override LOOKAHEAD_WAIT_SECONDS (ablation; 0 = off)"),
+    tracing: str = typer.Option("off", help="ours: off | sdk | otlp:<endpoint> (python -m bench tracing)"),
 ) -> None:
     if impl == "ours":
         # Ours logs as the container does (JSON lines at INFO; the lines go nowhere here, their formatting is the
@@ -243,6 +245,7 @@ def main(
             contract=contract,
             handler=lambda message: handle(message.body),
             metrics=Metrics(stream=open("/dev/null", "w")),  # noqa: SIM115 (lives as long as the process)
+            tracer=subject_tracer(tracing),
         )
         runner = threading.Thread(target=consumer.run, daemon=True)
         stop = consumer.stop

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from consumer.sources import EventBridgeEvent, SnsNotification, Sources
+
 #: Message attribute a requeued copy carries: the receives its earlier copies spent (see Message.receive_count).
 PRIOR_RECEIVES_ATTRIBUTE = "x-prior-receives"
 #: A carried count above this is not ours (or not sane): it is ignored rather than trusted.
@@ -95,6 +97,13 @@ class Message:
     ``SentTimestamp``, ``MessageGroupId``...); ``message_attributes`` are the
     sender's own, as boto3 returns them.
 
+    From a declared SNS topic without raw delivery (``consumer.sources``), ``body`` and ``message_attributes`` are
+    the published message and its attributes, and ``sns`` holds the envelope's own fields (:class:`SnsNotification`;
+    what SQS delivered stays in :attr:`sqs_body` and :attr:`sqs_message_attributes`). From an EventBridge rule,
+    ``body`` is the whole event as JSON and ``event`` the event read (:class:`EventBridgeEvent`). Neither is verified:
+    who may send is the queue policy's business. ``unreadable`` is why a declared source's delivery could not be read:
+    the consumer moves such a message to the DLQ with that reason and never hands it to a handler.
+
     ``receive_count`` counts the receives of the message across the copies the
     consumer made of it: ``ApproximateReceiveCount`` plus ``prior_receives``, the
     receives its earlier copies spent on attempts (the ``x-prior-receives``
@@ -123,6 +132,20 @@ class Message:
     message_attributes: Mapping[str, Any] = field(default_factory=dict)
     prior_receives: int = 0
     attempt: Attempt = field(default_factory=Attempt, repr=False, compare=False)
+    sns: SnsNotification | None = None
+    event: EventBridgeEvent | None = None
+    unreadable: str | None = field(default=None, repr=False)
+
+    @property
+    def sqs_body(self) -> str:
+        """The body as SQS delivered it: the SNS envelope of an unwrapped message, else :attr:`body`. Hand-backs and
+        DLQ moves send it (consumer/runtime/dead_letter.py), so a copy is read again the same way."""
+        return self.body if self.sns is None else self.sns.envelope
+
+    @property
+    def sqs_message_attributes(self) -> Mapping[str, Any]:
+        """The message attributes as SQS delivered them: an unwrapped message's own are the envelope's."""
+        return self.message_attributes if self.sns is None else self.sns.sqs_message_attributes
 
     @property
     def deadline(self) -> float:
@@ -145,7 +168,12 @@ class Message:
 
     @classmethod
     def from_sqs(
-        cls, raw: Mapping[str, Any], *, own_role_id: str | None = None, attempt: Attempt | None = None
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        own_role_id: str | None = None,
+        attempt: Attempt | None = None,
+        sources: Sources | None = None,
     ) -> Message:
         """Build from one entry of a boto3 ``receive_message`` response's ``Messages``; ``attempt`` is the attempt
         the consumer will make at it (its deadline set when it starts), a fresh :class:`Attempt` when None.
@@ -155,16 +183,24 @@ class Message:
         for instance to make a message go to the DLQ on its first failure. Without
         ``own_role_id`` no carried count is trusted, and a requeued copy's count
         starts again.
+
+        ``sources``: what the worker's declared sources deliver (:meth:`consumer.sources.Sources.read`); None or
+        empty reads no body (no JSON parse). The carried count is read from SQS's attributes, never an envelope's.
         """
         attributes = dict(raw.get("Attributes", {}))
-        message_attributes = dict(raw.get("MessageAttributes", {}))
+        message_attributes: Mapping[str, Any] = dict(raw.get("MessageAttributes", {}))
         prior = _prior_receives(message_attributes) if sent_by_role(attributes, own_role_id) else 0
+        body = raw.get("Body", "")
+        read = sources.read(body, message_attributes) if sources else None
+        sns, event, unreadable = None, None, None
+        if read is not None:
+            body, message_attributes, sns, event, unreadable = read
         message = object.__new__(cls)
         # Every field at once, as __init__ would set them: a frozen dataclass's __init__ sets each one through
         # object.__setattr__, several times slower, and this runs for every message the consumer receives.
         # tests/unit/test_runtime_parts.py checks it sets exactly the dataclass's fields.
         message.__dict__.update(
-            body=raw.get("Body", ""),
+            body=body,
             message_id=raw["MessageId"],
             receipt_handle=raw["ReceiptHandle"],
             receive_count=int(attributes.get("ApproximateReceiveCount", "1")) + prior,
@@ -172,6 +208,9 @@ class Message:
             message_attributes=message_attributes,
             prior_receives=prior,
             attempt=Attempt() if attempt is None else attempt,
+            sns=sns,
+            event=event,
+            unreadable=unreadable,
         )
         return message
 

@@ -18,33 +18,51 @@ Example (the README's "Testing a handler" runs it)::
 
 A handler's declared samples (``@worker(samples=...)``) go to a queue with :func:`send_samples`, so a test can
 check that each valid one is processed and each ``poison=True`` one ends in the DLQ.
+
+What a worker's declared sources deliver is built by :func:`sns_envelope` (an SNS topic's subscription with raw
+message delivery off) and :func:`eventbridge_event` (an EventBridge rule's SQS target): send the body to a queue, or
+read it into a :class:`~consumer.message.Message` as the consumer would with :func:`delivered`.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from consumer.contract import SQS_MAX_BATCH
 from consumer.declaration import samples_of
+from consumer.message import Message
+from consumer.sources import Sources
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     from consumer.declaration import Sample
+    from consumer.runtime.tracing_spans import AttemptTracer
 
 __all__ = [
     "QueueDepth",
     "Run",
     "WaitTimeoutError",
+    "delivered",
     "depth",
     "drain",
+    "eventbridge_event",
+    "in_memory_tracing",
     "poll_until",
     "receive_visible",
     "running",
     "send_samples",
+    "sns_envelope",
     "wait_until",
 ]
 
@@ -185,8 +203,6 @@ def send_samples(
         dead = {m["MessageAttributes"]["idempotency-key"]["StringValue"] for m in drain(sqs, dlq_url)}
         assert dead == {key for key, sample in sent.items() if sample.poison}
     """
-    import uuid
-
     from consumer.producer import Outgoing, send  # botocore's exceptions: imported when used, not with this module
 
     chosen = [s for s in samples_of(handler) if poison is None or s.poison is poison]
@@ -201,3 +217,161 @@ def send_samples(
         failures = [f"{f.message.idempotency_key}: {f.code} {f.error}" for f in result.failed]
         raise AssertionError(f"send_samples to {queue_url}: SQS refused {', '.join(failures)}")
     return keyed
+
+
+def sns_envelope(
+    message: str,
+    *,
+    topic_arn: str,
+    attributes: Mapping[str, Any] | None = None,
+    subject: str | None = None,
+    message_id: str | None = None,
+    timestamp: str | None = None,
+) -> str:
+    """The body SQS receives when ``topic_arn``'s subscription (raw message delivery off) delivers ``message``.
+
+    SNS's JSON envelope, as https://docs.aws.amazon.com/sns/latest/dg/sns-sqs-as-subscriber.html shows it: SNS puts
+    the published attributes inside it, so the SQS message itself carries none (send the body alone).
+    ``attributes`` are what the publisher gave ``Publish``: ``{"DataType": ..., "StringValue"/"BinaryValue": ...}``
+    (a plain ``str`` is a String, ``bytes`` a Binary, an ``int`` or ``float`` a Number). ``message_id``: SNS's id of
+    the publish (a fresh one by default; the same one again is a redelivery of the same publish). The signature
+    fields are placeholders: nothing verifies them (consumer/sources.py).
+
+    Example::
+
+        body = sns_envelope('{"order": 1}', topic_arn=topic, attributes={"tenant": "acme"})
+        sqs.send_message(QueueUrl=url, MessageBody=body)  # the handler sees '{"order": 1}' and tenant
+    """
+    message_id = message_id or str(uuid.uuid4())
+    envelope: dict[str, Any] = {
+        "Type": "Notification",
+        "MessageId": message_id,
+        "TopicArn": topic_arn,
+        "Message": message,
+        "Timestamp": timestamp or _now_iso(milliseconds=True),
+        "SignatureVersion": "1",
+        "Signature": base64.b64encode(b"not a signature: consumer.testing built this envelope").decode(),
+        "SigningCertURL": "https://sns.example.invalid/SimpleNotificationService-testing.pem",
+        "UnsubscribeURL": f"https://sns.example.invalid/?Action=Unsubscribe&SubscriptionArn={topic_arn}:testing",
+    }
+    if subject is not None:
+        envelope["Subject"] = subject
+    if attributes:
+        envelope["MessageAttributes"] = {name: _envelope_attribute(value) for name, value in attributes.items()}
+    return json.dumps(envelope, indent=2)
+
+
+def _envelope_attribute(value: Any) -> dict[str, str]:
+    """A Publish attribute as the envelope writes it: ``{"Type": ..., "Value": ...}``, Binary base64-encoded."""
+    if isinstance(value, bytes):
+        value = {"DataType": "Binary", "BinaryValue": value}
+    elif isinstance(value, str):
+        value = {"DataType": "String", "StringValue": value}
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = {"DataType": "Number", "StringValue": str(value)}
+    if "BinaryValue" in value:
+        return {"Type": value["DataType"], "Value": base64.b64encode(value["BinaryValue"]).decode()}
+    return {"Type": value["DataType"], "Value": value["StringValue"]}
+
+
+def eventbridge_event(
+    detail: Any,
+    *,
+    source: str,
+    detail_type: str,
+    resources: Sequence[str] = (),
+    account: str = "123456789012",
+    region: str = "eu-west-1",
+    event_id: str | None = None,
+    at: str | None = None,
+) -> str:
+    """The body SQS receives when an EventBridge rule's SQS target delivers an event: the whole event as JSON.
+
+    The fields of https://docs.aws.amazon.com/eventbridge/latest/ref/overiew-event-structure.html, ``detail`` as
+    given (any JSON value, usually a dict). ``event_id``: the event's ``id`` (fresh by default; the same one again is
+    a redelivery of the same event). ``at``: its ``time`` (ISO 8601, now by default).
+
+    Example::
+
+        body = eventbridge_event({"order": 1}, source="shop.orders", detail_type="OrderPlaced")
+        sqs.send_message(QueueUrl=url, MessageBody=body)  # message.event.detail == {"order": 1}
+    """
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id or str(uuid.uuid4()),
+            "detail-type": detail_type,
+            "source": source,
+            "account": account,
+            "time": at or _now_iso(milliseconds=False),
+            "region": region,
+            "resources": list(resources),
+            "detail": detail,
+        }
+    )
+
+
+def _now_iso(*, milliseconds: bool) -> str:
+    now = datetime.now(UTC)
+    text = now.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{now.microsecond // 1000:03d}Z" if milliseconds else f"{text}Z"
+
+
+def delivered(
+    body: str,
+    *,
+    sources: Sources,
+    message_attributes: Mapping[str, Any] | None = None,
+    message_id: str | None = None,
+) -> Message:
+    """The :class:`~consumer.message.Message` a consumer with ``sources`` makes of ``body`` as SQS delivers it, for
+    a handler's unit test (no queue): an envelope of a declared topic unwrapped, an event read.
+
+    Example::
+
+        sources = Sources(sns_envelope_topics=frozenset({topic}))
+        handle(delivered(sns_envelope('{"order": 1}', topic_arn=topic), sources=sources))
+    """
+    raw = {
+        "MessageId": message_id or str(uuid.uuid4()),
+        "ReceiptHandle": "consumer.testing",
+        "Body": body,
+        "Attributes": {"ApproximateReceiveCount": "1"},
+        "MessageAttributes": dict(message_attributes or {}),
+    }
+    return Message.from_sqs(raw, sources=sources)
+
+
+@dataclass(frozen=True)
+class InMemoryTracing:
+    """What :func:`in_memory_tracing` returns: ``tracer`` for ``Consumer(tracer=...)``; ``provider`` for the spans a
+    test's handler starts itself; ``exporter`` holds every span ended (:meth:`spans`)."""
+
+    tracer: AttemptTracer
+    provider: TracerProvider
+    exporter: InMemorySpanExporter
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        """The spans ended so far, in the order they ended; only those named ``name`` if given."""
+        return [span for span in self.exporter.get_finished_spans() if name is None or span.name == name]
+
+
+def in_memory_tracing() -> InMemoryTracing:
+    """A consumer's attempt spans kept in memory (the OpenTelemetry SDK's exporter), for a test of what they say.
+
+    Needs opentelemetry-sdk and opentelemetry-propagator-aws-xray (the image carries both). Example::
+
+        tracing = in_memory_tracing()
+        with running(Consumer(sqs, ..., tracer=tracing.tracer)):
+            wait_until(lambda: tracing.spans(f"process {queue_name}"))
+    """
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from consumer.runtime.tracing_spans import attempt_tracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return InMemoryTracing(attempt_tracer(provider), provider, exporter)

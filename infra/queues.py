@@ -93,7 +93,25 @@ class WorkerQueues(Construct):
         )
         self.node.add_validation(_QueueInvariants(self))
 
-    def restrict_senders(self, producers: Sequence[str], *, consumer: iam.IRole) -> None:
+    def admit_source(self, sid: str, service: str, source_arn: str) -> None:
+        """Let ``service`` (``sns.amazonaws.com``, ``events.amazonaws.com``) send to the source queue on behalf of
+        ``source_arn`` only (``aws:SourceArn``: the topic, or the rule, a worker declares), and nothing else.
+
+        Call it before :meth:`restrict_senders`, whose deny must leave the declared sources out: pass their ARNs.
+        https://docs.aws.amazon.com/sns/latest/dg/subscribe-sqs-queue-to-sns-topic.html (the queue policy step)
+        https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html#eb-sqs-permissions
+        """
+        self.queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=sid,
+                principals=[iam.ServicePrincipal(service)],
+                actions=[SEND_ACTION],
+                resources=[self.queue.queue_arn],
+                conditions={"ArnEquals": {"aws:SourceArn": source_arn}},
+            )
+        )
+
+    def restrict_senders(self, producers: Sequence[str], *, consumer: iam.IRole, sources: Sequence[str] = ()) -> None:
         """Only ``producers`` (IAM role/user ARNs) and ``consumer`` may send to the source queue; only ``consumer``
         may send to the DLQ.
 
@@ -116,6 +134,13 @@ class WorkerQueues(Construct):
         DLQ, and the source's deny refuses a redrive started by anyone not named.
         https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-configure-dead-letter-queue-redrive.html
         Without a call, same-account IAM alone decides who may send to either queue.
+
+        ``sources`` are the ``aws:SourceArn`` of the declared sources (:meth:`admit_source`). A service sending for
+        a topic or rule has no ``aws:PrincipalArn``, and a negated operator on a key the request lacks is true
+        (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_elements_condition_operators.html,
+        "negated matching"), so the deny would refuse them too; with sources it also requires ``aws:SourceArn`` to
+        be none of theirs (keys of one condition are ANDed): it applies where the principal is not listed and the
+        request does not come from a declared source. ``aws:SourceArn`` is set by AWS services only, never by a caller.
         """
         queue_arn = self.queue.queue_arn
         self.queue.add_to_resource_policy(
@@ -133,7 +158,12 @@ class WorkerQueues(Construct):
                 principals=[iam.AnyPrincipal()],
                 actions=[SEND_ACTION],
                 resources=[queue_arn],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": [*producers, consumer.role_arn]}},
+                conditions={
+                    "ArnNotEquals": {
+                        "aws:PrincipalArn": [*producers, consumer.role_arn],
+                        **({"aws:SourceArn": list(sources)} if sources else {}),
+                    }
+                },
             )
         )
         self.dead_letter_queue.add_to_resource_policy(

@@ -20,6 +20,7 @@ from rich.table import Table
 from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract
 from consumer.declaration import contract_of, load_handler
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
+from infra.source_settings import TopicSource
 from infra.toolchain import use_pinned_node
 from infra.worker_settings import WorkerSettings, beyond_one_process
 
@@ -108,8 +109,24 @@ def settings_rows(settings: EnvironmentSettings, worker: WorkerSettings | None =
         "ticket subscriptions": str(len(settings.ticket_emails) + len(settings.ticket_https)),
         "pages go to": "tickets" if settings.pages_to_tickets else "paging",
         "secrets (ECS secrets)": ", ".join(worker.secrets if worker else settings.secrets) or "none",
-        "who may send": f"{len(settings.producers)} producers + consumer" if settings.producers else "IAM decides",
+        "who may send": who_may_send(settings, worker),
+        "traces (X-Ray)": f"sampled {settings.tracing.sample_ratio:g}" if settings.tracing else "off",
     }
+
+
+def who_may_send(settings: EnvironmentSettings, worker: WorkerSettings | None = None) -> str:
+    """The producers' count and ``worker``'s sources (every worker's when None), or "IAM decides" with none of them."""
+    sources = [s for w in ([worker] if worker else settings.workers) for s in w.sources]
+    topics = sum(isinstance(s, TopicSource) for s in sources)
+    parts = [f"{len(settings.producers)} producers + consumer"] if settings.producers else []
+    parts += [
+        f"{count} {kind}{'s' if count > 1 else ''}"
+        for count, kind in ((topics, "topic"), (len(sources) - topics, "rule"))
+        if count
+    ]
+    if not parts:
+        return "IAM decides"
+    return ", ".join(parts) + ("" if settings.producers else " (IAM decides for principals)")
 
 
 def nag_results(outdir: Path, stack_name: str) -> tuple[list[str], list[tuple[str, str]]]:

@@ -31,6 +31,8 @@ from consumer.contract import (
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.settings import SecretSource
+from infra.tracing import TracingSidecar
+from infra.tracing_settings import TracingSettings
 from infra.trust import ECS_TASKS, confine_trust, ecs_task_principal, this_account
 from infra.worker_settings import beyond_one_process
 
@@ -106,8 +108,11 @@ class ConsumerService(Construct):
       Scale-in does not stop busy tasks: the consumer holds ECS task scale-in
       protection while it has messages in flight.
 
+    * with ``tracing``, an AWS Distro for OpenTelemetry collector sidecar exporting to X-Ray, its variables in the
+      consumer's environment and ``xray:PutTraceSegments`` for the task role (:class:`infra.tracing.TracingSidecar`).
+
     Attributes: ``service``, ``cluster``, ``task_definition``, ``container``,
-    ``task_role``, ``log_group``, ``scaling_policy``.
+    ``task_role``, ``log_group``, ``scaling_policy``, ``tracing``.
     """
 
     def __init__(
@@ -128,9 +133,11 @@ class ConsumerService(Construct):
         secrets: Mapping[str, ecs.Secret] | None = None,
         data_removal_policy: RemovalPolicy = RETAIN_DATA,
         name_prefix: str | None = None,
+        tracing: TracingSettings | None = None,
     ) -> None:
         # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
         # name_prefix starts the scaling policy's name; default the stack's name (one service per stack).
+        # tracing adds the collector sidecar (infra/tracing.py) and its variables, named after name_prefix too.
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.cluster = cluster
@@ -172,7 +179,8 @@ class ConsumerService(Construct):
             TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
-        owned, plain = set(environment) | BINDING_KEYS, set(handler_environment or {})
+        traced = tracing.environment(name_prefix or stack.stack_name) if tracing is not None else {}
+        owned, plain = set(environment) | BINDING_KEYS | set(traced), set(handler_environment or {})
         # Each variable has one source; the error says which two an option's names clash between.
         for option, names, taken, rule in (
             ("handler_environment", plain, owned, "must not set variables the construct sets"),
@@ -188,6 +196,7 @@ class ConsumerService(Construct):
             if clashes:
                 raise ValueError(f'"{option}" {rule}: {", ".join(clashes)}')
         environment.update(bindings)
+        environment.update(traced)
         environment.update(handler_environment or {})
 
         self.task_role.add_to_principal_policy(
@@ -251,6 +260,20 @@ class ConsumerService(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix="consumer", log_group=self.log_group),
         )
         self.container.add_mount_points(ecs.MountPoint(container_path="/tmp", source_volume="tmp", read_only=False))
+        #: The collector sidecar where the environment traces; None without ``tracing`` (nothing added).
+        self.tracing = (
+            TracingSidecar(
+                self,
+                "Tracing",
+                task_definition=self.task_definition,
+                consumer=self.container,
+                task_role=self.task_role,
+                log_group=self.log_group,
+                tracing=tracing,
+            )
+            if tracing is not None
+            else None
+        )
         # The CDK created the execution role (image pull, logs, secrets) with an unconditioned trust: infra/trust.py.
         confine_trust(self.task_definition.obtain_execution_role(), ECS_TASKS, this_account(self))
 

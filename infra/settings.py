@@ -16,6 +16,7 @@ from typing import Any
 from consumer.contract import DAY, ContractError, WorkerContract, check_int
 from consumer.declaration import contract_of, load_handler
 from consumer.limits import MIN_RETENTION_GAP_SECONDS
+from infra.tracing_settings import TracingSettings, check_tracing_variables, parse_tracing
 from infra.worker_settings import (
     DEFAULT_WORKER_NAME,
     FARGATE_MEMORY_MIB,
@@ -157,6 +158,8 @@ class EnvironmentSettings:
     cluster_name: str | None = None
     #: The only principals (besides the consumer's task role) allowed to send to the source; () = IAM decides.
     producers: tuple[str, ...] = ()
+    #: Traces in X-Ray through a collector sidecar per task (docs/deploy.md, "Traces in X-Ray"); None: no sidecar.
+    tracing: TracingSettings | None = None
 
     @property
     def stack_name(self) -> str:
@@ -409,12 +412,15 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         vpc=vpc,
         cluster_name=cluster_name,
         producers=producers,
+        tracing=parse_tracing(path("tracing"), raw["tracing"]) if "tracing" in raw else None,
     )
     if settings.require_paging and settings.pages_to_tickets:
         raise SettingsError(
             path("pages_to_tickets"), "must be false where alarms must page someone (prod, or require_paging)", True
         )
     for worker in workers:  # fail here, with the setting's path, if retention and a handler disagree
+        for key in ("handler_environment", "secrets"):
+            check_tracing_variables(settings.tracing, f"{worker.path}.{key}", getattr(worker, key))
         settings.contract(worker)
     return settings
 

@@ -116,10 +116,12 @@ class WorkerStack(Stack):
                 handler_environment=worker.handler_environment,
                 secrets=worker.secrets,
                 producers=settings.producers,
+                sources=worker.sources,
                 data_removal_policy=removal,
                 runbook_url=settings.runbook_url,
                 # Container Insights is on for a cluster this stack creates; an existing one may not publish.
                 running_tasks_reliable=settings.cluster_name is None,
+                tracing=settings.tracing,
             )
         first = next(iter(self.workers.values()))
         # The first worker's parts, by the names a one-worker stack has always had.

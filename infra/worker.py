@@ -13,6 +13,7 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract, check_int
+from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
 from infra.dashboard import DashboardSection
 from infra.metrics import WorkerMetrics, circuit_period_seconds
@@ -21,9 +22,13 @@ from infra.queue_alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.service import ConsumerService, container_secrets
+from infra.source_settings import Source
+from infra.sources import WorkerSources
+from infra.tracing_settings import TracingSettings
 from infra.worker_settings import (
     DEFAULT_WORKER_NAME,
     MAX_TASKS_LIMIT,
+    SOURCE_ENV_KEYS,
     SecretSource,
     check_task_size,
     check_worker_name,
@@ -53,7 +58,8 @@ class Worker(Construct):
 
     Defaults are behaviour: 1..2 tasks of 0.25 vCPU and 512 MiB, logs kept a month, data (queues, table, logs)
     retained when the stack is deleted or a resource replaced, but not by the rollback of the deploy that created
-    it (:data:`infra.removal.RETAIN_DATA`), no extra variables or secrets, IAM alone deciding who may send, the runbook
+    it (:data:`infra.removal.RETAIN_DATA`), no extra variables or secrets, no sources (``sources``: SNS topics and
+    EventBridge rules, :class:`infra.sources.WorkerSources`), IAM alone deciding who may send, the runbook
     at ``docs/runbook.md``, and Container Insights assumed on (a cluster the app creates with it).
 
     Example, in a team's own CDK app::
@@ -93,9 +99,11 @@ class Worker(Construct):
         handler_environment: Mapping[str, str] | None = None,
         secrets: Mapping[str, SecretSource] | None = None,
         producers: Sequence[str] = (),
+        sources: Sequence[Source] = (),
         data_removal_policy: RemovalPolicy = RETAIN_DATA,
         runbook_url: str = DEFAULT_RUNBOOK_URL,
         running_tasks_reliable: bool = True,
+        tracing: TracingSettings | None = None,
     ) -> None:
         first = construct_id == FIRST_WORKER_ID
         worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name('"construct_id"', construct_id)
@@ -103,6 +111,10 @@ class Worker(Construct):
         check_task_size(cpu, memory_mib)
         check_int("min_tasks", min_tasks, 1, MAX_TASKS_LIMIT, " (backlog-per-task scaling cannot scale out from zero)")
         check_int("max_tasks", max_tasks, min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
+        for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
+            owned = sorted(set(names) & SOURCE_ENV_KEYS)  # written below from the sources, as service.py's own
+            if owned:
+                raise ValueError(f'"{option}" must not set variables the construct sets: {", ".join(owned)}')
         super().__init__(scope, construct_id)
         #: The worker's name: ``name`` (default "default") for the first worker, else its construct id.
         self.name = worker_name
@@ -130,12 +142,30 @@ class Worker(Construct):
             secrets=container_secrets(Construct(self, "Secrets"), secrets or {}),
             data_removal_policy=data_removal_policy,
             name_prefix=self.name_prefix,
+            tracing=tracing,
         )
         cast(ecs.CfnTaskDefinition, self.consumer.task_definition.node.default_child).add_metadata(
             WORKER_METADATA_KEY, self.name
         )
+        #: The SNS subscriptions and EventBridge rules feeding the queue (None without sources: nothing is added).
+        self.sources = (
+            WorkerSources(
+                self, "Sources", sources=sources, queues=self.queues, contract=contract, name_prefix=self.name_prefix
+            )
+            if sources
+            else None
+        )
+        if self.sources is not None:
+            if self.sources.envelope_topics:
+                self.consumer.container.add_environment(SNS_ENVELOPE_TOPICS_ENV, ",".join(self.sources.envelope_topics))
+            if self.sources.has_rules:
+                self.consumer.container.add_environment(EVENTBRIDGE_EVENTS_ENV, "true")
         if producers:
-            self.queues.restrict_senders(producers, consumer=self.consumer.task_role)
+            self.queues.restrict_senders(
+                producers,
+                consumer=self.consumer.task_role,
+                sources=self.sources.source_arns if self.sources is not None else (),
+            )
         self.metrics = WorkerMetrics(
             queues=self.queues,
             service=self.consumer.service,

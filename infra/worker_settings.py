@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from consumer.contract import BINDING_KEYS, ContractError, WorkerContract, check_int
+from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
+from infra.source_settings import Source, SourceError, parse_sources
 
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
 FARGATE_MEMORY_MIB: dict[int, range] = {
@@ -112,7 +114,9 @@ SECRET_LIKE_RULE = (
 )
 
 #: The per-worker keys: at an environment's top level (one worker) or under ``workers.<name>``.
-WORKER_KEYS = ("handler", "min_tasks", "max_tasks", "cpu", "memory_mib", "handler_environment", "secrets")
+WORKER_KEYS = ("handler", "min_tasks", "max_tasks", "cpu", "memory_mib", "handler_environment", "secrets", "sources")
+#: The variables the stack writes for a worker's sources (consumer/sources.py): never a handler_environment name.
+SOURCE_ENV_KEYS = frozenset({SNS_ENVELOPE_TOPICS_ENV, EVENTBRIDGE_EVENTS_ENV})
 #: The name of the one worker an environment declares with a top-level ``handler``.
 DEFAULT_WORKER_NAME = "default"
 #: At most 20 characters, lowercase words of letters and digits joined by single "-", each word starting with a
@@ -156,6 +160,8 @@ class WorkerSettings:
     handler_environment: Mapping[str, str] = field(default_factory=dict)
     #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
     secrets: Mapping[str, SecretSource] = field(default_factory=dict)
+    #: The SNS topics and EventBridge rules that feed its queue (infra/source_settings.py); () = none.
+    sources: tuple[Source, ...] = ()
     #: Where these keys live in cdk.json (``...<env>`` or ``...<env>.workers.<name>``), for errors.
     path: str = ""
 
@@ -193,12 +199,16 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
     )
     max_tasks = integer("max_tasks", max(2, min_tasks), min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
     cpu, memory = check_task_size(raw.get("cpu", 256), raw.get("memory_mib"), path("cpu"), path("memory_mib"))
-    reserved = WorkerContract.env_keys() | BINDING_KEYS
+    reserved = WorkerContract.env_keys() | BINDING_KEYS | SOURCE_ENV_KEYS
     handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
     secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
     if secret_like:
         raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
     secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
+    try:
+        sources = parse_sources(path("sources"), raw["sources"]) if "sources" in raw else ()
+    except SourceError as error:
+        raise SettingsError(error.parameter, error.rule, error.value) from None
     return WorkerSettings(
         name=name,
         handler=handler,
@@ -208,6 +218,7 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         memory_mib=memory,
         handler_environment=handler_environment,
         secrets=secrets,
+        sources=sources,
         path=prefix,
     )
 

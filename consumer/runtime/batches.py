@@ -86,23 +86,32 @@ class BatchWorker(Worker):
                 item.call = call
                 if self._begin(item):
                     started.append(item)
-            to_run = []
-            for item in started:
-                guarded = self._guard(item) if self._idempotency is not None else None
-                if guarded is None:
-                    to_run.append(item)
-                else:
-                    self._settlement.settle(item, guarded)
-            if to_run:
-                # The claims above run one after another (a DynamoDB call each): the call's max_duration, and the
-                # heartbeat's give-up, count from when the handler starts, as a one-message handler's do.
-                now = self._clock()
-                for item in to_run:
-                    item.started_at = now
-                for item, outcome in zip(to_run, self._call(to_run), strict=True):
-                    self._settlement.settle(item, outcome)
+            if self._tracer is not None and started:
+                self._tracer.run_batch(started, self._run_started)  # one span for the call (docs/tracing.md)
+            else:
+                self._run_started(started)
         finally:
             self._slots.release(room)
+
+    def _run_started(self, started: list[InFlight]) -> None:
+        """Claim each started message, then call the handler with those to run and settle each."""
+        to_run = []
+        for item in started:
+            guarded = (
+                self._guard(item) if self._idempotency is not None or item.message.unreadable is not None else None
+            )
+            if guarded is None:
+                to_run.append(item)
+            else:
+                self._settlement.settle(item, guarded)
+        if to_run:
+            # The claims above run one after another (a DynamoDB call each): the call's max_duration, and the
+            # heartbeat's give-up, count from when the handler starts, as a one-message handler's do.
+            now = self._clock()
+            for item in to_run:
+                item.started_at = now
+            for item, outcome in zip(to_run, self._call(to_run), strict=True):
+                self._settlement.settle(item, outcome)
 
     def _call(self, items: list[InFlight]) -> list[Outcome]:
         """Call the handler once with ``items``' messages; each one's outcome, in order."""

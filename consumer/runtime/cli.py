@@ -28,7 +28,8 @@ def run() -> None:
 
     Reads QUEUE_URL, CONSUMER_HANDLER, the stack's CONSUMER_* contract (or the
     handler's own declaration when absent), DLQ_URL, CONSUMER_IDEMPOTENCY_TABLE
-    and the standard AWS variables (region, credentials, AWS_ENDPOINT_URL).
+    and the standard AWS variables (region, credentials, AWS_ENDPOINT_URL); CONSUMER_TRACING (and then the
+    standard OTEL_* variables) for a span per attempt (docs/tracing.md).
     """
     import boto3
 
@@ -41,6 +42,7 @@ def run() -> None:
     from consumer.runtime.liveness import Liveness, liveness_path
     from consumer.runtime.observability import Metrics, configure_logging, log_level
     from consumer.runtime.protection import ScaleInProtection
+    from consumer.runtime.tracing import tracer_from_env
 
     configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
@@ -58,6 +60,8 @@ def run() -> None:
         configure_logging(level=log_level(os.environ.get(LOG_LEVEL_ENV) or "INFO", LOG_LEVEL_ENV))
         log.info("consumer_starting", extra={"pid": os.getpid()})
         config = load_config(os.environ)
+        # After the handler's module is imported (load_config): CONSUMER_TRACING=global uses the provider it installed.
+        tracer = tracer_from_env(os.environ)
         region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
         session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
         # Bounded timeouts and attempts, the ones the liveness allowances are derived from (clients.py).
@@ -90,6 +94,8 @@ def run() -> None:
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
                 task_role_id=task_role_id_from_env(os.environ),
                 liveness=Liveness(liveness_path(os.environ)),
+                sources=config.sources,
+                tracer=tracer,
             )
         )
     except (ConfigurationError, StartupError) as error:

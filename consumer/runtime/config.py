@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +25,7 @@ from consumer.contract import (
     WorkerContract,
 )
 from consumer.declaration import contract_of, load_handler, setup_of, worker_argument
+from consumer.sources import Sources
 
 #: The consumer's log level: DEBUG, INFO (the default), WARNING, ERROR or CRITICAL.
 LOG_LEVEL_ENV = f"{ENV_PREFIX}LOG_LEVEL"
@@ -41,7 +42,10 @@ _QUEUE_HOST = re.compile(
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    """What ``python -m consumer run`` needs; ``from_stack`` is False for a local run without the stack's env."""
+    """What ``python -m consumer run`` needs; ``from_stack`` is False for a local run without the stack's env.
+
+    ``sources``: what the worker's declared SNS topics and EventBridge rules deliver (``consumer.sources``).
+    """
 
     queue_url: str
     dlq_url: str | None
@@ -49,13 +53,15 @@ class RuntimeConfig:
     contract: WorkerContract
     from_stack: bool
     idempotency_table: str | None
+    sources: Sources = field(default_factory=Sources)
 
 
 def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
     """Read the binding and the contract; the stack's contract must equal the handler's declaration.
 
     Without ``CONSUMER_MAX_DURATION_SECONDS`` (a local run) the contract is the
-    handler's own declaration. Last, the handler's start-up check runs (:func:`run_setup`).
+    handler's own declaration. ``CONSUMER_SNS_ENVELOPE_TOPICS`` and ``CONSUMER_EVENTBRIDGE_EVENTS`` are read into
+    ``sources`` (a malformed one refuses to start). Last, the handler's start-up check runs (:func:`run_setup`).
     """
     queue_url = environ.get(QUEUE_URL_ENV, "")
     if not queue_url:
@@ -69,6 +75,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
     contract = WorkerContract.from_env(environ) if from_stack else declared
     if from_stack:
         check_declaration(declared, contract)
+    sources = Sources.from_env(environ)
     run_setup(handler, environ)
     return RuntimeConfig(
         queue_url=queue_url,
@@ -77,6 +84,7 @@ def load_config(environ: Mapping[str, str]) -> RuntimeConfig:
         contract=contract,
         from_stack=from_stack,
         idempotency_table=environ.get(IDEMPOTENCY_TABLE_ENV) or None,
+        sources=sources,
     )
 
 

@@ -62,9 +62,13 @@ from consumer.runtime.polling import (
 from consumer.runtime.processing import Worker
 from consumer.runtime.protection import ScaleInProtection
 from consumer.runtime.settlement import Settlement
+from consumer.runtime.tracing import close_tracing
+from consumer.sources import Sources
 
 if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
     from mypy_boto3_sqs import SQSClient
+
+    from consumer.runtime.tracing_spans import AttemptTracer  # imports opentelemetry: only when tracing is on
 
 # The names other modules, tests and bench import from here, wherever they now live. The timing knobs
 # are read from this module when a Consumer is built, so setting them here (bench/subject.py sets
@@ -142,7 +146,8 @@ class Consumer:
     a session of it sent is trusted to carry its spent receives (``x-prior-receives``);
     None trusts none, so a requeued copy's count restarts. ``rng`` draws the backoff
     jitter (a seeded ``random.Random`` makes it reproducible). ``max_rate``: handler starts per
-    second at most, across the worker threads; None takes the handler's ``@worker(max_rate=...)``.
+    second at most, across the worker threads; None takes the handler's ``@worker(max_rate=...)``. ``sources``: what
+    the worker's declared SNS topics and EventBridge rules deliver (:class:`consumer.sources.Sources`; None: none).
 
     Example::
 
@@ -167,6 +172,8 @@ class Consumer:
         rng: random.Random | None = None,
         liveness: Liveness | None = None,
         max_rate: float | None = None,
+        sources: Sources | None = None,
+        tracer: AttemptTracer | None = None,  # a span per attempt (docs/tracing.md); None: off, nothing paid
     ) -> None:
         check_shape(handler, contract)
         self.client = client
@@ -206,7 +213,8 @@ class Consumer:
             before_delete=self._completions.record,
             every_tick=self._completions.flush,
         )
-        self._settlement = Settlement(
+        self._tracer = tracer
+        self._settlement = (Settlement if tracer is None else tracer.settlement_type)(
             client,
             queue_url=queue_url,
             dlq_url=dlq_url,
@@ -255,6 +263,7 @@ class Consumer:
             rate=None if rate is None else RateLimit(rate, clock),
             lookahead=self._lookahead,
             extend_now=lambda item: self._heartbeat.extend_now(item),
+            tracer=tracer,
         )
         if isinstance(self._worker, AsyncWorker):
             self._work = self._worker.feed  # each message starts as a task on the loop at once
@@ -277,6 +286,7 @@ class Consumer:
             liveness=self.liveness,
             circuit=self.circuit,
             drain_end=lambda: self._drain_end,
+            sources=sources,  # what the declared SNS topics and EventBridge rules deliver (consumer/sources.py)
         )
         self._heartbeat: Heartbeat = Heartbeat(
             contract=contract,
@@ -410,6 +420,7 @@ class Consumer:
         self._closed.set()
         self.protection.close()
         self.metrics.flush()
+        close_tracing(self._tracer)  # the spans still open ended, the buffered ones exported (bounded)
         log.info("consumer_stopped", extra={"exit_code": self.exit_code, "handed_back": len(unfinished)})
 
     def _wait_while(self, condition: Callable[[], bool], seconds: float) -> None:

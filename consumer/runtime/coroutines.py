@@ -140,7 +140,12 @@ class AsyncWorker(Worker):
     async def _process_async(self, item: InFlight) -> bool:
         if not self._begin(item):
             return False
-        if self._idempotency is not None:
+        if self._tracer is not None:  # the attempt's span, current in this task
+            return await self._tracer.process_async(item, self._run_started)
+        return await self._run_started(item)
+
+    async def _run_started(self, item: InFlight) -> bool:
+        if self._idempotency is not None or item.message.unreadable is not None:
             guarded = await self._blocking(self._guard, item)
             if guarded is not None:
                 return bool(await self._blocking(self._settlement.settle, item, guarded))

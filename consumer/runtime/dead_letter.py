@@ -46,7 +46,7 @@ def reason_record(message: Message, *, reason: str, kind: str, source_queue_url:
 def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
     """Arguments for ``sqs.send_message`` that move ``message`` to the DLQ intact."""
     record = reason_record(message, reason=reason, kind=kind, source_queue_url=source_queue_url)
-    attributes = attributes_from_json(message.message_attributes)
+    attributes = attributes_from_json(message.sqs_message_attributes)  # as delivered: an SNS envelope's stay wrapped
     # The receives spent are in the reason record; a message redriven from the DLQ starts a new budget.
     attributes.pop(PRIOR_RECEIVES_ATTRIBUTE, None)
     if len(attributes) + 1 > SQS_MAX_MESSAGE_ATTRIBUTES:
@@ -55,7 +55,7 @@ def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, s
             ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": json.dumps(attributes_to_json(attributes))}
         }
     attributes[REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": _bounded_json(record)}
-    params: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message.body, "MessageAttributes": attributes}
+    params: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message.sqs_body, "MessageAttributes": attributes}
     group = message.attributes.get("MessageGroupId")
     if group is not None:  # FIFO: the order key; standard: the tenant (fair queues)
         params["MessageGroupId"] = group
@@ -82,7 +82,7 @@ def _bounded_json(record: dict[str, Any]) -> str:
 
 def can_carry_receives(message: Message) -> bool:
     """Whether a copy of ``message`` can carry its spent receives (SQS allows 10 attributes)."""
-    attributes = message.message_attributes
+    attributes = message.sqs_message_attributes
     return PRIOR_RECEIVES_ATTRIBUTE in attributes or len(attributes) < SQS_MAX_MESSAGE_ATTRIBUTES
 
 
@@ -91,17 +91,18 @@ def requeue_parameters(
 ) -> dict[str, Any]:
     """Arguments for ``sqs.send_message`` that put a fresh copy of ``message`` on a standard queue.
 
-    Same body, attributes and tenant (MessageGroupId), so the same idempotency key; SQS gives it a new
+    Same body, attributes and tenant (MessageGroupId) as SQS delivered them (an SNS envelope stays one, see
+    :attr:`Message.sqs_body`), so the same idempotency key; SQS gives it a new
     MessageId and a receive count starting again at 1. So that the copy's retry
     budget is what the message had left, the copy carries ``x-prior-receives``:
     the receives spent on attempts so far, counting this one only if it was
     ``attempted`` (when :func:`can_carry_receives`; otherwise the count restarts).
     """
-    attributes = attributes_from_json(message.message_attributes)
+    attributes = attributes_from_json(message.sqs_message_attributes)
     if can_carry_receives(message):
         spent = message.receive_count - (0 if attempted else 1)
         attributes[PRIOR_RECEIVES_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(spent)}
-    params: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": message.body, "MessageAttributes": attributes}
+    params: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": message.sqs_body, "MessageAttributes": attributes}
     group = message.attributes.get("MessageGroupId")
     if group is not None:
         # On a standard queue the group id is the message's tenant (fair queues): a copy without it would be served

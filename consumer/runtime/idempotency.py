@@ -128,10 +128,15 @@ def idempotency_key(message: Message) -> str:
        when the value is longer than ``MAX_PLAIN_KEY_BYTES`` in UTF-8 (a
        DynamoDB partition key holds at most 2,048 bytes). Senders that may
        legitimately send the same body twice as two distinct jobs must set it.
-    2. The FIFO ``MessageDeduplicationId`` system attribute (explicit, or the
+       Of a message unwrapped from an SNS envelope, the published attribute.
+    2. A message unwrapped from a declared topic's SNS envelope (``message.sns``):
+       ``"sns:" + the SNS MessageId``, the same on each delivery of one publish, where
+       the inner body's hash would make two publishes of the same body one piece of work.
+    3. An EventBridge event (``message.event``): ``"event:" + its id``.
+    4. The FIFO ``MessageDeduplicationId`` system attribute (explicit, or the
        body hash SQS computes for content-based deduplication):
        ``"dedup:" + value``.
-    3. Otherwise ``"sha256:" + hex SHA-256 of the UTF-8 body``, so two messages
+    5. Otherwise ``"sha256:" + hex SHA-256 of the UTF-8 body``, so two messages
        with the same body are one piece of work.
 
     Never the ``MessageId``: SQS assigns a new one when a message is redriven
@@ -151,10 +156,22 @@ def idempotency_key(message: Message) -> str:
             # the limit every claim would fail and the message would be retried into the DLQ untried.
             return "attr-sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest()
         return "attr:" + value
+    if message.sns is not None:
+        return _bounded("sns", message.sns.message_id)  # a forged envelope's id may be of any length
+    if message.event is not None:
+        return _bounded("event", message.event.id)
     dedup_id = message.attributes.get("MessageDeduplicationId")
     if dedup_id:
         return "dedup:" + dedup_id
     return "sha256:" + hashlib.sha256(message.body.encode("utf-8")).hexdigest()
+
+
+def _bounded(prefix: str, value: str) -> str:
+    """``prefix:value``, or ``prefix-sha256:<hex>`` past ``MAX_PLAIN_KEY_BYTES`` (a DynamoDB key's room)."""
+    encoded = value.encode("utf-8")
+    if len(encoded) > MAX_PLAIN_KEY_BYTES:
+        return f"{prefix}-sha256:{hashlib.sha256(encoded).hexdigest()}"
+    return f"{prefix}:{value}"
 
 
 def _check_arguments(key: str, owner: str, **seconds: int) -> None:

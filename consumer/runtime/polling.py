@@ -25,6 +25,7 @@ from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogCon
 from consumer.runtime.liveness import Liveness, poller_loop
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
+from consumer.sources import Sources
 
 if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
     from mypy_boto3_sqs import SQSClient
@@ -237,6 +238,7 @@ class Poller:
         liveness: Liveness | None = None,
         circuit: Circuit | None = None,
         drain_end: Callable[[], float] = lambda: math.inf,
+        sources: Sources | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
@@ -256,6 +258,7 @@ class Poller:
         self._liveness = liveness or Liveness(None)
         self._circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
         self._drain_end = drain_end
+        self._sources = sources or None  # none declared: from_sqs reads no body
 
     def run(self, index: int = 0) -> None:
         """Poller ``index``'s loop; it records progress (liveness) after every receive returns, empty or not, and
@@ -341,7 +344,7 @@ class Poller:
             # Each receive is a new Message with the one attempt a worker may make at it (its deadline set as it
             # starts): what the handler sees, never copied per attempt.
             attempt = Attempt(stop=self._stop, clock=self._clock, drain_end=self._drain_end)
-            message = Message.from_sqs(raw, own_role_id=self.task_role_id, attempt=attempt)
+            message = Message.from_sqs(raw, own_role_id=self.task_role_id, attempt=attempt, sources=self._sources)
             received.append(InFlight(message, now, lease_end, LogContext.of(message, self.queue_url)))
         return received
 

@@ -9,7 +9,7 @@ import queue
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
@@ -20,6 +20,9 @@ from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Lookahead
 from consumer.runtime.settlement import ALREADY_DONE, DEFERRED, SUCCEEDED, Outcome, Settlement, Verdict
+
+if TYPE_CHECKING:  # imported only when tracing is on (it imports opentelemetry)
+    from consumer.runtime.tracing_spans import AttemptTracer
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
@@ -50,6 +53,7 @@ class Worker:
         rate: RateLimit | None = None,
         lookahead: Lookahead | None = None,
         extend_now: Callable[[InFlight], None] = lambda _item: None,
+        tracer: AttemptTracer | None = None,
     ) -> None:
         self.handler = handler
         self.contract = contract
@@ -69,6 +73,7 @@ class Worker:
         self._rate = rate
         self._lookahead = lookahead
         self._extend_now = extend_now
+        self._tracer = tracer  # None: tracing off (docs/tracing.md), one check per attempt
         # The contract's derived timings, read once rather than per message: the lease a waiting message must still
         # have to start (the heartbeat's reach), and below which it is extended as it starts (its threshold).
         self._heartbeat_reach = contract.heartbeat_interval_seconds + HEARTBEAT_REACH_SLACK_SECONDS
@@ -94,6 +99,8 @@ class Worker:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
         if not self._begin(item):
             return False
+        if self._tracer is not None:
+            return self._tracer.process(item, self._attempt, self._settlement.settle)
         return self._settlement.settle(item, self._attempt(item))
 
     def _begin(self, item: InFlight) -> bool:
@@ -134,7 +141,7 @@ class Worker:
         return False
 
     def _attempt(self, item: InFlight) -> Outcome:
-        if self._idempotency is not None:
+        if self._idempotency is not None or item.message.unreadable is not None:
             guarded = self._guard(item)
             if guarded is not None:
                 return guarded
@@ -166,7 +173,11 @@ class Worker:
 
     def _guard(self, item: InFlight) -> Outcome | None:
         """Claim ``item``'s idempotency key before its handler runs; None (run it) when the claim is acquired, else
-        what to do instead: a duplicate of work done already, another holder's live lease, or a store outage."""
+        what to do instead: a duplicate of work done already, another holder's live lease, or a store outage. A
+        declared source's delivery the consumer cannot read (``message.unreadable``, consumer/sources.py) is poison
+        before any claim: the DLQ with that reason, the handler never called."""
+        if item.message.unreadable is not None:
+            return Outcome(Verdict.POISON, PoisonMessage(item.message.unreadable))
         assert self._idempotency is not None and item.key is not None
         try:
             claim = self._idempotency.claim(

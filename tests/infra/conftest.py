@@ -48,7 +48,8 @@ class Synthesized:
         consumer = self.stack.workers[worker].consumer if worker else self.stack.consumer
         task = self.resources("AWS::ECS::TaskDefinition")[self.logical_id(consumer.task_definition)]
         definitions: list[dict[str, Any]] = task["Properties"]["ContainerDefinitions"]
-        (definition,) = definitions
+        # The consumer is the one essential container; a tracing sidecar (infra/tracing.py) is not essential.
+        (definition,) = [d for d in definitions if d.get("Essential", True)]
         return definition
 
 
@@ -97,3 +98,27 @@ EXISTING_VPC_AND_CLUSTER: dict[str, Any] = {
     },
     "cluster_name": "platform",
 }
+
+
+def standalone_worker(handler: str, construct_id: str = "reports", **arguments: Any) -> Any:
+    """A ``Worker`` built as a team's own CDK app would (no cdk.json): its own stack, cluster and one topic for pages
+    and tickets; ``arguments`` go to the construct as given. What a test of a refusal calls inside ``pytest.raises``."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ecs as ecs
+    from aws_cdk import aws_sns as sns
+
+    from consumer.declaration import contract_of, load_handler
+    from infra.worker import Worker
+
+    stack = Stack(App(), "Standalone")
+    topic = sns.Topic(stack, "Topic")
+    return Worker(
+        stack,
+        construct_id,
+        contract=contract_of(load_handler(handler)),
+        handler=handler,
+        cluster=ecs.Cluster(stack, "Cluster"),
+        page_topic=topic,
+        ticket_topic=topic,
+        **arguments,
+    )

@@ -109,7 +109,11 @@ class Bindings:
         self.owned = frozenset(template.resources if owned is None else owned)
         self.siblings: list[Bindings] = []
         definition = _single(self._owned("AWS::ECS::TaskDefinition"), "AWS::ECS::TaskDefinition")
-        self.container = _single(definition.properties["ContainerDefinitions"], "container in the task definition")
+        # The consumer is the task's one essential container; a tracing sidecar (infra/tracing.py) is not essential.
+        self.container = _single(
+            [c for c in definition.properties["ContainerDefinitions"] if c.get("Essential", True)],
+            "essential container in the task definition",
+        )
         self.task_role = self._role_with_arn(definition.properties["TaskRoleArn"])
         self.execution_role = self._role_with_arn(definition.properties["ExecutionRoleArn"])
         service = _single(self._owned("AWS::ECS::Service"), "AWS::ECS::Service")

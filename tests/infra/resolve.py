@@ -428,6 +428,17 @@ def _subscription(r: _Resolver, logical_id: str, p: Mapping[str, Any]) -> Resour
     return Resource(logical_id, "", dict(p), arn, arn, {"Arn": arn})
 
 
+def _events_rule(r: _Resolver, logical_id: str, p: Mapping[str, Any]) -> Resource:
+    """An EventBridge rule: ``Ref`` is its name (``<bus>|<name>`` on a bus other than the default), its ARN
+    ``...:rule/<name>`` or ``...:rule/<bus>/<name>``
+    (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-events-rule.html)."""
+    name = _named(r, logical_id, p, "Name", 64)
+    bus = _scalar(p.get("EventBusName", "default"), f"{logical_id}.EventBusName").rsplit("/", 1)[-1]
+    path = name if bus == "default" else f"{bus}/{name}"
+    ref = name if bus == "default" else f"{bus}|{name}"
+    return Resource(logical_id, "", dict(p), name, ref, {"Arn": r.arn("events", f"rule/{path}")})
+
+
 def _scalable_target(r: _Resolver, logical_id: str, p: Mapping[str, Any]) -> Resource:
     target = "|".join(
         _scalar(p[k], f"{logical_id}.{k}") for k in ("ResourceId", "ScalableDimension", "ServiceNamespace")
@@ -446,6 +457,7 @@ RESOURCE_TYPES: dict[str, Callable[[_Resolver, str, Mapping[str, Any]], Resource
     "AWS::SNS::Topic": _topic,
     "AWS::SNS::TopicPolicy": _physical_id,
     "AWS::SNS::Subscription": _subscription,
+    "AWS::Events::Rule": _events_rule,
     "AWS::KMS::Key": _key,
     "AWS::DynamoDB::Table": _named_resource("TableName", "dynamodb", "table/{name}"),
     "AWS::IAM::Role": _role,

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.infra.conftest import standalone_worker
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "construct.md"
 REPORT_JOB = "tests.reference:report_job"
@@ -135,25 +137,8 @@ def test_every_alarm_notifies_a_topic_that_admits_it(template: dict[str, Any]) -
 def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str, Any], message: str) -> None:
     """Called directly (a team's app, no cdk.json), a size Fargate does not run or a max below the min is refused
     before anything is built, naming the argument, the rule and the value."""
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_ecs as ecs
-    from aws_cdk import aws_sns as sns
-
     from consumer.contract import ContractError
-    from consumer.declaration import contract_of, load_handler
-    from infra.worker import Worker
 
-    stack = Stack(App(), "Refused")
-    topic = sns.Topic(stack, "Topic")
     with pytest.raises(ContractError) as refused:
-        Worker(
-            stack,
-            "reports",
-            contract=contract_of(load_handler(REPORT_JOB)),
-            handler=REPORT_JOB,
-            cluster=ecs.Cluster(stack, "Cluster"),
-            page_topic=topic,
-            ticket_topic=topic,
-            **arguments,
-        )
+        standalone_worker(REPORT_JOB, **arguments)
     assert str(refused.value) == message

@@ -62,6 +62,7 @@ def test_report_template_placeholders_are_exactly_the_sections() -> None:
         "container",
         "peers",
         "async",
+        "tracing",
     }
 
 

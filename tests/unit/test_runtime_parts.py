@@ -34,6 +34,8 @@ from consumer.runtime.dead_letter import (
 )
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext, State
 from consumer.runtime.observability import Metrics
+from consumer.sources import Sources
+from consumer.testing import sns_envelope
 
 HANDLER = "tests.integration.handlers:slow"
 
@@ -454,6 +456,11 @@ def test_message_from_sqs_sets_every_field_init_would() -> None:
     assert set(vars(message)) == {f.name for f in dataclasses.fields(Message)}
     assert (message, message.attempt) == (built, attempt)
     assert Message.from_sqs({"MessageId": "m", "ReceiptHandle": "r"}).attempt.deadline == math.inf
+    # A declared source's message (consumer/sources.py: an SNS envelope unwrapped) sets the same fields.
+    topic = "arn:aws:sns:eu-west-1:123456789012:orders"
+    envelope = {"MessageId": "m", "ReceiptHandle": "r", "Body": sns_envelope("b", topic_arn=topic)}
+    unwrapped = Message.from_sqs(envelope, sources=Sources(sns_envelope_topics=frozenset({topic})))
+    assert set(vars(unwrapped)) == set(vars(message)) and unwrapped.sns is not None
 
 
 def test_task_role_id_from_env_reads_the_binding() -> None:

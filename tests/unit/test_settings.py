@@ -123,6 +123,7 @@ def test_report_says_where_paging_comes_from_and_what_guards_apply() -> None:
         "pages go to": "paging",
         "secrets (ECS secrets)": "NOTIFY_WEBHOOK_URL",
         "who may send": "IAM decides",
+        "traces (X-Ray)": "off",
     }
     assert rows["dev"]["paging subscriptions"] == "0" and rows["dev"]["secrets (ECS secrets)"] == "none"
     qa = parse_environment(

@@ -1,0 +1,48 @@
+"""The tracer ``python -m bench.subject --tracing CELL`` gives its consumer (imported only when a cell traces).
+
+* ``off``: none, as ``CONSUMER_TRACING`` unset (nothing of opentelemetry imported);
+* ``sdk``: the SDK as ``CONSUMER_TRACING=otlp`` builds it (a ``BatchSpanProcessor``, every trace sampled) with an
+  exporter that drops each batch: the runtime's and the SDK's cost, no serialization, no network;
+* ``otlp:<endpoint>``: ``CONSUMER_TRACING=otlp`` itself, every span serialized and posted over OTLP/HTTP to
+  ``<endpoint>`` (the harness's sink answering 200, as the collector sidecar on localhost would).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from consumer.runtime.tracing_spans import AttemptTracer
+
+
+def subject_tracer(cell: str) -> AttemptTracer | None:
+    """The tracer for ``cell`` (see the module docstring); None for ``off``."""
+    if cell == "off":
+        return None
+    from consumer.runtime.tracing import TRACING_ENV, tracer_from_env
+
+    if cell.startswith("otlp:"):
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = cell.removeprefix("otlp:")
+        os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_always_on"  # every span: the most tracing costs
+        return tracer_from_env({TRACING_ENV: "otlp"})
+    if cell != "sdk":
+        raise ValueError(f'"--tracing" must be off, sdk or otlp:<endpoint>: {cell!r}')
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        """Takes each batch the processor exports and keeps nothing."""
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    from consumer.runtime.tracing_spans import attempt_tracer
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    return attempt_tracer(provider, flush=lambda _seconds: provider.shutdown())
