@@ -31,3 +31,15 @@ def task_definitions(resources: Mapping[str, Any]) -> list[tuple[str | None, Map
         for resource in resources.values()
         if resource["Type"] == "AWS::ECS::TaskDefinition"
     ]
+
+
+def consumer_container(definition: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The consumer's container definition of a task definition resource: its one essential container (a tracing
+    collector sidecar, infra/tracing.py, is not essential; ``Essential`` is true where a definition leaves it out).
+    A ``ValueError`` when there is not exactly one."""
+    essential: list[Mapping[str, Any]] = [
+        c for c in definition["Properties"]["ContainerDefinitions"] if c.get("Essential", True)
+    ]
+    if len(essential) != 1:
+        raise ValueError(f"expected one essential container in the task definition, found {len(essential)}")
+    return essential[0]

@@ -27,7 +27,8 @@ from typing import Any
 
 import boto3
 
-from consumer.stack_outputs import WORKER_METADATA_KEY, task_definitions
+from consumer.runtime.tracing import TRACING_ENV
+from consumer.stack_outputs import WORKER_METADATA_KEY, consumer_container, task_definitions
 
 LOCAL_REGION = "eu-west-1"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
@@ -291,8 +292,13 @@ def _worker_environments(
                     " metadata naming its worker"
                 )
             name = "default"
-        (container,) = definition["Properties"]["ContainerDefinitions"]
-        workers[name] = {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
+        container = consumer_container(definition)  # not a tracing collector sidecar
+        environment = {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
+        if environment.get(TRACING_ENV) == "otlp":
+            # An environment traced on AWS (cdk.json "tracing") exports to its task's collector sidecar, which no local
+            # run has: its spans would only fail to export. A local run traces with CONSUMER_TRACING=global instead.
+            environment[TRACING_ENV] = "off"
+        workers[name] = environment
     return workers
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.local.image import IMAGE_REPOSITORY, BuiltImage, Engine, build_image
-from consumer.stack_outputs import task_definitions
+from consumer.stack_outputs import consumer_container, task_definitions
 
 #: ECS's stop timeout when the container definition sets none (Fargate).
 ECS_DEFAULT_STOP_TIMEOUT_SECONDS = 30
@@ -65,7 +65,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class TaskContainer:
-    """The (single) container of one worker's task definition in a stack, with the image asset it runs."""
+    """The consumer container of one worker's task definition in a stack (its one essential container; a tracing
+    collector sidecar is not run), with the image asset it runs."""
 
     stack_name: str
     definition: Mapping[str, Any]
@@ -84,11 +85,14 @@ class TaskContainer:
         metadata); ``worker`` may be left out when the stack has one task definition."""
         template = _read_json(outdir / f"{stack_name}.template.json")
         properties = _task_definition(template, stack_name, worker)["Properties"]
-        containers = properties["ContainerDefinitions"]
-        if len(containers) != 1:
-            raise TaskDefinitionError(f"{stack_name}: expected one container definition, found {len(containers)}")
-        (container,) = containers
-        _refuse_unknown(stack_name, "ContainerDefinitions[0]", container, RUN_KEYS | HARMLESS_KEYS)
+        # The consumer's container: a tracing collector sidecar (not essential) is not run here; without its
+        # collector the consumer's spans go nowhere, which the consumer logs and survives.
+        try:
+            container = consumer_container({"Properties": properties})
+        except ValueError as error:
+            raise TaskDefinitionError(f"{stack_name}: {error}") from None
+        index = properties["ContainerDefinitions"].index(container)
+        _refuse_unknown(stack_name, f"ContainerDefinitions[{index}]", container, RUN_KEYS | HARMLESS_KEYS)
         _refuse_unknown(stack_name, "LinuxParameters", container.get("LinuxParameters", {}), RUN_LINUX_PARAMETERS)
         for volume in properties.get("Volumes", []):
             _refuse_unknown(stack_name, f"Volumes[{volume.get('Name')!r}]", volume, RUN_VOLUME_KEYS)

@@ -25,7 +25,7 @@ from consumer.examples.notifications import WebhookUnavailable, deliver
 from consumer.local.demo_notifications import OUTAGE_RETRY_AFTER, Downstream
 from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
-from consumer.stack_outputs import task_definitions
+from consumer.stack_outputs import consumer_container, task_definitions
 from tests.integration.conftest import ROOT, run_module
 from tests.reference import shipped_demo
 
@@ -93,7 +93,7 @@ def stack_workers(cdk_out: Path) -> dict[str, str]:
     template = json.loads((cdk_out / "SqsWorker-demo.template.json").read_text())
     workers = {}
     for name, definition in task_definitions(template["Resources"]):
-        (container,) = definition["Properties"]["ContainerDefinitions"]
+        container = consumer_container(definition)
         workers[name] = {e["Name"]: e["Value"] for e in container["Environment"]}["CONSUMER_HANDLER"]
     return workers
 

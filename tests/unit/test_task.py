@@ -21,6 +21,7 @@ from consumer.local.image import (
     dockerfile_base,
     ensure_base,
 )
+from consumer.local.stack import _worker_environments
 from consumer.local.task import EventNotLoggedError, LoggedProcess, TaskContainer, TaskDefinitionError
 
 PODMAN = Engine("podman", ("podman", "--runtime", "runc"), run_options=("--network", "host"))
@@ -40,14 +41,30 @@ CONTAINER: dict[str, Any] = {
 }
 
 
-def assembly(tmp_path: Path, container: dict[str, Any], volume: dict[str, Any] | None = None) -> Path:
+def assembly(
+    tmp_path: Path, container: dict[str, Any], volume: dict[str, Any] | None = None, *, sidecars: int = 0
+) -> Path:
     volumes = [volume or {"Name": "tmp"}]
-    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [container], "Volumes": volumes}
+    collectors = [{**COLLECTOR, "Name": f"collector-{n}"} for n in range(sidecars)]
+    definition = {"Cpu": "256", "Memory": "512", "ContainerDefinitions": [*collectors, container], "Volumes": volumes}
     template = {"Resources": {"Task": {"Type": "AWS::ECS::TaskDefinition", "Properties": definition}}}
     (tmp_path / "S.template.json").write_text(json.dumps(template))
     assets = {"dockerImages": {ASSET: {"source": {"directory": f"asset.{ASSET}"}}}}
     (tmp_path / "S.assets.json").write_text(json.dumps(assets))
     return tmp_path
+
+
+#: A tracing collector sidecar as infra/tracing.py adds one: not essential, not the consumer.
+COLLECTOR = {"Name": "collector", "Essential": False, "Image": "public.ecr.aws/aws-observability/aws-otel-collector"}
+
+
+def test_the_consumer_container_is_the_essential_one_beside_a_tracing_sidecar(tmp_path: Path) -> None:
+    """A task definition with a collector sidecar (tracing on) runs its consumer container, never the sidecar; with
+    no essential container, or two, it is refused in one line."""
+    task = TaskContainer.from_assembly(assembly(tmp_path, CONTAINER, sidecars=1), "S")
+    assert task.definition["Command"] == CONTAINER["Command"]
+    with pytest.raises(TaskDefinitionError, match=r"^S: expected one essential container .* found 0$"):
+        TaskContainer.from_assembly(assembly(tmp_path, {**CONTAINER, "Essential": False}), "S")
 
 
 def arguments(tmp_path: Path, container: dict[str, Any] = CONTAINER, engine: Engine = PODMAN, **run: Any) -> list[str]:
@@ -335,3 +352,15 @@ def test_a_stack_of_several_workers_without_a_known_worker_lists_them(
     assert str(raised.value) == (
         f'S: "worker" {rule}: 2 task definition(s), for the workers notifications, reports: {worker!r}'
     )
+
+
+def test_a_local_stack_traced_on_aws_runs_its_consumer_untraced() -> None:
+    """A traced environment's consumer exports to its task's collector sidecar (CONSUMER_TRACING=otlp): a local run has
+    none, so its environment says "off" (the rest as the task definition says); the sidecar is not a worker."""
+    environment = [{"Name": "CONSUMER_TRACING", "Value": "otlp"}, {"Name": "OTEL_SERVICE_NAME", "Value": "S"}]
+    definition = {
+        "Type": "AWS::ECS::TaskDefinition",
+        "Properties": {"ContainerDefinitions": [COLLECTOR, {**CONTAINER, "Environment": environment}]},
+    }
+    workers = _worker_environments({"Task": definition}, {}, "http://127.0.0.1:1")
+    assert workers == {"default": {"CONSUMER_TRACING": "off", "OTEL_SERVICE_NAME": "S"}}
