@@ -18,6 +18,7 @@ from tests.edits.tier import (
     Environments,
     add_worker_everywhere,
     changed_environments,
+    feed_from_sources,
     handlers_of,
     permission_mismatches,
     remove_the_example,
@@ -25,6 +26,7 @@ from tests.edits.tier import (
     replace_production_handler,
     run_template_check,
     synthesize_edited,
+    trace_production,
 )
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized
@@ -35,6 +37,8 @@ EDITS: dict[str, Callable[[Environments], Environments]] = {
     "prod's handler replaced": replace_production_handler,
     "example removed": remove_the_example,
     "worker renamed": rename_a_worker,
+    "prod traced": trace_production,
+    "prod fed by sources": feed_from_sources,
 }
 _synthesized: dict[str, tuple[Environments, dict[str, Synthesized]]] = {}
 
@@ -71,6 +75,13 @@ def test_the_edit_is_made(name: str, tmp_path_factory: pytest.TempPathFactory) -
     elif name == "example removed":
         changed = [env for env in after if after[env] != before[env]]
         assert len(changed) == 1 and not any(h.startswith(EXAMPLES) for h in after[changed[0]])
+    elif name == "prod traced":
+        tasks = [t for s in synthesized.values() for t in s.resources("AWS::ECS::TaskDefinition").values()]
+        assert tasks and all(len(t["Properties"]["ContainerDefinitions"]) == 2 for t in tasks)  # consumer + collector
+    elif name == "prod fed by sources":
+        assert all(
+            s.resources("AWS::SNS::Subscription") and s.resources("AWS::Events::Rule") for s in synthesized.values()
+        )
     else:
         renamed = {env: list(s.stack.workers) for env, s in synthesized.items()}
         original = {env: _names(settings) for env, settings in repository_environments().items()}

@@ -116,6 +116,30 @@ def rename_a_worker(environments: Environments) -> Environments:
     return environments
 
 
+def trace_production(environments: Environments) -> Environments:
+    """Traces in X-Ray for prod (docs/deploy.md, "Traces in X-Ray"): every worker of it gets the collector sidecar."""
+    environments[_the_production_environment(environments)]["tracing"] = {"sample_ratio": 0.05}
+    return environments
+
+
+def feed_from_sources(environments: Environments) -> Environments:
+    """prod's first worker is fed by an SNS topic (envelopes on, filtered) and an EventBridge rule on the default
+    bus, in the environment's region where it names one (docs/configuration.md, "Sources")."""
+    environment = environments[_the_production_environment(environments)]
+    region = environment.get("region", "eu-west-1")
+    account = environment.get("account", "123456789012")
+    target = next(iter(workers_of(environment).values()))
+    target["sources"] = [
+        {
+            "topic_arn": f"arn:aws:sns:{region}:{account}:orders",
+            "raw_message_delivery": False,
+            "filter_policy": {"kind": ["order"]},
+        },
+        {"event_pattern": {"source": ["com.example.orders"]}},
+    ]
+    return environments
+
+
 def handlers_of(environment: Mapping[str, Any]) -> Iterator[str]:
     """The handlers an environment's workers run, in order."""
     if "workers" in environment:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from consumer.contract import BINDING_KEYS, WorkerContract
+from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, output_prefix
 from infra.service import (
     CONTAINER_COMMAND,
@@ -30,6 +31,9 @@ from infra.service import (
     SOURCE_QUEUE_ACTIONS,
     TASK_PROTECTION_ACTIONS,
 )
+from infra.source_settings import TopicSource
+from infra.sources import EVENTS_PRINCIPAL, SNS_PRINCIPAL
+from infra.tracing import XRAY_ACTIONS
 from infra.worker import Worker
 from infra.worker_settings import WorkerSettings
 from tests.infra.conftest import Synthesized
@@ -133,20 +137,47 @@ def check_queues(env: Synthesized) -> None:
 
 
 def _check_senders(env: Synthesized, label: str, built: Worker, problems: list[str]) -> None:
-    """Without producers, IAM alone decides who sends (each queue's policy holds only its TLS deny); with them, the
-    source denies every sender but them and the task role, and the DLQ every sender but the task role."""
+    """Without producers, IAM alone decides who sends (each queue's policy holds only its TLS deny, and an allow per
+    declared source); with them, the source denies every sender but them, the task role and the declared sources,
+    and the DLQ every sender but the task role. Each source's allow is its service principal, SendMessage, and
+    ``aws:SourceArn`` equal to its topic or rule, nothing broader."""
     producers = list(env.stack.settings.producers)
     task_role = get_att(env, built.consumer.task_role, "Arn")
-    for queue, allowed in (
-        (built.queues.queue, [*producers, task_role]),
-        (built.queues.dead_letter_queue, [task_role]),
+    admitted = _admitted_sources(env, built)
+    for queue, allowed, sources in (
+        (built.queues.queue, [*producers, task_role], admitted),
+        (built.queues.dead_letter_queue, [task_role], []),
     ):
         statements = [s for s in _queue_policy_statements(env, queue) if not _denies_plain_http(s)]
+        allows = [
+            (s["Principal"]["Service"], s["Action"], s.get("Condition"))
+            for s in statements
+            if s["Effect"] == "Allow" and "Service" in s.get("Principal", {})
+        ]
+        expected_allows = [
+            (service, "sqs:SendMessage", {"ArnEquals": {"aws:SourceArn": arn}}) for service, arn in sources
+        ]
+        expect(problems, label, f"{queue.node.id} allows for declared sources", allows, expected_allows)
         denies = [s for s in statements if s["Effect"] == "Deny" and s["Action"] == "sqs:SendMessage"]
         if not producers:
-            expect(problems, label, f"{queue.node.id} policy beside the TLS deny", statements, [])
-        elif [d.get("Condition", {}).get("ArnNotEquals", {}).get("aws:PrincipalArn") for d in denies] != [allowed]:
-            problems.append(f"{label}: {queue.node.id} must deny SendMessage to all but {allowed!r}: {denies!r}")
+            rest = [s for s in statements if not (s["Effect"] == "Allow" and "Service" in s.get("Principal", {}))]
+            expect(problems, label, f"{queue.node.id} policy beside the TLS deny and the sources", rest, [])
+            continue
+        exempt = {"aws:PrincipalArn": allowed, **({"aws:SourceArn": [arn for _, arn in sources]} if sources else {})}
+        if [d.get("Condition", {}).get("ArnNotEquals") for d in denies] != [exempt]:
+            problems.append(f"{label}: {queue.node.id} must deny SendMessage to all but {exempt!r}: {denies!r}")
+
+
+def _admitted_sources(env: Synthesized, built: Worker) -> list[tuple[str, Any]]:
+    """(service principal, aws:SourceArn) of each source the worker's settings declare, in order."""
+    declared = next(w for _, b, w, _ in workers(env) if b is built).sources
+    if not declared:
+        return []
+    assert built.sources is not None, "sources are declared but the worker built none"
+    return [
+        (SNS_PRINCIPAL if isinstance(source, TopicSource) else EVENTS_PRINCIPAL, env.stack.resolve(arn))
+        for source, arn in zip(declared, built.sources.source_arns, strict=True)
+    ]
 
 
 def _arn_tail(arn: object) -> str:
@@ -185,7 +216,7 @@ def check_services(env: Synthesized) -> None:
     for label, built, worker, contract in workers(env):
         container = env.container(worker.name)
         variables = {e["Name"]: e["Value"] for e in container["Environment"]}
-        expected = contract.to_env() | dict(worker.handler_environment)
+        expected = contract.to_env() | dict(worker.handler_environment) | _traced(env, built) | _sourced(worker)
         # A handler idempotent by itself runs no guard: no table, so no CONSUMER_IDEMPOTENCY_TABLE.
         bindings = BINDING_KEYS - {"CONSUMER_IDEMPOTENCY_TABLE"} if contract.idempotent else BINDING_KEYS
         expect(problems, label, "environment keys", set(variables), set(expected) | bindings)
@@ -222,6 +253,22 @@ def check_services(env: Synthesized) -> None:
         expect(problems, label, "log retention", retention, settings.log_retention_days)
         _check_scaling(env, label, built, worker, contract, problems)
     report(problems, "services")
+
+
+def _traced(env: Synthesized, built: Worker) -> dict[str, str]:
+    """The tracing variables the environment's ``tracing`` gives each worker (none without it)."""
+    tracing = env.stack.settings.tracing
+    return {} if tracing is None else tracing.environment(built.name_prefix)
+
+
+def _sourced(worker: WorkerSettings) -> dict[str, str]:
+    """What the worker's declared sources tell its consumer: the envelope topics, and whether events arrive."""
+    topics = [s.topic_arn for s in worker.sources if isinstance(s, TopicSource) and not s.raw_message_delivery]
+    rules = [s for s in worker.sources if not isinstance(s, TopicSource)]
+    return {
+        **({SNS_ENVELOPE_TOPICS_ENV: ",".join(topics)} if topics else {}),
+        **({EVENTBRIDGE_EVENTS_ENV: "true"} if rules else {}),
+    }
 
 
 def _metadata(env: Synthesized, built: Worker) -> object:
@@ -286,6 +333,8 @@ def check_task_roles(env: Synthesized) -> None:
         if [actions for _, actions in protection] != [sorted(TASK_PROTECTION_ACTIONS)]:
             problems.append(f"{label}: task protection grants are {protection!r}")
         granted = {resource: actions for resource, actions in granted.items() if ":task/" not in resource}
+        traced = env.stack.settings.tracing is not None  # the collector sidecar's X-Ray writes (infra/tracing.py)
+        expect(problems, label, "actions on *", granted.pop('"*"', None), sorted(XRAY_ACTIONS) if traced else None)
         if granted:
             problems.append(f"{label}: the task role is granted more: {granted!r}")
     report(problems, "task roles")
