@@ -48,6 +48,21 @@ ECS_VOLUME_MODE = 0o755
 _VOLUME_TARGET = "/ecs-volume"
 
 
+def _refuse_dependencies(
+    stack_name: str, index: int, container: Mapping[str, Any], containers: list[Mapping[str, Any]]
+) -> None:
+    """The consumer may wait for a sidecar ECS starts first (the tracing collector, not essential): run here without
+    it, its spans have nowhere to go, which a local run turns off (consumer/local/stack.py). A dependency on anything
+    else is a container this tier does not run, refused like any setting it cannot reproduce."""
+    sidecars = {c.get("Name") for c in containers if not c.get("Essential", True)}
+    others = [d.get("ContainerName") for d in container.get("DependsOn", []) if d.get("ContainerName") not in sidecars]
+    if others:
+        raise TaskDefinitionError(
+            f"{stack_name}: ContainerDefinitions[{index}] depends on {others!r}, which are not sidecars (non-essential"
+            " containers) this tier may run without"
+        )
+
+
 class TaskDefinitionError(Exception):
     """The assembly does not hold what running its container needs; the message names what and where."""
 
@@ -92,7 +107,10 @@ class TaskContainer:
         except ValueError as error:
             raise TaskDefinitionError(f"{stack_name}: {error}") from None
         index = properties["ContainerDefinitions"].index(container)
-        _refuse_unknown(stack_name, f"ContainerDefinitions[{index}]", container, RUN_KEYS | HARMLESS_KEYS)
+        _refuse_unknown(
+            stack_name, f"ContainerDefinitions[{index}]", container, RUN_KEYS | HARMLESS_KEYS | {"DependsOn"}
+        )
+        _refuse_dependencies(stack_name, index, container, properties["ContainerDefinitions"])
         _refuse_unknown(stack_name, "LinuxParameters", container.get("LinuxParameters", {}), RUN_LINUX_PARAMETERS)
         for volume in properties.get("Volumes", []):
             _refuse_unknown(stack_name, f"Volumes[{volume.get('Name')!r}]", volume, RUN_VOLUME_KEYS)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from consumer.local.task import TaskContainer
 from tests.edits.tier import (
     EXAMPLES,
     TEAM_HANDLER,
@@ -78,6 +79,10 @@ def test_the_edit_is_made(name: str, tmp_path_factory: pytest.TempPathFactory) -
     elif name == "prod traced":
         tasks = [t for s in synthesized.values() for t in s.resources("AWS::ECS::TaskDefinition").values()]
         assert tasks and all(len(t["Properties"]["ContainerDefinitions"]) == 2 for t in tasks)  # consumer + collector
+        for env in synthesized.values():  # the container tier runs the consumer beside its sidecar's dependency
+            for worker in env.stack.workers:
+                task = TaskContainer.from_assembly(env.outdir, env.stack.stack_name, worker)
+                assert task.definition["DependsOn"] == [{"Condition": "START", "ContainerName": "OtelCollector"}]
     elif name == "prod fed by sources":
         assert all(
             s.resources("AWS::SNS::Subscription") and s.resources("AWS::Events::Rule") for s in synthesized.values()

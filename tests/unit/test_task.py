@@ -61,8 +61,12 @@ COLLECTOR = {"Name": "collector", "Essential": False, "Image": "public.ecr.aws/a
 def test_the_consumer_container_is_the_essential_one_beside_a_tracing_sidecar(tmp_path: Path) -> None:
     """A task definition with a collector sidecar (tracing on) runs its consumer container, never the sidecar; with
     no essential container, or two, it is refused in one line."""
-    task = TaskContainer.from_assembly(assembly(tmp_path, CONTAINER, sidecars=1), "S")
+    waits = {**CONTAINER, "DependsOn": [{"ContainerName": "collector-0", "Condition": "START"}]}  # as infra/tracing.py
+    task = TaskContainer.from_assembly(assembly(tmp_path, waits, sidecars=1), "S")
     assert task.definition["Command"] == CONTAINER["Command"]
+    unknown = {**CONTAINER, "DependsOn": [{"ContainerName": "database", "Condition": "HEALTHY"}]}
+    with pytest.raises(TaskDefinitionError, match=r"^S: ContainerDefinitions\[1\] depends on \['database'\]"):
+        TaskContainer.from_assembly(assembly(tmp_path, unknown, sidecars=1), "S")
     with pytest.raises(TaskDefinitionError, match=r"^S: expected one essential container .* found 0$"):
         TaskContainer.from_assembly(assembly(tmp_path, {**CONTAINER, "Essential": False}), "S")
 
