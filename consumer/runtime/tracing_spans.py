@@ -47,6 +47,12 @@ HANDED_BACK_WHY = "consumer.handed_back.why"
 RECEIVE_COUNT = "consumer.receive_count"
 WORKER = "consumer.worker"
 MESSAGE_ID = "messaging.message.id"
+#: The attributes the collector's awsxray exporter reads to make a span the segment of a service of its own
+#: (opentelemetry-collector-contrib exporter/awsxrayexporter/internal/translator/segment.go, isLocalRoot): without
+#: them a CONSUMER span parented on the producer is only a subsegment of the producer's segment in X-Ray.
+AWS_SPAN_KIND = "aws.span.kind"
+LOCAL_ROOT = "LOCAL_ROOT"
+AWS_LOCAL_SERVICE = "aws.local.service"
 #: The event a batch span carries for each of its messages, once settled.
 MESSAGE_SETTLED = "message_settled"
 
@@ -113,9 +119,14 @@ class AttemptTracer:
         consumer = Consumer(..., tracer=attempt_tracer(provider))
     """
 
-    def __init__(self, tracer: trace.Tracer, *, flush: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self, tracer: trace.Tracer, *, flush: Callable[[float], None] | None = None, xray_service: str | None = None
+    ) -> None:
         self._tracer = tracer
         self._flush = flush
+        # X-Ray's exporter makes a CONSUMER span with a parent a subsegment of the producer's segment, named after the
+        # span; marked a local root it also makes the worker's own service segment, named aws.local.service.
+        self._xray = {} if xray_service is None else {AWS_SPAN_KIND: LOCAL_ROOT, AWS_LOCAL_SERVICE: xray_service}
         self._open: dict[InFlight, _Open] = {}
         self._lock = threading.Lock()
         #: The settlement class a consumer with this tracer uses (Consumer builds it).
@@ -159,6 +170,7 @@ class AttemptTracer:
             "messaging.operation.name": "process",
             "messaging.destination.name": queue,
             WORKER: queue,
+            **self._xray,
         }
         batch = first.call is not None  # a batch handler's (BatchWorker sets it), even of one message
         links: list[Link] = []
@@ -293,9 +305,14 @@ def bounded(call: Callable[[], object], seconds: float) -> bool:
     return not thread.is_alive()
 
 
-def attempt_tracer(provider: trace.TracerProvider, *, flush: Callable[[float], None] | None = None) -> AttemptTracer:
-    """An attempt tracer whose spans go to ``provider`` (the consumer's instrumentation scope and schema)."""
-    return AttemptTracer(provider.get_tracer(INSTRUMENTATION_NAME, schema_url=SCHEMA_URL), flush=flush)
+def attempt_tracer(
+    provider: trace.TracerProvider, *, flush: Callable[[float], None] | None = None, xray_service: str | None = None
+) -> AttemptTracer:
+    """An attempt tracer whose spans go to ``provider`` (the consumer's instrumentation scope and schema);
+    ``xray_service``: mark each span the local root of that service for X-Ray's exporter (the otlp mode's)."""
+    return AttemptTracer(
+        provider.get_tracer(INSTRUMENTATION_NAME, schema_url=SCHEMA_URL), flush=flush, xray_service=xray_service
+    )
 
 
 def otlp_tracer() -> AttemptTracer:
@@ -314,7 +331,8 @@ def otlp_tracer() -> AttemptTracer:
     def flush(seconds: float) -> None:
         bounded(provider.shutdown, seconds)
 
-    return attempt_tracer(provider, flush=flush)
+    service = str(provider.resource.attributes.get("service.name", "unknown_service"))  # from OTEL_SERVICE_NAME
+    return attempt_tracer(provider, flush=flush, xray_service=service)
 
 
 def global_tracer() -> AttemptTracer:

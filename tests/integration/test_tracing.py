@@ -104,6 +104,7 @@ def test_tracing_one_consumer_span_per_attempt_a_retried_message_has_two(sqs: An
         assert attrs(span)["messaging.destination.name"] == queue
         assert attrs(span)["consumer.worker"] == queue
         assert span.parent is None  # no producer context: a root
+        assert "aws.span.kind" not in attrs(span)  # the X-Ray marks are the otlp mode's (test_tracing_otlp_spans...)
     assert attrs(first)["messaging.message.id"] == attrs(second)["messaging.message.id"]
     assert (attrs(first)["consumer.receive_count"], attrs(second)["consumer.receive_count"]) == (1, 2)
     assert (attrs(first)["consumer.outcome"], attrs(second)["consumer.outcome"]) == ("backoff", "deleted")
@@ -111,6 +112,31 @@ def test_tracing_one_consumer_span_per_attempt_a_retried_message_has_two(sqs: An
     assert [attrs(e)["exception.type"] for e in first.events if e.name == "exception"] == ["ValueError"]
     assert attrs(first)["error.type"] == "ValueError"
     assert second.status.status_code is StatusCode.UNSET
+
+
+def test_tracing_otlp_spans_are_xray_local_roots_of_the_workers_service(sqs: Any) -> None:
+    """As CONSUMER_TRACING=otlp makes them (the X-Ray sidecar's mode): each span, parented on its producer, is marked
+    a local root of the service OTEL_SERVICE_NAME names, so X-Ray's exporter makes the worker a segment of its own
+    rather than a subsegment of the producer's."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from consumer.runtime.tracing_spans import attempt_tracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = InMemoryTracing(attempt_tracer(provider, xray_service="SqsWorker-prod"), provider, exporter)
+    pair = create_pair(sqs, fast_contract())
+    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="m", MessageAttributes=TRACEPARENT)
+    run_until(sqs, pair, lambda m: None, tracing, lambda: attempts(tracing, pair))
+    (span,) = attempts(tracing, pair)
+    assert span.parent is not None and hex_id(span.parent.span_id, 16) == PARENT_ID
+    assert {k: attrs(span).get(k) for k in ("aws.span.kind", "aws.local.service")} == {
+        "aws.span.kind": "LOCAL_ROOT",
+        "aws.local.service": "SqsWorker-prod",
+    }
 
 
 def test_tracing_parent_is_the_producers_traceparent(sqs: Any) -> None:

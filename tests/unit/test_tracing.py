@@ -90,10 +90,11 @@ def test_otlp_installs_an_sdk_provider_configured_by_the_standard_otel_variables
         """
         from opentelemetry import trace
         from consumer.runtime.tracing import tracer_from_env
-        tracer_from_env({"CONSUMER_TRACING": "otlp"})
+        tracer = tracer_from_env({"CONSUMER_TRACING": "otlp"})
         provider = trace.get_tracer_provider()
         (processor,) = provider._active_span_processor._span_processors
         exporter = processor._batch_processor._exporter
+        assert tracer._xray == {"aws.span.kind": "LOCAL_ROOT", "aws.local.service": "orders-worker"}, tracer._xray
         print(type(processor).__name__, type(exporter).__module__, exporter._endpoint,
               provider.resource.attributes["service.name"], provider.sampler.get_description())
         """,
