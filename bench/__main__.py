@@ -169,12 +169,13 @@ def async_command(
 @app.command("tracing")
 def tracing_command(
     endpoint: str = ENDPOINT_OPTION,
-    rounds: int = typer.Option(2, min=1, help="rounds of every cell, in turn"),
+    rounds: int = typer.Option(3, min=1, help="rounds of every cell, in turn"),
     window: float = typer.Option(8.0, help="seconds counted per measurement"),
     warmup: float = typer.Option(2.0, help="seconds before counting"),
 ) -> None:
-    """A span per attempt, off against on (the SDK dropping spans, and OTLP/HTTP to a local sink): msg/s, CPU per
-    message, as ratios against off in the same session (about 2 min)."""
+    """A span per attempt: the runtime before tracing existed, tracing off (opentelemetry importable, then not) and
+    on (the SDK dropping spans, and OTLP/HTTP to a local sink): msg/s, CPU per message, as ratios against before in
+    the same round (about 2 min a round)."""
     from bench.tracing import harness
 
     _with_endpoint("tracing", endpoint, lambda url: harness.run(url, rounds=rounds, window=window, warmup=warmup))

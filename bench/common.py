@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,23 @@ IMPLS = ("ours", "naive")
 TOP_UP_BYTES = 16 * 1024 * 1024
 
 
-def environment() -> dict[str, str]:
-    return {**os.environ, **CREDENTIALS, "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": str(ROOT)}
+def environment(root: Path = ROOT) -> dict[str, str]:
+    """A subject process's environment: the endpoint's credentials, and ``root``'s packages first on the path."""
+    return {**os.environ, **CREDENTIALS, "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": str(root)}
+
+
+@contextmanager
+def tree_at(commit: str) -> Iterator[Path]:
+    """This repository's files at ``commit`` in a temporary directory, removed on exit.
+
+    Read with ``git archive``: nothing is checked out and no git state changes here. A :class:`Subject` given the
+    directory as ``source_tree`` runs that commit's ``bench.subject`` and ``consumer`` in this interpreter.
+    """
+    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True)
+    with tempfile.TemporaryDirectory(prefix=f"bench-{commit}-") as directory:
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(directory, filter="data")
+        yield Path(directory)
 
 
 def client(endpoint: str) -> Any:
@@ -133,9 +151,15 @@ def event(**fields: Any) -> dict[str, Any]:
 
 
 class Subject:
-    """``python -m bench.subject`` in its own process; ``ready()`` waits until it is polling and idle-measured."""
+    """``python -m bench.subject`` in its own process; ``ready()`` waits until it is polling and idle-measured.
 
-    def __init__(self, endpoint: str, impl: str, queue_url: str, **options: Any) -> None:
+    ``source_tree``: run the subject from that directory (its working directory and ``PYTHONPATH``), e.g. another
+    commit's files from :func:`tree_at`; by default this repository's. ``options`` become the subject's flags.
+    """
+
+    def __init__(
+        self, endpoint: str, impl: str, queue_url: str, *, source_tree: Path | None = None, **options: Any
+    ) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="bench-")
         self.result_path = Path(self._dir.name) / "result.json"
         self.record_path = Path(self._dir.name) / "record.jsonl"
@@ -156,7 +180,12 @@ class Subject:
             flag = "--" + key.replace("_", "-")
             command += [flag, str(self.record_path)] if key == "record" else [flag, str(value)]
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command,
+            cwd=source_tree or ROOT,
+            env=environment(source_tree or ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     def ready(self) -> None:

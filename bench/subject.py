@@ -218,7 +218,9 @@ def main(
     batch_fill: float | None = typer.Option(None, help="ours: override BATCH_FILL_SECONDS (ablation)"),
     log_level: str = typer.Option("INFO", help="ours: CONSUMER_LOG_LEVEL (the container's default is INFO)"),
     lookahead: float | None = typer.Option(None, help="ours: override LOOKAHEAD_WAIT_SECONDS (ablation; 0 = off)"),
-    tracing: str = typer.Option("off", help="ours: off | sdk | otlp:<endpoint> (python -m bench tracing)"),
+    tracing: str = typer.Option(
+        "off", help="ours: off | absent (off, opentelemetry unimportable) | sdk | otlp:<endpoint> (bench tracing)"
+    ),
 ) -> None:
     if impl == "ours":
         # Ours logs as the container does (JSON lines at INFO; the lines go nowhere here, their formatting is the
@@ -293,6 +295,7 @@ def main(
                 "starts": dict(recorder.starts),
                 "idle": idle,
                 "load": load,
+                "opentelemetry_modules": sum(name.partition(".")[0] == "opentelemetry" for name in sys.modules),
             }
         )
     )

@@ -15,6 +15,7 @@ own requests with botocore hooks, both alike.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.common import IMPLS, Producer, Subject, client, event, make_queues
@@ -61,6 +62,7 @@ def measure(
     target_depth: int = QUEUE_TARGET_DEPTH,
     body_bytes: int | None = None,
     observe: Callable[[int], None] | None = None,
+    source_tree: Path | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """One consumer process at saturation; returns its figures for the window.
@@ -68,6 +70,7 @@ def measure(
     ``body_bytes`` pads every message body to that size; the queue then accepts SQS's largest message (1 MiB)
     and the producer keeps fewer of them visible (:func:`target_for`). ``observe`` is called with the subject's
     process id once it is ready and the producer runs (``python -m bench profile`` attaches py-spy there).
+    ``source_tree`` runs the subject from another tree, e.g. an older commit's (:func:`bench.common.tree_at`).
     ``options`` are the subject's own (``batch_fill``, ``lookahead``, ``log_level``: ours only; see ABLATIONS).
     """
     sqs = client(endpoint)
@@ -83,6 +86,7 @@ def measure(
         sleep=sleep,
         warmup_seconds=warmup,
         window_seconds=window,
+        source_tree=source_tree,
         **options,
     )
     try:
@@ -114,6 +118,8 @@ def measure(
         "rss_idle_kib": result["idle"]["rss_kib"],
         "rss_load_kib": result["load"]["rss_kib"],
         "duplicate_starts": sum(n - 1 for n in result["starts"].values()),
+        # None from a subject that does not count them (an older commit's).
+        "opentelemetry_modules": result.get("opentelemetry_modules"),
         # Whole-run counts (start-up and stop included), for bounds that hold by construction.
         "total_deleted": result["total"]["deleted"],
         "total_requests_by_operation": result["requests_by_operation"],

@@ -1,7 +1,7 @@
 """The "Tracing" section of docs/BENCHMARKS.md, from ``docs/bench/tracing.json`` (``python -m bench tracing``).
 
-Pure arithmetic and rendering: per cell the medians over rounds, and each round's ratio to that round's ``off`` cell
-(the ``{{tracing}}`` placeholder's text).
+Pure arithmetic and rendering: per cell the medians over rounds, and each round's ratio to that round's baseline
+cell, ``before`` (the runtime before tracing existed): the ``{{tracing}}`` placeholder's text.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from bench.markdown import measured, missing, table
 
 COMMAND = "python -m bench tracing"
 LABELS = {
-    "off": "off (`CONSUMER_TRACING` unset: the baseline)",
+    "before": "before tracing (commit `{before_commit}`): the baseline",
+    "off": "off (`CONSUMER_TRACING` unset)",
+    "absent": "off, opentelemetry unimportable",
     "sdk": "on: SDK, batch processor, spans dropped",
     "otlp": "on: `otlp`, every span posted over OTLP/HTTP",
 }
@@ -22,9 +24,9 @@ LABELS = {
 Row = Mapping[str, Any]
 
 
-def _ratios(rows: Sequence[Row], cell: str, key: str) -> list[float]:
-    """Each round's ``key`` of ``cell`` over the same round's ``off``."""
-    base = {row["round"]: row[key] for row in rows if row["cell"] == "off" and row[key]}
+def _ratios(rows: Sequence[Row], cell: str, key: str, baseline: str) -> list[float]:
+    """Each round's ``key`` of ``cell`` over the same round's ``baseline`` cell."""
+    base = {row["round"]: row[key] for row in rows if row["cell"] == baseline and row[key]}
     return [row[key] / base[row["round"]] for row in rows if row["cell"] == cell and row["round"] in base and row[key]]
 
 
@@ -35,30 +37,49 @@ def _median(values: Sequence[float], fmt: str) -> str:
     return f"{statistics.median(values):{fmt}}" + (f" ({rounds})" if len(values) > 1 else "")
 
 
+def _span(counts: Sequence[int]) -> str:
+    """``counts`` as one number when every round agrees, else as ``least-most``; "-" when none was counted."""
+    if not counts:
+        return "-"
+    return str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+
+
 def section(result: Mapping[str, Any] | None) -> str:
     """The ``{{tracing}}`` placeholder's text."""
     if result is None or not result.get("rows"):
         return missing(COMMAND)
     settings, rows = result["settings"], result["rows"]
-    header = ["tracing", "msg/s", "CPU ms / msg", "msg/s vs off", "CPU / msg vs off", "SQS req / msg"]
+    baseline = settings["baseline"]
+    header = [
+        "tracing",
+        "msg/s",
+        "CPU ms / msg",
+        f"msg/s vs {baseline}",
+        f"CPU / msg vs {baseline}",
+        "SQS req / msg",
+        "opentelemetry modules imported",
+    ]
     lines = []
     for cell in settings["cells"]:
-        mine = [row for row in rows if row["cell"] == cell]
+        mine = sorted((row for row in rows if row["cell"] == cell), key=lambda row: row["round"])
+        modules = [row["opentelemetry_modules"] for row in mine if row.get("opentelemetry_modules") is not None]
         lines.append(
             [
-                LABELS.get(cell, cell),
+                LABELS.get(cell, cell).format(**settings),
                 _median([row["messages_per_second"] for row in mine], ".0f"),
                 _median([row["cpu_ms_per_message"] for row in mine if row["cpu_ms_per_message"]], ".3f"),
-                _median(_ratios(rows, cell, "messages_per_second"), ".2f"),
-                _median(_ratios(rows, cell, "cpu_ms_per_message"), ".2f"),
+                _median(_ratios(rows, cell, "messages_per_second", baseline), ".2f"),
+                _median(_ratios(rows, cell, "cpu_ms_per_message", baseline), ".2f"),
                 _median([row["requests_per_message"] for row in mine if row["requests_per_message"]], ".3f"),
+                _span(modules),
             ]
         )
     intro = (
         measured(result)
         + f" _`{COMMAND}`: the no-op handler at concurrency {settings['concurrency']}, saturated;"
-        + f" {settings['rounds']} round(s) of every cell in turn, {settings['warmup_seconds']:g} s warm-up and"
-        + f" {settings['window_seconds']:g} s counted each; the medians, each round in parentheses; ratios are each"
-        + " round's against the off cell of the same round._"
+        + f" {settings['rounds']} round(s) of every cell, each round starting one cell further along;"
+        + f" {settings['warmup_seconds']:g} s warm-up and {settings['window_seconds']:g} s counted each; the medians,"
+        + f" each round in parentheses (in round order); ratios are each round's against the {baseline} cell of the"
+        + " same round._"
     )
     return intro + "\n\n" + table(header, lines)
