@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TypedDict, cast
 
 import jsii
-from aws_cdk import Duration, RemovalPolicy, Stack, Token
+from aws_cdk import CfnResource, Duration, RemovalPolicy, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
@@ -93,10 +93,12 @@ class WorkerQueues(Construct):
         )
         self.node.add_validation(_QueueInvariants(self))
 
-    def admit_source(self, sid: str, service: str, source_arn: str) -> None:
+    def admit_source(self, sid: str, service: str, source_arn: str) -> CfnResource:
         """Let ``service`` (``sns.amazonaws.com``, ``events.amazonaws.com``) send to the source queue on behalf of
         ``source_arn`` only (``aws:SourceArn``: the topic, or the rule, a worker declares), and nothing else.
 
+        Returns the queue's ``AWS::SQS::QueuePolicy``: the subscription or rule must depend on it, so that it delivers
+        only once the Allow exists (as the CDK's own ``SqsSubscription`` does).
         Call it before :meth:`restrict_senders`, whose deny must leave the declared sources out: pass their ARNs.
         https://docs.aws.amazon.com/sns/latest/dg/subscribe-sqs-queue-to-sns-topic.html (the queue policy step)
         https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html#eb-sqs-permissions
@@ -110,6 +112,9 @@ class WorkerQueues(Construct):
                 conditions={"ArnEquals": {"aws:SourceArn": source_arn}},
             )
         )
+        # The CDK creates the queue's policy on the first statement (a child QueuePolicy; Python has no ``.policy``).
+        (policy,) = [c for c in self.queue.node.children if isinstance(c, sqs.QueuePolicy)]
+        return cast(CfnResource, policy.node.default_child)
 
     def restrict_senders(self, producers: Sequence[str], *, consumer: iam.IRole, sources: Sequence[str] = ()) -> None:
         """Only ``producers`` (IAM role/user ARNs) and ``consumer`` may send to the source queue; only ``consumer``

@@ -4,7 +4,11 @@
 is a topic or a rule::
 
     {"topic_arn": "arn:aws:sns:eu-west-1:123456789012:orders", "filter_policy": {"kind": ["order"]}}
-    {"event_pattern": {"source": ["orders.api"]}, "event_bus": "orders"}
+    {"name": "placed", "event_pattern": {"source": ["orders.api"]}, "event_bus": "orders"}
+
+A source's identity is what it names, never its place in the list: a topic's resources derive from its ARN, a rule's
+from its required ``name`` (its EventBridge rule is ``<worker's name prefix>-<name>``), so reordering or removing a
+source leaves every other one's logical ids, rule name and policy statement as they were.
 
 :func:`parse_sources` checks what needs nothing but the setting itself (shapes, the filter policy SNS would reject);
 :func:`check_sources` what needs the stack and the handler's contract too (region, account, FIFO), at synth. Every
@@ -23,7 +27,7 @@ from consumer.contract import ContractError
 
 #: Keys of a topic source and of a rule source.
 TOPIC_KEYS = ("topic_arn", "raw_message_delivery", "filter_policy", "filter_policy_scope")
-RULE_KEYS = ("event_pattern", "event_bus", "message_group_id")
+RULE_KEYS = ("name", "event_pattern", "event_bus", "message_group_id")
 #: At most this many sources per worker. Each adds one statement with one condition to the queue's policy, and SQS
 #: takes at most 20 statements and 10 conditions in a policy
 #: (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-policies.html). Counting each
@@ -49,6 +53,16 @@ _BUS_ARN = re.compile(
 EVENT_BUS_RULE = (
     '"default", an event bus name (letters, digits and . - _ /, at most 256) or an event bus ARN,'
     " arn:aws:events:<region>:<12-digit account>:event-bus/<name>"
+)
+#: A rule's name: lowercase letters, digits and '-'. Its EventBridge rule is named ``<name prefix>-<name>``, at most 64
+#: characters (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html); the shortest prefix,
+#: ``SqsWorker-<env>``, takes 11, so no name above 52 can fit (the exact prefix is checked in :func:`check_sources`).
+MAX_RULE_NAME_CHARS = 64
+MAX_SOURCE_NAME_CHARS = MAX_RULE_NAME_CHARS - len("SqsWorker-x-")
+_SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+SOURCE_NAME_RULE = (
+    f"must be 1 to {MAX_SOURCE_NAME_CHARS} lowercase letters, digits and '-' (not first), naming the rule within the"
+    " worker"
 )
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html (MessageGroupId):
 # 1-128 of a-z A-Z 0-9 and !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~
@@ -82,7 +96,6 @@ class TopicSource:
     """An SNS topic subscribed to the worker's queue."""
 
     path: str
-    index: int
     topic_arn: str
     #: Raw delivery (the default) keeps the publisher's message attributes as SQS message attributes; without it
     #: the queue receives SNS's JSON envelope, which the consumer unwraps (consumer/sources.py).
@@ -102,13 +115,23 @@ class TopicSource:
     def fifo(self) -> bool:
         return self.topic_arn.endswith(".fifo")
 
+    @property
+    def name(self) -> str:
+        return self.topic_arn.split(":")[5]
+
+    @property
+    def located(self) -> tuple[str, str, str] | None:
+        """(setting path, region, value) of what places this source in a region: its topic ARN."""
+        return f"{self.path}.topic_arn", self.region, self.topic_arn
+
 
 @dataclass(frozen=True, kw_only=True)
 class RuleSource:
     """An EventBridge rule, created by the stack on ``event_bus``, targeting the worker's queue."""
 
     path: str
-    index: int
+    #: Unique per worker: the rule's name (``<name prefix>-<name>``), construct id and policy statement derive from it.
+    name: str
     event_pattern: Mapping[str, Any] = field(default_factory=dict)
     #: "default", a bus name, or a bus ARN.
     event_bus: str = DEFAULT_BUS
@@ -124,10 +147,16 @@ class RuleSource:
         arn = self.bus_arn
         return arn["name"] if arn else self.event_bus
 
+    @property
+    def located(self) -> tuple[str, str, str] | None:
+        """(setting path, region, value) where the bus is an ARN; a bus by name is in the stack's own region."""
+        arn = self.bus_arn
+        return (f"{self.path}.event_bus", arn["region"], self.event_bus) if arn else None
+
     def group_id(self) -> str:
         """The message group every event of this rule is sent with to a FIFO queue: one group per rule keeps them
         in the order EventBridge delivers them and runs them one at a time (FIFO's promise for a group)."""
-        return self.message_group_id or f"eventbridge-source-{self.index}"
+        return self.message_group_id or f"eventbridge-{self.name}"
 
 
 Source = TopicSource | RuleSource
@@ -143,17 +172,30 @@ def parse_sources(path: str, raw: object) -> tuple[Source, ...]:
         raise SourceError(
             path, f"must list at most {MAX_SOURCES} sources (one queue policy condition each; SQS takes 10)", len(raw)
         )
-    sources = tuple(_source(f"{path}[{index}]", index, entry) for index, entry in enumerate(raw))
-    topics = [s.topic_arn for s in sources if isinstance(s, TopicSource)]
-    repeated = sorted({arn for arn in topics if topics.count(arn) > 1})
-    if repeated:
-        raise SourceError(
-            path, "must name each topic once (SNS keeps one subscription per topic and queue)", repeated[0]
-        )
+    sources = tuple(_source(f"{path}[{index}]", entry) for index, entry in enumerate(raw))
+    seen: dict[str, str] = {}
+    for source in sources:
+        if isinstance(source, TopicSource):
+            key, where, rule = (
+                f"topic {source.topic_arn}",
+                f"{source.path}.topic_arn",
+                "must name each topic once (SNS keeps one subscription per topic and queue)",
+            )
+            value = source.topic_arn
+        else:
+            key, where, rule = (
+                f"rule {source.name}",
+                f"{source.path}.name",
+                "must name each rule once in the worker (the rule's name and resources derive from it)",
+            )
+            value = source.name
+        if key in seen:
+            raise SourceError(where, f"{rule}; {seen[key]} names it already", value)
+        seen[key] = source.path
     return sources
 
 
-def _source(path: str, index: int, raw: object) -> Source:
+def _source(path: str, raw: object) -> Source:
     if not isinstance(raw, Mapping) or ("topic_arn" in raw) == ("event_pattern" in raw):
         raise SourceError(path, 'must be an object with either "topic_arn" (SNS) or "event_pattern" (EventBridge)', raw)
     keys = TOPIC_KEYS if "topic_arn" in raw else RULE_KEYS
@@ -163,11 +205,11 @@ def _source(path: str, index: int, raw: object) -> Source:
             f"{path}.{unknown[0]}", f"is not a setting of this source (known: {', '.join(keys)})", raw[unknown[0]]
         )
     if "topic_arn" in raw:
-        return _topic(path, index, raw)
-    return _rule(path, index, raw)
+        return _topic(path, raw)
+    return _rule(path, raw)
 
 
-def _topic(path: str, index: int, raw: Mapping[str, Any]) -> TopicSource:
+def _topic(path: str, raw: Mapping[str, Any]) -> TopicSource:
     arn = raw["topic_arn"]
     if not isinstance(arn, str) or not _TOPIC_ARN.match(arn):
         raise SourceError(f"{path}.topic_arn", TOPIC_ARN_RULE, arn)
@@ -184,7 +226,6 @@ def _topic(path: str, index: int, raw: Mapping[str, Any]) -> TopicSource:
         check_filter_policy(f"{path}.filter_policy", policy, scope)
     return TopicSource(
         path=path,
-        index=index,
         topic_arn=arn,
         raw_message_delivery=raw_delivery,
         filter_policy=policy,
@@ -192,7 +233,10 @@ def _topic(path: str, index: int, raw: Mapping[str, Any]) -> TopicSource:
     )
 
 
-def _rule(path: str, index: int, raw: Mapping[str, Any]) -> RuleSource:
+def _rule(path: str, raw: Mapping[str, Any]) -> RuleSource:
+    name = raw.get("name")
+    if not isinstance(name, str) or len(name) > MAX_SOURCE_NAME_CHARS or not _SOURCE_NAME.match(name):
+        raise SourceError(f"{path}.name", SOURCE_NAME_RULE, name)
     pattern = raw["event_pattern"]
     # A light check, said as such in docs/configuration.md: EventBridge validates the pattern's grammar at deploy
     # (CreateRule's InvalidEventPatternException); synth refuses only what can never be a pattern.
@@ -208,7 +252,7 @@ def _rule(path: str, index: int, raw: Mapping[str, Any]) -> RuleSource:
         raise SourceError(
             f"{path}.message_group_id", "must be 1 to 128 letters, digits or punctuation (SQS's MessageGroupId)", group
         )
-    return RuleSource(path=path, index=index, event_pattern=dict(pattern), event_bus=bus, message_group_id=group)
+    return RuleSource(path=path, name=name, event_pattern=dict(pattern), event_bus=bus, message_group_id=group)
 
 
 def check_sources(
@@ -218,11 +262,16 @@ def check_sources(
     account: str | None,
     fifo: bool,
     content_based_deduplication: bool,
+    name_prefix: str | None = None,
+    earlier: Sequence[Source] = (),
 ) -> None:
     """Refuse what the stack's environment and the worker's queue make impossible.
 
     ``region`` / ``account``: the stack's, or None where it is env-agnostic (a token): the region is then checked at
     deploy by the CloudFormation rule :class:`infra.sources.WorkerSources` adds, and the account not at all.
+    ``name_prefix``: what the worker's rule names start with (``<name_prefix>-<name>``, at most 64 characters).
+    ``earlier``: the sources of the stack's other workers, built before this one: every source of a stack must be
+    in one region, whether or not the stack names its region.
     """
     for source in sources:
         if isinstance(source, TopicSource):
@@ -243,6 +292,13 @@ def check_sources(
                 )
                 raise SourceError(f"{source.path}.topic_arn", rule, source.topic_arn)
             continue
+        if name_prefix is not None and len(f"{name_prefix}-{source.name}") > MAX_RULE_NAME_CHARS:
+            raise SourceError(
+                f"{source.path}.name",
+                f"must leave the rule name {name_prefix}-<name> at most {MAX_RULE_NAME_CHARS} characters (EventBridge's"
+                " limit)",
+                source.name,
+            )
         arn = source.bus_arn
         if arn is not None and region is not None and arn["region"] != region:
             raise SourceError(
@@ -270,6 +326,30 @@ def check_sources(
                 "is for a FIFO queue only (the handler's contract is not fifo)",
                 source.message_group_id,
             )
+    check_one_region([*earlier, *sources])
+
+
+def check_one_region(sources: Sequence[Source]) -> str | None:
+    """The one region ``sources`` name (topic and bus ARNs), or None where none names one; refuse a second region.
+
+    Checked whatever the stack's region: an env-agnostic stack would otherwise get two CloudFormation assertions
+    that can never both hold, and fail at deploy rather than at synth.
+    """
+    first: tuple[str, str, str] | None = None
+    for source in sources:
+        located = source.located
+        if located is None:
+            continue
+        if first is None:
+            first = located
+        elif located[1] != first[1]:
+            raise SourceError(
+                located[0],
+                f"every source of a stack must be in one region: the stack deploys to one ({first[0]} is in"
+                f" {first[1]})",
+                located[2],
+            )
+    return first[1] if first else None
 
 
 def check_filter_policy(path: str, policy: object, scope: str = "MessageAttributes") -> None:

@@ -1,48 +1,66 @@
 """A worker's sources: SNS subscriptions and EventBridge rules feeding its queue, each admitted by the queue's policy.
 
-Each source is one resource under ``<worker>/Sources/Source<index>`` (a deterministic logical id per worker and
-source index): an ``AWS::SNS::Subscription`` of the queue to the declared topic, or an ``AWS::Events::Rule`` the
-stack creates, on the default or a named bus, targeting the queue. The queue's policy gets one Allow per source,
-exactly ``sqs:SendMessage`` for the source's service principal with ``aws:SourceArn`` equal to the topic or the
-rule (:meth:`infra.queues.WorkerQueues.admit_source`). L1 resources are used on purpose: the CDK's
-``SqsSubscription`` and ``targets.SqsQueue`` add an Allow of their own to the queue's policy (an SqsSubscription
-also a dependency on it), so the policy would hold each source twice, one of them the CDK's to keep in step.
+Each source is one resource under ``<worker>/Sources/``: ``Topic<name><hash of the topic ARN>``, an
+``AWS::SNS::Subscription`` of the queue to the declared topic, or ``Rule<name><hash of the name>``, an
+``AWS::Events::Rule`` named ``<name prefix>-<name>`` the stack creates on the default or a named bus, targeting the
+queue. Ids derive from what a source names, never from its place in the list: removing or reordering sources
+neither replaces another source's subscription (a replacement's delete of the old logical resource can unsubscribe
+the live subscription of the same topic and queue) nor renames a rule. The queue's policy gets one Allow per
+source, ``Allow<construct id>``, exactly ``sqs:SendMessage`` for the source's service principal with
+``aws:SourceArn`` equal to the topic or the rule (:meth:`infra.queues.WorkerQueues.admit_source`).
+
+Order on deploy: each subscription and rule depends on the queue's policy (``DependsOn``), so SNS and EventBridge
+deliver only once the Allow exists. A delivery refused with 403 is a client-side error to both, dropped without
+retry. The rule's ARN in the policy is therefore built from its known name (not ``Fn::GetAtt``, which would order
+the rule before the policy). L1 resources are used on purpose: the CDK's ``SqsSubscription`` and
+``targets.SqsQueue`` add an Allow of their own to the queue's policy, so the policy would hold each source twice,
+one of them the CDK's to keep in step.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 
-from aws_cdk import Aws, CfnRule, CfnRuleAssertion, Fn, Stack, Token
+from aws_cdk import ArnFormat, Aws, CfnResource, CfnRule, CfnRuleAssertion, Fn, Stack, Token
 from aws_cdk import aws_events as events
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract
 from infra.queues import WorkerQueues
-from infra.source_settings import RuleSource, Source, SourceError, TopicSource, check_sources
+from infra.source_settings import RuleSource, Source, SourceError, TopicSource, check_one_region, check_sources
 from infra.worker_settings import SettingsError
 
 SNS_PRINCIPAL = "sns.amazonaws.com"
 EVENTS_PRINCIPAL = "events.amazonaws.com"
 #: The id of the queue in each rule's targets (one target per rule).
 RULE_TARGET_ID = "Queue"
-#: EventBridge rule names are at most 64 characters
-#: (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html).
-MAX_RULE_NAME_CHARS = 64
+#: The readable part of a source's construct id (CloudFormation logical ids are alphanumeric, at most 255).
+_ID_NAME_CHARS = 32
+
+
+def source_id(source: Source) -> str:
+    """The source's construct id: its kind, its name's letters and digits, and a hash of what identifies it (the
+    topic ARN, unique per worker; the rule's name, unique per worker), never its index in the list."""
+    kind, key = ("Topic", source.topic_arn) if isinstance(source, TopicSource) else ("Rule", source.name)
+    readable = re.sub(r"[^A-Za-z0-9]", "", source.name)[:_ID_NAME_CHARS]
+    return f"{kind}{readable}{hashlib.sha256(key.encode()).hexdigest()[:8].upper()}"
 
 
 class WorkerSources(Construct):
     """The subscriptions and rules of ``sources``, and the queue policy statements admitting exactly them.
 
-    Attributes: ``source_arns`` (each source's ``aws:SourceArn``: the topic ARN or the created rule's ARN, in the
-    order of ``sources``), ``envelope_topics`` (the topics delivering SNS's JSON envelope: raw delivery off) and
+    Attributes: ``source_arns`` (each source's ``aws:SourceArn``: the topic ARN or the created rule's ARN built from
+    its name, in the order of ``sources``), ``envelope_topics`` (the topics delivering SNS's JSON envelope: raw delivery off) and
     ``has_rules`` (an EventBridge rule targets the queue): what the consumer's environment is told
     (consumer/sources.py).
 
     Checked at synth (:func:`infra.source_settings.check_sources`): a topic or bus ARN in another region than the
-    stack's, a bus in another account, a FIFO mismatch. Where the stack is env-agnostic (its region a token), a
-    CloudFormation rule makes the deploy fail before any change in a region other than the sources'.
+    stack's or than another source of the stack (this worker's or an earlier one's), a bus in another account, a
+    FIFO mismatch, a rule name too long. Where the stack is env-agnostic (its region a token), a CloudFormation rule
+    makes the deploy fail before any change in a region other than the sources', naming the setting.
     """
 
     def __init__(
@@ -59,6 +77,11 @@ class WorkerSources(Construct):
         stack = Stack.of(self)
         region = None if Token.is_unresolved(stack.region) else stack.region
         account = None if Token.is_unresolved(stack.account) else stack.account
+        #: The sources this construct was built from (the next worker's check reads them: one region per stack).
+        self.sources = tuple(sources)
+        earlier = [
+            s for c in stack.node.find_all() if isinstance(c, WorkerSources) and c is not self for s in c.sources
+        ]
         try:
             check_sources(
                 sources,
@@ -66,6 +89,8 @@ class WorkerSources(Construct):
                 account=account,
                 fifo=contract.fifo,
                 content_based_deduplication=contract.content_based_deduplication,
+                name_prefix=name_prefix,
+                earlier=earlier,
             )
         except SourceError as error:
             raise SettingsError(error.parameter, error.rule, error.value) from None
@@ -74,23 +99,29 @@ class WorkerSources(Construct):
         self.has_rules = False
         queue_arn = queues.queue.queue_arn
         for source in sources:
+            construct_id = source_id(source)
             if isinstance(source, TopicSource):
-                arn = self._subscribe(source, queue_arn)
-                queues.admit_source(f"AllowTopic{source.index}", SNS_PRINCIPAL, arn)
+                policy = queues.admit_source(f"Allow{construct_id}", SNS_PRINCIPAL, source.topic_arn)
+                resource: CfnResource = self._subscribe(construct_id, source, queue_arn)
+                self.source_arns.append(source.topic_arn)
             else:
-                arn = self._rule(source, queue_arn, contract, name_prefix)
-                queues.admit_source(f"AllowRule{source.index}", EVENTS_PRINCIPAL, arn)
+                rule_name = f"{name_prefix}-{source.name}"
+                arn = self._rule_arn(source, rule_name)
+                policy = queues.admit_source(f"Allow{construct_id}", EVENTS_PRINCIPAL, arn)
+                resource = self._rule(construct_id, source, rule_name, queue_arn, contract)
+                self.source_arns.append(arn)
                 self.has_rules = True
-            self.source_arns.append(arn)
+            # Delivered only once the queue admits it: a 403 is a client-side error SNS and EventBridge drop.
+            resource.add_dependency(policy)
         if region is None:
             self._assert_region(sources)
 
-    def _subscribe(self, source: TopicSource, queue_arn: str) -> str:
+    def _subscribe(self, construct_id: str, source: TopicSource, queue_arn: str) -> CfnResource:
         policy = source.filter_policy
         filtered = policy is not None
-        sns.CfnSubscription(
+        subscription = sns.CfnSubscription(
             self,
-            f"Source{source.index}",
+            construct_id,
             protocol="sqs",
             topic_arn=source.topic_arn,
             endpoint=queue_arn,
@@ -100,12 +131,26 @@ class WorkerSources(Construct):
         )
         if not source.raw_message_delivery:
             self.envelope_topics.append(source.topic_arn)
-        return source.topic_arn
+        return subscription
 
-    def _rule(self, source: RuleSource, queue_arn: str, contract: WorkerContract, name_prefix: str) -> str:
-        name = f"{name_prefix}-source-{source.index}"
-        if len(name) > MAX_RULE_NAME_CHARS:  # the worker and environment names' limits keep it within 64
-            raise ValueError(f'"name_prefix" must leave an EventBridge rule name of at most 64 characters: {name!r}')
+    def _rule_arn(self, source: RuleSource, rule_name: str) -> str:
+        """The rule's ARN from its name, known before the rule exists: ``rule/<name>`` on the default bus,
+        ``rule/<bus name>/<name>`` on another (the rule resource type of
+        https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazoneventbridge.html), in the bus
+        ARN's partition, region and account where the bus is given by ARN, else the stack's."""
+        arn = source.bus_arn
+        bus = source.bus_name
+        return Stack.of(self).format_arn(
+            service="events",
+            resource="rule",
+            resource_name=rule_name if bus == "default" else f"{bus}/{rule_name}",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            **({"partition": arn["partition"], "region": arn["region"], "account": arn["account"]} if arn else {}),
+        )
+
+    def _rule(
+        self, construct_id: str, source: RuleSource, rule_name: str, queue_arn: str, contract: WorkerContract
+    ) -> CfnResource:
         target = events.CfnRule.TargetProperty(
             id=RULE_TARGET_ID,
             arn=queue_arn,
@@ -113,34 +158,30 @@ class WorkerSources(Construct):
             if contract.fifo
             else None,
         )
-        rule = events.CfnRule(
+        return events.CfnRule(
             self,
-            f"Source{source.index}",
-            name=name,
+            construct_id,
+            name=rule_name,
             description=f"{source.path}: events for the queue",
             event_bus_name=None if source.event_bus == "default" else source.event_bus,
             event_pattern=dict(source.event_pattern),
             state="ENABLED",
             targets=[target],
         )
-        return rule.attr_arn
 
     def _assert_region(self, sources: Sequence[Source]) -> None:
         """An env-agnostic stack's region is known at deploy only: a template rule refuses another region then."""
-        regions = sorted(
-            {s.region for s in sources if isinstance(s, TopicSource)}
-            | {arn["region"] for s in sources if isinstance(s, RuleSource) and (arn := s.bus_arn) is not None}
-        )
-        if not regions:
+        region = check_one_region(sources)  # one region at most: check_sources refused a second
+        if region is None:
             return
+        where, _, value = next(located for s in sources if (located := s.located) is not None)
         CfnRule(
             self,
             "Region",
             assertions=[
                 CfnRuleAssertion(
                     assert_=Fn.condition_equals(Aws.REGION, region),
-                    assert_description=f"The worker's sources are in {region}: deploy this stack to {region}",
+                    assert_description=f"{where} is in {region} ({value}): deploy this stack to {region}",
                 )
-                for region in regions
             ],
         )

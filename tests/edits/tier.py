@@ -135,7 +135,7 @@ def feed_from_sources(environments: Environments) -> Environments:
             "raw_message_delivery": False,
             "filter_policy": {"kind": ["order"]},
         },
-        {"event_pattern": {"source": ["com.example.orders"]}},
+        {"name": "orders", "event_pattern": {"source": ["com.example.orders"]}},
     ]
     return environments
 

@@ -41,8 +41,8 @@ PRODUCER_ARN = f"arn:aws:iam::{FAKE_ACCOUNT}:role/{PRODUCER}"
 SOURCES: list[dict[str, Any]] = [
     {"topic_arn": TOPIC, "filter_policy": {"kind": ["order"]}},
     {"topic_arn": PARTNER_TOPIC, "raw_message_delivery": False},
-    {"event_pattern": {"source": ["orders.api"]}},
-    {"event_pattern": {"source": ["billing"]}, "event_bus": "billing"},
+    {"name": "placed", "event_pattern": {"source": ["orders.api"]}},
+    {"name": "billing", "event_pattern": {"source": ["billing"]}, "event_bus": "billing"},
 ]
 #: Sources alone (IAM decides for principals), sources beside producers, and two workers of which one has sources.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -51,7 +51,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fedteams": {
         "workers": {
             "plain": {"handler": HANDLER},
-            "orders": {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}, {"event_pattern": {"source": ["x"]}}]},
+            "orders": {
+                "handler": HANDLER,
+                "sources": [{"topic_arn": TOPIC}, {"name": "placed", "event_pattern": {"source": ["x"]}}],
+            },
         }
     },
 }

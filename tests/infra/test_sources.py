@@ -23,6 +23,9 @@ PRODUCER = f"arn:aws:iam::{FAKE_ACCOUNT}:role/orders-api"
 TOPIC = f"arn:aws:sns:{FAKE_REGION}:{FAKE_ACCOUNT}:orders"
 PARTNER_TOPIC = f"arn:aws:sns:{FAKE_REGION}:444455556666:partner-orders"
 FIFO_TOPIC = f"arn:aws:sns:{FAKE_REGION}:{FAKE_ACCOUNT}:orders.fifo"
+#: A topic and a bus of another region than every other source's.
+US_TOPIC = f"arn:aws:sns:us-east-1:{FAKE_ACCOUNT}:orders"
+US_BUS = f"arn:aws:events:us-east-1:{FAKE_ACCOUNT}:event-bus/orders"
 FILTER = {"kind": ["order", "refund"], "amount": [{"numeric": [">", 0]}]}
 PATTERN = {"source": ["orders.api"], "detail-type": ["OrderPlaced"]}
 #: Sources of each kind: a filtered raw topic, a topic delivering the envelope, a rule on the default bus and one
@@ -30,21 +33,26 @@ PATTERN = {"source": ["orders.api"], "detail-type": ["OrderPlaced"]}
 SOURCES: list[dict[str, Any]] = [
     {"topic_arn": TOPIC, "filter_policy": FILTER},
     {"topic_arn": PARTNER_TOPIC, "raw_message_delivery": False},
-    {"event_pattern": PATTERN},
-    {"event_pattern": {"source": ["billing"]}, "event_bus": "billing"},
+    {"name": "placed", "event_pattern": PATTERN},
+    {"name": "billing", "event_pattern": {"source": ["billing"]}, "event_bus": "billing"},
 ]
-#: Variants: sources alone, sources beside producers, a FIFO worker, and two workers of which one has sources.
+#: Variants: sources alone, the same sources reordered, sources beside producers, a FIFO worker, and two workers of
+#: which one has sources.
 VARIANTS: dict[str, dict[str, Any]] = {
     "fed": {"handler": HANDLER, "sources": SOURCES},
+    "fedreordered": {"handler": HANDLER, "sources": [SOURCES[3], SOURCES[1], SOURCES[0]]},
     "fedsenders": {"handler": HANDLER, "sources": SOURCES, "producers": [PRODUCER]},
     "fedfifo": {
         "handler": "tests.infra.handlers:ordered",
-        "sources": [{"topic_arn": FIFO_TOPIC}, {"event_pattern": PATTERN}],
+        "sources": [{"topic_arn": FIFO_TOPIC}, {"name": "placed", "event_pattern": PATTERN}],
     },
     "fedteams": {
         "workers": {
             "plain": {"handler": HANDLER},
-            "orders": {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}, {"event_pattern": PATTERN}]},
+            "orders": {
+                "handler": HANDLER,
+                "sources": [{"topic_arn": TOPIC}, {"name": "placed", "event_pattern": PATTERN}],
+            },
         }
     },
 }
@@ -96,12 +104,12 @@ def test_each_topic_is_subscribed_with_raw_delivery_by_default_and_its_filter(fe
 
 
 def test_each_rule_targets_the_queue_on_its_bus_with_its_pattern(fed: dict[str, Synthesized]) -> None:
-    """One rule per EventBridge source, named per worker and index, on the default or the named bus."""
+    """One rule per EventBridge source, named per worker and its name, on the default or the named bus."""
     env = fed["fed"]
     rules = {r["Properties"]["Name"]: r["Properties"] for r in env.resources("AWS::Events::Rule").values()}
     queue = {"Fn::GetAtt": [env.logical_id(env.stack.queues.queue), "Arn"]}
-    assert sorted(rules) == ["SqsWorker-fed-source-2", "SqsWorker-fed-source-3"]
-    default, named = rules["SqsWorker-fed-source-2"], rules["SqsWorker-fed-source-3"]
+    assert sorted(rules) == ["SqsWorker-fed-billing", "SqsWorker-fed-placed"]
+    default, named = rules["SqsWorker-fed-placed"], rules["SqsWorker-fed-billing"]
     assert default["EventPattern"] == PATTERN and "EventBusName" not in default
     assert named["EventBusName"] == "billing"
     for rule in (default, named):
@@ -109,22 +117,72 @@ def test_each_rule_targets_the_queue_on_its_bus_with_its_pattern(fed: dict[str, 
         assert rule["Targets"] == [{"Arn": queue, "Id": "Queue"}]
 
 
-def test_logical_ids_are_per_worker_and_source_index(fed: dict[str, Synthesized]) -> None:
-    """The first worker keeps its ids' form (Sources/Source<i>); another worker's start with its name."""
-    first = {k for k in fed["fed"].json["Resources"] if k.startswith("SourcesSource")}
-    assert sorted(k[: len("SourcesSource0")] for k in first) == [f"SourcesSource{i}" for i in range(4)]
+def source_ids(env: Synthesized) -> dict[str, str]:
+    """Each source resource's logical id, keyed by what it names: the topic ARN, or the rule's name unprefixed."""
+    prefix = f"{env.stack.stack_name}-"
+    ids = {r["Properties"]["TopicArn"]: k for k, r in env.resources("AWS::SNS::Subscription").items()}
+    return ids | {
+        r["Properties"]["Name"].removeprefix(prefix): k for k, r in env.resources("AWS::Events::Rule").items()
+    }
+
+
+def test_logical_ids_derive_from_the_topic_or_the_rule_name(fed: dict[str, Synthesized]) -> None:
+    """The first worker's ids are Sources/Topic<name><hash> and Sources/Rule<name><hash>; another worker's start with
+    its name."""
+    assert {k: v[: -len("0123ABCD") * 2] for k, v in source_ids(fed["fed"]).items()} == {
+        TOPIC: "SourcesTopicorders",
+        PARTNER_TOPIC: "SourcesTopicpartnerorders",
+        "placed": "SourcesRuleplaced",
+        "billing": "SourcesRulebilling",
+    }
     teams = fed["fedteams"].json["Resources"]
-    assert sorted(k[: len("ordersSourcesSource0")] for k in teams if "SourcesSource" in k) == [
-        "ordersSourcesSource0",
-        "ordersSourcesSource1",
+    assert sorted(k[: -len("0123ABCD") * 2] for k in teams if k.startswith("ordersSources")) == [
+        "ordersSourcesRuleplaced",
+        "ordersSourcesTopicorders",
     ]
+
+
+def test_reordering_or_removing_sources_keeps_every_id_name_and_statement(fed: dict[str, Synthesized]) -> None:
+    """The same sources reordered, one removed: every remaining subscription and rule keeps its logical id, every
+    rule its name, every Allow its sid and condition (CloudFormation replaces nothing, renames no rule)."""
+    before, after = fed["fed"], fed["fedreordered"]
+    kept = source_ids(after)
+    assert sorted(kept) == sorted([TOPIC, PARTNER_TOPIC, "billing"])
+    assert kept == {k: v for k, v in source_ids(before).items() if k in kept}
+
+    def allows(env: Synthesized) -> dict[str, str]:
+        text = json.dumps([s for s in queue_policy(env) if s["Effect"] == "Allow"])
+        return {s["Sid"]: json.dumps(s["Condition"]).replace(env.stack.stack_name, "<stack>") for s in json.loads(text)}
+
+    assert allows(after) == {sid: c for sid, c in allows(before).items() if sid in allows(after)}
+    assert len(allows(after)) == 3
+
+
+def test_subscriptions_and_rules_are_created_after_the_policy_admitting_them(fed: dict[str, Synthesized]) -> None:
+    """Each subscription and rule DependsOn the queue's policy: SNS and EventBridge drop a delivery refused with 403,
+    so none may be delivered before its Allow exists. The policy names each rule by its ARN built from the rule's
+    name, never Fn::GetAtt (which would order the rule before the policy)."""
+    for label in ("fed", "fedsenders", "fedfifo"):
+        env = fed[label]
+        queue_id = env.logical_id(env.stack.queues.queue)
+        (policy_id,) = [
+            k
+            for k, p in env.resources("AWS::SQS::QueuePolicy").items()
+            if {"Ref": queue_id} in p["Properties"]["Queues"]
+        ]
+        sources = env.resources("AWS::SNS::Subscription") | env.resources("AWS::Events::Rule")
+        assert sources
+        for logical_id, resource in sources.items():
+            assert policy_id in resource.get("DependsOn", []), f"{label}: {logical_id} must depend on {policy_id}"
+        policy = json.dumps(env.json["Resources"][policy_id])
+        assert not [k for k in env.resources("AWS::Events::Rule") if k in policy], f"{label}: the policy names a rule"
 
 
 def test_queue_policy_holds_exactly_one_allow_per_source(fed: dict[str, Synthesized]) -> None:
     """Each source: one Allow of sqs:SendMessage to its service principal, aws:SourceArn exactly the topic or rule;
     nothing broader, no duplicate (the CDK's own subscription and target helpers are not used)."""
     env = fed["fed"]
-    rules = {r["Properties"]["Name"]: k for k, r in env.resources("AWS::Events::Rule").items()}
+    ids = source_ids(env)
     allows = [s for s in queue_policy(env) if s["Effect"] == "Allow"]
     assert allows == [
         {
@@ -136,12 +194,26 @@ def test_queue_policy_holds_exactly_one_allow_per_source(fed: dict[str, Synthesi
             "Condition": {"ArnEquals": {"aws:SourceArn": source}},
         }
         for sid, service, source in (
-            ("AllowTopic0", "sns.amazonaws.com", TOPIC),
-            ("AllowTopic1", "sns.amazonaws.com", PARTNER_TOPIC),
-            ("AllowRule2", "events.amazonaws.com", {"Fn::GetAtt": [rules["SqsWorker-fed-source-2"], "Arn"]}),
-            ("AllowRule3", "events.amazonaws.com", {"Fn::GetAtt": [rules["SqsWorker-fed-source-3"], "Arn"]}),
+            (f"Allow{ids[TOPIC][len('Sources') : -8]}", "sns.amazonaws.com", TOPIC),
+            (f"Allow{ids[PARTNER_TOPIC][len('Sources') : -8]}", "sns.amazonaws.com", PARTNER_TOPIC),
+            (
+                f"Allow{ids['placed'][len('Sources') : -8]}",
+                "events.amazonaws.com",
+                rule_arn("rule/SqsWorker-fed-placed"),
+            ),
+            (
+                f"Allow{ids['billing'][len('Sources') : -8]}",
+                "events.amazonaws.com",
+                rule_arn("rule/billing/SqsWorker-fed-billing"),
+            ),
         )
     ]
+
+
+def rule_arn(resource: str) -> dict[str, Any]:
+    """A rule's ARN in an env-agnostic stack's template, as the CDK's format_arn joins it."""
+    pseudo = [{"Ref": "AWS::Partition"}, ":events:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}]
+    return {"Fn::Join": ["", ["arn:", *pseudo, f":{resource}"]]}
 
 
 def test_deny_of_other_senders_leaves_out_the_declared_sources(fed: dict[str, Synthesized]) -> None:
@@ -150,9 +222,12 @@ def test_deny_of_other_senders_leaves_out_the_declared_sources(fed: dict[str, Sy
     (deny,) = [s for s in queue_policy(env) if s.get("Sid") == "DenyOtherSenders"]
     condition = deny["Condition"]["ArnNotEquals"]
     assert condition["aws:PrincipalArn"][0] == PRODUCER
-    rules = sorted(env.resources("AWS::Events::Rule"))
-    assert condition["aws:SourceArn"][:2] == [TOPIC, PARTNER_TOPIC]
-    assert sorted(arn["Fn::GetAtt"][0] for arn in condition["aws:SourceArn"][2:]) == rules
+    assert condition["aws:SourceArn"] == [
+        TOPIC,
+        PARTNER_TOPIC,
+        rule_arn("rule/SqsWorker-fedsenders-placed"),
+        rule_arn("rule/billing/SqsWorker-fedsenders-billing"),
+    ]
 
 
 def test_consumer_is_told_which_topics_send_envelopes_and_that_rules_send_events(fed: dict[str, Synthesized]) -> None:
@@ -170,16 +245,20 @@ def test_fifo_rule_sends_with_its_message_group(fed: dict[str, Synthesized]) -> 
     """EventBridge needs a message group for a FIFO queue: one per rule, so its events keep their order."""
     (rule,) = fed["fedfifo"].resources("AWS::Events::Rule").values()
     (target,) = rule["Properties"]["Targets"]
-    assert target["SqsParameters"] == {"MessageGroupId": "eventbridge-source-1"}
+    assert target["SqsParameters"] == {"MessageGroupId": "eventbridge-placed"}
     (subscription,) = fed["fedfifo"].resources("AWS::SNS::Subscription").values()
     assert subscription["Properties"]["TopicArn"] == FIFO_TOPIC
 
 
 def test_env_agnostic_stack_asserts_the_sources_region_at_deploy(fed: dict[str, Synthesized]) -> None:
-    """Without a region at synth, the template's Rules refuse a deploy to another region than the topics'."""
+    """Without a region at synth, the template's Rules refuse a deploy to another region than the topics', naming the
+    setting that placed them there."""
     rules = fed["fed"].json["Rules"]
     (assertion,) = [a for name, rule in rules.items() if name.startswith("SourcesRegion") for a in rule["Assertions"]]
     assert assertion["Assert"] == {"Fn::Equals": [{"Ref": "AWS::Region"}, FAKE_REGION]}
+    assert assertion["AssertDescription"] == (
+        f"{CONTEXT_KEY}.fed.sources[0].topic_arn is in {FAKE_REGION} ({TOPIC}): deploy this stack to {FAKE_REGION}"
+    )
 
 
 def test_nag_is_clean_with_sources(fed: dict[str, Synthesized]) -> None:
@@ -191,7 +270,7 @@ def test_nag_is_clean_with_sources(fed: dict[str, Synthesized]) -> None:
 def test_without_sources_every_template_is_byte_identical(tmp_path: Path) -> None:
     """The reference environments (no sources) synthesize exactly as before: nothing of this feature is written."""
     for env in synthesize(tmp_path, reference_context()).values():
-        assert "SourcesSource" not in json.dumps(env.json) and not env.resources("AWS::Events::Rule")
+        assert "SourcesTopic" not in json.dumps(env.json) and not env.resources("AWS::Events::Rule")
         assert not [s for s in env.resources("AWS::SNS::Subscription").values() if s["Properties"]["Protocol"] == "sqs"]
         for worker in env.stack.workers:
             for statement in queue_policy(env, worker):
@@ -216,6 +295,25 @@ def test_without_sources_every_template_is_byte_identical(tmp_path: Path) -> Non
             {"handler": "tests.infra.handlers:ordered", "sources": [{"topic_arn": TOPIC}]},
             f'"{CONTEXT_KEY}.wrong.sources[0].topic_arn" must be a FIFO topic (.fifo) for a FIFO queue',
         ),
+        # No region set: two regions among the sources could never both hold at deploy.
+        (
+            {"sources": [{"topic_arn": TOPIC}, {"name": "us", "event_pattern": PATTERN, "event_bus": US_BUS}]},
+            f'"{CONTEXT_KEY}.wrong.sources[1].event_bus" every source of a stack must be in one region: the stack'
+            f" deploys to one ({CONTEXT_KEY}.wrong.sources[0].topic_arn is in {FAKE_REGION}): {US_BUS!r}",
+        ),
+        (
+            {
+                "workers": {
+                    "a": {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}]},
+                    "b": {"handler": HANDLER, "sources": [{"topic_arn": US_TOPIC}]},
+                }
+            },
+            f'"{CONTEXT_KEY}.wrong.workers.b.sources[0].topic_arn" every source of a stack must be in one region',
+        ),
+        (
+            {"sources": [{"name": "x" * 50, "event_pattern": PATTERN}]},
+            f'"{CONTEXT_KEY}.wrong.sources[0].name" must leave the rule name SqsWorker-wrong-<name> at most 64',
+        ),
     ],
 )
 def test_synth_refuses_a_source_in_another_region_or_a_fifo_mismatch(
@@ -223,7 +321,10 @@ def test_synth_refuses_a_source_in_another_region_or_a_fifo_mismatch(
 ) -> None:
     """Synth stops in one line naming the setting's full path, the rule and the value."""
     with pytest.raises(SettingsError) as raised:
-        synthesize(tmp_path, {CONTEXT_KEY: {"wrong": {"handler": HANDLER, **settings}}})
+        synthesize(
+            tmp_path,
+            {CONTEXT_KEY: {"wrong": {"handler": HANDLER, **settings} if "workers" not in settings else settings}},
+        )
     assert str(raised.value).startswith(message)
     assert "\n" not in str(raised.value)
 

@@ -13,6 +13,7 @@ from infra.source_settings import (
     SourceError,
     TopicSource,
     check_filter_policy,
+    check_one_region,
     check_sources,
     parse_sources,
 )
@@ -32,13 +33,13 @@ def error_for(sources: Any, **worker: Any) -> str:
 
 
 def test_sources_parse_into_topics_and_rules_with_their_defaults() -> None:
-    """A topic delivers raw by default with attribute scope; a rule is on the default bus."""
-    raw = {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}, {"event_pattern": {"source": ["orders"]}}]}
+    """A topic delivers raw by default with attribute scope; a rule is on the default bus, its group its name's."""
+    raw = {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}, {"name": "placed", "event_pattern": {"a": [1]}}]}
     (worker,) = parse_environment("dev", raw).workers
     topic, rule = worker.sources
-    assert topic == TopicSource(path=f"{CONTEXT_KEY}.dev.sources[0]", index=0, topic_arn=TOPIC)
+    assert topic == TopicSource(path=f"{CONTEXT_KEY}.dev.sources[0]", topic_arn=TOPIC)
     assert topic.raw_message_delivery and topic.region == "eu-west-1" and topic.account == "123456789012"
-    assert isinstance(rule, RuleSource) and rule.event_bus == "default" and rule.group_id() == "eventbridge-source-1"
+    assert isinstance(rule, RuleSource) and rule.event_bus == "default" and rule.group_id() == "eventbridge-placed"
     assert parse_environment("dev", {"handler": HANDLER}).workers[0].sources == ()
 
 
@@ -47,8 +48,22 @@ def test_sources_parse_into_topics_and_rules_with_their_defaults() -> None:
     [
         ({"topic_arn": TOPIC}, f'"{PATH}" must be a list of sources'),
         ([], f'"{PATH}" must list at least one source (leave it out for none): []'),
-        ([{"event_pattern": {"source": [str(i)]}} for i in range(8)], f'"{PATH}" must list at most 7 sources'),
-        ([{"topic_arn": TOPIC}, {"topic_arn": TOPIC}], f'"{PATH}" must name each topic once'),
+        ([{"name": str(i), "event_pattern": {"a": [i]}} for i in range(8)], f'"{PATH}" must list at most 7 sources'),
+        (
+            [{"topic_arn": TOPIC}, {"topic_arn": TOPIC}],
+            f'"{PATH}[1].topic_arn" must name each topic once (SNS keeps one subscription per topic and queue);'
+            f" {PATH}[0] names it already: {TOPIC!r}",
+        ),
+        (
+            [{"name": "placed", "event_pattern": {"a": [1]}}, {"name": "placed", "event_pattern": {"b": [1]}}],
+            f'"{PATH}[1].name" must name each rule once in the worker (the rule\'s name and resources derive from it);'
+            f" {PATH}[0] names it already: 'placed'",
+        ),
+        ([{"event_pattern": {"a": [1]}}], f"\"{PATH}[0].name\" must be 1 to 52 lowercase letters, digits and '-'"),
+        ([{"name": "Placed", "event_pattern": {"a": [1]}}], f'"{PATH}[0].name" must be 1 to 52 lowercase'),
+        ([{"name": "-placed", "event_pattern": {"a": [1]}}], f'"{PATH}[0].name" must be 1 to 52 lowercase'),
+        ([{"name": "order_placed", "event_pattern": {"a": [1]}}], f'"{PATH}[0].name" must be 1 to 52 lowercase'),
+        ([{"name": "x" * 53, "event_pattern": {"a": [1]}}], f'"{PATH}[0].name" must be 1 to 52 lowercase'),
         ([{}], f'"{PATH}[0]" must be an object with either "topic_arn" (SNS) or "event_pattern" (EventBridge)'),
         ([{"topic_arn": TOPIC, "event_pattern": {"a": [1]}}], f'"{PATH}[0]" must be an object with either'),
         ([{"topic_arn": TOPIC, "event_bus": "x"}], f'"{PATH}[0].event_bus" is not a setting of this source'),
@@ -68,12 +83,12 @@ def test_sources_parse_into_topics_and_rules_with_their_defaults() -> None:
             [{"topic_arn": TOPIC, "filter_policy_scope": "MessageBody"}],
             f'"{PATH}[0].filter_policy_scope" needs a filter_policy to scope',
         ),
-        ([{"event_pattern": {}}], f'"{PATH}[0].event_pattern" must be a non-empty JSON object'),
-        ([{"event_pattern": "source=orders"}], f'"{PATH}[0].event_pattern" must be a non-empty JSON object'),
-        ([{"event_pattern": {"a": [1]}, "event_bus": "arn:aws:sns:x"}], f'"{PATH}[0].event_bus" must be "default"'),
-        ([{"event_pattern": {"a": [1]}, "event_bus": "bad name"}], f'"{PATH}[0].event_bus" must be "default"'),
+        ([{"name": "r", "event_pattern": {}}], f'"{PATH}[0].event_pattern" must be a non-empty JSON object'),
+        ([{"name": "r", "event_pattern": "source=x"}], f'"{PATH}[0].event_pattern" must be a non-empty JSON object'),
+        ([{"name": "r", "event_pattern": {"a": [1]}, "event_bus": "arn:aws:sns:x"}], f'"{PATH}[0].event_bus" must be'),
+        ([{"name": "r", "event_pattern": {"a": [1]}, "event_bus": "bad name"}], f'"{PATH}[0].event_bus" must be'),
         (
-            [{"event_pattern": {"a": [1]}, "message_group_id": ""}],
+            [{"name": "r", "event_pattern": {"a": [1]}, "message_group_id": ""}],
             f'"{PATH}[0].message_group_id" must be 1 to 128 letters, digits or punctuation',
         ),
     ],
@@ -205,12 +220,43 @@ def test_a_topic_in_another_region_is_refused_another_account_is_not() -> None:
 
 def test_a_bus_in_another_region_or_account_is_refused() -> None:
     bus = "arn:aws:events:us-east-1:123456789012:event-bus/orders"
-    assert refusal(sources({"event_pattern": {"a": [1]}, "event_bus": bus})).startswith(
+    assert refusal(sources({"name": "r", "event_pattern": {"a": [1]}, "event_bus": bus})).startswith(
         '"s[0].event_bus" must be in the environment\'s region eu-west-1'
     )
     other = "arn:aws:events:eu-west-1:444455556666:event-bus/orders"
-    assert refusal(sources({"event_pattern": {"a": [1]}, "event_bus": other})).startswith(
+    assert refusal(sources({"name": "r", "event_pattern": {"a": [1]}, "event_bus": other})).startswith(
         '"s[0].event_bus" must be in the environment\'s account 123456789012'
+    )
+
+
+def test_sources_of_two_regions_are_refused_whatever_the_stacks_region() -> None:
+    """An env-agnostic stack (region None) too: the second region's source is named, with the first's setting."""
+    bus = "arn:aws:events:us-east-1:123456789012:event-bus/orders"
+    two = sources({"topic_arn": TOPIC}, {"name": "r", "event_pattern": {"a": [1]}, "event_bus": bus})
+    assert refusal(two, region=None, account=None) == (
+        '"s[1].event_bus" every source of a stack must be in one region: the stack deploys to one (s[0].topic_arn is'
+        f" in eu-west-1): {bus!r}"
+    )
+    # Another worker's sources, built before: the stack's first region holds for this worker too.
+    other = parse_sources("t", [{"topic_arn": "arn:aws:sns:us-east-1:123456789012:orders"}])
+    assert refusal(sources({"topic_arn": TOPIC}), region=None, account=None, earlier=other).startswith(
+        '"s[0].topic_arn" every source of a stack must be in one region: the stack deploys to one (t[0].topic_arn is'
+        " in us-east-1)"
+    )
+    # A bus by name is in the stack's own region: it names none.
+    assert check_one_region(sources({"topic_arn": TOPIC}, {"name": "r", "event_pattern": {"a": [1]}})) == "eu-west-1"
+    assert check_one_region(sources({"name": "r", "event_pattern": {"a": [1]}, "event_bus": "orders"})) is None
+
+
+def test_a_rule_name_too_long_for_the_worker_prefix_is_refused() -> None:
+    """``<name prefix>-<name>`` is the EventBridge rule's name: at most 64 characters."""
+    long = sources({"name": "x" * 40, "event_pattern": {"a": [1]}})
+    assert refusal(long, name_prefix="SqsWorker-production-orders") == (
+        '"s[0].name" must leave the rule name SqsWorker-production-orders-<name> at most 64 characters'
+        f" (EventBridge's limit): {'x' * 40!r}"
+    )
+    check_sources(
+        long, region=None, account=None, fifo=False, content_based_deduplication=False, name_prefix="SqsWorker-dev"
     )
 
 
@@ -221,14 +267,16 @@ def test_fifo_mismatches_are_refused() -> None:
     assert refusal(sources({"topic_arn": TOPIC}), fifo=True, content_based_deduplication=True).startswith(
         '"s[0].topic_arn" must be a FIFO topic (.fifo) for a FIFO queue'
     )
-    assert refusal(sources({"event_pattern": {"a": [1]}}), fifo=True).startswith(
+    assert refusal(sources({"name": "r", "event_pattern": {"a": [1]}}), fifo=True).startswith(
         '"s[0].event_pattern" needs content_based_deduplication=True on a FIFO worker'
     )
-    assert refusal(sources({"event_pattern": {"a": [1]}, "message_group_id": "g"})).startswith(
+    assert refusal(sources({"name": "r", "event_pattern": {"a": [1]}, "message_group_id": "g"})).startswith(
         '"s[0].message_group_id" is for a FIFO queue only'
     )
     check_sources(
-        sources({"topic_arn": f"{TOPIC}.fifo"}, {"event_pattern": {"a": [1]}, "message_group_id": "orders"}),
+        sources(
+            {"topic_arn": f"{TOPIC}.fifo"}, {"name": "r", "event_pattern": {"a": [1]}, "message_group_id": "orders"}
+        ),
         region="eu-west-1",
         account="123456789012",
         fifo=True,
@@ -240,7 +288,7 @@ def test_report_says_who_may_send_with_sources() -> None:
     """`python -m infra.report`'s "who may send": the producers and each worker's topics and rules."""
     from infra.report import settings_rows
 
-    fed = {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}, {"event_pattern": {"a": [1]}}]}
+    fed = {"handler": HANDLER, "sources": [{"topic_arn": TOPIC}, {"name": "r", "event_pattern": {"a": [1]}}]}
     assert (
         settings_rows(parse_environment("dev", fed))["who may send"] == "1 topic, 1 rule (IAM decides for principals)"
     )
