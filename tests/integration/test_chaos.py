@@ -22,7 +22,8 @@ import pytest
 
 from tests.integration.conftest import run_module
 
-pytestmark = pytest.mark.slow(140)  # the module's one short run, with the assembly it needs
+# The module's one short run, with the assembly it needs; alone after the parallel pool (make test), which starved it.
+pytestmark = [pytest.mark.slow(140), pytest.mark.solo]
 
 #: The fleets of the run: the thread handler's (its figures are the results' own) and the other shapes'.
 FLEETS = ("standard", "batch", "async")
