@@ -93,32 +93,44 @@ class WorkerQueues(Construct):
         )
         self.node.add_validation(_QueueInvariants(self))
 
-    def admit_source(self, sid: str, service: str, source_arn: str) -> CfnResource:
+    def admit_source(self, sid: str, service: str, source_arn: str, *, dead_letter: bool = False) -> CfnResource:
         """Let ``service`` (``sns.amazonaws.com``, ``events.amazonaws.com``) send to the source queue on behalf of
-        ``source_arn`` only (``aws:SourceArn``: the topic, or the rule, a worker declares), and nothing else.
+        ``source_arn`` only (``aws:SourceArn``: the topic, or the rule, a worker declares), and nothing else; with
+        ``dead_letter``, to the DLQ instead: the subscription's or rule's delivery dead-letter queue, where SNS or
+        EventBridge moves a delivery it gives up on.
 
         Returns the queue's ``AWS::SQS::QueuePolicy``: the subscription or rule must depend on it, so that it delivers
         only once the Allow exists (as the CDK's own ``SqsSubscription`` does).
         Call it before :meth:`restrict_senders`, whose deny must leave the declared sources out: pass their ARNs.
         https://docs.aws.amazon.com/sns/latest/dg/subscribe-sqs-queue-to-sns-topic.html (the queue policy step)
         https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-use-resource-based.html#eb-sqs-permissions
+        https://docs.aws.amazon.com/sns/latest/dg/sns-configure-dead-letter-queue.html
+        https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-dlq.html
         """
-        self.queue.add_to_resource_policy(
+        queue = self.dead_letter_queue if dead_letter else self.queue
+        queue.add_to_resource_policy(
             iam.PolicyStatement(
                 sid=sid,
                 principals=[iam.ServicePrincipal(service)],
                 actions=[SEND_ACTION],
-                resources=[self.queue.queue_arn],
+                resources=[queue.queue_arn],
                 conditions={"ArnEquals": {"aws:SourceArn": source_arn}},
             )
         )
         # The CDK creates the queue's policy on the first statement (a child QueuePolicy; Python has no ``.policy``).
-        (policy,) = [c for c in self.queue.node.children if isinstance(c, sqs.QueuePolicy)]
+        (policy,) = [c for c in queue.node.children if isinstance(c, sqs.QueuePolicy)]
         return cast(CfnResource, policy.node.default_child)
 
-    def restrict_senders(self, producers: Sequence[str], *, consumer: iam.IRole, sources: Sequence[str] = ()) -> None:
+    def restrict_senders(
+        self,
+        producers: Sequence[str],
+        *,
+        consumer: iam.IRole,
+        sources: Sequence[str] = (),
+        dead_letter_sources: Sequence[str] = (),
+    ) -> None:
         """Only ``producers`` (IAM role/user ARNs) and ``consumer`` may send to the source queue; only ``consumer``
-        may send to the DLQ.
+        (and the sources of ``dead_letter_sources``) may send to the DLQ.
 
         The source's policy allows the producers ``sqs:SendMessage`` (a producer in another account needs
         that) and denies it to every other principal, whatever its own IAM policy grants: the message
@@ -146,6 +158,8 @@ class WorkerQueues(Construct):
         "negated matching"), so the deny would refuse them too; with sources it also requires ``aws:SourceArn`` to
         be none of theirs (keys of one condition are ANDed): it applies where the principal is not listed and the
         request does not come from a declared source. ``aws:SourceArn`` is set by AWS services only, never by a caller.
+        ``dead_letter_sources`` are those of the sources whose delivery dead-letter queue is the DLQ (admitted with
+        ``admit_source(..., dead_letter=True)``): the DLQ's deny leaves them out the same way.
         """
         queue_arn = self.queue.queue_arn
         self.queue.add_to_resource_policy(
@@ -178,7 +192,12 @@ class WorkerQueues(Construct):
                 principals=[iam.AnyPrincipal()],
                 actions=[SEND_ACTION],
                 resources=[self.dead_letter_queue.queue_arn],
-                conditions={"ArnNotEquals": {"aws:PrincipalArn": [consumer.role_arn]}},
+                conditions={
+                    "ArnNotEquals": {
+                        "aws:PrincipalArn": [consumer.role_arn],
+                        **({"aws:SourceArn": list(dead_letter_sources)} if dead_letter_sources else {}),
+                    }
+                },
             )
         )
 

@@ -165,6 +165,7 @@ class Worker(Construct):
                 producers,
                 consumer=self.consumer.task_role,
                 sources=self.sources.source_arns if self.sources is not None else (),
+                dead_letter_sources=self.sources.dead_letter_arns if self.sources is not None else (),
             )
         self.metrics = WorkerMetrics(
             queues=self.queues,

@@ -184,14 +184,39 @@ def source_attributes(message_attributes: Mapping[str, Any], *, keep_reason: boo
     return attributes
 
 
+#: The reason kind of an event EventBridge moved to the DLQ (its rule's target is the worker's queue).
+DELIVERY_REASON_KIND = "delivery"
+#: The message attributes EventBridge adds to an event it moves to a target's dead-letter queue.
+#: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-dlq.html
+EVENTBRIDGE_ERROR_CODE, EVENTBRIDGE_ERROR_MESSAGE, EVENTBRIDGE_RULE_ARN = "ERROR_CODE", "ERROR_MESSAGE", "RULE_ARN"
+
+
+def delivery_reason(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The reason of an event EventBridge gave up delivering to the queue and moved to the DLQ (no consumer reason,
+    EventBridge's ``ERROR_CODE``), or None. An SNS delivery moved there shows without a reason (none is read from it)."""
+    attributes = message.get("MessageAttributes", {})
+
+    def text(name: str) -> str:
+        return str(attributes.get(name, {}).get("StringValue") or "")
+
+    code = text(EVENTBRIDGE_ERROR_CODE)
+    if not code:
+        return None
+    reason = (
+        f"EventBridge did not deliver: {code}: {text(EVENTBRIDGE_ERROR_MESSAGE)} (rule {text(EVENTBRIDGE_RULE_ARN)})"
+    )
+    return {"kind": DELIVERY_REASON_KIND, "reason": reason}
+
+
 def message_record(message: Mapping[str, Any]) -> dict[str, Any]:
-    """One message as a JSON object: the line ``export`` writes, ``import`` reads and ``peek --json`` prints."""
+    """One message as a JSON object: the line ``export`` writes, ``import`` reads and ``peek --json`` prints. A
+    message without the consumer's reason that EventBridge moved there has EventBridge's error as its reason."""
     return {
         "message_id": message["MessageId"],
         "body": message.get("Body", ""),
         "message_attributes": attributes_to_json(message.get("MessageAttributes", {})),
         "attributes": dict(message.get("Attributes", {})),
-        "reason": read_reason_safely(message),
+        "reason": read_reason_safely(message) or delivery_reason(message),
     }
 
 

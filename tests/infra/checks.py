@@ -138,15 +138,18 @@ def check_queues(env: Synthesized) -> None:
 
 def _check_senders(env: Synthesized, label: str, built: Worker, problems: list[str]) -> None:
     """Without producers, IAM alone decides who sends (each queue's policy holds only its TLS deny, and an allow per
-    declared source); with them, the source denies every sender but them, the task role and the declared sources,
-    and the DLQ every sender but the task role. Each source's allow is its service principal, SendMessage, and
-    ``aws:SourceArn`` equal to its topic or rule, nothing broader."""
+    declared source, on the DLQ too where it is the source's delivery dead-letter queue: every topic, a standard
+    worker's rules); with them, the source denies every sender but them, the task role and the declared sources,
+    and the DLQ every sender but the task role and the sources it admits. Each source's allow is its service
+    principal, SendMessage, and ``aws:SourceArn`` equal to its topic or rule, nothing broader."""
     producers = list(env.stack.settings.producers)
     task_role = get_att(env, built.consumer.task_role, "Arn")
     admitted = _admitted_sources(env, built)
+    # EventBridge takes a standard queue only as a target's DLQ: a FIFO worker's rules have none.
+    dead_lettered = [(s, a) for s, a in admitted if s == SNS_PRINCIPAL or not built.queues.contract.fifo]
     for queue, allowed, sources in (
         (built.queues.queue, [*producers, task_role], admitted),
-        (built.queues.dead_letter_queue, [task_role], []),
+        (built.queues.dead_letter_queue, [task_role], dead_lettered),
     ):
         statements = [s for s in _queue_policy_statements(env, queue) if not _denies_plain_http(s)]
         allows = [

@@ -112,14 +112,26 @@ def source_rows(bindings: Bindings, topics: list[str], producers: bool) -> list[
             )
             for arn in topics[:1]
         ],
-        # The DLQ takes nothing from a source: only the consumer moves messages there.
+        # The DLQ is each source's delivery dead-letter queue (these workers are standard: rules too): SNS and
+        # EventBridge move there what they give up on; no other topic, rule or principal may send to it.
+        *[Row(SNS, "sqs:SendMessage", "dlq", topic(arn), ALLOWED, "a declared topic's delivery DLQ") for arn in topics],
         *[
-            Row(SNS, "sqs:SendMessage", "dlq", topic(arn), DENIED, "a source sends to the source only")
-            for arn in topics
+            Row(EVENTS, "sqs:SendMessage", "dlq", rule(arn), ALLOWED, "a created rule's delivery DLQ")
+            for arn in rule_arns(bindings)
+        ],
+        Row(SNS, "sqs:SendMessage", "dlq", topic(OTHER_TOPIC), DENIED, "a topic no worker declares"),
+        Row(SNS, "sqs:SendMessage", "dlq", topic(OTHER_ACCOUNT_TOPIC), DENIED, "another account's topic"),
+        Row(EVENTS, "sqs:SendMessage", "dlq", rule(OTHER_RULE), DENIED, "a rule the stack did not create"),
+        Row(SNS, "sqs:SendMessage", "dlq", {}, DENIED, "SNS with no source: not a declared topic"),
+        *[
+            Row(SNS, "sqs:SendMessage", "dlq", topic(TOPIC), DENIED, "another worker's topic")
+            for _ in [0]
+            if TOPIC not in topics
         ],
         *[
-            Row(EVENTS, "sqs:SendMessage", "dlq", rule(arn), DENIED, "a source sends to the source only")
-            for arn in rule_arns(bindings)
+            Row(EVENTS, "sqs:SendMessage", "dlq", rule(arn), DENIED, "another worker's rule")
+            for sibling in bindings.siblings
+            for arn in rule_arns(sibling)
         ],
         Row("task-role", "sqs:SendMessage", "dlq", {}, ALLOWED, "the consumer moves failed messages to the DLQ"),
         Row("task-role", "sqs:SendMessage", "source", {}, ALLOWED, "the consumer hands messages back"),
@@ -162,8 +174,9 @@ def evaluated(tmp_path_factory: pytest.TempPathFactory) -> Evaluated:
 
 @pytest.mark.parametrize("worker", ["fed", "fedsenders", "fedteams/orders", "fedteams/plain"])
 def test_only_the_declared_topics_and_created_rules_send_as_services(evaluated: Evaluated, worker: str) -> None:
-    """Each declared topic and created rule may send to the source; any other topic, rule or account may not; the DLQ
-    takes nothing from them; with producers, the named one still sends and an unnamed principal is still denied."""
+    """Each declared topic and created rule may send to the source and to the DLQ (its delivery dead-letter queue);
+    any other topic, rule or account may not; with producers, the named one still sends to the source only and an
+    unnamed principal is still denied."""
     results = evaluated[worker]
     assert results
     wrong = mismatches([s for s, _ in results], {s: a for s, a in results})
@@ -173,12 +186,13 @@ def test_only_the_declared_topics_and_created_rules_send_as_services(evaluated: 
 def test_every_flow_was_evaluated(evaluated: Evaluated) -> None:
     """The rows really exercised each kind of source: 2 topics + 2 rules allowed on the fed workers, none on plain."""
 
-    def allowed(worker: str, principal: str) -> int:
+    def allowed(worker: str, principal: str, queue: str = "-source") -> int:
         return sum(
-            s.expected == ALLOWED and s.principal == principal and s.resource.endswith("-source")
+            s.expected == ALLOWED and s.principal == principal and s.resource.endswith(queue)
             for s, _ in evaluated[worker]
         )
 
     assert [allowed("fedsenders", SNS), allowed("fedsenders", EVENTS)] == [2, 2]
+    assert [allowed("fedsenders", SNS, "-dlq"), allowed("fedsenders", EVENTS, "-dlq")] == [2, 2]
     assert [allowed("fedteams/orders", SNS), allowed("fedteams/orders", EVENTS)] == [1, 1]
     assert [allowed("fedteams/plain", SNS), allowed("fedteams/plain", EVENTS)] == [0, 0]

@@ -63,10 +63,20 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: VARIANTS})
 
 
-def queue_policy(env: Synthesized, worker: str | None = None) -> list[dict[str, Any]]:
-    """The statements of the source queue's policy of ``worker`` (default the first)."""
+def policy_id(env: Synthesized, *, dead_letter: bool = False) -> str:
+    """The logical id of the first worker's source queue's (or DLQ's) policy."""
+    queues = env.stack.queues
+    queue_id = env.logical_id(queues.dead_letter_queue if dead_letter else queues.queue)
+    (found,) = [
+        k for k, p in env.resources("AWS::SQS::QueuePolicy").items() if {"Ref": queue_id} in p["Properties"]["Queues"]
+    ]
+    return found
+
+
+def queue_policy(env: Synthesized, worker: str | None = None, *, dead_letter: bool = False) -> list[dict[str, Any]]:
+    """The statements of the source queue's (or DLQ's) policy of ``worker`` (default the first)."""
     queues = env.stack.workers[worker].queues if worker else env.stack.queues
-    queue_id = env.logical_id(queues.queue)
+    queue_id = env.logical_id(queues.dead_letter_queue if dead_letter else queues.queue)
     (policy,) = [
         p for p in env.resources("AWS::SQS::QueuePolicy").values() if {"Ref": queue_id} in p["Properties"]["Queues"]
     ]
@@ -74,12 +84,17 @@ def queue_policy(env: Synthesized, worker: str | None = None) -> list[dict[str, 
     return statements
 
 
+def dlq_arn(env: Synthesized) -> dict[str, Any]:
+    return {"Fn::GetAtt": [env.logical_id(env.stack.queues.dead_letter_queue), "Arn"]}
+
+
 def environment_of(env: Synthesized, worker: str | None = None) -> dict[str, str]:
     return {e["Name"]: e["Value"] for e in env.container(worker).get("Environment", [])}
 
 
 def test_each_topic_is_subscribed_with_raw_delivery_by_default_and_its_filter(fed: dict[str, Synthesized]) -> None:
-    """One sqs subscription per topic: raw delivery unless turned off, the filter policy and its scope as declared."""
+    """One sqs subscription per topic: raw delivery unless turned off, the filter policy and its scope as declared,
+    and the worker's DLQ as its delivery dead-letter queue (RedrivePolicy)."""
     env = fed["fed"]
     subscriptions = sorted(
         (
@@ -90,6 +105,7 @@ def test_each_topic_is_subscribed_with_raw_delivery_by_default_and_its_filter(fe
         key=lambda p: p["TopicArn"],
     )
     queue = {"Fn::GetAtt": [env.logical_id(env.stack.queues.queue), "Arn"]}
+    redrive = {"deadLetterTargetArn": dlq_arn(env)}
     assert subscriptions == [
         {
             "Protocol": "sqs",
@@ -98,13 +114,21 @@ def test_each_topic_is_subscribed_with_raw_delivery_by_default_and_its_filter(fe
             "RawMessageDelivery": True,
             "FilterPolicy": FILTER,
             "FilterPolicyScope": "MessageAttributes",
+            "RedrivePolicy": redrive,
         },
-        {"Protocol": "sqs", "TopicArn": PARTNER_TOPIC, "Endpoint": queue, "RawMessageDelivery": False},
+        {
+            "Protocol": "sqs",
+            "TopicArn": PARTNER_TOPIC,
+            "Endpoint": queue,
+            "RawMessageDelivery": False,
+            "RedrivePolicy": redrive,
+        },
     ]
 
 
 def test_each_rule_targets_the_queue_on_its_bus_with_its_pattern(fed: dict[str, Synthesized]) -> None:
-    """One rule per EventBridge source, named per worker and its name, on the default or the named bus."""
+    """One rule per EventBridge source, named per worker and its name, on the default or the named bus; its target
+    moves what it gives up on (EventBridge's default retries: 24 hours, 185 attempts) to the worker's DLQ."""
     env = fed["fed"]
     rules = {r["Properties"]["Name"]: r["Properties"] for r in env.resources("AWS::Events::Rule").values()}
     queue = {"Fn::GetAtt": [env.logical_id(env.stack.queues.queue), "Arn"]}
@@ -114,7 +138,14 @@ def test_each_rule_targets_the_queue_on_its_bus_with_its_pattern(fed: dict[str, 
     assert named["EventBusName"] == "billing"
     for rule in (default, named):
         assert rule["State"] == "ENABLED"
-        assert rule["Targets"] == [{"Arn": queue, "Id": "Queue"}]
+        assert rule["Targets"] == [
+            {
+                "Arn": queue,
+                "Id": "Queue",
+                "DeadLetterConfig": {"Arn": dlq_arn(env)},
+                "RetryPolicy": {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 185},
+            }
+        ]
 
 
 def source_ids(env: Synthesized) -> dict[str, str]:
@@ -159,23 +190,25 @@ def test_reordering_or_removing_sources_keeps_every_id_name_and_statement(fed: d
 
 
 def test_subscriptions_and_rules_are_created_after_the_policy_admitting_them(fed: dict[str, Synthesized]) -> None:
-    """Each subscription and rule DependsOn the queue's policy: SNS and EventBridge drop a delivery refused with 403,
-    so none may be delivered before its Allow exists. The policy names each rule by its ARN built from the rule's
-    name, never Fn::GetAtt (which would order the rule before the policy)."""
+    """Each subscription and rule DependsOn the queue's policy, and the DLQ's where the DLQ is its delivery
+    dead-letter queue (not a FIFO worker's rule): SNS and EventBridge drop a delivery refused with 403, so none may
+    be delivered before its Allows exist. The policies name each rule by its ARN built from the rule's name, never
+    Fn::GetAtt (which would order the rule before the policy)."""
     for label in ("fed", "fedsenders", "fedfifo"):
         env = fed[label]
-        queue_id = env.logical_id(env.stack.queues.queue)
-        (policy_id,) = [
-            k
-            for k, p in env.resources("AWS::SQS::QueuePolicy").items()
-            if {"Ref": queue_id} in p["Properties"]["Queues"]
-        ]
-        sources = env.resources("AWS::SNS::Subscription") | env.resources("AWS::Events::Rule")
-        assert sources
-        for logical_id, resource in sources.items():
-            assert policy_id in resource.get("DependsOn", []), f"{label}: {logical_id} must depend on {policy_id}"
-        policy = json.dumps(env.json["Resources"][policy_id])
-        assert not [k for k in env.resources("AWS::Events::Rule") if k in policy], f"{label}: the policy names a rule"
+        queue_policy_id, dlq_policy_id = policy_id(env), policy_id(env, dead_letter=True)
+        subscriptions, rules = env.resources("AWS::SNS::Subscription"), env.resources("AWS::Events::Rule")
+        assert subscriptions and rules
+        for logical_id, resource in (subscriptions | rules).items():
+            depends = resource.get("DependsOn", [])
+            assert queue_policy_id in depends, f"{label}: {logical_id} must depend on {queue_policy_id}"
+            if logical_id in subscriptions or label != "fedfifo":
+                assert dlq_policy_id in depends, f"{label}: {logical_id} must depend on {dlq_policy_id}"
+            else:
+                assert dlq_policy_id not in depends, f"{label}: {logical_id} has no DLQ to wait for"
+        for policy in (queue_policy_id, dlq_policy_id):
+            text = json.dumps(env.json["Resources"][policy])
+            assert not [k for k in rules if k in text], f"{label}: {policy} names a rule"
 
 
 def test_queue_policy_holds_exactly_one_allow_per_source(fed: dict[str, Synthesized]) -> None:
@@ -207,6 +240,46 @@ def test_queue_policy_holds_exactly_one_allow_per_source(fed: dict[str, Synthesi
                 rule_arn("rule/billing/SqsWorker-fed-billing"),
             ),
         )
+    ]
+
+
+def test_dlq_policy_holds_exactly_one_allow_per_source_with_a_delivery_dlq(fed: dict[str, Synthesized]) -> None:
+    """The DLQ admits each source that has it as its delivery dead-letter queue, as the queue does: every topic, and
+    a standard worker's rules; a FIFO worker's rule has no DLQ and no Allow on it."""
+    for label, expected in (
+        (
+            "fed",
+            [
+                TOPIC,
+                PARTNER_TOPIC,
+                rule_arn("rule/SqsWorker-fed-placed"),
+                rule_arn("rule/billing/SqsWorker-fed-billing"),
+            ],
+        ),
+        ("fedfifo", [FIFO_TOPIC]),
+    ):
+        env = fed[label]
+        allows = [s for s in queue_policy(env, dead_letter=True) if s["Effect"] == "Allow"]
+        queue_allows = {json.dumps(s["Condition"]): s for s in queue_policy(env) if s["Effect"] == "Allow"}
+        assert [a["Condition"]["ArnEquals"]["aws:SourceArn"] for a in allows] == expected, label
+        for allow in allows:
+            # The same statement as the queue's, on the DLQ.
+            same = queue_allows[json.dumps(allow["Condition"])]
+            assert allow == same | {"Resource": dlq_arn(env)}, label
+
+
+def test_dlq_deny_leaves_out_the_sources_with_a_delivery_dlq(fed: dict[str, Synthesized]) -> None:
+    """With producers, the DLQ's deny applies only where the principal is not the consumer and aws:SourceArn is no
+    source's: SNS and EventBridge can move what they give up on to the DLQ, nobody else can send."""
+    env = fed["fedsenders"]
+    (deny,) = [s for s in queue_policy(env, dead_letter=True) if s.get("Sid") == "DenySendersButTheConsumer"]
+    condition = deny["Condition"]["ArnNotEquals"]
+    assert condition["aws:PrincipalArn"] == [{"Fn::GetAtt": [env.logical_id(env.stack.consumer.task_role), "Arn"]}]
+    assert condition["aws:SourceArn"] == [
+        TOPIC,
+        PARTNER_TOPIC,
+        rule_arn("rule/SqsWorker-fedsenders-placed"),
+        rule_arn("rule/billing/SqsWorker-fedsenders-billing"),
     ]
 
 
@@ -248,6 +321,18 @@ def test_fifo_rule_sends_with_its_message_group(fed: dict[str, Synthesized]) -> 
     assert target["SqsParameters"] == {"MessageGroupId": "eventbridge-placed"}
     (subscription,) = fed["fedfifo"].resources("AWS::SNS::Subscription").values()
     assert subscription["Properties"]["TopicArn"] == FIFO_TOPIC
+
+
+def test_fifo_worker_rule_has_no_delivery_dlq_and_its_topic_the_fifo_dlq(fed: dict[str, Synthesized]) -> None:
+    """EventBridge takes a standard queue only as a target's DLQ: a FIFO worker's rule has none. Its FIFO topic's
+    subscription names the worker's DLQ, FIFO as SNS requires for a FIFO topic."""
+    env = fed["fedfifo"]
+    (rule,) = env.resources("AWS::Events::Rule").values()
+    (target,) = rule["Properties"]["Targets"]
+    assert "DeadLetterConfig" not in target
+    (subscription,) = env.resources("AWS::SNS::Subscription").values()
+    assert subscription["Properties"]["RedrivePolicy"] == {"deadLetterTargetArn": dlq_arn(env)}
+    assert env.stack.queues.dlq_name.endswith(".fifo")
 
 
 def test_env_agnostic_stack_asserts_the_sources_region_at_deploy(fed: dict[str, Synthesized]) -> None:
