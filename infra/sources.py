@@ -18,11 +18,11 @@ a FIFO worker: EventBridge takes a standard queue only as a target's DLQ, so a F
 DLQ's policy gets ``Allow<construct id>`` for each source with a DLQ, the same statement as on the queue.
 
 Order on deploy: each subscription and rule depends on the queue's policy and, where the DLQ is its delivery
-dead-letter queue, the DLQ's policy (``DependsOn``), so SNS and EventBridge deliver only once the Allows exist. A delivery refused with 403 is a client-side error to both, dropped without
-retry. The rule's ARN in the policy is therefore built from its known name (not ``Fn::GetAtt``, which would order
-the rule before the policy). L1 resources are used on purpose: the CDK's ``SqsSubscription`` and
-``targets.SqsQueue`` add an Allow of their own to the queue's policy, so the policy would hold each source twice,
-one of them the CDK's to keep in step.
+dead-letter queue, the DLQ's policy (``DependsOn``), so SNS and EventBridge deliver only once the Allows exist. A
+delivery refused with 403 is a client-side error to both, not retried. The rule's ARN in the policy is therefore
+built from its known name (not ``Fn::GetAtt``, which would order the rule before the policy). L1 resources are used
+on purpose: the CDK's ``SqsSubscription`` and ``targets.SqsQueue`` add an Allow of their own to the queue's policy,
+so the policy would hold each source twice, one of them the CDK's to keep in step.
 """
 
 from __future__ import annotations
@@ -63,16 +63,16 @@ def source_id(source: Source) -> str:
 class WorkerSources(Construct):
     """The subscriptions and rules of ``sources``, and the queue policy statements admitting exactly them.
 
-        Attributes: ``source_arns`` (each source's ``aws:SourceArn``: the topic ARN or the created rule's ARN built from
-        its name, in the order of ``sources``), ``envelope_topics`` (the topics delivering SNS's JSON envelope: raw delivery off) and
-        ``has_rules`` (an EventBridge rule targets the queue): what the consumer's environment is told
-        (consumer/sources.py), and ``dead_letter_arns`` (the ``aws:SourceArn`` of the sources whose delivery
-    dead-letter queue is the worker's DLQ: every topic, and the rules of a standard worker).
+    Attributes: ``source_arns`` (each source's ``aws:SourceArn``: the topic ARN or the created rule's ARN built from
+    its name, in the order of ``sources``), ``envelope_topics`` (the topics delivering SNS's JSON envelope: raw
+    delivery off) and ``has_rules`` (an EventBridge rule targets the queue): what the consumer's environment is told
+    (consumer/sources.py); and ``dead_letter_arns`` (the ``aws:SourceArn`` of the sources whose delivery dead-letter
+    queue is the worker's DLQ: every topic, and the rules of a standard worker).
 
-        Checked at synth (:func:`infra.source_settings.check_sources`): a topic or bus ARN in another region than the
-        stack's or than another source of the stack (this worker's or an earlier one's), a bus in another account, a
-        FIFO mismatch, a rule name too long. Where the stack is env-agnostic (its region a token), a CloudFormation rule
-        makes the deploy fail before any change in a region other than the sources', naming the setting.
+    Checked at synth (:func:`infra.source_settings.check_sources`): a topic or bus ARN in another region than the
+    stack's or than another source of the stack (this worker's or an earlier one's), a bus in another account, a
+    FIFO mismatch, a rule name too long. Where the stack is env-agnostic (its region a token), a CloudFormation rule
+    makes the deploy fail before any change in a region other than the sources', naming the setting.
     """
 
     def __init__(
