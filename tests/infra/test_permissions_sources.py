@@ -80,26 +80,33 @@ def rule_arns(bindings: Bindings) -> list[str]:
 
 def source_rows(bindings: Bindings, topics: list[str], producers: bool) -> list[Row]:
     """Who may send to this worker's queues, with its declared ``topics`` and the rules of its template."""
-    rows = [Row(SNS, "sqs:SendMessage", "source", topic(arn), ALLOWED, "a declared topic") for arn in topics]
+    # The queue, and the DLQ as each source's delivery dead-letter queue (these workers are standard: rules too):
+    # SNS and EventBridge send to both; no other topic, rule or principal may.
+    rows: list[Row] = []
+    for queue, why in (("source", ""), ("dlq", "'s delivery DLQ")):
+        rows += [Row(SNS, "sqs:SendMessage", queue, topic(arn), ALLOWED, f"a declared topic{why}") for arn in topics]
+        rows += [
+            Row(EVENTS, "sqs:SendMessage", queue, rule(arn), ALLOWED, f"a created rule{why}")
+            for arn in rule_arns(bindings)
+        ]
+        rows += [
+            Row(SNS, "sqs:SendMessage", queue, topic(OTHER_TOPIC), DENIED, "a topic no worker declares"),
+            Row(SNS, "sqs:SendMessage", queue, topic(OTHER_ACCOUNT_TOPIC), DENIED, "another account's topic"),
+            Row(EVENTS, "sqs:SendMessage", queue, rule(OTHER_RULE), DENIED, "a rule the stack did not create"),
+            Row(SNS, "sqs:SendMessage", queue, {}, DENIED, "SNS with no source: not a declared topic"),
+            # What another worker of the stack declares feeds that worker only.
+            *[
+                Row(SNS, "sqs:SendMessage", queue, topic(TOPIC), DENIED, "another worker's topic")
+                for _ in [0]
+                if TOPIC not in topics
+            ],
+            *[
+                Row(EVENTS, "sqs:SendMessage", queue, rule(arn), DENIED, "another worker's rule")
+                for sibling in bindings.siblings
+                for arn in rule_arns(sibling)
+            ],
+        ]
     rows += [
-        Row(EVENTS, "sqs:SendMessage", "source", rule(arn), ALLOWED, "a created rule") for arn in rule_arns(bindings)
-    ]
-    rows += [
-        Row(SNS, "sqs:SendMessage", "source", topic(OTHER_TOPIC), DENIED, "a topic no worker declares"),
-        Row(SNS, "sqs:SendMessage", "source", topic(OTHER_ACCOUNT_TOPIC), DENIED, "another account's topic"),
-        Row(EVENTS, "sqs:SendMessage", "source", rule(OTHER_RULE), DENIED, "a rule the stack did not create"),
-        Row(SNS, "sqs:SendMessage", "source", {}, DENIED, "SNS with no source: not a declared topic"),
-        # What another worker of the stack declares feeds that worker only.
-        *[
-            Row(SNS, "sqs:SendMessage", "source", topic(TOPIC), DENIED, "another worker's topic")
-            for _ in [0]
-            if TOPIC not in topics
-        ],
-        *[
-            Row(EVENTS, "sqs:SendMessage", "source", rule(arn), DENIED, "another worker's rule")
-            for sibling in bindings.siblings
-            for arn in rule_arns(sibling)
-        ],
         # A declared topic's delivery over plain HTTP is refused by the TLS deny (SNS never does so).
         *[
             Row(
@@ -111,27 +118,6 @@ def source_rows(bindings: Bindings, topics: list[str], producers: bool) -> list[
                 "TLS",
             )
             for arn in topics[:1]
-        ],
-        # The DLQ is each source's delivery dead-letter queue (these workers are standard: rules too): SNS and
-        # EventBridge move there what they give up on; no other topic, rule or principal may send to it.
-        *[Row(SNS, "sqs:SendMessage", "dlq", topic(arn), ALLOWED, "a declared topic's delivery DLQ") for arn in topics],
-        *[
-            Row(EVENTS, "sqs:SendMessage", "dlq", rule(arn), ALLOWED, "a created rule's delivery DLQ")
-            for arn in rule_arns(bindings)
-        ],
-        Row(SNS, "sqs:SendMessage", "dlq", topic(OTHER_TOPIC), DENIED, "a topic no worker declares"),
-        Row(SNS, "sqs:SendMessage", "dlq", topic(OTHER_ACCOUNT_TOPIC), DENIED, "another account's topic"),
-        Row(EVENTS, "sqs:SendMessage", "dlq", rule(OTHER_RULE), DENIED, "a rule the stack did not create"),
-        Row(SNS, "sqs:SendMessage", "dlq", {}, DENIED, "SNS with no source: not a declared topic"),
-        *[
-            Row(SNS, "sqs:SendMessage", "dlq", topic(TOPIC), DENIED, "another worker's topic")
-            for _ in [0]
-            if TOPIC not in topics
-        ],
-        *[
-            Row(EVENTS, "sqs:SendMessage", "dlq", rule(arn), DENIED, "another worker's rule")
-            for sibling in bindings.siblings
-            for arn in rule_arns(sibling)
         ],
         Row("task-role", "sqs:SendMessage", "dlq", {}, ALLOWED, "the consumer moves failed messages to the DLQ"),
         Row("task-role", "sqs:SendMessage", "source", {}, ALLOWED, "the consumer hands messages back"),
