@@ -17,7 +17,7 @@ from tests.integration.test_consumer import consumer_of, fast_contract
 
 def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None:
     """Concurrency 16, more than one receive brings (SQS hands out at most 10): 16 handlers that each wait until
-    all 16 have started all start together; every message runs once and is deleted exactly once."""
+    all 16 have started all start together; every message runs once, and every copy received is deleted once."""
     contract = fast_contract(max_duration_seconds=20, concurrency=16)
     pair = create_pair(sqs, contract)
     bodies = [f"m{i}" for i in range(16)]
@@ -25,7 +25,12 @@ def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None
         sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=[{"Id": b, "MessageBody": b} for b in batch])
     all_started = threading.Barrier(16, timeout=15)
     started: list[str] = []
+    received: list[str] = []
     deleted: list[str] = []
+    sqs.meta.events.register(
+        "after-call.sqs.ReceiveMessage",
+        lambda parsed, **_: received.extend(m["ReceiptHandle"] for m in parsed.get("Messages", [])),
+    )
     sqs.meta.events.register(
         "provide-client-params.sqs.DeleteMessageBatch",
         lambda params, **_: deleted.extend(e["ReceiptHandle"] for e in params["Entries"]),
@@ -41,7 +46,9 @@ def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None
     assert result.exit_code == EXIT_OK
     assert not all_started.broken
     assert sorted(started) == sorted(bodies)
-    assert len(deleted) == len(set(deleted)) == 16
+    # Each copy received is deleted once. A loaded machine's moto may hand one message out twice (16 copies or a
+    # few more); the second copy is recognised by its idempotency key and deleted without running the handler.
+    assert len(deleted) == len(set(deleted)) and sorted(deleted) == sorted(received) and len(received) >= 16
     assert depth(sqs, pair.dlq_url).total == 0
 
 
