@@ -132,7 +132,11 @@ class QueueAlarms(Construct):
         running_tasks_reliable: bool = True,
         name_prefix: str | None = None,
         worker: str | None = None,
+        wake_up_seconds: int = 0,
     ) -> None:
+        # wake_up_seconds: a worker that scales to zero (min_tasks 0) may wait this long for its first task
+        # (infra/capacity_settings.py, WAKE_UP_SECONDS); the latency thresholds allow for it, and no task running is
+        # then normal: it is an input of ConsumerStalled only together with a late backlog.
         # name_prefix starts every alarm name (default the stack's name: one worker per stack); worker, where the
         # stack holds several, is the name the dlq commands in the descriptions pick this worker's queues by.
         super().__init__(scope, construct_id)
@@ -262,14 +266,16 @@ class QueueAlarms(Construct):
                     if fair is not None
                     else ""
                 )
-                + f" has waited over {contract.backlog_age_alarm_seconds} s"
-                " (acceptable latency plus three retry cycles) for 3 minutes: work is late.",
+                + f" has waited over {contract.backlog_age_alarm_seconds + wake_up_seconds} s"
+                " (acceptable latency plus three retry cycles"
+                + (f", plus {wake_up_seconds} s to wake a task from zero" if wake_up_seconds else "")
+                + ") for 3 minutes: work is late.",
                 "a traffic burst beyond max_tasks, slow downstream calls, many retries in backoff.",
                 "the dashboard (backlog per task against its target, running tasks, failures);"
                 " raise max_tasks in cdk.json if the fleet is at its maximum.",
             ),
             fair.quiet_age if fair is not None else metrics.source_age,
-            contract.backlog_age_alarm_seconds,
+            contract.backlog_age_alarm_seconds + wake_up_seconds,
             above,
             periods=BACKLOG_AGE_EVALUATION_MINUTES,
         )
@@ -307,9 +313,11 @@ class QueueAlarms(Construct):
         # consumer that deletes nothing while a noisy tenant's backlog ages is stalled, not busy with that tenant.
         late = stalled_input(
             "StalledBacklogLate",
-            f"the oldest source message is older than the acceptable latency ({contract.acceptable_latency_seconds} s).",
+            f"the oldest source message is older than the acceptable latency ({contract.acceptable_latency_seconds} s"
+            + (f" plus {wake_up_seconds} s to wake a task from zero" if wake_up_seconds else "")
+            + ").",
             metrics.source_age,
-            contract.acceptable_latency_seconds,
+            contract.acceptable_latency_seconds + wake_up_seconds,
             above,
             periods=BACKLOG_AGE_EVALUATION_MINUTES,
         )
@@ -343,9 +351,12 @@ class QueueAlarms(Construct):
                 ),
             )
             inputs.append(no_tasks)
-            rule = cloudwatch.AlarmRule.any_of(
-                rule, cloudwatch.AlarmRule.from_alarm(no_tasks, cloudwatch.AlarmState.ALARM)
-            )
+            no_task = cloudwatch.AlarmRule.from_alarm(no_tasks, cloudwatch.AlarmState.ALARM)
+            if wake_up_seconds:  # at zero, no task with nothing late is the worker asleep, not stalled
+                no_task = cloudwatch.AlarmRule.all_of(
+                    no_task, cloudwatch.AlarmRule.from_alarm(late, cloudwatch.AlarmState.ALARM)
+                )
+            rule = cloudwatch.AlarmRule.any_of(rule, no_task)
         self.stalled_inputs = inputs
         self.consumer_stalled = cloudwatch.CompositeAlarm(
             self,
@@ -353,14 +364,7 @@ class QueueAlarms(Construct):
             composite_alarm_name=alarm_name(prefix, "ConsumerStalled"),
             alarm_rule=rule,
             alarm_description=describe(
-                PAGE,
-                "consumer-stalled",
-                f"Nothing is being processed: {source_name} has messages older than the acceptable latency and"
-                " none was deleted for 5 minutes, or no consumer task is running.",
-                "tasks crash-looping (exit 2: configuration or drift refused at start-up; exit 3: stuck"
-                " handlers), the service scaled to zero, every message failing, the downstream down.",
-                f"`aws ecs describe-services --cluster <ClusterName> --services <{output_prefix(worker)}ServiceName>` (stack {stack}"
-                " outputs), the consumer's logs (events consumer_started, startup_failed, handler_failed).",
+                PAGE, "consumer-stalled", *_stalled_text(source_name, wake_up_seconds, prefix, worker, stack)
             ),
         )
         self.consumer_stalled.add_alarm_action(topics[PAGE])
@@ -383,3 +387,31 @@ class QueueAlarms(Construct):
             self.consumer_stalled,
             self.downstream_unavailable,
         ]
+
+
+def _stalled_text(
+    source_name: str, wake_up_seconds: int, prefix: str, worker: str | None, stack: str
+) -> tuple[str, str, str]:
+    """ConsumerStalled's description: what it means, its likely causes, what to look at first."""
+    asleep = wake_up_seconds > 0  # min_tasks 0: no task with nothing late is the worker asleep, not stalled
+    means = (
+        f"Nothing is being processed: {source_name} has messages older than the acceptable latency"
+        + (f" plus {wake_up_seconds} s of wake-up (min_tasks 0)" if asleep else "")
+        + " and none was deleted for 5 minutes, or no consumer task is running"
+        + (" while they are (at zero tasks with nothing late the worker is asleep, not stalled)." if asleep else ".")
+    )
+    causes = (
+        "tasks crash-looping (exit 2: configuration or drift refused at start-up; exit 3: stuck handlers), the"
+        " service scaled to zero"
+        + (
+            f" and the wake-up not starting a task (its alarm {prefix}-WakeUp, the scaling activities)"
+            if asleep
+            else ""
+        )
+        + ", every message failing, the downstream down."
+    )
+    first = (
+        f"`aws ecs describe-services --cluster <ClusterName> --services <{output_prefix(worker)}ServiceName>` (stack"
+        f" {stack} outputs), the consumer's logs (events consumer_started, startup_failed, handler_failed)."
+    )
+    return means, causes, first

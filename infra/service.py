@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 from aws_cdk import Annotations, ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
-from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -28,8 +28,10 @@ from consumer.contract import (
     TASK_ROLE_ID_ENV,
     WorkerContract,
 )
+from infra.capacity_settings import DEFAULT_ARCHITECTURE, SpotSettings
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
+from infra.scaling import WorkerScaling
 from infra.settings import SecretSource
 from infra.tracing import TracingSidecar
 from infra.tracing_settings import TracingSettings
@@ -43,6 +45,9 @@ IMAGE_CONTEXT = Path(__file__).resolve().parent.parent
 #: The Dockerfile, relative to the context.
 IMAGE_DOCKERFILE = "consumer/Dockerfile"
 CONTAINER_COMMAND = ["python", "-m", "consumer", "run"]
+#: The ``architecture`` setting as the task's CPU architecture and as the image's build platform.
+CPU_ARCHITECTURES = {"x86_64": ecs.CpuArchitecture.X86_64, "arm64": ecs.CpuArchitecture.ARM64}
+IMAGE_PLATFORMS = {"x86_64": ecr_assets.Platform.LINUX_AMD64, "arm64": ecr_assets.Platform.LINUX_ARM64}
 #: Run by ECS inside the container (same image, working directory /app): fails when a poll loop or the heartbeat
 #: stalls, so ECS replaces the task (consumer/runtime/liveness.py). Exec form: the image needs no shell for it.
 HEALTH_CHECK_COMMAND = ["CMD", "python", "-m", "consumer", "health"]
@@ -75,10 +80,6 @@ IDEMPOTENCY_TTL_ATTRIBUTE = "expires_at"
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-scale-in-protection.html
 #: Only PUT: the runtime sets its protection and never reads it back (tests/infra/runtime_calls.json).
 TASK_PROTECTION_ACTIONS = ("ecs:UpdateTaskProtection",)
-SCALING_SERVICE = "ecs.application-autoscaling.amazonaws.com"
-SCALING_ROLE = "AWSServiceRoleForApplicationAutoScaling_ECSService"
-SCALE_OUT_COOLDOWN = Duration.minutes(1)
-SCALE_IN_COOLDOWN = Duration.minutes(5)
 
 
 class ConsumerService(Construct):
@@ -134,6 +135,8 @@ class ConsumerService(Construct):
         data_removal_policy: RemovalPolicy = RETAIN_DATA,
         name_prefix: str | None = None,
         tracing: TracingSettings | None = None,
+        architecture: str = DEFAULT_ARCHITECTURE,
+        spot: SpotSettings | None = None,
     ) -> None:
         # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
         # name_prefix starts the scaling policy's name; default the stack's name (one service per stack).
@@ -225,7 +228,7 @@ class ConsumerService(Construct):
             memory_limit_mib=memory_mib,
             task_role=self.task_role,
             runtime_platform=ecs.RuntimePlatform(
-                cpu_architecture=ecs.CpuArchitecture.X86_64,
+                cpu_architecture=CPU_ARCHITECTURES[architecture],
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
@@ -241,7 +244,7 @@ class ConsumerService(Construct):
         linux_parameters.drop_capabilities(ecs.Capability.ALL)
         self.container = self.task_definition.add_container(
             "Consumer",
-            image=consumer_image(),
+            image=consumer_image(architecture=architecture),
             command=CONTAINER_COMMAND,
             user=CONTAINER_USER,
             readonly_root_filesystem=True,
@@ -287,50 +290,47 @@ class ConsumerService(Construct):
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
             assign_public_ip=False,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            # Without spot: the FARGATE launch type, as always (a template without spot is unchanged).
+            capacity_provider_strategies=capacity_strategy(spot) if spot is not None else None,
         )
+        if spot is not None:
+            # ECS refuses a strategy naming a provider the cluster has no association with, and the CDK's association
+            # (made at synth, under the cluster) is not waited for by the service: the CfnService depending on the
+            # cluster's whole construct is (https://github.com/aws/containers-roadmap/issues/631#issuecomment-816354807).
+            cast(ecs.CfnService, self.service.node.default_child).node.add_dependency(cluster)
 
-        target = appscaling.ScalableTarget(
+        #: Backlog-per-task target tracking between min_tasks and max_tasks, and the wake-up of a worker at zero.
+        self.scaling = WorkerScaling(
             self,
-            "ScalableTarget",
-            service_namespace=appscaling.ServiceNamespace.ECS,
-            resource_id=f"service/{cluster.cluster_name}/{self.service.service_name}",
-            scalable_dimension="ecs:service:DesiredCount",
-            min_capacity=min_tasks,
-            max_capacity=max_tasks,
-            # The service-linked role ECS scaling uses anyway; no extra IAM role to own.
-            role=iam.Role.from_role_arn(
-                self,
-                "ScalingRole",
-                stack.format_arn(
-                    service="iam",
-                    region="",
-                    resource="role",
-                    resource_name=f"aws-service-role/{SCALING_SERVICE}/{SCALING_ROLE}",
-                ),
-                mutable=False,
-            ),
+            queues=queues,
+            cluster=cluster,
+            service=self.service,
+            contract=contract,
+            min_tasks=min_tasks,
+            max_tasks=max_tasks,
+            name_prefix=name_prefix or stack.stack_name,
         )
-        target.node.add_dependency(self.service)
-        self.scaling_policy = appscaling.CfnScalingPolicy(
-            self,
-            "BacklogPerTaskScaling",
-            policy_name=f"{name_prefix or stack.stack_name}-backlog-per-task",
-            policy_type="TargetTrackingScaling",
-            scaling_target_id=target.scalable_target_id,
-            target_tracking_scaling_policy_configuration=_backlog_per_task_tracking(
-                queue_name=queues.queue.queue_name,
-                cluster_name=cluster.cluster_name,
-                service_name=self.service.service_name,
-                target=contract.scaling_target_backlog_per_task,
-            ),
-        )
+        self.scaling_policy = self.scaling.policy
 
 
-def consumer_image(context: Path = IMAGE_CONTEXT) -> ecs.ContainerImage:
+def capacity_strategy(spot: SpotSettings) -> list[ecs.CapacityProviderStrategy]:
+    """The ``spot`` setting as ECS's capacity provider strategy: the base on FARGATE, the rest by weight.
+
+    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-capacity-providers.html
+    """
+    return [
+        ecs.CapacityProviderStrategy(
+            capacity_provider="FARGATE", base=spot.on_demand_base, weight=spot.on_demand_weight
+        ),
+        ecs.CapacityProviderStrategy(capacity_provider="FARGATE_SPOT", weight=spot.spot_weight),
+    ]
+
+
+def consumer_image(context: Path = IMAGE_CONTEXT, architecture: str = DEFAULT_ARCHITECTURE) -> ecs.ContainerImage:
     """The consumer image as a container asset: ``context`` (the repository root) through its ``.dockerignore``.
 
-    Built for the task's platform whatever the deploying machine is (an arm64 laptop would otherwise push an
-    arm64 image that X86_64 Fargate cannot start: "exec format error"). The CDK reads ``.dockerignore`` at the
+    Built for the task's ``architecture`` whatever the deploying machine is (an arm64 laptop would otherwise push
+    an arm64 image that X86_64 Fargate cannot start: "exec format error", and the reverse for arm64 tasks). The CDK reads ``.dockerignore`` at the
     context root into the asset's exclusions; ``ignore_mode`` says to read it as Docker does (``*`` then ``!``
     exceptions), whatever the app's feature flags. The CDK re-includes ``Dockerfile`` by its base name only,
     which matches a Dockerfile at the context root, so ``exclude`` re-includes ours, which .dockerignore keeps
@@ -341,7 +341,7 @@ def consumer_image(context: Path = IMAGE_CONTEXT) -> ecs.ContainerImage:
         file=IMAGE_DOCKERFILE,
         exclude=[f"!{IMAGE_DOCKERFILE}"],
         ignore_mode=IgnoreMode.DOCKER,
-        platform=ecr_assets.Platform.LINUX_AMD64,
+        platform=IMAGE_PLATFORMS[architecture],
     )
 
 
@@ -371,52 +371,3 @@ def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> 
             secret = secretsmanager.Secret.from_secret_complete_arn(scope, variable, arn)
             secrets[variable] = ecs.Secret.from_secrets_manager(secret, field=source.json_key)
     return secrets
-
-
-def _backlog_per_task_tracking(
-    *, queue_name: str, cluster_name: str, service_name: str, target: int
-) -> appscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty:
-    """Visible messages / running tasks, kept near ``target`` (AWS's backlog-per-task recipe).
-
-    https://docs.aws.amazon.com/autoscaling/application/userguide/application-auto-scaling-target-tracking-metric-math.html
-    """
-    policy = appscaling.CfnScalingPolicy
-
-    def metric(
-        query_id: str, namespace: str, name: str, dimensions: dict[str, str], stat: str
-    ) -> appscaling.CfnScalingPolicy.TargetTrackingMetricDataQueryProperty:
-        return policy.TargetTrackingMetricDataQueryProperty(
-            id=query_id,
-            return_data=False,
-            metric_stat=policy.TargetTrackingMetricStatProperty(
-                stat=stat,
-                metric=policy.TargetTrackingMetricProperty(
-                    namespace=namespace,
-                    metric_name=name,
-                    dimensions=[
-                        policy.TargetTrackingMetricDimensionProperty(name=k, value=v) for k, v in dimensions.items()
-                    ],
-                ),
-            ),
-        )
-
-    return policy.TargetTrackingScalingPolicyConfigurationProperty(
-        target_value=target,
-        scale_out_cooldown=SCALE_OUT_COOLDOWN.to_seconds(),
-        scale_in_cooldown=SCALE_IN_COOLDOWN.to_seconds(),
-        customized_metric_specification=policy.CustomizedMetricSpecificationProperty(
-            metrics=[
-                metric("backlog", "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": queue_name}, "Sum"),
-                metric(
-                    "tasks",
-                    "ECS/ContainerInsights",
-                    "RunningTaskCount",
-                    {"ClusterName": cluster_name, "ServiceName": service_name},
-                    "Average",
-                ),
-                policy.TargetTrackingMetricDataQueryProperty(
-                    id="backlogPerTask", expression="backlog / tasks", label="Backlog per task", return_data=True
-                ),
-            ]
-        ),
-    )

@@ -16,6 +16,7 @@ from typing import Any
 from consumer.contract import DAY, ContractError, WorkerContract, check_int
 from consumer.declaration import contract_of, load_handler
 from consumer.limits import MIN_RETENTION_GAP_SECONDS
+from infra.capacity_settings import ZERO_NEEDS_INSIGHTS
 from infra.tracing_settings import TracingSettings, check_tracing_variables, parse_tracing
 from infra.worker_settings import (
     DEFAULT_WORKER_NAME,
@@ -372,6 +373,18 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
     cluster_name = text("cluster_name")
     if cluster_name is not None and vpc is None:
         raise SettingsError(path("cluster_name"), "needs an existing vpc too (the cluster lives in it)", cluster_name)
+    if cluster_name is not None:
+        # What an existing cluster publishes and which capacity providers it has are unknown here.
+        for worker in workers:
+            if worker.min_tasks == 0:
+                raise SettingsError(f"{worker.path}.min_tasks", f"must be at least 1{ZERO_NEEDS_INSIGHTS}", 0)
+            if worker.spot is not None:
+                raise SettingsError(
+                    f"{worker.path}.spot",
+                    "needs a cluster the stack creates (leave out cluster_name): an existing cluster's capacity"
+                    " providers are unknown, and the stack associates FARGATE_SPOT only with its own",
+                    cluster_name,
+                )
     producers = strings("producers", raw.get("producers", []), _PRINCIPAL_ARN, PRODUCER_RULE)
     if "producers" in raw and not producers:
         raise SettingsError(

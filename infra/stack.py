@@ -112,6 +112,8 @@ class WorkerStack(Stack):
                 max_tasks=worker.max_tasks,
                 cpu=worker.cpu,
                 memory_mib=worker.memory_mib,
+                architecture=worker.architecture,
+                spot=worker.spot,
                 log_retention=RETENTION_DAYS[settings.log_retention_days],
                 handler_environment=worker.handler_environment,
                 secrets=worker.secrets,
@@ -219,4 +221,11 @@ class WorkerStack(Stack):
             return ecs.Cluster.from_cluster_attributes(
                 self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]
             )
-        return ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
+        # FARGATE and FARGATE_SPOT associated only where a worker runs on Spot: every other template is unchanged.
+        return ecs.Cluster(
+            self,
+            "Cluster",
+            vpc=vpc,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+            enable_fargate_capacity_providers=any(w.spot for w in settings.workers) or None,
+        )

@@ -15,6 +15,15 @@ from constructs import Construct
 from consumer.contract import WorkerContract, check_int
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
+from infra.capacity_settings import (
+    DEFAULT_ARCHITECTURE,
+    SPOT_ARCHITECTURES,
+    WAKE_UP_SECONDS,
+    ZERO_NEEDS_INSIGHTS,
+    CapacityError,
+    SpotSettings,
+    check_architecture,
+)
 from infra.dashboard import DashboardSection
 from infra.metrics import WorkerMetrics, circuit_period_seconds
 from infra.nag import acknowledge
@@ -104,13 +113,26 @@ class Worker(Construct):
         runbook_url: str = DEFAULT_RUNBOOK_URL,
         running_tasks_reliable: bool = True,
         tracing: TracingSettings | None = None,
+        architecture: str = DEFAULT_ARCHITECTURE,
+        spot: SpotSettings | None = None,
     ) -> None:
         first = construct_id == FIRST_WORKER_ID
         worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name('"construct_id"', construct_id)
         # What cdk.json's parser checks, checked here too: a team's own app calls this construct directly.
         check_task_size(cpu, memory_mib)
-        check_int("min_tasks", min_tasks, 1, MAX_TASKS_LIMIT, " (backlog-per-task scaling cannot scale out from zero)")
-        check_int("max_tasks", max_tasks, min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
+        check_int(
+            "min_tasks",
+            min_tasks,
+            0 if running_tasks_reliable else 1,
+            MAX_TASKS_LIMIT,
+            "" if running_tasks_reliable else ZERO_NEEDS_INSIGHTS,
+        )
+        check_int("max_tasks", max_tasks, max(1, min_tasks), MAX_TASKS_LIMIT, " (from min_tasks, and at least 1)")
+        check_architecture("architecture", architecture)  # ContractError quotes the parameter itself
+        if spot is not None:
+            if architecture not in SPOT_ARCHITECTURES:
+                raise CapacityError("spot", "needs architecture x86_64: Fargate Spot runs no ARM64 task", architecture)
+            check_int("spot.on_demand_base", spot.on_demand_base, 0, max_tasks, " (up to max_tasks)")
         for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
             owned = sorted(set(names) & SOURCE_ENV_KEYS)  # written below from the sources, as service.py's own
             if owned:
@@ -143,6 +165,8 @@ class Worker(Construct):
             data_removal_policy=data_removal_policy,
             name_prefix=self.name_prefix,
             tracing=tracing,
+            architecture=architecture,
+            spot=spot,
         )
         cast(ecs.CfnTaskDefinition, self.consumer.task_definition.node.default_child).add_metadata(
             WORKER_METADATA_KEY, self.name
@@ -184,6 +208,7 @@ class Worker(Construct):
             running_tasks_reliable=running_tasks_reliable,
             name_prefix=self.name_prefix,
             worker=None if first else construct_id,
+            wake_up_seconds=WAKE_UP_SECONDS if min_tasks == 0 else 0,
         )
         self.dashboard_section = DashboardSection(
             title=self.name, metrics=self.metrics, alarms=self.alarms, contract=contract

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from consumer.contract import BINDING_KEYS, ContractError, WorkerContract, check_int
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
+from infra.capacity_settings import DEFAULT_ARCHITECTURE, CapacityError, SpotSettings, check_architecture, parse_spot
 from infra.source_settings import Source, SourceError, parse_sources
 
 # https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-tasks-services.html#fargate-tasks-size
@@ -114,7 +115,18 @@ SECRET_LIKE_RULE = (
 )
 
 #: The per-worker keys: at an environment's top level (one worker) or under ``workers.<name>``.
-WORKER_KEYS = ("handler", "min_tasks", "max_tasks", "cpu", "memory_mib", "handler_environment", "secrets", "sources")
+WORKER_KEYS = (
+    "handler",
+    "min_tasks",
+    "max_tasks",
+    "cpu",
+    "memory_mib",
+    "architecture",
+    "spot",
+    "handler_environment",
+    "secrets",
+    "sources",
+)
 #: The variables the stack writes for a worker's sources (consumer/sources.py): never a handler_environment name.
 SOURCE_ENV_KEYS = frozenset({SNS_ENVELOPE_TOPICS_ENV, EVENTBRIDGE_EVENTS_ENV})
 #: The name of the one worker an environment declares with a top-level ``handler``.
@@ -157,6 +169,10 @@ class WorkerSettings:
     max_tasks: int = 2
     cpu: int = 256
     memory_mib: int = 512
+    #: "x86_64" or "arm64" (Graviton): the task's CPU architecture and the image's platform.
+    architecture: str = DEFAULT_ARCHITECTURE
+    #: The tasks beyond an on-demand base on Fargate Spot (infra/capacity_settings.py); None: all on-demand.
+    spot: SpotSettings | None = None
     handler_environment: Mapping[str, str] = field(default_factory=dict)
     #: Container variables read at task start from SSM Parameter Store or Secrets Manager.
     secrets: Mapping[str, SecretSource] = field(default_factory=dict)
@@ -190,15 +206,21 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         raise SettingsError(path("handler"), 'must be set to "package.module:function"', None)
     if not isinstance(handler, str) or not handler:
         raise SettingsError(path("handler"), "must be a non-empty string", handler)
-    min_tasks = integer(
-        "min_tasks",
-        1,
-        1,
-        MAX_TASKS_LIMIT,
-        " (backlog-per-task scaling divides by running tasks, so it cannot scale out from zero)",
+    # 0: scale to zero, woken by infra/scaling.py's wake-up policy when messages wait.
+    min_tasks = integer("min_tasks", 1, 0, MAX_TASKS_LIMIT)
+    max_tasks = integer(
+        "max_tasks", max(2, min_tasks), max(1, min_tasks), MAX_TASKS_LIMIT, " (from min_tasks, and at least 1)"
     )
-    max_tasks = integer("max_tasks", max(2, min_tasks), min_tasks, MAX_TASKS_LIMIT, " (from min_tasks)")
     cpu, memory = check_task_size(raw.get("cpu", 256), raw.get("memory_mib"), path("cpu"), path("memory_mib"))
+    try:
+        architecture = check_architecture(path("architecture"), raw.get("architecture", DEFAULT_ARCHITECTURE))
+        spot = (
+            parse_spot(path("spot"), raw["spot"], architecture=architecture, max_tasks=max_tasks)
+            if "spot" in raw
+            else None
+        )
+    except CapacityError as error:
+        raise SettingsError(error.parameter, error.rule, error.value) from None
     reserved = WorkerContract.env_keys() | BINDING_KEYS | SOURCE_ENV_KEYS
     handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
     secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
@@ -216,6 +238,8 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         max_tasks=max_tasks,
         cpu=cpu,
         memory_mib=memory,
+        architecture=architecture,
+        spot=spot,
         handler_environment=handler_environment,
         secrets=secrets,
         sources=sources,

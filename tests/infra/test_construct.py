@@ -131,7 +131,7 @@ def test_every_alarm_notifies_a_topic_that_admits_it(template: dict[str, Any]) -
     [
         ({"cpu": 256, "memory_mib": 8192}, '"memory_mib" must be 512..2048 in steps of 512 for cpu 256: 8192'),
         ({"cpu": 300}, '"cpu" must be one of Fargate\'s CPU sizes [256, 512, 1024, 2048, 4096, 8192, 16384]: 300'),
-        ({"min_tasks": 5, "max_tasks": 2}, '"max_tasks" must be between 5 and 100 (from min_tasks): 2'),
+        ({"min_tasks": 5, "max_tasks": 2}, '"max_tasks" must be between 5 and 100 (from min_tasks, and at least 1): 2'),
     ],
 )
 def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str, Any], message: str) -> None:

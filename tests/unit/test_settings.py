@@ -211,9 +211,10 @@ def test_paging_endpoint_pattern_is_the_deploy_time_rule(value: str, accepted: b
 @pytest.mark.parametrize(
     ("overrides", "key", "rule"),
     [
-        ({"min_tasks": 0}, "min_tasks", "must be between 1 and 100 (backlog-per-task scaling divides by running tasks"),
-        ({"min_tasks": 101}, "min_tasks", "must be between 1 and 100"),
-        ({"min_tasks": 3, "max_tasks": 2}, "max_tasks", "must be between 3 and 100 (from min_tasks)"),
+        ({"min_tasks": -1}, "min_tasks", "must be between 0 and 100"),
+        ({"min_tasks": 101}, "min_tasks", "must be between 0 and 100"),
+        ({"min_tasks": 3, "max_tasks": 2}, "max_tasks", "must be between 3 and 100 (from min_tasks, and at least 1)"),
+        ({"min_tasks": 0, "max_tasks": 0}, "max_tasks", "must be between 1 and 100 (from min_tasks, and at least 1)"),
         ({"cpu": 300}, "cpu", "must be one of Fargate's CPU sizes"),
         ({"cpu": 256, "memory_mib": 4096}, "memory_mib", "must be 512..2048 in steps of 512 for cpu 256"),
         ({"log_retention_days": 10}, "log_retention_days", "must be one of CloudWatch's"),
