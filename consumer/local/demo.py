@@ -55,6 +55,7 @@ from rich.console import Console
 from rich.table import Table
 
 from consumer.contract import HANDLER_ENV
+from consumer.local.bill import bill_of_run
 from consumer.local.demo_lane import DELIVERED, DemoResult, Lane
 from consumer.local.demo_notifications import MIX, REDRIVE_FILTER, Downstream, build_mix
 from consumer.local.demo_report import render_report
@@ -392,7 +393,7 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> int:
     """Run the demo, print the report, write ``options.report`` (JSON) if set; returns the exit code."""
     console = console or output_console()
     result = Demo(options, console).run()
-    render_report(result, console)
+    render_report(result, console, bill_of_run(result, options.template.parent))
     if options.report is not None:
         options.report.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     return 0 if result.ok else 1

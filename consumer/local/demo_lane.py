@@ -204,6 +204,8 @@ class LaneResult:
     duplicates_skipped: int = 0
     #: Every unhealthy answer of ``python -m consumer health`` for a running consumer (the run fails).
     unhealthy: list[str] = field(default_factory=list)
+    #: The UTF-8 bytes of every body the lane planned (the bill's message size: this over the events produced).
+    body_bytes: int = 0
 
     @property
     def requests_per_message(self) -> float | None:
@@ -454,4 +456,5 @@ class Lane:
             unhealthy=[
                 f"#{c.number} ({h.phase}): {h.line}" for c in fleet.processes for h in c.health if not h.healthy
             ],
+            body_bytes=sum(len(p.body.encode("utf-8")) for p in self.plan),
         )

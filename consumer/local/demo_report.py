@@ -7,13 +7,20 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from consumer.local.bill import GUARD_WRITES_PER_MESSAGE, Bill
 from consumer.local.demo_lane import DemoResult, LaneResult, Mix
+from consumer.local.prices import HOURS_PER_MONTH
 
 
-def render_report(result: DemoResult, console: Console) -> None:
-    """The closing report, a section per worker, then the verdict: balanced only if every worker balances."""
+def render_report(result: DemoResult, console: Console, bill: Bill | str | None = None) -> None:
+    """The closing report, a section per worker, what each costs (``bill``; a string: why there is no estimate),
+    then the verdict: balanced only if every worker balances."""
     for worker in result.workers:
         render_worker(worker, worker.mix, console)
+    if isinstance(bill, Bill):
+        render_bill(bill, console)
+    elif bill:
+        console.print(f"What it costs (estimate): not estimated: {bill}", markup=False)
     if result.timed_out_phase:
         console.print(f"[red]timed out[/red] {result.timed_out_phase}")
     for worker in result.workers:
@@ -126,6 +133,57 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
         console.print(mix.cost_note)
     if mix.note:
         console.print(mix.note, markup=False)
+
+
+def render_bill(bill: Bill, console: Console) -> None:
+    """ "What it costs (estimate)": per environment and worker, then each environment's fixed costs, then where the
+    prices come from (:mod:`consumer.local.bill` says what is counted and what is left out)."""
+    table = Table(title="What it costs (estimate), US dollars: per environment and worker")
+    for column in (
+        "environment",
+        "worker",
+        "tasks at min_tasks",
+        "per month at min_tasks",
+        "per million messages",
+        "of which SQS / Fargate / DynamoDB",
+        "SQS requests per message; message size",
+    ):
+        table.add_column(column, justify="left" if column in ("environment", "worker") else "right")
+    for cost in bill.workers:
+        plan, usage = cost.plan, cost.usage
+        spot = f": {cost.on_demand} on-demand + {cost.spot} Spot" if plan.capacity is not None else ""
+        chunks = f", {cost.chunks} chunks a request" if cost.chunks > 1 else ""
+        table.add_row(
+            cost.environment,
+            plan.worker,
+            f"{plan.min_tasks}{spot} ({plan.cpu / 1024:g} vCPU, {plan.memory_mib / 1024:g} GB, {plan.architecture})",
+            f"${cost.month:,.2f}",
+            f"${cost.per_million:,.2f}",
+            f"${cost.sqs_per_million:,.2f} / ${cost.fargate_per_million:,.2f} / ${cost.dynamodb_per_million:,.2f}",
+            f"{usage.requests_per_message:.2f} ({usage.requests_source}); {usage.message_bytes:,.0f} B"
+            f" ({usage.size_source}){chunks}",
+        )
+    console.print(table)
+    fixed = Table(title="What it costs (estimate), US dollars: per environment, whatever the traffic")
+    fixed.add_column("environment")
+    fixed.add_column("what the stack runs")
+    fixed.add_column("per month", justify="right")
+    for environment in bill.fixed:
+        lines = "; ".join(f"{what} x{count}: ${cost:,.2f}" for what, count, cost in environment.lines)
+        fixed.add_row(environment.environment, lines, f"${environment.month:,.2f}")
+    console.print(fixed)
+    prices = bill.prices
+    console.print(
+        f"An estimate, not a quote: {prices.region} list prices entered by hand on {prices.entered} (check each on its"
+        f" page before use: {', '.join(prices.sources.values())}). Per month: {HOURS_PER_MONTH} h of the min_tasks"
+        " tasks (Spot at"
+        " a typical discount) and their long polls of an empty queue. Per million messages: SQS requests (the"
+        " consumers' measured per message, or the run's mean for a handler that did not run here, plus the"
+        " producer's batch of 10, per 64 KiB chunk), Fargate at the contract's declared throughput per task, and"
+        f" {GUARD_WRITES_PER_MESSAGE} DynamoDB writes unless idempotent. Left out: free tiers, logs, Container Insights, metrics, NAT data,"
+        ' retries (docs/deploy.md, "What it costs (estimate)").',
+        markup=False,
+    )
 
 
 def render_tenants(result: LaneResult, console: Console) -> None:

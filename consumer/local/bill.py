@@ -1,0 +1,377 @@
+"""What each environment's workers cost, as an estimate: ``make run``'s "What it costs (estimate)" table.
+
+Read from the synthesized templates (``cdk.out``), as every local tool here reads the stack (what is priced is what
+``cdk deploy`` would create), and multiplied by the list prices of :mod:`consumer.local.prices`:
+
+* **per month at min_tasks** (730 h): each worker's ``min_tasks`` tasks (the scalable target's MinCapacity), split
+  on-demand / Spot by the service's capacity provider strategy as :meth:`Capacity.split` says ECS places them,
+  priced per vCPU (``cpu / 1024``) and GB (``memory_mib / 1024``) hour by ``architecture``; plus the long polls
+  those tasks make with an empty queue (each receive loop asks once every 20 s);
+* **per million messages**: SQS requests (the consumers' measured requests per message, plus the producer's
+  SendMessageBatch of 10, each request billed once per 64 KiB chunk of a message: past 64 KiB an upper bound, as
+  if every request carried one message), Fargate task-hours at the contract's declared throughput per task
+  (``concurrency * messages_per_call / average_duration``, the figure the scaling target is made of,
+  :attr:`consumer.contract.WorkerContract.scaling_target_backlog_per_task`) on the strategy's marginal task, and
+  the idempotency guard's DynamoDB writes (:data:`GUARD_WRITES_PER_MESSAGE`);
+* **fixed per environment**, on lines of their own: NAT gateways and their public IPv4 addresses, alarms (per alarm
+  metric; a composite per alarm), dashboards and KMS keys, counted in the template.
+
+Left out: free tiers, CloudWatch Logs and Container Insights, the consumer's own metrics (embedded metric format),
+NAT data processing, DynamoDB storage and reads, retries (a failed attempt adds a release and a second claim),
+heartbeat renewals (one DynamoDB write per extension of a guarded message), taxes and discounts.
+:func:`estimate` does no I/O; :func:`load_environments` reads the templates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from consumer.contract import SQS_MAX_BATCH, SQS_MAX_WAIT_SECONDS, WorkerContract
+from consumer.local.demo_lane import DemoResult
+from consumer.local.prices import HOURS_PER_MONTH, PRICES, SQS_CHUNK_BYTES, PriceTable
+from consumer.stack_outputs import WORKER_METADATA_KEY, consumer_container
+
+#: The idempotency guard's DynamoDB writes for a message processed once (consumer/runtime/idempotency.py): the
+#: claim, a conditional PutItem, and the completion, one put of a BatchWriteItem; each item is under 1 KB (a
+#: ``sha256:`` key), so one write request unit each. A worker declared ``idempotent`` has no guard: none.
+#: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/on-demand-capacity-mode.html
+GUARD_WRITES_PER_MESSAGE = 2
+#: The producer's sends per message: consumer.producer sends SendMessageBatch calls of 10 (a producer sending one at
+#: a time pays 1). The consumers' own requests are measured (their ``sqs_requests`` metric); the producer's are not.
+PRODUCER_SENDS_PER_MESSAGE = 1 / SQS_MAX_BATCH
+#: The message size when the run measured none: 1 KiB (one chunk).
+DEFAULT_MESSAGE_BYTES = 1024
+#: The prefix of a stack's name before its environment's (infra.settings.stack_name_of; tests/unit/test_bill.py).
+STACK_PREFIX = "SqsWorker-"
+MILLION = 1_000_000
+SECONDS_PER_HOUR = 3600
+#: Fargate runs a task on x86_64 unless its task definition's RuntimePlatform says otherwise.
+_ARCHITECTURES = {"X86_64": "x86_64", "ARM64": "arm64"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """A service's capacity provider strategy: ``on_demand_base`` tasks on FARGATE, the rest split
+    ``on_demand_weight``:``spot_weight`` between FARGATE and FARGATE_SPOT.
+    https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-capacity-providers.html"""
+
+    on_demand_base: int = 0
+    on_demand_weight: int = 0
+    spot_weight: int = 0
+
+    def split(self, tasks: int) -> tuple[int, int]:
+        """``(on-demand, spot)`` of ``tasks``: the base first, then by weight, rounded toward on-demand (the rule of
+        infra.capacity_settings.SpotSettings.split, which tests/unit/test_bill.py holds this to)."""
+        base = min(tasks, self.on_demand_base)
+        total = self.on_demand_weight + self.spot_weight
+        spot = ((tasks - base) * self.spot_weight) // total if total else 0
+        return tasks - spot, spot
+
+    @property
+    def spot_share(self) -> float:
+        """The share of a task beyond the base that runs on Spot (what a scale-out adds)."""
+        total = self.on_demand_weight + self.spot_weight
+        return self.spot_weight / total if total else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerPlan:
+    """One worker as its stack deploys it."""
+
+    worker: str
+    handler: str
+    cpu: int
+    memory_mib: int
+    architecture: str
+    min_tasks: int
+    #: None: every task on-demand (the FARGATE launch type).
+    capacity: Capacity | None
+    contract: WorkerContract
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentPlan:
+    """One environment's stack: its workers and what it runs whatever the traffic."""
+
+    environment: str
+    workers: tuple[WorkerPlan, ...]
+    nat_gateways: int = 0
+    public_ipv4: int = 0
+    alarm_metrics: int = 0
+    high_resolution_alarm_metrics: int = 0
+    composite_alarms: int = 0
+    dashboards: int = 0
+    kms_keys: int = 0
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a message costs in requests and bytes, and where each figure came from (the report says)."""
+
+    requests_per_message: float
+    requests_source: str
+    message_bytes: float
+    size_source: str
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The demo's figures: per handler that ran, (consumers' SQS requests, messages processed, body bytes,
+    messages produced)."""
+
+    by_handler: Mapping[str, tuple[int, int, int, int]]
+
+    def usage(self, handler: str) -> Usage:
+        """``handler``'s own figures if it ran in the demo (and processed something), else the run's."""
+        own = self.by_handler.get(handler)
+        if own is not None and own[1] and own[3]:
+            return Usage(own[0] / own[1], "measured", own[2] / own[3], "measured")
+        every = list(self.by_handler.values())
+        requests, processed, size, produced = (sum(figures[i] for figures in every) for i in range(4))
+        if not processed or not produced:
+            return Usage(0.0, "not measured", DEFAULT_MESSAGE_BYTES, "default")
+        return Usage(requests / processed, "run mean", size / produced, "run mean")
+
+
+def measured(result: DemoResult) -> Measured:
+    """The figures of each handler that ran in ``result`` (several workers of one handler pooled)."""
+    figures: dict[str, tuple[int, int, int, int]] = {}
+    for lane in result.workers:
+        produced = sum(lane.accounting.produced.values())
+        before = figures.get(lane.handler, (0, 0, 0, 0))
+        figures[lane.handler] = (
+            before[0] + lane.sqs_requests,
+            before[1] + lane.processed,
+            before[2] + lane.body_bytes,
+            before[3] + produced,
+        )
+    return Measured(figures)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerCost:
+    """One worker's estimate, in US dollars."""
+
+    environment: str
+    plan: WorkerPlan
+    on_demand: int
+    spot: int
+    fargate_month: float
+    polls_month: float
+    usage: Usage
+    chunks: int
+    messages_per_task_hour: float
+    sqs_per_million: float
+    fargate_per_million: float
+    dynamodb_per_million: float
+
+    @property
+    def month(self) -> float:
+        return self.fargate_month + self.polls_month
+
+    @property
+    def per_million(self) -> float:
+        return self.sqs_per_million + self.fargate_per_million + self.dynamodb_per_million
+
+
+@dataclass(frozen=True)
+class FixedCost:
+    """One environment's costs that do not depend on its workers' traffic: (what, how many, per month)."""
+
+    environment: str
+    lines: tuple[tuple[str, int, float], ...]
+
+    @property
+    def month(self) -> float:
+        return sum(cost for _, _, cost in self.lines)
+
+
+@dataclass(frozen=True)
+class Bill:
+    workers: tuple[WorkerCost, ...]
+    fixed: tuple[FixedCost, ...]
+    prices: PriceTable
+
+
+def estimate_worker(environment: str, plan: WorkerPlan, prices: PriceTable, usage: Usage) -> WorkerCost:
+    """``plan``'s month at ``min_tasks`` and its cost per million messages (the module's docstring says how)."""
+    contract = plan.contract
+    capacity = plan.capacity or Capacity(on_demand_weight=1)
+    on_demand, spot = capacity.split(plan.min_tasks)
+    on_demand_hour = prices.fargate_rate(plan.architecture).task_hour(plan.cpu, plan.memory_mib)
+    spot_hour = (
+        prices.fargate_rate(plan.architecture, spot=True).task_hour(plan.cpu, plan.memory_mib)
+        if plan.capacity is not None
+        else on_demand_hour
+    )
+    sqs_price = prices.sqs_per_million(fifo=contract.fifo)
+    # An empty queue still answers each receive loop's long poll, once every SQS_MAX_WAIT_SECONDS.
+    polls = plan.min_tasks * contract.pollers * HOURS_PER_MONTH * SECONDS_PER_HOUR / SQS_MAX_WAIT_SECONDS
+    assert contract.average_duration_seconds is not None  # resolved by WorkerContract
+    per_task_hour = contract.messages_in_flight / contract.average_duration_seconds * SECONDS_PER_HOUR
+    # The task a scale-out adds: on Spot in the strategy's weights (beyond its base), else on-demand.
+    marginal_hour = on_demand_hour + capacity.spot_share * (spot_hour - on_demand_hour)
+    chunks = max(1, math.ceil(usage.message_bytes / SQS_CHUNK_BYTES))
+    return WorkerCost(
+        environment=environment,
+        plan=plan,
+        on_demand=on_demand,
+        spot=spot,
+        fargate_month=HOURS_PER_MONTH * (on_demand * on_demand_hour + spot * spot_hour),
+        polls_month=polls * sqs_price / MILLION,
+        usage=usage,
+        chunks=chunks,
+        messages_per_task_hour=per_task_hour,
+        sqs_per_million=(usage.requests_per_message + PRODUCER_SENDS_PER_MESSAGE) * chunks * sqs_price,
+        fargate_per_million=MILLION / per_task_hour * marginal_hour,
+        dynamodb_per_million=0.0
+        if contract.idempotent
+        else GUARD_WRITES_PER_MESSAGE * prices.dynamodb_write_per_million,
+    )
+
+
+def estimate_fixed(plan: EnvironmentPlan, prices: PriceTable) -> FixedCost:
+    """``plan``'s monthly costs whatever its traffic; a line only for what the stack has."""
+    lines = [
+        ("NAT gateways", plan.nat_gateways, plan.nat_gateways * prices.nat_gateway_hour * HOURS_PER_MONTH),
+        ("public IPv4 addresses", plan.public_ipv4, plan.public_ipv4 * prices.public_ipv4_hour * HOURS_PER_MONTH),
+        ("alarm metrics", plan.alarm_metrics, plan.alarm_metrics * prices.alarm_metric_month),
+        (
+            "high-resolution alarm metrics",
+            plan.high_resolution_alarm_metrics,
+            plan.high_resolution_alarm_metrics * prices.alarm_high_resolution_metric_month,
+        ),
+        ("composite alarms", plan.composite_alarms, plan.composite_alarms * prices.composite_alarm_month),
+        ("dashboards", plan.dashboards, plan.dashboards * prices.dashboard_month),
+        ("KMS keys", plan.kms_keys, plan.kms_keys * prices.kms_key_month),
+    ]
+    return FixedCost(plan.environment, tuple(line for line in lines if line[1]))
+
+
+def estimate(environments: Iterable[EnvironmentPlan], prices: PriceTable, figures: Measured) -> Bill:
+    """Every environment's workers and fixed costs, each worker with its handler's figures (:meth:`Measured.usage`)."""
+    plans = list(environments)
+    return Bill(
+        workers=tuple(
+            estimate_worker(env.environment, worker, prices, figures.usage(worker.handler))
+            for env in plans
+            for worker in env.workers
+        ),
+        fixed=tuple(estimate_fixed(env, prices) for env in plans),
+        prices=prices,
+    )
+
+
+def bill_of_run(result: DemoResult, cdk_out: Path, prices: PriceTable = PRICES) -> Bill | str:
+    """The estimate for every stack in ``cdk_out`` with ``result``'s figures, or why there is none (one line)."""
+    try:
+        return estimate(load_environments(cdk_out), prices, measured(result))
+    except (OSError, ValueError, KeyError, TypeError) as error:  # ContractError is a ValueError
+        return f"the templates in {cdk_out} could not be read: {type(error).__name__}: {error}"
+
+
+# --------------------------------------------------------------------------- reading the templates
+
+
+def environment_plan(environment: str, template: Mapping[str, Any]) -> EnvironmentPlan:
+    """What ``template`` (a synthesized stack) deploys, for the estimate."""
+    resources: Mapping[str, Any] = template["Resources"]
+
+    def of_type(kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+        return [(key, r.get("Properties", {})) for key, r in resources.items() if r["Type"] == kind]
+
+    services = {_ref(p.get("TaskDefinition")): (key, p) for key, p in of_type("AWS::ECS::Service")}
+    minimum = {_service_of(p.get("ResourceId")): p.get("MinCapacity") for _, p in of_type(_SCALABLE_TARGET)}
+    workers = []
+    for key, definition in resources.items():
+        if definition["Type"] != "AWS::ECS::TaskDefinition":
+            continue
+        properties, name = definition["Properties"], definition.get("Metadata", {}).get(WORKER_METADATA_KEY)
+        service_id, service = services.get(key, ("", {}))
+        env = {e["Name"]: e["Value"] for e in consumer_container(definition).get("Environment", [])}
+        workers.append(
+            WorkerPlan(
+                worker=name or "default",
+                handler=str(env.get("CONSUMER_HANDLER", "?")),
+                cpu=int(properties["Cpu"]),
+                memory_mib=int(properties["Memory"]),
+                architecture=_ARCHITECTURES[properties.get("RuntimePlatform", {}).get("CpuArchitecture", "X86_64")],
+                min_tasks=int(minimum.get(service_id, service.get("DesiredCount", 1))),
+                capacity=_capacity(service.get("CapacityProviderStrategy")),
+                contract=WorkerContract.from_env({k: v for k, v in env.items() if isinstance(v, str)}),
+            )
+        )
+    alarms = [p for _, p in of_type("AWS::CloudWatch::Alarm")]
+    periods = [period for alarm in alarms for period in _alarm_metric_periods(alarm)]
+    return EnvironmentPlan(
+        environment=environment,
+        workers=tuple(workers),
+        nat_gateways=len(of_type("AWS::EC2::NatGateway")),
+        public_ipv4=len(of_type("AWS::EC2::EIP")),
+        alarm_metrics=sum(1 for period in periods if period >= 60),
+        high_resolution_alarm_metrics=sum(1 for period in periods if period < 60),
+        composite_alarms=len(of_type("AWS::CloudWatch::CompositeAlarm")),
+        dashboards=len(of_type("AWS::CloudWatch::Dashboard")),
+        kms_keys=len(of_type("AWS::KMS::Key")),
+    )
+
+
+def load_environments(cdk_out: Path) -> list[EnvironmentPlan]:
+    """Every stack of the cloud assembly in ``cdk_out`` (its manifest's order), named by environment."""
+    manifest = json.loads((cdk_out / "manifest.json").read_text())
+    plans = []
+    for stack, artifact in manifest.get("artifacts", {}).items():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        template = json.loads((cdk_out / artifact["properties"]["templateFile"]).read_text())
+        plans.append(environment_plan(stack.removeprefix(STACK_PREFIX), template))
+    return plans
+
+
+_SCALABLE_TARGET = "AWS::ApplicationAutoScaling::ScalableTarget"
+
+
+def _ref(value: object) -> str:
+    return str(value["Ref"]) if isinstance(value, Mapping) and "Ref" in value else ""
+
+
+def _service_of(resource_id: object) -> str:
+    """The service a scalable target's ResourceId names (``service/<cluster>/<GetAtt Service.Name>``)."""
+    if isinstance(resource_id, Mapping):
+        if "Fn::GetAtt" in resource_id:
+            return str(resource_id["Fn::GetAtt"][0])
+        return next((s for s in map(_service_of, resource_id.values()) if s), "")
+    if isinstance(resource_id, list):
+        return next((s for s in map(_service_of, resource_id) if s), "")
+    return ""
+
+
+def _capacity(strategy: Sequence[Mapping[str, Any]] | None) -> Capacity | None:
+    if not strategy:
+        return None
+    by_provider = {item["CapacityProvider"]: item for item in strategy}
+    on_demand, spot = by_provider.get("FARGATE", {}), by_provider.get("FARGATE_SPOT", {})
+    return Capacity(
+        on_demand_base=int(on_demand.get("Base", 0)),
+        on_demand_weight=int(on_demand.get("Weight", 0)),
+        spot_weight=int(spot.get("Weight", 0)),
+    )
+
+
+def _alarm_metrics(alarm: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An alarm's metrics: its one metric, or each metric of its math (an expression is not billed)."""
+    if "Metrics" in alarm:
+        return [query["MetricStat"] for query in alarm["Metrics"] if "MetricStat" in query]
+    return [alarm]
+
+
+def _alarm_metric_periods(alarm: Mapping[str, Any]) -> list[int]:
+    """The period of each metric an alarm is billed for: CloudWatch bills an alarm per metric it evaluates, a metric
+    math alarm per metric in its expression, at the high-resolution price under a 60 s period.
+    https://aws.amazon.com/cloudwatch/pricing/"""
+    return [int(metric.get("Period", 60)) for metric in _alarm_metrics(alarm)]

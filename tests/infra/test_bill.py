@@ -1,0 +1,59 @@
+"""The bill reads what the stack deploys: the template reader (consumer/local/bill.py) gives, for a synthesized
+environment, the plan its cdk.json settings describe (tests/unit/test_bill.py prices that plan by hand)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from consumer.local.bill import EnvironmentPlan, load_environments
+from infra.settings import CONTEXT_KEY, parse_environment
+from tests.infra.conftest import synthesize
+from tests.unit.test_bill import ENVIRONMENT, ORDERED, plan_of
+
+#: The unit test's two workers (arm64 at two tasks; x86_64 with Spot beyond one on-demand task, at three), and a
+#: FIFO worker in the one-worker form that scales to zero.
+ENVIRONMENTS = {
+    "test": ENVIRONMENT,
+    "zero": {"handler": ORDERED, "min_tasks": 0, "max_tasks": 2, "nat_gateways": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's environments, synthesized once (cdk-nag included)."""
+    path = tmp_path_factory.mktemp("cdk.out")
+    synthesize(path, {CONTEXT_KEY: ENVIRONMENTS})
+    return path
+
+
+@pytest.fixture(scope="module")
+def plans(outdir: Path) -> dict[str, EnvironmentPlan]:
+    return {plan.environment: plan for plan in load_environments(outdir)}
+
+
+@pytest.mark.parametrize("name", sorted(ENVIRONMENTS))
+def test_bill_reads_each_worker_as_its_settings_describe_it(plans: dict[str, EnvironmentPlan], name: str) -> None:
+    """Tasks at min_tasks, CPU, memory, architecture, the Spot strategy, the handler and its contract: from the
+    template, equal to the settings'."""
+    expected = plan_of(parse_environment(name, ENVIRONMENTS[name]))
+
+    assert plans[name].workers == expected.workers
+
+
+@pytest.mark.parametrize(("name", "nat_gateways"), [("test", 1), ("zero", 2)])
+def test_bill_counts_the_environment_s_nat_gateways_and_their_addresses(
+    plans: dict[str, EnvironmentPlan], name: str, nat_gateways: int
+) -> None:
+    """One NAT gateway per ``nat_gateways``, each with its public IPv4 address."""
+    assert (plans[name].nat_gateways, plans[name].public_ipv4) == (nat_gateways, nat_gateways)
+
+
+def test_bill_counts_every_alarm_metric_composite_dashboard_and_key(plans: dict[str, EnvironmentPlan]) -> None:
+    """Each alarm is billed for at least one metric; composites, the dashboard and the key are counted."""
+    plan = plans["zero"]
+
+    assert plan.alarm_metrics > 0
+    assert plan.high_resolution_alarm_metrics == 0  # SQS publishes one-minute metrics: no alarm looks closer
+    assert (plan.composite_alarms > 0, plan.dashboards, plan.kms_keys) == (True, 1, 1)
