@@ -280,9 +280,15 @@ class ConsumerService(Construct):
         # The CDK created the execution role (image pull, logs, secrets) with an unconditioned trust: infra/trust.py.
         confine_trust(self.task_definition.obtain_execution_role(), ECS_TASKS, this_account(self))
 
+        # ECS's UpdateService moves a service between a launch type and capacity providers only along the transitions
+        # it lists, and "FARGATE launch type -> Fargate capacity providers" is not one of them
+        # (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html, capacityProviderStrategy).
+        # So a Spot service has a construct id of its own: turning spot on or off replaces the service (CloudFormation
+        # creates the new one, then deletes the old one, whose tasks drain on SIGTERM as in a deploy) instead of an
+        # update ECS may refuse. Without spot the id, and every logical id, is what it always was.
         self.service = ecs.FargateService(
             self,
-            "Service",
+            "Service" if spot is None else "SpotService",
             cluster=cluster,
             task_definition=self.task_definition,
             min_healthy_percent=100,
