@@ -19,6 +19,7 @@ from rich.table import Table
 
 from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract
 from consumer.declaration import contract_of, load_handler
+from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 from infra.source_settings import TopicSource
 from infra.toolchain import use_pinned_node
@@ -114,6 +115,23 @@ def settings_rows(settings: EnvironmentSettings, worker: WorkerSettings | None =
     }
 
 
+def tasks_cell(worker: WorkerSettings) -> str:
+    """``min..max``; at zero, with the longest a wake-up may take."""
+    wakes = f" (wakes in <= {WAKE_UP_SECONDS} s)" if worker.min_tasks == 0 else ""
+    return f"{worker.min_tasks}..{worker.max_tasks}{wakes}"
+
+
+def runs_on(worker: WorkerSettings) -> str:
+    """The architecture, and the capacity: on-demand, or Spot beyond an on-demand base."""
+    if worker.spot is None:
+        return f"{worker.architecture}, on-demand"
+    spot = worker.spot
+    return (
+        f"{worker.architecture}, Spot beyond {spot.on_demand_base} on-demand"
+        f" (weights {spot.on_demand_weight}:{spot.spot_weight})"
+    )
+
+
 def who_may_send(settings: EnvironmentSettings, worker: WorkerSettings | None = None) -> str:
     """The producers' count and ``worker``'s sources (every worker's when None), or "IAM decides" with none of them."""
     sources = [s for w in ([worker] if worker else settings.workers) for s in w.sources]
@@ -189,7 +207,8 @@ def main(
     for column in shown:
         table.add_column(column.header, justify="right", overflow="fold")
     table.add_row("handler", *[c.worker.handler.rpartition(".")[2] for c in shown])
-    table.add_row("tasks (min..max)", *[f"{c.worker.min_tasks}..{c.worker.max_tasks}" for c in shown])
+    table.add_row("tasks (min..max)", *[tasks_cell(c.worker) for c in shown])
+    table.add_row("runs on", *[runs_on(c.worker) for c in shown])
     for label, attribute in ROWS:
         table.add_row(label, *[human(attribute, getattr(c.contract, attribute)) for c in shown])
     rows = [settings_rows(c.settings, c.worker) for c in shown]

@@ -182,3 +182,15 @@ def test_the_construct_refuses_what_the_capacity_settings_refuse(arguments: dict
     with pytest.raises(ContractError) as refused:
         standalone_worker(REPORT_JOB, **arguments)
     assert str(refused.value) == message
+
+
+def test_the_synth_report_shows_each_worker_s_capacity() -> None:
+    """infra.report's table: min..max with the wake-up bound at zero, and what the tasks run on."""
+    from infra.capacity_settings import WAKE_UP_SECONDS
+    from infra.report import runs_on, tasks_cell
+    from infra.worker_settings import WorkerSettings
+
+    asleep = WorkerSettings(name="a", handler="m:f", min_tasks=0, max_tasks=3, architecture="arm64")
+    spot = WorkerSettings(name="b", handler="m:f", min_tasks=2, max_tasks=5, spot=SpotSettings(on_demand_base=1))
+    assert (tasks_cell(asleep), runs_on(asleep)) == (f"0..3 (wakes in <= {WAKE_UP_SECONDS} s)", "arm64, on-demand")
+    assert (tasks_cell(spot), runs_on(spot)) == ("2..5", "x86_64, Spot beyond 1 on-demand (weights 0:1)")
