@@ -49,7 +49,7 @@ def report_job(message: Message) -> None:
 SHIPPED: dict[str, dict[str, Any]] = {
     "dev": {
         "handler": NOTIFICATIONS,
-        "min_tasks": 1,
+        "min_tasks": 0,
         "max_tasks": 2,
         "cpu": 256,
         "memory_mib": 512,

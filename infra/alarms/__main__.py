@@ -150,9 +150,10 @@ def scenario_report(
 ) -> tuple[str, bool, dict[str, Any]]:
     """The catalogue and scaling tables of every (or each named) environment, as markdown; whether all held; and
     each environment's outcomes."""
-    from infra.alarms.catalogue import run_catalogue, worker_facts
-    from infra.alarms.report import catalogue_markdown, plot, scaling_markdown, time_to_page_markdown
+    from infra.alarms.catalogue import run_catalogue, skipped_scenarios, worker_facts
+    from infra.alarms.report import catalogue_markdown, plot, scaling_markdown, skipped_markdown, time_to_page_markdown
     from infra.alarms.scaling import policies_from_template
+    from infra.alarms.wake_up import wake_up_from_template
 
     selected = _environments()
     unknown = set(environments or []) - {e.name for e in selected}
@@ -167,10 +168,14 @@ def scenario_report(
         template = templates / f"{environment.stack_name}.template.json"
         outcomes = found[environment.name] = run_catalogue(template, environment)
         held = held and all(o.intended for o in outcomes)
-        catalogue.append(catalogue_markdown(environment.name, outcomes))
-        policies = list(policies_from_template(load_template(template)).values())
+        catalogue.append(catalogue_markdown(environment.name, outcomes) + skipped_markdown(skipped_scenarios(template)))
+        loaded = load_template(template)
+        policies = list(policies_from_template(loaded).values())
         if policies:
-            scaling.append(scaling_markdown(environment.name, policies[0], worker_facts(environment)[0]))
+            wake_up = wake_up_from_template(loaded, read_alarms(loaded, environment.stack_name)[0])
+            scaling.append(
+                scaling_markdown(environment.name, policies[0], worker_facts(environment)[0], wake_up=wake_up)
+            )
         if plot_dir is not None and plot_only in (None, environment.name):
             plot_dir.mkdir(parents=True, exist_ok=True)
             for outcome in outcomes:

@@ -18,9 +18,10 @@ from infra.alarms.engine import Transition, evaluate
 from infra.alarms.events import SqsEvent
 from infra.alarms.publishers import container_insights_series, emf_series
 from infra.alarms.scaling import policies_from_template
-from infra.alarms.scenarios import CATALOGUE, USUAL_PER_MINUTE, Scenario
+from infra.alarms.scenarios import CATALOGUE, USUAL_PER_MINUTE, WAKE_DELAYED, Scenario
 from infra.alarms.sqs_model import QueueSpec, sqs_series
 from infra.alarms.template import load_template, read_alarms
+from infra.alarms.wake_up import WAKE_UP_SECONDS, WakeUp, wake_up_from_template, wake_ups_from_template
 from infra.alarms.world import CREATED_SECONDS, DAY, Timeline, WorkerFacts, World
 from infra.settings import EnvironmentSettings
 
@@ -73,18 +74,40 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     #: The template's metric alarms, for plots of what each compared with its threshold.
     alarms: Sequence[MetricAlarm] = ()
+    #: The first worker's wake-up (min_tasks 0), else None: its alarm's action scales, it notifies nobody.
+    wake_up: WakeUp | None = None
+    facts: WorkerFacts | None = None
+    #: Every wake-up alarm of the template (any worker's): their actions scale, they notify nobody.
+    scaling_alarms: frozenset[str] = frozenset()
 
     @property
     def intended(self) -> bool:
         return not self.problems
 
     def notifications(self) -> list[tuple[Transition, str]]:
-        """Changes that notified someone, with where (page / ticket / the topic as written)."""
+        """Changes that notified someone, with where (page / ticket / the topic as written); the wake-up alarm's
+        action is a scaling policy, not a notification."""
         return [
             (change, ", ".join(sorted({self.routes.get(a, a) for a in change.actions})))
             for change in self.changes
-            if change.actions
+            if change.actions and change.alarm not in self.scaling_alarms
         ]
+
+    def wake_up_actions(self) -> list[Transition]:
+        """The wake-up alarm's changes to ALARM after the onset (each invokes its scaling policy)."""
+        name = self.wake_up.alarm.name if self.wake_up is not None else None
+        return [c for c in self.changes if c.alarm == name and c.to_state == ALARM and c.t >= self.timeline.onset]
+
+    def bound(self) -> float | None:
+        """The first page's bound, minutes after the onset: the scenario's, plus the wake-up time for a worker that
+        scales to zero where the paging alarm's threshold carries it (ConsumerStalled, BacklogAge)."""
+        scenario = self.scenario
+        if scenario.bound is not None and self.facts is not None:
+            return scenario.bound(self.facts)
+        if scenario.within_minutes is None:
+            return None
+        wake = WAKE_UP_SECONDS / 60 if self.wake_up is not None and scenario.pages[0] in WAKE_DELAYED else 0
+        return scenario.within_minutes + wake
 
     def row(self) -> dict[str, Any]:
         onset = self.timeline.onset
@@ -98,8 +121,13 @@ class Outcome:
             for change, where in self.notifications()
             if not (change.t == self.timeline.created and change.to_state == OK)
         ]
+        wake_ups = [
+            {"acted": round((acted - onset) / 60, 1), "ran": None if ran is None else round((ran - onset) / 60, 1)}
+            for acted, ran in self.timeline.wake_ups
+        ]
         return {
             "scenario": self.scenario.name,
+            "wake_ups": wake_ups,
             "title": self.scenario.title,
             "source": self.scenario.source,
             "wrong": self.scenario.wrong,
@@ -115,7 +143,7 @@ def judge(outcome: Outcome) -> list[str]:
     scenario, onset = outcome.scenario, outcome.timeline.onset
     problems = []
     alarms_to = [
-        (c, outcome.short_names.get(c.alarm, c.alarm)) for c in outcome.changes if c.actions and c.to_state == ALARM
+        (c, outcome.short_names.get(c.alarm, c.alarm)) for c, _ in outcome.notifications() if c.to_state == ALARM
     ]
     for change, name in alarms_to:
         if name in scenario.tickets:
@@ -132,12 +160,19 @@ def judge(outcome: Outcome) -> list[str]:
         first = next((c for c, n in alarms_to if n == name and c.t >= onset), None)
         if first is None:
             problems.append(f"{name} never paged")
-        elif scenario.within_minutes is not None and name == scenario.pages[0]:
+        elif (bound := outcome.bound()) is not None and name == scenario.pages[0]:
             late = (first.t - onset) / 60
-            if late > scenario.within_minutes:
-                problems.append(
-                    f"{name} paged {late:.1f} min after onset, over the {scenario.within_minutes} min bound"
-                )
+            if late > bound:
+                problems.append(f"{name} paged {late:.1f} min after onset, over the {bound:g} min bound")
+    if scenario.wake_ups is not None and len(outcome.wake_up_actions()) != scenario.wake_ups:
+        problems.append(f"the wake-up acted {len(outcome.wake_up_actions())} times, not {scenario.wake_ups}")
+    if scenario.wake_ups:  # the thresholds allow WAKE_UP_SECONDS from the first waiting message to a running task
+        problems += [
+            f"the woken task ran {(ran - onset) / 60:.1f} min after the first message, over WAKE_UP_SECONDS"
+            f" ({WAKE_UP_SECONDS / 60:g} min) that the alarms allow"
+            for _, ran in outcome.timeline.wake_ups
+            if ran is not None and ran - onset > WAKE_UP_SECONDS
+        ]
     for expiry in outcome.timeline.expiries:
         warned = [c for c, n in alarms_to if n == "DlqExpiring" and c.t <= expiry - EXPIRY_WARNING_SECONDS]
         if not warned:
@@ -168,7 +203,7 @@ def _series_of(
         specs.append(QueueSpec(worker.dlq, contract.fifo, contract.dlq_retention_seconds, 30))
     series = sqs_series(world.events, specs, start=0, end=timeline.end, idle_since=timeline.idle_since)
     for index, (cluster, service) in enumerate(services):
-        counts = world.tasks if index == 0 else [(0.0, facts[index].min_tasks, facts[index].min_tasks)]
+        counts = world.tasks if index == 0 else [(0.0, facts[index].awake_tasks, facts[index].awake_tasks)]
         for key, points in container_insights_series(
             counts, cluster=cluster, service=service, start=0, end=timeline.end
         ).points.items():
@@ -186,9 +221,12 @@ def run_scenario(
     routes: Mapping[str, str],
     short_names: Mapping[str, str],
     policy: object = None,
+    wake_up: WakeUp | None = None,
+    scaling_alarms: frozenset[str] = frozenset(),
 ) -> Outcome:
     world = World(facts[0])
     world.policy = policy
+    world.wake_up = wake_up
     services = _service_dimensions(alarms)
     if scenario.recording is not None:
         timeline = load_recording(RECORDINGS / f"{scenario.recording}.json", world)
@@ -196,7 +234,9 @@ def run_scenario(
         timeline = scenario.build(world)
     series = _series_of(world, timeline, facts, services)
     changes = evaluate(alarms, composites, series, end=timeline.end, created=timeline.created)
-    outcome = Outcome(scenario, timeline, changes, routes, short_names, series, alarms=alarms)
+    outcome = Outcome(scenario, timeline, changes, routes, short_names, series, alarms=alarms, wake_up=wake_up)
+    outcome.facts = facts[0]
+    outcome.scaling_alarms = scaling_alarms | ({wake_up.alarm.name} if wake_up is not None else set())
     outcome.problems = judge(outcome)
     return outcome
 
@@ -207,7 +247,7 @@ def load_recording(path: Path, world: World) -> Timeline:
     then the DLQ). The fleet keeps its last running count after the recording's teardown."""
     document = json.loads(path.read_text())
     shift = float(CREATED_SECONDS)
-    world.set_tasks(0, world.facts.min_tasks)
+    world.set_tasks(0, world.facts.awake_tasks)
     world.steady(0, shift - 60, USUAL_PER_MINUTE)
     queues = [q["name"] for q in document["queues"]]
     names = dict(zip(queues, (world.facts.source, world.facts.dlq), strict=False))
@@ -250,4 +290,18 @@ def run_catalogue(
     routes = topic_routes(template)
     policies = list(policies_from_template(template).values())
     policy = policies[0] if policies else None
-    return [run_scenario(s, alarms, composites, facts, routes, short, policy) for s in scenarios]
+    wake_up = wake_up_from_template(template, alarms)
+    scaling = frozenset(w.alarm.name for w in wake_ups_from_template(template, alarms))
+    return [
+        run_scenario(s, alarms, composites, facts, routes, short, policy, wake_up, scaling)
+        for s in scenarios
+        if s.skipped(wake_up is not None) is None
+    ]
+
+
+def skipped_scenarios(template_path: Path, scenarios: Sequence[Scenario] = CATALOGUE) -> list[tuple[Scenario, str]]:
+    """The scenarios the catalogue does not run on this template, each with its rule (:meth:`Scenario.skipped`)."""
+    template = load_template(template_path)
+    alarms, _ = read_alarms(template, "")
+    zero = wake_up_from_template(template, alarms) is not None
+    return [(s, reason) for s in scenarios if (reason := s.skipped(zero)) is not None]

@@ -13,7 +13,9 @@ from typing import Any
 from infra.alarms.catalogue import Outcome
 from infra.alarms.definitions import ALARM, INSUFFICIENT_DATA, OK
 from infra.alarms.scaling import Load, ScalingPolicy, simulate, summary
-from infra.alarms.world import WorkerFacts
+from infra.alarms.scenarios import Scenario
+from infra.alarms.wake_up import TASK_START_SECONDS, WAKE_UP_SECONDS, WakeUp, woken_fleet
+from infra.alarms.world import WorkerFacts, World
 
 #: The burst the scaling table shows: ten times the usual rate for 15 minutes, the usual rate being half of what the
 #: minimum fleet clears (infra/alarms/scaling_bridge.py uses the same).
@@ -35,8 +37,22 @@ def outcome_cells(outcome: Outcome) -> tuple[str, str]:
         f"{n['alarm']} → {n['to']} {'+' if n['minutes'] >= 0 else ''}{_minutes(n['minutes'])} ({n['to_topic']})"
         for n in row["notifications"]
     ]
+    shown += [
+        f"wake-up {'+' if w['acted'] >= 0 else ''}{_minutes(w['acted'])}, task "
+        + ("never runs" if w["ran"] is None else f"runs {'+' if w['ran'] >= 0 else ''}{_minutes(w['ran'])}")
+        + " (scaling)"
+        for w in row["wake_ups"]
+    ]
     verdict = "yes" if outcome.intended else "NO: " + "; ".join(outcome.problems)
     return ("<br>".join(shown) or "none", verdict)
+
+
+def skipped_markdown(skipped: Sequence[tuple[Scenario, str]]) -> str:
+    """The line under an environment's table naming the scenarios it does not run, grouped by rule."""
+    rules: dict[str, list[str]] = {}
+    for scenario, reason in skipped:
+        rules.setdefault(reason, []).append(scenario.name)
+    return "".join(f"\nNot run here: {', '.join(names)} ({reason}).\n" for reason, names in rules.items())
 
 
 def catalogue_markdown(environment: str, outcomes: Sequence[Outcome]) -> str:
@@ -55,7 +71,7 @@ def catalogue_markdown(environment: str, outcomes: Sequence[Outcome]) -> str:
 
 
 def burst_load(facts: WorkerFacts) -> Load:
-    usual = 0.5 * facts.min_tasks * facts.per_task_per_minute
+    usual = 0.5 * facts.awake_tasks * facts.per_task_per_minute
     arrivals = [
         usual * (BURST_FACTOR if BURST_ONSET_MINUTE <= m < BURST_ONSET_MINUTE + BURST_MINUTES else 1)
         for m in range(HORIZON_MINUTES)
@@ -63,10 +79,24 @@ def burst_load(facts: WorkerFacts) -> Load:
     return Load(arrivals, facts.per_task_per_minute)
 
 
-def scaling_markdown(environment: str, policy: ScalingPolicy, facts: WorkerFacts, task_start_seconds: int = 60) -> str:
-    """The burst on the synthesized target-tracking policy, minute by minute, with its summary."""
+def scaling_markdown(
+    environment: str,
+    policy: ScalingPolicy,
+    facts: WorkerFacts,
+    task_start_seconds: int = 60,
+    wake_up: WakeUp | None = None,
+) -> str:
+    """The burst on the synthesized target-tracking policy, minute by minute, with its summary; a worker that scales
+    to zero starts at zero tasks and is woken by its wake-up (its alarm evaluated on the burst's SQS datapoints)."""
     load = burst_load(facts)
-    minutes = simulate(policy, load, task_start_seconds=task_start_seconds)
+    woken = ""
+    if wake_up is not None:
+        task_start_seconds = TASK_START_SECONDS
+        minutes, wakes = woken_fleet(World(facts, created=0), load.arrivals_per_minute, policy, wake_up)
+        first = next(m for m, rate in enumerate(load.arrivals_per_minute) if rate > 0) * 60.0
+        woken = _woken_line(facts, wakes, first)
+    else:
+        minutes = simulate(policy, load, task_start_seconds=task_start_seconds)
     result: dict[str, Any] = summary(minutes, load, policy)
     head = (
         f"#### {environment}: min {policy.min_tasks}, max {policy.max_tasks} tasks, target {policy.target:g} messages"
@@ -76,7 +106,7 @@ def scaling_markdown(environment: str, policy: ScalingPolicy, facts: WorkerFacts
         f" {result['time_to_drain_minutes']} min (ideal, max_tasks from the start: {result['ideal_time_to_drain_minutes']}"
         f" min); oldest message at most {result['max_oldest_age_seconds']:.0f} s (ideal"
         f" {result['ideal_max_oldest_age_seconds']:.0f} s); most tasks {result['max_running']}; scale-outs"
-        f" {result['scale_outs']}, scale-ins {result['scale_ins']}, flaps {result['flaps']}.\n"
+        f" {result['scale_outs']}, scale-ins {result['scale_ins']}, flaps {result['flaps']}.\n" + woken
     )
     rows = [
         "| minute | arrivals | backlog | running | desired | backlog per task | oldest age (s) |",
@@ -91,6 +121,24 @@ def scaling_markdown(environment: str, policy: ScalingPolicy, facts: WorkerFacts
             f" {per_task} | {minute.oldest_age_seconds:.0f} |"
         )
     return head + "\n" + "\n".join(rows) + "\n"
+
+
+def _woken_line(facts: WorkerFacts, wakes: Sequence[tuple[float, float | None]], first: float) -> str:
+    """The wake-ups of a burst from zero tasks (``first``: the first message's minute start, s), and the goal they are
+    held to: acceptable_latency + WAKE_UP_SECONDS (the alarms' allowance). A wake-up over WAKE_UP_SECONDS is said
+    loudly, never absorbed."""
+    goal = facts.contract.acceptable_latency_seconds + WAKE_UP_SECONDS
+    shown = [f"alarm at minute {acted / 60:g}, task running at minute {ran / 60:g}" for acted, ran in wakes if ran]
+    over = [ran for _, ran in wakes if ran is None or ran - first > WAKE_UP_SECONDS]
+    verdict = (
+        f"**OVER the {WAKE_UP_SECONDS} s the alarms allow: raise WAKE_UP_SECONDS or keep min_tasks >= 1**"
+        if over or not wakes
+        else f"within the {WAKE_UP_SECONDS} s the alarms allow"
+    )
+    return (
+        f"\nAt zero tasks (min_tasks 0) the first messages wait for the wake-up: {'; '.join(shown) or 'none'} ({verdict});"
+        f" the latency goal at zero is acceptable_latency + WAKE_UP_SECONDS = {goal} s.\n"
+    )
 
 
 STATE_LEVEL = {OK: 0, INSUFFICIENT_DATA: 1, ALARM: 2}

@@ -113,6 +113,7 @@ class Minute:
 def policies_from_template(template: Mapping[str, Any]) -> dict[str, ScalingPolicy]:
     """Every ScalingPolicy of the template, keyed by its logical id, with its ScalableTarget's bounds.
 
+    A StepScaling policy is left to :mod:`infra.alarms.wake_up` (it refuses any but the wake-up's shape).
     Refused with a ValueError naming the policy: a type other than TargetTrackingScaling, a predefined or
     single-metric specification, metric math other than ``<ApproximateNumberOfMessagesVisible> /
     <RunningTaskCount>``, DisableScaleIn, and a target that is not an ECS service's desired count.
@@ -124,6 +125,11 @@ def policies_from_template(template: Mapping[str, Any]) -> dict[str, ScalingPoli
             continue
         properties = resource.get("Properties", {})
         where = f"scaling policy {logical_id}"
+        if properties.get("PolicyType") == "StepScaling":
+            from infra.alarms.wake_up import check_step_policy  # the one step policy modeled: the wake-up
+
+            check_step_policy(template, logical_id)
+            continue
         if properties.get("PolicyType") != "TargetTrackingScaling":
             raise ValueError(
                 f"{where}: PolicyType {properties.get('PolicyType')!r} is not modeled (TargetTrackingScaling)"
@@ -405,6 +411,7 @@ def simulate(
     task_start_seconds: int = DEFAULT_TASK_START_SECONDS,
     initial_tasks: int | None = None,
     missing_task_metric: Collection[int] = (),
+    wake_at: Collection[int] = (),
 ) -> list[Minute]:
     """Run ``load`` through the policy, one minute at a time; the service starts with ``initial_tasks`` running
     (default MinCapacity), its desired count that number within [MinCapacity, MaxCapacity].
@@ -412,13 +419,15 @@ def simulate(
     Each minute: tasks consume (new ones from ``task_start_seconds`` after the decision that started them), the
     policy's metric math gives the minute's datapoint, both alarms are evaluated, the policy acts on an alarm in ALARM
     and ECS starts or stops tasks. ``missing_task_metric``: minutes whose RunningTaskCount datapoint is missing.
+    ``wake_at``: minutes at whose end a wake-up step policy (ExactCapacity 1, infra.alarms.wake_up) sets the desired
+    count to 1 while no task runs; when its alarm acts comes from the alarm itself (:func:`infra.alarms.wake_up.woken`).
 
     The metric math gap: "Missing values in a time series are treated as 0. If the value of a data point causes a
     function to attempt to divide by zero, the data point is dropped"
     (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/using-metric-math.html#metric-math-syntax-arithmetic).
     With no task running, or no RunningTaskCount datapoint, ``backlog / tasks`` has no value that minute: the alarms
     see missing data, go to INSUFFICIENT_DATA when the whole range is missing, and the policy does nothing: it
-    cannot scale out from zero tasks, whatever the backlog (hence min_tasks >= 1 in cdk.json's settings).
+    cannot scale out from zero tasks, whatever the backlog (hence the wake-up of a worker with min_tasks 0).
     """
     if initial_tasks is not None and initial_tasks < 0:
         raise ValueError(f"initial_tasks must be >= 0, got {initial_tasks}")
@@ -440,6 +449,8 @@ def simulate(
         datapoint = backlog / tasks if tasks > 0 else None
         scaler.evaluate(datapoint)
         scaler.decide(now)
+        if t in wake_at and service.running(now) == 0:
+            scaler.desired = max(policy.min_tasks, min(policy.max_tasks, 1))
         service.reconcile(now, scaler.desired, _busy(service.running(now), backlog, processed, load))
         minutes.append(
             Minute(

@@ -7,7 +7,9 @@ alarms see the burst the fleet actually had.
 
 from __future__ import annotations
 
-from infra.alarms.scaling import Load, ScalingPolicy, simulate
+from collections.abc import Sequence
+
+from infra.alarms.scaling import Load, Minute, ScalingPolicy, simulate
 from infra.alarms.world import HOUR, PICKUP_SECONDS, Timeline, World
 
 #: The usual rate of the burst scenario: half of what the minimum fleet clears (so ten times it needs the fleet to
@@ -31,7 +33,21 @@ def burst_fleet(world: World, *, usual_per_minute: float, factor: int, onset: fl
     start_minute, total = int(onset // 60), int((onset + 2 * HOUR) // 60)
     arrivals = [usual * (factor if start_minute <= m < start_minute + minutes else 1) for m in range(total)]
     policy = policy_of(world)
-    simulated = simulate(policy, Load(arrivals, facts.per_task_per_minute))
+    if world.wake_up is not None:  # a worker at zero tasks: the traffic wakes it once its alarms exist
+        from infra.alarms.wake_up import WakeUp, woken_fleet
+
+        assert isinstance(world.wake_up, WakeUp)
+        arrivals = [rate if m * 60 >= world.created else 0.0 for m, rate in enumerate(arrivals)]
+        _, woken = woken_fleet(world, arrivals, policy, world.wake_up)
+        return Timeline(onset=onset, end=total * 60, wake_ups=woken)
+    fleet_calls(world, arrivals, simulate(policy, Load(arrivals, facts.per_task_per_minute)))
+    return Timeline(onset=onset, end=total * 60)
+
+
+def fleet_calls(world: World, arrivals: Sequence[float], simulated: Sequence[Minute]) -> None:
+    """The sends, receives and deletes of ``arrivals`` (messages a minute, spread evenly over it) as the ``simulated``
+    fleet takes them, oldest first, and its running and desired counts at each minute's end."""
+    facts = world.facts
     sends: list[float] = []
     for at, count in enumerate(arrivals):
         whole = int(count)
@@ -52,4 +68,5 @@ def burst_fleet(world: World, *, usual_per_minute: float, factor: int, onset: fl
             world.count(finished, "processed")
             world.count(finished, "deleted")
             index += 1
-    return Timeline(onset=onset, end=total * 60)
+    for sent in sends[index:]:  # never processed: they wait in the source
+        world.send(sent)

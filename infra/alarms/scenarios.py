@@ -7,6 +7,13 @@ local run, :mod:`infra.alarms.record`). Both go through the same publishing rule
 ``pages`` are the alarms (construct ids, as in infra/queue_alarms.py) that must notify within ``within_minutes`` of
 the onset; ``may_page`` ones may notify too (a real failure often trips more than one); anything else notifying is
 an unintended page. A scenario with ``wrong=False`` must notify nothing and flap nothing.
+
+A worker that scales to zero (``min_tasks: 0``): while traffic flows its fleet is scripted awake at one task
+(:attr:`WorkerFacts.awake_tasks`): with messages every few seconds its task is busy every minute and holds scale-in
+protection, so target tracking's scale-in to zero cannot stop it (the simulation says the same: ``steady-at-zero``
+derives the fleet from the wake-up and scaling models). Its bounds on ConsumerStalled and BacklogAge grow by the
+wake-up time, as their thresholds do (:data:`WAKE_DELAYED`). A scenario that does not apply to it says why
+(``skip_at_zero``), and the wake-up scenarios (``only_at_zero``) do not apply to a worker that never sleeps.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from infra.alarms.world import DAY, HOUR, MINUTE, Timeline, World
+from infra.alarms.world import DAY, HOUR, MINUTE, Timeline, WorkerFacts, World
 
 #: The usual rate of the modeled scenarios (messages a minute) and a quiet one for the ones that last days.
 USUAL_PER_MINUTE = 20.0
@@ -40,11 +47,25 @@ class Scenario:
     quiet_after_onset: bool = False
     #: Ticket-level alarms this scenario may raise though nothing is broken (a burst beyond max_tasks is late work).
     tickets: tuple[str, ...] = ()
+    #: Why the scenario does not apply to a worker that scales to zero (None: it does, its fleet awake).
+    skip_at_zero: str | None = None
+    #: A wake-up scenario: it applies only to a worker that scales to zero.
+    only_at_zero: bool = False
+    #: How many times the wake-up alarm must act (go to ALARM) after the onset; None: not checked.
+    wake_ups: int | None = None
+    #: A bound that depends on the worker (minutes after the onset), used instead of ``within_minutes``.
+    bound: Callable[[WorkerFacts], float] | None = None
+
+    def skipped(self, scales_to_zero: bool) -> str | None:
+        """Why this scenario does not run on a worker (None: it runs)."""
+        if self.only_at_zero and not scales_to_zero:
+            return "min_tasks >= 1: the worker never scales to zero, so it has no wake-up"
+        return self.skip_at_zero if scales_to_zero else None
 
 
 def _background(world: World, end: float, per_minute: float = USUAL_PER_MINUTE) -> None:
     facts = world.facts
-    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
     world.steady(0, end, per_minute)
 
 
@@ -55,7 +76,7 @@ def steady(world: World) -> Timeline:
 
 def idle_then_traffic(world: World) -> Timeline:
     facts = world.facts
-    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
     onset = 30 * MINUTE
     world.steady(onset, onset + HOUR, USUAL_PER_MINUTE)
     return Timeline(onset=onset, end=onset + 90 * MINUTE, idle_since={facts.source: -8 * HOUR, facts.dlq: -8 * HOUR})
@@ -80,7 +101,7 @@ def handler_fails_all(world: World) -> Timeline:
     facts = world.facts
     onset = 30 * MINUTE
     end = onset + facts.contract.retry_horizon_seconds + HOUR
-    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
     world.steady(0, onset, USUAL_PER_MINUTE)
     world.steady(onset, end - 30 * MINUTE, USUAL_PER_MINUTE, "failing")
     return Timeline(onset=onset, end=end, idle_since={facts.dlq: -DAY})
@@ -97,9 +118,9 @@ def downstream(outage_seconds: float) -> Callable[[World], Timeline]:
         onset = 30 * MINUTE
         back = onset + outage_seconds
         end = back + HOUR
-        world.set_tasks(0, facts.min_tasks)
+        world.set_tasks(0, facts.awake_tasks)
         world.steady(0, onset, USUAL_PER_MINUTE)
-        for task in range(facts.min_tasks):
+        for task in range(facts.awake_tasks):
             at, opens, copies = onset + task * 0.5, 0, []
             while at < back:
                 opens += 1
@@ -119,7 +140,7 @@ def downstream(outage_seconds: float) -> Callable[[World], Timeline]:
                 world.count(done, "deleted")
         # While paused nothing is received: the backlog builds, then drains at the fleet's pace.
         arrivals = [onset + i * 60 / USUAL_PER_MINUTE for i in range(int(outage_seconds * USUAL_PER_MINUTE / 60))]
-        capacity = facts.per_task_per_minute * facts.min_tasks / 60
+        capacity = facts.per_task_per_minute * facts.awake_tasks / 60
         for index, sent in enumerate(arrivals):
             world.processed(sent, wait=max(0.0, back - sent) + index / capacity)
         world.steady(back, end, USUAL_PER_MINUTE)
@@ -135,17 +156,17 @@ def hung_consumer(world: World) -> Timeline:
     contract = facts.contract
     onset = 30 * MINUTE
     end = onset + HOUR
-    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
     world.steady(0, onset, USUAL_PER_MINUTE)
     held_per_task = contract.concurrency
     at = onset
     for index in range(int(HOUR * USUAL_PER_MINUTE / 60)):
         message_id = world.send(onset + index * 60 / USUAL_PER_MINUTE)
-        if index < held_per_task * facts.min_tasks:
+        if index < held_per_task * facts.awake_tasks:
             world.receive(onset + index * 60 / USUAL_PER_MINUTE + 1, message_id)
     while at < end:  # tasks replaced after each attempt timeout (a minute to start again)
-        world.set_tasks(at + contract.attempt_timeout_seconds, 0, facts.min_tasks)
-        world.set_tasks(at + contract.attempt_timeout_seconds + MINUTE, facts.min_tasks)
+        world.set_tasks(at + contract.attempt_timeout_seconds, 0, facts.awake_tasks)
+        world.set_tasks(at + contract.attempt_timeout_seconds + MINUTE, facts.awake_tasks)
         at += contract.attempt_timeout_seconds + MINUTE
     return Timeline(onset=onset, end=end)
 
@@ -158,9 +179,9 @@ def tasks_down(running_while_down: int, title_desired: int | None = None) -> Cal
         facts = world.facts
         onset = 30 * MINUTE
         end = onset + HOUR
-        world.set_tasks(0, facts.min_tasks)
+        world.set_tasks(0, facts.awake_tasks)
         world.steady(0, onset, USUAL_PER_MINUTE)
-        desired = facts.min_tasks if title_desired is None else title_desired
+        desired = facts.awake_tasks if title_desired is None else title_desired
         world.set_tasks(onset, running_while_down, desired)
         for index in range(int(HOUR * USUAL_PER_MINUTE / 60)):
             world.send(onset + index * 60 / USUAL_PER_MINUTE)
@@ -172,9 +193,9 @@ def tasks_down(running_while_down: int, title_desired: int | None = None) -> Cal
 def deploy_replaces_tasks(world: World) -> Timeline:
     facts = world.facts
     onset = 30 * MINUTE
-    world.set_tasks(0, facts.min_tasks)
-    world.set_tasks(onset, facts.min_tasks * 2, facts.min_tasks)  # new tasks start before the old ones stop
-    world.set_tasks(onset + 3 * MINUTE, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
+    world.set_tasks(onset, facts.awake_tasks * 2, facts.awake_tasks)  # new tasks start before the old ones stop
+    world.set_tasks(onset + 3 * MINUTE, facts.awake_tasks)
     world.steady(0, 2 * HOUR, USUAL_PER_MINUTE)
     return Timeline(onset=onset, end=2 * HOUR)
 
@@ -183,7 +204,7 @@ def scale_in_to_minimum(world: World) -> Timeline:
     facts = world.facts
     onset = 30 * MINUTE
     world.set_tasks(0, facts.max_tasks)
-    for step in range(facts.max_tasks - facts.min_tasks + 1):
+    for step in range(facts.max_tasks - facts.awake_tasks + 1):
         world.set_tasks(onset + step * 5 * MINUTE, facts.max_tasks - step)
     world.steady(0, onset, USUAL_PER_MINUTE * 5)
     world.steady(onset, 3 * HOUR, USUAL_PER_MINUTE)
@@ -214,7 +235,7 @@ def operator_works_dlq(world: World) -> Timeline:
     facts = world.facts
     onset = 30 * MINUTE
     end = 3 * DAY
-    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
     world.steady(0, end, QUIET_PER_MINUTE)
     moved = _dlq_messages(world, onset, 5)
     world.dlq_stats(onset + 10 * MINUTE)
@@ -238,7 +259,7 @@ def dlq_untouched(inspected: bool) -> Callable[[World], Timeline]:
         onset = 30 * MINUTE
         retention = facts.contract.dlq_retention_seconds
         end = onset + retention + 2 * HOUR
-        world.set_tasks(0, facts.min_tasks)
+        world.set_tasks(0, facts.awake_tasks)
         world.steady(0, end, QUIET_PER_MINUTE)
         (moved,) = _dlq_messages(world, onset, 1)
         if inspected:
@@ -257,11 +278,98 @@ def backstop_move_untouched(world: World) -> Timeline:
     onset = 30 * MINUTE
     enqueued = onset - contract.source_retention_seconds + HOUR
     end = enqueued + contract.dlq_retention_seconds + 2 * HOUR
-    world.set_tasks(0, facts.min_tasks)
+    world.set_tasks(0, facts.awake_tasks)
     world.steady(0, end, QUIET_PER_MINUTE)
     world.send(onset, facts.dlq, by="redrive", enqueued=enqueued)
     return Timeline(onset=onset, end=end, expiries=[enqueued + contract.dlq_retention_seconds])
 
+
+# --- a worker at zero tasks (min_tasks 0) ------------------------------------------------------------------------
+#: The alarms whose thresholds carry the wake-up time (infra/queue_alarms.py, wake_up_seconds).
+WAKE_DELAYED = ("ConsumerStalled", "BacklogAge")
+#: StalledBacklogLate's evaluation: 3 one-minute periods (infra/queue_alarms.py BACKLOG_AGE_EVALUATION_MINUTES).
+LATE_EVALUATION_MINUTES = 3
+#: The wake-up scenarios: a batch of this many minutes at the usual rate arrives on a fleet at zero.
+BATCH_MINUTES = 10
+
+
+def _zero_idle(world: World, source_idle_hours: float) -> dict[str, float]:
+    """The queues' last activity before t = 0: the source ``source_idle_hours`` ago, the DLQ 8 hours (inactive)."""
+    return {world.facts.source: -source_idle_hours * HOUR, world.facts.dlq: -8 * HOUR}
+
+
+def asleep(world: World) -> Timeline:
+    """(a) At zero tasks with an empty source for six hours, both queues idle for eight before: no message, no task.
+    The wake-up must not act and nothing may notify or flap (no task is the worker asleep, not stalled)."""
+    world.set_tasks(0, 0, 0)
+    return Timeline(onset=30 * MINUTE, end=6 * HOUR, idle_since=_zero_idle(world, 8))
+
+
+def woken(source_idle_hours: float) -> Callable[[World], Timeline]:
+    """(b), (c) At zero tasks, a batch at the usual rate for ``BATCH_MINUTES`` from the onset; the source last held a
+    message ``source_idle_hours`` before t = 0 (over 6 h: inactive, so SQS publishes nothing for up to 15 minutes
+    after the first message). The fleet comes from the models: the wake-up alarm evaluated on the queue's published
+    datapoints starts one task, target tracking manages it and scales in to zero once the queue stays empty."""
+
+    def build(world: World) -> Timeline:
+        from infra.alarms.scaling_bridge import policy_of
+        from infra.alarms.wake_up import WakeUp, woken_fleet
+
+        assert isinstance(world.wake_up, WakeUp)
+        onset, end = 30 * MINUTE, 30 * MINUTE + 2 * HOUR
+        first = onset // MINUTE
+        arrivals = [USUAL_PER_MINUTE if first <= m < first + BATCH_MINUTES else 0.0 for m in range(end // MINUTE)]
+        idle = _zero_idle(world, source_idle_hours)
+        _, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
+        return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken)
+
+    return build
+
+
+def steady_at_zero(world: World) -> Timeline:
+    """Steady traffic for two hours from the onset on a fleet at zero, the source active, derived from the wake-up
+    and scaling models: the reading behind scripting every other scenario's fleet awake at one task."""
+    from infra.alarms.scaling_bridge import policy_of
+    from infra.alarms.wake_up import WakeUp, woken_fleet
+
+    assert isinstance(world.wake_up, WakeUp)
+    onset, end = 30 * MINUTE, 30 * MINUTE + 2 * HOUR
+    arrivals = [USUAL_PER_MINUTE if m >= onset // MINUTE else 0.0 for m in range(end // MINUTE)]
+    _, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=_zero_idle(world, 1))
+    return Timeline(onset=onset, end=end, idle_since=_zero_idle(world, 1), wake_ups=woken)
+
+
+def wake_up_fails(world: World) -> Timeline:
+    """(d) At zero tasks, messages arrive on an active source at the usual rate; the wake-up acts (desired 1) but no
+    task ever runs: it crash-loops at start-up, or the service cannot place it. ConsumerStalled must page within
+    acceptable_latency + WAKE_UP_SECONDS + StalledBacklogLate's 3 evaluation minutes + 1 minute (:func:`_fails_bound`).
+    """
+    from infra.alarms.wake_up import WakeUp
+
+    assert isinstance(world.wake_up, WakeUp)
+    onset, end = 30 * MINUTE, 30 * MINUTE + HOUR
+    idle = _zero_idle(world, 1)
+    world.set_tasks(0, 0, 0)
+    for index in range(int(HOUR * USUAL_PER_MINUTE / 60)):
+        world.send(onset + index * 60 / USUAL_PER_MINUTE)
+    acted = next((t for t in world.wake_up.acting(world, end=end, idle_since=idle) if t >= onset), None)
+    if acted is not None:
+        world.set_tasks(acted, 0, 1)
+    return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=[(acted, None)] if acted is not None else [])
+
+
+def _fails_bound(facts: WorkerFacts) -> float:
+    """wake-up-fails' bound, minutes: the late backlog's threshold (acceptable latency + the wake-up time), its three
+    evaluation minutes, and a minute for the age datapoint's own minute."""
+    from infra.alarms.wake_up import WAKE_UP_SECONDS
+
+    return (facts.contract.acceptable_latency_seconds + WAKE_UP_SECONDS) / 60 + LATE_EVALUATION_MINUTES + 1
+
+
+ZERO_IS_NORMAL = (
+    "min_tasks 0: no task is the worker asleep, not a fault; its failure (messages wait and no task starts) is"
+    " wake-up-fails"
+)
 
 DLQ_PAGES = ("DlqDepth",)
 STALLED = ("ConsumerStalled",)
@@ -292,7 +400,7 @@ CATALOGUE: tuple[Scenario, ...] = (
     ),
     Scenario(
         "no-task-running", "the service scaled to zero", "modeled", True, tasks_down(0, 0), STALLED, 6,
-        ("BacklogAge",),
+        ("BacklogAge",), skip_at_zero=ZERO_IS_NORMAL,
     ),
     Scenario("deploy-replaces-tasks", "a deploy replaces every task", "modeled", False, deploy_replaces_tasks),
     Scenario("scale-in", "scale-in to the minimum", "modeled", False, scale_in_to_minimum),
@@ -314,6 +422,26 @@ CATALOGUE: tuple[Scenario, ...] = (
     Scenario(
         "backstop-move", "SQS's redrive backstop moves a message near the source's retention", "modeled", True,
         backstop_move_untouched, ("DlqDepth", "DlqExpiring"), None,
+    ),
+    # A worker at zero tasks (min_tasks 0): the wake-up.
+    Scenario(
+        "asleep", "at zero tasks, the queue empty for hours", "modeled", False, asleep, only_at_zero=True, wake_ups=0,
+    ),
+    Scenario(
+        "wake-up-active", "at zero tasks, a batch arrives on an active queue", "modeled", False, woken(1),
+        only_at_zero=True, wake_ups=1,
+    ),
+    Scenario(
+        "wake-up-inactive", "at zero tasks, a batch arrives on a queue idle over 6 h", "modeled", False, woken(8),
+        only_at_zero=True, wake_ups=1,
+    ),
+    Scenario(
+        "steady-at-zero", "steady traffic from zero tasks, the fleet from the models (2 h)", "modeled", False,
+        steady_at_zero, only_at_zero=True,
+    ),
+    Scenario(
+        "wake-up-fails", "at zero tasks, messages wait and no task starts", "modeled", True, wake_up_fails, STALLED,
+        may_page=("BacklogAge",), only_at_zero=True, wake_ups=1, bound=_fails_bound,
     ),
     # Recorded: a real consumer, producer and the dlq commands against the local endpoint (infra/alarms/record.py).
     Scenario(

@@ -40,6 +40,12 @@ class WorkerFacts:
         return float(self.contract.average_duration_seconds or max(1, self.contract.max_duration_seconds // 2))
 
     @property
+    def awake_tasks(self) -> int:
+        """The fleet a scenario scripts while traffic flows: min_tasks, or one task for a worker that scales to zero
+        (its fleet awake; the wake-up scenarios derive it from the wake-up and scaling models instead)."""
+        return max(1, self.min_tasks)
+
+    @property
     def per_task_per_minute(self) -> float:
         return self.contract.concurrency * 60 / self.duration
 
@@ -55,6 +61,10 @@ class World:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     #: The first worker's scaling policy from the template (infra.alarms.scaling.ScalingPolicy), for the burst.
     policy: object = None
+    #: The first worker's wake-up from the template (infra.alarms.wake_up.WakeUp), None unless min_tasks is 0.
+    wake_up: object = None
+    #: When the scenario's alarms are created (the timeline's), for a builder that evaluates the wake-up alarm.
+    created: int = CREATED_SECONDS
 
     # --- calls ---------------------------------------------------------------------------
     def send(self, t: float, queue: str | None = None, *, by: str = "caller", enqueued: float | None = None) -> str:
@@ -194,3 +204,5 @@ class Timeline:
     expiries: list[float] = field(default_factory=list)
     #: When the alarms are created: after some history, as for a stack that has run a while (a first deploy sets less).
     created: int = CREATED_SECONDS
+    #: A worker at zero tasks: each wake-up as (when its alarm acted, when its task ran; None: never), seconds.
+    wake_ups: list[tuple[float, float | None]] = field(default_factory=list)

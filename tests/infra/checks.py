@@ -22,6 +22,7 @@ from typing import Any
 from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, output_prefix
+from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.service import (
     CONTAINER_COMMAND,
     CONTAINER_USER,
@@ -357,8 +358,9 @@ def check_alarms(env: Synthesized) -> None:
     settings, stack = env.stack.settings, env.stack
     page_topic = [ref(env, (stack.tickets if settings.pages_to_tickets else stack.paging).topic)]
     ticket_topic = [ref(env, stack.tickets.topic)]
-    for label, built, _, contract in workers(env):
+    for label, built, worker, contract in workers(env):
         alarms = built.alarms
+        wake = WAKE_UP_SECONDS if worker.min_tasks == 0 else 0  # the latency thresholds allow a wake-up from zero
         for construct_id, severity in alarms.severity.items():
             alarm = getattr(alarms, re.sub(r"(?<!^)(?=[A-Z])", "_", construct_id).lower())
             properties = _alarm_props(env, alarm)
@@ -374,10 +376,10 @@ def check_alarms(env: Synthesized) -> None:
                 label,
                 "BacklogAge threshold",
                 _alarm_props(env, alarms.backlog_age)["Threshold"],
-                contract.backlog_age_alarm_seconds,
+                contract.backlog_age_alarm_seconds + wake,
             )
         late = _alarm_props(env, alarms.stalled_inputs[0])
-        expect(problems, label, "stalled latency", late["Threshold"], contract.acceptable_latency_seconds)
+        expect(problems, label, "stalled latency", late["Threshold"], contract.acceptable_latency_seconds + wake)
         for input_alarm in [*alarms.stalled_inputs, *alarms.dlq_expiring_inputs]:
             if {"AlarmActions", "OKActions"} & set(_alarm_props(env, input_alarm)):
                 problems.append(f"{label}: the composite's input {input_alarm.node.id} notifies on its own")
@@ -453,13 +455,34 @@ def _check_dlq_alarms(
     )
 
 
+def wake_up_alarms(env: Synthesized) -> set[str]:
+    """The logical ids of the wake-up alarms (a min_tasks 0 worker's, infra/scaling.py): an alarm whose one action,
+    and only action, is a Ref to a StepScaling policy of the template. They scale; they notify nobody."""
+    resources = env.json["Resources"]
+    step_policies = {
+        logical_id
+        for logical_id, r in resources.items()
+        if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy" and r["Properties"]["PolicyType"] == "StepScaling"
+    }
+    return {
+        logical_id
+        for logical_id, r in resources.items()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        and [a.get("Ref") for a in r["Properties"].get("AlarmActions", [])] in ([p] for p in step_policies)
+        and not r["Properties"].get("OKActions")
+        and not r["Properties"].get("InsufficientDataActions")
+    }
+
+
 def notifying_alarm_names(env: Synthesized) -> list[str]:
-    """Every alarm of the template with actions, by name, sorted."""
+    """Every alarm of the template with actions, by name, sorted; a wake-up alarm's action scales (not a topic)."""
+    wake_ups = wake_up_alarms(env)
     return sorted(
         resource["Properties"].get("AlarmName") or resource["Properties"]["CompositeAlarmName"]
-        for resource in env.json["Resources"].values()
+        for logical_id, resource in env.json["Resources"].items()
         if resource["Type"] in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm")
         and resource["Properties"].get("AlarmActions")
+        and logical_id not in wake_ups
     )
 
 
@@ -585,8 +608,12 @@ def check_alarm_descriptions(env: Synthesized) -> None:
     runbook_url) and fits CloudWatch's 1,024 characters."""
     problems: list[str] = []
     anchors = runbook_anchors()
+    # A wake-up alarm notifies nobody (its action scales the service); the runbook covers it under consumer-stalled.
+    wake_ups = wake_up_alarms(env)
     for logical_id, resource in env.json["Resources"].items():
         if resource["Type"] not in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
+            continue
+        if logical_id in wake_ups:
             continue
         text = resource["Properties"]["AlarmDescription"]
         link = RUNBOOK_LINK.search(text)

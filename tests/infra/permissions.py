@@ -184,11 +184,22 @@ class Bindings:
         return self.template.arn("logs", f"log-group:{options['awslogs-group']}:log-stream:{stream}")
 
     def alarm_actions(self) -> list[tuple[str, str, str | None]]:
-        """(alarm ARN, topic ARN, the topic's key ARN or None) for every ALARM and OK action of the worker's alarms."""
+        """(alarm ARN, topic ARN, the topic's key ARN or None) for every ALARM and OK action of the worker's alarms.
+
+        A wake-up alarm's action (a min_tasks 0 worker's, infra/scaling.py) is its StepScaling policy, not a topic:
+        CloudWatch invokes Application Auto Scaling, which acts with its service-linked role, so no topic or key
+        policy is involved; such a target is left out, and only where it is a step policy of the template."""
+        step_policies = {
+            p.ref
+            for p in self.template.of_type("AWS::ApplicationAutoScaling::ScalingPolicy")
+            if p.properties.get("PolicyType") == "StepScaling"
+        }
         found = []
         for alarm in [*self._owned("AWS::CloudWatch::Alarm"), *self._owned("AWS::CloudWatch::CompositeAlarm")]:
             targets = dict.fromkeys([*alarm.properties.get("AlarmActions", []), *alarm.properties.get("OKActions", [])])
             for topic_arn in targets:
+                if topic_arn in step_policies:
+                    continue
                 found.append((alarm.attributes["Arn"], topic_arn, self._key_of_topic(topic_arn)))
         return found
 

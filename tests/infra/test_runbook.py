@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.infra.checks import wake_up_alarms
 from tests.infra.conftest import Synthesized
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
@@ -38,7 +39,10 @@ def test_every_alarm_links_to_an_existing_runbook_section(reference: dict[str, S
     """Each alarm description ends with `Runbook: docs/runbook.md#<section>`, and that section exists."""
     sections = anchors()
     for env in reference.values():
+        wake_ups = wake_up_alarms(env)  # they scale, notify nobody: consumer-stalled's step on the wake-up covers them
         for logical_id, text in descriptions(env).items():
+            if logical_id in wake_ups:
+                continue
             link = LINK.search(text)
             assert link is not None, f"{env.stack.stack_name} {logical_id} has no runbook link: {text!r}"
             assert link.group(1) == "docs/runbook.md"

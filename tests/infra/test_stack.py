@@ -11,6 +11,7 @@ from aws_cdk.assertions import Annotations, Match
 from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.local.image import TASK_PLATFORM
 from consumer.local.task import TaskContainer
+from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.service import (
     CONTAINER_COMMAND,
     DEAD_LETTER_QUEUE_ACTIONS,
@@ -178,10 +179,12 @@ def test_dlq_age_alarm_fires_before_expiry(reference: dict[str, Synthesized]) ->
 
 
 def test_backlog_age_alarm_detects_a_stalled_consumer(dev: Synthesized) -> None:
-    """The source's oldest message beyond the contract's threshold for 3 minutes raises a ticket."""
+    """The source's oldest message beyond the contract's threshold for 3 minutes raises a ticket; the reference dev
+    scales to zero (min_tasks 0), so the threshold allows the wake-up too."""
     alarm = dev.json["Resources"][dev.logical_id(dev.stack.alarms.backlog_age)]["Properties"]
     assert alarm["MetricName"] == "ApproximateAgeOfOldestMessage"
-    assert alarm["Threshold"] == dev.stack.contract.backlog_age_alarm_seconds == 374
+    assert dev.stack.settings.workers[0].min_tasks == 0
+    assert alarm["Threshold"] == dev.stack.contract.backlog_age_alarm_seconds + WAKE_UP_SECONDS == 374 + 1080
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"], alarm["Period"]) == (3, 3, 60)
     assert alarm["TreatMissingData"] == "notBreaching"
     assert alarm["AlarmActions"] == [{"Ref": dev.logical_id(dev.stack.tickets.topic)}]
@@ -241,6 +244,12 @@ def test_topics_and_key_admit_exactly_the_alarms_that_notify(dev: Synthesized) -
         for a in alarms
         if a["Properties"].get("AlarmActions")
     )
+    # The reference dev scales to zero: its wake-up alarm's one action is the wake-up step policy, no topic.
+    wake_up = dev.logical_id(dev.stack.consumer.scaling.wake_up)
+    notifying.remove(f"{dev.stack.stack_name}-WakeUp")
+    (wake_up_alarm,) = [a for a in alarms if a["Properties"]["AlarmName"] == f"{dev.stack.stack_name}-WakeUp"]
+    assert wake_up_alarm["Properties"]["AlarmActions"] == [{"Ref": wake_up}]
+    assert "OKActions" not in wake_up_alarm["Properties"]
     assert len(notifying) == 6
     policies = [p["Properties"]["PolicyDocument"] for p in dev.resources("AWS::SNS::TopicPolicy").values()]
     policies.append(dev.json["Resources"][dev.logical_id(dev.stack.paging.key)]["Properties"]["KeyPolicy"])
@@ -432,7 +441,11 @@ def test_scaling_tracks_backlog_per_task(reference: dict[str, Synthesized], name
         env.stack.settings.max_tasks,
     )
     assert "AWSServiceRoleForApplicationAutoScaling_ECSService" in str(target["Properties"]["RoleARN"])
-    (policy,) = env.resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    (policy,) = [  # the one target tracking policy (a min_tasks 0 worker also has its wake-up step policy)
+        p
+        for p in env.resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()
+        if p["Properties"]["PolicyType"] == "TargetTrackingScaling"
+    ]
     config = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
     assert policy["Properties"]["PolicyType"] == "TargetTrackingScaling"
     assert config["TargetValue"] == env.stack.contract.scaling_target_backlog_per_task == 240

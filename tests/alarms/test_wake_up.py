@@ -1,0 +1,181 @@
+"""infra/alarms/wake_up.py and the scale-to-zero scenarios: the wake-up read from a synthesized min_tasks 0 worker,
+its step policy's shape refused when it differs, ExactCapacity 1 in the scaling simulation, and each wake-up scenario
+shown able to fail on a template whose alarms lack the allowance it proves (ConsumerStalled's AND, the wake-up time
+in StalledBacklogLate's threshold)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios
+from infra.alarms.scaling import Load, ScalingPolicy, policies_from_template, simulate
+from infra.alarms.scenarios import CATALOGUE
+from infra.alarms.template import read_alarms
+from infra.alarms.wake_up import WAKE_UP_SECONDS, check_step_policy, wake_up_from_template
+from infra.settings import CONTEXT_KEY, EnvironmentSettings, load_environments
+from tests.infra.conftest import synthesize
+from tests.reference import NOTIFICATIONS
+
+#: A worker that scales to zero, the notifications example (60 s acceptable latency): a framework test's own context.
+CONTEXT = {CONTEXT_KEY: {"zero": {"handler": NOTIFICATIONS, "min_tasks": 0, "max_tasks": 2}}}
+STACK = "SqsWorker-zero"
+WAKE_UP_SCENARIOS = ("asleep", "wake-up-active", "wake-up-inactive", "steady-at-zero", "wake-up-fails")
+
+
+@pytest.fixture(scope="module")
+def zero(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], EnvironmentSettings]:
+    """The min_tasks 0 worker's synthesized template and its settings, once for the module."""
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    synthesize(outdir, CONTEXT)
+    (environment,) = load_environments(CONTEXT)
+    return json.loads((outdir / f"{STACK}.template.json").read_text()), environment
+
+
+def resource_id(template: dict[str, Any], prefix: str) -> str:
+    (found,) = [str(lid) for lid in template["Resources"] if lid.startswith(prefix)]
+    return found
+
+
+def run(template: dict[str, Any], environment: EnvironmentSettings, tmp_path: Path, *names: str) -> list[Outcome]:
+    path = tmp_path / f"{STACK}.template.json"
+    path.write_text(json.dumps(template))
+    return run_catalogue(path, environment, [s for s in CATALOGUE if s.name in names])
+
+
+def test_the_wake_up_is_read_from_the_template(zero: tuple[dict[str, Any], EnvironmentSettings]) -> None:
+    """Its step policy, its alarm (by name) and the service the alarm reads; target tracking keeps MinCapacity 0."""
+    template, _ = zero
+    alarms, _ = read_alarms(template, STACK)
+    wake_up = wake_up_from_template(template, alarms)
+    assert wake_up is not None
+    assert (wake_up.policy, wake_up.alarm.name) == (resource_id(template, "ConsumerWakeUp5"), f"{STACK}-WakeUp")
+    assert wake_up.service and wake_up.cluster
+    (policy,) = policies_from_template(template).values()
+    assert (policy.min_tasks, policy.max_tasks) == (0, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"AdjustmentType": "ChangeInCapacity"},
+            "StepScaling 'ChangeInCapacity' [{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 1}] is not modeled",
+        ),
+        (
+            {"StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 2}]},
+            "StepScaling 'ExactCapacity' [{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 2}] is not modeled",
+        ),
+    ],
+)
+def test_another_step_policy_is_refused_in_one_line_naming_it(
+    zero: tuple[dict[str, Any], EnvironmentSettings], change: dict[str, Any], message: str
+) -> None:
+    """Only the wake-up's shape is modeled: anything else would be evaluated as something it is not."""
+    template = copy.deepcopy(zero[0])
+    policy = resource_id(template, "ConsumerWakeUp5")
+    template["Resources"][policy]["Properties"]["StepScalingPolicyConfiguration"].update(change)
+    with pytest.raises(ValueError) as refused:
+        policies_from_template(template)
+    assert (
+        str(refused.value)
+        == f"scaling policy {policy}: {message} (the wake-up: ExactCapacity [{{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 1}}])"
+    )
+
+
+def test_a_wake_up_alarm_that_also_notifies_is_refused(zero: tuple[dict[str, Any], EnvironmentSettings]) -> None:
+    template = copy.deepcopy(zero[0])
+    policy, alarm = resource_id(template, "ConsumerWakeUp5"), resource_id(template, "ConsumerWakeUpAlarm")
+    template["Resources"][alarm]["Properties"]["OKActions"] = [
+        {"Ref": next(k for k, r in template["Resources"].items() if r["Type"] == "AWS::SNS::Topic")}
+    ]
+    with pytest.raises(ValueError) as refused:
+        check_step_policy(template, policy)
+    assert str(refused.value) == (
+        f"scaling policy {policy}: its alarm {alarm} has other actions, not modeled (the wake-up's only action)"
+    )
+
+
+def test_exact_capacity_one_wakes_the_simulated_fleet_and_target_tracking_returns_it_to_zero() -> None:
+    """At zero tasks backlog / tasks has no value: without the wake-up the backlog only grows. Woken at minute 2 the
+    task runs from minute 4 (120 s), drains the backlog, and once the metric has been 0 for AlarmLow's 15 minutes
+    target tracking's proportional rule (ceil(1 x 0 / target) = 0, within MinCapacity 0) stops it."""
+    policy = ScalingPolicy(0, 2, 240, 60, 300)
+    load = Load([100.0] * 3 + [0.0] * 40, 240)
+    asleep = simulate(policy, load, initial_tasks=0, task_start_seconds=120)
+    assert {m.running for m in asleep} == {0} and asleep[-1].backlog == 300
+    woken = simulate(policy, load, initial_tasks=0, task_start_seconds=120, wake_at=[2])
+    assert [m.desired for m in woken[:4]] == [0, 0, 1, 1]
+    assert next(m.t for m in woken if m.running) == 4  # the decision at 180 s, ready at 300 s: minute 4's end
+    assert next(m.t for m in woken if m.t > 4 and m.backlog == 0) == 6  # 300 waiting, 240 a minute from minute 5
+    assert woken[-1].desired == woken[-1].running == 0
+
+
+def test_the_wake_up_scenarios_hold_on_a_worker_at_zero(
+    zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
+) -> None:
+    """(a) asleep: nothing acts; (b) an active queue: woken in a minute, the task runs two later; (c) a queue idle
+    over 6 h: SQS's 15-minute delay, then the same; (d) no task starts: ConsumerStalled pages within
+    acceptable_latency + WAKE_UP_SECONDS + 4 minutes."""
+    outcomes = {o.scenario.name: o for o in run(*zero, tmp_path, *WAKE_UP_SCENARIOS)}
+    assert [(name, o.problems) for name, o in outcomes.items() if not o.intended] == []
+    assert outcomes["asleep"].row()["wake_ups"] == []
+    assert outcomes["wake-up-active"].row()["wake_ups"] == [{"acted": 1.0, "ran": 3.0}]
+    assert outcomes["wake-up-inactive"].row()["wake_ups"] == [{"acted": 16.0, "ran": 18.0}]
+    failed = outcomes["wake-up-fails"]
+    assert failed.row()["wake_ups"] == [{"acted": 1.0, "ran": None}]
+    assert failed.bound() == (60 + WAKE_UP_SECONDS) / 60 + 4
+    assert [n["alarm"] for n in failed.row()["notifications"]][0] == "ConsumerStalled"
+
+
+def test_no_task_is_not_a_page_without_a_late_backlog(
+    zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
+) -> None:
+    """GIVEN ConsumerStalled's no-task branch without its AND on the late backlog, WHEN the worker sleeps, THEN it
+    pages: the asleep scenario is what proves the AND is needed."""
+    template = copy.deepcopy(zero[0])
+    stalled = template["Resources"][resource_id(template, "AlarmsConsumerStalled")]["Properties"]
+    no_tasks = resource_id(template, "AlarmsStalledNoRunningTasks")
+    stalled["AlarmRule"] = {"Fn::Join": ["", ['ALARM("', {"Fn::GetAtt": [no_tasks, "Arn"]}, '")']]}
+    (outcome,) = run(template, zero[1], tmp_path, "asleep")
+    assert outcome.problems and outcome.problems[0].startswith("ConsumerStalled notified ALARM")
+
+
+def test_the_late_threshold_must_allow_the_wake_up(
+    zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
+) -> None:
+    """GIVEN StalledBacklogLate's threshold without WAKE_UP_SECONDS, WHEN a batch wakes a worker on an inactive queue,
+    THEN ConsumerStalled pages falsely: the wake-up-inactive scenario is what proves the allowance is needed."""
+    template = copy.deepcopy(zero[0])
+    late = template["Resources"][resource_id(template, "AlarmsStalledBacklogLate")]["Properties"]
+    late["Threshold"] -= WAKE_UP_SECONDS
+    (outcome,) = run(template, zero[1], tmp_path, "wake-up-inactive")
+    assert [p.split(" at ")[0] for p in outcome.problems] == ["ConsumerStalled notified ALARM"]
+
+
+def test_scenarios_that_do_not_apply_are_skipped_by_their_rule(
+    zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
+) -> None:
+    """A worker at zero skips no-task-running (zero is its normal state); the wake-up scenarios never run elsewhere."""
+    path = tmp_path / "t.template.json"
+    path.write_text(json.dumps(zero[0]))
+    assert [s.name for s, _ in skipped_scenarios(path)] == ["no-task-running"]
+    awake = [s.name for s in CATALOGUE if s.skipped(scales_to_zero=False)]
+    assert awake == list(WAKE_UP_SCENARIOS)
+
+
+def test_a_wake_up_that_never_acts_fails_the_active_scenario(
+    zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
+) -> None:
+    """GIVEN a wake-up alarm that cannot reach its threshold, WHEN a batch arrives at zero tasks, THEN no task runs,
+    the scenario counts no wake-up and ConsumerStalled pages: wake-up-active holds only because the wake-up acts."""
+    template = copy.deepcopy(zero[0])
+    template["Resources"][resource_id(template, "ConsumerWakeUpAlarm")]["Properties"]["Threshold"] = 2
+    (outcome,) = run(template, zero[1], tmp_path, "wake-up-active")
+    assert outcome.row()["wake_ups"] == []
+    assert "the wake-up acted 0 times, not 1" in outcome.problems
+    assert any(p.startswith("ConsumerStalled notified ALARM") for p in outcome.problems)
