@@ -90,10 +90,13 @@ $(PY_STAMP): requirements.txt requirements-dev.txt $(LOCKS:.lock=.txt) $(LOCKS)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-# Re-resolve after changing a requirements.txt of $(LOCKS) (needs the package index); commit each pair.
+# Re-resolve after changing a requirements.txt of $(LOCKS) (needs the package index); commit each pair, and
+# consumer/local/lock_files.json: which file each locked hash is, so a test proves offline that every pin installs on
+# linux/amd64 and linux/arm64 (consumer/local/lock_wheels.py; `... lock_wheels check` asks the index itself).
 lock: $(PY_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PIP_TOOLS)
 	$(PY) -m consumer.local.lock
+	$(PY) -m consumer.local.lock_wheels record
 
 $(CLI_STAMP): package.json package-lock.json
 	npm install --no-audit --no-fund --loglevel=error

@@ -246,8 +246,8 @@ case "$1" in
 esac
 exit 0
 """
-#: debootstrap that makes an empty root file system (its fourth argument) and succeeds.
-STUB_DEBOOTSTRAP = '#!/bin/sh\nmkdir -p "$4/etc/ssl/certs"\n'
+#: debootstrap that makes an empty root file system (its last argument but one, before the mirror) and succeeds.
+STUB_DEBOOTSTRAP = '#!/bin/sh\nfor a; do rootfs=$previous; previous=$a; done\nmkdir -p "$rootfs/etc/ssl/certs"\n'
 STUB_TAR = '#!/bin/sh\necho "tar: ./etc: Cannot open: Permission denied" >&2\nexit 2\n'
 
 
