@@ -187,7 +187,9 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
     )
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::CloudWatch::Alarm":
-            local.alarms.append(_create_alarm(endpoint, stack_name, logical_id, resource["Properties"], physical))
+            properties, dropped = _without_scaling_actions(resource["Properties"], resources)
+            local.alarms.append(_create_alarm(endpoint, stack_name, logical_id, properties, physical))
+            skipped += [f"{action} (action of {logical_id}: no Application Auto Scaling locally)" for action in dropped]
     local.skipped = skipped
     return local
 
@@ -209,6 +211,23 @@ def _drop_monitoring_only(template: dict[str, Any]) -> list[str]:
     for key in [k for k, v in outputs.items() if any(f'"{d}"' in json.dumps(v) for d in dropped)]:
         del outputs[key]
     return [f"{logical_id} ({why})" for logical_id, why in dropped.items()]
+
+
+def _without_scaling_actions(
+    properties: Mapping[str, Any], resources: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """An alarm's properties without the actions that invoke a scaling policy of the template (a worker at
+    ``min_tasks: 0``'s wake-up, infra/scaling.py), and those actions' logical ids: locally the harness runs the tasks,
+    and no Application Auto Scaling acts on them."""
+
+    def scaling(action: object) -> str | None:
+        target = action.get("Ref") if isinstance(action, dict) and set(action) == {"Ref"} else None
+        policy = "AWS::ApplicationAutoScaling::ScalingPolicy"
+        return target if isinstance(target, str) and resources.get(target, {}).get("Type") == policy else None
+
+    actions = properties.get("AlarmActions", [])
+    dropped = [policy for policy in map(scaling, actions) if policy is not None]
+    return {**properties, "AlarmActions": [a for a in actions if scaling(a) is None]}, dropped
 
 
 def _name_tables(template: dict[str, Any], stack_name: str) -> None:

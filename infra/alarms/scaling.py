@@ -26,6 +26,9 @@ from typing import Any
 from consumer.contract import ContractError, WorkerContract
 from infra.alarms.definitions import ALARM, INSUFFICIENT_DATA, MISSING
 from infra.alarms.metric_alarm import evaluation_range, next_state
+from infra.alarms.scaling_template import check_step_policy
+from infra.alarms.scaling_template import resource_type as _type
+from infra.alarms.scaling_template import scalable_target as _scalable_target
 
 PERIOD_SECONDS = 60
 #: AlarmHigh, the scale-out alarm target tracking creates: the metric above TargetValue (GreaterThanThreshold) for
@@ -62,7 +65,6 @@ _GAUGE_STATS = {
     BACKLOG_METRIC: ("Sum", "Average", "Minimum", "Maximum"),
     TASKS_METRIC: ("Average", "Minimum", "Maximum"),
 }
-_DIMENSION = "ecs:service:DesiredCount"
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,7 @@ def policies_from_template(template: Mapping[str, Any]) -> dict[str, ScalingPoli
         properties = resource.get("Properties", {})
         where = f"scaling policy {logical_id}"
         if properties.get("PolicyType") == "StepScaling":
-            from infra.alarms.wake_up import check_step_policy  # the one step policy modeled: the wake-up
-
-            check_step_policy(template, logical_id)
+            check_step_policy(template, logical_id)  # the one step policy modeled: the wake-up
             continue
         if properties.get("PolicyType") != "TargetTrackingScaling":
             raise ValueError(
@@ -213,24 +213,6 @@ def _check_metric(where: str, config: Mapping[str, Any]) -> None:
                 f"{where}: metric math {expression!r}: {query_id!r} is {'/'.join(map(str, found))} {stat.get('Stat')},"
                 f" not modeled (expected {'/'.join(metric)} with one of {', '.join(_GAUGE_STATS[metric])})"
             )
-
-
-def _scalable_target(where: str, resources: Mapping[str, Any], properties: Mapping[str, Any]) -> Mapping[str, Any]:
-    ref = properties.get("ScalingTargetId")
-    target_id = ref.get("Ref") if isinstance(ref, Mapping) else None
-    if not isinstance(target_id, str) or _type(resources, target_id) != "AWS::ApplicationAutoScaling::ScalableTarget":
-        raise ValueError(f"{where}: ScalingTargetId is not a Ref to a ScalableTarget of the template")
-    target: Mapping[str, Any] = resources[target_id]["Properties"]
-    if target.get("ScalableDimension") != _DIMENSION:
-        raise ValueError(
-            f"{where}: ScalableDimension {target.get('ScalableDimension')!r} is not modeled ({_DIMENSION})"
-        )
-    return target
-
-
-def _type(resources: Mapping[str, Any], logical_id: object) -> str | None:
-    resource = resources.get(logical_id) if isinstance(logical_id, str) else None
-    return resource.get("Type") if isinstance(resource, Mapping) else None
 
 
 def _referenced(value: object) -> list[str]:

@@ -7,10 +7,10 @@ alarms see the burst the fleet actually had.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from infra.alarms.scaling import Load, Minute, ScalingPolicy, simulate
-from infra.alarms.world import HOUR, PICKUP_SECONDS, Timeline, World
+from infra.alarms.fleet import fleet_calls
+from infra.alarms.scaling import Load, ScalingPolicy, simulate
+from infra.alarms.wake_up import WakeUp, woken_fleet
+from infra.alarms.world import HOUR, Timeline, World
 
 #: The usual rate of the burst scenario: half of what the minimum fleet clears (so ten times it needs the fleet to
 #: grow, as a real burst does), but never below the catalogue's usual rate.
@@ -34,39 +34,9 @@ def burst_fleet(world: World, *, usual_per_minute: float, factor: int, onset: fl
     arrivals = [usual * (factor if start_minute <= m < start_minute + minutes else 1) for m in range(total)]
     policy = policy_of(world)
     if world.wake_up is not None:  # a worker at zero tasks: the traffic wakes it once its alarms exist
-        from infra.alarms.wake_up import WakeUp, woken_fleet
-
         assert isinstance(world.wake_up, WakeUp)
         arrivals = [rate if m * 60 >= world.created else 0.0 for m, rate in enumerate(arrivals)]
         _, woken = woken_fleet(world, arrivals, policy, world.wake_up)
         return Timeline(onset=onset, end=total * 60, wake_ups=woken)
     fleet_calls(world, arrivals, simulate(policy, Load(arrivals, facts.per_task_per_minute)))
     return Timeline(onset=onset, end=total * 60)
-
-
-def fleet_calls(world: World, arrivals: Sequence[float], simulated: Sequence[Minute]) -> None:
-    """The sends, receives and deletes of ``arrivals`` (messages a minute, spread evenly over it) as the ``simulated``
-    fleet takes them, oldest first, and its running and desired counts at each minute's end."""
-    facts = world.facts
-    sends: list[float] = []
-    for at, count in enumerate(arrivals):
-        whole = int(count)
-        sends.extend(at * 60 + i * 60 / whole for i in range(whole))
-    done = 0.0
-    index = 0
-    for minute in simulated:
-        begins = minute.t * 60.0
-        world.set_tasks(begins + 60, minute.running, minute.desired)
-        done += minute.processed
-        while index < len(sends) and index < int(done + 1e-9):
-            sent = sends[index]
-            received = min(max(sent + PICKUP_SECONDS, begins), begins + 59)
-            message_id = world.send(sent)
-            world.receive(received, message_id)
-            finished = max(received, sent) + facts.duration
-            world.delete(finished, message_id)
-            world.count(finished, "processed")
-            world.count(finished, "deleted")
-            index += 1
-    for sent in sends[index:]:  # never processed: they wait in the source
-        world.send(sent)

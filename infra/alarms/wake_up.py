@@ -23,8 +23,10 @@ from typing import Any
 
 from infra.alarms.definitions import ALARM, MetricAlarm
 from infra.alarms.engine import evaluate
+from infra.alarms.fleet import fleet_calls
 from infra.alarms.publishers import RUNNING_TASK_COUNT, container_insights_series
-from infra.alarms.scaling import Load, Minute, ScalingPolicy, _scalable_target, simulate
+from infra.alarms.scaling import Load, Minute, ScalingPolicy, simulate
+from infra.alarms.scaling_template import check_step_policy
 from infra.alarms.sqs_model import QueueSpec, sqs_series
 from infra.alarms.world import World
 from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_SECONDS
@@ -39,8 +41,6 @@ __all__ = [
     "woken_fleet",
 ]
 
-#: The one step the wake-up has: from the threshold up (lower bound 0, no upper bound), set the capacity to 1.
-WAKE_UP_STEPS = [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
 #: Wake-ups one scenario may need at most (each is a scale-in to zero and a new message): a loop that does not end
 #: is a model error, refused rather than run on.
 MAX_WAKE_UPS = 100
@@ -82,38 +82,6 @@ class WakeUp:
             if change is not None:
                 state, since = change.to_state, change.t
         return acting
-
-
-def check_step_policy(template: Mapping[str, Any], logical_id: str) -> str:
-    """The logical id of the alarm whose action is the step policy ``logical_id``, after checking the policy is the
-    wake-up infra/scaling.py creates (ExactCapacity, one step from 0 setting 1, an ECS service's desired count);
-    anything else is refused naming the policy."""
-    resources: Mapping[str, Any] = template.get("Resources", {})
-    properties = resources[logical_id].get("Properties", {})
-    where = f"scaling policy {logical_id}"
-    config = properties.get("StepScalingPolicyConfiguration") or {}
-    if config.get("AdjustmentType") != "ExactCapacity" or config.get("StepAdjustments") != WAKE_UP_STEPS:
-        raise ValueError(
-            f"{where}: StepScaling {config.get('AdjustmentType')!r} {config.get('StepAdjustments')!r} is not modeled"
-            f" (the wake-up: ExactCapacity {WAKE_UP_STEPS})"
-        )
-    _scalable_target(where, resources, properties)
-    alarms = [
-        alarm_id
-        for alarm_id, resource in resources.items()
-        if resource.get("Type") == "AWS::CloudWatch::Alarm"
-        and {"Ref": logical_id} in resource.get("Properties", {}).get("AlarmActions", [])
-    ]
-    if len(alarms) != 1:
-        raise ValueError(f"{where}: {len(alarms)} alarms act on it, not modeled (the wake-up: one alarm)")
-    alarm = resources[alarms[0]]["Properties"]
-    if (
-        alarm.get("AlarmActions") != [{"Ref": logical_id}]
-        or alarm.get("OKActions")
-        or alarm.get("InsufficientDataActions")
-    ):
-        raise ValueError(f"{where}: its alarm {alarms[0]} has other actions, not modeled (the wake-up's only action)")
-    return alarms[0]
 
 
 def wake_ups_from_template(template: Mapping[str, Any], alarms: Sequence[MetricAlarm]) -> list[WakeUp]:
@@ -171,7 +139,6 @@ def woken_fleet(
     scratch world, evaluate the alarm on them, and add the first minute it acts while no task runs or starts; until
     there is none.
     """
-    from infra.alarms.scaling_bridge import fleet_calls
 
     end = len(arrivals) * 60.0
     load = Load(arrivals, world.facts.per_task_per_minute)

@@ -19,6 +19,7 @@ from tests.edits.tier import (
     Environments,
     add_worker_everywhere,
     changed_environments,
+    cut_costs,
     feed_from_sources,
     handlers_of,
     permission_mismatches,
@@ -40,6 +41,7 @@ EDITS: dict[str, Callable[[Environments], Environments]] = {
     "worker renamed": rename_a_worker,
     "prod traced": trace_production,
     "prod fed by sources": feed_from_sources,
+    "costs cut everywhere": cut_costs,
 }
 _synthesized: dict[str, tuple[Environments, dict[str, Synthesized]]] = {}
 
@@ -83,6 +85,19 @@ def test_the_edit_is_made(name: str, tmp_path_factory: pytest.TempPathFactory) -
             for worker in env.stack.workers:
                 task = TaskContainer.from_assembly(env.outdir, env.stack.stack_name, worker)
                 assert task.definition["DependsOn"] == [{"Condition": "START", "ContainerName": "OtelCollector"}]
+    elif name == "costs cut everywhere":
+        for env in synthesized.values():
+            services = [s["Properties"] for s in env.resources("AWS::ECS::Service").values()]
+            steps = [p for p in env.resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()]
+            if env.stack.settings.cluster_name is None:
+                assert any("CapacityProviderStrategy" in s for s in services)
+                assert [p["Properties"]["PolicyType"] for p in steps].count("StepScaling") == len(services)
+        platforms = [
+            t["Properties"]["RuntimePlatform"]["CpuArchitecture"]
+            for env in synthesized.values()
+            for t in env.resources("AWS::ECS::TaskDefinition").values()
+        ]
+        assert "ARM64" in platforms
     elif name == "prod fed by sources":
         assert all(
             s.resources("AWS::SNS::Subscription") and s.resources("AWS::Events::Rule") for s in synthesized.values()

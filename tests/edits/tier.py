@@ -140,6 +140,22 @@ def feed_from_sources(environments: Environments) -> Environments:
     return environments
 
 
+def cut_costs(environments: Environments) -> Environments:
+    """The cost knobs in every environment (docs/configuration.md, "What it costs to run"): each worker scales to
+    zero, and alternately runs on Fargate Spot behind one on-demand task or on Graviton (Spot runs no ARM64). An
+    environment on an existing cluster (``cluster_name``) takes Graviton only: synth refuses the other two there."""
+    for environment in environments.values():
+        existing = "cluster_name" in environment
+        for index, worker in enumerate(workers_of(environment).values()):
+            if index % 2 == 0 and not existing:
+                worker["spot"] = {"on_demand_base": 1}
+            else:
+                worker["architecture"] = "arm64"
+            if not existing:
+                worker["min_tasks"] = 0
+    return environments
+
+
 def handlers_of(environment: Mapping[str, Any]) -> Iterator[str]:
     """The handlers an environment's workers run, in order."""
     if "workers" in environment:

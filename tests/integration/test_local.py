@@ -103,7 +103,7 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     metric_alarms = {k for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
     alarms = {a["AlarmName"]: a for a in client(local, "cloudwatch").describe_alarms()["MetricAlarms"]}
     assert set(alarms) == {f"{local.stack_name}-{logical_id}" for logical_id in metric_alarms}
-    assert len(alarms) == 9  # with DownstreamUnavailable, the circuit's alarm, and DlqExpiring's two inputs
+    assert len(alarms) == 10  # with DownstreamUnavailable, DlqExpiring's two inputs, and the wake-up (dev is at zero)
     contract = WorkerContract.from_env(local.task_environment)
     dlq = [{"Name": "QueueName", "Value": "SqsWorker-dev-dlq"}]
 
@@ -158,8 +158,11 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
         "hidden": ("ApproximateNumberOfMessagesNotVisible", dlq, 60),
     }
     skipped = [k for k, v in resources.items() if v["Type"] in LOCAL_SKIPPED_TYPES]
-    assert [s.split(" ")[0] for s in local.skipped] == skipped
     assert len(skipped) == 3  # the two composite alarms (ConsumerStalled, DlqExpiring) and the dashboard
+    # dev scales to zero: its wake-up alarm is created without its step policy action (the harness runs the tasks).
+    (wake_up,) = [k for k, v in resources.items() if v["Properties"].get("PolicyType") == "StepScaling"]
+    assert [s.split(" ")[0] for s in local.skipped] == [*skipped, wake_up]
+    assert alarm_named(alarms, "ConsumerWakeUpAlarm")["AlarmActions"] == []
 
 
 def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:
@@ -211,3 +214,9 @@ def test_local_reference_to_an_unknown_resource_is_a_clear_error() -> None:
     """A Ref the local stack cannot resolve names itself instead of failing on a missing value."""
     with pytest.raises(LocalProvisioningError, match="Nowhere"):
         _resolve({"Ref": "Nowhere"}, {}, "http://127.0.0.1:1")
+
+
+def alarm_named(alarms: dict[str, Any], construct_path: str) -> dict[str, Any]:
+    """The one alarm whose name (``<stack>-<logical id>``) holds ``construct_path``."""
+    (found,) = [a for name, a in alarms.items() if construct_path in name]
+    return found
