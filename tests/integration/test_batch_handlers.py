@@ -271,6 +271,7 @@ def test_a_batch_contract_takes_the_window_into_the_lease() -> None:
     assert windowed.retry_horizon_seconds == plain.retry_horizon_seconds + 5 * plain.redrive_max_receive_count
 
 
+@pytest.mark.solo  # a starved pool closes batch windows late and receives for small room: 0.267 once (45 receives)
 def test_a_batch_handler_costs_the_floor_in_sqs_requests(sqs: Any) -> None:
     """300 messages through batches of 100: one receive and one delete call per 10 messages, as for one-message
     handlers (the floor, 0.2 requests a message; a few receives come back short at the end, a moto duplicate may
