@@ -239,6 +239,32 @@ def moto_server() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _moto_pending_groups_read_safely() -> Iterator[None]:
+    """moto's SQS backend is not thread-safe: a receive on a queue with message groups (FIFO, fair) copies the groups
+    of its in-flight messages by iterating a set that a delete or visibility change on another thread may change at
+    that moment, and raises RuntimeError ("Set changed size during iteration") out of ReceiveMessage, which SQS never
+    does (seen once in a fresh-clone CI run, in-process, with the consumer's threads). The read is retried until it
+    completes; nothing else of moto changes."""
+    from moto.sqs.models import Queue
+
+    unsafe: property = vars(Queue)["pending_message_groups"]
+    read = unsafe.fget
+    assert read is not None
+
+    def pending_message_groups(queue: Any) -> set[str]:
+        while True:
+            try:
+                groups: set[str] = read(queue)
+                return groups
+            except RuntimeError:  # another thread changed the set mid-iteration: read it again
+                continue
+
+    Queue.pending_message_groups = property(pending_message_groups)  # type: ignore[method-assign,assignment]
+    yield
+    Queue.pending_message_groups = unsafe  # type: ignore[method-assign,assignment]
+
+
 @pytest.fixture(params=["in-process", "server"])
 def sqs(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[Any]:
     """A boto3 SQS client: against mock_aws, or over HTTP against moto's server."""
