@@ -88,12 +88,15 @@ class SamplesLane(Lane):
         self._events = {trace_id_for(p.event_id): p.event_id for p in plan}
 
     def successes(self) -> dict[str, int]:
-        """``message_processed`` lines per event id (of this lane's plan), from the consumers' logs."""
-        return {
-            self._events[trace]: logged["message_processed"]
+        """Handler runs per event id (of this lane's plan), from the consumers' logs: its ``message_processed`` lines
+        less its ``duplicate_skipped`` ones. A copy the idempotency guard recognised as done (a requeued copy of a
+        message delivered twice) is settled, and logged, as processed without reaching the handler: no side effect."""
+        ran = {
+            self._events[trace]: logged["message_processed"] - logged["duplicate_skipped"]
             for trace, logged in self.fleet.traces.items()
-            if trace in self._events and logged["message_processed"]
+            if trace in self._events
         }
+        return {event_id: runs for event_id, runs in ran.items() if runs > 0}
 
     def delivered(self) -> set[str]:
         return set(self.successes())

@@ -251,3 +251,23 @@ def test_account_built_events_balance_in_either_place_but_only_one() -> None:
     assert (neither.balanced, neither.lost) == (False, ["b-1"])
     wrong = account([Planned("s-0", SAMPLE, "{}")], mix, {}, {"s-0": POISON_REASON}, 0)
     assert (wrong.balanced, wrong.misplaced) == (False, ["s-0"])
+
+
+def test_a_samples_lane_counts_handler_runs_not_skipped_copies() -> None:
+    """An event whose message SQS handed out twice: the copy the idempotency guard recognised as done logs
+    duplicate_skipped and message_processed, and is no second run of the handler (no duplicate side effect); an event
+    processed twice without a skip is one, and a skipped copy alone is no delivery."""
+    from types import SimpleNamespace
+
+    lane = SamplesLane.__new__(SamplesLane)
+    lane._events = {"t-once": "e1", "t-copy": "e2", "t-twice": "e3", "t-skipped": "e4"}
+    lane.fleet = SimpleNamespace(  # type: ignore[assignment]
+        traces={
+            "t-once": Counter(message_processed=1),
+            "t-copy": Counter(message_processed=2, duplicate_skipped=1),
+            "t-twice": Counter(message_processed=2),
+            "t-skipped": Counter(message_processed=1, duplicate_skipped=1),
+            "t-elsewhere": Counter(message_processed=1),
+        }
+    )
+    assert lane.successes() == {"e1": 1, "e2": 1, "e3": 2}
