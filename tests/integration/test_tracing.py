@@ -242,7 +242,7 @@ def test_tracing_outcome_dlq_with_its_kind_and_no_error_text_when_omitted(sqs: A
     assert (attrs(span)["consumer.outcome"], attrs(span)["consumer.dlq.kind"]) == ("dlq", kind)
     assert span.status.status_code is StatusCode.ERROR
     assert [e.name for e in span.events] == []
-    assert "4111" not in json.dumps(span.to_json())
+    assert "4111 1111" not in json.dumps(span.to_json())  # the exception text (a bare "4111" may be in an id or time)
     assert attrs(span)["error.type"] == ("PoisonMessage" if body == "poison" else "KeyError")
 
 
