@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from consumer.contract import ContractError, check_int
 from infra.alarms.sqs_model import WAKE_DELAY_SECONDS
 
-#: cdk.json's value -> the ECS CpuArchitecture name.
-ARCHITECTURES = {"x86_64": "X86_64", "arm64": "ARM64"}
+#: cdk.json's values (infra/service.py maps each to the task's CpuArchitecture and the image's platform).
+ARCHITECTURES = ("arm64", "x86_64")
 DEFAULT_ARCHITECTURE = "x86_64"
 #: "Linux tasks with the ARM64 architecture don't support the Fargate Spot capacity provider."
 #: https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-capacity-providers.html
@@ -78,7 +78,7 @@ class SpotSettings:
 
 def check_architecture(path: str, raw: object) -> str:
     if raw not in ARCHITECTURES:
-        raise CapacityError(path, f"must be one of {', '.join(sorted(ARCHITECTURES))}", raw)
+        raise CapacityError(path, f"must be one of {', '.join(ARCHITECTURES)}", raw)
     return str(raw)
 
 
