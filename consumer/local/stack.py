@@ -95,6 +95,8 @@ def start_server(port: int = 0) -> tuple[Any, str]:
     """
     from moto.server import ThreadedMotoServer
 
+    from consumer.local.moto_atomic import serialize_moto_sqs
+
     if port:
         _check_port_free(port)
 
@@ -104,6 +106,7 @@ def start_server(port: int = 0) -> tuple[Any, str]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     logging.getLogger("moto").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="Tried to parse .* but it's not supported", category=UserWarning)
+    serialize_moto_sqs()  # one message, one holder at a time, as SQS (see the module)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()

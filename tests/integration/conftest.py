@@ -25,6 +25,7 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from consumer.contract import WorkerContract
+from consumer.local.moto_atomic import serialize_moto_sqs
 from consumer.local.stack import LOCAL_LOG_LEVEL
 from tests.integration.recorder import runtime_call_recorder
 from tests.reference import reference_context_json, shipped_demo
@@ -240,29 +241,12 @@ def moto_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _moto_pending_groups_read_safely() -> Iterator[None]:
-    """moto's SQS backend is not thread-safe: a receive on a queue with message groups (FIFO, fair) copies the groups
-    of its in-flight messages by iterating a set that a delete or visibility change on another thread may change at
-    that moment, and raises RuntimeError ("Set changed size during iteration") out of ReceiveMessage, which SQS never
-    does (seen once in a fresh-clone CI run, in-process, with the consumer's threads). The read is retried until it
-    completes; nothing else of moto changes."""
-    from moto.sqs.models import Queue
-
-    unsafe: property = vars(Queue)["pending_message_groups"]
-    read = unsafe.fget
-    assert read is not None
-
-    def pending_message_groups(queue: Any) -> set[str]:
-        while True:
-            try:
-                groups: set[str] = read(queue)
-                return groups
-            except RuntimeError:  # another thread changed the set mid-iteration: read it again
-                continue
-
-    Queue.pending_message_groups = property(pending_message_groups)  # type: ignore[method-assign,assignment]
-    yield
-    Queue.pending_message_groups = unsafe  # type: ignore[method-assign,assignment]
+def _moto_sqs_atomic() -> None:
+    """moto's SQS backend takes no lock: two receives at once could both take one message, and a receive reading a
+    FIFO queue's in-flight groups raised RuntimeError while another thread deleted (each seen in fresh-clone CI
+    runs). Every test here runs on moto made atomic per call, as the local tooling's server is
+    (consumer/local/moto_atomic.py; tests/integration/test_moto_atomic.py shows the first race without it)."""
+    serialize_moto_sqs()
 
 
 @pytest.fixture(params=["in-process", "server"])
