@@ -274,14 +274,19 @@ class Settlement:
         """Delete a message that is done with (processed, already done, or copied to the DLQ or the source).
 
         Batched, so a delete waits up to ``DELETE_FLUSH_SECONDS`` for others to share its call (the cost of about
-        0.2 SQS requests per message depends on it); but at once on or past the message's last allowed receive.
+        0.2 SQS requests per message depends on it); but at once when its lease is within the heartbeat's threshold
+        (a message done with is extended no more: a delete waiting for its batch could outlast the lease and hand
+        the message to another receive, a duplicate this consumer caused), and on or past the message's last
+        allowed receive.
         A delete that never lands (the task stopped or killed while it waited) brings the message back after its
         lease, one receive further; past ``max_receive_count`` only the redrive policy's backstop receives are
         left, and SQS then moves the message to the DLQ itself, without a reason, though it was done with
         (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html).
         Such messages are rare (retried ones, duplicates): one call each costs nothing measurable.
         """
-        self._ack.delete(item.ticket, at_once=item.message.receive_count >= self.contract.max_receive_count)
+        last = item.message.receive_count >= self.contract.max_receive_count
+        lease_low = item.visible_until - self._clock() <= self.contract.heartbeat_threshold_seconds
+        self._ack.delete(item.ticket, at_once=last or lease_low)
 
     def _copies(self, message: Message) -> bool:
         """Whether a hand-back of ``message`` is a requeued copy that keeps its retry budget (standard queues)."""

@@ -15,6 +15,7 @@ from consumer import Message
 from consumer.runtime import acknowledger
 from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
+from consumer.runtime.inflight import InFlight, LogContext
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import consumer_of, fast_contract
@@ -132,3 +133,28 @@ def test_consumer_deletes_a_message_done_with_on_its_last_allowed_receive_at_onc
         time.sleep(2)
         assert depth(sqs, pair.queue_url).in_flight == 1  # its delete waits for nine others, or the minute
     assert depth(sqs, pair.queue_url).total == 0  # the drain sent it
+
+
+def test_consumer_deletes_a_message_done_with_little_lease_left_at_once(
+    sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With batched deletes made to wait a minute: a message done with when its lease is within the heartbeat's
+    threshold (it is extended no more) leaves the source at once, before the lease can end and hand it to another
+    receive; one done with a full lease still waits for its batch."""
+    monkeypatch.setattr(acknowledger, "DELETE_FLUSH_SECONDS", 60.0)
+    contract = fast_contract()
+    pair = create_pair(sqs, contract)
+    consumer = consumer_of(sqs, pair, contract, lambda m: None)
+    consumer._ack.start()
+    try:
+        in_flight = []
+        for lease in (contract.heartbeat_threshold_seconds - 1, contract.visibility_timeout_seconds):
+            sqs.send_message(QueueUrl=pair.queue_url, MessageBody=f"lease {lease}")
+            raw = sqs.receive_message(QueueUrl=pair.queue_url, MessageSystemAttributeNames=["All"])["Messages"][0]
+            message, now = Message.from_sqs(raw), time.monotonic()
+            consumer._settlement._delete(InFlight(message, now, now + lease, LogContext.of(message, "q")))
+            in_flight.append(depth(sqs, pair.queue_url).in_flight)
+        assert in_flight == [0, 1]  # the low lease's delete was sent at once; the full lease's waits for its batch
+    finally:
+        consumer._ack.close()
+    assert depth(sqs, pair.queue_url).total == 0  # the close sent the waiting one
