@@ -36,7 +36,7 @@ run: $(PY_STAMP) $(CLI_STAMP)
 
 # The suite on TEST_WORKERS pytest-xdist workers: most tests wait (on moto's long poll, a real allowance, a subprocess),
 # so three times the cores keeps two cores busy; tests/conftest.py keeps what shares a fixture on one worker.
-# The `solo` tests (real-time runs: the chaos short form, an alarm recording) then run alone, after the pool: inside a
+# The `solo` tests (real-time runs: the chaos and demo short forms, an alarm recording) then run alone, after the pool: inside a
 # loaded pool on 2 cores they starve (the chaos short form timed out there). Both phases run; either failing fails.
 TEST_WORKERS ?= 6
 test: $(PY_STAMP) $(CLI_STAMP)

@@ -247,9 +247,8 @@ class Demo:
         downstream = notifications.downstream
         assert isinstance(downstream, Downstream)
         downstream.outage.clear()
-        stalled: str | None = None
+        stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
         for _ in range(REDRIVE_ROUNDS):
-            stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
             if not (stalled and stalled.startswith(QUIET) and notifications.depths[2] > notifications.expected_dlq):
                 break
             self.phase = "operator: redriving a late arrival"
@@ -260,6 +259,8 @@ class Demo:
             redrive["rounds"] = redrive.get("rounds", 0) + 1
             notifications.redrive = redrive
             self.phase = "downstream back: circuits probe and close"
+            # Every redrive is waited on: what it moved back is the recovery's to deliver, not the closing report's.
+            stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
         return stalled
 
     def _check_health(self, phase: str) -> None:
@@ -328,7 +329,8 @@ class Demo:
         stalled = settle(look, done, deadline=deadline, poll_seconds=POLL_SECONDS, quiet_seconds=QUIET_SECONDS)
         if stalled == QUIET:
             # Source empty and nothing logged for longer than any backoff or lease: it will not get there.
-            return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places"
+            short = "; ".join(f"{lane.worker}: {lane.shortfall()}" for lane in waiting_on if not lane.settled())
+            return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places ({short})"
         if stalled == TIMED_OUT:
             return f"timed out after {self.options.timeout_seconds:.0f} s"
         return stalled

@@ -124,6 +124,9 @@ class Accounting:
     unknown_in_dlq: list[str]
     in_two_places: list[str]
     left_in_source: int
+    #: Events the DLQ holds more than one copy of (a message dead-lettered again after a delete that did not land in
+    #: time): each counts once above, so only this says the DLQ holds more messages than events.
+    dead_lettered_twice: list[str] = field(default_factory=list)
 
     @property
     def balanced(self) -> bool:
@@ -133,6 +136,7 @@ class Accounting:
             and not self.misplaced
             and not self.unknown_in_dlq
             and not self.in_two_places
+            and not self.dead_lettered_twice
             and self.left_in_source == 0
             and self.delivered + sum(self.dead_lettered.values()) == total
         )
@@ -144,13 +148,14 @@ def account(
     successes: Mapping[str, int],
     dlq: Mapping[str, Mapping[str, Any] | None],
     left_in_source: int,
+    dlq_copies: Mapping[str, int] | None = None,
 ) -> Accounting:
     """Compare each planned event's final place with the one its kind (in ``kinds``) calls for.
 
     ``successes``: successful deliveries per event id (at the downstream, or processed per the consumers' logs);
     ``dlq``: event id -> its reason
     record (None when it carries none), for every message in the DLQ; ``left_in_source``: messages
-    still in the source queue.
+    still in the source queue; ``dlq_copies``: DLQ messages per event id, where one may be there twice.
     """
     planned = list(plan)
     known = {p.event_id for p in planned}
@@ -171,6 +176,7 @@ def account(
         unknown_in_dlq=sorted(set(dlq) - known),
         in_two_places=found.in_two_places,
         left_in_source=left_in_source,
+        dead_lettered_twice=sorted(event_id for event_id, n in (dlq_copies or {}).items() if n > 1),
     )
 
 
@@ -415,17 +421,32 @@ class Lane:
             and self.ids(DELIVERED) <= self.delivered()
         )
 
+    def shortfall(self) -> str:
+        """What :meth:`settled` still waits for, as the depths and the downstream show it (for a wait that ended
+        short): the source's depths, the DLQ's against the count expected, and the events not yet delivered."""
+        visible, hidden, dead = self.depths
+        missing = sorted(self.ids(DELIVERED) - self.delivered())
+        named = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        return (
+            f"source {visible} visible, {hidden} in flight or delayed; DLQ {dead} of {self.expected_dlq} expected;"
+            f" {len(missing)} to deliver not delivered{': ' + named if missing else ''}"
+        )
+
     def result(self) -> LaneResult:
         """Read the DLQ's final places and the source's leftovers, and account for every produced event."""
-        dlq = {
-            event_id_of(message) or message["MessageId"]: reason for message, reason in read_dlq(self.sqs, self.dlq_url)
-        }
+        held = [
+            (event_id_of(message) or message["MessageId"], reason)
+            for message, reason in read_dlq(self.sqs, self.dlq_url)
+        ]
+        dlq = dict(held)
         visible, in_flight, _ = self.look()
         fleet = self.fleet
         return LaneResult(
             worker=self.worker,
             handler=self.handler,
-            accounting=account(self.plan, self.mix.kinds, self.successes(), dlq, visible + in_flight),
+            accounting=account(
+                self.plan, self.mix.kinds, self.successes(), dlq, visible + in_flight, Counter(e for e, _ in held)
+            ),
             consumers=[
                 {
                     "number": c.number,

@@ -109,6 +109,10 @@ def render_worker(result: LaneResult, mix: Mix, console: Console) -> None:
             "misplaced / in two places / unknown in DLQ",
             f"{len(a.misplaced)} / {len(a.in_two_places)} / {len(a.unknown_in_dlq)}",
         ),
+        (
+            "in the DLQ twice (a copy per event expected)",
+            str(len(a.dead_lettered_twice)) + (f" {a.dead_lettered_twice[:5]}" if a.dead_lettered_twice else ""),
+        ),
         ("left in the source queue", str(a.left_in_source)),
         (
             "SQS requests per processed message",

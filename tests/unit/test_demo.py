@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from consumer.examples.notifications import parse
+from consumer.local.demo import REDRIVE_ROUNDS, Demo
 from consumer.local.demo_lane import (
     DEAD_LETTERED,
     DELIVERED,
@@ -19,8 +20,8 @@ from consumer.local.demo_lane import (
     RecordingDownstream,
     account,
 )
-from consumer.local.demo_notifications import KINDS, MIX, build_mix
-from consumer.local.harness import Planned
+from consumer.local.demo_notifications import KINDS, MIX, Downstream, build_mix
+from consumer.local.harness import QUIET, Planned
 from consumer.message import PoisonMessage
 from consumer.ops.queues import fingerprint
 
@@ -236,3 +237,86 @@ def test_demo_result_json_keeps_the_first_worker_on_top_and_every_worker_by_name
     assert (data["worker"], data["accounting"]["balanced"], data["ok"]) == ("notifications", True, False)
     assert sorted(data["workers"]) == ["notifications", "reports"]
     assert data["workers"]["reports"]["accounting"]["lost"] == ["rpt-0"]
+
+
+class RecoveringLane:
+    """What :meth:`Demo._recover` reads of the notifications lane: its downstream, depths and redrive record."""
+
+    def __init__(self) -> None:
+        self.downstream = Downstream([], slow_seconds=0)
+        self.depths = (0, 0, 5)  # one flaky event in the DLQ beside the 4 expected
+        self.expected_dlq = 4
+        self.redrive: dict[str, Any] = {}
+
+    def settled(self) -> bool:  # what the waits are told to wait for (the fake waits answer for it)
+        return self.depths == (0, 0, self.expected_dlq)
+
+
+def recovering(waits: list[str | None]) -> tuple[Demo, RecoveringLane, list[str]]:
+    """A demo whose settle waits answer ``waits`` in turn (quiet with the DLQ one over, until None: settled) and
+    whose redrives move one message each; the steps taken, in order."""
+    demo = Demo.__new__(Demo)
+    demo.phase = ""
+    lane, steps, answers = RecoveringLane(), [], iter(waits)
+
+    def wait(*_: Any) -> str | None:
+        steps.append("wait")
+        answer = next(answers)
+        if answer is None:
+            lane.depths = (0, 0, 4)
+        return answer
+
+    def redrive(_: Any) -> dict[str, Any]:
+        steps.append("redrive")
+        return {"command": "redrive", "exit_code": 0, "moved": 1, "output": []}
+
+    demo._wait = wait  # type: ignore[method-assign]
+    demo._redrive = redrive  # type: ignore[method-assign]
+    return demo, lane, steps
+
+
+QUIET_SHORT = f"{QUIET} for 20 s short of the expected places"
+
+
+def test_recover_waits_for_what_its_last_redrive_moved() -> None:
+    """Every redrive is followed by a wait: the recovery ends settled (None) when the third redrive's message is
+    delivered, rather than handing the closing report a message still on its way with a stale 'quiet'."""
+    demo, lane, steps = recovering([QUIET_SHORT, QUIET_SHORT, QUIET_SHORT, None])
+    assert demo._recover(lane, deadline=0.0, refresh=lambda: None) is None  # type: ignore[arg-type]
+    assert steps == ["wait", "redrive", "wait", "redrive", "wait", "redrive", "wait"]
+    assert lane.redrive["rounds"] == REDRIVE_ROUNDS and lane.redrive["moved"] == REDRIVE_ROUNDS
+    assert not lane.downstream.outage.is_set()  # the outage ended first
+
+
+def test_recover_redrives_only_a_dlq_over_its_expected_count() -> None:
+    """Settled at once: no redrive. Quiet with the DLQ at its expected count: no redrive either (what is short is
+    not in the DLQ), and the quiet reason is the answer."""
+    demo, lane, steps = recovering([None])
+    assert demo._recover(lane, deadline=0.0, refresh=lambda: None) is None  # type: ignore[arg-type]
+    assert steps == ["wait"] and lane.redrive == {}
+    demo, lane, steps = recovering([QUIET_SHORT])
+    lane.depths = (0, 0, 4)
+    assert demo._recover(lane, deadline=0.0, refresh=lambda: None) == QUIET_SHORT  # type: ignore[arg-type]
+    assert steps == ["wait"]
+
+
+def test_a_lane_names_what_it_is_short_of(tmp_path: Path) -> None:
+    """A wait that ended short says where: the source's depths, the DLQ's against its expected count, and which
+    events that must be delivered are not."""
+    plan = plan_of("good", "good", "malformed")
+    downstream = RecordingDownstream()
+    lane = Lane("notifications", MIX, plan, downstream, TASK, RefusingSqs(set()), tmp_path)
+    downstream.successes["evt-0"] = 1
+    lane.depths = (0, 1, 0)
+    assert lane.shortfall() == (
+        "source 0 visible, 1 in flight or delayed; DLQ 0 of 1 expected; 1 to deliver not delivered: evt-1"
+    )
+    downstream.stop()
+
+
+def test_account_reports_an_event_dead_lettered_twice() -> None:
+    """Two DLQ copies of one poison event: in its place, yet the DLQ holds more messages than events, which a run
+    must not call balanced (a dict by event id would count the copies once)."""
+    a = account(plan_of("malformed", "good"), KINDS, {"evt-1": 1}, {"evt-0": POISON}, 0, {"evt-0": 2})
+    assert (a.dead_lettered_twice, a.misplaced, a.balanced) == (["evt-0"], [], False)
+    assert account(plan_of("malformed"), KINDS, {}, {"evt-0": POISON}, 0, {"evt-0": 1}).balanced is True
