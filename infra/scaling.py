@@ -23,6 +23,7 @@ from constructs import Construct
 
 from consumer.contract import WorkerContract
 from infra.capacity_settings import WAKE_UP_ALARM_SECONDS
+from infra.queue_alarms import DEFAULT_RUNBOOK_URL
 from infra.queues import WorkerQueues
 
 SCALING_SERVICE = "ecs.application-autoscaling.amazonaws.com"
@@ -53,6 +54,7 @@ class WorkerScaling:
         min_tasks: int,
         max_tasks: int,
         name_prefix: str,
+        runbook_url: str = DEFAULT_RUNBOOK_URL,
     ) -> None:
         stack = Stack.of(scope)
         self.target = appscaling.ScalableTarget(
@@ -93,7 +95,9 @@ class WorkerScaling:
         self.wake_up_alarm: cloudwatch.Alarm | None = None
         self.wake_up: appscaling.StepScalingAction | None = None
         if min_tasks == 0:
-            self._wake_up(scope, queues=queues, cluster=cluster, service=service, name_prefix=name_prefix)
+            self._wake_up(
+                scope, queues=queues, cluster=cluster, service=service, name_prefix=name_prefix, runbook_url=runbook_url
+            )
 
     def _wake_up(
         self,
@@ -103,6 +107,7 @@ class WorkerScaling:
         cluster: ecs.ICluster,
         service: ecs.FargateService,
         name_prefix: str,
+        runbook_url: str,
     ) -> None:
         period = Duration.seconds(WAKE_UP_ALARM_SECONDS)
         self.wake_up = appscaling.StepScalingAction(
@@ -122,7 +127,8 @@ class WorkerScaling:
             alarm_name=f"{name_prefix}-WakeUp",
             alarm_description=(
                 "Scaling only, no page: messages are visible and no consumer task runs, so the wake-up policy sets"
-                " the desired count to 1 (min_tasks 0). ConsumerStalled pages if no task then deletes them in time."
+                " the desired count to 1 (min_tasks 0). ConsumerStalled pages if no task then deletes them in time;"
+                f" its step 4 is what to check when a worker does not wake. Runbook: {runbook_url}#consumer-stalled"
             ),
             metric=cloudwatch.MathExpression(
                 expression=WAKE_UP_EXPRESSION,

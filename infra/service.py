@@ -29,6 +29,7 @@ from consumer.contract import (
     WorkerContract,
 )
 from infra.capacity_settings import DEFAULT_ARCHITECTURE, SpotSettings
+from infra.queue_alarms import DEFAULT_RUNBOOK_URL
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.scaling import WorkerScaling
@@ -137,6 +138,7 @@ class ConsumerService(Construct):
         tracing: TracingSettings | None = None,
         architecture: str = DEFAULT_ARCHITECTURE,
         spot: SpotSettings | None = None,
+        runbook_url: str = DEFAULT_RUNBOOK_URL,
     ) -> None:
         # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
         # name_prefix starts the scaling policy's name; default the stack's name (one service per stack).
@@ -315,6 +317,7 @@ class ConsumerService(Construct):
             min_tasks=min_tasks,
             max_tasks=max_tasks,
             name_prefix=name_prefix or stack.stack_name,
+            runbook_url=runbook_url,
         )
         self.scaling_policy = self.scaling.policy
 

@@ -117,7 +117,7 @@ class Worker(Construct):
         spot: SpotSettings | None = None,
     ) -> None:
         first = construct_id == FIRST_WORKER_ID
-        worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name('"construct_id"', construct_id)
+        worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name("construct_id", construct_id)
         # What cdk.json's parser checks, checked here too: a team's own app calls this construct directly.
         check_task_size(cpu, memory_mib)
         check_int(
@@ -167,6 +167,7 @@ class Worker(Construct):
             tracing=tracing,
             architecture=architecture,
             spot=spot,
+            runbook_url=runbook_url,
         )
         cast(ecs.CfnTaskDefinition, self.consumer.task_definition.node.default_child).add_metadata(
             WORKER_METADATA_KEY, self.name

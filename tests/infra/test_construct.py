@@ -142,3 +142,14 @@ def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str
     with pytest.raises(ContractError) as refused:
         standalone_worker(REPORT_JOB, **arguments)
     assert str(refused.value) == message
+
+
+def test_the_construct_refuses_a_construct_id_no_worker_name_can_be() -> None:
+    """A second worker's construct id is its name in every resource name: one outside the rule is refused, the
+    argument named once, in quotes like every other."""
+    from consumer.contract import ContractError
+    from infra.worker_settings import WORKER_NAME_RULE
+
+    with pytest.raises(ContractError) as refused:
+        standalone_worker(REPORT_JOB, "Bad Id!")
+    assert str(refused.value) == f"\"construct_id\" {WORKER_NAME_RULE}: 'Bad Id!'"
