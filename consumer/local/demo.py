@@ -259,6 +259,8 @@ class Demo:
             redrive["rounds"] = redrive.get("rounds", 0) + 1
             notifications.redrive = redrive
             self.phase = "downstream back: circuits probe and close"
+            if not again["moved"]:
+                break  # what is over in the DLQ is not a late arrival (a second copy, say): no redrive will move it
             # Every redrive is waited on: what it moved back is the recovery's to deliver, not the closing report's.
             stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
         return stalled
@@ -330,7 +332,7 @@ class Demo:
         if stalled == QUIET:
             # Source empty and nothing logged for longer than any backoff or lease: it will not get there.
             short = "; ".join(f"{lane.worker}: {lane.shortfall()}" for lane in waiting_on if not lane.settled())
-            return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places ({short})"
+            return f"{QUIET} for {QUIET_SECONDS:.0f} s short of the expected places" + (f" ({short})" if short else "")
         if stalled == TIMED_OUT:
             return f"timed out after {self.options.timeout_seconds:.0f} s"
         return stalled

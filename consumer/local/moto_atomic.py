@@ -14,9 +14,10 @@ in-flight groups while another thread deleted.
 while it waits: it asks with no wait under the lock and waits outside it (on the queue's own condition, which a
 send notifies, or 1 s at most, as moto's own loop does, for a lease that ran out), until a message or its wait
 time. What each call does is moto's own; only two calls can no longer interleave. The SQS endpoints the local
-tooling starts (:func:`consumer.local.stack.start_server`) and the tests' (``tests/integration/conftest.py``)
-apply it; the chaos suite's moto, a server process of its own, keeps the race and tells its effects apart
-(``bench/chaos_evidence.py``). Local tooling only: the image has no moto (``.dockerignore``).
+tooling starts (:func:`consumer.local.stack.start_server`) and the tests' own (``tests/integration/conftest.py``)
+apply it; the benchmarks' moto (``bench/endpoint.py``, the chaos suite's too), a server process of its own, keeps
+the race and the chaos suite tells its effects apart (``bench/chaos_evidence.py``). Local tooling only: the image
+has no moto (``.dockerignore``).
 """
 
 from __future__ import annotations

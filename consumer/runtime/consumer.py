@@ -212,6 +212,9 @@ class Consumer:
             # Completions are written before their batch of deletes is sent, or on the tick once due.
             before_delete=self._completions.record,
             every_tick=self._completions.flush,
+            # The consumer's clock: an extension sets a lease's end (visible_until) from the send time it reports,
+            # and the heartbeat and the delete at once compare that end with the consumer's clock.
+            clock=clock,
         )
         self._tracer = tracer
         self._settlement = (Settlement if tracer is None else tracer.settlement_type)(

@@ -608,12 +608,8 @@ def check_alarm_descriptions(env: Synthesized) -> None:
     runbook_url) and fits CloudWatch's 1,024 characters."""
     problems: list[str] = []
     anchors = runbook_anchors()
-    # A wake-up alarm notifies nobody (its action scales the service); the runbook covers it under consumer-stalled.
-    wake_ups = wake_up_alarms(env)
     for logical_id, resource in env.json["Resources"].items():
         if resource["Type"] not in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
-            continue
-        if logical_id in wake_ups:
             continue
         text = resource["Properties"]["AlarmDescription"]
         link = RUNBOOK_LINK.search(text)

@@ -288,6 +288,15 @@ def test_recover_waits_for_what_its_last_redrive_moved() -> None:
     assert not lane.downstream.outage.is_set()  # the outage ended first
 
 
+def test_recover_stops_redriving_when_a_redrive_moves_nothing() -> None:
+    """The DLQ over its count with nothing the filter moves (a second copy of a poison event): one redrive, then the
+    quiet reason is the answer, not two more rounds of waiting for nothing."""
+    demo, lane, steps = recovering([QUIET_SHORT, QUIET_SHORT])
+    demo._redrive = lambda _: steps.append("redrive") or {"command": "r", "exit_code": 0, "moved": 0, "output": []}  # type: ignore[method-assign]
+    assert demo._recover(lane, deadline=0.0, refresh=lambda: None) == QUIET_SHORT  # type: ignore[arg-type]
+    assert steps == ["wait", "redrive"]
+
+
 def test_recover_redrives_only_a_dlq_over_its_expected_count() -> None:
     """Settled at once: no redrive. Quiet with the DLQ at its expected count: no redrive either (what is short is
     not in the DLQ), and the quiet reason is the answer."""
