@@ -193,6 +193,11 @@ def host_architecture() -> str:
     return _MACHINES.get(machine.lower(), machine)
 
 
+def emulated(architecture: str) -> bool:
+    """Whether this machine runs ``architecture``'s programs (Debian's name) only through an emulator."""
+    return architecture != host_architecture()
+
+
 def architecture_of(platform: str | None) -> str:
     """Debian's name of a build platform's architecture; None: this machine's."""
     if platform is None:
@@ -231,7 +236,7 @@ def emulation_missing(platform: str | None, binfmt: Path = BINFMT_MISC) -> str |
     hands them to an emulator with the F flag (the kernel opens the emulator once, so it runs inside any container's
     file system); else what is missing, in one line. Docker Desktop (not Linux) brings its own emulation."""
     architecture = architecture_of(platform)
-    if architecture == host_architecture() or sys.platform != "linux":
+    if not emulated(architecture) or sys.platform != "linux":
         return None
     if architecture not in ELF_HEADERS:
         return f"no ELF header known for {architecture}, so its emulation cannot be checked"
@@ -321,7 +326,7 @@ def ensure_base(
         why = str(error)
     recipe = recipe or DebianBase.like(real, platform)  # says why there is no Debian equivalent
     tag = recipe.tag(ca_bundle)
-    took = "about a minute" if recipe.architecture == host_architecture() else "minutes: its set-up runs emulated"
+    took = "minutes: its set-up runs emulated" if emulated(recipe.architecture) else "about a minute"
     log(f"# {real} cannot be pulled ({why}); building {tag} with debootstrap ({took}, once)")
     _build_debian_base(engine, recipe, ca_bundle, tag)
     return tag
@@ -337,9 +342,7 @@ def _build_debian_base(engine: Engine, recipe: DebianBase, ca_bundle: bytes, tag
         # A foreign --arch: debootstrap runs its second stage (the packages' scripts) through binfmt_misc's emulator.
         command = ["debootstrap", "--variant=minbase", f"--include={','.join(recipe.packages)}",
                    f"--arch={recipe.architecture}", recipe.release, str(rootfs), recipe.mirror]  # fmt: skip
-        timeout = DEBOOTSTRAP_TIMEOUT_SECONDS * (
-            1 if recipe.architecture == host_architecture() else EMULATED_TIMEOUT_FACTOR
-        )
+        timeout = DEBOOTSTRAP_TIMEOUT_SECONDS * (EMULATED_TIMEOUT_FACTOR if emulated(recipe.architecture) else 1)
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as expired:
@@ -407,14 +410,14 @@ def build_image(
         raise ContainerToolingUnavailable(missing)
     base = ensure_base(engine, context / dockerfile, log=log, platform=platform)
     arguments = {**(build_args or {}), "BASE_IMAGE": base}
-    emulated = architecture_of(platform) != host_architecture()
     started = time.monotonic()
     try:
         built = engine(
             "build", *engine.build_options, *(f"--build-arg={k}={v}" for k, v in arguments.items()),
             *(["--platform", platform] if platform else []),
             "-f", str(context / dockerfile), "-t", tag, str(context),
-            timeout=BUILD_TIMEOUT_SECONDS * (EMULATED_TIMEOUT_FACTOR if emulated else 1), check=False,
+            timeout=BUILD_TIMEOUT_SECONDS * (EMULATED_TIMEOUT_FACTOR if emulated(architecture_of(platform)) else 1),
+            check=False,
         )  # fmt: skip
     except EngineCommandError as error:
         raise ImageBuildError(f"{engine.name} build of {context / dockerfile}: {error}") from error

@@ -24,9 +24,12 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -156,23 +159,35 @@ def check_index(root: Path = ROOT) -> list[str]:
     return failures
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    command = (list(argv if argv is not None else sys.argv[1:]) or ["verify"])[0]
-    if command == "record":
+class Action(str, Enum):
+    VERIFY = "verify"
+    RECORD = "record"
+    CHECK = "check"
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def main(
+    action: Annotated[
+        Action,
+        typer.Argument(
+            help="verify: the record against the locks, offline; record: rewrite it from the index; check: pip"
+            " download of the locks for both platforms."
+        ),
+    ] = Action.VERIFY,
+) -> None:
+    """Whether every locked package installs on linux/amd64 and linux/arm64 (make lock runs ``record``)."""
+    if action is Action.RECORD:
         files = record()
         print(f"{RECORD}: {len(files)} pins, {sum(len(f) for f in files.values())} files")
-        found = problems()
-    elif command == "check":
-        found = check_index()
-    elif command == "verify":
-        found = problems()
-    else:
-        print("usage: python -m consumer.local.lock_wheels [verify|record|check]", file=sys.stderr)
-        return 2
+    found = check_index() if action is Action.CHECK else problems()
     for line in found:
         print(line, file=sys.stderr)
-    return 1 if found else 0
+    if found:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    app()

@@ -234,9 +234,18 @@ def run_scenario(
         timeline = scenario.build(world)
     series = _series_of(world, timeline, facts, services)
     changes = evaluate(alarms, composites, series, end=timeline.end, created=timeline.created)
-    outcome = Outcome(scenario, timeline, changes, routes, short_names, series, alarms=alarms, wake_up=wake_up)
-    outcome.facts = facts[0]
-    outcome.scaling_alarms = scaling_alarms | ({wake_up.alarm.name} if wake_up is not None else set())
+    outcome = Outcome(
+        scenario,
+        timeline,
+        changes,
+        routes,
+        short_names,
+        series,
+        alarms=alarms,
+        wake_up=wake_up,
+        facts=facts[0],
+        scaling_alarms=scaling_alarms | ({wake_up.alarm.name} if wake_up is not None else set()),
+    )
     outcome.problems = judge(outcome)
     return outcome
 

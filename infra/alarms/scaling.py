@@ -402,7 +402,7 @@ def simulate(
     policy's metric math gives the minute's datapoint, both alarms are evaluated, the policy acts on an alarm in ALARM
     and ECS starts or stops tasks. ``missing_task_metric``: minutes whose RunningTaskCount datapoint is missing.
     ``wake_at``: minutes at whose end a wake-up step policy (ExactCapacity 1, infra.alarms.wake_up) sets the desired
-    count to 1 while no task runs; when its alarm acts comes from the alarm itself (:func:`infra.alarms.wake_up.woken`).
+    count to 1 while no task runs; when its alarm acts comes from the alarm itself (:func:`infra.alarms.wake_up.woken_fleet`).
 
     The metric math gap: "Missing values in a time series are treated as 0. If the value of a data point causes a
     function to attempt to divide by zero, the data point is dropped"

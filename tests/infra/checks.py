@@ -22,6 +22,7 @@ from typing import Any
 from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, output_prefix
+from infra.alarms.scaling_template import check_step_policy
 from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.service import (
     CONTAINER_COMMAND,
@@ -456,21 +457,14 @@ def _check_dlq_alarms(
 
 
 def wake_up_alarms(env: Synthesized) -> set[str]:
-    """The logical ids of the wake-up alarms (a min_tasks 0 worker's, infra/scaling.py): an alarm whose one action,
-    and only action, is a Ref to a StepScaling policy of the template. They scale; they notify nobody."""
+    """The logical ids of the wake-up alarms (a min_tasks 0 worker's, infra/scaling.py): the alarm acting on each
+    StepScaling policy of the template, as the alarm evaluator finds it (``check_step_policy`` refuses any other
+    shape). They scale; they notify nobody."""
     resources = env.json["Resources"]
-    step_policies = {
-        logical_id
+    return {
+        check_step_policy(env.json, logical_id)
         for logical_id, r in resources.items()
         if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy" and r["Properties"]["PolicyType"] == "StepScaling"
-    }
-    return {
-        logical_id
-        for logical_id, r in resources.items()
-        if r["Type"] == "AWS::CloudWatch::Alarm"
-        and [a.get("Ref") for a in r["Properties"].get("AlarmActions", [])] in ([p] for p in step_policies)
-        and not r["Properties"].get("OKActions")
-        and not r["Properties"].get("InsufficientDataActions")
     }
 
 
