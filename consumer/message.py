@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from consumer.sources import EventBridgeEvent, SnsNotification, Sources
 
@@ -68,6 +68,12 @@ class DownstreamUnavailable(Exception):
         super().__init__(reason)
 
 
+class StopSignal(Protocol):
+    """What an attempt reads of the consumer's stop event (a ``threading.Event``, or the consumer's clock's)."""
+
+    def is_set(self) -> bool: ...
+
+
 @dataclass(kw_only=True, eq=False)
 class Attempt:
     """One attempt at a message, as a handler sees it: when the consumer gives up on it, and whether it is stopping.
@@ -84,7 +90,7 @@ class Attempt:
     """
 
     deadline: float = math.inf
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: StopSignal = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic
     drain_end: Callable[[], float] = field(default=lambda: math.inf)
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_BATCH
+from consumer.runtime.clock import SYSTEM, Clock, Waitable
 
 if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
     from mypy_boto3_sqs import SQSClient
@@ -78,7 +77,7 @@ class _Visibility:
 
 @dataclass
 class _Flush:
-    done: threading.Event = field(default_factory=threading.Event)
+    done: Waitable
 
 
 class Acknowledger:
@@ -105,7 +104,7 @@ class Acknowledger:
         on_deleted: Callable[[Ticket], None] | None = None,
         before_delete: Callable[[list[Ticket]], None] | None = None,
         every_tick: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
     ) -> None:
         self._client = client
         self._queue_url = queue_url
@@ -116,18 +115,19 @@ class Acknowledger:
         # Called on the acknowledger's thread every time round its loop (at least every TICK_SECONDS): the settlement's
         # timer for the completions it batches (Completions.flush).
         self._every_tick = every_tick
-        self._clock = clock
-        self._ops: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._clock = clock.monotonic
+        self._new_event = clock.event
+        self._ops: queue.SimpleQueue[object] = clock.simple_queue()
         # Deletes wait here until a batch is full, and the thread that fills it sends it; the thread's own tick
         # sends what has waited DELETE_FLUSH_SECONDS. No thread switch per message, and as many batches in
         # flight as the rate needs: one thread sending every batch in turn fell behind at about 1,500 a second.
-        self._pending_lock = threading.Lock()
-        self._sent = threading.Condition(self._pending_lock)  # notified when a send of deletes ends
+        self._pending_lock = clock.lock()
+        self._sent = clock.condition(self._pending_lock)  # notified when a send of deletes ends
         self._pending: list[Ticket] = []
         self._oldest_pending: float | None = None
         self._sending = 0  # sends of deletes under way, on any thread: a flush waits for them
         self._drained = False  # the thread's last flush is done: from now on each delete's caller sends it
-        self._thread = threading.Thread(target=self._run, name="acknowledger", daemon=True)
+        self._thread = clock.thread(self._run, name="acknowledger")
         self._closed = False
 
     def start(self) -> None:
@@ -155,7 +155,7 @@ class Acknowledger:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Send everything queued so far; True when done within ``timeout``."""
-        marker = _Flush()
+        marker = _Flush(self._new_event())
         self._ops.put(marker)
         return marker.done.wait(timeout)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
-import time
 from typing import Any
 
 from consumer.batch import BatchResult, UnreportedMessage
@@ -57,11 +56,11 @@ class BatchWorker(Worker):
 
     def _collect(self, first: list[InFlight]) -> list[InFlight]:
         """``first`` and what arrives until the batch is full or its window has passed; [] (handed back) once
-        stopping. Real time (``time.monotonic``), as every wait on a queue is, whatever clock was injected."""
+        stopping."""
         batch = list(first)
-        window_end = time.monotonic() + self._window_seconds
+        window_end = self._clock() + self._window_seconds
         while len(batch) < self._max_batch and not self._stop.is_set():
-            remaining = window_end - time.monotonic()
+            remaining = window_end - self._clock()
             try:
                 more = (
                     self._work.get(timeout=min(remaining, TICK_SECONDS)) if remaining > 0 else self._work.get_nowait()

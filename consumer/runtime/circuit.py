@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from consumer.contract import WorkerContract
+from consumer.runtime.clock import Waitable
 from consumer.runtime.observability import Metrics
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
@@ -174,7 +175,7 @@ class RateLimit:
         self._lock = threading.Lock()
         self._next = float("-inf")
 
-    def acquire(self, stop: threading.Event) -> bool:
+    def acquire(self, stop: Waitable) -> bool:
         """Wait for this thread's turn to start a handler; False if ``stop`` was set first (the turn is not used)."""
         with self._lock:
             now = self._clock()

@@ -29,7 +29,6 @@ import random
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,7 @@ from consumer.limits import EVENT_LOOP_STALL_SECONDS
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.batches import BatchWorker
 from consumer.runtime.circuit import Circuit, RateLimit
+from consumer.runtime.clock import SYSTEM, Clock, Waitable
 from consumer.runtime.completions import Completions
 from consumer.runtime.coroutines import ASYNC_GIVE_UP_GRACE_SECONDS, EVENT_LOOP, AsyncWorker
 from consumer.runtime.failures import FailureText
@@ -115,14 +115,14 @@ def check_shape(handler: Callable[..., Any], contract: WorkerContract) -> None:
 
 
 def worker_for(
-    contract: WorkerContract, *, slots: Slots, liveness: Liveness, closed: threading.Event, **parts: Any
+    contract: WorkerContract, *, slots: Slots, liveness: Liveness, closed: Waitable, waits: Clock, **parts: Any
 ) -> Worker:
     """The workers for the handler's shape: threads of one message each, threads of a batch each
-    (``max_batch``), or coroutines on one event loop (``async def``)."""
+    (``max_batch``), or coroutines on one event loop (``async def``, its loop and executor made by ``waits``)."""
     if contract.max_batch is not None:
         return BatchWorker(slots=slots, contract=contract, **parts)
     if contract.asynchronous:
-        return AsyncWorker(liveness=liveness, closed=closed, contract=contract, **parts)
+        return AsyncWorker(liveness=liveness, closed=closed, waits=waits, contract=contract, **parts)
     return Worker(contract=contract, **parts)
 
 
@@ -139,13 +139,28 @@ def task_role_id_from_env(environ: Mapping[str, str]) -> str | None:
     return value
 
 
+def count_requests(client: SQSClient, metrics: Metrics) -> None:
+    """Count every request ``client`` sends, retries included (the ``sqs_requests`` metric)."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is not None:
+        events.register("before-send.sqs.*", lambda **_: metrics.count("sqs_requests"))
+
+
+def consumer_name(rng: random.Random) -> str:
+    """This consumer's name in idempotency records, unique per run: the host, the process and a token drawn once (a
+    restarted process with the same host and pid never reuses an earlier run's name); each attempt adds a counter."""
+    return f"{socket.gethostname()}:{os.getpid()}:{rng.getrandbits(32):08x}"
+
+
 class Consumer:
     """Consume ``queue_url`` with ``handler`` under ``contract``.
 
     ``task_role_id`` is the RoleId of the role the consumer sends with: only a copy
     a session of it sent is trusted to carry its spent receives (``x-prior-receives``);
-    None trusts none, so a requeued copy's count restarts. ``rng`` draws the backoff
-    jitter (a seeded ``random.Random`` makes it reproducible). ``max_rate``: handler starts per
+    None trusts none, so a requeued copy's count restarts. ``clock`` is what every part reads time from and waits
+    through (:mod:`.clock`; the machine's by default). ``rng`` draws the backoff
+    jitter and the consumer's name in idempotency records (a seeded ``random.Random`` makes both reproducible).
+    ``max_rate``: handler starts per
     second at most, across the worker threads; None takes the handler's ``@worker(max_rate=...)``. ``sources``: what
     the worker's declared SNS topics and EventBridge rules deliver (:class:`consumer.sources.Sources`; None: none).
 
@@ -167,8 +182,7 @@ class Consumer:
         protection: ScaleInProtection | None = None,
         metrics: Metrics | None = None,
         task_role_id: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM,
         rng: random.Random | None = None,
         liveness: Liveness | None = None,
         max_rate: float | None = None,
@@ -182,29 +196,33 @@ class Consumer:
         self.contract = contract
         self.handler = handler
         # No guard for a handler idempotent by itself (@worker(idempotent=True)): no key, no claim, no completion.
-        self.idempotency: IdempotencyStore | None = None if contract.idempotent else (idempotency or InMemoryStore())
+        self.idempotency: IdempotencyStore | None = (
+            None if contract.idempotent else (idempotency or InMemoryStore(clock=clock.time))
+        )
         self.protection = protection or ScaleInProtection(None)
-        self.metrics = metrics or Metrics(dimensions={"Queue": queue_url.rsplit("/", 1)[-1]})
+        self.metrics = metrics or Metrics(dimensions={"Queue": queue_url.rsplit("/", 1)[-1]}, clock=clock.time)
         self.task_role_id = task_role_id
         self._clock = clock
-        self._wall_clock = wall_clock
+        self._now = clock.monotonic
         self._random = rng or random.Random()
         self.liveness = liveness or Liveness(None)  # None: no progress file (python -m consumer run gives one)
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.owner = consumer_name(self._random)
         self.exit_code = EXIT_OK
-        self._stop = threading.Event()
+        self._stop = clock.event()
         #: When shutdown stops waiting for running handlers (on ``clock``); inf until stop(). Handlers see it.
         self._drain_end = math.inf
-        self._closed = threading.Event()
+        self._closed = clock.event()
         self._table = InFlightTable()
-        self._slots = Slots(contract.messages_in_flight, tick_seconds=TICK_SECONDS)
+        self._slots = Slots(contract.messages_in_flight, clock, tick_seconds=TICK_SECONDS)
         # SimpleQueue (C, no Condition): one put and one get per message, the cheapest hand-off there is.
-        self._work: queue.SimpleQueue[list[InFlight]] = queue.SimpleQueue()
-        self.circuit = Circuit(contract, metrics=self.metrics, clock=clock)
+        self._work: queue.SimpleQueue[list[InFlight]] = clock.simple_queue()
+        self.circuit = Circuit(contract, metrics=self.metrics, clock=clock.monotonic)
         rate = max_rate if max_rate is not None else max_rate_of(handler)
         if rate is not None:
             check_rate_fits_the_lease(contract, rate)  # @worker checked its own; an explicit one is checked here
-        self._completions = Completions(self.idempotency, keep_seconds=contract.source_retention_seconds, clock=clock)
+        self._completions = Completions(
+            self.idempotency, keep_seconds=contract.source_retention_seconds, clock=clock.monotonic
+        )
         self._ack = Acknowledger(
             client,
             queue_url,
@@ -246,7 +264,7 @@ class Consumer:
             wait_seconds=0.0
             if rate is not None or contract.fifo or contract.max_batch or contract.asynchronous
             else LOOKAHEAD_WAIT_SECONDS,
-            clock=clock,
+            clock=clock.monotonic,
         )
         self._worker = worker_for(
             contract,
@@ -261,9 +279,10 @@ class Consumer:
             work=self._work,
             stop=self._stop,
             owner=self.owner,
-            clock=clock,
+            clock=clock.monotonic,
+            waits=clock,
             circuit=self.circuit,
-            rate=None if rate is None else RateLimit(rate, clock),
+            rate=None if rate is None else RateLimit(rate, clock.monotonic),
             lookahead=self._lookahead,
             extend_now=lambda item: self._heartbeat.extend_now(item),
             tracer=tracer,
@@ -283,7 +302,7 @@ class Consumer:
             protection=self.protection,
             hand_back_unstarted=self._settlement.hand_back_unstarted,
             hand_back=self._settlement.hand_back,
-            clock=clock,
+            clock=clock.monotonic,
             long_poll_seconds=LONG_POLL_SECONDS,
             batch_fill_seconds=BATCH_FILL_SECONDS,
             liveness=self.liveness,
@@ -301,14 +320,14 @@ class Consumer:
             stop=self._stop,
             closed=self._closed,
             on_stuck=self._stuck,
-            clock=clock,
+            clock=clock.monotonic,
             tick_seconds=TICK_SECONDS,
             liveness=self.liveness,
             lookahead=self._lookahead,
             grace_seconds=ASYNC_GIVE_UP_GRACE_SECONDS if contract.asynchronous else 0.0,
             extend_waiting=contract.max_batch is not None,
         )
-        self._count_requests(client)
+        count_requests(client, self.metrics)
 
     # --- public -----------------------------------------------------------
     def stop(self) -> None:
@@ -318,7 +337,7 @@ class Consumer:
         what running handlers' ``message.deadline`` / ``remaining()`` shrink to.
         """
         if not self._stop.is_set():
-            self._drain_end = self._clock() + self.contract.drain_timeout_seconds
+            self._drain_end = self._now() + self.contract.drain_timeout_seconds
         self._stop.set()
 
     @property
@@ -328,15 +347,13 @@ class Consumer:
     def run(self) -> int:
         """Process until :meth:`stop`; returns the process exit code."""
         loops = 1 if isinstance(self._worker, AsyncWorker) else self.contract.concurrency  # one event loop
-        threads = [
-            threading.Thread(target=self._guarded(self._worker.run), name=f"worker-{i}", daemon=True)
-            for i in range(loops)
-        ]
+        spawn = self._clock.thread
+        threads = [spawn(self._guarded(self._worker.run), name=f"worker-{i}") for i in range(loops)]
         threads += [
-            threading.Thread(target=self._guarded(partial(self._poller.run, i)), name=poller_loop(i), daemon=True)
+            spawn(self._guarded(partial(self._poller.run, i)), name=poller_loop(i))
             for i in range(self.contract.pollers)
         ]
-        threads.append(threading.Thread(target=self._guarded(self._heartbeat.run), name=HEARTBEAT_LOOP, daemon=True))
+        threads.append(spawn(self._guarded(self._heartbeat.run), name=HEARTBEAT_LOOP))
         allowances = {poller_loop(i): self.contract.poll_stall_seconds for i in range(self.contract.pollers)}
         if isinstance(self._worker, AsyncWorker):
             allowances[EVENT_LOOP] = EVENT_LOOP_STALL_SECONDS
@@ -401,8 +418,8 @@ class Consumer:
         # DONE stays in flight until its outcome (delete, backoff, DLQ move or requeue) has been
         # handed to the acknowledger: exiting earlier would cut a DLQ move between its send and
         # its delete, and the message would come back to be moved a second time.
-        while self._clock() < deadline and self._table.unsettled():
-            time.sleep(0.05)
+        while self._now() < deadline and self._table.unsettled():
+            self._clock.sleep(0.05)
         self._worker.cancel_running(LATE_RECEIVE_WAIT_SECONDS)  # coroutines see CancelledError and hand back
         dispatching = self._table.close()
         # A poller handing on (or back) what a receive brought: brief, never a long poll; bounded, as a
@@ -428,11 +445,6 @@ class Consumer:
 
     def _wait_while(self, condition: Callable[[], bool], seconds: float) -> None:
         """Shutdown's short, bounded waits on pollers (checked every 10 ms)."""
-        give_up = self._clock() + seconds
-        while condition() and self._clock() < give_up:
-            time.sleep(0.01)
-
-    def _count_requests(self, client: SQSClient) -> None:
-        events = getattr(getattr(client, "meta", None), "events", None)
-        if events is not None:
-            events.register("before-send.sqs.*", lambda **_: self.metrics.count("sqs_requests"))
+        give_up = self._now() + seconds
+        while condition() and self._now() < give_up:
+            self._clock.sleep(0.01)

@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from consumer.limits import ASYNC_EXECUTOR_THREADS
+from consumer.runtime.clock import Clock, Waitable, wait_for_future
 from consumer.runtime.inflight import InFlight
 from consumer.runtime.liveness import Liveness
 from consumer.runtime.polling import TICK_SECONDS
@@ -56,16 +55,18 @@ class LoopFeed(queue.SimpleQueue):  # type: ignore[type-arg]
 class AsyncWorker(Worker):
     """Runs the event loop (:meth:`run`, on one thread) and every coroutine of an ``async def`` handler.
 
-    ``closed`` ends the loop once shutdown is done; ``liveness`` receives the loop's beat.
+    ``closed`` ends the loop once shutdown is done; ``liveness`` receives the loop's beat; ``waits`` is the consumer's
+    clock, which makes the loop and its executor.
     """
 
-    def __init__(self, *, liveness: Liveness, closed: threading.Event, **parts: Any) -> None:
+    def __init__(self, *, liveness: Liveness, closed: Waitable, waits: Clock, **parts: Any) -> None:
         super().__init__(**parts)
         self._liveness = liveness
         self._closed = closed
-        self.loop = asyncio.new_event_loop()
+        self._waits = waits  # the consumer's clock, whose event loop and executor these are
+        self.loop = waits.event_loop()
         threads = min(self.contract.concurrency, ASYNC_EXECUTOR_THREADS)
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="settle")
+        self._executor = waits.executor(threads, "settle")
         self.loop.set_default_executor(self._executor)
         self.feed = LoopFeed(self.loop, self._spawn)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,10 +87,8 @@ class AsyncWorker(Worker):
         ``wait_seconds`` for them to return, each handing its message back (:meth:`_given_up`). A loop held by a
         synchronous call answers nothing: shutdown then hands the messages back itself."""
         future = asyncio.run_coroutine_threadsafe(self._cancel_all(wait_seconds), self.loop)
-        try:
-            future.result(wait_seconds + 0.5)
-        except Exception:  # noqa: BLE001 (a blocked or stopped loop: shutdown's own hand-back follows)
-            future.cancel()
+        if not wait_for_future(self._waits, future, wait_seconds + 0.5):
+            future.cancel()  # a blocked or stopped loop: shutdown's own hand-back follows
 
     async def _cancel_all(self, wait_seconds: float) -> None:
         tasks = []

@@ -30,8 +30,11 @@ MAX_REASON_CHARS = 1_000
 MAX_REASON_RECORD_BYTES = DLQ_REASON_HEADROOM_BYTES // 2
 
 
-def reason_record(message: Message, *, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
-    """What the DLQ reader needs: why, from where, which message, after how many receives."""
+def reason_record(
+    message: Message, *, reason: str, kind: str, source_queue_url: str, failed_at: float | None = None
+) -> dict[str, Any]:
+    """What the DLQ reader needs: why, from where, which message, after how many receives; ``failed_at`` is when
+    (seconds since the epoch, the consumer's clock; now when None)."""
     return {
         "kind": kind,  # "poison" | "non_retryable" | "exhausted" | "unattempted"
         "reason": reason[:MAX_REASON_CHARS],
@@ -39,13 +42,16 @@ def reason_record(message: Message, *, reason: str, kind: str, source_queue_url:
         "original_message_id": message.message_id,
         "receive_count": message.receive_count,
         "original_deduplication_id": message.attributes.get("MessageDeduplicationId"),
-        "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(failed_at)),
     }
 
 
-def send_parameters(message: Message, *, dlq_url: str, reason: str, kind: str, source_queue_url: str) -> dict[str, Any]:
-    """Arguments for ``sqs.send_message`` that move ``message`` to the DLQ intact."""
-    record = reason_record(message, reason=reason, kind=kind, source_queue_url=source_queue_url)
+def send_parameters(
+    message: Message, *, dlq_url: str, reason: str, kind: str, source_queue_url: str, failed_at: float | None = None
+) -> dict[str, Any]:
+    """Arguments for ``sqs.send_message`` that move ``message`` to the DLQ intact (``failed_at``: as
+    :func:`reason_record`)."""
+    record = reason_record(message, reason=reason, kind=kind, source_queue_url=source_queue_url, failed_at=failed_at)
     attributes = attributes_from_json(message.sqs_message_attributes)  # as delivered: an SNS envelope's stay wrapped
     # The receives spent are in the reason record; a message redriven from the DLQ starts a new budget.
     attributes.pop(PRIOR_RECEIVES_ATTRIBUTE, None)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.clock import Waitable
 from consumer.runtime.idempotency import IdempotencyStore, warn_lost_lease
 from consumer.runtime.inflight import InFlight, InFlightTable, update_record
 from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness
@@ -56,8 +56,8 @@ class Heartbeat:
         idempotency: IdempotencyStore | None,
         metrics: Metrics,
         protection: ScaleInProtection,
-        stop: threading.Event,
-        closed: threading.Event,
+        stop: Waitable,
+        closed: Waitable,
         on_stuck: Callable[[], None],
         clock: Callable[[], float],
         tick_seconds: float,

@@ -320,12 +320,18 @@ class DynamoDBStore:
     """
 
     def __init__(
-        self, table_name: str, *, client: DynamoDBClient | None = None, clock: Callable[[], float] = time.time
+        self,
+        table_name: str,
+        *,
+        client: DynamoDBClient | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.table_name = table_name
         # Created here, never at import: importing the consumer must not need credentials or a region.
         self._client = client if client is not None else boto3.client("dynamodb")
         self._clock = clock
+        self._sleep = sleep  # the consumer's clock's (runtime/clock.py): the backoff before unprocessed items again
 
     def claim(self, key: str, *, owner: str, lease_seconds: int) -> Claim:
         """See :meth:`IdempotencyStore.claim`."""
@@ -434,7 +440,7 @@ class DynamoDBStore:
                 return
             # Unprocessed items are DynamoDB's way to throttle a batch: back off before sending them again
             # (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchWriteItem.html).
-            time.sleep(BATCH_WRITE_BACKOFF_SECONDS * 2**attempt)
+            self._sleep(BATCH_WRITE_BACKOFF_SECONDS * 2**attempt)
         raise IdempotencyStoreError(
             f"idempotency complete on DynamoDB table {self.table_name!r} failed: {len(puts)} items left unprocessed"
             f" after {BATCH_WRITE_TRIES} tries"

@@ -10,8 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -21,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
 from consumer.message import Attempt, Message
 from consumer.runtime.circuit import PAUSED, Circuit
+from consumer.runtime.clock import SYSTEM, Clock, Waitable
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
 from consumer.runtime.liveness import Liveness, poller_loop
 from consumer.runtime.observability import Metrics
@@ -51,15 +50,13 @@ LOOKAHEAD_SPAN = 64
 class Slots:
     """Counts free handler slots; a timed-out handler keeps its slot until its thread returns."""
 
-    def __init__(
-        self, total: int, clock: Callable[[], float] = time.monotonic, *, tick_seconds: float = TICK_SECONDS
-    ) -> None:
+    def __init__(self, total: int, clock: Clock = SYSTEM, *, tick_seconds: float = TICK_SECONDS) -> None:
         self._total = total
         self._capacity = total  # handlers plus the lookahead (set_extra)
         self._free = total
-        self._clock = clock
+        self._clock = clock.monotonic
         self._tick_seconds = tick_seconds
-        self._condition = threading.Condition()
+        self._condition = clock.condition()
         #: How many free slots each waiting poller needs to go on (one entry per waiter): a release wakes the
         #: pollers only once one of them can go on, not once per finished handler (a thread switch each).
         self._needs: list[int] = []
@@ -68,7 +65,7 @@ class Slots:
     def reserve_up_to(
         self,
         wanted: int,
-        stop: threading.Event,
+        stop: Waitable,
         fill_seconds: float = 0.0,
         on_wait: Callable[[], None] | None = None,
     ) -> int:
@@ -173,7 +170,7 @@ class Lookahead:
         concurrency: int,
         batch_size: int,
         wait_seconds: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM.monotonic,
     ) -> None:
         self._slots = slots
         self._concurrency = concurrency
@@ -227,7 +224,7 @@ class Poller:
         slots: Slots,
         table: InFlightTable,
         work: queue.SimpleQueue[list[InFlight]],
-        stop: threading.Event,
+        stop: Waitable,
         metrics: Metrics,
         protection: ScaleInProtection,
         hand_back_unstarted: Callable[[list[InFlight], str], None],
@@ -331,8 +328,8 @@ class Poller:
     def wait_on_purpose(self, seconds: float, progress: Callable[[], None]) -> None:
         """Wait ``seconds`` (less if stopping) and count the wait as progress: a pause the consumer chose (a
         receive error's backoff; any other deliberate pause of receiving) is not a stalled loop (liveness.py)."""
-        deadline = time.monotonic() + seconds  # real time: this waits for real, whatever clock was injected
-        while not self._stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
+        deadline = self._clock() + seconds
+        while not self._stop.is_set() and (remaining := deadline - self._clock()) > 0:
             progress()
             self._stop.wait(min(remaining, TICK_SECONDS))
 

@@ -6,8 +6,6 @@ import itertools
 import logging
 import math
 import queue
-import threading
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +13,7 @@ from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.circuit import Circuit, RateLimit
+from consumer.runtime.clock import Waitable
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
@@ -33,7 +32,7 @@ HEARTBEAT_REACH_SLACK_SECONDS = 1.0
 class Worker:
     """Runs on every worker thread (``contract.concurrency``); each runs :meth:`run`.
 
-    ``owner`` names this process in idempotency records; each attempt adds its own suffix.
+    ``owner`` names this consumer in idempotency records (unique per run); each attempt adds its own suffix.
     """
 
     def __init__(
@@ -46,7 +45,7 @@ class Worker:
         idempotency: IdempotencyStore | None,
         metrics: Metrics,
         work: queue.SimpleQueue[list[InFlight]],
-        stop: threading.Event,
+        stop: Waitable,
         owner: str,
         clock: Callable[[], float],
         circuit: Circuit | None = None,
@@ -63,9 +62,9 @@ class Worker:
         self._metrics = metrics
         self._work = work
         self._stop = stop
-        # Unique per attempt: this process's name, a token drawn once (a restarted process with the same host, pid
-        # and address never reuses an old attempt's name) and a counter (atomic under the GIL, no uuid per message).
-        self._owner = f"{owner}:{uuid.uuid4().hex[:8]}"
+        # Unique per attempt: the consumer's name (unique per run) and a counter (atomic under the GIL, no uuid per
+        # message).
+        self._owner = owner
         self._attempts = itertools.count(1)
         self._clock = clock
         self._non_retryable = non_retryable_of(handler)

@@ -66,6 +66,8 @@ class ScaleInProtection:
         expires_in_minutes: int = 60,
         timeout_seconds: float = ECS_AGENT_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        lock: threading.Lock | None = None,
+        opener: urllib.request.OpenerDirector | None = None,
     ) -> None:
         if not MIN_EXPIRES_IN_MINUTES <= expires_in_minutes <= MAX_EXPIRES_IN_MINUTES:
             raise ValueError(
@@ -78,12 +80,15 @@ class ScaleInProtection:
         self._expires_in_minutes = expires_in_minutes
         self._timeout_seconds = timeout_seconds
         self._clock = clock
-        self._lock = threading.Lock()
+        # Held across the agent's call (see the class docstring): a lock of the consumer's clock (clock.py).
+        self._lock = lock or threading.Lock()
         self._wanted = False
         self._protected = False
         self._expires_at = 0.0
         # The agent is link-local: never route it through HTTP(S)_PROXY.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({})) if self._url else None
+        if opener is None and self._url:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = opener
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **kwargs: Any) -> ScaleInProtection:

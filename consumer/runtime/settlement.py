@@ -39,6 +39,7 @@ from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit
+from consumer.runtime.clock import Clock
 from consumer.runtime.completions import Completions
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.runtime.failures import FailureText
@@ -98,7 +99,7 @@ class Settlement:
         completions: Completions,
         metrics: Metrics,
         protection: ScaleInProtection,
-        clock: Callable[[], float],
+        clock: Clock,
         rng: random.Random,
         circuit: Circuit | None = None,
         describe: Callable[[BaseException], str] = FailureText(),
@@ -114,9 +115,10 @@ class Settlement:
         self._idempotency = idempotency
         self._metrics = metrics
         self._protection = protection
-        self._clock = clock
+        self._clock = clock.monotonic
+        self._wall_clock = clock.time  # what a DLQ reason records (failed_at)
         self._random = rng
-        self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
+        self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock.monotonic)
         self._describe = describe
         # Processed messages' completions and message_processed lines, batched (the acknowledger's hooks write them).
         self._completions = completions
@@ -307,7 +309,12 @@ class Settlement:
             log.error("dlq_unknown", extra=item.context.fields(reason=reason))
             return False
         params = send_parameters(
-            item.message, dlq_url=self.dlq_url, reason=reason, kind=kind, source_queue_url=self.queue_url
+            item.message,
+            dlq_url=self.dlq_url,
+            reason=reason,
+            kind=kind,
+            source_queue_url=self.queue_url,
+            failed_at=self._wall_clock(),
         )
         fields = item.context.fields(kind=kind, reason=reason)
         if not self._send_then_delete(item, params, "dlq_send_failed", "message_moved_to_dlq", fields):

@@ -116,7 +116,7 @@ def test_consumer_max_rate_spaces_handler_starts(sqs: Any) -> None:
     def handle(message: Message) -> None:
         starts.append(clock())
 
-    consumer = consumer_of(sqs, pair, contract, handle, clock=clock, max_rate=5)
+    consumer = consumer_of(sqs, pair, contract, handle, max_rate=5)  # the machine's clock, as `clock` above
     with running(consumer):
         wait_until(lambda: len(starts) == 10, what="ten starts")
     starts.sort()
