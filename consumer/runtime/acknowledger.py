@@ -42,8 +42,12 @@ log = logging.getLogger(__name__)
 
 #: A successful message's delete waits at most this long for nine others to share its call.
 DELETE_FLUSH_SECONDS = 1.0
-#: The acknowledger's thread goes round its loop at least this often (sending what is due, calling ``every_tick``).
+#: While a delete waits for its batch (or ``waiting`` says something else does), the acknowledger's thread goes round
+#: its loop at least this often (sending what is due, calling ``every_tick``); with nothing waiting it sleeps until
+#: work comes.
 TICK_SECONDS = 0.1
+#: Put on the thread's queue when something starts waiting on a timer: the thread may be asleep without a timeout.
+_WAKE = object()
 #: Per-entry delete failures SQS marks as its own fault: tries in all (the first and two retries).
 DELETE_RETRIES = 3
 #: A flush waits this long at most for batches other threads are sending (one call's worst case is bounded by
@@ -85,7 +89,7 @@ class Acknowledger:
 
     ``before_delete`` is called with each batch of deletes holding a ticket that ``settles`` something, on the
     thread about to send it, before it is sent; ``every_tick`` on the acknowledger's thread, every ``TICK_SECONDS`` at
-    most.
+    most while a delete waits for its batch or ``waiting()`` is true (whoever makes it true calls :meth:`wake`).
 
     Example::
 
@@ -104,6 +108,7 @@ class Acknowledger:
         on_deleted: Callable[[Ticket], None] | None = None,
         before_delete: Callable[[list[Ticket]], None] | None = None,
         every_tick: Callable[[], None] | None = None,
+        waiting: Callable[[], bool] = lambda: False,
         clock: Clock = SYSTEM,
     ) -> None:
         self._client = client
@@ -115,6 +120,7 @@ class Acknowledger:
         # Called on the acknowledger's thread every time round its loop (at least every TICK_SECONDS): the settlement's
         # timer for the completions it batches (Completions.flush).
         self._every_tick = every_tick
+        self._waiting = waiting
         self._clock = clock.monotonic
         self._new_event = clock.event
         self._ops: queue.SimpleQueue[object] = clock.simple_queue()
@@ -153,6 +159,10 @@ class Acknowledger:
                 return
         self._send_visibility([change])
 
+    def wake(self) -> None:
+        """Something now waits on the thread's timer (``waiting()`` turned true): go round the loop again."""
+        self._ops.put(_WAKE)
+
     def flush(self, timeout: float = 10.0) -> bool:
         """Send everything queued so far; True when done within ``timeout``."""
         marker = _Flush(self._new_event())
@@ -171,8 +181,10 @@ class Acknowledger:
     # --- the thread ---------------------------------------------------------
     def _run(self) -> None:
         while True:
+            # A tick only while something waits on a timer: an idle consumer's acknowledger sleeps until work comes.
+            timed = self._oldest_pending is not None or self._waiting()
             try:
-                op = self._ops.get(timeout=TICK_SECONDS)
+                op = self._ops.get(timeout=TICK_SECONDS if timed else None)
             except queue.Empty:
                 op = ...
             if self._every_tick is not None:
@@ -255,6 +267,7 @@ class Acknowledger:
             self._pending += tickets
             if self._oldest_pending is None:
                 self._oldest_pending = self._clock()
+                self._ops.put(_WAKE)  # the thread may be asleep: this delete's wait is timed from now
 
     def _send_deletes(self, tickets: list[Ticket]) -> None:
         """Send ``tickets`` (taken by :meth:`_take`) in batches of 10 on the calling thread. Entries SQS failed on

@@ -7,10 +7,14 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
 from consumer.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from consumer.runtime.consumer import Consumer
 
 log = logging.getLogger("consumer")
 
@@ -21,6 +25,21 @@ class _StoppedBeforeStart(BaseException):
     A BaseException, like KeyboardInterrupt, because botocore treats any Exception raised while
     sending as a failed attempt to retry, which would keep a stopping task in its start-up.
     """
+
+
+class StopOnSignal:
+    """The SIGTERM/SIGINT handler of ``python -m consumer run`` (the simulated world delivers its signals to it too).
+
+    Before the consumer exists it ends the start-up (:class:`_StoppedBeforeStart`); then it asks the consumer to stop.
+    """
+
+    def __init__(self) -> None:
+        self.consumer: Consumer | None = None
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.consumer is None:
+            raise _StoppedBeforeStart(signal.Signals(signum).name)
+        self.consumer.stop()
 
 
 def run() -> None:
@@ -47,13 +66,7 @@ def run() -> None:
     configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
     # and a start-up blocked on a slow endpoint must still end at once with exit 0, not be killed.
-    running: list[Consumer] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if not running:
-            raise _StoppedBeforeStart(signal.Signals(signum).name)
-        running[0].stop()
-
+    on_signal = StopOnSignal()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
     try:
@@ -82,21 +95,19 @@ def run() -> None:
         store = None  # @worker(idempotent=True): no guard, and the stack made no table
         if not config.contract.idempotent:
             store = DynamoDBStore(table, client=dynamodb_client(session, config.contract)) if table else InMemoryStore()
-        running.append(
-            Consumer(
-                client,
-                queue_url=config.queue_url,
-                dlq_url=dlq_url,
-                contract=config.contract,
-                handler=config.handler,
-                idempotency=store,
-                protection=ScaleInProtection.from_env(os.environ),
-                metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
-                task_role_id=task_role_id_from_env(os.environ),
-                liveness=Liveness(liveness_path(os.environ)),
-                sources=config.sources,
-                tracer=tracer,
-            )
+        on_signal.consumer = consumer = Consumer(
+            client,
+            queue_url=config.queue_url,
+            dlq_url=dlq_url,
+            contract=config.contract,
+            handler=config.handler,
+            idempotency=store,
+            protection=ScaleInProtection.from_env(os.environ),
+            metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+            task_role_id=task_role_id_from_env(os.environ),
+            liveness=Liveness(liveness_path(os.environ)),
+            sources=config.sources,
+            tracer=tracer,
         )
     except (ConfigurationError, StartupError) as error:
         log.error("startup_failed", extra={"error": str(error)})
@@ -105,7 +116,7 @@ def run() -> None:
     except _StoppedBeforeStart as stopped:
         log.info("consumer_stopped_before_start", extra={"signal": str(stopped)})
         raise typer.Exit(0) from None
-    raise typer.Exit(running[0].run())
+    raise typer.Exit(consumer.run())
 
 
 def health() -> None:

@@ -29,13 +29,22 @@ COMPLETION_BATCH = 25
 class Completions:
     """The processed messages whose completion is not written yet, oldest first, and the writing of them.
 
-    ``keep_seconds`` is how long a completed record is kept (the source queue's retention).
+    ``keep_seconds`` is how long a completed record is kept (the source queue's retention). ``wake`` is called when a
+    completion starts waiting (the acknowledger's thread, which flushes them on its tick, may be asleep).
     """
 
-    def __init__(self, idempotency: IdempotencyStore | None, *, keep_seconds: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        idempotency: IdempotencyStore | None,
+        *,
+        keep_seconds: int,
+        clock: Callable[[], float],
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
         self._idempotency = idempotency
         self._keep_seconds = keep_seconds
         self._clock = clock
+        self._wake = wake
         # The lock also makes taking a ticket's ``settles`` one step, so no completion is written (or logged) twice.
         self._lock = threading.Lock()
         self._waiting: list[Ticket] = []
@@ -46,11 +55,18 @@ class Completions:
         item.ticket.settles = (item, complete)
         with self._lock:
             self._waiting.append(item.ticket)
-            if self._oldest is None:
+            first = self._oldest is None
+            if first:
                 self._oldest = self._clock()
             full = self._take() if len(self._waiting) >= COMPLETION_BATCH else []
         if full:
             self.record(full)
+        elif first:
+            self._wake()
+
+    def waiting(self) -> bool:
+        """Whether a completion waits for its batch (read without the lock: a stale answer costs one tick)."""
+        return self._oldest is not None
 
     def flush(self) -> None:
         """Write the completions that have waited ``COMPLETION_FLUSH_SECONDS`` (the acknowledger's ``every_tick``)."""

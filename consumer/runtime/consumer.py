@@ -139,6 +139,19 @@ def task_role_id_from_env(environ: Mapping[str, str]) -> str | None:
     return value
 
 
+def guarded(target: Callable[[], None], on_crash: Callable[[], None]) -> Callable[[], None]:
+    """``target``, calling ``on_crash`` (after logging ``thread_crashed``) if it raises."""
+
+    def run() -> None:
+        try:
+            target()
+        except Exception:
+            log.critical("thread_crashed", exc_info=True, extra={"thread_name": threading.current_thread().name})
+            on_crash()
+
+    return run
+
+
 def count_requests(client: SQSClient, metrics: Metrics) -> None:
     """Count every request ``client`` sends, retries included (the ``sqs_requests`` metric)."""
     events = getattr(getattr(client, "meta", None), "events", None)
@@ -221,7 +234,10 @@ class Consumer:
         if rate is not None:
             check_rate_fits_the_lease(contract, rate)  # @worker checked its own; an explicit one is checked here
         self._completions = Completions(
-            self.idempotency, keep_seconds=contract.source_retention_seconds, clock=clock.monotonic
+            self.idempotency,
+            keep_seconds=contract.source_retention_seconds,
+            clock=clock.monotonic,
+            wake=lambda: self._ack.wake(),
         )
         self._ack = Acknowledger(
             client,
@@ -230,6 +246,7 @@ class Consumer:
             # Completions are written before their batch of deletes is sent, or on the tick once due.
             before_delete=self._completions.record,
             every_tick=self._completions.flush,
+            waiting=self._completions.waiting,
             # The consumer's clock: an extension sets a lease's end (visible_until) from the send time it reports,
             # and the heartbeat and the delete at once compare that end with the consumer's clock.
             clock=clock,
@@ -252,19 +269,8 @@ class Consumer:
             circuit=self.circuit,
             describe=FailureText.of(handler),  # error text in reasons and logs, as @worker(error_text=...) says
         )
-        self._lookahead = Lookahead(
-            self._slots,
-            concurrency=contract.concurrency,
-            batch_size=contract.batch_size,
-            # Under max_rate the rate is the bottleneck: a message received ahead would only wait for its turn. On
-            # FIFO a hand-back spends a receive (and can end in the DLQ unattempted), and a group runs in order on
-            # one worker anyway: nothing is received ahead there either.
-            # A batch handler's free threads collect while the others run: the batch is its own lookahead. An async
-            # handler's message starts as a task as it arrives: one received ahead would run beyond concurrency.
-            wait_seconds=0.0
-            if rate is not None or contract.fifo or contract.max_batch or contract.asynchronous
-            else LOOKAHEAD_WAIT_SECONDS,
-            clock=clock.monotonic,
+        self._lookahead = Lookahead.for_contract(
+            self._slots, contract, rated=rate is not None, wait_seconds=LOOKAHEAD_WAIT_SECONDS, clock=clock.monotonic
         )
         self._worker = worker_for(
             contract,
@@ -385,16 +391,11 @@ class Consumer:
 
     def _guarded(self, target: Callable[[], None]) -> Callable[[], None]:
         """A thread that dies unexpectedly stops the process (exit 1) instead of leaving it half alive."""
+        return guarded(target, self._crashed)
 
-        def run() -> None:
-            try:
-                target()
-            except Exception:
-                log.critical("thread_crashed", exc_info=True, extra={"thread_name": threading.current_thread().name})
-                self.exit_code = ExitCode.FAILED
-                self.stop()
-
-        return run
+    def _crashed(self) -> None:
+        self.exit_code = ExitCode.FAILED
+        self.stop()
 
     def _stuck(self) -> None:
         """Every slot holds a handler that will not return: only a new task can make progress."""

@@ -181,6 +181,25 @@ class Lookahead:
         self.mean_seconds: float | None = None
         self._last_finished = clock()
 
+    @classmethod
+    def for_contract(
+        cls, slots: Slots, contract: WorkerContract, *, rated: bool, wait_seconds: float, clock: Callable[[], float]
+    ) -> Lookahead:
+        """The lookahead of ``contract``'s consumer (``rated``: under ``max_rate``), waiting ``wait_seconds`` (the
+        module's LOOKAHEAD_WAIT_SECONDS, or an ablation's); none where a message received ahead would only wait:
+        under max_rate the rate is the bottleneck; on FIFO a hand-back spends a receive (and can end in the DLQ
+        unattempted), and a group runs in order on one worker anyway; a batch handler's free threads collect while
+        the others run (the batch is its own lookahead); an async handler's message starts as a task as it arrives
+        (one received ahead would run beyond concurrency)."""
+        ahead = not (rated or contract.fifo or contract.max_batch or contract.asynchronous)
+        return cls(
+            slots,
+            concurrency=contract.concurrency,
+            batch_size=contract.batch_size,
+            wait_seconds=wait_seconds if ahead else 0.0,
+            clock=clock,
+        )
+
     @property
     def extra(self) -> int:
         return self._slots.extra
