@@ -1,0 +1,400 @@
+"""SQS and DynamoDB for the simulated world: moto's own backends, on the simulation's clock, behind a transport.
+
+The runtime's boto3 clients are real: botocore serializes, signs, retries (its standard mode, with its own backoff
+and retry quota) and parses as it does against AWS. Only the HTTP session is the world's (:class:`Transport`): each
+request takes seeded latency on the virtual clock, may meet a fault, and is answered by moto's backend in this
+process. What the backends do is moto's; the world changes four things, each to what AWS documents:
+
+- **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes);
+- **the long poll** waits on the virtual clock and "returns as soon as a message is available"
+  (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-short-and-long-polling.html):
+  moto's own loop waits in real time;
+- **FIFO order**: a message whose lease ran out leaves the in-flight set before a receive picks a group's next
+  message (:meth:`Aws.expire_leases`): moto delivered the second message of a group before the first;
+- **the 12-hour visibility limit** counts from the message's receive, as ChangeMessageVisibility documents ("you can
+  continue to call ChangeMessageVisibility to extend the visibility timeout to the maximum allowed time ... 12 hours
+  from the receive", https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html);
+  moto counts from the send, which would refuse an extension SQS accepts for a message that waited in the queue.
+
+Faults (:class:`Faults`), drawn per request: a throttle or a 5xx before the backend sees the request (nothing done),
+or a lost answer after it (done, then botocore retries: the case where a conditional write meets its own record),
+and brownouts: windows of time in which every call to a service is throttled. tests/sim/test_aws_contract.py runs
+the same SQS and DynamoDB checks here and on plain moto, and they agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import botocore.endpoint
+import botocore.retries.standard
+from botocore import UNSIGNED
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.config import Config
+from botocore.exceptions import ReadTimeoutError
+
+from bench.sim.scheduler import SimThread, Simulation
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+#: SQS's limit on a message's total visibility, from its receive.
+MAX_VISIBILITY_MS = 43_200_000
+
+
+@dataclass(frozen=True)
+class Brownout:
+    """Every call to ``service`` from ``start`` to ``end`` (virtual seconds) is throttled."""
+
+    service: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Per-request fault rates of the runtime's calls (the world's own producer meets none), and brownouts.
+
+    ``operations``: the rates apply to these operations only (``PutItem``, ``ReceiveMessage``...); empty: to all.
+    """
+
+    throttle: float = 0.0
+    error_before: float = 0.0
+    lost_answer: float = 0.0
+    brownouts: tuple[Brownout, ...] = ()
+    operations: tuple[str, ...] = ()
+
+
+@dataclass
+class Call:
+    """One HTTP request the transport answered (botocore's retries are requests of their own)."""
+
+    at: float
+    caller: str
+    service: str
+    operation: str
+    fault: str | None
+    body: dict[str, Any]
+    answer: dict[str, Any] | None = None
+
+
+@dataclass
+class Ledger:
+    """Every request of the run, in order, and the faults met."""
+
+    calls: list[Call] = field(default_factory=list)
+
+    def count(self, caller: str, service: str) -> Counter[str]:
+        return Counter(c.operation for c in self.calls if c.caller == caller and c.service == service)
+
+
+def _throttle(service: str) -> tuple[int, dict[str, str], bytes]:
+    if service == "sqs":
+        body = {"__type": "com.amazonaws.sqs#RequestThrottled", "message": "Rate exceeded (simulated)"}
+        headers = {"x-amzn-query-error": "RequestThrottled;Sender", "Content-Type": "application/x-amz-json-1.0"}
+    else:
+        body = {
+            "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+            "message": "Throughput exceeds the current capacity (simulated)",
+        }
+        headers = {"Content-Type": "application/x-amz-json-1.0"}
+    return 400, headers, json.dumps(body).encode()
+
+
+def _server_error(service: str) -> tuple[int, dict[str, str], bytes]:
+    code = "InternalError" if service == "sqs" else "InternalServerError"
+    body = {"__type": code, "message": "We encountered an internal error (simulated)"}
+    return 500, {"Content-Type": "application/x-amz-json-1.0"}, json.dumps(body).encode()
+
+
+class Aws:
+    """moto's SQS and DynamoDB on ``sim``'s clock for one run; :meth:`client` makes the clients that reach them.
+
+    ``rng`` draws latencies and faults (its own stream, so a change of fault rates leaves the scheduler's alone).
+    """
+
+    def __init__(
+        self,
+        sim: Simulation,
+        rng: random.Random,
+        faults: Faults,
+        *,
+        latency_ms: tuple[float, float],
+        slow: dict[str, tuple[float, float]] | None = None,
+    ) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.faults = faults
+        self.latency_ms = latency_ms
+        self.slow = slow or {}  # a service's own latency (a throttled table's), in place of latency_ms
+        self.ledger = Ledger()
+        self.pollers: dict[str, list[SimThread]] = {}  # queue name -> long polls waiting on it
+        self._patches: contextlib.ExitStack | None = None
+
+    # --- moto on the virtual clock ------------------------------------------------------------------------------------
+    def __enter__(self) -> Aws:
+        import moto.core.responses as moto_responses
+        import moto.sqs.models as sqs_models
+        from moto.backends import get_backend
+        from moto.moto_api._internal import mock_random
+
+        self._patches = stack = contextlib.ExitStack()
+        stack.enter_context(_patched(sqs_models, "unix_time", self.sim.time))
+        stack.enter_context(_patched(sqs_models, "unix_time_millis", lambda: self.sim.time() * 1000))
+        stack.enter_context(_patched(sqs_models.Message, "mark_received", _marking_receive(sqs_models)))
+        stack.enter_context(
+            _patched(sqs_models.SQSBackend, "change_message_visibility", _visibility_from_receive(sqs_models))
+        )
+        # botocore's retry backoff and its jitter: on the virtual clock, from the run's seed.
+        stack.enter_context(_patched(botocore.endpoint, "time", _SleepOn(self.sim)))
+        stack.enter_context(
+            _patched(botocore.retries.standard.ExponentialBackoff, "__init__", _seeded_backoff(self.rng))
+        )
+        # moto's own costs per request, which are most of a run's time: it converts every name anew and lists a
+        # response class's methods anew (each once here, pure functions); its receive reads a queue's every attribute
+        # for each message only to know the retention (read directly here).
+        camel = functools.cache(moto_responses.camelcase_to_underscores)
+        stack.enter_context(_patched(moto_responses, "camelcase_to_underscores", camel))
+        stack.enter_context(_patched(sqs_models, "camelcase_to_underscores", camel))
+        methods = functools.cache(moto_responses.method_names_from_class)
+        stack.enter_context(_patched(moto_responses, "method_names_from_class", methods))
+        stack.enter_context(
+            _patched(sqs_models.SQSBackend, "is_message_valid_based_on_retention_period", _retained(sqs_models))
+        )
+        for service in ("sqs", "dynamodb"):
+            get_backend(service).reset()
+        mock_random.seed(self.rng.getrandbits(32))
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        assert self._patches is not None
+        self._patches.close()
+
+    def client(self, service: str, *, caller: str, config: Config | None = None, faults: bool = True) -> Any:
+        """A boto3 client whose requests go through this world's transport, labelled ``caller`` in the ledger.
+
+        ``config``: botocore's (the consumer's own, consumer/runtime/clients.py; the world's: three attempts). Requests
+        are not signed (moto does not check, and signing is a tenth of a call's CPU). ``faults``: whether the fault
+        rates apply (the world's own clients meet none)."""
+        base = config or Config(retries={"mode": "standard", "total_max_attempts": 3})
+        merged = base.merge(Config(signature_version=UNSIGNED))
+        client = _session().client(service, config=merged, endpoint_url=f"https://{service}.{REGION}.amazonaws.com")
+        client._endpoint.http_session = Transport(self, caller, service, faults)
+        return client
+
+    # --- what the transport asks ---------------------------------------------------------------------------------------
+    def latency(self, service: str = "") -> float:
+        """One way of a request: the service's own latency where the plan slows it, else the world's."""
+        low, high = self.slow.get(service, self.latency_ms)
+        return self.rng.uniform(low, high) / 1000
+
+    def fault(self, service: str, operation: str) -> str | None:
+        now = self.sim.now
+        if any(b.service == service and b.start <= now < b.end for b in self.faults.brownouts):
+            return "throttle"
+        if self.faults.operations and operation not in self.faults.operations:
+            return None
+        draw = self.rng.random()
+        for kind, rate in (
+            ("throttle", self.faults.throttle),
+            ("error_before", self.faults.error_before),
+            ("lost_answer", self.faults.lost_answer),
+        ):
+            if draw < rate:
+                return kind
+            draw -= rate
+        return None
+
+    def sqs_queue(self, url: str) -> Any:
+        from moto.backends import get_backend
+
+        return get_backend("sqs")[ACCOUNT][REGION].get_queue(url.rsplit("/", 1)[-1])
+
+    def next_visible(self, url: str) -> float | None:
+        """When the next message of the queue at ``url`` becomes receivable (virtual seconds), if any will."""
+        now_ms = self.sim.time() * 1000
+        times = [max(m.visible_at, m.delayed_until) for m in self.sqs_queue(url)._messages]
+        future = [t for t in times if t >= now_ms]
+        if not future:
+            return None
+        return (min(future) + 1) / 1000 - self.sim.WALL_START  # moto's visible is strictly after visible_at
+
+    def expire_leases(self, url: str) -> None:
+        """A message whose visibility timeout has passed is no longer in flight: on FIFO its group may be received
+        again, from its first message ("messages that belong to the same message group are processed in order",
+        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/FIFO-queues-understanding-logic.html).
+        moto drops such a message from its in-flight set only when its receive reaches it, after it computed which
+        groups are in flight: the group's next message, in flight too until then, makes it skip the first, then is
+        delivered before it."""
+        queue = self.sqs_queue(url)
+        for message in [m for m in queue.pending_messages if m.visible]:
+            queue.pending_messages.discard(message)
+
+    def notify(self, url: str) -> None:
+        """Something changed on the queue at ``url``: long polls waiting on it look again."""
+        for poller in self.pollers.pop(url.rsplit("/", 1)[-1], []):
+            self.sim.wake(poller, "notify")
+
+
+@functools.cache
+def _session() -> boto3.Session:
+    """One session for every client of the process: it loads each service's model once (a new one costs 0.1 s)."""
+    return boto3.Session(aws_access_key_id="sim", aws_secret_access_key="sim", region_name=REGION)
+
+
+class Transport:
+    """botocore's HTTP session for one client: latency, faults, the long poll, then moto's answer."""
+
+    def __init__(self, aws: Aws, caller: str, service: str, faults: bool) -> None:
+        self.aws = aws
+        self.caller = caller
+        self.service = service
+        self.faults = faults
+
+    def send(self, request: AWSPreparedRequest) -> AWSResponse:
+        from moto.core.botocore_stubber import MockRawResponse
+        from moto.core.models import botocore_stubber
+
+        aws, sim = self.aws, self.aws.sim
+        target = request.headers.get("X-Amz-Target", b"")
+        operation = (target.decode() if isinstance(target, bytes) else target).rpartition(".")[2]
+        body = json.loads(request.body or b"{}")
+        sim.sleep(aws.latency(self.service))  # on its way
+        fault = aws.fault(self.service, operation) if self.faults else None
+        call = Call(sim.now, self.caller, self.service, operation, fault, body)
+        aws.ledger.calls.append(call)
+        if fault == "throttle":
+            status, headers, raw = _throttle(self.service)
+        elif fault == "error_before":
+            status, headers, raw = _server_error(self.service)
+        elif operation == "ReceiveMessage":
+            status, headers, raw = self._receive(request, body)
+        else:
+            status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
+            self._after(operation, body)
+        if status < 300:
+            with contextlib.suppress(ValueError):
+                call.answer = json.loads(raw or b"{}")
+        sim.sleep(aws.latency(self.service))  # the answer on its way back
+        if fault == "lost_answer":
+            # Done, and the answer lost: botocore retries the same request.
+            raise ReadTimeoutError(endpoint_url=request.url)
+        return AWSResponse(request.url, status, headers, MockRawResponse(raw))
+
+    def _receive(self, request: AWSPreparedRequest, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        """A receive, long-polling on the virtual clock: moto is asked without a wait, again each time something
+        changes on the queue or a message becomes visible, until the wait time is over."""
+        from moto.core.models import botocore_stubber
+
+        aws, sim = self.aws, self.aws.sim
+        url = body["QueueUrl"]
+        end = sim.now + int(body.get("WaitTimeSeconds") or 0)
+        request.body = json.dumps({**body, "WaitTimeSeconds": 0}).encode()
+        while True:
+            aws.expire_leases(url)
+            status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
+            if status >= 300 or json.loads(raw or b"{}").get("Messages") or sim.now >= end:
+                return status, headers, raw
+            soonest = aws.next_visible(url)
+            deadline = end if soonest is None else min(end, max(soonest, sim.now))
+            waiters = aws.pollers.setdefault(url.rsplit("/", 1)[-1], [])
+            sim.block(None, deadline, "long poll", waiters=waiters)
+
+    def _after(self, operation: str, body: dict[str, Any]) -> None:
+        if self.service == "sqs" and operation in {
+            "SendMessage",
+            "SendMessageBatch",
+            "DeleteMessage",
+            "DeleteMessageBatch",
+            "ChangeMessageVisibility",
+            "ChangeMessageVisibilityBatch",
+        }:
+            self.aws.notify(body["QueueUrl"])
+
+    def close(self) -> None:
+        pass
+
+
+class _SleepOn:
+    """``botocore.endpoint``'s ``time`` module, its retry sleep on the virtual clock."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+
+    def sleep(self, seconds: float) -> None:
+        self._sim.sleep(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        import time
+
+        return getattr(time, name)
+
+
+def _seeded_backoff(rng: random.Random) -> Any:
+    original = botocore.retries.standard.ExponentialBackoff.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._random = rng.random
+
+    return __init__
+
+
+def _marking_receive(sqs_models: Any) -> Any:
+    original = sqs_models.Message.mark_received
+
+    def mark_received(self: Any, visibility_timeout: int | None = None) -> None:
+        self.sim_received_at = sqs_models.unix_time_millis()
+        original(self, visibility_timeout)
+
+    return mark_received
+
+
+def _retained(sqs_models: Any) -> Any:
+    """moto's retention check (a message is gone once its queue's retention has passed since its send), without
+    computing every attribute of the queue to read one."""
+
+    def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
+        retention = int(self.get_queue(queue_name).message_retention_period)
+        return bool(retention + message.sent_timestamp / 1000 > sqs_models.unix_time())
+
+    return is_message_valid_based_on_retention_period
+
+
+def _visibility_from_receive(sqs_models: Any) -> Any:
+    """moto's ChangeMessageVisibility, with the 12-hour limit counted from the receive (module docstring)."""
+
+    def change_message_visibility(self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int) -> None:
+        queue = self.get_queue(queue_name)
+        for message in queue._messages:
+            if message.had_receipt_handle(receipt_handle):
+                received_at = getattr(message, "sim_received_at", message.sent_timestamp)
+                if sqs_models.unix_time_millis() + int(visibility_timeout) * 1000 - received_at > MAX_VISIBILITY_MS:
+                    raise sqs_models.InvalidParameterValue(
+                        f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                        "VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+                    )
+                message.change_visibility(visibility_timeout)
+                if message.visible and message in queue.pending_messages:
+                    queue.pending_messages.remove(message)
+                return
+        raise sqs_models.ReceiptHandleIsInvalid
+
+    return change_message_visibility
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)

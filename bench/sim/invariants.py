@@ -1,0 +1,250 @@
+"""What must hold after every run of the simulated world, whatever its seed (:func:`check`).
+
+- **scheduler**: no deadlock, no thread crashed, no blocking call on an event loop, no stall (bench/sim/clock.py);
+- **settled**: once the faults stop, every event is done or in the DLQ within the plan's settle limit;
+- **lost**: no event is neither done nor in the DLQ;
+- **placed**: an event whose handler succeeds is done, never in the DLQ; a poison one is in the DLQ with kind
+  ``poison`` (``non_retryable`` never: the world declares none); a failing one with kind ``exhausted``;
+- **tried**: a message in the DLQ got there after at least one real attempt (or as poison), with a reason: never
+  ``unattempted``, never by SQS's own redrive (no reason);
+- **once**: an event's side effect, counted at the handler, happens once;
+- **order**: on FIFO, the events of a group are done in the order they were sent;
+- **lease**: no message stays invisible longer than any lease or backoff of the contract without a live holder;
+- **shutdown**: a SIGTERM ends the process within the contract's stop timeout, exit 0;
+- **requests**: the SQS and DynamoDB requests of the consumers stay within a bound derived from the contract.
+
+What the world itself did is an excuse for some of them, never for the rest: a SIGKILL of a process holding the event
+(its work may be done again: at least once, as SQS promises), a handler that ran past ``max_duration`` (given up on,
+its work may be done twice; a success before its lease ran out must count once), and faults the consumer cannot see past (a lost answer to a receive; with the guard
+off, any fault on the event's SQS calls; with it on, faults on both its SQS and its DynamoDB calls). A throttle or a
+5xx the consumer sees, a brownout of the table, a slow call: these it must handle without spending an attempt or
+doing work twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.sim.plan import MUST_SUCCEED
+from bench.sim.run import Run
+
+#: Requests of one delivery at most, botocore's retries apart: its share of a receive, a claim, a delete or a
+#: visibility change, a copy (hand-back or DLQ move), a completion, a release.
+REQUESTS_PER_DELIVERY = 6
+#: botocore's attempts per call in the world's clients.
+ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}"
+
+
+@dataclass
+class _Touches:
+    """For one event: what the world did to it (the excuses)."""
+
+    killed: bool = False
+    overran: bool = False
+    sqs_fault: bool = False
+    lost_receive: bool = False
+    ddb_fault: bool = False
+
+
+def check(run: Run) -> list[Violation]:
+    """Every violation of the module's invariants in ``run``."""
+    found = [Violation("scheduler", error.splitlines()[0] + _rest(error)) for error in run.errors]
+    found += [Violation("lease", line) for line in dict.fromkeys(run.audit)]
+    if run.errors:
+        return found  # the run stopped early: the rest would only repeat it
+    touches = _touches(run)
+    if run.settled_at is None:
+        pending = [e for e in run.sent if not run.effects.get(e) and all(m["body"] != e for m in run.dlq)]
+        found.append(Violation("settled", f"not settled within the limit; still pending: {pending[:10]}"))
+    found += _placement(run, touches)
+    found += _order(run)
+    found += _shutdown(run)
+    found += _requests(run)
+    return found
+
+
+def _rest(error: str) -> str:
+    lines = error.splitlines()[1:]
+    return ("\n" + "\n".join(lines[-12:])) if lines else ""
+
+
+def _placement(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
+    dlq: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for message in run.dlq:
+        dlq[message["body"]].append(message)
+    attempts: dict[str, int] = defaultdict(int)
+    for attempt in run.attempts:
+        attempts[attempt.event] += 1
+    source = {m["body"] for m in run.source}
+    for event in run.sent:
+        kind, effects, copies, touch = run.kinds[event], run.effects.get(event, []), dlq.get(event, []), touches[event]
+        if not effects and not copies and run.settled_at is not None and event not in source:
+            yield Violation("lost", f"{event} ({kind}) is neither done nor in the DLQ")
+        reasons = [c["reason"] for c in copies]
+        if any(r is None for r in reasons) and not (touch.killed or touch.lost_receive):
+            counts = [c["receive_count"] for c in copies]
+            yield Violation(
+                "tried", f"{event} ({kind}) was moved to the DLQ by SQS's redrive, without a reason {counts}"
+            )
+        unattempted = [r for r in reasons if r and r.get("kind") == "unattempted"]
+        if unattempted:
+            yield Violation("tried", f"{event} ({kind}) in the DLQ untried: {unattempted[0]['reason']}")
+        if copies and not attempts[event]:
+            yield Violation("tried", f"{event} ({kind}) in the DLQ with no attempt at all")
+        if len(copies) > 1 and not (touch.sqs_fault or touch.killed):
+            yield Violation("once", f"{event} ({kind}) is in the DLQ {len(copies)} times")
+        dlq_excused = touch.killed or touch.lost_receive
+        if kind in MUST_SUCCEED and copies and not dlq_excused:
+            yield Violation("placed", f"{event} ({kind}) is in the DLQ: {_kinds(reasons)}; its handler would succeed")
+        if kind == "poison" and (effects or not any(r and r.get("kind") == "poison" for r in reasons)):
+            yield Violation("placed", f"{event} (poison) is not in the DLQ as poison: {_kinds(reasons)}")
+        if kind == "failing" and not any(r and r.get("kind") == "exhausted" for r in reasons) and not dlq_excused:
+            yield Violation("placed", f"{event} (failing) is not in the DLQ as exhausted: {_kinds(reasons)}")
+        if len(effects) > 1 and not _duplicate_excused(run, touch):
+            where = ", ".join(f"{process}@{at:.1f}" for at, process in effects)
+            yield Violation("once", f"{event} ({kind}) was done {len(effects)} times: {where}")
+        if effects and copies and not (touch.killed or touch.overran or touch.sqs_fault):
+            yield Violation("once", f"{event} ({kind}) was done and is in the DLQ too: {_kinds(reasons)}")
+
+
+def _duplicate_excused(run: Run, touch: _Touches) -> bool:
+    if touch.killed or touch.overran:
+        return True
+    if run.plan.guard:
+        return touch.sqs_fault and touch.ddb_fault
+    return touch.sqs_fault
+
+
+def _kinds(reasons: list[dict[str, Any] | None]) -> str:
+    return ", ".join("no reason" if r is None else f"{r.get('kind')}: {r.get('reason')}" for r in reasons) or "none"
+
+
+def _order(run: Run) -> Iterable[Violation]:
+    if not run.plan.fifo:
+        return
+    firsts = {event: effects[0][0] for event, effects in run.effects.items() if effects}
+    by_group: dict[str, list[str]] = defaultdict(list)
+    for event in run.sent:
+        if event in firsts:
+            by_group[run.groups[event]].append(event)
+    for group, events in by_group.items():
+        done = sorted(events, key=lambda e: firsts[e])
+        if done != events:
+            yield Violation("order", f"group {group} sent {events} but done {done}")
+
+
+def _shutdown(run: Run) -> Iterable[Violation]:
+    stop_timeout = run.contract.stop_timeout_seconds or 0
+    # A slot holding a handler past max_duration is stuck: all of them stuck, the process exits 3 (ECS replaces it).
+    may_stick = any(kind in ("hang", "overrun", "slow") for kind in run.kinds.values())
+    for process in run.processes:
+        if process.killed is not None and (process.exited is None or process.killed < process.exited):
+            continue
+        if process.sigterm is not None:
+            if process.exited is None:
+                yield Violation("shutdown", f"{process.name} did not exit after SIGTERM at {process.sigterm:.1f}")
+                continue
+            took = process.exited - max(process.sigterm, process.started)
+            if took > stop_timeout:
+                yield Violation("shutdown", f"{process.name} took {took:.1f} s to exit after SIGTERM (>{stop_timeout})")
+            if process.exit_code != 0 and not (process.exit_code == 3 and may_stick):
+                yield Violation("shutdown", f"{process.name} exited {process.exit_code} after SIGTERM")
+        elif process.exited is not None and not (process.exit_code == 3 and may_stick):
+            yield Violation("shutdown", f"{process.name} exited {process.exit_code} unasked at {process.exited:.1f}")
+
+
+def _requests(run: Run) -> Iterable[Violation]:
+    contract = run.contract
+    interval = contract.heartbeat_interval_seconds
+    deliveries: dict[str, int] = defaultdict(int)
+    work: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for call in run.ledger.calls:
+        if call.caller == "world":
+            continue
+        if call.operation == "ReceiveMessage":
+            # Receives are bounded by time (a long poll, a receive error's backoff), not by work: counted as work
+            # is what they deliver.
+            deliveries[call.caller] += len((call.answer or {}).get("Messages", []))
+            continue
+        work[call.caller][call.service] += 1
+    ends = {p.name: (p.exited if p.exited is not None else p.killed) for p in run.processes}
+    for process, services in work.items():
+        held = sum(
+            math.ceil(((a.ended if a.ended is not None else ends.get(process) or a.started) - a.started) / interval)
+            for a in run.attempts
+            if a.process == process
+        )
+        bound = ATTEMPTS * (REQUESTS_PER_DELIVERY * deliveries[process] + held + 4)
+        for service, count in services.items():
+            if count > bound:
+                yield Violation(
+                    "requests",
+                    f"{process} sent {count} {service} requests for {deliveries[process]} deliveries (bound {bound})",
+                )
+
+
+def _touches(run: Run) -> dict[str, _Touches]:
+    touches = {event: _Touches() for event in run.sent}
+    handles: dict[str, str] = {}
+    killed = {p.name: p.killed for p in run.processes if p.killed is not None}
+    for call in run.ledger.calls:
+        if call.service != "sqs" or call.operation != "ReceiveMessage":
+            continue
+        for message in (call.answer or {}).get("Messages", []):
+            event = message.get("Body", "")
+            handles[message.get("ReceiptHandle", "")] = event
+            if event in touches:
+                at = killed.get(call.caller)
+                if at is not None and call.at <= at:
+                    touches[event].killed = True
+                if call.fault is not None:
+                    touches[event].sqs_fault = True
+                    # On FIFO a receive's retry gets the same messages (ReceiveRequestAttemptId): a lost answer
+                    # spends nothing there.
+                    touches[event].lost_receive = not run.plan.fifo
+    for call in run.ledger.calls:
+        if call.fault is None or call.caller == "world":
+            continue
+        for event in _mentions(call.body, handles):
+            if event in touches:
+                if call.service == "sqs":
+                    touches[event].sqs_fault = True
+                else:
+                    touches[event].ddb_fault = True
+    # Past max_duration a handler is given up on; past its attempt's end (max_duration and the margin) its lease may
+    # have lapsed and another receive run it too. A success between the two must still count once (race 3).
+    for attempt in run.attempts:
+        end = attempt.ended
+        if end is None or end - attempt.started > run.contract.attempt_timeout_seconds:
+            touches[attempt.event].overran = True
+    return touches
+
+
+def _mentions(body: Any, handles: dict[str, str]) -> Iterable[str]:
+    """The events a request body names: by receipt handle, message body or idempotency key."""
+    if isinstance(body, dict):
+        for key, value in body.items():
+            if key == "ReceiptHandle" and isinstance(value, str):
+                yield handles.get(value, "")
+            elif key == "MessageBody" and isinstance(value, str):
+                yield value
+            elif key == "S" and isinstance(value, str) and value.startswith("attr:"):
+                yield value[5:]
+            else:
+                yield from _mentions(value, handles)
+    elif isinstance(body, list):
+        for value in body:
+            yield from _mentions(value, handles)

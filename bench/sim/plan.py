@@ -1,0 +1,132 @@
+"""What one run of the simulated world varies: a :class:`Plan`, drawn from a seed or written out by a scenario."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from bench.sim.aws import Brownout, Faults
+from consumer.contract import WorkerContract
+
+#: The handler shapes the world runs: one message per call, a batch per call, an async def.
+SHAPES = ("one", "batch", "async")
+#: How each kind of event's handler behaves, by its attempt (1-based); durations in units of max_duration where
+#: marked. ok: succeeds; flaky: fails its first attempt; poison: raises PoisonMessage; failing: always fails; slow:
+#: succeeds after Plan.slow (0.8 to 1.1) max_duration; overrun: its first attempt runs 1.3 times its attempt's
+#: timeout (max_duration and the margin: its lease lapses), then succeeds; hang: its first attempt hangs for 20 max_duration; unavailable: its first attempt raises
+#: DownstreamUnavailable (the circuit opens), then succeeds.
+KINDS = ("ok", "flaky", "poison", "failing", "slow", "overrun", "hang", "unavailable")
+#: Kinds whose every event must end done (its effect applied), never in the DLQ.
+MUST_SUCCEED = frozenset({"ok", "flaky", "slow", "overrun", "hang", "unavailable"})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run varies (see the module docstring); every time is in virtual seconds from the run's start."""
+
+    seed: int
+    shape: str = "one"
+    fifo: bool = False
+    guard: bool = True
+    max_duration: int = 10
+    concurrency: int = 2
+    max_receive_count: int = 3
+    max_lease: int | None = None
+    max_batch: int = 4
+    batch_window: int = 1
+    messages: int = 10
+    groups: int = 2
+    kinds: tuple[str, ...] = ("ok",)  # each event's kind: drawn from these, or in turn (cycle_kinds)
+    cycle_kinds: bool = False
+    duration: tuple[float, float] = (0.05, 2.0)  # an ok handler's work
+    slow: tuple[float, float] = (0.8, 1.1)  # a slow handler's, in max_duration
+    send_over: float = 10.0  # the producer sends its events over this long
+    consumers: int = 1
+    kills: tuple[tuple[float, int], ...] = ()  # (at, consumer slot): SIGKILL, a new process after restart_after
+    sigterms: tuple[tuple[float, int], ...] = ()  # (at, consumer slot): SIGTERM (a deploy), a new process after it
+    restart_after: float = 5.0
+    faults: Faults = Faults()
+    chaos_until: float = 60.0  # faults, kills and signals stop here; then the world settles
+    latency_ms: tuple[float, float] = (1.0, 25.0)
+    ddb_latency_ms: tuple[float, float] | None = None  # a slow table (each way of each DynamoDB request)
+    protection: bool = False  # an ECS agent for scale-in protection (its calls take time)
+    switch_probability: float | None = None
+    settle_limit: float = 4 * 3600.0
+
+    @classmethod
+    def draw(cls, seed: int) -> Plan:
+        """A plan from ``seed``: every shape, standard and FIFO, with and without the guard, faults and chaos."""
+        rng = random.Random(f"plan-{seed}")
+        shape = rng.choice(SHAPES)
+        fifo = shape != "batch" and rng.random() < 0.4  # a batch handler runs on a standard queue only
+        max_duration = rng.choice((3, 5, 10, 30))
+        max_receive_count = rng.choice((2, 3, 5))
+        consumers = rng.choice((1, 1, 2))
+        chaos_until = rng.choice((30.0, 60.0, 120.0))
+        kinds = ["ok"] * 6 + ["flaky", "poison", "failing", "slow"]
+        if rng.random() < 0.3:
+            kinds += ["overrun", "hang"]
+        if rng.random() < 0.2:
+            kinds.append("unavailable")
+        throttle, before, lost = (rng.choice((0.0, 0.02, 0.08)) for _ in range(3))
+        brownouts: tuple[Brownout, ...] = ()
+        if rng.random() < 0.2:
+            start = rng.uniform(0, chaos_until)
+            brownouts = (Brownout(rng.choice(("sqs", "dynamodb")), start, start + rng.uniform(1, 30)),)
+        kills = tuple((rng.uniform(1, chaos_until), rng.randrange(consumers)) for _ in range(rng.choice((0, 0, 1, 2))))
+        sigterms = tuple((rng.uniform(1, chaos_until), rng.randrange(consumers)) for _ in range(rng.choice((0, 0, 1))))
+        return cls(
+            seed=seed,
+            shape=shape,
+            fifo=fifo,
+            guard=rng.random() < 0.75,
+            max_duration=max_duration,
+            concurrency=rng.choice((1, 2, 4)),
+            max_receive_count=max_receive_count,
+            max_lease=rng.choice((None, None, 30)),
+            max_batch=rng.choice((2, 4, 10)),
+            batch_window=rng.choice((0, 1, 2)),
+            messages=rng.choice((4, 8, 16)),
+            groups=rng.choice((1, 2, 4)),
+            kinds=tuple(kinds),
+            duration=(0.05, min(2.0, max_duration / 2)),
+            send_over=rng.choice((0.0, 5.0, 20.0)),
+            consumers=consumers,
+            kills=kills,
+            sigterms=sigterms,
+            faults=Faults(throttle=throttle, error_before=before, lost_answer=lost, brownouts=brownouts),
+            chaos_until=chaos_until,
+            protection=rng.random() < 0.3,
+            ddb_latency_ms=(50.0, rng.choice((200.0, 1500.0))) if rng.random() < 0.1 else None,
+        )
+
+    def contract(self) -> WorkerContract:
+        values: dict[str, Any] = {
+            "max_duration_seconds": self.max_duration,
+            "concurrency": self.concurrency,
+            "max_receive_count": self.max_receive_count,
+            "fifo": self.fifo,
+            "idempotent": not self.guard,
+            "retry_backoff_base_seconds": 1,
+            "retry_backoff_max_seconds": 4,
+            "asynchronous": self.shape == "async",
+        }
+        if self.max_lease is not None:
+            values["max_lease_seconds"] = self.max_lease
+        if self.shape == "batch":
+            values["max_batch"] = self.max_batch
+            values["batch_window_seconds"] = self.batch_window
+        return WorkerContract(**values)
+
+    def describe(self) -> str:
+        """One line: the plan's shape, for a failing seed's report."""
+        chaos = f"kills={len(self.kills)} sigterms={len(self.sigterms)}"
+        faults = self.faults
+        return (
+            f"shape={self.shape} fifo={self.fifo} guard={self.guard} max_duration={self.max_duration}"
+            f" concurrency={self.concurrency} max_receive_count={self.max_receive_count} max_lease={self.max_lease}"
+            f" messages={self.messages} consumers={self.consumers} {chaos} throttle={faults.throttle}"
+            f"{' slow_table' if self.ddb_latency_ms else ''}{' protection' if self.protection else ''}"
+            f" error_before={faults.error_before} lost_answer={faults.lost_answer} brownouts={len(faults.brownouts)}"
+        )

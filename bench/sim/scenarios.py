@@ -1,0 +1,216 @@
+"""Named regression scenarios of the simulated world: one or more per race issue 38 listed (section 1), each a plan
+written out so that the race, unfixed, breaks an invariant (tests/sim/test_scenarios.py).
+
+``python -m bench.simulate --scenario NAME --log`` runs one with its event log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from bench.sim.aws import Brownout, Faults
+from bench.sim.plan import Plan
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    race: int  # the item of issue 38's section 1 it pins
+    what: str
+    plan: Plan
+
+
+def _plan(seed: int, **values: object) -> Plan:
+    quiet = {"chaos_until": 5.0, "send_over": 0.0, "cycle_kinds": True, "switch_probability": 0.05}
+    return Plan(seed=seed, **(quiet | values))  # type: ignore[arg-type]
+
+
+#: Eight messages of one FIFO group received at once (eight slots), 1.5 s handlers, a 4 s lease, two receives allowed.
+_FIFO_GROUP_ON_A_SHORT_LEASE = _plan(
+    1001,
+    fifo=True,
+    messages=8,
+    groups=1,
+    duration=(1.5, 1.5),
+    max_lease=4,
+    max_duration=5,
+    max_receive_count=2,
+    concurrency=8,
+)
+
+SCENARIOS = (
+    Scenario(
+        "fifo_waiting_keeps_its_lease",
+        1,
+        "eight messages of one FIFO group, 1.5 s handlers, a 4 s lease, two receives allowed: those waiting their turn"
+        " are extended, never handed back, never dead-lettered untried, and the group runs in order (eight slots: one"
+        " receive brings the whole group)",
+        _FIFO_GROUP_ON_A_SHORT_LEASE,
+    ),
+    Scenario(
+        "fifo_waiting_keeps_its_lease_async",
+        1,
+        "the same group through an async def handler",
+        replace(_FIFO_GROUP_ON_A_SHORT_LEASE, seed=1002, shape="async"),
+    ),
+    Scenario(
+        "batch_claims_before_the_call",
+        2,
+        "a batch of six on a slow table (claims 1.2 s each, 7 s in all, max_duration 3 s): the call's time limit"
+        " counts from the handler's call, so the batch runs once and is settled",
+        _plan(
+            1003,
+            shape="batch",
+            messages=6,
+            max_batch=6,
+            batch_window=2,
+            max_duration=3,
+            concurrency=1,
+            duration=(0.1, 0.3),
+            ddb_latency_ms=(600.0, 600.0),
+        ),
+    ),
+    Scenario(
+        "async_claim_wait_before_the_call",
+        2,
+        "an async def handler on a slow table (a claim takes 6 s, max_duration 3 s): its time limit counts from the"
+        " call, after the claim",
+        _plan(
+            1004,
+            shape="async",
+            messages=4,
+            max_duration=3,
+            concurrency=2,
+            duration=(0.1, 0.3),
+            ddb_latency_ms=(3000.0, 3000.0),
+        ),
+    ),
+    Scenario(
+        "success_just_past_max_duration",
+        3,
+        "handlers that return successfully 5 % past max_duration, their lease still live: each message is completed"
+        " and deleted once, never run again",
+        _plan(1005, messages=4, kinds=("slow",), slow=(1.05, 1.05), max_duration=10, concurrency=2),
+    ),
+    Scenario(
+        "batch_success_just_past_max_duration",
+        3,
+        "the same for a batch handler's call",
+        _plan(1006, shape="batch", messages=4, max_batch=4, kinds=("slow",), slow=(1.05, 1.05), max_duration=10),
+    ),
+    Scenario(
+        "claim_answer_lost",
+        4,
+        "claims whose PutItem committed and whose answer was lost (botocore retries it and meets its own record):"
+        " each holds its lease, and the message runs at once, not after a whole lease (310 s here; it settles in 60)",
+        _plan(
+            1007,
+            messages=6,
+            concurrency=2,
+            max_duration=300,
+            faults=Faults(lost_answer=0.6, operations=("PutItem",)),
+            chaos_until=10.0,
+            settle_limit=60.0,
+        ),
+    ),
+    Scenario(
+        "claim_answer_lost_fifo",
+        4,
+        "the same on FIFO, where each deferral used to spend a receive until the DLQ took the message untried",
+        _plan(
+            1008,
+            fifo=True,
+            messages=6,
+            groups=3,
+            concurrency=2,
+            max_receive_count=3,
+            faults=Faults(lost_answer=0.6, operations=("PutItem",)),
+            chaos_until=10.0,
+            settle_limit=300.0,
+        ),
+    ),
+    Scenario(
+        "sigterm_lands_anywhere",
+        5,
+        "a SIGTERM every few seconds, landing wherever the main thread is (inside Event.wait's lock too): every process"
+        " drains and exits 0 within its stop timeout",
+        _plan(
+            1009,
+            messages=12,
+            concurrency=2,
+            send_over=30.0,
+            chaos_until=60.0,
+            restart_after=1.0,
+            sigterms=tuple((2.0 + 3.7 * n, 0) for n in range(15)),
+            switch_probability=0.3,
+        ),
+    ),
+    Scenario(
+        "table_brownout",
+        6,
+        "the idempotency table throttles every call for 40 s while messages arrive: no attempt is spent, nothing is"
+        " dead-lettered, everything is done once after",
+        _plan(
+            1010,
+            messages=8,
+            concurrency=2,
+            max_receive_count=2,
+            send_over=20.0,
+            chaos_until=60.0,
+            faults=Faults(brownouts=(Brownout("dynamodb", 1.0, 41.0),)),
+        ),
+    ),
+    Scenario(
+        "async_loop_never_blocks",
+        7,
+        "an async def handler whose downstream goes away (the circuit hands messages back as copies) with scale-in"
+        " protection on (the ECS agent's calls take time): nothing blocking runs on the event loop",
+        _plan(
+            1011,
+            shape="async",
+            messages=8,
+            concurrency=4,
+            kinds=("unavailable", "ok", "ok"),
+            protection=True,
+            send_over=2.0,
+        ),
+    ),
+    Scenario(
+        "twelve_hour_budget",
+        8,
+        "a FIFO group of seven 1.9-hour jobs (max_duration 2 h) and a second consumer: a message that waited its turn"
+        " starts only with its whole attempt inside SQS's 12 hours from its receive, never to have its lease lapse"
+        " mid-run",
+        _plan(
+            1012,
+            fifo=True,
+            messages=7,
+            groups=1,
+            kinds=("slow",),
+            slow=(0.95, 0.95),
+            max_duration=7200,
+            consumers=2,
+            concurrency=8,
+            settle_limit=40 * 3600.0,
+        ),
+    ),
+    Scenario(
+        "fifo_receive_answer_lost",
+        9,
+        "FIFO receives whose answers are lost: botocore's retry carries the same ReceiveRequestAttemptId and gets the"
+        " same messages, so no group waits out a lease and no receive is spent",
+        _plan(
+            1013,
+            fifo=True,
+            messages=6,
+            groups=2,
+            kinds=("flaky", "ok"),
+            max_receive_count=2,
+            concurrency=2,
+            faults=Faults(lost_answer=0.5, operations=("ReceiveMessage",)),
+            chaos_until=20.0,
+        ),
+    ),
+)
+
+BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
