@@ -30,7 +30,8 @@ class _StoppedBeforeStart(BaseException):
 class StopOnSignal:
     """The SIGTERM/SIGINT handler of ``python -m consumer run`` (the simulated world delivers its signals to it too).
 
-    Before the consumer exists it ends the start-up (:class:`_StoppedBeforeStart`); then it asks the consumer to stop.
+    Before the consumer exists it ends the start-up (:class:`_StoppedBeforeStart`); then it asks the consumer to stop
+    (:meth:`Consumer.request_stop`, which takes no lock: the interrupted code may hold any).
     """
 
     def __init__(self) -> None:
@@ -39,7 +40,7 @@ class StopOnSignal:
     def __call__(self, signum: int, _frame: object) -> None:
         if self.consumer is None:
             raise _StoppedBeforeStart(signal.Signals(signum).name)
-        self.consumer.stop()
+        self.consumer.request_stop()
 
 
 def run() -> None:

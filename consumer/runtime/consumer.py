@@ -96,6 +96,8 @@ log = logging.getLogger("consumer")
 
 #: At shutdown, how long to wait for a poller handing on the messages of a receive answered meanwhile.
 DISPATCH_WAIT_SECONDS = 2.0
+#: How often run()'s thread looks for a stop a signal asked for (request_stop): SIGTERM to the drain's start, at most.
+SIGNAL_CHECK_SECONDS = 0.25
 #: After requeuing at shutdown, how long to wait for a long poll answered with those copies to release them.
 LATE_RECEIVE_WAIT_SECONDS = 1.0
 #: The names the tests import; the codes themselves are consumer.exit_codes.ExitCode's.
@@ -224,6 +226,7 @@ class Consumer:
         self._stop = clock.event()
         #: When shutdown stops waiting for running handlers (on ``clock``); inf until stop(). Handlers see it.
         self._drain_end = math.inf
+        self._stop_requested_at: float | None = None  # request_stop(): a signal asked to stop, at this time
         self._closed = clock.event()
         self._table = InFlightTable()
         self._slots = Slots(contract.messages_in_flight, clock, tick_seconds=TICK_SECONDS)
@@ -337,14 +340,22 @@ class Consumer:
 
     # --- public -----------------------------------------------------------
     def stop(self) -> None:
-        """Begin shutdown (safe from a signal handler): stop polling, drain, flush.
+        """Begin shutdown: stop polling, drain, flush. Not from a signal handler: :meth:`request_stop` is.
 
-        The drain is counted from the first call (ECS counts its stop timeout from the SIGTERM), and that end is
-        what running handlers' ``message.deadline`` / ``remaining()`` shrink to.
+        The drain is counted from the stop asked for first (ECS counts its stop timeout from the SIGTERM), and that
+        end is what running handlers' ``message.deadline`` / ``remaining()`` shrink to.
         """
         if not self._stop.is_set():
-            self._drain_end = self._now() + self.contract.drain_timeout_seconds
+            asked = self._stop_requested_at
+            self._drain_end = (self._now() if asked is None else asked) + self.contract.drain_timeout_seconds
         self._stop.set()
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop, from a signal handler: one attribute written, no lock taken. A handler that took
+        a lock (``Event.set`` does) while the interrupted code held it would block the process for ever
+        (https://github.com/python/cpython/issues/126434); :meth:`run`'s thread acts within ``SIGNAL_CHECK_SECONDS``."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = self._now()
 
     @property
     def stopping(self) -> bool:
@@ -384,8 +395,11 @@ class Consumer:
                     "effect": "unset: no x-prior-receives is trusted, a requeued copy's receive count restarts",
                 },
             )
-        while not self._stop.wait(TICK_SECONDS):
-            pass
+        while not self._stop.is_set():  # read without a lock: a signal handler may interrupt this thread anywhere
+            if self._stop_requested_at is not None:
+                self.stop()
+                break
+            self._stop.wait(SIGNAL_CHECK_SECONDS)  # stop() from another thread (stuck, a crash) ends it at once
         self._shutdown()
         return self.exit_code
 
