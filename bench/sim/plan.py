@@ -46,6 +46,7 @@ class Plan:
     kills: tuple[tuple[float, int], ...] = ()  # (at, consumer slot): SIGKILL, a new process after restart_after
     sigterms: tuple[tuple[float, int], ...] = ()  # (at, consumer slot): SIGTERM (a deploy), a new process after it
     restart_after: float = 5.0
+    consumers_from: float = 0.0  # the consumers start this late (a backlog waits for them)
     faults: Faults = Faults()
     chaos_until: float = 60.0  # faults, kills and signals stop here; then the world settles
     latency_ms: tuple[float, float] = (1.0, 25.0)

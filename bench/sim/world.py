@@ -78,10 +78,11 @@ class World:
         plan, sim = self.plan, self.sim
         self._admin = self.aws.client("sqs", caller="world", faults=False)
         self._create_queues()
-        for slot in range(plan.consumers):
-            self._start_process(slot)
         producer = sim.thread(self._produce, name="producer")
         producer.start()
+        sim.sleep(plan.consumers_from)  # a backlog first, when the plan says so
+        for slot in range(plan.consumers):
+            self._start_process(slot)
         chaos = sorted(
             [(at, "kill", slot) for at, slot in plan.kills] + [(at, "term", slot) for at, slot in plan.sigterms]
         )

@@ -334,7 +334,7 @@ class Consumer:
             liveness=self.liveness,
             lookahead=self._lookahead,
             grace_seconds=ASYNC_GIVE_UP_GRACE_SECONDS if contract.asynchronous else 0.0,
-            extend_waiting=contract.max_batch is not None,
+            extend_waiting=contract.max_batch is not None or contract.fifo,  # waiting there is by design
         )
         count_requests(client, self.metrics)
 

@@ -70,8 +70,10 @@ class Heartbeat:
         #: Beyond max_duration, before giving up on a handler here: an async one is cancelled by its event loop at
         #: max_duration and returns; the heartbeat gives up on it only if the loop cannot (blocked).
         self._grace_seconds = grace_seconds
-        #: A batch handler's messages wait for a free thread (a receive in flight as the last free one started its
-        #: call) up to a call's max_duration: their leases are extended too, not only running messages'.
+        #: Messages that wait here by design are extended as running ones are: a batch handler's, for a free thread (a
+        #: receive in flight as the last free one started its call), up to a call's max_duration; a FIFO group's, for
+        #: their turn behind the group's running message (on FIFO a hand-back spends a receive, and on the last one
+        #: would send the message to the DLQ untried), except behind one given up on (InFlightTable.waiting).
         self._extend_waiting = extend_waiting
         self._table = table
         self._ack = ack
@@ -146,7 +148,9 @@ class Heartbeat:
         return target
 
     def _extend_leases(self, now: float) -> None:
-        held = self._table.running() + (self._table.waiting() if self._extend_waiting else [])
+        held = self._table.running()
+        if self._extend_waiting:
+            held += self._table.waiting(behind_given_up=not self.contract.fifo)
         for item in held:
             target = self._extend(item, now)
             if target is None:

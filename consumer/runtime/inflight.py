@@ -236,10 +236,16 @@ class InFlightTable:
             item.state = State.RELEASED
             return True
 
-    def waiting(self) -> list[InFlight]:
-        """Received and not started: a batch handler's messages collected or waiting for a free thread."""
+    def waiting(self, *, behind_given_up: bool = True) -> list[InFlight]:
+        """Received and not started: a batch handler's messages collected or waiting for a free thread, a FIFO group's
+        waiting their turn. ``behind_given_up`` False leaves out a FIFO group's messages waiting behind one given up on
+        (TIMED_OUT): their worker is held by that handler, so the group cannot go on here."""
         with self._lock:
-            return [i for i in self._items.values() if i.state is State.WAITING]
+            waiting = [i for i in self._items.values() if i.state is State.WAITING]
+            if behind_given_up:
+                return waiting
+            stuck = {i.context.message_group_id for i in self._items.values() if i.state is State.TIMED_OUT}
+        return [i for i in waiting if i.context.message_group_id not in stuck]
 
     def running(self) -> list[InFlight]:
         with self._lock:
