@@ -105,7 +105,7 @@ class BatchWorker(Worker):
                 self._settlement.settle(item, guarded)
         if to_run:
             # The claims above run one after another (a DynamoDB call each): the call's max_duration, and the
-            # heartbeat's give-up, count from when the handler starts, as a one-message handler's do.
+            # heartbeat's give-up, count from when the handler is called, as a one-message handler's do.
             now = self._clock()
             for item in to_run:
                 item.started_at = now

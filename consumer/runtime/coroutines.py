@@ -148,9 +148,6 @@ class AsyncWorker(Worker):
             guarded = await self._blocking(self._guard, item)
             if guarded is not None:
                 return bool(await self._blocking(self._settlement.settle, item, guarded))
-            # The claim may have waited its turn on the executor behind many others (a thread claims at once): the
-            # attempt, its max_duration and the heartbeat's give-up count from now, when the handler starts.
-            item.started_at = self._clock()
         outcome = await self._attempt_async(item)
         why = self._cancelled.pop(item, None)
         if why is not None:
@@ -158,7 +155,9 @@ class AsyncWorker(Worker):
         return bool(await self._blocking(self._settlement.settle, item, outcome))
 
     async def _attempt_async(self, item: InFlight) -> Outcome:
-        started = self._clock()
+        # The claim may have waited its turn on the executor behind many others: the attempt, its max_duration and
+        # the heartbeat's give-up count from now, when the handler is called.
+        item.started_at = started = self._clock()
         task = asyncio.current_task()
         assert task is not None
         self._running[item] = task

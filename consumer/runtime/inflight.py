@@ -88,6 +88,8 @@ class InFlight:
     visible_until: float
     context: LogContext
     state: State = State.WAITING
+    #: When its handler was called (None until then: a running message's claim may take a while, and max_duration
+    #: counts from the call).
     started_at: float | None = None
     key: str | None = None
     owner: str = ""  # unique per attempt, so a stale attempt can never touch a newer one's record
@@ -178,12 +180,13 @@ class InFlightTable:
             return self._receiving
 
     # --- workers ----------------------------------------------------------------
-    def start(self, item: InFlight, *, started_at: float, key: str | None, owner: str) -> bool:
-        """WAITING -> RUNNING; False if it was handed back (or given up on) before it could start."""
+    def start(self, item: InFlight, *, key: str | None, owner: str) -> bool:
+        """WAITING -> RUNNING (its idempotency claim, then its handler; ``started_at`` is set at the handler's call);
+        False if it was handed back (or given up on) before it could start."""
         with self._lock:
             if item.state is not State.WAITING:
                 return False
-            item.state, item.started_at = State.RUNNING, started_at
+            item.state = State.RUNNING
             item.key, item.owner = key, owner
             return True
 
@@ -248,8 +251,9 @@ class InFlightTable:
         return [i for i in waiting if i.context.message_group_id not in stuck]
 
     def running(self) -> list[InFlight]:
+        """Started: claiming, or its handler called."""
         with self._lock:
-            return [i for i in self._items.values() if i.state is State.RUNNING and i.started_at is not None]
+            return [i for i in self._items.values() if i.state is State.RUNNING]
 
     # --- shutdown ---------------------------------------------------------------
     def unsettled(self) -> list[InFlight]:

@@ -119,7 +119,7 @@ class Worker:
         key, owner = None, ""  # no key and no record without a guard (@worker(idempotent=True)): nothing reads them
         if self._idempotency is not None:
             key, owner = idempotency_key(message), f"{self._owner}:{next(self._attempts)}"
-        if not self._table.start(item, started_at=self._clock(), key=key, owner=owner):
+        if not self._table.start(item, key=key, owner=owner):
             return False
         if lease_left <= self._extend_below:
             # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
@@ -144,7 +144,7 @@ class Worker:
             guarded = self._guard(item)
             if guarded is not None:
                 return guarded
-        started = self._clock()
+        item.started_at = started = self._clock()  # max_duration counts from the call, not from the claim
         try:
             self.handler(self._view(item))
             outcome = SUCCEEDED

@@ -15,7 +15,6 @@ import pytest
 from consumer import Message, worker
 from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
-from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import consumer_of, fast_contract
@@ -159,18 +158,10 @@ def test_consumer_gives_each_attempt_its_start_plus_the_message_timeout_as_deadl
             for body in ("first", "second")
         ],
     )
-    starts: dict[str, float] = {}
-    start = InFlightTable.start
-
-    def recording_start(self: InFlightTable, item: InFlight, *, started_at: float, key: str, owner: str) -> bool:
-        starts[item.message.body] = started_at
-        return start(self, item, started_at=started_at, key=key, owner=owner)
-
-    monkeypatch.setattr(InFlightTable, "start", recording_start)
-    seen: dict[str, tuple[float, float]] = {}
+    seen: dict[str, tuple[float, float, float]] = {}
 
     def handle(message: Message) -> None:
-        seen[message.body] = (message.deadline, message.remaining())
+        seen[message.body] = (message.deadline, message.remaining(), time.monotonic())
         if message.body == "first":
             time.sleep(1.5)
 
@@ -178,8 +169,7 @@ def test_consumer_gives_each_attempt_its_start_plus_the_message_timeout_as_deadl
         wait_until(lambda: len(seen) == 2)
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     timeout = contract.message_timeout_seconds
-    assert {body: deadline for body, (deadline, _) in seen.items()} == {
-        body: started + timeout for body, started in starts.items()
-    }
+    # The deadline is the handler's call plus max_duration: just before the handler's first line, on the same clock.
+    assert all(called - 0.5 + timeout < deadline <= called + timeout for deadline, _, called in seen.values())
     assert seen["second"][0] - seen["first"][0] >= 1.5
-    assert all(timeout - 0.5 < remaining <= timeout for _, remaining in seen.values())
+    assert all(timeout - 0.5 < remaining <= timeout for _, remaining, _ in seen.values())

@@ -166,7 +166,8 @@ def test_a_stuck_batch_call_counts_once_toward_every_slot_stuck() -> None:
     single = InFlight(message(9), 0.0, 100.0, LogContext.of(message(9), "q"))
     table.admit([*batch, single])
     for item in [*batch, single]:
-        assert table.start(item, started_at=0.0, key=None, owner="")
+        assert table.start(item, key=None, owner="")
+        item.started_at = 0.0  # its handler called
     overrun, stuck = table.time_out_overruns(now=10.0, timeout_seconds=5)
     assert len(overrun) == 4 and stuck == 2
 
