@@ -190,11 +190,12 @@ class InFlightTable:
             item.key, item.owner = key, owner
             return True
 
-    def finish(self, item: InFlight) -> State:
-        """RUNNING -> DONE; returns the state found, so a result that no longer counts can be told apart."""
+    def finish(self, item: InFlight, *, late: bool = False) -> State:
+        """RUNNING -> DONE (and TIMED_OUT -> DONE if ``late``: a success past max_duration still counts); returns the
+        state found, so a result that no longer counts can be told apart."""
         with self._lock:
             found = item.state
-            if found is State.RUNNING:
+            if found is State.RUNNING or (late and found is State.TIMED_OUT):
                 item.state = State.DONE
             return found
 

@@ -132,12 +132,15 @@ class Settlement:
             if outcome.verdict is not Verdict.UNAVAILABLE:  # the downstream answered, unless nothing reached it
                 answered = outcome.verdict not in (Verdict.DEFERRED, Verdict.ALREADY_DONE) or None
                 self.circuit.answered(item.message.message_id, answered)
-            found = self._table.finish(item)
+            verdict = outcome.verdict
+            done = verdict is Verdict.SUCCEEDED or verdict is Verdict.ALREADY_DONE
+            found = self._table.finish(item, late=done)
+            if found is State.TIMED_OUT and done:
+                return self._late_success(item, complete=verdict is Verdict.SUCCEEDED)
             if found is not State.RUNNING:
-                # Given up on (timeout) or handed back at shutdown: its result no longer counts.
+                # Given up on (a failure past max_duration), or handed back at shutdown: its result no longer counts.
                 log.warning("handler_finished_after_giving_up", extra=item.context.fields(state=found.value))
                 return False
-            verdict = outcome.verdict
             if verdict is Verdict.SUCCEEDED or verdict is Verdict.ALREADY_DONE:
                 return self._succeed(item, complete=verdict is Verdict.SUCCEEDED)
             if verdict is Verdict.POISON:
@@ -203,6 +206,21 @@ class Settlement:
         self._ack.change_visibility(item.ticket, delay, "release")
 
     # --- outcomes ---------------------------------------------------------------
+    def _late_success(self, item: InFlight, complete: bool) -> bool:
+        """A handler that returned successfully after it was given up on (past max_duration): its work is done, so
+        its completion is recorded whatever happens next; while its lease lives its message is deleted at once (the
+        heartbeat extends it no more). Once its lease has run out, another receive may hold it: no delete then (that
+        holder's claim finds the work done)."""
+        self._completions.add(item, complete)
+        lease_left = item.visible_until - self._clock()
+        log.warning("handler_succeeded_late", extra=item.context.fields(lease_left_seconds=round(lease_left, 3)))
+        if lease_left <= 0:
+            self._completions.record([item.ticket])  # at once: no delete of this receive will carry it
+            return False
+        self._ack.delete(item.ticket, at_once=True)
+        self._metrics.count("processed")
+        return True
+
     def _succeed(self, item: InFlight, complete: bool) -> bool:
         # ``complete``: the handler ran (not for a duplicate skipped). The completion is batched, and always lands
         # before the delete can (see completions.py).

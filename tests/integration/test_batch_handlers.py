@@ -228,9 +228,10 @@ def test_a_batch_collecting_at_shutdown_is_handed_back_at_once(sqs: Any) -> None
 
 
 def test_a_timed_out_batch_is_given_up_on_and_the_others_go_on(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """Two threads; the call holding "a" overruns max_duration: every message of it is given up on (not deleted,
-    back after its lease), the consumer is not stopped as stuck (one stuck call of two), and a message sent later
-    is processed by the other thread. (How stuck calls are counted: tests/unit/test_handler_shapes.py.)"""
+    """Two threads; the call holding "a" overruns max_duration: every message of it is given up on (no longer
+    extended), the consumer is not stopped as stuck (one stuck call of two), and a message sent later is processed by
+    the other thread; when the call then returns successfully within its messages' lease, each is settled as done
+    (completed and deleted, never run again). (How stuck calls are counted: tests/unit/test_handler_shapes.py.)"""
     contract = fast_contract(concurrency=2, max_batch=3, max_duration_seconds=1)
     pair = create_pair(sqs, contract)
     send(sqs, pair.queue_url, "a", "b", "c")
@@ -258,8 +259,10 @@ def test_a_timed_out_batch_is_given_up_on_and_the_others_go_on(sqs: Any, caplog:
         wait_until(lambda: "later" in done, timeout=10)
         assert not consumer.stopping
         unblock.set()
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)  # given up on, back, then done
-    assert sorted(done) == ["a", "b", "c", "later"]
+        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)  # a late success: deleted
+    assert (sorted(blocked), done) == (["a", "b", "c"], ["later"])
+    late = [record for record in caplog.records if record.getMessage() == "handler_succeeded_late"]
+    assert len(late) == len(blocked)
     assert result.exit_code == EXIT_OK
 
 
