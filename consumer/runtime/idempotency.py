@@ -17,9 +17,10 @@ Unlike AWS Powertools idempotency, an in-progress record is a *lease*: it
 lapses when its holder stops renewing, so a crashed worker blocks retries for
 at most ``lease_seconds`` rather than for the whole record lifetime.
 
-``owner`` must be unique per attempt (for instance ``f"{worker_id}:{uuid4()}"``):
-a second claim with the same owner while the lease is live is IN_PROGRESS too,
-exactly as for any other owner.
+``owner`` must be unique per attempt (for instance ``f"{worker_id}:{uuid4()}"``).
+A claim that finds a live in-progress record of its own owner acquires it: that
+is the same claim sent again (botocore retries a PutItem whose answer was lost,
+after it was written), never another attempt's.
 
 A completion is unconditional: once a handler has returned, "this key's work is
 done" is true whoever holds the lease now, so it never waits on a condition and
@@ -246,7 +247,7 @@ class InMemoryStore:
             if record is not None:
                 if record.status == _COMPLETED:
                     return Claim.COMPLETED
-                if record.lease_expires_at >= now:
+                if record.lease_expires_at >= now and record.owner != owner:  # its own: the same claim again
                     return Claim.IN_PROGRESS
             # No record, or an IN_PROGRESS one whose holder stopped renewing: take it over.
             lease_expires_at, expires_at = _lease_times(now, lease_seconds)
@@ -374,6 +375,10 @@ class DynamoDBStore:
             return Claim.IN_PROGRESS
         if item.get("status", {}).get("S") == _COMPLETED:
             return Claim.COMPLETED
+        if item.get("owner", {}).get("S") == owner:
+            # Our own record: this claim was written, its answer lost, and botocore sent it again. Deferring to it
+            # would leave the message waiting out a lease nobody renews (and, on FIFO, spend its receives).
+            return Claim.ACQUIRED
         return Claim.IN_PROGRESS
 
     def renew(self, key: str, *, owner: str, lease_seconds: int) -> bool:

@@ -102,10 +102,12 @@ def test_claim_while_lease_live_is_in_progress(store: IdempotencyStore, clock: F
     assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.IN_PROGRESS
 
 
-def test_claim_same_owner_while_lease_live_is_in_progress(store: IdempotencyStore) -> None:
-    """A second claim by the same owner is not a re-entry: owners are unique per attempt."""
+def test_claim_same_owner_while_lease_live_is_acquired(store: IdempotencyStore) -> None:
+    """A claim sent again by its own owner acquires: owners are unique per attempt, so a live record of one's own is
+    this claim's (written, its answer lost, sent again by botocore); another owner still sees IN_PROGRESS."""
     store.claim(KEY, owner="a", lease_seconds=LEASE)
-    assert store.claim(KEY, owner="a", lease_seconds=LEASE) is Claim.IN_PROGRESS
+    assert store.claim(KEY, owner="a", lease_seconds=LEASE) is Claim.ACQUIRED
+    assert store.claim(KEY, owner="b", lease_seconds=LEASE) is Claim.IN_PROGRESS
 
 
 def test_claim_after_lease_expiry_is_acquired(store: IdempotencyStore, clock: FakeClock) -> None:
