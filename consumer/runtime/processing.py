@@ -172,7 +172,8 @@ class Worker:
 
     def _guard(self, item: InFlight) -> Outcome | None:
         """Claim ``item``'s idempotency key before its handler runs; None (run it) when the claim is acquired, else
-        what to do instead: a duplicate of work done already, another holder's live lease, or a store outage. A
+        what to do instead: a duplicate of work done already, another holder's live lease, or a store outage (the
+        circuit's, as a downstream unavailable: never an attempt). A
         declared source's delivery the consumer cannot read (``message.unreadable``, consumer/sources.py) is poison
         before any claim: the DLQ with that reason, the handler never called."""
         if item.message.unreadable is not None:
@@ -183,8 +184,11 @@ class Worker:
                 item.key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds
             )
         except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
+            # The table is down (throttled past botocore's retries, unreachable), not the message: no attempt was made
+            # or spent. As a downstream that is unavailable, the circuit pauses receiving and the message is handed
+            # back for the pause, its retry budget untouched where SQS allows it (a copy on a standard queue).
             log.warning("idempotency_unavailable", extra=item.context.fields(error=str(error)))
-            return Outcome(Verdict.FAILED, error)
+            return Outcome(Verdict.UNAVAILABLE, DownstreamUnavailable(f"idempotency store unavailable: {error}"))
         if claim is Claim.COMPLETED:
             log.info("duplicate_skipped", extra=item.context.fields())
             self._metrics.count("duplicates_skipped")
