@@ -177,9 +177,13 @@ class RateLimit:
 
     def acquire(self, stop: Waitable) -> bool:
         """Wait for this thread's turn to start a handler; False if ``stop`` was set first (the turn is not used)."""
+        wait = self.reserve()
+        return wait <= 0 or not stop.wait(wait)
+
+    def reserve(self) -> float:
+        """Take the next turn; the seconds to wait for it (an event loop awaits them, a thread waits in acquire)."""
         with self._lock:
             now = self._clock()
             turn = max(now, self._next)
             self._next = turn + self._interval
-        wait = turn - now
-        return wait <= 0 or not stop.wait(wait)
+        return turn - now

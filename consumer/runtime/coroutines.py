@@ -137,11 +137,22 @@ class AsyncWorker(Worker):
                 return
 
     async def _process_async(self, item: InFlight) -> bool:
-        if not self._begin(item):
+        if not await self._begin_async(item):
             return False
         if self._tracer is not None:  # the attempt's span, current in this task
             return await self._tracer.process_async(item, self._run_started)
         return await self._run_started(item)
+
+    async def _begin_async(self, item: InFlight) -> bool:
+        """The loop's ``_begin``: a max_rate turn is awaited, a hand-back runs on the executor (a send, a visibility
+        change, the ECS agent's protection call: each may wait on the network), the rest does not wait."""
+        if self._rate is not None and self._circuit.may_start(item.message.message_id):
+            await asyncio.sleep(self._rate.reserve())
+        refusal = self._refusal(item)
+        if refusal is not None:
+            await self._blocking(self._refuse, item, refusal)
+            return False
+        return self._start(item)
 
     async def _run_started(self, item: InFlight) -> bool:
         if self._idempotency is not None or item.message.unreadable is not None:

@@ -7,6 +7,7 @@ import logging
 import math
 import queue
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from consumer.contract import WorkerContract
@@ -27,6 +28,15 @@ log = logging.getLogger("consumer")  # one logger name for the whole runtime (se
 
 #: Beyond a heartbeat interval, what an extension needs to land: the heartbeat's tick and the call itself.
 HEARTBEAT_REACH_SLACK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a received message is handed back instead of starting: ``hand_back_unstarted``'s arguments."""
+
+    why: str
+    delay: int = 0
+    copy: bool = False
 
 
 class Worker:
@@ -104,40 +114,48 @@ class Worker:
 
     def _begin(self, item: InFlight) -> bool:
         """Start ``item`` (RUNNING, its lease extended if low); False if it was handed back instead (the circuit is
-        open, its lease ran down while it waited, shutdown) or was no longer waiting."""
-        message = item.message
-        if not self._may_start(item):
+        open, its lease ran down while it waited, shutdown) or was no longer waiting. Under max_rate it first waits
+        its turn (on this thread: an async handler's loop awaits it instead, AsyncWorker)."""
+        if self._circuit.may_start(item.message.message_id) and self._rate is not None:
+            self._rate.acquire(self._stop)  # the circuit may open, or the consumer stop, meanwhile: _refusal looks
+        refusal = self._refusal(item)
+        if refusal is not None:
+            self._refuse(item, refusal)
             return False
-        lease_left = item.visible_until - self._clock()
-        if lease_left <= self._heartbeat_reach:
+        return self._start(item)
+
+    def _refusal(self, item: InFlight) -> Refusal | None:
+        """Why ``item`` is handed back instead of starting now, or None: it starts. Waits for nothing and calls
+        nothing that may (an async handler's loop asks it)."""
+        if self._stop.is_set():
+            return Refusal("shutdown")
+        if not self._circuit.may_start(item.message.message_id):
+            return Refusal("circuit_open", math.ceil(self._circuit.seconds_paused()), copy=True)
+        if item.visible_until - self._clock() <= self._heartbeat_reach:
             # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
-            # ran far longer than their mean, or late in a FIFO group): the lease may lapse before the heartbeat's
-            # next extension and another receive run it too. Hand it back instead of starting it.
-            self._circuit.answered(message.message_id, None)  # a half-open probe handed back: the next one probes
-            self._settlement.hand_back_unstarted([item], "lease_ran_down")
-            return False
+            # ran far longer than their mean): the lease may lapse before the heartbeat's next extension and another
+            # receive run it too. Hand it back instead of starting it.
+            self._circuit.answered(item.message.message_id, None)  # a half-open probe handed back: the next probes
+            return Refusal("lease_ran_down")
+        return None
+
+    def _refuse(self, item: InFlight, refusal: Refusal) -> None:
+        """Hand ``item`` back as ``refusal`` says (a send and a delete, or a visibility change: it may wait)."""
+        self._settlement.hand_back_unstarted([item], refusal.why, delay=refusal.delay, copy=refusal.copy)
+
+    def _start(self, item: InFlight) -> bool:
+        """WAITING -> RUNNING with its key and this attempt's owner, its lease extended now if low; False if it was
+        no longer waiting. Calls nothing that waits (an async handler's loop runs it)."""
         key, owner = None, ""  # no key and no record without a guard (@worker(idempotent=True)): nothing reads them
         if self._idempotency is not None:
-            key, owner = idempotency_key(message), f"{self._owner}:{next(self._attempts)}"
+            key, owner = idempotency_key(item.message), f"{self._owner}:{next(self._attempts)}"
         if not self._table.start(item, key=key, owner=owner):
             return False
-        if lease_left <= self._extend_below:
-            # Less lease left than the heartbeat's threshold (it waited): extend now, not up to an interval later.
+        if item.visible_until - self._clock() <= self._extend_below:
+            # Less lease left than the heartbeat's threshold (it waited): extend now (queued to the acknowledger),
+            # not up to an interval later.
             self._extend_now(item)
         return True
-
-    def _may_start(self, item: InFlight) -> bool:
-        """Whether ``item`` starts now: not while the circuit is open (handed back), and in its turn under max_rate."""
-        if self._circuit.may_start(item.message.message_id) and (self._rate is None or self._rate.acquire(self._stop)):
-            # The circuit may have opened during the wait for a turn: look again.
-            if self._circuit.may_start(item.message.message_id):
-                return True
-        if self._stop.is_set():
-            self._settlement.hand_back_unstarted([item], "shutdown")
-        else:
-            delay = math.ceil(self._circuit.seconds_paused())
-            self._settlement.hand_back_unstarted([item], "circuit_open", delay=delay, copy=True)
-        return False
 
     def _attempt(self, item: InFlight) -> Outcome:
         if self._idempotency is not None or item.message.unreadable is not None:
