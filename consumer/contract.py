@@ -490,7 +490,8 @@ def _check_concurrency(concurrency: object, asynchronous: object) -> None:
 
 def _check_batch(contract: WorkerContract) -> None:
     """A batch handler's ``max_batch`` and ``batch_window``: within bounds, on a standard queue, a window inside
-    the acceptable latency, and no more messages held than a process should."""
+    the acceptable latency and, with the attempt, inside SQS's 12 hours, and no more messages held than a process
+    should."""
     if contract.max_batch is not None:
         check_int("max_batch", contract.max_batch, 1, MAX_BATCH, " (messages per call of a batch handler)")
         if contract.fifo:
@@ -524,6 +525,16 @@ def _check_batch(contract: WorkerContract) -> None:
             "max_batch",
             "is not supported for an async def handler yet (declare a def batch handler)",
             contract.max_batch,
+        )
+    if contract.receive_cycle_seconds > SQS_MAX_VISIBILITY_SECONDS:
+        # A batch's message waits the window before its attempt, and SQS's 12 hours count from its receive.
+        window = contract.batch_window_seconds
+        raise ContractError(
+            "max_duration_seconds",
+            f"must be at most {MAX_DURATION_SECONDS - window} with a {window} s batch window (SQS's"
+            f" {SQS_MAX_VISIBILITY_SECONDS} s visibility limit from the receive, less the {VISIBILITY_MARGIN_MAX_SECONDS}"
+            " s margin and the window)",
+            contract.max_duration_seconds,
         )
 
 

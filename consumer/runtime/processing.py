@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from consumer.contract import WorkerContract
+from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.declaration import non_retryable_of
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.circuit import Circuit, RateLimit
@@ -86,6 +86,7 @@ class Worker:
         # The contract's derived timings, read once rather than per message: the lease a waiting message must still
         # have to start (the heartbeat's reach), and below which it is extended as it starts (its threshold).
         self._heartbeat_reach = contract.heartbeat_interval_seconds + HEARTBEAT_REACH_SLACK_SECONDS
+        self._attempt_seconds = contract.attempt_timeout_seconds  # what must fit in SQS's 12 h when it starts
         self._extend_below = contract.heartbeat_threshold_seconds
 
     def run(self) -> None:
@@ -131,7 +132,14 @@ class Worker:
             return Refusal("shutdown")
         if not self._circuit.may_start(item.message.message_id):
             return Refusal("circuit_open", math.ceil(self._circuit.seconds_paused()), copy=True)
-        if item.visible_until - self._clock() <= self._heartbeat_reach:
+        now = self._clock()
+        if item.received_at + SQS_MAX_VISIBILITY_SECONDS - now < self._attempt_seconds:
+            # It waited so long that its whole attempt (max_duration and the margin) no longer fits in SQS's 12 hours
+            # from its receive, which no extension can pass: its lease would lapse mid-run and another receive run it
+            # too. A fresh receive (of a copy, or of the message once visible) brings a fresh 12 hours.
+            self._circuit.answered(item.message.message_id, None)
+            return Refusal("visibility_budget")
+        if item.visible_until - now <= self._heartbeat_reach:
             # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
             # ran far longer than their mean): the lease may lapse before the heartbeat's next extension and another
             # receive run it too. Hand it back instead of starting it.

@@ -13,7 +13,6 @@ from bench.sim.world import simulate
 
 #: Scenarios whose race is not fixed yet: each must fail (strict), until its fix lands and takes it off.
 UNFIXED = {
-    "twelve_hour_budget",
     "fifo_receive_answer_lost",
 }
 

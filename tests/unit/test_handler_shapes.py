@@ -57,6 +57,25 @@ def test_a_batch_declaration_is_refused_in_one_line_naming_the_argument(argument
     assert str(raised.value) == error
 
 
+def test_a_batch_window_counts_toward_the_max_duration_bound() -> None:
+    """SQS's 12 hours from a receive must hold a batch message's wait in the window and its attempt: with a 30 s
+    window max_duration reaches 42870 (a receive cycle of exactly 43200 s), and 42871 is refused in one line."""
+
+    @worker(max_duration=42_870, max_batch=10, batch_window=30, acceptable_latency=600)
+    def fits(messages: list[Message]) -> BatchResult: ...
+
+    assert contract_of(fits).receive_cycle_seconds == 43_200
+    with pytest.raises(ContractError) as raised:
+
+        @worker(max_duration=42_871, max_batch=10, batch_window=30, acceptable_latency=600)
+        def past(messages: list[Message]) -> BatchResult: ...
+
+    assert str(raised.value) == (
+        '"max_duration" must be at most 42870 with a 30 s batch window (SQS\'s 43200 s visibility limit from the'
+        " receive, less the 300 s margin and the window): 42871"
+    )
+
+
 def test_concurrency_is_threads_for_a_def_and_coroutines_for_an_async_def() -> None:
     """A def handler is capped at 256 threads; an async def at 4096 coroutines, and its contract says asynchronous."""
 
