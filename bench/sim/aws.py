@@ -3,12 +3,14 @@
 The runtime's boto3 clients are real: botocore serializes, signs, retries (its standard mode, with its own backoff
 and retry quota) and parses as it does against AWS. Only the HTTP session is the world's (:class:`Transport`): each
 request takes seeded latency on the virtual clock, may meet a fault, and is answered by moto's backend in this
-process. What the backends do is moto's; the world changes four things, each to what AWS documents:
+process. What the backends do is moto's; the world changes five things, each to what AWS documents:
 
 - **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes);
 - **the long poll** waits on the virtual clock and "returns as soon as a message is available"
   (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-short-and-long-polling.html):
   moto's own loop waits in real time;
+- **ReceiveRequestAttemptId**: a FIFO receive retried with its id gets the same messages (:meth:`Aws.receive_again`);
+  moto ignores the id;
 - **FIFO order**: a message whose lease ran out leaves the in-flight set before a receive picks a group's next
   message (:meth:`Aws.expire_leases`): moto delivered the second message of a group before the first;
 - **the 12-hour visibility limit** counts from the message's receive, as ChangeMessageVisibility documents ("you can
@@ -136,6 +138,7 @@ class Aws:
         self.slow = slow or {}  # a service's own latency (a throttled table's), in place of latency_ms
         self.ledger = Ledger()
         self.pollers: dict[str, list[SimThread]] = {}  # queue name -> long polls waiting on it
+        self.receive_attempts: dict[tuple[str, str], ReceiveAttempt] = {}
         self._patches: contextlib.ExitStack | None = None
 
     # --- moto on the virtual clock ------------------------------------------------------------------------------------
@@ -226,6 +229,34 @@ class Aws:
             return None
         return (min(future) + 1) / 1000 - self.sim.WALL_START  # moto's visible is strictly after visible_at
 
+    def remember_receive(self, url: str, attempt: str, answer: tuple[int, dict[str, str], bytes]) -> None:
+        handles = tuple(m["ReceiptHandle"] for m in json.loads(answer[2]).get("Messages", []))
+        self.receive_attempts[(url, attempt)] = ReceiveAttempt(self.sim.now, answer, handles)
+
+    def receive_again(self, url: str, attempt: str) -> tuple[int, dict[str, str], bytes] | None:
+        """A FIFO receive retried with its ReceiveRequestAttemptId: "during a visibility timeout, subsequent calls
+        with the same ReceiveRequestAttemptId return the same messages and receipt handles", within 5 minutes and if
+        none of them was deleted or had its visibility changed, and the retry "resets the visibility timeout"
+        (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ReceiveMessage.html). moto ignores
+        the parameter: a retry there finds the group in flight and gets nothing."""
+        kept = self.receive_attempts.get((url, attempt))
+        if kept is None or kept.changed or self.sim.now - kept.at > RECEIVE_ATTEMPT_SECONDS:
+            return None
+        queue = self.sqs_queue(url)
+        current = {m.receipt_handle: m for m in queue._messages}
+        messages = [current.get(handle) for handle in kept.handles]
+        if any(m is None for m in messages):
+            return None  # deleted, or received again since: its handle is no longer the message's
+        for message in messages:
+            message.change_visibility(int(queue.visibility_timeout))
+        return kept.answer
+
+    def changed(self, handles: set[str]) -> None:
+        """Messages were deleted or had their visibility changed: a receive that gave them cannot be given again."""
+        for kept in self.receive_attempts.values():
+            if not kept.changed and handles.intersection(kept.handles):
+                kept.changed = True
+
     def expire_leases(self, url: str) -> None:
         """A message whose visibility timeout has passed is no longer in flight: on FIFO its group may be received
         again, from its first message ("messages that belong to the same message group are processed in order",
@@ -247,6 +278,27 @@ class Aws:
 def _session() -> boto3.Session:
     """One session for every client of the process: it loads each service's model once (a new one costs 0.1 s)."""
     return boto3.Session(aws_access_key_id="sim", aws_secret_access_key="sim", region_name=REGION)
+
+
+#: What changes a received message: a receive's answer can no longer be given again after one (ReceiveRequestAttemptId).
+_CHANGES = {"DeleteMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch"}
+#: How long a ReceiveRequestAttemptId can be used after its receive.
+RECEIVE_ATTEMPT_SECONDS = 300
+
+
+def _handles(body: dict[str, Any]) -> set[str]:
+    handles = {body["ReceiptHandle"]} if "ReceiptHandle" in body else set()
+    return handles | {entry["ReceiptHandle"] for entry in body.get("Entries", [])}
+
+
+@dataclass
+class ReceiveAttempt:
+    """A FIFO receive's answer, kept for a retry with its ReceiveRequestAttemptId."""
+
+    at: float
+    answer: tuple[int, dict[str, str], bytes]
+    handles: tuple[str, ...]
+    changed: bool = False
 
 
 class Transport:
@@ -295,12 +347,20 @@ class Transport:
 
         aws, sim = self.aws, self.aws.sim
         url = body["QueueUrl"]
+        attempt = body.get("ReceiveRequestAttemptId") if url.endswith(".fifo") else None
+        again = aws.receive_again(url, attempt) if attempt else None
+        if again is not None:
+            return again
         end = sim.now + int(body.get("WaitTimeSeconds") or 0)
         request.body = json.dumps({**body, "WaitTimeSeconds": 0}).encode()
         while True:
             aws.expire_leases(url)
             status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
-            if status >= 300 or json.loads(raw or b"{}").get("Messages") or sim.now >= end:
+            if status < 300 and json.loads(raw or b"{}").get("Messages"):
+                if attempt:
+                    aws.remember_receive(url, attempt, (status, dict(headers), raw))
+                return status, headers, raw
+            if status >= 300 or sim.now >= end:
                 return status, headers, raw
             soonest = aws.next_visible(url)
             deadline = end if soonest is None else min(end, max(soonest, sim.now))
@@ -308,6 +368,8 @@ class Transport:
             sim.block(None, deadline, "long poll", waiters=waiters)
 
     def _after(self, operation: str, body: dict[str, Any]) -> None:
+        if self.service == "sqs" and operation in _CHANGES:
+            self.aws.changed(_handles(body))
         if self.service == "sqs" and operation in {
             "SendMessage",
             "SendMessageBatch",

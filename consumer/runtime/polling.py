@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import queue
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -285,6 +286,7 @@ class Poller:
             self._liveness.beat(loop)
 
         error_backoff = 1.0
+        attempt = self._attempt_id()  # FIFO: one ReceiveRequestAttemptId until a receive answers
         # Wait to fill a batch only while receives come back more than half full (a backlog: a full batch will
         # come). After a receive that brought less, the queue is all but empty and the next message should be
         # picked up at once, not after a fill wait.
@@ -302,7 +304,7 @@ class Poller:
                 if limit == PAUSED:  # paused on purpose: not a stalled loop
                     self.wait_on_purpose(min(max(self._circuit.seconds_paused(), 0.05), TICK_SECONDS), progress)
                     continue
-            outcome = self._receive_once(reserved, limit, progress)
+            outcome = self._receive_once(reserved, limit, progress, attempt)
             if isinstance(outcome, Exception):
                 log.warning(
                     "receive_failed",
@@ -313,22 +315,35 @@ class Poller:
                 error_backoff = min(error_backoff * 2, RECEIVE_ERROR_MAX_BACKOFF_SECONDS)
                 continue
             error_backoff = 1.0
+            attempt = self._attempt_id()  # a new receive; after a failed one the same id again (_attempt_id)
             backlog = outcome
 
-    def _receive_once(self, reserved: int, limit: int | None, progress: Callable[[], None]) -> bool | Exception:
+    def _receive_once(
+        self, reserved: int, limit: int | None, progress: Callable[[], None], attempt: str | None
+    ) -> bool | Exception:
         """One receive for ``reserved`` slots, its messages handed on (or back); whether it was a backlog (more
         than half of what it asked for: SQS may return fewer than it holds, so "all of it" is too strict), or
         the error it failed with. Counted as a receive in flight throughout: shutdown waits for those."""
         self._table.receiving(+1)
         try:
             try:
-                response = self.client.receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=reserved,
-                    WaitTimeSeconds=self._long_poll_seconds,
-                    MessageSystemAttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                )
+                if attempt is None:
+                    response = self.client.receive_message(
+                        QueueUrl=self.queue_url,
+                        MaxNumberOfMessages=reserved,
+                        WaitTimeSeconds=self._long_poll_seconds,
+                        MessageSystemAttributeNames=["All"],
+                        MessageAttributeNames=["All"],
+                    )
+                else:
+                    response = self.client.receive_message(
+                        QueueUrl=self.queue_url,
+                        MaxNumberOfMessages=reserved,
+                        WaitTimeSeconds=self._long_poll_seconds,
+                        MessageSystemAttributeNames=["All"],
+                        MessageAttributeNames=["All"],
+                        ReceiveRequestAttemptId=attempt,
+                    )
             except (ClientError, BotoCoreError) as error:
                 progress()  # the receive returned, with an error: the loop is alive
                 self._slots.release(reserved)
@@ -343,6 +358,14 @@ class Poller:
             return 2 * len(received) > reserved
         finally:
             self._table.receiving(-1)
+
+    def _attempt_id(self) -> str | None:
+        """On FIFO, a ReceiveRequestAttemptId for a receive: botocore sends it again with a retry, and the poller
+        with its next receive when every retry failed, so a receive whose answer was lost gets the same messages
+        instead of leaving their group locked for a visibility timeout with a receive spent
+        (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/using-receiverequestattemptid-request-parameter.html).
+        botocore does not fill it; SQS does, but anew for each request, so a retry would not share it."""
+        return uuid.uuid4().hex if self.contract.fifo else None
 
     def wait_on_purpose(self, seconds: float, progress: Callable[[], None]) -> None:
         """Wait ``seconds`` (less if stopping) and count the wait as progress: a pause the consumer chose (a

@@ -12,9 +12,7 @@ from bench.sim.scenarios import SCENARIOS, Scenario
 from bench.sim.world import simulate
 
 #: Scenarios whose race is not fixed yet: each must fail (strict), until its fix lands and takes it off.
-UNFIXED = {
-    "fifo_receive_answer_lost",
-}
+UNFIXED = {}
 
 
 @pytest.mark.parametrize(
