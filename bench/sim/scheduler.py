@@ -233,14 +233,15 @@ class Simulation:
             return
         self._hand_to(self._pick())
 
-    def kill(self, group: str) -> None:
-        """SIGKILL: every thread of ``group`` stops where it is, for good (its code never runs again)."""
+    def kill(self, group: str, *, but_me: bool = False) -> None:
+        """SIGKILL: every thread of ``group`` stops where it is, for good (its code never runs again); ``but_me``: the
+        running thread goes on (a process's main thread exiting: its other threads end with the process)."""
         for thread in self.threads:
             if thread.group == group and thread is not self.current:
                 thread.killed = True
                 self._unwait(thread)
                 thread.state = FROZEN
-        if self.current is not None and self.current.group == group:
+        if self.current is not None and self.current.group == group and not but_me:
             self.current.killed = True
             self.current.state = FROZEN
             self.switch()

@@ -201,6 +201,7 @@ class World:
             code = 0  # SIGTERM during start-up: exit 0 at once, as the CLI does
         process.exit_code, process.exited = code, self.sim.now
         self.sim.record(f"process {process.name} exits {code}")
+        self.sim.kill(process.name, but_me=True)  # its other threads end with it (a handler still running, too)
         self._restart_later(process.slot)
 
     def _restart_later(self, slot: int) -> None:
