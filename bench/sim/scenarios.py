@@ -216,4 +216,28 @@ SCENARIOS = (
     ),
 )
 
+#: Scenarios of issue 38's smaller items (section 1, item 10).
+SCENARIOS += (
+    Scenario(
+        "deferral_waits_for_the_holder",
+        10,
+        "FIFO, two receives allowed, two consumers: a handler overruns its lease, and the other consumer receives the"
+        " message as that lease lapses, while the given-up attempt's claim has moments left: its claim waits for that"
+        " lease in place instead of handing the message back (a receive spent: the DLQ, untried)",
+        _plan(
+            1014,
+            fifo=True,
+            messages=3,
+            groups=1,
+            kinds=("overrun", "ok", "ok"),
+            max_receive_count=2,
+            consumers=2,
+            concurrency=1,
+            max_duration=10,
+            max_lease=30,
+            consumers_from=1.0,
+        ),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -108,7 +108,14 @@ class Heartbeat:
                 self._metrics.flush()
 
     def _give_up_overruns(self, now: float) -> None:
-        overrun, stuck = self._table.time_out_overruns(now, self.contract.message_timeout_seconds + self._grace_seconds)
+        # Given up on at max_duration (no more extensions); stuck only past the attempt's end (max_duration and the
+        # margin: its lease), so a handler that returns just past max_duration is settled (Settlement._late_success)
+        # before the process would exit for it.
+        overrun, stuck = self._table.time_out_overruns(
+            now,
+            self.contract.message_timeout_seconds + self._grace_seconds,
+            self.contract.attempt_timeout_seconds + self._grace_seconds,
+        )
         for item in overrun:
             self._metrics.count("timed_out")
             log.error(

@@ -120,6 +120,11 @@ class IdempotencyStore(Protocol):
         """Give up the lease (the handler failed) so a retry can claim at once; no-op if not the holder."""
         ...
 
+    def lease_left(self, key: str) -> float | None:
+        """Seconds left of the holder's lease, as the last claim of ``key`` that found it IN_PROGRESS read it (its
+        answer carries the record: no call); None when unknown. Read once: it is forgotten as it is read."""
+        ...
+
 
 def idempotency_key(message: Message) -> str:
     """The stable key for ``message``: the first rule that applies wins.
@@ -221,6 +226,7 @@ class InMemoryStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
+        self._held: dict[str, float] = {}  # key -> the holder's lease left, as a claim found it (lease_left)
         self._claims_since_sweep = 0
 
     def _get(self, key: str, now: float) -> _Record | None:
@@ -248,11 +254,16 @@ class InMemoryStore:
                 if record.status == _COMPLETED:
                     return Claim.COMPLETED
                 if record.lease_expires_at >= now and record.owner != owner:  # its own: the same claim again
+                    self._held[key] = record.lease_expires_at - now
                     return Claim.IN_PROGRESS
             # No record, or an IN_PROGRESS one whose holder stopped renewing: take it over.
             lease_expires_at, expires_at = _lease_times(now, lease_seconds)
             self._records[key] = _Record(_IN_PROGRESS, owner, lease_expires_at, expires_at)
             return Claim.ACQUIRED
+
+    def lease_left(self, key: str) -> float | None:
+        """See :meth:`IdempotencyStore.lease_left`."""
+        return self._held.pop(key, None)
 
     def renew(self, key: str, *, owner: str, lease_seconds: int) -> bool:
         """See :meth:`IdempotencyStore.renew`."""
@@ -333,6 +344,7 @@ class DynamoDBStore:
         self._client = client if client is not None else boto3.client("dynamodb")
         self._clock = clock
         self._sleep = sleep  # the consumer's clock's (runtime/clock.py): the backoff before unprocessed items again
+        self._held: dict[str, float] = {}  # key -> the holder's lease left, as a claim's answer showed it
 
     def claim(self, key: str, *, owner: str, lease_seconds: int) -> Claim:
         """See :meth:`IdempotencyStore.claim`."""
@@ -379,7 +391,14 @@ class DynamoDBStore:
             # Our own record: this claim was written, its answer lost, and botocore sent it again. Deferring to it
             # would leave the message waiting out a lease nobody renews (and, on FIFO, spend its receives).
             return Claim.ACQUIRED
+        lease = item.get("lease_expires_at", {}).get("N")
+        if lease is not None:
+            self._held[key] = float(lease) - now
         return Claim.IN_PROGRESS
+
+    def lease_left(self, key: str) -> float | None:
+        """See :meth:`IdempotencyStore.lease_left`."""
+        return self._held.pop(key, None)
 
     def renew(self, key: str, *, owner: str, lease_seconds: int) -> bool:
         """See :meth:`IdempotencyStore.renew`."""

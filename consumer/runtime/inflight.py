@@ -215,8 +215,13 @@ class InFlightTable:
             return not self._items
 
     # --- heartbeat --------------------------------------------------------------
-    def time_out_overruns(self, now: float, timeout_seconds: float) -> tuple[list[InFlight], int]:
-        """RUNNING past ``timeout_seconds`` -> TIMED_OUT; returns those, and how many are timed out in all."""
+    def time_out_overruns(
+        self, now: float, timeout_seconds: float, stuck_seconds: float | None = None
+    ) -> tuple[list[InFlight], int]:
+        """RUNNING past ``timeout_seconds`` -> TIMED_OUT; returns those, and how many handler calls are stuck: timed
+        out and running past ``stuck_seconds`` (the end of their lease, after which a late success can no longer be
+        settled; ``timeout_seconds`` when None)."""
+        stuck_after = timeout_seconds if stuck_seconds is None else stuck_seconds
         with self._lock:
             overrun = [
                 i
@@ -227,7 +232,11 @@ class InFlightTable:
                 item.state = State.TIMED_OUT
             # Handler calls, not messages: the messages of one batch handler call hold one slot of concurrency.
             stuck = len(
-                {id(i) if i.call is None else i.call for i in self._items.values() if i.state is State.TIMED_OUT}
+                {
+                    id(i) if i.call is None else i.call
+                    for i in self._items.values()
+                    if i.state is State.TIMED_OUT and i.started_at is not None and now - i.started_at > stuck_after
+                }
             )
         return overrun, stuck
 

@@ -19,7 +19,7 @@ from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_ke
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Lookahead
-from consumer.runtime.settlement import ALREADY_DONE, DEFERRED, SUCCEEDED, Outcome, Settlement, Verdict
+from consumer.runtime.settlement import ALREADY_DONE, SUCCEEDED, Outcome, Settlement, Verdict
 
 if TYPE_CHECKING:  # imported only when tracing is on (it imports opentelemetry)
     from consumer.runtime.tracing_spans import AttemptTracer
@@ -28,6 +28,11 @@ log = logging.getLogger("consumer")  # one logger name for the whole runtime (se
 
 #: Beyond a heartbeat interval, what an extension needs to land: the heartbeat's tick and the call itself.
 HEARTBEAT_REACH_SLACK_SECONDS = 1.0
+#: A claim that finds another holder whose lease ends within this many seconds waits for it, holding the message, and
+#: claims once more; a longer lease defers the message (handed back until that lease ends).
+DEFER_IN_PLACE_SECONDS = 5.0
+#: Beyond the holder's lease end, before claiming again: the holder's clock and ours may differ a little.
+DEFER_SLACK_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -204,25 +209,33 @@ class Worker:
         before any claim: the DLQ with that reason, the handler never called."""
         if item.message.unreadable is not None:
             return Outcome(Verdict.POISON, PoisonMessage(item.message.unreadable))
-        assert self._idempotency is not None and item.key is not None
-        try:
-            claim = self._idempotency.claim(
-                item.key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds
-            )
-        except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
-            # The table is down (throttled past botocore's retries, unreachable), not the message: no attempt was made
-            # or spent. As a downstream that is unavailable, the circuit pauses receiving and the message is handed
-            # back for the pause, its retry budget untouched where SQS allows it (a copy on a standard queue).
-            log.warning("idempotency_unavailable", extra=item.context.fields(error=str(error)))
-            return Outcome(Verdict.UNAVAILABLE, DownstreamUnavailable(f"idempotency store unavailable: {error}"))
-        if claim is Claim.COMPLETED:
-            log.info("duplicate_skipped", extra=item.context.fields())
-            self._metrics.count("duplicates_skipped")
-            return ALREADY_DONE
-        if claim is Claim.IN_PROGRESS:
-            log.info("message_in_progress_elsewhere", extra=item.context.fields())
-            return DEFERRED
-        return None
+        store, key = self._idempotency, item.key
+        assert store is not None and key is not None
+        waited = False
+        while True:
+            try:
+                claim = store.claim(key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds)
+            except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
+                # The table is down (throttled past botocore's retries, unreachable), not the message: no attempt was
+                # made or spent. As a downstream that is unavailable, the circuit pauses receiving and the message is
+                # handed back for the pause, its retry budget untouched where SQS allows it (a copy on a standard
+                # queue).
+                log.warning("idempotency_unavailable", extra=item.context.fields(error=str(error)))
+                return Outcome(Verdict.UNAVAILABLE, DownstreamUnavailable(f"idempotency store unavailable: {error}"))
+            if claim is Claim.COMPLETED:
+                log.info("duplicate_skipped", extra=item.context.fields())
+                self._metrics.count("duplicates_skipped")
+                return ALREADY_DONE
+            if claim is Claim.ACQUIRED:
+                return None
+            left = store.lease_left(key)
+            if waited or left is None or left > DEFER_IN_PLACE_SECONDS or self._stop.wait(left + DEFER_SLACK_SECONDS):
+                log.info("message_in_progress_elsewhere", extra=item.context.fields(holder_lease_seconds=left))
+                return Outcome(Verdict.DEFERRED, after_seconds=left)
+            # The holder's lease ends within seconds (an attempt given up on, a process gone): wait for it here,
+            # holding the message (the heartbeat extends it), and claim again, rather than hand it back (a receive
+            # spent, on FIFO).
+            waited = True
 
     def _view(self, item: InFlight) -> Message:
         """The message as this attempt's handler sees it: its deadline, and the consumer's stop signal.

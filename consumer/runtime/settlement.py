@@ -67,15 +67,16 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one attempt ended; ``error`` is what failed it (FAILED, POISON)."""
+    """How one attempt ended; ``error`` is what failed it (FAILED, POISON); ``after_seconds``, of a DEFERRED one, is
+    when the holder's lease ends, from now (None: unknown)."""
 
     verdict: Verdict
     error: BaseException | None = None
+    after_seconds: float | None = None
 
 
 SUCCEEDED = Outcome(Verdict.SUCCEEDED)
 ALREADY_DONE = Outcome(Verdict.ALREADY_DONE)
-DEFERRED = Outcome(Verdict.DEFERRED)
 
 
 class Settlement:
@@ -150,7 +151,7 @@ class Settlement:
                 assert outcome.error is not None
                 return self._poison(item, self._describe(outcome.error), "non_retryable")
             if verdict is Verdict.DEFERRED:
-                return self._defer(item)
+                return self._defer(item, outcome.after_seconds)
             if verdict is Verdict.UNAVAILABLE:
                 assert isinstance(outcome.error, DownstreamUnavailable)
                 return self._unavailable(item, outcome.error)
@@ -266,15 +267,18 @@ class Settlement:
         self.hand_back(item, "circuit_open", delay=math.ceil(pause), copy=True)
         return False
 
-    def _defer(self, item: InFlight) -> bool:
+    def _defer(self, item: InFlight, holder_lease_seconds: float | None) -> bool:
+        """Another holder's lease is live: hand the message back until it ends (the claim's answer said when; else
+        the retry backoff), never sooner than the backoff, so a message deferred again and again backs off."""
         # The other holder keeps the idempotency lease: nothing of ours to release.
         self._metrics.count("deferred")
+        delay = max(self._backoff_delay(item), math.ceil(holder_lease_seconds or 0))
         if item.message.receive_count >= self.contract.max_receive_count or self._copies(item.message):
             # Deferred (another holder's lease is live): not an attempt, so it must cost the message
             # neither its retry budget nor, on its last receive, its place in the queue.
-            self.hand_back(item, "deferred", delay=self._backoff_delay(item))
+            self.hand_back(item, "deferred", delay=delay)
             return False
-        self._back_off(item)
+        self._back_off(item, delay)
         return False
 
     def _backoff_delay(self, item: InFlight) -> int:
@@ -282,9 +286,9 @@ class Settlement:
         # Equal jitter: at least half the cap, so retries of a burst spread without coming back early.
         return int(self._random.uniform(cap / 2, cap) + 0.5)
 
-    def _back_off(self, item: InFlight) -> None:
-        """A spent attempt: the message comes back after a jittered backoff (a visibility change)."""
-        delay = self._backoff_delay(item)
+    def _back_off(self, item: InFlight, delay: int | None = None) -> None:
+        """A spent attempt: the message comes back after a jittered backoff (a visibility change), or ``delay``."""
+        delay = self._backoff_delay(item) if delay is None else delay
         budget = int(item.received_at + SQS_MAX_VISIBILITY_SECONDS - self._clock()) - 1
         self._ack.change_visibility(item.ticket, max(0, min(delay, budget)), "backoff")
         log.info("message_backoff", extra=item.context.fields(delay_seconds=delay))

@@ -282,9 +282,9 @@ class TracedSettlement(Settlement):
         self._tracer.outcome(item, "deleted")
         return super()._succeed(item, complete)
 
-    def _back_off(self, item: InFlight) -> None:
+    def _back_off(self, item: InFlight, delay: int | None = None) -> None:
         self._tracer.outcome(item, "backoff")
-        super()._back_off(item)
+        super()._back_off(item, delay)
 
     def _move_to_dlq(self, item: InFlight, reason: str, kind: str) -> bool:
         moved = super()._move_to_dlq(item, reason, kind)

@@ -230,6 +230,18 @@ def test_in_flight_table_finishes_only_a_running_message() -> None:
     assert (table.finish(item), item.state) == (State.TIMED_OUT, State.TIMED_OUT)
 
 
+def test_in_flight_table_counts_a_handler_stuck_only_past_its_lease() -> None:
+    """Timed out at max_duration, but stuck (toward every slot stuck) only past stuck_seconds, its attempt's end: a
+    handler returning just past max_duration is settled before the process would exit for it."""
+    table, item = InFlightTable(), in_flight()
+    table.admit([item])
+    table.start(item, key="k", owner="o")
+    item.started_at = 0.0
+    assert table.time_out_overruns(now=6.0, timeout_seconds=5.0, stuck_seconds=15.0) == ([item], 0)
+    assert table.time_out_overruns(now=15.0, timeout_seconds=5.0, stuck_seconds=15.0) == ([], 0)
+    assert table.time_out_overruns(now=15.1, timeout_seconds=5.0, stuck_seconds=15.0) == ([], 1)
+
+
 def test_in_flight_table_releases_the_unfinished_with_whether_they_were_attempted() -> None:
     """At the drain timeout a running message counts its attempt, a waiting one does not; done ones stay."""
     table = InFlightTable()
