@@ -19,8 +19,9 @@ process. What the backends do is moto's; the world changes five things, each to 
   moto counts from the send, which would refuse an extension SQS accepts for a message that waited in the queue.
 
 Faults (:class:`Faults`), drawn per request: a throttle or a 5xx before the backend sees the request (nothing done),
-or a lost answer after it (done, then botocore retries: the case where a conditional write meets its own record),
-and brownouts: windows of time in which every call to a service is throttled. tests/sim/test_aws_contract.py runs
+or a lost answer after it (done, then botocore retries: the case where a conditional write meets its own record), an
+exception no caller expects (a crash of the thread that called), and brownouts: windows of time in which every call
+to a service is throttled. tests/sim/test_aws_contract.py runs
 the same SQS and DynamoDB checks here and on plain moto, and they agree.
 """
 
@@ -60,6 +61,10 @@ class Brownout:
     end: float
 
 
+class SimulatedCrash(RuntimeError):
+    """What a ``crash`` fault raises out of a call: no part of the runtime catches it, so its thread ends."""
+
+
 @dataclass(frozen=True)
 class Faults:
     """Per-request fault rates of the runtime's calls (the world's own producer meets none), and brownouts.
@@ -70,6 +75,7 @@ class Faults:
     throttle: float = 0.0
     error_before: float = 0.0
     lost_answer: float = 0.0
+    crash: float = 0.0  # a call raises what no caller expects (a library's bug): the thread that made it dies
     brownouts: tuple[Brownout, ...] = ()
     operations: tuple[str, ...] = ()
 
@@ -209,6 +215,7 @@ class Aws:
             ("throttle", self.faults.throttle),
             ("error_before", self.faults.error_before),
             ("lost_answer", self.faults.lost_answer),
+            ("crash", self.faults.crash),
         ):
             if draw < rate:
                 return kind
@@ -322,6 +329,8 @@ class Transport:
         fault = aws.fault(self.service, operation) if self.faults else None
         call = Call(sim.now, self.caller, self.service, operation, fault, body)
         aws.ledger.calls.append(call)
+        if fault == "crash":
+            raise SimulatedCrash(f"{operation}: an exception no caller expects (simulated)")
         if fault == "throttle":
             status, headers, raw = _throttle(self.service)
         elif fault == "error_before":

@@ -150,7 +150,18 @@ def _shutdown(run: Run) -> Iterable[Violation]:
     stop_timeout = run.contract.stop_timeout_seconds or 0
     # A slot holding a handler past max_duration is stuck: all of them stuck, the process exits 3 (ECS replaces it).
     may_stick = any(kind in ("hang", "overrun", "slow") for kind in run.kinds.values())
+    crashed = _crashes(run)
     for process in run.processes:
+        crash = crashed.get(process.name)
+        if crash is not None and (process.killed is None or crash < process.killed):
+            # A thread of it crashed: the process must stop, exit 1, as promptly as a SIGTERM would end it, never
+            # go on half alive (a dead acknowledger deletes nothing; a dead poller receives nothing).
+            ended = process.exited if process.exited is not None else process.killed
+            if ended is None or ended - crash > stop_timeout + 1:
+                yield Violation("shutdown", f"{process.name}: a thread crashed at {crash:.1f} and it went on")
+            elif process.exited is not None and process.exit_code not in (1, 3):
+                yield Violation("shutdown", f"{process.name}: a thread crashed and it exited {process.exit_code}")
+            continue
         if process.killed is not None and (process.exited is None or process.killed < process.exited):
             continue
         if process.sigterm is not None:
@@ -164,6 +175,15 @@ def _shutdown(run: Run) -> Iterable[Violation]:
                 yield Violation("shutdown", f"{process.name} exited {process.exit_code} after SIGTERM")
         elif process.exited is not None and not (process.exit_code == 3 and may_stick):
             yield Violation("shutdown", f"{process.name} exited {process.exit_code} unasked at {process.exited:.1f}")
+
+
+def _crashes(run: Run) -> dict[str, float]:
+    """Process -> when a call of one of its threads first raised what nothing expects (a ``crash`` fault)."""
+    crashed: dict[str, float] = {}
+    for call in run.ledger.calls:
+        if call.fault == "crash":
+            crashed.setdefault(call.caller, call.at)
+    return crashed
 
 
 def _requests(run: Run) -> Iterable[Violation]:

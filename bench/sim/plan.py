@@ -71,6 +71,7 @@ class Plan:
         if rng.random() < 0.2:
             kinds.append("unavailable")
         throttle, before, lost = (rng.choice((0.0, 0.02, 0.08)) for _ in range(3))
+        crash = 0.01 if rng.random() < 0.1 else 0.0
         brownouts: tuple[Brownout, ...] = ()
         if rng.random() < 0.2:
             start = rng.uniform(0, chaos_until)
@@ -96,7 +97,7 @@ class Plan:
             consumers=consumers,
             kills=kills,
             sigterms=sigterms,
-            faults=Faults(throttle=throttle, error_before=before, lost_answer=lost, brownouts=brownouts),
+            faults=Faults(throttle=throttle, error_before=before, lost_answer=lost, crash=crash, brownouts=brownouts),
             chaos_until=chaos_until,
             protection=rng.random() < 0.3,
             ddb_latency_ms=(50.0, rng.choice((200.0, 1500.0))) if rng.random() < 0.1 else None,

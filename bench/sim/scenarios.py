@@ -240,4 +240,24 @@ SCENARIOS += (
     ),
 )
 
+SCENARIOS += (
+    Scenario(
+        "a_crashed_thread_ends_the_process",
+        10,
+        "visibility changes (sent by the acknowledger's thread alone) raise what nothing expects, as a library's bug"
+        " would: the thread dies, and the process exits 1 at once (ECS replaces it) rather than go on with nothing"
+        " deleting or extending",
+        _plan(
+            1015,
+            messages=6,
+            concurrency=2,
+            max_duration=10,
+            max_lease=4,
+            duration=(6.0, 8.0),
+            faults=Faults(crash=0.5, operations=("ChangeMessageVisibilityBatch",)),
+            chaos_until=30.0,
+        ),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -24,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import SQS_MAX_BATCH
 from consumer.runtime.clock import SYSTEM, Clock, Waitable
+from consumer.runtime.liveness import ACKNOWLEDGER_LOOP, Liveness
 
 if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
     from mypy_boto3_sqs import SQSClient
@@ -110,6 +111,8 @@ class Acknowledger:
         every_tick: Callable[[], None] | None = None,
         waiting: Callable[[], bool] = lambda: False,
         clock: Clock = SYSTEM,
+        guard: Callable[[Callable[[], None]], Callable[[], None]] = lambda run: run,
+        liveness: Liveness | None = None,
     ) -> None:
         self._client = client
         self._queue_url = queue_url
@@ -133,7 +136,10 @@ class Acknowledger:
         self._oldest_pending: float | None = None
         self._sending = 0  # sends of deletes under way, on any thread: a flush waits for them
         self._drained = False  # the thread's last flush is done: from now on each delete's caller sends it
-        self._thread = clock.thread(self._run, name="acknowledger")
+        # Guarded as every thread of the consumer is (its death ends the process: nothing else deletes or extends),
+        # and seen by the health check (it beats each time round its loop; idle while it sleeps for want of work).
+        self._thread = clock.thread(guard(self._run), name=ACKNOWLEDGER_LOOP)
+        self._liveness = liveness or Liveness(None)
         self._closed = False
 
     def start(self) -> None:
@@ -183,6 +189,10 @@ class Acknowledger:
         while True:
             # A tick only while something waits on a timer: an idle consumer's acknowledger sleeps until work comes.
             timed = self._oldest_pending is not None or self._waiting()
+            if timed:
+                self._liveness.beat(ACKNOWLEDGER_LOOP)
+            else:
+                self._liveness.idle(ACKNOWLEDGER_LOOP)
             try:
                 op = self._ops.get(timeout=TICK_SECONDS if timed else None)
             except queue.Empty:

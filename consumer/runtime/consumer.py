@@ -47,7 +47,7 @@ from consumer.runtime.failures import FailureText
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State
-from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness, poller_loop
+from consumer.runtime.liveness import ACKNOWLEDGER_LOOP, HEARTBEAT_LOOP, Liveness, poller_loop
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import (
     BATCH_FILL_SECONDS,
@@ -250,6 +250,8 @@ class Consumer:
             before_delete=self._completions.record,
             every_tick=self._completions.flush,
             waiting=self._completions.waiting,
+            guard=self._guarded,
+            liveness=self.liveness,
             # The consumer's clock: an extension sets a lease's end (visible_until) from the send time it reports,
             # and the heartbeat and the delete at once compare that end with the consumer's clock.
             clock=clock,
@@ -374,6 +376,8 @@ class Consumer:
         allowances = {poller_loop(i): self.contract.poll_stall_seconds for i in range(self.contract.pollers)}
         if isinstance(self._worker, AsyncWorker):
             allowances[EVENT_LOOP] = EVENT_LOOP_STALL_SECONDS
+        # The acknowledger's calls are SQS calls as a receive is: the same worst case, the same allowance.
+        allowances[ACKNOWLEDGER_LOOP] = self.contract.poll_stall_seconds
         self.liveness.start({**allowances, HEARTBEAT_LOOP: self.contract.heartbeat_stall_seconds})
         self._ack.start()
         for thread in threads:

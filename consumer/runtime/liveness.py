@@ -31,6 +31,8 @@ DEFAULT_LIVENESS_FILE = "/tmp/consumer-liveness.json"  # noqa: S108 (the task's 
 #: A loop's progress reaches the file at most this often: cheap, and still far below any allowance (>= 11 s).
 MIN_WRITE_SECONDS = 1.0
 HEARTBEAT_LOOP = "heartbeat"
+#: The acknowledger's thread: it beats each time round its loop, and says it is idle when it sleeps for want of work.
+ACKNOWLEDGER_LOOP = "acknowledger"
 
 
 def liveness_path(environ: Mapping[str, str]) -> Path:
@@ -84,9 +86,21 @@ class Liveness:
             if entry is None:
                 return  # not started (a part driven alone in a test)
             entry["at"] = now
-            if now - self._written[loop] >= self._min_write_seconds:
+            idle = entry.pop("idle", None) is not None  # working again: its allowance counts from now
+            if idle or now - self._written[loop] >= self._min_write_seconds:
                 self._written[loop] = now
                 self._write()
+
+    def idle(self, loop: str) -> None:
+        """``loop`` sleeps until work comes, on purpose (whoever gives it work wakes it): no stall, however long."""
+        now = self._clock()
+        with self._lock:
+            entry = self._loops.get(loop)
+            if entry is None or entry.get("idle"):
+                return
+            entry["at"], entry["idle"] = now, 1.0
+            self._written[loop] = now
+            self._write()
 
     def stopping(self) -> None:
         """Shutdown began: the pollers stop on purpose; only the heartbeat (which runs until the end) is checked."""
@@ -116,6 +130,7 @@ def check(path: Path, now: float) -> tuple[bool, str]:
             str(name): (float(entry["at"]), float(entry["stall_after_seconds"]))
             for name, entry in document["loops"].items()
         }
+        idle = {str(name) for name, entry in document["loops"].items() if entry.get("idle")}
         stopping = bool(document.get("stopping", False))
     except FileNotFoundError:
         return False, f"unhealthy: no progress file at {path} (the consumer has not started its loops)"
@@ -125,6 +140,9 @@ def check(path: Path, now: float) -> tuple[bool, str]:
     for name, (at, allowed) in sorted(loops.items()):
         if stopping and name != HEARTBEAT_LOOP:
             continue  # shutting down: the pollers stopped receiving on purpose
+        if name in idle:
+            fine.append(f"{name} idle")  # asleep for want of work, on purpose
+            continue
         ago = now - at
         if ago > allowed:
             since = datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")

@@ -101,7 +101,7 @@ PAST_SECONDS = 3600
 #: Long enough that no handler overruns while a test holds it (the stuck-handler exit would end the run).
 WATCHED = WorkerContract(max_duration_seconds=60, concurrency=1, retry_backoff_base_seconds=1)
 #: A fresh loop's line; a stalled one's says how long ago (at least PAST_SECONDS) and its allowance.
-FRESH = r"healthy: heartbeat \d+ s ago, poller-0 \d+ s ago"
+FRESH = r"healthy: acknowledger (idle|\d+ s ago), heartbeat \d+ s ago, poller-0 \d+ s ago"
 
 
 class JumpingClock:
@@ -281,4 +281,4 @@ def test_health_turns_1_naming_the_heartbeat_when_the_process_is_frozen_and_reco
         )
     finally:
         process.send_signal(signal.SIGCONT)
-    assert health_until(liveness_file, 0, timeout=10).startswith("healthy: heartbeat ")
+    assert health_until(liveness_file, 0, timeout=10).startswith("healthy: acknowledger ")

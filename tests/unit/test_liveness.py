@@ -235,3 +235,20 @@ def test_heartbeat_beats_after_each_lease_renewal(tmp_path: Path) -> None:
     heartbeat._extend_leases(0.0)
     assert beats == [start, start + 50, start + 100]
     assert check(path, clock.now)[0] is True  # 150 s of renewals, yet 0 s since the last beat
+
+
+def test_an_idle_loop_is_healthy_however_long_it_sleeps(tmp_path: Path) -> None:
+    """The acknowledger sleeps for want of work on purpose: idle, it is never stalled; once it beats again its allowance
+    counts from then, and past it the check names it."""
+    path, clock = tmp_path / "live.json", Clock()
+    liveness = Liveness(path, clock=clock)
+    liveness.start({"acknowledger": 128, "heartbeat": 13})
+    liveness.idle("acknowledger")
+    clock.now += 3600
+    liveness.beat("heartbeat")
+    assert check(path, clock.now) == (True, "healthy: acknowledger idle, heartbeat 0 s ago")
+    liveness.beat("acknowledger")
+    clock.now += 129
+    liveness.beat("heartbeat")
+    healthy, line = check(path, clock.now)
+    assert not healthy and line.startswith("unhealthy: acknowledger stalled: no progress since ")
