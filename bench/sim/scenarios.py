@@ -260,4 +260,27 @@ SCENARIOS += (
     ),
 )
 
+SCENARIOS += (
+    Scenario(
+        "drain_hand_back_frees_the_claim",
+        10,
+        "FIFO, two receives allowed: a 240 s handler (max_duration 300 s, a drain of 115 s) still runs when the drain"
+        " ends and is handed back; its claim's lease is cut to the flush that ends the process, so the next receive"
+        " claims it, instead of deferring to a lease of 310 s (a receive spent: the DLQ, untried)",
+        _plan(
+            1016,
+            fifo=True,
+            messages=1,
+            kinds=("slow",),
+            slow=(0.8, 0.8),
+            max_duration=300,
+            max_receive_count=2,
+            concurrency=1,
+            consumers_from=1.0,
+            sigterms=((10.0, 0),),
+            chaos_until=20.0,
+        ),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

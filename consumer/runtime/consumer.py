@@ -449,7 +449,7 @@ class Consumer:
         for item, attempted in unfinished:
             # Past the drain time: hand back now rather than let the lease run out after SIGKILL.
             # A handler still running at the drain timeout had its attempt.
-            self._settlement.hand_back(item, "drain_timeout", attempted=attempted)
+            self._settlement.hand_back_at_drain(item, attempted=attempted)
             log.warning("message_handed_back", extra={"message_id": item.message.message_id})
         if unfinished or handed_back:
             # A long poll still outstanding may be answered with the copies just requeued: it returns at once

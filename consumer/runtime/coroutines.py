@@ -201,7 +201,7 @@ class AsyncWorker(Worker):
                     extra=item.context.fields(max_duration_seconds=self.contract.max_duration_seconds, cancelled=True),
                 )
         elif self._table.release_running(item):
-            self._settlement.hand_back(item, "drain_timeout", attempted=True)
+            self._settlement.hand_back_at_drain(item, attempted=True)
             log.warning("message_handed_back", extra=item.context.fields(cancelled=True))
 
     async def _blocking(self, call: Callable[..., Any], *args: Any) -> Any:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.contract import SHUTDOWN_FLUSH_SECONDS, SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit
@@ -205,6 +205,13 @@ class Settlement:
         elif (last or copy or self._copies(message)) and self._send_copy(item, why, delay, attempted):
             return
         self._ack.change_visibility(item.ticket, delay, "release")
+
+    def hand_back_at_drain(self, item: InFlight, *, attempted: bool) -> None:
+        """Hand back a message whose handler still runs (or was cancelled) when the drain ends. Its idempotency lease
+        is cut to the flush that ends the process (the handler dies with it): the next receive's claim then waits
+        seconds for it, not the whole lease the heartbeat kept renewing."""
+        update_record(self._idempotency, "renew", item, lease_seconds=SHUTDOWN_FLUSH_SECONDS)
+        self.hand_back(item, "drain_timeout", attempted=attempted)
 
     # --- outcomes ---------------------------------------------------------------
     def _late_success(self, item: InFlight, complete: bool) -> bool:
