@@ -10,7 +10,8 @@
 - **once**: an event's side effect, counted at the handler, happens once;
 - **order**: on FIFO, the events of a group are done in the order they were sent;
 - **lease**: no message stays invisible longer than any lease or backoff of the contract without a live holder;
-- **shutdown**: a SIGTERM ends the process within the contract's stop timeout, exit 0;
+- **shutdown**: a SIGTERM ends the process within the contract's stop timeout, exit 0; a process exits by itself only
+  as stuck (exit 3, every slot held past its lease) or after an error no part of it caught (exit 1);
 - **requests**: the SQS and DynamoDB requests of the consumers stay within a bound derived from the contract.
 
 What the world itself did is an excuse for some of them, never for the rest: a SIGKILL of a process holding the event
@@ -24,6 +25,7 @@ doing work twice.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ class _Touches:
     sqs_fault: bool = False
     lost_receive: bool = False
     ddb_fault: bool = False
+    fifo_hand_back: bool = False  # handed back on FIFO behind a failure or while the circuit was open: a receive
 
 
 def check(run: Run) -> list[Violation]:
@@ -100,16 +103,21 @@ def _placement(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
                 "tried", f"{event} ({kind}) was moved to the DLQ by SQS's redrive, without a reason {counts}"
             )
         unattempted = [r for r in reasons if r and r.get("kind") == "unattempted"]
-        if unattempted:
+        if unattempted and not _fifo_cost(unattempted, touch):
             yield Violation("tried", f"{event} ({kind}) in the DLQ untried: {unattempted[0]['reason']}")
-        if copies and not attempts[event]:
+        if copies and not attempts[event] and not touch.fifo_hand_back:
             yield Violation("tried", f"{event} ({kind}) in the DLQ with no attempt at all")
         if len(copies) > 1 and not (touch.sqs_fault or touch.killed):
             yield Violation("once", f"{event} ({kind}) is in the DLQ {len(copies)} times")
-        dlq_excused = touch.killed or touch.lost_receive
+        dlq_excused = touch.killed or touch.lost_receive or touch.fifo_hand_back
         if kind in MUST_SUCCEED and copies and not dlq_excused:
             yield Violation("placed", f"{event} ({kind}) is in the DLQ: {_kinds(reasons)}; its handler would succeed")
-        if kind == "poison" and (effects or not any(r and r.get("kind") == "poison" for r in reasons)):
+        fifo_cost = bool(copies) and touch.fifo_hand_back  # in the DLQ with a reason, by a FIFO hand-back
+        if (
+            kind == "poison"
+            and (effects or not any(r and r.get("kind") == "poison" for r in reasons))
+            and not fifo_cost
+        ):
             yield Violation("placed", f"{event} (poison) is not in the DLQ as poison: {_kinds(reasons)}")
         if kind == "failing" and not any(r and r.get("kind") == "exhausted" for r in reasons) and not dlq_excused:
             yield Violation("placed", f"{event} (failing) is not in the DLQ as exhausted: {_kinds(reasons)}")
@@ -118,6 +126,27 @@ def _placement(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
             yield Violation("once", f"{event} ({kind}) was done {len(effects)} times: {where}")
         if effects and copies and not (touch.killed or touch.overran or touch.sqs_fault):
             yield Violation("once", f"{event} ({kind}) was done and is in the DLQ too: {_kinds(reasons)}")
+
+
+#: FIFO's documented cost (docs/runtime.md, "FIFO", "hand-back" and "The circuit"): a hand-back there is a visibility
+#: change, a receive, since a copy would jump its group: the rest of a group after a failure, what the consumer holds
+#: while the circuit is open, a deferral to another holder, what is unstarted at shutdown or running at the drain's
+#: end, a start past the 12 hours; on the last allowed receive such a message goes to the DLQ with the reason. The
+#: consumer logs each (message_released and the like, with its why). A message waiting its turn is never among them:
+#: it keeps its lease (lease_ran_down is no excuse), and nothing else excuses an untried move.
+FIFO_HAND_BACKS = (
+    "fifo_group_blocked",
+    "circuit_open",
+    "deferred",
+    "shutdown",
+    "received_after_shutdown",
+    "drain_timeout",
+    "visibility_budget",
+)
+
+
+def _fifo_cost(unattempted: list[dict[str, Any]], touch: _Touches) -> bool:
+    return touch.fifo_hand_back and all(any(f"({why})" in r["reason"] for why in FIFO_HAND_BACKS) for r in unattempted)
 
 
 def _duplicate_excused(run: Run, touch: _Touches) -> bool:
@@ -152,15 +181,9 @@ def _shutdown(run: Run) -> Iterable[Violation]:
     may_stick = any(kind in ("hang", "overrun", "slow") for kind in run.kinds.values())
     crashed = _crashes(run)
     for process in run.processes:
-        crash = crashed.get(process.name)
-        if crash is not None and (process.killed is None or crash < process.killed):
-            # A thread of it crashed: the process must stop, exit 1, as promptly as a SIGTERM would end it, never
-            # go on half alive (a dead acknowledger deletes nothing; a dead poller receives nothing).
-            ended = process.exited if process.exited is not None else process.killed
-            if ended is None or ended - crash > stop_timeout + 1:
-                yield Violation("shutdown", f"{process.name}: a thread crashed at {crash:.1f} and it went on")
-            elif process.exited is not None and process.exit_code not in (1, 3):
-                yield Violation("shutdown", f"{process.name}: a thread crashed and it exited {process.exit_code}")
+        if process.exit_code == 1 and process.name in crashed:
+            # A call raised what nothing expected and no part caught it: its guarded thread stopped the process (exit
+            # 1) rather than leave it half alive. (An unguarded thread's death is the scheduler's to report.)
             continue
         if process.killed is not None and (process.exited is None or process.killed < process.exited):
             continue
@@ -246,11 +269,34 @@ def _touches(run: Run) -> dict[str, _Touches]:
                     touches[event].ddb_fault = True
     # Past max_duration a handler is given up on; past its attempt's end (max_duration and the margin) its lease may
     # have lapsed and another receive run it too. A success between the two must still count once (race 3).
+    if run.plan.fifo:
+        events = {
+            m.get("MessageId"): m.get("Body", "")
+            for c in run.ledger.calls
+            for m in (c.answer or {}).get("Messages", [])
+        }
+        for line in run.events:
+            released = _RELEASED.search(line)
+            why = released and (released["why"] or _WHY[released[1]])
+            if released and why in FIFO_HAND_BACKS and events.get(released["id"]) in touches:
+                touches[events[released["id"]]].fifo_hand_back = True
     for attempt in run.attempts:
         end = attempt.ended
         if end is None or end - attempt.started > run.contract.attempt_timeout_seconds:
             touches[attempt.event].overran = True
     return touches
+
+
+_RELEASED = re.compile(
+    r"log (message_released|downstream_unavailable|message_in_progress_elsewhere|message_handed_back)"
+    r" message_id=(?P<id>\S+)(?: why=(?P<why>\S+))?"
+)
+#: The why of a hand-back whose log line names none: the circuit's own message, a deferral, the drain's end.
+_WHY = {
+    "downstream_unavailable": "circuit_open",
+    "message_in_progress_elsewhere": "deferred",
+    "message_handed_back": "drain_timeout",
+}
 
 
 def _mentions(body: Any, handles: dict[str, str]) -> Iterable[str]:

@@ -130,5 +130,6 @@ class Plan:
             f" concurrency={self.concurrency} max_receive_count={self.max_receive_count} max_lease={self.max_lease}"
             f" messages={self.messages} consumers={self.consumers} {chaos} throttle={faults.throttle}"
             f"{' slow_table' if self.ddb_latency_ms else ''}{' protection' if self.protection else ''}"
-            f" error_before={faults.error_before} lost_answer={faults.lost_answer} brownouts={len(faults.brownouts)}"
+            f" error_before={faults.error_before} lost_answer={faults.lost_answer} crash={faults.crash}"
+            f" brownouts={len(faults.brownouts)}"
         )

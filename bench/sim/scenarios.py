@@ -283,4 +283,15 @@ SCENARIOS += (
     ),
 )
 
+SCENARIOS += (
+    Scenario(
+        "a_dead_acknowledger_leaves_no_delete_behind",
+        10,
+        "found by seed 500 once the acknowledger's thread was guarded: it died with a delete waiting for its batch, and"
+        " shutdown waited 10 s for it and dropped the delete, so a finished message ran again; now what waits is sent"
+        " from the closing thread",
+        Plan.draw(500),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

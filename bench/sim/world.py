@@ -58,9 +58,10 @@ class World:
     def simulate(self) -> Run:
         capture = _LogCapture(self.sim)
         logger = logging.getLogger("consumer")
-        saved_level = logger.level
+        saved_level, saved_propagate = logger.level, logger.propagate
         logger.addHandler(capture)
         logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # the run's own log is its event log: nothing reaches the process's handlers
         try:
             with self.aws:
                 self.sim.run(self._main)
@@ -69,6 +70,7 @@ class World:
         finally:
             logger.removeHandler(capture)
             logger.setLevel(saved_level)
+            logger.propagate = saved_propagate
         self.run.errors = list(self.sim.errors)
         self.run.events = self.sim.events
         self.run.ledger = self.aws.ledger

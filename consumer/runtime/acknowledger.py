@@ -176,8 +176,13 @@ class Acknowledger:
         return marker.done.wait(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush and stop the thread."""
+        """Flush and stop the thread. If the thread died (an error nothing expected: the process is stopping for it),
+        what waits is sent from here, so no finished message is left to run again."""
         if self._closed:
+            return
+        if not self._thread.is_alive():
+            self._closed = True
+            self._last_flush()
             return
         self.flush(timeout)
         self._closed = True
@@ -200,8 +205,7 @@ class Acknowledger:
             if self._every_tick is not None:
                 self._every_tick()
             if op is None:
-                self._send_all_deletes(final=True)
-                self._send_visibility(self._queued_visibility())  # put before the drain; later ones are sent by callers
+                self._last_flush()
                 return
             visibility: list[_Visibility] = []
             flushes: list[_Flush] = []
@@ -226,6 +230,14 @@ class Acknowledger:
                 self._send_deletes(tickets)
             for marker in flushes:
                 marker.done.set()
+
+    def _last_flush(self) -> None:
+        """The completions waiting, every delete (and what SQS failed on its side, retried), then the visibility changes
+        queued before the drain; any decided later is sent by its caller."""
+        if self._every_tick is not None:
+            self._every_tick()
+        self._send_all_deletes(final=True)
+        self._send_visibility(self._queued_visibility())
 
     def _queued_visibility(self) -> list[_Visibility]:
         changes: list[_Visibility] = []
@@ -306,7 +318,7 @@ class Acknowledger:
                 {"Id": str(i), "ReceiptHandle": t.receipt_handle} for i, t in enumerate(batch)
             ]
             send = partial(self._client.delete_message_batch, QueueUrl=self._queue_url, Entries=entries)
-            failed = self._call("DeleteMessageBatch", entries, send)
+            failed = call_batch("DeleteMessageBatch", self._queue_url, entries, send)
             for index, ticket in enumerate(batch):
                 failure = failed.get(str(index))
                 if failure is None:
@@ -341,7 +353,7 @@ class Acknowledger:
             ]
             send = partial(self._client.change_message_visibility_batch, QueueUrl=self._queue_url, Entries=entries)
             sent_at = self._clock()
-            failed = self._call("ChangeMessageVisibilityBatch", entries, send)
+            failed = call_batch("ChangeMessageVisibilityBatch", self._queue_url, entries, send)
             for index, change in enumerate(batch):
                 failure = failed.get(str(index))
                 if failure is None:
@@ -360,24 +372,19 @@ class Acknowledger:
                     },
                 )
 
-    def _call(
-        self, operation: str, entries: Sequence[_BatchEntry], send: Callable[[], _BatchResult]
-    ) -> dict[str, BatchResultErrorEntryTypeDef]:
-        """Run one batch call (``send``); returns failed entries by Id (every entry, if the call itself failed)."""
-        try:
-            response = send()
-        except (ClientError, BotoCoreError) as error:
-            log.warning(
-                "sqs_batch_failed",
-                extra={
-                    "operation": operation,
-                    "queue_url": self._queue_url,
-                    "error": str(error),
-                    "entries": len(entries),
-                },
-            )
-            return {
-                e["Id"]: {"Id": e["Id"], "SenderFault": False, "Code": "CallFailed", "Message": str(error)}
-                for e in entries
-            }
-        return {f["Id"]: f for f in response.get("Failed", [])}
+
+def call_batch(
+    operation: str, queue_url: str, entries: Sequence[_BatchEntry], send: Callable[[], _BatchResult]
+) -> dict[str, BatchResultErrorEntryTypeDef]:
+    """Run one batch call (``send``); returns failed entries by Id (every entry, if the call itself failed)."""
+    try:
+        response = send()
+    except (ClientError, BotoCoreError) as error:
+        log.warning(
+            "sqs_batch_failed",
+            extra={"operation": operation, "queue_url": queue_url, "error": str(error), "entries": len(entries)},
+        )
+        return {
+            e["Id"]: {"Id": e["Id"], "SenderFault": False, "Code": "CallFailed", "Message": str(error)} for e in entries
+        }
+    return {f["Id"]: f for f in response.get("Failed", [])}

@@ -401,6 +401,9 @@ class Poller:
             log.warning("received_after_shutdown", extra={"count": len(received), "queue_url": self.queue_url})
             for item in received:
                 self._hand_back(item, "received_after_shutdown")
+                log.info(
+                    "message_released", extra={"message_id": item.message.message_id, "why": "received_after_shutdown"}
+                )
             return
         try:
             if self._stop.is_set():
