@@ -8,10 +8,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections import Counter
 from typing import Any
 
-import boto3
 import pytest
 
 from consumer import BatchResult, Message, worker
@@ -36,31 +34,6 @@ def reasons(sqs: Any, dlq_url: str) -> dict[str, tuple[str, str]]:
         reason = read_reason(moved.get("MessageAttributes", {})) or {}
         found[moved["Body"]] = (reason.get("kind", ""), reason.get("reason", ""))
     return found
-
-
-def test_batches_are_collected_across_receives_up_to_max_batch_then_the_window(
-    sqs: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """25 messages, max_batch 20 (two receives of 10 at least), one thread: a full batch of 20, then the 5 left
-    once the window has passed; every message deleted. In-process moto may answer two concurrent receives with one
-    message: the idempotency guard then keeps the second copy from the call (deferred), so it counts to the 20."""
-    contract = fast_contract(concurrency=1, max_batch=20, batch_window_seconds=4)
-    pair = create_pair(sqs, contract)
-    send(sqs, pair.queue_url, *(f"m{i}" for i in range(25)))
-    calls: list[list[str]] = []
-    caplog.set_level(logging.INFO, logger="consumer")
-
-    def handle(messages: list[Message]) -> BatchResult:
-        calls.append([m.body for m in messages])
-        return BatchResult().succeeded(*messages)
-
-    with running(consumer_of(sqs, pair, contract, handle)) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
-    twice = sum(1 for record in caplog.records if record.getMessage() == "message_in_progress_elsewhere")
-    assert len(calls[0]) + twice == 20
-    assert {body for call in calls for body in call} == {f"m{i}" for i in range(25)}
-    assert len(calls) == 2 and len(calls[1]) >= 5  # the rest, once the window passed (and any copy handed back)
-    assert result.exit_code == EXIT_OK
 
 
 @worker(
@@ -272,53 +245,3 @@ def test_a_batch_contract_takes_the_window_into_the_lease() -> None:
     windowed = dataclasses.replace(plain, batch_window_seconds=5)
     assert windowed.visibility_timeout_seconds == plain.visibility_timeout_seconds + 5
     assert windowed.retry_horizon_seconds == plain.retry_horizon_seconds + 5 * plain.redrive_max_receive_count
-
-
-@pytest.mark.solo  # a starved pool closes batch windows late and receives for small room: 0.267 once (45 receives)
-def test_a_batch_handler_costs_the_floor_in_sqs_requests(sqs: Any) -> None:
-    """300 messages through batches of 100: one receive and one delete call per 10 messages, as for one-message
-    handlers (the floor, 0.2 requests a message; a few receives come back short at the end, a moto duplicate may
-    cost a requeue). Counted on the consumer's own client, every SQS call it makes."""
-    contract = fast_contract(concurrency=2, max_batch=100, batch_window_seconds=1, max_duration_seconds=30)
-    pair = create_pair(sqs, contract)
-    send(sqs, pair.queue_url, *(f"m{i}" for i in range(300)))
-    client = boto3.client("sqs", region_name=sqs.meta.region_name, endpoint_url=sqs.meta.endpoint_url)
-    calls: list[str] = []
-    client.meta.events.register("before-send.sqs.*", lambda event_name, **_: calls.append(event_name))
-
-    def handle(messages: list[Message]) -> BatchResult:
-        return BatchResult().succeeded(*messages)
-
-    with running(consumer_of(client, pair, contract, handle)):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=120)
-        made = len(calls)
-    assert made / 300 <= 0.25, Counter(name.rsplit(".", 1)[-1] for name in calls)
-
-
-@pytest.mark.solo  # real time: 4 s leases kept by the heartbeat, which a loaded pool delayed past their reach once
-def test_messages_waiting_for_a_free_thread_keep_their_lease(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """A 4 s lease (max_lease), one thread: while a call runs 8 s, the messages the receive in flight brought wait
-    for the thread; the heartbeat extends their leases as it does a running message's, so they start on the same
-    receive (not handed back with their lease run down, nor received again elsewhere)."""
-    contract = fast_contract(concurrency=1, max_batch=10, max_duration_seconds=20, max_lease_seconds=4)
-    pair = create_pair(sqs, contract)
-    send(sqs, pair.queue_url, "a", "b")
-    running_call = threading.Event()
-    calls: list[list[tuple[str, int]]] = []
-
-    def handle(messages: list[Message]) -> BatchResult:
-        calls.append([(m.body, m.receive_count) for m in messages])
-        if len(calls) == 1:
-            running_call.set()
-            threading.Event().wait(8)
-        return BatchResult().succeeded(*messages)
-
-    caplog.set_level(logging.INFO, logger="consumer")
-    with running(consumer_of(sqs, pair, contract, handle)):
-        wait_until(running_call.is_set, timeout=10)
-        send(sqs, pair.queue_url, "c", "d", "e")
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
-    released = [r for r in caplog.records if r.getMessage() == "message_released"]
-    assert released == []
-    assert sorted(body for call in calls for body, _ in call) == ["a", "b", "c", "d", "e"]
-    assert all(count == 1 for call in calls for _, count in call)

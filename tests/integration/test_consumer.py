@@ -21,7 +21,7 @@ import consumer.runtime.consumer
 from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.runtime.consumer import EXIT_OK, EXIT_STUCK, Consumer
+from consumer.runtime.consumer import EXIT_OK, Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.observability import Metrics
@@ -214,60 +214,6 @@ def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
             lambda: logged() and (depth(sqs, pair.queue_url).visible, depth(sqs, pair.queue_url).total) == (1, 1)
         )
     assert result.exit_code == EXIT_OK and started == []
-
-
-def test_consumer_keeps_a_slow_handler_invisible_with_the_heartbeat(sqs: Any) -> None:
-    """A handler running 1.5x the initial visibility is extended, finishes once, and is deleted."""
-    contract = fast_contract(max_duration_seconds=8, concurrency=2, max_lease_seconds=4)  # a 4 s lease, a 6 s handler
-    assert contract.visibility_timeout_seconds == 4 and contract.uses_heartbeat_lease
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
-    calls: list[int] = []
-
-    def slow(message: Message) -> None:
-        calls.append(message.receive_count)
-        time.sleep(6)
-
-    worker = consumer_of(sqs, pair, contract, slow)
-    with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
-        time.sleep(1)
-    assert calls == [1]
-
-
-def test_consumer_gives_up_on_an_overrunning_handler_without_deleting(sqs: Any) -> None:
-    """Past max_duration the message is no longer extended, and a handler that then fails is not settled: the
-    message comes back for another try after its lease. (One that then succeeds: tests/sim's scenario
-    success_just_past_max_duration.)"""
-    contract = fast_contract(max_duration_seconds=1, concurrency=2)
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="hang-once")
-    calls: list[int] = []
-
-    def hang_first_time(message: Message) -> None:
-        calls.append(message.receive_count)
-        if message.receive_count == 1:
-            time.sleep(4)
-            raise RuntimeError("failed after its max_duration")
-
-    worker = consumer_of(sqs, pair, contract, hang_first_time)
-    with running(worker):
-        # Visibility is 11 s: the message returns after it, the second run succeeds and deletes.
-        wait_until(lambda: len(calls) == 2, timeout=30)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
-    assert calls == [1, 2]
-
-
-def test_consumer_exits_non_zero_when_every_slot_is_stuck(sqs: Any) -> None:
-    """All slots held by handlers past their timeout: the process stops with EXIT_STUCK."""
-    contract = fast_contract(max_duration_seconds=1, concurrency=1)
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="hang")
-    release = threading.Event()
-    worker = consumer_of(sqs, pair, contract, lambda m: release.wait(30))
-    result = {"code": worker.run()}
-    release.set()
-    assert result["code"] == EXIT_STUCK
 
 
 def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
