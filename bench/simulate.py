@@ -7,6 +7,7 @@ with its event log::
 
     python -m bench.simulate --seeds 100000          # a night's exploration
     python -m bench.simulate --seed 4711 --log       # one seed, its event log
+    python -m bench.simulate --scenario twelve_hour_budget --log   # a named scenario (bench/sim/scenarios.py)
 
 Exit 0 when every seed held, 1 otherwise.
 """
@@ -20,6 +21,7 @@ from collections import Counter
 import typer
 
 from bench.sim.invariants import Violation, check
+from bench.sim.scenarios import BY_NAME
 from bench.sim.world import Plan, Run, simulate
 
 app = typer.Typer(add_completion=False)
@@ -45,6 +47,22 @@ def report(seed: int, run: Run, violations: list[Violation], *, log: bool) -> st
     return "\n".join(lines)
 
 
+def run_scenario(name: str, *, log: bool) -> int:
+    """One named scenario: what it pins, what it broke, its event log (``log``); 0 when it held, else 1."""
+    if name not in BY_NAME:
+        print(f"--scenario: no scenario named {name!r}; one of: {', '.join(sorted(BY_NAME))}", file=sys.stderr)
+        return 2
+    chosen = BY_NAME[name]
+    run = simulate(chosen.plan)
+    violations = check(run)
+    print(f"scenario {name}: {chosen.what}")
+    print(f"  {chosen.plan.describe()}")
+    print(*(f"  {violation}" for violation in violations or ["held every invariant"]), sep="\n")
+    if log:
+        print("  event log:", *(f"    {line}" for line in run.events), sep="\n")
+    return 1 if violations else 0
+
+
 @app.command()
 def main(
     seeds: int = typer.Option(100, help="How many seeds to run, from --start."),
@@ -52,8 +70,11 @@ def main(
     seed: int | None = typer.Option(None, help="Run this one seed only."),
     log: bool = typer.Option(False, help="Print the event log of each seed run (of a failing one without --seed)."),
     stop_at: int = typer.Option(0, help="Stop after this many failing seeds (0: run them all)."),
+    scenario: str | None = typer.Option(None, help="Run this named scenario only (bench/sim/scenarios.py)."),
 ) -> None:
     """Run seeds of the simulated world; print each failing one with its replay command."""
+    if scenario is not None:
+        sys.exit(run_scenario(scenario, log=log))
     chosen = [seed] if seed is not None else list(range(start, start + seeds))
     failed: list[int] = []
     rules: Counter[str] = Counter()

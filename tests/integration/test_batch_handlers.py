@@ -233,7 +233,9 @@ def test_a_timed_out_batch_is_given_up_on_and_the_others_go_on(sqs: Any, caplog:
         assert not consumer.stopping
         unblock.set()
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)  # a late success: deleted
-    assert (sorted(blocked), done) == (["a", "b", "c"], ["later"])
+    # Each message ran once: the overrunning call's (the three, or fewer when a receive failed on a loaded machine and
+    # the circuit's half-open probe brought "a" alone) and the others', "later" among them.
+    assert (sorted(blocked + done), "a" in blocked, "later" in done) == (["a", "b", "c", "later"], True, True)
     late = [record for record in caplog.records if record.getMessage() == "handler_succeeded_late"]
     assert len(late) == len(blocked)
     assert result.exit_code == EXIT_OK
