@@ -137,6 +137,9 @@ EVENT_LOOP_STALL_SECONDS = 30
 #: Threads an async handler's event loop hands blocking calls to (idempotency claims, settlement: SQS and DynamoDB
 #: calls of a few milliseconds), so a coroutine never waits on the network inside the loop.
 ASYNC_EXECUTOR_THREADS = 32
+#: Threads renewing idempotency leases at once (consumer/runtime/heartbeat.py, ``Renewals``): the heartbeat waits on
+#: none of them, and a beat's renewals overlap their round trips.
+RENEWAL_THREADS = 4
 MAX_POLLERS = 4
 #: Twice the day of warning the DLQ age page gives before the earliest expiry (the page comes half the gap after
 #: a move; a message the redrive backstop moved can expire the gap after it).

@@ -3,7 +3,7 @@
 The runtime's boto3 clients are real: botocore serializes, signs, retries (its standard mode, with its own backoff
 and retry quota) and parses as it does against AWS. Only the HTTP session is the world's (:class:`Transport`): each
 request takes seeded latency on the virtual clock, may meet a fault, and is answered by moto's backend in this
-process. What the backends do is moto's; the world changes five things, each to what AWS documents:
+process. What the backends do is moto's; the world changes six things, each to what AWS documents:
 
 - **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes);
 - **the long poll** waits on the virtual clock and "returns as soon as a message is available"
@@ -16,7 +16,13 @@ process. What the backends do is moto's; the world changes five things, each to 
 - **the 12-hour visibility limit** counts from the message's receive, as ChangeMessageVisibility documents ("you can
   continue to call ChangeMessageVisibility to extend the visibility timeout to the maximum allowed time ... 12 hours
   from the receive", https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibility.html);
-  moto counts from the send, which would refuse an extension SQS accepts for a message that waited in the queue.
+  moto counts from the send, which would refuse an extension SQS accepts for a message that waited in the queue;
+- **a superseded receipt handle** (one from a receive before the message's latest) changes nothing: a visibility
+  change with it fails ("The receipt handle has expired", as SQS answers), and a delete with it "will still succeed,
+  but the message might not be deleted"
+  (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html): here it is not.
+  moto accepts any handle the message ever had, so a holder whose lease ran out could still move the message under
+  its next receiver.
 
 Faults (:class:`Faults`), drawn per request: a throttle or a 5xx before the backend sees the request (nothing done),
 or a lost answer after it (done, then botocore retries: the case where a conditional write meets its own record), an
@@ -32,7 +38,7 @@ import functools
 import json
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +150,8 @@ class Aws:
         self.slow = slow or {}  # a service's own latency (a throttled table's), in place of latency_ms
         self.ledger = Ledger()
         self.pollers: dict[str, list[SimThread]] = {}  # queue name -> long polls waiting on it
+        #: Called with each receive's messages as moto hands them out (the world checks who still holds them).
+        self.on_receive: Callable[[list[dict[str, Any]]], None] = lambda _messages: None
         self.receive_attempts: dict[tuple[str, str], ReceiveAttempt] = {}
         self._patches: contextlib.ExitStack | None = None
 
@@ -161,6 +169,7 @@ class Aws:
         stack.enter_context(
             _patched(sqs_models.SQSBackend, "change_message_visibility", _visibility_from_receive(sqs_models))
         )
+        stack.enter_context(_patched(sqs_models.Queue, "delete_message", _deleting_the_latest(sqs_models)))
         # botocore's retry backoff and its jitter: on the virtual clock, from the run's seed.
         stack.enter_context(_patched(botocore.endpoint, "time", _SleepOn(self.sim)))
         stack.enter_context(
@@ -365,7 +374,9 @@ class Transport:
         while True:
             aws.expire_leases(url)
             status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
-            if status < 300 and json.loads(raw or b"{}").get("Messages"):
+            messages = json.loads(raw or b"{}").get("Messages") if status < 300 else None
+            if messages:
+                aws.on_receive(messages)
                 if attempt:
                     aws.remember_receive(url, attempt, (status, dict(headers), raw))
                 return status, headers, raw
@@ -439,12 +450,31 @@ def _retained(sqs_models: Any) -> Any:
     return is_message_valid_based_on_retention_period
 
 
+def _deleting_the_latest(sqs_models: Any) -> Any:
+    """moto's delete, which ignores a superseded receipt handle (module docstring): the request succeeds and the
+    message stays."""
+    original = sqs_models.Queue.delete_message
+
+    def delete_message(self: Any, receipt_handle: str) -> None:
+        if any(m.had_receipt_handle(receipt_handle) and m.receipt_handle != receipt_handle for m in self._messages):
+            return
+        original(self, receipt_handle)
+
+    return delete_message
+
+
 def _visibility_from_receive(sqs_models: Any) -> Any:
-    """moto's ChangeMessageVisibility, with the 12-hour limit counted from the receive (module docstring)."""
+    """moto's ChangeMessageVisibility, with the 12-hour limit counted from the receive and a superseded receipt handle
+    refused (module docstring)."""
 
     def change_message_visibility(self: Any, queue_name: str, receipt_handle: str, visibility_timeout: int) -> None:
         queue = self.get_queue(queue_name)
         for message in queue._messages:
+            if message.had_receipt_handle(receipt_handle) and message.receipt_handle != receipt_handle:
+                raise sqs_models.InvalidParameterValue(
+                    f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has"
+                    " expired."
+                )
             if message.had_receipt_handle(receipt_handle):
                 received_at = getattr(message, "sim_received_at", message.sent_timestamp)
                 if sqs_models.unix_time_millis() + int(visibility_timeout) * 1000 - received_at > MAX_VISIBILITY_MS:

@@ -6,10 +6,15 @@
 - **placed**: an event whose handler succeeds is done, never in the DLQ; a poison one is in the DLQ with kind
   ``poison`` (``non_retryable`` never: the world declares none); a failing one with kind ``exhausted``;
 - **tried**: a message in the DLQ got there after at least one real attempt (or as poison), with a reason: never
-  ``unattempted``, never by SQS's own redrive (no reason);
+  ``unattempted``, never by SQS's own redrive (no reason); unless every receive of it lost its answer (the consumer
+  never saw it);
 - **once**: an event's side effect, counted at the handler, happens once;
-- **order**: on FIFO, the events of a group are done in the order they were sent;
-- **lease**: no message stays invisible longer than any lease or backoff of the contract without a live holder;
+- **order**: on FIFO, the events of a group are done in the order they were sent (a message whose extensions SQS refused
+  through all of botocore's attempts, an outage, is excused: its lease lapses and SQS hands its group on);
+- **lease**: no message stays invisible longer than any lease or backoff of the contract without a live holder; no
+  message is received again while a live consumer runs it, holds it done, or holds it for its batch or behind its
+  FIFO group (a lease the consumer let lapse: the heartbeat's to keep); a message waiting for a free thread of a
+  one-message handler may lapse by design (the lookahead hands it back or lets it go, never starts it late);
 - **shutdown**: a SIGTERM ends the process within the contract's stop timeout, exit 0; a process exits by itself only
   as stuck (exit 3, every slot held past its lease) or after an error no part of it caught (exit 1);
 - **requests**: the SQS and DynamoDB requests of the consumers stay within a bound derived from the contract.
@@ -60,6 +65,9 @@ class _Touches:
     lost_receive: bool = False
     ddb_fault: bool = False
     fifo_hand_back: bool = False  # handed back on FIFO behind a failure or while the circuit was open: a receive
+    seen: bool = False  # a receive's answer with it reached the consumer (else only lost answers held it)
+    lapsed: bool = False  # received again while an attempt ran, its extensions refused by SQS (an outage)
+    refused: bool = False  # an extension of it failed through all of botocore's attempts
 
 
 def check(run: Run) -> list[Violation]:
@@ -72,11 +80,20 @@ def check(run: Run) -> list[Violation]:
     if run.settled_at is None:
         pending = [e for e in run.sent if not run.effects.get(e) and all(m["body"] != e for m in run.dlq)]
         found.append(Violation("settled", f"not settled within the limit; still pending: {pending[:10]}"))
+    found += _held_again(run, touches)
     found += _placement(run, touches)
-    found += _order(run)
+    found += _order(run, touches)
     found += _shutdown(run)
     found += _requests(run)
     return found
+
+
+def _held_again(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
+    """A live consumer keeps the lease of what it holds: a receive never hands out a message it still holds, unless
+    SQS refused that holder's extensions (an outage longer than the lease)."""
+    for event, process, at, state in run.held_again:
+        if not touches[event].lapsed and not touches[event].refused:
+            yield Violation("lease", f"{event} received again at {at:.1f} while {process} held it ({state})")
 
 
 def _rest(error: str) -> str:
@@ -105,7 +122,8 @@ def _placement(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
         unattempted = [r for r in reasons if r and r.get("kind") == "unattempted"]
         if unattempted and not _fifo_cost(unattempted, touch):
             yield Violation("tried", f"{event} ({kind}) in the DLQ untried: {unattempted[0]['reason']}")
-        if copies and not attempts[event] and not touch.fifo_hand_back:
+        if copies and not attempts[event] and not touch.fifo_hand_back and touch.seen:
+            # Unseen: every receive of it lost its answer, and SQS's redrive moved it (excused above, a lost receive).
             yield Violation("tried", f"{event} ({kind}) in the DLQ with no attempt at all")
         if len(copies) > 1 and not (touch.sqs_fault or touch.killed):
             yield Violation("once", f"{event} ({kind}) is in the DLQ {len(copies)} times")
@@ -161,10 +179,11 @@ def _kinds(reasons: list[dict[str, Any] | None]) -> str:
     return ", ".join("no reason" if r is None else f"{r.get('kind')}: {r.get('reason')}" for r in reasons) or "none"
 
 
-def _order(run: Run) -> Iterable[Violation]:
+def _order(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
     if not run.plan.fifo:
         return
-    firsts = {event: effects[0][0] for event, effects in run.effects.items() if effects}
+    # A lapsed event (SQS refused its extensions while it ran) may be done after what followed it: not the consumer's.
+    firsts = {event: effects[0][0] for event, effects in run.effects.items() if effects and not touches[event].lapsed}
     by_group: dict[str, list[str]] = defaultdict(list)
     for event in run.sent:
         if event in firsts:
@@ -253,6 +272,8 @@ def _touches(run: Run) -> dict[str, _Touches]:
                 at = killed.get(call.caller)
                 if at is not None and call.at <= at:
                     touches[event].killed = True
+                if call.fault != "lost_answer":
+                    touches[event].seen = True
                 if call.fault is not None:
                     touches[event].sqs_fault = True
                     # On FIFO a receive's retry gets the same messages (ReceiveRequestAttemptId): a lost answer
@@ -284,9 +305,35 @@ def _touches(run: Run) -> dict[str, _Touches]:
         end = attempt.ended
         if end is None or end - attempt.started > run.contract.attempt_timeout_seconds:
             touches[attempt.event].overran = True
+    _lapsed(run, touches)
     return touches
 
 
+def _lapsed(run: Run, touches: dict[str, _Touches]) -> None:
+    """Mark the events SQS let go of while their handler ran: every extension refused (a throttle or 5xx through all
+    of botocore's attempts, as in an SQS brownout longer than the lease) and the event received again meanwhile. No
+    consumer can hold a lease SQS will not extend; the next receiver sees the message as new (on FIFO, it may unblock
+    the group behind it)."""
+    ids = {
+        m.get("MessageId"): m.get("Body", "") for c in run.ledger.calls for m in (c.answer or {}).get("Messages", [])
+    }
+    refused = {ids.get(m["id"]) for line in run.events if (m := _EXTEND_FAILED.search(line))}
+    for event in refused:
+        if event in touches:
+            touches[event].refused = True
+    for call in run.ledger.calls:
+        if call.service != "sqs" or call.operation != "ReceiveMessage" or call.fault == "lost_answer":
+            continue
+        for message in (call.answer or {}).get("Messages", []):
+            event = message.get("Body", "")
+            if event in refused and any(
+                a.event == event and a.started <= call.at and (a.ended is None or call.at < a.ended)
+                for a in run.attempts
+            ):
+                touches[event].lapsed = True
+
+
+_EXTEND_FAILED = re.compile(r"log visibility_change_failed message_id=(?P<id>\S+) reason=extend")
 _RELEASED = re.compile(
     r"log (message_released|downstream_unavailable|message_in_progress_elsewhere|message_handed_back)"
     r" message_id=(?P<id>\S+)(?: why=(?P<why>\S+))?"

@@ -11,6 +11,8 @@ from consumer.contract import WorkerContract
 
 #: The handler shapes the world runs: one message per call, a batch per call, an async def.
 SHAPES = ("one", "batch", "async")
+#: How often a drawn plan is a long one (Plan.draw_long).
+LONG_PLANS = 1 / 400
 #: How each kind of event's handler behaves, by its attempt (1-based); durations in units of max_duration where
 #: marked. ok: succeeds; flaky: fails its first attempt; poison: raises PoisonMessage; failing: always fails; slow:
 #: succeeds after Plan.slow (0.8 to 1.1) max_duration; overrun: its first attempt runs 1.3 times its attempt's
@@ -57,8 +59,11 @@ class Plan:
 
     @classmethod
     def draw(cls, seed: int) -> Plan:
-        """A plan from ``seed``: every shape, standard and FIFO, with and without the guard, faults and chaos."""
+        """A plan from ``seed``: every shape, standard and FIFO, with and without the guard, faults and chaos; now and
+        then (about one seed in 400) a long one (:meth:`draw_long`)."""
         rng = random.Random(f"plan-{seed}")
+        if rng.random() < LONG_PLANS:
+            return cls.draw_long(seed, rng)
         shape = rng.choice(SHAPES)
         fifo = shape != "batch" and rng.random() < 0.4  # a batch handler runs on a standard queue only
         max_duration = rng.choice((3, 5, 10, 30))
@@ -84,9 +89,9 @@ class Plan:
             fifo=fifo,
             guard=rng.random() < 0.75,
             max_duration=max_duration,
-            concurrency=rng.choice((1, 2, 4)),
+            concurrency=rng.choice((1, 2, 4, 8)),
             max_receive_count=max_receive_count,
-            max_lease=rng.choice((None, None, 30)),
+            max_lease=rng.choice((None, None, 30, 8, 4)),
             max_batch=rng.choice((2, 4, 10)),
             batch_window=rng.choice((0, 1, 2)),
             messages=rng.choice((4, 8, 16)),
@@ -95,12 +100,35 @@ class Plan:
             duration=(0.05, min(2.0, max_duration / 2)),
             send_over=rng.choice((0.0, 5.0, 20.0)),
             consumers=consumers,
+            consumers_from=rng.choice((0.0, 0.0, 2.0)),
             kills=kills,
             sigterms=sigterms,
             faults=Faults(throttle=throttle, error_before=before, lost_answer=lost, crash=crash, brownouts=brownouts),
             chaos_until=chaos_until,
             protection=rng.random() < 0.3,
             ddb_latency_ms=(50.0, rng.choice((200.0, 1500.0))) if rng.random() < 0.1 else None,
+        )
+
+    @classmethod
+    def draw_long(cls, seed: int, rng: random.Random) -> Plan:
+        """A long plan: a FIFO group of two-hour jobs (about 0.9 of max_duration each) and two consumers, so the last
+        of the group waits close to SQS's 12 hours from its receive. Slow to run (half a minute: the consumers' ticks
+        over a simulated day), so rare."""
+        return cls(
+            seed=seed,
+            shape=rng.choice(("one", "async")),
+            fifo=True,
+            max_duration=7200,
+            concurrency=8,
+            messages=7,
+            groups=1,
+            kinds=("slow",),
+            slow=(0.9, 0.98),
+            consumers=2,
+            consumers_from=1.0,
+            chaos_until=5.0,
+            settle_limit=40 * 3600.0,
+            switch_probability=0.0,  # what it explores is waiting, over hours: no preemption, half the switches
         )
 
     def contract(self) -> WorkerContract:

@@ -23,22 +23,26 @@ class SimLock:
         self.owner: SimThread | None = None
         self.waiters: list[SimThread] = []
 
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+    def acquire(self, blocking: bool = True, timeout: float = -1, *, signals_first: bool = True) -> bool:
+        """``signals_first``: a pending signal's handler runs before the lock is looked at (CPython runs it before the
+        call); else it may run just after the lock is taken (inside the critical section)."""
         sim = self.sim
-        sim.preempt()
+        sim.preempt(entry=signals_first)
         me = sim.current
-        if self.owner is not None and self.owner is me:
+        deadline = None if timeout is None or timeout < 0 else sim.now + timeout
+        if self.owner is not None and self.owner is me and blocking and deadline is None:
+            # Waiting for ever on a lock this very thread holds: only its own code, further up the stack, would release
+            # it. (With a timeout it is a wait, which another thread, or a signal handler, may end by a release.)
             sim.error(
                 f"deadlock: {me.group}/{me.name} acquires a lock it holds (threading.Lock is not reentrant; a signal"
                 f" handler run inside the lock's critical section blocks for ever):\n"
                 f"{''.join(traceback.format_stack(limit=14)[:-1])}"
             )
             sim.switch()  # the run is over: the error is recorded and nothing runs again
-        deadline = None if timeout is None or timeout < 0 else sim.now + timeout
         while self.owner is not None:
             if not blocking or (deadline is not None and sim.now >= deadline):
                 return False
-            sim.block(self, deadline, "lock")
+            sim.block(self, deadline, "lock", recheck=True)
         self.owner = me
         sim.preempt()  # a step inside the critical section: a signal can land here
         return True
@@ -93,7 +97,8 @@ class SimCondition:
             why = sim.block(self, deadline, "condition")
         finally:
             if not (sim.over or (sim.current is not None and sim.current.killed)):
-                self._lock.acquire()
+                # CPython's wait takes its lock back in C: a pending signal's handler runs before or just after.
+                self._lock.acquire(signals_first=sim.rng.random() < 0.5)
         return why == "notify"
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -161,12 +166,12 @@ class SimQueue:
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         sim = self.sim
-        sim.preempt()
+        sim.preempt(entry=True)
         deadline = None if timeout is None else sim.now + max(timeout, 0.0)
         while not self._items:
             if not block or (deadline is not None and sim.now >= deadline):
                 raise queue.Empty
-            sim.block(self, deadline, "queue")
+            sim.block(self, deadline, "queue", recheck=True)
         return self._items.popleft()
 
     def get_nowait(self) -> Any:

@@ -58,6 +58,8 @@ class Run:
     source: list[dict[str, Any]] = field(default_factory=list)  # messages left in the source queue
     dlq: list[dict[str, Any]] = field(default_factory=list)  # messages in the DLQ (body, reason)
     audit: list[str] = field(default_factory=list)  # what the world's own watch saw go wrong during the run
+    #: (event, process, when, state): a receive handed out a message that live process still held
+    held_again: list[tuple[str, str, float, str]] = field(default_factory=list)
     settled_at: float | None = None
     errors: list[str] = field(default_factory=list)  # the scheduler's
     events: list[str] = field(default_factory=list)  # the event log

@@ -150,10 +150,9 @@ class Simulation:
         return self.WALL_START + self.now
 
     def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            self.preempt()
-            return
-        self.block(None, self.now + seconds, "sleep")
+        self.preempt(entry=True)
+        if seconds > 0:
+            self.block(None, self.now + seconds, "sleep")
 
     # --- running --------------------------------------------------------------------------------------------------------
     def run(
@@ -255,8 +254,12 @@ class Simulation:
     def signal(self, thread: SimThread, handler: Callable[[], None]) -> None:
         """Deliver a signal to ``thread``: ``handler`` runs on it at one of its next steps (or in its wait)."""
         thread.signals.append(handler)
-        if thread.state is BLOCKED and self.rng.random() < 0.5:
-            # Delivered in the wait itself (CPython's waits are interrupted by a signal), else at a later step.
+        if thread.state is BLOCKED and (thread.deadline is None or self.rng.random() < 0.5):
+            # CPython interrupts a blocked wait (a lock's acquire, a sleep) and runs the handler there, then waits on
+            # (PEP 475). Otherwise, by the seed, the signal arrives as the thread next wakes (its wait has a deadline):
+            # the handler runs at one of its next steps, inside a critical section too, where a thread between two
+            # steps meets it. Computation takes no virtual time, so only this finds a signal landing mid-step. Whoever
+            # times a signal reads when its handler ran (the world: a SIGTERM's drain counts from it).
             thread.state, thread.woken_by = RUNNABLE, "signal"
 
     # --- the scheduler ------------------------------------------------------------------------------------------------
@@ -266,26 +269,43 @@ class Simulation:
             raise SimulationError("a simulated primitive waited outside the simulation's threads")
         return me
 
-    def preempt(self) -> None:
-        """A step where the running thread may be interrupted: by a signal, or by another thread the seed picks."""
+    def preempt(self, *, entry: bool = False) -> None:
+        """A step where the running thread may be interrupted: by a signal, or by another thread the seed picks.
+
+        A pending signal's handler runs for sure at a primitive's ``entry`` (as CPython runs it before the call, so a
+        handler that releases what the call would wait for is seen by it), and at any other step by the seed: inside a
+        critical section too."""
         me = self.current
         if me is None:  # outside the run: its set-up, or the checks after it
             return
         if me.killed or self.over:
             raise Unwound
-        if me.signals and self.rng.random() < 0.5:
+        if me.signals and (entry or self.rng.random() < 0.5):
             self._deliver(me)
         if self.switch_probability and self.rng.random() < self.switch_probability:
             me.state = RUNNABLE
             self.switch()
 
-    def block(self, on: Any, deadline: float | None, what: str, waiters: list[SimThread] | None = None) -> str:
-        """The running thread waits on ``on`` (woken by :meth:`wake`) until ``deadline``; why it woke."""
+    def block(
+        self,
+        on: Any,
+        deadline: float | None,
+        what: str,
+        waiters: list[SimThread] | None = None,
+        *,
+        recheck: bool = False,
+    ) -> str:
+        """The running thread waits on ``on`` (woken by :meth:`wake`) until ``deadline``; why it woke.
+
+        A signal still pending here runs first; ``recheck``: the caller loops on its condition, so it gets back at once
+        ("signal") to look again, what the handler did (a lock released, an item put) being the condition's."""
         me = self.check_running()
         if me.killed or self.over:
             raise Unwound
         if me.signals:
-            self._deliver(me)  # a pending signal's handler runs before the thread waits again
+            self._deliver(me)
+            if recheck:
+                return "signal"
         if deadline is not None and deadline <= self.now:
             self.preempt()
             return "timeout"

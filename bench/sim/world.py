@@ -32,6 +32,7 @@ from consumer.runtime.cli import StopOnSignal
 from consumer.runtime.clients import client_config, dynamodb_connections, sqs_connections
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE, DynamoDBStore
+from consumer.runtime.inflight import State
 from consumer.runtime.liveness import Liveness
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
@@ -51,6 +52,7 @@ class World:
         self.aws = Aws(self.sim, random.Random(f"aws-{plan.seed}"), plan.faults, latency_ms=plan.latency_ms, slow=slow)
         self.run = Run(plan, self.contract)
         self.handlers = Handlers(plan, self.run, self.sim, self.rng)
+        self.aws.on_receive = self._received
         self._processes_started = 0
         self._stopping = False
 
@@ -235,10 +237,15 @@ class World:
         self._restart_later(slot)
 
     def _sigterm(self, process: Process) -> None:
-        process.sigterm = self.sim.now
         self.sim.record(f"SIGTERM {process.name}")
         on_signal = process.signal
-        self.sim.signal(process.thread, lambda: on_signal(15, None))
+
+        def handle() -> None:
+            if process.sigterm is None:
+                process.sigterm = self.sim.now  # when the handler ran: the drain counts from it
+            on_signal(15, None)
+
+        self.sim.signal(process.thread, handle)
 
     # --- settling -----------------------------------------------------------------------------------------------------
     def _settle(self) -> None:
@@ -280,6 +287,35 @@ class World:
                 self.run.audit.append(
                     f"{message.body} invisible for {invisible_for:.0f} s more with no live holder (t={self.sim.now:.1f})"
                 )
+
+    def _received(self, messages: list[dict[str, Any]]) -> None:
+        """A receive hands out a message that a live consumer still holds (running and not given up on, waiting for
+        its turn, or settled with its delete not yet sent): that holder's lease ran out under it (the invariants
+        excuse a lease SQS refused to extend)."""
+        ids = {message["MessageId"]: message["Body"] for message in messages}
+        for process in self._alive():
+            if process.consumer is None:
+                continue
+            items = list(process.consumer._table._items.values())  # noqa: SLF001 (the world sees everything)
+            given_up = {i.context.message_group_id for i in items if i.state is State.TIMED_OUT}
+            for item in items:
+                if item.message.message_id in ids and self._holds(item, given_up):
+                    self.run.held_again.append(
+                        (ids[item.message.message_id], process.name, self.sim.now, item.state.value)
+                    )
+
+    def _holds(self, item: Any, given_up: set[str | None]) -> bool:
+        """Whether the consumer keeps ``item``'s lease by design (docs/runtime.md): running and not given up on, or
+        settled with its delete to come; waiting, only a batch handler's and a FIFO group's (not behind one given up
+        on, whose group another task may take). A one-message handler's message received ahead of a free worker
+        (the lookahead) is left to lapse: another task may run it sooner."""
+        if item.state in (State.RUNNING, State.DONE):
+            return True
+        if item.state is not State.WAITING:
+            return False
+        if self.contract.fifo:
+            return item.context.message_group_id not in given_up
+        return self.contract.max_batch is not None
 
     def _read_back(self) -> None:
         """After the run: what is left in each queue (the omniscient view, no request)."""

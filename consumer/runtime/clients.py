@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from botocore.config import Config
 
-from consumer.limits import ASYNC_EXECUTOR_THREADS, DYNAMODB_CLIENT, SQS_CLIENT, ClientTimeouts
+from consumer.limits import ASYNC_EXECUTOR_THREADS, DYNAMODB_CLIENT, RENEWAL_THREADS, SQS_CLIENT, ClientTimeouts
 
 if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
     import boto3
@@ -29,7 +29,14 @@ if TYPE_CHECKING:  # the stubs are a development dependency: the image does not 
 
     from consumer.contract import WorkerContract
 
-__all__ = ["client_config", "dynamodb_client", "dynamodb_connections", "sqs_client", "sqs_connections"]
+__all__ = [
+    "client_config",
+    "dynamodb_client",
+    "dynamodb_connections",
+    "renewal_threads",
+    "sqs_client",
+    "sqs_connections",
+]
 
 #: Threads beyond the workers and pollers that may call a client at once: the acknowledger's (deletes and visibility
 #: changes after their flush interval; the completions batched with them) and the main thread's start-up calls.
@@ -90,8 +97,14 @@ def sqs_connections(contract: WorkerContract) -> int:
 
 def dynamodb_connections(contract: WorkerContract) -> int:
     """The idempotency store's pool: a claim per worker, the completions of a batch of deletes on the thread sending
-    it (a worker, or the acknowledger), and the heartbeat's renewals."""
-    return calling_threads(contract) + OTHER_CALLING_THREADS
+    it (a worker, or the acknowledger), the lease renewals' threads and the others."""
+    return calling_threads(contract) + renewal_threads(contract) + OTHER_CALLING_THREADS
+
+
+def renewal_threads(contract: WorkerContract) -> int:
+    """The threads renewing idempotency leases (consumer/runtime/heartbeat.py, ``Renewals``): no more than the
+    messages that may be held."""
+    return min(RENEWAL_THREADS, contract.messages_in_flight)
 
 
 def calling_threads(contract: WorkerContract) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import queue
 import random
@@ -40,11 +39,12 @@ from consumer.limits import EVENT_LOOP_STALL_SECONDS
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.batches import BatchWorker
 from consumer.runtime.circuit import Circuit, RateLimit
+from consumer.runtime.clients import renewal_threads
 from consumer.runtime.clock import SYSTEM, Clock, Waitable
 from consumer.runtime.completions import Completions
 from consumer.runtime.coroutines import ASYNC_GIVE_UP_GRACE_SECONDS, EVENT_LOOP, AsyncWorker
 from consumer.runtime.failures import FailureText
-from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, lease_extension
+from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, Renewals, lease_extension
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
 from consumer.runtime.inflight import InFlight, InFlightTable, State
 from consumer.runtime.liveness import ACKNOWLEDGER_LOOP, HEARTBEAT_LOOP, Liveness, poller_loop
@@ -62,6 +62,7 @@ from consumer.runtime.polling import (
 from consumer.runtime.processing import Worker
 from consumer.runtime.protection import ScaleInProtection
 from consumer.runtime.settlement import Settlement
+from consumer.runtime.stopping import Stopping
 from consumer.runtime.tracing import close_tracing
 from consumer.sources import Sources
 
@@ -96,8 +97,6 @@ log = logging.getLogger("consumer")
 
 #: At shutdown, how long to wait for a poller handing on the messages of a receive answered meanwhile.
 DISPATCH_WAIT_SECONDS = 2.0
-#: How often run()'s thread looks for a stop a signal asked for (request_stop): SIGTERM to the drain's start, at most.
-SIGNAL_CHECK_SECONDS = 0.25
 #: After requeuing at shutdown, how long to wait for a long poll answered with those copies to release them.
 LATE_RECEIVE_WAIT_SECONDS = 1.0
 #: The names the tests import; the codes themselves are consumer.exit_codes.ExitCode's.
@@ -117,14 +116,22 @@ def check_shape(handler: Callable[..., Any], contract: WorkerContract) -> None:
 
 
 def worker_for(
-    contract: WorkerContract, *, slots: Slots, liveness: Liveness, closed: Waitable, waits: Clock, **parts: Any
+    contract: WorkerContract,
+    *,
+    slots: Slots,
+    liveness: Liveness,
+    closed: Waitable,
+    waits: Clock,
+    on_crash: Callable[[], None],
+    **parts: Any,
 ) -> Worker:
     """The workers for the handler's shape: threads of one message each, threads of a batch each
-    (``max_batch``), or coroutines on one event loop (``async def``, its loop and executor made by ``waits``)."""
+    (``max_batch``), or coroutines on one event loop (``async def``, its loop and executor made by ``waits``, a
+    task's unexpected error reported to ``on_crash`` as a guarded thread's is)."""
     if contract.max_batch is not None:
         return BatchWorker(slots=slots, contract=contract, **parts)
     if contract.asynchronous:
-        return AsyncWorker(liveness=liveness, closed=closed, waits=waits, contract=contract, **parts)
+        return AsyncWorker(liveness=liveness, closed=closed, waits=waits, on_crash=on_crash, contract=contract, **parts)
     return Worker(contract=contract, **parts)
 
 
@@ -223,10 +230,8 @@ class Consumer:
         self.liveness = liveness or Liveness(None)  # None: no progress file (python -m consumer run gives one)
         self.owner = consumer_name(self._random)
         self.exit_code = EXIT_OK
-        self._stop = clock.event()
-        #: When shutdown stops waiting for running handlers (on ``clock``); inf until stop(). Handlers see it.
-        self._drain_end = math.inf
-        self._stop_requested_at: float | None = None  # request_stop(): a signal asked to stop, at this time
+        self._stopping = Stopping(clock, contract.drain_timeout_seconds)
+        self._stop = self._stopping.event
         self._closed = clock.event()
         self._table = InFlightTable()
         self._slots = Slots(contract.messages_in_flight, clock, tick_seconds=TICK_SECONDS)
@@ -292,6 +297,7 @@ class Consumer:
             owner=self.owner,
             clock=clock.monotonic,
             waits=clock,
+            on_crash=self._crashed,
             circuit=self.circuit,
             rate=None if rate is None else RateLimit(rate, clock.monotonic),
             lookahead=self._lookahead,
@@ -318,14 +324,19 @@ class Consumer:
             batch_fill_seconds=BATCH_FILL_SECONDS,
             liveness=self.liveness,
             circuit=self.circuit,
-            drain_end=lambda: self._drain_end,
+            drain_end=lambda: self._stopping.drain_end,
             sources=sources,  # what the declared SNS topics and EventBridge rules deliver (consumer/sources.py)
+        )
+        self._renewals = (
+            None
+            if self.idempotency is None
+            else Renewals(self.idempotency, clock.executor(renewal_threads(contract), "renew"))
         )
         self._heartbeat: Heartbeat = Heartbeat(
             contract=contract,
             table=self._table,
             ack=self._ack,
-            idempotency=self.idempotency,
+            renewals=self._renewals,
             metrics=self.metrics,
             protection=self.protection,
             stop=self._stop,
@@ -342,22 +353,13 @@ class Consumer:
 
     # --- public -----------------------------------------------------------
     def stop(self) -> None:
-        """Begin shutdown: stop polling, drain, flush. Not from a signal handler: :meth:`request_stop` is.
-
-        The drain is counted from the stop asked for first (ECS counts its stop timeout from the SIGTERM), and that
-        end is what running handlers' ``message.deadline`` / ``remaining()`` shrink to.
-        """
-        if not self._stop.is_set():
-            asked = self._stop_requested_at
-            self._drain_end = (self._now() if asked is None else asked) + self.contract.drain_timeout_seconds
-        self._stop.set()
+        """Begin shutdown: stop polling, drain, flush. Not from a signal handler: :meth:`request_stop` is. The drain
+        (what running handlers' ``message.deadline`` shrinks to) counts from the stop asked for first."""
+        self._stopping.stop()
 
     def request_stop(self) -> None:
-        """Ask :meth:`run` to stop, from a signal handler: one attribute written, no lock taken. A handler that took
-        a lock (``Event.set`` does) while the interrupted code held it would block the process for ever
-        (https://github.com/python/cpython/issues/126434); :meth:`run`'s thread acts within ``SIGNAL_CHECK_SECONDS``."""
-        if self._stop_requested_at is None:
-            self._stop_requested_at = self._now()
+        """Ask :meth:`run` to stop, from a signal handler: it takes no lock (consumer/runtime/stopping.py)."""
+        self._stopping.request()
 
     @property
     def stopping(self) -> bool:
@@ -399,11 +401,7 @@ class Consumer:
                     "effect": "unset: no x-prior-receives is trusted, a requeued copy's receive count restarts",
                 },
             )
-        while not self._stop.is_set():  # read without a lock: a signal handler may interrupt this thread anywhere
-            if self._stop_requested_at is not None:
-                self.stop()
-                break
-            self._stop.wait(SIGNAL_CHECK_SECONDS)  # stop() from another thread (stuck, a crash) ends it at once
+        self._stopping.wait_for_a_stop()
         self._shutdown()
         return self.exit_code
 
@@ -433,7 +431,7 @@ class Consumer:
                 break
             self._settlement.hand_back_unstarted(waiting, "shutdown")
             handed_back += len(waiting)
-        deadline = self._drain_end  # set by stop(): the instant handlers were told
+        deadline = self._stopping.drain_end  # set by stop(): the instant handlers were told
         # DONE stays in flight until its outcome (delete, backoff, DLQ move or requeue) has been
         # handed to the acknowledger: exiting earlier would cut a DLQ move between its send and
         # its delete, and the message would come back to be moved a second time.
@@ -457,6 +455,8 @@ class Consumer:
             self._wait_while(lambda: self._table.receives_in_flight > 0, LATE_RECEIVE_WAIT_SECONDS)
         self._ack.close()
         self._closed.set()
+        if self._renewals is not None:
+            self._renewals.close()
         self.protection.close()
         self.metrics.flush()
         close_tracing(self._tracer)  # the spans still open ended, the buffered ones exported (bounded)

@@ -56,13 +56,17 @@ class AsyncWorker(Worker):
     """Runs the event loop (:meth:`run`, on one thread) and every coroutine of an ``async def`` handler.
 
     ``closed`` ends the loop once shutdown is done; ``liveness`` receives the loop's beat; ``waits`` is the consumer's
-    clock, which makes the loop and its executor.
+    clock, which makes the loop and its executor; ``on_crash`` stops the process when a message's task raises what
+    nothing expected, as a guarded thread's death does (``thread_crashed``).
     """
 
-    def __init__(self, *, liveness: Liveness, closed: Waitable, waits: Clock, **parts: Any) -> None:
+    def __init__(
+        self, *, liveness: Liveness, closed: Waitable, waits: Clock, on_crash: Callable[[], None], **parts: Any
+    ) -> None:
         super().__init__(**parts)
         self._liveness = liveness
         self._closed = closed
+        self._on_crash = on_crash
         self._waits = waits  # the consumer's clock, whose event loop and executor these are
         self.loop = waits.event_loop()
         threads = min(self.contract.concurrency, ASYNC_EXECUTOR_THREADS)
@@ -105,6 +109,21 @@ class AsyncWorker(Worker):
         task = self.loop.create_task(self._run_group(group))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._crashed)
+
+    def _crashed(self, task: asyncio.Task[None]) -> None:
+        """A message's task that raised (a settlement's call failing as nothing expects) would leave its message in
+        flight and, for FIFO, its group blocked in a process that looks alive: stop the process instead (exit 1), as
+        a guarded thread's death does, so ECS replaces it and the message's lease brings it back."""
+        failure = None if task.cancelled() else task.exception()
+        if failure is None:
+            return
+        log.critical(
+            "thread_crashed",
+            exc_info=failure,
+            extra={"thread_name": f"{EVENT_LOOP}:{task.get_name()}"},
+        )
+        self._on_crash()
 
     def _watch(self) -> None:
         """Every tick: beat the loop's liveness, cancel handlers past their deadline, end the loop once closed."""

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import threading
 from collections.abc import Callable
 
 from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.clock import Waitable
 from consumer.runtime.idempotency import IdempotencyStore, warn_lost_lease
-from consumer.runtime.inflight import InFlight, InFlightTable, update_record
+from consumer.runtime.inflight import InFlight, InFlightTable, State, update_record
 from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Lookahead
@@ -18,19 +20,41 @@ from consumer.runtime.protection import ScaleInProtection
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
 METRICS_FLUSH_SECONDS = 60
+#: Beyond a heartbeat interval, what an extension needs to land: the heartbeat's tick and the call itself.
+REACH_SLACK_SECONDS = 1.0
+
+
+def heartbeat_reach(contract: WorkerContract) -> float:
+    """The lease a waiting message must still have to start: the heartbeat's next extension lands within it."""
+    return contract.heartbeat_interval_seconds + REACH_SLACK_SECONDS
+
+
+def waiting_threshold(contract: WorkerContract) -> float:
+    """A waiting message (collected in a batch, queued behind its FIFO group) is extended below this lease: a beat
+    later (an interval and a tick) with that extension landing (the slack), it still has the heartbeat's reach, so
+    the worker that takes it can start it. The running threshold (``heartbeat_threshold``) is lower: a waiting
+    message extended only there could be taken in the gap between reach and threshold and handed back as
+    ``lease_ran_down`` although the heartbeat held it, every time with a lease of a few heartbeat intervals."""
+    return heartbeat_reach(contract) + contract.heartbeat_interval_seconds + REACH_SLACK_SECONDS
 
 
 def lease_extension(
-    contract: WorkerContract, *, now: float, received_at: float, started_at: float, visible_until: float
+    contract: WorkerContract,
+    *,
+    now: float,
+    received_at: float,
+    started_at: float,
+    visible_until: float,
+    threshold: float | None = None,
 ) -> int | None:
     """New visibility (seconds from now) for a running message, or None if it needs no extension.
 
-    Only when the lease has at most ``heartbeat_threshold`` left; never past the
+    Only when the lease has at most ``threshold`` left (``heartbeat_threshold`` unless given); never past the
     attempt end (``started + max_duration + margin``: the handler is given up on
     then) nor 12 h after the receive (SQS's limit, which extensions do not reset).
     """
     remaining = visible_until - now
-    if remaining > contract.heartbeat_threshold_seconds:
+    if remaining > (contract.heartbeat_threshold_seconds if threshold is None else threshold):
         return None
     attempt_end = started_at + contract.max_duration_seconds + contract.visibility_margin_seconds
     target = int(
@@ -39,10 +63,46 @@ def lease_extension(
     return target if target > remaining else None
 
 
+class Renewals:
+    """Idempotency lease renewals, on threads of their own: the heartbeat queues each and waits for none, so a slow
+    table (a DynamoDB call may take ``call_worst(dynamodb)``) never holds up the SQS extensions of the messages after
+    it, nor the next beat. A refused renewal (another attempt owns the key now) is logged while its handler runs."""
+
+    def __init__(self, store: IdempotencyStore, executor: concurrent.futures.Executor) -> None:
+        self._store = store
+        self._executor = executor
+        self._lock = threading.Lock()
+        self._pending: set[int] = set()  # items with a renewal queued or running: one at a time each
+
+    def renew(self, item: InFlight, lease_seconds: int) -> None:
+        if item.key is None:
+            return  # not claimed yet (waiting): its claim takes a full lease
+        with self._lock:
+            if id(item) in self._pending:
+                return
+            self._pending.add(id(item))
+        self._executor.submit(self._renew, item, lease_seconds)
+
+    def _renew(self, item: InFlight, lease_seconds: int) -> None:
+        try:
+            renewed = update_record(self._store, "renew", item, lease_seconds=lease_seconds)
+            if renewed is False and item.state is State.RUNNING and item.key is not None:
+                # Refused while it runs: its lease lapsed and another attempt claimed the key (refused after it
+                # finished, it only met its own completion or release).
+                warn_lost_lease(item.key, item.owner)
+        finally:
+            with self._lock:
+                self._pending.discard(id(item))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
 class Heartbeat:
     """Once a tick until ``closed``: time out overruns, reconcile task protection; every heartbeat interval,
     extend the leases of running messages close to expiry (through the acknowledger, so an extension can never
-    overwrite a backoff or touch a deleted message) with their idempotency leases, and refresh protection.
+    overwrite a backoff or touch a deleted message) with their idempotency leases (:class:`Renewals`, not waited on),
+    and refresh protection.
 
     ``on_stuck`` is called when every slot holds a handler that was given up on.
     """
@@ -53,7 +113,7 @@ class Heartbeat:
         contract: WorkerContract,
         table: InFlightTable,
         ack: Acknowledger,
-        idempotency: IdempotencyStore | None,
+        renewals: Renewals | None,
         metrics: Metrics,
         protection: ScaleInProtection,
         stop: Waitable,
@@ -75,9 +135,10 @@ class Heartbeat:
         #: their turn behind the group's running message (on FIFO a hand-back spends a receive, and on the last one
         #: would send the message to the DLQ untried), except behind one given up on (InFlightTable.waiting).
         self._extend_waiting = extend_waiting
+        self._waiting_threshold = waiting_threshold(contract)
         self._table = table
         self._ack = ack
-        self._idempotency = idempotency
+        self._renewals = renewals
         self._metrics = metrics
         self._protection = protection
         self._stop = stop
@@ -135,14 +196,15 @@ class Heartbeat:
         for a handler), rather than at the next heartbeat; its idempotency claim, made next, takes a full lease."""
         self._extend(item, self._clock())
 
-    def _extend(self, item: InFlight, now: float) -> int | None:
-        """Queue a lease extension for the running ``item`` if it is due; the new visibility, or None."""
+    def _extend(self, item: InFlight, now: float, threshold: float | None = None) -> int | None:
+        """Queue a lease extension for ``item`` if it is due (below ``threshold``); the new visibility, or None."""
         target = lease_extension(
             self.contract,
             now=now,
             received_at=item.received_at,
             started_at=now if item.started_at is None else item.started_at,  # waiting: as if it started now
             visible_until=item.visible_until,
+            threshold=threshold,
         )
         if target is None:
             return None
@@ -155,16 +217,11 @@ class Heartbeat:
         return target
 
     def _extend_leases(self, now: float) -> None:
-        held = self._table.running()
+        held: list[tuple[InFlight, float | None]] = [(item, None) for item in self._table.running()]
         if self._extend_waiting:
-            held += self._table.waiting(behind_given_up=not self.contract.fifo)
-        for item in held:
-            target = self._extend(item, now)
-            if target is None:
-                continue
-            if update_record(self._idempotency, "renew", item, lease_seconds=target) is False and item.key is not None:
-                # Refused: the lease lapsed before this renewal and another attempt may have claimed the key.
-                warn_lost_lease(item.key, item.owner)
-            # Each renewal is a call that returned: progress. The allowance (heartbeat_stall_seconds) covers one
-            # call's worst case, not one per running message, which no fixed allowance could.
-            self._liveness.beat(HEARTBEAT_LOOP)
+            waiting = self._table.waiting(behind_given_up=not self.contract.fifo)
+            held += [(item, self._waiting_threshold) for item in waiting]
+        for item, threshold in held:
+            target = self._extend(item, now, threshold)
+            if target is not None and self._renewals is not None:
+                self._renewals.renew(item, target)

@@ -15,6 +15,7 @@ from consumer.declaration import non_retryable_of
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.clock import Waitable
+from consumer.runtime.heartbeat import heartbeat_reach
 from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
 from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.observability import Metrics
@@ -26,8 +27,6 @@ if TYPE_CHECKING:  # imported only when tracing is on (it imports opentelemetry)
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
-#: Beyond a heartbeat interval, what an extension needs to land: the heartbeat's tick and the call itself.
-HEARTBEAT_REACH_SLACK_SECONDS = 1.0
 #: A claim that finds another holder whose lease ends within this many seconds waits for it, holding the message, and
 #: claims once more; a longer lease defers the message (handed back until that lease ends).
 DEFER_IN_PLACE_SECONDS = 5.0
@@ -90,7 +89,7 @@ class Worker:
         self._tracer = tracer  # None: tracing off (docs/tracing.md), one check per attempt
         # The contract's derived timings, read once rather than per message: the lease a waiting message must still
         # have to start (the heartbeat's reach), and below which it is extended as it starts (its threshold).
-        self._heartbeat_reach = contract.heartbeat_interval_seconds + HEARTBEAT_REACH_SLACK_SECONDS
+        self._heartbeat_reach = heartbeat_reach(contract)
         self._attempt_seconds = contract.attempt_timeout_seconds  # what must fit in SQS's 12 h when it starts
         self._extend_below = contract.heartbeat_threshold_seconds
 

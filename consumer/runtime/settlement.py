@@ -191,8 +191,13 @@ class Settlement:
         to the DLQ with the reason instead. If a send fails, the plain hand-back remains.
         ``copy`` copies even a message that cannot carry its count (its budget then restarts):
         the circuit's hand-backs, which a long outage would otherwise repeat until SQS's redrive.
+        A message whose lease has already run out is back in the queue (its receive spent), perhaps received
+        elsewhere: nothing is sent for it, since a copy would be a second message and its handle may be stale.
         """
         message = item.message
+        if item.visible_until <= self._clock():
+            log.info("message_lease_lapsed", extra={"message_id": message.message_id, "why": why})
+            return
         last = message.receive_count >= self.contract.max_receive_count
         if self.contract.fifo:
             if last and not attempted:

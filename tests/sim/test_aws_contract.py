@@ -248,14 +248,54 @@ def a_receive_retried_with_its_attempt_id_gets_the_same_messages(side: Side) -> 
     return [m["Body"] for m in again]
 
 
+def a_superseded_handle_changes_no_visibility(side: Side) -> tuple[bool, list[str]]:
+    """A message received twice: a visibility change with the first receive's handle is refused ("The receipt handle
+    has expired") and the second receive keeps its lease. Returns whether it was refused and what a receive then
+    gets."""
+    url = queue(side, "q", VisibilityTimeout="30")
+    side.sqs.send_message(QueueUrl=url, MessageBody="m")
+    [first] = receive(side, url)
+    side.advance(31)
+    assert [m["Body"] for m in receive(side, url)] == ["m"]
+    try:
+        side.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
+    except ClientError:
+        refused = True
+    else:
+        refused = False
+    return refused, [m["Body"] for m in receive(side, url)]
+
+
+def a_superseded_handle_deletes_nothing(side: Side) -> list[str]:
+    """A delete with the first receive's handle of a message received twice "will still succeed, but the message might
+    not be deleted" (API_DeleteMessage.html): the world takes "not". Returns what a receive gets once the second
+    lease has run out."""
+    url = queue(side, "q", VisibilityTimeout="30")
+    side.sqs.send_message(QueueUrl=url, MessageBody="m")
+    [first] = receive(side, url)
+    side.advance(31)
+    assert [m["Body"] for m in receive(side, url)] == ["m"]
+    side.sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+    side.advance(31)
+    return [m["Body"] for m in receive(side, url)]
+
+
 @pytest.mark.parametrize(
     ("departure", "documented", "moto"),
     [
         (fifo_group_resumes_from_its_first_message, ["a"], ["b"]),
         (twelve_hours_count_from_the_receive, True, False),
         (a_receive_retried_with_its_attempt_id_gets_the_same_messages, ["a"], []),
+        (a_superseded_handle_changes_no_visibility, (True, []), (False, [])),
+        (a_superseded_handle_deletes_nothing, ["m"], []),
     ],
-    ids=["fifo_group_resumes_from_its_first_message", "twelve_hours_count_from_the_receive", "receive_attempt_id"],
+    ids=[
+        "fifo_group_resumes_from_its_first_message",
+        "twelve_hours_count_from_the_receive",
+        "receive_attempt_id",
+        "superseded_handle_visibility",
+        "superseded_handle_delete",
+    ],
 )
 def test_the_world_follows_the_documentation_where_moto_departs(departure: Any, documented: Any, moto: Any) -> None:
     """The world gives what AWS documents; moto as shipped gives something else (if moto changes, this says so)."""

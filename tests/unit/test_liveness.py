@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import threading
@@ -16,7 +17,8 @@ from consumer import limits
 from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
 from consumer.limits import DYNAMODB_CLIENT, MAX_CONCURRENCY, SQS_CLIENT, ClientTimeouts
 from consumer.runtime.clients import dynamodb_client, sqs_client
-from consumer.runtime.heartbeat import Heartbeat
+from consumer.runtime.heartbeat import Heartbeat, Renewals
+from consumer.runtime.inflight import State
 from consumer.runtime.liveness import DEFAULT_LIVENESS_FILE, Liveness, check, liveness_path
 from consumer.runtime.polling import Slots
 
@@ -174,13 +176,13 @@ def test_the_runtimes_clients_are_built_with_the_timeouts_the_allowances_are_der
 def test_the_runtimes_clients_hold_a_connection_for_every_thread_that_calls_them(concurrency: int) -> None:
     """A pool smaller than the threads calling a client discards a connection whenever one more returns one: the
     SQS client's has one for each worker, each poller, the acknowledger and the main thread; DynamoDB's one for each
-    worker, the acknowledger (completions) and the heartbeat (renewals)."""
+    worker, the acknowledger (completions), the main thread and each renewal thread."""
     session = boto3.Session(region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
     contract = WorkerContract(max_duration_seconds=5, concurrency=concurrency)
     sqs, dynamodb = sqs_client(session, contract), dynamodb_client(session, contract)
     assert (sqs.meta.config.max_pool_connections, dynamodb.meta.config.max_pool_connections) == (
         concurrency + min(math.ceil(concurrency / 10), 4) + 2,
-        concurrency + 2,
+        concurrency + min(concurrency, 4) + 2,
     )
 
 
@@ -197,31 +199,41 @@ def test_allowances_move_with_the_clients_timeouts(monkeypatch: pytest.MonkeyPat
     assert contract.heartbeat_stall_seconds == heartbeat + 15 + 9
 
 
-def test_heartbeat_beats_after_each_lease_renewal(tmp_path: Path) -> None:
-    """Three running messages due for extension: the heartbeat beats after each DynamoDB renewal returns, so its
-    allowance covers one renewal's worst case, not one per running message."""
+def test_the_heartbeat_waits_for_no_lease_renewal(tmp_path: Path) -> None:
+    """Three running messages due for extension on a table that does not answer: the heartbeat queues all three SQS
+    extensions and their renewals and returns, so a slow table never holds up the next message's extension nor the next
+    beat; a message whose renewal is still out gets no second one."""
     path, clock = tmp_path / "live.json", Clock()
     liveness = Liveness(path, clock=clock, min_write_seconds=0)
     liveness.start({"heartbeat": 79})
-    beats: list[float] = []
+    answer, renewed, extended = threading.Event(), [], []
 
     class SlowStore:
-        def renew(self, key: str, *, owner: str, lease_seconds: int) -> None:
-            beats.append(json.loads(path.read_text())["loops"]["heartbeat"]["at"])
-            clock.now += 50  # each renewal as slow as a DynamoDB call can be
+        def renew(self, key: str, *, owner: str, lease_seconds: int) -> bool:
+            answer.wait(10)
+            renewed.append(key)
+            return True
 
     contract = WorkerContract(max_duration_seconds=5)
     items = [
         SimpleNamespace(
-            ticket=index, started_at=0.0, received_at=0.0, visible_until=1.0, key="k", owner="o", message=None
+            ticket=index,
+            started_at=0.0,
+            received_at=0.0,
+            visible_until=1.0,
+            key=f"k{index}",
+            owner="o",
+            message=None,
+            state=State.RUNNING,
         )
         for index in range(3)
     ]
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     heartbeat = Heartbeat(
         contract=contract,
         table=SimpleNamespace(running=lambda: items),  # type: ignore[arg-type]
-        ack=SimpleNamespace(change_visibility=lambda *_a, **_k: None),  # type: ignore[arg-type]
-        idempotency=SlowStore(),  # type: ignore[arg-type]
+        ack=SimpleNamespace(change_visibility=lambda ticket, *_a, **_k: extended.append(ticket)),  # type: ignore[arg-type]
+        renewals=Renewals(SlowStore(), executor),  # type: ignore[arg-type]
         metrics=SimpleNamespace(count=lambda _name: None),  # type: ignore[arg-type]
         protection=None,  # type: ignore[arg-type]
         stop=threading.Event(),
@@ -231,10 +243,12 @@ def test_heartbeat_beats_after_each_lease_renewal(tmp_path: Path) -> None:
         tick_seconds=1,
         liveness=liveness,
     )
-    start = clock.now
     heartbeat._extend_leases(0.0)
-    assert beats == [start, start + 50, start + 100]
-    assert check(path, clock.now)[0] is True  # 150 s of renewals, yet 0 s since the last beat
+    heartbeat._extend_leases(0.0)  # the next beat, the renewals still out
+    assert extended == [0, 1, 2, 0, 1, 2] and renewed == []
+    answer.set()
+    executor.shutdown(wait=True)
+    assert renewed == ["k0", "k1", "k2"]
 
 
 def test_an_idle_loop_is_healthy_however_long_it_sleeps(tmp_path: Path) -> None:
