@@ -65,14 +65,14 @@ The formulas (also in the README's configuration table, generated from
   5 s more when the answer asks to retry after). The runtime builds its clients from :data:`SQS_CLIENT`
   and :data:`DYNAMODB_CLIENT` only (consumer/runtime/clients.py), so these bounds are the clients' own.
   https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html
-* ``poll_stall = call_worst(sqs) + 10`` and ``heartbeat_stall = heartbeat_interval + call_worst(dynamodb) +
-  4 * agent_timeout + 10``: the liveness check (``python -m consumer health``) fails when a poller has not
-  returned from a receive (or waited on purpose) for longer than a receive can take under the client's
-  timeouts and retries (its read timeout covers the 20 s long poll), or the heartbeat has not progressed
-  for longer than its interval plus the calls it waits on between two beats: one idempotency lease renewal
-  in DynamoDB (it beats after each one) and the ECS agent's task protection (two calls a tick, each possibly
-  waiting for another thread's call; its lease extensions go through the acknowledger's queue and are not
-  waited on). A slow SQS or DynamoDB answer is then never a stall; only a loop that stopped is.
+* ``poll_stall = call_worst(sqs) + 10`` and ``heartbeat_stall = heartbeat_interval + 4 * agent_timeout + 10``:
+  the liveness check (``python -m consumer health``) fails when a poller has not returned from a receive (or
+  waited on purpose) for longer than a receive can take under the client's timeouts and retries (its read timeout
+  covers the 20 s long poll), or the heartbeat has not progressed for longer than its interval plus the calls it
+  waits on between two beats: the ECS agent's task protection (two calls a tick, each possibly waiting for another
+  thread's call). Its lease extensions go through the acknowledger's queue and its idempotency lease renewals
+  through threads of their own (``RENEWAL_THREADS``): it waits on neither, so a slow SQS or DynamoDB answer is
+  never a stall; only a loop that stopped is.
 * ``health_check_interval = clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)``: ECS runs the
   check this often (timeout 5 s, 3 retries), so a stalled loop is replaced within about
   ``stall + 3 * interval``.
@@ -218,7 +218,7 @@ DERIVED_FORMULAS: dict[str, str] = {
     ),
     "pollers": f"min(ceil(concurrency * messages_per_call / batch_size), {MAX_POLLERS})",
     "poll_stall_seconds": "call_worst(sqs) + 10 (call_worst: see consumer/limits.py)",
-    "heartbeat_stall_seconds": "heartbeat_interval + call_worst(dynamodb) + 4 * agent_timeout + 10",
+    "heartbeat_stall_seconds": "heartbeat_interval + 4 * agent_timeout + 10",
     "health_check_interval_seconds": "clamp(min(poll_stall, heartbeat_stall) // 2, 5, 300)",
     "health_check_start_period_seconds": "60 (start-up, before the loops record progress)",
 }
@@ -242,7 +242,7 @@ class LivenessTimings:
     @property
     def heartbeat_stall_seconds(self) -> int:
         agent = HEARTBEAT_AGENT_CALLS * ECS_AGENT_TIMEOUT_SECONDS
-        return self.heartbeat_interval_seconds + DYNAMODB_CLIENT.worst_case_seconds() + agent + LIVENESS_SLACK_SECONDS
+        return self.heartbeat_interval_seconds + agent + LIVENESS_SLACK_SECONDS
 
     @property
     def health_check_interval_seconds(self) -> int:

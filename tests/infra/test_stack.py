@@ -311,10 +311,10 @@ def test_container_health_check_is_the_liveness_check_timed_by_each_workers_cont
 
 
 def test_prod_health_check_interval_is_half_the_shortest_stall(prod: Synthesized) -> None:
-    """prod's 90 s handler: heartbeat 20 s + a DynamoDB renewal's worst 58 s + 8 s of agent calls + 10 s = 96 s, the
-    poll allowance 118 s + 10 s = 128 s: checked every 48 s, so a stalled task goes within about 96 + 3 x 48 s."""
-    assert prod.container()["HealthCheck"]["Interval"] == 48
-    assert (prod.stack.contract.heartbeat_stall_seconds, prod.stack.contract.poll_stall_seconds) == (96, 128)
+    """prod's 90 s handler: heartbeat 20 s + 8 s of agent calls + 10 s = 38 s, the poll allowance 118 s + 10 s =
+    128 s: checked every 19 s, so a stalled task goes within about 38 + 3 x 19 s."""
+    assert prod.container()["HealthCheck"]["Interval"] == 19
+    assert (prod.stack.contract.heartbeat_stall_seconds, prod.stack.contract.poll_stall_seconds) == (38, 128)
 
 
 def test_container_environment_is_contract_plus_bindings(dev: Synthesized) -> None:

@@ -130,23 +130,23 @@ def test_slots_waiting_for_a_free_slot_counts_as_progress() -> None:
 
 
 def test_contract_derives_the_liveness_allowances_and_the_check_timing() -> None:
-    """Poll: a receive's worst case (3 x (5 + 30) s + 13 s of backoff) + 10 s; heartbeat: its interval + one
-    DynamoDB renewal's worst case (3 x (5 + 10) s + 13 s) + 4 agent calls of 2 s + 10 s; ECS checks every half
-    of the shorter."""
+    """Poll: a receive's worst case (3 x (5 + 30) s + 13 s of backoff) + 10 s; heartbeat: its interval + 4 agent
+    calls of 2 s + 10 s (no DynamoDB call: its renewals have threads of their own); ECS checks every half of the
+    shorter."""
     short = WorkerContract(max_duration_seconds=5)  # visibility 15 s: heartbeat every 3 s
     assert (short.poll_stall_seconds, short.heartbeat_stall_seconds, short.health_check_interval_seconds) == (
         128,
-        79,
-        39,
+        21,
+        10,
     )
     tiny = WorkerContract(max_duration_seconds=1, max_lease_seconds=4)  # heartbeat every 1 s
-    assert (tiny.heartbeat_stall_seconds, tiny.health_check_interval_seconds) == (77, 38)
-    long = WorkerContract(max_duration_seconds=3600)  # heartbeat capped at 60 s: the poll allowance is shorter
+    assert (tiny.heartbeat_stall_seconds, tiny.health_check_interval_seconds) == (19, 9)
+    long = WorkerContract(max_duration_seconds=3600)  # heartbeat capped at 60 s
     assert (
         long.heartbeat_stall_seconds,
         long.health_check_interval_seconds,
         long.health_check_start_period_seconds,
-    ) == (136, 64, 60)
+    ) == (78, 39, 60)
 
 
 def test_client_worst_case_counts_every_attempt_and_botocores_longest_backoff() -> None:
@@ -187,7 +187,9 @@ def test_the_runtimes_clients_hold_a_connection_for_every_thread_that_calls_them
 
 
 def test_allowances_move_with_the_clients_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lengthen a client's read timeout: its loop's allowance grows by the attempts times the change."""
+    """Lengthen the SQS client's read timeout: the pollers' allowance grows by the attempts times the change. A
+    slower DynamoDB client moves no allowance: the heartbeat waits on no DynamoDB call (its renewals have threads of
+    their own)."""
     contract = WorkerContract(max_duration_seconds=5)
     poll, heartbeat = contract.poll_stall_seconds, contract.heartbeat_stall_seconds
     monkeypatch.setattr(
@@ -195,8 +197,7 @@ def test_allowances_move_with_the_clients_timeouts(monkeypatch: pytest.MonkeyPat
     )
     monkeypatch.setattr(limits, "DYNAMODB_CLIENT", replace(limits.DYNAMODB_CLIENT, max_attempts=4))
     assert contract.poll_stall_seconds == poll + 3 * 7
-    # A 4th attempt: one more connect + read (15 s) and one more retry wait (4 s + 5 s).
-    assert contract.heartbeat_stall_seconds == heartbeat + 15 + 9
+    assert contract.heartbeat_stall_seconds == heartbeat
 
 
 def test_the_heartbeat_waits_for_no_lease_renewal(tmp_path: Path) -> None:
