@@ -355,4 +355,27 @@ SCENARIOS += (
     ),
 )
 
+SCENARIOS += (
+    Scenario(
+        "a_lapsed_message_is_not_copied",
+        0,
+        "found by seed 481: messages received ahead of a one-slot consumer's free handler wait out a slow one (9 s) on"
+        " a 4 s lease; the second consumer receives and runs them meanwhile; when the slot frees, each was handed back"
+        " as lease_ran_down by a copy, and the copy ran it again (no guard: done twice or more); a message whose lease"
+        " already ran out is now left alone (message_lease_lapsed)",
+        _plan(
+            1020,
+            guard=False,
+            concurrency=1,
+            consumers=2,
+            messages=12,
+            kinds=("ok", "ok", "ok", "slow"),
+            duration=(0.05, 0.05),
+            slow=(0.9, 0.9),
+            max_duration=10,
+            max_lease=4,
+        ),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
