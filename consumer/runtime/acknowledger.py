@@ -70,6 +70,8 @@ class Ticket:
     is_running: Callable[[], bool] = lambda: False
     attempts: int = 0
     settles: object = None
+    #: A visibility outcome (a backoff, a release) is queued: an extension sent after it would overwrite it.
+    settled: bool = False
 
 
 @dataclass
@@ -83,6 +85,44 @@ class _Visibility:
 @dataclass
 class _Flush:
     done: Waitable
+
+
+class _Background:
+    """What the acknowledger's timers send that may wait on DynamoDB (the due completions, a due batch of deletes that
+    writes its completions first), on a thread of its own, guarded as the loop: a slow table then never holds up the
+    lease extensions the loop sends next."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        guard: Callable[[Callable[[], None]], Callable[[], None]],
+        every_tick: Callable[[], None] | None,
+    ) -> None:
+        self._executor = clock.executor(1, ACKNOWLEDGER_LOOP + "-flush")
+        self._guard = guard
+        self._every_tick = every_tick
+        self._ticking = False  # a tick's completions are being written
+
+    def submit(self, send: Callable[[], None]) -> None:
+        self._executor.submit(self._guard(send))
+
+    def tick(self) -> None:
+        """``every_tick``, one at a time (a tick that finds one under way skips)."""
+        if self._every_tick is None or self._ticking:
+            return
+        self._ticking = True
+        every_tick = self._every_tick
+
+        def tick() -> None:
+            try:
+                every_tick()
+            finally:
+                self._ticking = False
+
+        self.submit(tick)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False)
 
 
 class Acknowledger:
@@ -139,6 +179,7 @@ class Acknowledger:
         # Guarded as every thread of the consumer is (its death ends the process: nothing else deletes or extends),
         # and seen by the health check (it beats each time round its loop; idle while it sleeps for want of work).
         self._thread = clock.thread(guard(self._run), name=ACKNOWLEDGER_LOOP)
+        self._background = _Background(clock, guard, every_tick)
         self._liveness = liveness or Liveness(None)
         self._closed = False
 
@@ -159,6 +200,8 @@ class Acknowledger:
         """``extend`` (dropped if the message stopped running), ``backoff`` or ``release`` (0 s); after
         :meth:`close`, sent by the caller at once."""
         change = _Visibility(ticket, seconds, reason, on_sent)
+        if reason != "extend":
+            ticket.settled = True  # before it is queued: no extension can follow it out
         with self._pending_lock:
             if not self._drained:
                 self._ops.put(change)
@@ -202,9 +245,9 @@ class Acknowledger:
                 op = self._ops.get(timeout=TICK_SECONDS if timed else None)
             except queue.Empty:
                 op = ...
-            if self._every_tick is not None:
-                self._every_tick()
+            self._background.tick()
             if op is None:
+                self._background.shutdown()
                 self._last_flush()
                 return
             visibility: list[_Visibility] = []
@@ -227,7 +270,7 @@ class Acknowledger:
             if flushes:
                 self._send_all_deletes()
             elif due and (tickets := self._take(everything=True)):
-                self._send_deletes(tickets)
+                self._background.submit(partial(self._send_deletes, tickets))
             for marker in flushes:
                 marker.done.set()
 
@@ -344,7 +387,7 @@ class Acknowledger:
     def _send_visibility(self, changes: list[_Visibility]) -> None:
         # An extension for a message that finished in the meantime would overwrite its backoff
         # or hit a deleted handle: drop it here, on the one thread that sends.
-        changes = [c for c in changes if c.reason != "extend" or c.ticket.is_running()]
+        changes = [c for c in changes if c.reason != "extend" or (c.ticket.is_running() and not c.ticket.settled)]
         for start in range(0, len(changes), SQS_MAX_BATCH):
             batch = changes[start : start + SQS_MAX_BATCH]
             entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [

@@ -38,9 +38,10 @@ __all__ = [
     "sqs_connections",
 ]
 
-#: Threads beyond the workers and pollers that may call a client at once: the acknowledger's (deletes and visibility
-#: changes after their flush interval; the completions batched with them) and the main thread's start-up calls.
-OTHER_CALLING_THREADS = 2
+#: Threads beyond the workers and pollers that may call a client at once: the acknowledger's two (its loop's visibility
+#: changes and flushes; its background thread's due deletes and the completions batched with them) and the main
+#: thread's start-up calls.
+OTHER_CALLING_THREADS = 3
 
 
 #: The SDKs' variable for an application id, which botocore's User-Agent carries as ``app/<id>`` (the chaos suite

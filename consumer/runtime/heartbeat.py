@@ -217,11 +217,14 @@ class Heartbeat:
         return target
 
     def _extend_leases(self, now: float) -> None:
-        held: list[tuple[InFlight, float | None]] = [(item, None) for item in self._table.running()]
+        running = self._table.running()
+        # Done with and settling (a completion, a copy or a delete under way, seconds on a slow table): the lease is
+        # kept until the outcome is handed to the acknowledger, so the message is not received again meanwhile.
+        held: list[tuple[InFlight, float | None]] = [(item, None) for item in running + self._table.settling()]
         if self._extend_waiting:
             waiting = self._table.waiting(behind_given_up=not self.contract.fifo)
             held += [(item, self._waiting_threshold) for item in waiting]
         for item, threshold in held:
             target = self._extend(item, now, threshold)
-            if target is not None and self._renewals is not None:
+            if target is not None and self._renewals is not None and item.state is State.RUNNING:
                 self._renewals.renew(item, target)

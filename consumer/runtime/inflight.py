@@ -98,10 +98,11 @@ class InFlight:
 
     def __post_init__(self) -> None:
         self.ticket = Ticket(
-            # Held: running, or waiting to start (a batch handler's message waiting for a free thread is extended too).
+            # Held: waiting to start (a batch handler's message waiting for a free thread is extended too), running, or
+            # done with and settling (until a backoff or a release is queued for it: Ticket.settled).
             self.message.message_id,
             self.message.receipt_handle,
-            is_running=lambda: self.state is State.RUNNING or self.state is State.WAITING,
+            is_running=lambda: self.state in (State.RUNNING, State.WAITING, State.DONE),
         )
 
 
@@ -264,6 +265,12 @@ class InFlightTable:
         """Started: claiming, or its handler called."""
         with self._lock:
             return [i for i in self._items.values() if i.state is State.RUNNING]
+
+    def settling(self) -> list[InFlight]:
+        """Done with, its outcome not yet handed to the acknowledger: a completion, a copy or a delete under way (on a
+        slow table, seconds)."""
+        with self._lock:
+            return [i for i in self._items.values() if i.state is State.DONE]
 
     # --- shutdown ---------------------------------------------------------------
     def unsettled(self) -> list[InFlight]:

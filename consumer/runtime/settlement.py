@@ -311,9 +311,9 @@ class Settlement:
 
         Batched, so a delete waits up to ``DELETE_FLUSH_SECONDS`` for others to share its call (the cost of about
         0.2 SQS requests per message depends on it); but at once when its lease is within the heartbeat's threshold
-        (a message done with is extended no more: a delete waiting for its batch could outlast the lease and hand
-        the message to another receive, a duplicate this consumer caused), and on or past the message's last
-        allowed receive.
+        (once handed to the acknowledger a message is extended no more: a delete waiting for its batch could outlast
+        the lease and hand the message to another receive, a duplicate this consumer caused), and on or past the
+        message's last allowed receive.
         A delete that never lands (the task stopped or killed while it waited) brings the message back after its
         lease, one receive further; past ``max_receive_count`` only the redrive policy's backstop receives are
         left, and SQS then moves the message to the DLQ itself, without a reason, though it was done with

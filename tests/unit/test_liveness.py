@@ -175,14 +175,14 @@ def test_the_runtimes_clients_are_built_with_the_timeouts_the_allowances_are_der
 @pytest.mark.parametrize("concurrency", [1, 16, MAX_CONCURRENCY])
 def test_the_runtimes_clients_hold_a_connection_for_every_thread_that_calls_them(concurrency: int) -> None:
     """A pool smaller than the threads calling a client discards a connection whenever one more returns one: the
-    SQS client's has one for each worker, each poller, the acknowledger and the main thread; DynamoDB's one for each
-    worker, the acknowledger (completions), the main thread and each renewal thread."""
+    SQS client's has one for each worker, each poller, the acknowledger's two threads and the main thread; DynamoDB's
+    one for each worker, the acknowledger's two (completions), the main thread and each renewal thread."""
     session = boto3.Session(region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
     contract = WorkerContract(max_duration_seconds=5, concurrency=concurrency)
     sqs, dynamodb = sqs_client(session, contract), dynamodb_client(session, contract)
     assert (sqs.meta.config.max_pool_connections, dynamodb.meta.config.max_pool_connections) == (
-        concurrency + min(math.ceil(concurrency / 10), 4) + 2,
-        concurrency + min(concurrency, 4) + 2,
+        concurrency + min(math.ceil(concurrency / 10), 4) + 3,
+        concurrency + min(concurrency, 4) + 3,
     )
 
 
@@ -232,7 +232,7 @@ def test_the_heartbeat_waits_for_no_lease_renewal(tmp_path: Path) -> None:
     executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     heartbeat = Heartbeat(
         contract=contract,
-        table=SimpleNamespace(running=lambda: items),  # type: ignore[arg-type]
+        table=SimpleNamespace(running=lambda: items, settling=list),  # type: ignore[arg-type]
         ack=SimpleNamespace(change_visibility=lambda ticket, *_a, **_k: extended.append(ticket)),  # type: ignore[arg-type]
         renewals=Renewals(SlowStore(), executor),  # type: ignore[arg-type]
         metrics=SimpleNamespace(count=lambda _name: None),  # type: ignore[arg-type]
