@@ -22,7 +22,10 @@ process. What the backends do is moto's; the world changes six things, each to w
   but the message might not be deleted"
   (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_DeleteMessage.html): here it is not.
   moto accepts any handle the message ever had, so a holder whose lease ran out could still move the message under
-  its next receiver.
+  its next receiver. In ChangeMessageVisibilityBatch either refusal fails its own entry only, as a batch reports
+  "a combination of successful and unsuccessful actions"
+  (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_ChangeMessageVisibilityBatch.html);
+  moto's batch would fail whole on them.
 
 Faults (:class:`Faults`), drawn per request: a throttle or a 5xx before the backend sees the request (nothing done),
 or a lost answer after it (done, then botocore retries: the case where a conditional write meets its own record), an
@@ -97,6 +100,7 @@ class Call:
     fault: str | None
     body: dict[str, Any]
     answer: dict[str, Any] | None = None
+    refusal: dict[str, Any] | None = None  # an error's body (a failed condition's ALL_OLD item comes with it)
 
 
 @dataclass
@@ -168,6 +172,9 @@ class Aws:
         stack.enter_context(_patched(sqs_models.Message, "mark_received", _marking_receive(sqs_models)))
         stack.enter_context(
             _patched(sqs_models.SQSBackend, "change_message_visibility", _visibility_from_receive(sqs_models))
+        )
+        stack.enter_context(
+            _patched(sqs_models.SQSBackend, "change_message_visibility_batch", _visibility_per_entry(sqs_models))
         )
         stack.enter_context(_patched(sqs_models.Queue, "delete_message", _deleting_the_latest(sqs_models)))
         # botocore's retry backoff and its jitter: on the virtual clock, from the run's seed.
@@ -349,9 +356,11 @@ class Transport:
         else:
             status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
             self._after(operation, body)
-        if status < 300:
-            with contextlib.suppress(ValueError):
+        with contextlib.suppress(ValueError):
+            if status < 300:
                 call.answer = json.loads(raw or b"{}")
+            else:
+                call.refusal = json.loads(raw or b"{}")
         sim.sleep(aws.latency(self.service))  # the answer on its way back
         if fault == "lost_answer":
             # Done, and the answer lost: botocore retries the same request.
@@ -461,6 +470,32 @@ def _deleting_the_latest(sqs_models: Any) -> Any:
         original(self, receipt_handle)
 
     return delete_message
+
+
+def _visibility_per_entry(sqs_models: Any) -> Any:
+    """moto's ChangeMessageVisibilityBatch, each entry's refusal its own failure (module docstring)."""
+
+    def change_message_visibility_batch(
+        self: Any, queue_name: str, entries: list[dict[str, Any]]
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        success: list[str] = []
+        failed: list[dict[str, Any]] = []
+        for entry in entries:
+            try:
+                seconds = int(entry["VisibilityTimeout"])
+                if not 0 <= seconds <= MAX_VISIBILITY_MS // 1000:
+                    raise sqs_models.InvalidParameterValue("Visibility timeout invalid")
+                self.change_message_visibility(
+                    queue_name=queue_name, receipt_handle=entry["ReceiptHandle"], visibility_timeout=seconds
+                )
+            except (sqs_models.InvalidParameterValue, sqs_models.ReceiptHandleIsInvalid) as error:
+                code = "ReceiptHandleIsInvalid" if isinstance(error, sqs_models.ReceiptHandleIsInvalid) else error.code
+                failed.append({"Id": entry["Id"], "SenderFault": True, "Code": code, "Message": error.message})
+            else:
+                success.append(entry["Id"])
+        return success, failed
+
+    return change_message_visibility_batch
 
 
 def _visibility_from_receive(sqs_models: Any) -> Any:

@@ -11,6 +11,10 @@
 - **once**: an event's side effect, counted at the handler, happens once;
 - **order**: on FIFO, the events of a group are done in the order they were sent (a message whose extensions SQS refused
   through all of botocore's attempts, an outage, is excused: its lease lapses and SQS hands its group on);
+- **claim**: a claim that meets its own record (its answer lost, botocore's retry failing its own condition) holds
+  the lease: the message is not deferred to itself; nor to a lease that ends within seconds, which it waits for;
+- **deadline**: a handler is given up on no sooner than ``max_duration`` after its call (its claims and any wait
+  before the call do not count);
 - **lease**: no message stays invisible longer than any lease or backoff of the contract without a live holder; no
   message is received again while a live consumer runs it, holds it done, or holds it for its batch or behind its
   FIFO group (a lease the consumer let lapse: the heartbeat's to keep); a message waiting for a free thread of a
@@ -33,11 +37,13 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.sim.plan import MUST_SUCCEED
 from bench.sim.run import Run
+from consumer.contract import SHUTDOWN_FLUSH_SECONDS
+from consumer.runtime.processing import DEFER_IN_PLACE_SECONDS
 
 #: Requests of one delivery at most, botocore's retries apart: its share of a receive, a claim, a delete or a
 #: visibility change, a copy (hand-back or DLQ move), a completion, a release.
@@ -61,6 +67,8 @@ class _Touches:
 
     killed: bool = False
     overran: bool = False
+    given_up: bool = False  # an attempt ran past max_duration: given up on, its lease extended no more
+    outlived: bool = False  # ... and another attempt started before it returned: its lease had run out
     sqs_fault: bool = False
     lost_receive: bool = False
     ddb_fault: bool = False
@@ -68,6 +76,7 @@ class _Touches:
     seen: bool = False  # a receive's answer with it reached the consumer (else only lost answers held it)
     lapsed: bool = False  # received again while an attempt ran, its extensions refused by SQS (an outage)
     refused: bool = False  # an extension of it failed through all of botocore's attempts
+    fifo_whys: set[str] = field(default_factory=set)  # the FIFO hand-backs that count (_fifo_hand_backs)
 
 
 def check(run: Run) -> list[Violation]:
@@ -81,6 +90,8 @@ def check(run: Run) -> list[Violation]:
         pending = [e for e in run.sent if not run.effects.get(e) and all(m["body"] != e for m in run.dlq)]
         found.append(Violation("settled", f"not settled within the limit; still pending: {pending[:10]}"))
     found += _held_again(run, touches)
+    found += _given_up_early(run)
+    found += _deferrals(run, touches)
     found += _placement(run, touches)
     found += _order(run, touches)
     found += _shutdown(run)
@@ -90,10 +101,109 @@ def check(run: Run) -> list[Violation]:
 
 def _held_again(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
     """A live consumer keeps the lease of what it holds: a receive never hands out a message it still holds, unless
-    SQS refused that holder's extensions (an outage longer than the lease)."""
+    SQS refused that holder's extensions (an outage longer than the lease), or its handler was given up on past
+    max_duration (extended no more) and returned as its lease ran out."""
     for event, process, at, state in run.held_again:
-        if not touches[event].lapsed and not touches[event].refused:
+        late = state == "done" and touches[event].given_up
+        if not touches[event].lapsed and not touches[event].refused and not late:
             yield Violation("lease", f"{event} received again at {at:.1f} while {process} held it ({state})")
+
+
+def _given_up_early(run: Run) -> Iterable[Violation]:
+    """max_duration counts from the handler's call: a handler is given up on no sooner than max_duration after it was
+    called, never while its claims (a batch's, one after another) or its wait for the executor run (race 2)."""
+    events = _events_by_message_id(run)
+    limit = run.contract.max_duration_seconds
+    for line in run.events:
+        if not (timed_out := _TIMED_OUT.search(line)):
+            continue
+        at, process = float(line.split()[0]), line.split()[1].split("/")[0]
+        event = events.get(timed_out["id"])
+        ours = [a for a in run.attempts if a.event == event and a.process == process and a.started <= at]
+        # The attempt given up on is one still running then (another may have come and gone since it started).
+        running = [a for a in ours if a.ended is None or a.ended >= at]
+        called = [a.started for a in running or ours]
+        if not called:
+            yield Violation("deadline", f"{event} given up on at {at:.1f} by {process} before its handler was called")
+        elif at - max(called) < limit - 1e-6:
+            ran = at - max(called)
+            yield Violation(
+                "deadline", f"{event} given up on at {at:.1f} by {process} {ran:.1f} s into its call (<{limit})"
+            )
+
+
+def _deferrals(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
+    """A deferral hands a message back to another holder's lease (races 4 and 10), judged by the claims of its key its
+    process saw answered just before it (any of them may be its own): never to its own record (a PutItem whose answer was lost, retried by botocore,
+    fails its own condition and brings back the caller's record: that claim holds the lease); never to a lease
+    ending within DEFER_IN_PLACE_SECONDS of the claim, which it waits for in place and claims again (once: the same
+    attempt's second refusal defers); never to the lease of a process a SIGTERM stopped, cut to the flush that ended
+    it (unless a fault on the table kept the cut from landing)."""
+    events = _events_by_message_id(run)
+    stopped = {p.name: p.exited for p in run.processes if p.killed is None and p.exited is not None}
+    holders: dict[str, str] = {}  # owner -> the process that claimed with it
+    claims: dict[tuple[str, str], list[_Claim]] = defaultdict(list)
+    for call in run.ledger.calls:
+        if call.service != "dynamodb" or call.operation != "PutItem":
+            continue
+        mine, found = call.body.get("Item", {}), (call.refusal or {}).get("Item")
+        event, owner = mine.get("pk", {}).get("S", "").removeprefix("attr:"), mine.get("owner", {}).get("S", "")
+        holders.setdefault(owner, call.caller)
+        if call.fault is not None:
+            continue  # the caller never saw this answer (botocore retried, or gave up)
+        now = float(call.body.get("ExpressionAttributeValues", {}).get(":now", {}).get("N", "0"))
+        left = float(found.get("lease_expires_at", {}).get("N", "0")) - now if found else 0.0
+        holder = found.get("owner", {}).get("S", "") if found else owner
+        claims[(call.caller, event)].append(_Claim(call.at, owner, holder, left, found is not None))
+    for line in run.events:
+        if not (deferred := _DEFERRED.search(line)):
+            continue
+        at, process = float(line.split()[0]), line.split()[1].split("/")[0]
+        event = events.get(deferred["id"], "")
+        before = [claim for claim in claims.get((process, event), []) if claim.at <= at]
+        # Two copies of one event may be claimed in one process at once: it is wrong only if none of the claims
+        # answered just before it justifies it.
+        recent = [c for c in before if c.at >= at - CLAIM_ANSWER_SECONDS and c.refused]
+        wrongs = [w for c in recent if (w := _deferral_wrong(c, before, stopped, holders, touches[event]))]
+        if recent and len(wrongs) == len(recent):
+            yield Violation("claim", f"{event}: {process} deferred it at {at:.1f} {wrongs[-1]}")
+
+
+def _deferral_wrong(
+    claim: _Claim, before: list[_Claim], stopped: dict[str, float], holders: dict[str, str], touch: _Touches
+) -> str:
+    """Why a deferral answering ``claim`` is wrong, or "" if the claim justifies it."""
+    if claim.holder == claim.owner:
+        return f"to its own claim of {claim.at:.1f}"
+    waited = any(c.owner == claim.owner and c.refused and c.at < claim.at for c in before)
+    if 0 < claim.left <= DEFER_IN_PLACE_SECONDS and not waited:
+        return f"to a lease ending {claim.left:.1f} s later"
+    holder = holders.get(claim.holder, "")
+    end = claim.at + claim.left
+    if holder in stopped and end > stopped[holder] + SHUTDOWN_FLUSH_SECONDS + 1 and not touch.ddb_fault:
+        return (
+            f"to a lease of {holder}, which a SIGTERM stopped at {stopped[holder]:.1f}, ending {end:.1f}"
+            " (not cut to the flush)"
+        )
+    return ""
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """One claim (PutItem) whose answer its caller saw."""
+
+    at: float
+    owner: str  # the claiming attempt
+    holder: str  # the record's owner it met (its own when acquired)
+    left: float  # the lease the record had left, if refused
+    refused: bool
+
+
+def _events_by_message_id(run: Run) -> dict[str, str]:
+    """Every message id a receive answered with, to its event (the body)."""
+    return {
+        m.get("MessageId"): m.get("Body", "") for c in run.ledger.calls for m in (c.answer or {}).get("Messages", [])
+    }
 
 
 def _rest(error: str) -> str:
@@ -164,11 +274,11 @@ FIFO_HAND_BACKS = (
 
 
 def _fifo_cost(unattempted: list[dict[str, Any]], touch: _Touches) -> bool:
-    return touch.fifo_hand_back and all(any(f"({why})" in r["reason"] for why in FIFO_HAND_BACKS) for r in unattempted)
+    return all(any(f"({why})" in r["reason"] for why in touch.fifo_whys) for r in unattempted)
 
 
 def _duplicate_excused(run: Run, touch: _Touches) -> bool:
-    if touch.killed or touch.overran:
+    if touch.killed or touch.overran or touch.outlived:
         return True
     if run.plan.guard:
         return touch.sqs_fault and touch.ddb_fault
@@ -290,23 +400,53 @@ def _touches(run: Run) -> dict[str, _Touches]:
                     touches[event].ddb_fault = True
     # Past max_duration a handler is given up on; past its attempt's end (max_duration and the margin) its lease may
     # have lapsed and another receive run it too. A success between the two must still count once (race 3).
-    if run.plan.fifo:
-        events = {
-            m.get("MessageId"): m.get("Body", "")
-            for c in run.ledger.calls
-            for m in (c.answer or {}).get("Messages", [])
-        }
-        for line in run.events:
-            released = _RELEASED.search(line)
-            why = released and (released["why"] or _WHY[released[1]])
-            if released and why in FIFO_HAND_BACKS and events.get(released["id"]) in touches:
-                touches[events[released["id"]]].fifo_hand_back = True
     for attempt in run.attempts:
         end = attempt.ended
         if end is None or end - attempt.started > run.contract.attempt_timeout_seconds:
             touches[attempt.event].overran = True
+        if end is None or end - attempt.started > run.contract.max_duration_seconds:
+            touches[attempt.event].given_up = True
+            if any(
+                other.event == attempt.event and attempt.started < other.started < (end or math.inf)
+                for other in run.attempts
+            ):
+                touches[attempt.event].outlived = True
     _lapsed(run, touches)
+    if run.plan.fifo:
+        _fifo_hand_backs(run, touches)
     return touches
+
+
+def _fifo_hand_backs(run: Run, touches: dict[str, _Touches]) -> None:
+    """Mark FIFO's hand-backs (FIFO_HAND_BACKS) of each event. A deferral counts only while another attempt's lease
+    can be live, once per such attempt (a deferral waits for the holder's lease to end, race 10): its holder killed
+    or given up on past max_duration; or a lease SQS let go or the table did not cut. Else the claim met a lease its
+    own consumer should have cut or never taken (races 4 and 10: its own record, a drain hand-back's lease)."""
+    events = _events_by_message_id(run)
+    kills = {p.name: p.killed for p in run.processes}
+    exits = {p.name: p.killed if p.killed is not None else p.exited for p in run.processes}
+    holders: dict[str, int] = defaultdict(int)  # event -> attempts that may hold a lease past their run
+    for attempt in run.attempts:
+        killed = kills.get(attempt.process)
+        cut = killed is not None and (attempt.ended is None or attempt.ended > killed)
+        # A process's exit (a SIGTERM's) ends its attempts: their leases were cut to the flush.
+        until = attempt.ended if attempt.ended is not None else exits.get(attempt.process)
+        if cut or until is None or until - attempt.started > run.contract.max_duration_seconds:
+            holders[attempt.event] += 1
+    deferrals: dict[str, int] = defaultdict(int)
+    for line in run.events:
+        released = _RELEASED.search(line)
+        why = released and (released["why"] or _WHY[released[1]])
+        event = events.get(released["id"], "") if released else ""
+        touch = touches.get(event)
+        if touch is None or why not in FIFO_HAND_BACKS:
+            continue
+        if why == "deferred":
+            deferrals[event] += 1
+            if not (touch.ddb_fault or touch.refused or touch.lapsed or deferrals[event] <= holders[event]):
+                continue
+        touch.fifo_hand_back = True
+        touch.fifo_whys.add(why)
 
 
 def _lapsed(run: Run, touches: dict[str, _Touches]) -> None:
@@ -314,9 +454,7 @@ def _lapsed(run: Run, touches: dict[str, _Touches]) -> None:
     of botocore's attempts, as in an SQS brownout longer than the lease) and the event received again meanwhile. No
     consumer can hold a lease SQS will not extend; the next receiver sees the message as new (on FIFO, it may unblock
     the group behind it)."""
-    ids = {
-        m.get("MessageId"): m.get("Body", "") for c in run.ledger.calls for m in (c.answer or {}).get("Messages", [])
-    }
+    ids = _events_by_message_id(run)
     refused = {ids.get(m["id"]) for line in run.events if (m := _EXTEND_FAILED.search(line))}
     for event in refused:
         if event in touches:
@@ -333,6 +471,10 @@ def _lapsed(run: Run, touches: dict[str, _Touches]) -> None:
                 touches[event].lapsed = True
 
 
+#: How soon after its claim's request a deferral is logged: the claim's round trip (a slow table's, up to 3 s).
+CLAIM_ANSWER_SECONDS = 4.0
+_DEFERRED = re.compile(r"log message_in_progress_elsewhere message_id=(?P<id>\S+)")
+_TIMED_OUT = re.compile(r"log handler_timed_out message_id=(?P<id>\S+)")
 _EXTEND_FAILED = re.compile(r"log visibility_change_failed message_id=(?P<id>\S+) reason=extend")
 _RELEASED = re.compile(
     r"log (message_released|downstream_unavailable|message_in_progress_elsewhere|message_handed_back)"

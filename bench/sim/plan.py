@@ -13,6 +13,8 @@ from consumer.contract import WorkerContract
 SHAPES = ("one", "batch", "async")
 #: How often a drawn plan is a long one (Plan.draw_long).
 LONG_PLANS = 1 / 400
+#: How often a drawn plan's handlers outlast a SIGTERM's drain (drawn apart, so the other plans stay as they were).
+LONG_HANDLERS = 1 / 20
 #: How each kind of event's handler behaves, by its attempt (1-based); durations in units of max_duration where
 #: marked. ok: succeeds; flaky: fails its first attempt; poison: raises PoisonMessage; failing: always fails; slow:
 #: succeeds after Plan.slow (0.8 to 1.1) max_duration; overrun: its first attempt runs 1.3 times its attempt's
@@ -67,6 +69,12 @@ class Plan:
         shape = rng.choice(SHAPES)
         fifo = shape != "batch" and rng.random() < 0.4  # a batch handler runs on a standard queue only
         max_duration = rng.choice((3, 5, 10, 30))
+        # Now and then handlers that outlast a SIGTERM's drain (ECS stops a task within 120 s): drawn from a generator
+        # of its own, so every other plan stays as it was.
+        drain = random.Random(f"drain-{seed}")
+        long_handlers = drain.random() < LONG_HANDLERS
+        if long_handlers:
+            max_duration = 300
         max_receive_count = rng.choice((2, 3, 5))
         consumers = rng.choice((1, 1, 2))
         chaos_until = rng.choice((30.0, 60.0, 120.0))
@@ -83,6 +91,9 @@ class Plan:
             brownouts = (Brownout(rng.choice(("sqs", "dynamodb")), start, start + rng.uniform(1, 30)),)
         kills = tuple((rng.uniform(1, chaos_until), rng.randrange(consumers)) for _ in range(rng.choice((0, 0, 1, 2))))
         sigterms = tuple((rng.uniform(1, chaos_until), rng.randrange(consumers)) for _ in range(rng.choice((0, 0, 1))))
+        if long_handlers:  # a SIGTERM while slow handlers run: the drain ends and hands them back
+            kinds += ["slow"] * 4
+            sigterms = sigterms or ((drain.uniform(1, 20), drain.randrange(consumers)),)
         return cls(
             seed=seed,
             shape=shape,
@@ -125,6 +136,7 @@ class Plan:
             kinds=("slow",),
             slow=(0.9, 0.98),
             consumers=2,
+            send_over=0.0,  # the whole group in the consumers' first receive: its 12 hours run from there
             consumers_from=1.0,
             chaos_until=5.0,
             settle_limit=40 * 3600.0,

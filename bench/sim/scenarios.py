@@ -378,4 +378,17 @@ SCENARIOS += (
     ),
 )
 
+SCENARIOS += (
+    Scenario(
+        "done_with_keeps_its_lease_on_a_slow_table",
+        0,
+        "found by seed 697 (past the tier): async handlers on a 4 s lease and a slow table (up to 3 s a DynamoDB"
+        " call): a poison message's claim release, its DLQ copy and its delete outlasted its lease, and the"
+        " acknowledger's extensions waited behind its own completion writes, so it was received again and moved to"
+        " the DLQ twice; the heartbeat now extends a message done with until its outcome is handed over, and the"
+        " acknowledger writes completions on a thread of its own",
+        Plan.draw(697),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

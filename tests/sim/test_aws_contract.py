@@ -280,6 +280,24 @@ def a_superseded_handle_deletes_nothing(side: Side) -> list[str]:
     return [m["Body"] for m in receive(side, url)]
 
 
+def a_batch_fails_only_the_superseded_entry(side: Side) -> tuple[list[str], list[str]]:
+    """A ChangeMessageVisibilityBatch with a superseded handle and a live one: the batch reports "a combination of
+    successful and unsuccessful actions" (API_ChangeMessageVisibilityBatch.html), the stale entry failed and the live
+    one changed. Returns the ids that succeeded and those that failed."""
+    url = queue(side, "q", VisibilityTimeout="30")
+    side.sqs.send_message(QueueUrl=url, MessageBody="stale")
+    [first] = receive(side, url)
+    side.advance(31)
+    side.sqs.send_message(QueueUrl=url, MessageBody="live")
+    again = {m["Body"]: m for m in receive(side, url)}
+    entries = [
+        {"Id": "stale", "ReceiptHandle": first["ReceiptHandle"], "VisibilityTimeout": 60},
+        {"Id": "live", "ReceiptHandle": again["live"]["ReceiptHandle"], "VisibilityTimeout": 60},
+    ]
+    answer = side.sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
+    return sorted(e["Id"] for e in answer.get("Successful", [])), sorted(e["Id"] for e in answer.get("Failed", []))
+
+
 @pytest.mark.parametrize(
     ("departure", "documented", "moto"),
     [
@@ -288,6 +306,7 @@ def a_superseded_handle_deletes_nothing(side: Side) -> list[str]:
         (a_receive_retried_with_its_attempt_id_gets_the_same_messages, ["a"], []),
         (a_superseded_handle_changes_no_visibility, (True, []), (False, [])),
         (a_superseded_handle_deletes_nothing, ["m"], []),
+        (a_batch_fails_only_the_superseded_entry, (["live"], ["stale"]), (["live", "stale"], [])),
     ],
     ids=[
         "fifo_group_resumes_from_its_first_message",
@@ -295,6 +314,7 @@ def a_superseded_handle_deletes_nothing(side: Side) -> list[str]:
         "receive_attempt_id",
         "superseded_handle_visibility",
         "superseded_handle_delete",
+        "superseded_handle_in_a_batch",
     ],
 )
 def test_the_world_follows_the_documentation_where_moto_departs(departure: Any, documented: Any, moto: Any) -> None:
