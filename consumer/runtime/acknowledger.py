@@ -220,12 +220,16 @@ class Acknowledger:
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush and stop the thread. If the thread died (an error nothing expected: the process is stopping for it),
-        what waits is sent from here, so no finished message is left to run again."""
+        what waits is sent from here, so no finished message is left to run again; if that meets the same error, it
+        is logged and the exit goes on (what was not sent comes back after its lease, and its guard skips the work)."""
         if self._closed:
             return
         if not self._thread.is_alive():
             self._closed = True
-            self._last_flush()
+            try:
+                self._last_flush()
+            except Exception as error:  # noqa: BLE001 (the process exits 1 for the first one already)
+                log.error("acknowledger_flush_failed", extra={"error": f"{type(error).__name__}: {error}"})
             return
         self.flush(timeout)
         self._closed = True
