@@ -1,14 +1,14 @@
 """Deletes and visibility changes, batched: one thread sends every visibility change, in the order decided.
 
 Routing every visibility change through one thread is what keeps the heartbeat from
-racing: an extension is dropped at send time if its message is no longer running, and
-a backoff decided after an extension is always sent after it, so a heartbeat can
-never overwrite a backoff or touch a deleted message. Deletes need no order (a
-message is deleted once, after its last visibility change was decided, and an
+racing: an extension is dropped at send time if its message is no longer held or has a
+backoff or release queued (``Ticket.settled``), and a backoff decided after an extension
+is always sent after it, so a heartbeat can never overwrite a backoff. Deletes need no
+order (a message is deleted once, after its last visibility change was decided, and an
 extension sent after it fails harmlessly on a stale handle): the thread whose delete
-fills a batch of 10 sends it, and the acknowledger's thread sends what has waited
-``DELETE_FLUSH_SECONDS``; a delete asked for ``at_once`` is sent by its caller at once, with
-whatever is waiting.
+fills a batch of 10 sends it, and the acknowledger's background thread sends what has
+waited ``DELETE_FLUSH_SECONDS`` (its loop goes on sending visibility changes meanwhile);
+a delete asked for ``at_once`` is sent by its caller at once, with whatever is waiting.
 """
 
 from __future__ import annotations

@@ -100,9 +100,9 @@ class Renewals:
 
 class Heartbeat:
     """Once a tick until ``closed``: time out overruns, reconcile task protection; every heartbeat interval,
-    extend the leases of running messages close to expiry (through the acknowledger, so an extension can never
-    overwrite a backoff or touch a deleted message) with their idempotency leases (:class:`Renewals`, not waited on),
-    and refresh protection.
+    extend the leases of held messages close to expiry (running, waiting their turn, done with and settling; through
+    the acknowledger, so an extension can never overwrite a backoff) with their idempotency leases (running ones:
+    :class:`Renewals`, not waited on), and refresh protection.
 
     ``on_stuck`` is called when every slot holds a handler that was given up on.
     """
