@@ -391,4 +391,16 @@ SCENARIOS += (
     ),
 )
 
+SCENARIOS += (
+    Scenario(
+        "a_batched_delete_keeps_its_lease_on_a_slow_table",
+        0,
+        "found by seed 592 (past the tier): batch handlers on an 8 s lease and a slow, throttled table: a processed"
+        " message's delete waited for its batch, which writes the batch's completions first; the throttled write"
+        " outlasted the lease, the message was received again and its claim, the completion not yet landed, ran it"
+        " twice; a message whose delete waits for its batch is now held and extended until the batch is sent",
+        Plan.draw(592),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -306,10 +306,10 @@ class World:
 
     def _holds(self, item: Any, given_up: set[str | None]) -> bool:
         """Whether the consumer keeps ``item``'s lease by design (docs/runtime.md): running and not given up on, or
-        settled with its delete to come; waiting, only a batch handler's and a FIFO group's (not behind one given up
+        done with until its delete is sent; waiting, only a batch handler's and a FIFO group's (not behind one given up
         on, whose group another task may take). A one-message handler's message received ahead of a free worker
         (the lookahead) is left to lapse: another task may run it sooner."""
-        if item.state in (State.RUNNING, State.DONE):
+        if item.state in (State.RUNNING, State.DONE, State.DELETING):
             return True
         if item.state is not State.WAITING:
             return False

@@ -72,6 +72,8 @@ class Ticket:
     settles: object = None
     #: A visibility outcome (a backoff, a release) is queued: an extension sent after it would overwrite it.
     settled: bool = False
+    #: Called once its delete is sent for good (deleted, or given up on): whoever holds the message lets it go then.
+    on_sent: Callable[[], object] | None = None
 
 
 @dataclass
@@ -371,11 +373,15 @@ class Acknowledger:
                 if failure is None:
                     if self._on_deleted:
                         self._on_deleted(ticket)
+                    if ticket.on_sent is not None:
+                        ticket.on_sent()
                     continue
                 ticket.attempts += 1
                 if not failure.get("SenderFault", True) and ticket.attempts < DELETE_RETRIES:
                     retry.append(ticket)  # SQS's own fault: try again
                     continue
+                if ticket.on_sent is not None:
+                    ticket.on_sent()
                 # A stale handle (the message was received again elsewhere) cannot be deleted with
                 # it; the message comes back and the idempotency guard skips its side effect.
                 log.warning(

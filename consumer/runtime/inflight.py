@@ -30,6 +30,7 @@ class State(enum.Enum):
     RUNNING = "running"
     TIMED_OUT = "timed_out"  # given up on: no extension, no delete; still holds its slot
     DONE = "done"
+    DELETING = "deleting"  # done with, its delete waiting for its batch: held (extended) until it is sent
     RELEASED = "released"  # handed back unstarted, or at the drain timeout
 
 
@@ -102,7 +103,7 @@ class InFlight:
             # done with and settling (until a backoff or a release is queued for it: Ticket.settled).
             self.message.message_id,
             self.message.receipt_handle,
-            is_running=lambda: self.state in (State.RUNNING, State.WAITING, State.DONE),
+            is_running=lambda: self.state in (State.RUNNING, State.WAITING, State.DONE, State.DELETING),
         )
 
 
@@ -267,10 +268,20 @@ class InFlightTable:
             return [i for i in self._items.values() if i.state is State.RUNNING]
 
     def settling(self) -> list[InFlight]:
-        """Done with, its outcome not yet handed to the acknowledger: a completion, a copy or a delete under way (on a
-        slow table, seconds)."""
+        """Done with and still held: its outcome under way (a completion, a copy, a delete at once: on a slow table,
+        seconds), or its delete waiting for its batch, which writes the batch's completions first."""
         with self._lock:
-            return [i for i in self._items.values() if i.state is State.DONE]
+            return [i for i in self._items.values() if i.state in (State.DONE, State.DELETING)]
+
+    def deleting(self, item: InFlight) -> bool:
+        """DONE -> DELETING: its delete is handed over to wait for its batch, and it stays here (held, extended) until
+        :meth:`remove` once the delete is sent; False if it is not held here (a hand-back of a message never started).
+        """
+        with self._lock:
+            if item.state is not State.DONE or id(item) not in self._items:
+                return False
+            item.state = State.DELETING
+            return True
 
     # --- shutdown ---------------------------------------------------------------
     def unsettled(self) -> list[InFlight]:

@@ -31,6 +31,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -159,7 +160,8 @@ class Settlement:
             return self._fail(item, outcome.error)
         finally:
             self._slots.release(1)
-            if self._table.remove(item):
+            # A delete waiting for its batch keeps the message held until it is sent (its ticket's on_sent).
+            if item.state is not State.DELETING and self._table.remove(item):
                 self._protection.idle()
 
     def hand_back_unstarted(self, items: list[InFlight], why: str, delay: int = 0, copy: bool = False) -> None:
@@ -310,10 +312,9 @@ class Settlement:
         """Delete a message that is done with (processed, already done, or copied to the DLQ or the source).
 
         Batched, so a delete waits up to ``DELETE_FLUSH_SECONDS`` for others to share its call (the cost of about
-        0.2 SQS requests per message depends on it); but at once when its lease is within the heartbeat's threshold
-        (once handed to the acknowledger a message is extended no more: a delete waiting for its batch could outlast
-        the lease and hand the message to another receive, a duplicate this consumer caused), and on or past the
-        message's last allowed receive.
+        0.2 SQS requests per message depends on it), the message held and extended meanwhile (DELETING: its batch
+        writes its completions first, which a slow table can stretch past the lease); but at once when its lease is
+        within the heartbeat's threshold (it would need an extension), and on or past its last allowed receive.
         A delete that never lands (the task stopped or killed while it waited) brings the message back after its
         lease, one receive further; past ``max_receive_count`` only the redrive policy's backstop receives are
         left, and SQS then moves the message to the DLQ itself, without a reason, though it was done with
@@ -322,7 +323,10 @@ class Settlement:
         """
         last = item.message.receive_count >= self.contract.max_receive_count
         lease_low = item.visible_until - self._clock() <= self.contract.heartbeat_threshold_seconds
-        self._ack.delete(item.ticket, at_once=last or lease_low)
+        at_once = last or lease_low
+        if not at_once and self._table.deleting(item):
+            item.ticket.on_sent = partial(self._table.remove, item)  # held until its batch is sent
+        self._ack.delete(item.ticket, at_once=at_once)
 
     def _copies(self, message: Message) -> bool:
         """Whether a hand-back of ``message`` is a requeued copy that keeps its retry budget (standard queues)."""

@@ -84,6 +84,25 @@ def test_acknowledger_sends_no_extension_after_a_backoff_of_a_message_still_held
     assert sent == [[900], [7]]
 
 
+def test_acknowledger_lets_a_held_message_go_once_its_delete_is_sent(sqs: Any) -> None:
+    """A ticket's ``on_sent`` is called once its delete is sent for good: after the delete, and after a delete given
+    up on (a stale handle), so a message held (and extended) while its delete waits for its batch is let go either
+    way, never held for ever."""
+    pair = create_pair(sqs, CONTRACT)
+    (good,) = received_tickets(sqs, pair.queue_url, 1)
+    stale = Ticket("gone", "not-a-real-receipt-handle")
+    sent: list[str] = []
+    for ticket in (good, stale):
+        ticket.on_sent = lambda ticket=ticket: sent.append(ticket.message_id)
+    ack = Acknowledger(sqs, pair.queue_url)
+    ack.start()
+    ack.delete(good)
+    ack.delete(stale)
+    assert sent == []  # waiting for their batch
+    ack.close()
+    assert sorted(sent) == sorted([good.message_id, "gone"])
+
+
 def test_acknowledger_logs_a_stale_receipt_handle_without_raising(sqs: Any, caplog: Any) -> None:
     """A per-entry ReceiptHandleIsInvalid is logged as delete_failed; the other entries succeed."""
     pair = create_pair(sqs, CONTRACT)
