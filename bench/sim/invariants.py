@@ -137,10 +137,14 @@ def _deferrals(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
     process saw answered just before it (any of them may be its own): never to its own record (a PutItem whose answer was lost, retried by botocore,
     fails its own condition and brings back the caller's record: that claim holds the lease); never to a lease
     ending within DEFER_IN_PLACE_SECONDS of the claim, which it waits for in place and claims again (once: the same
-    attempt's second refusal defers); never to the lease of a process a SIGTERM stopped, cut to the flush that ended
+    attempt's second refusal defers; a process stopping waits no more); never to the lease of a process a SIGTERM stopped, cut to the flush that ended
     it (unless a fault on the table kept the cut from landing)."""
     events = _events_by_message_id(run)
     stopped = {p.name: p.exited for p in run.processes if p.killed is None and p.exited is not None}
+    stopping: dict[str, float] = {}  # process -> when it began to stop (a SIGTERM, a crash): it waits in place no more
+    for line in run.events:
+        if " log consumer_stopping" in line:
+            stopping.setdefault(line.split()[1].split("/")[0], float(line.split()[0]))
     holders: dict[str, str] = {}  # owner -> the process that claimed with it
     claims: dict[tuple[str, str], list[_Claim]] = defaultdict(list)
     for call in run.ledger.calls:
@@ -164,6 +168,8 @@ def _deferrals(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
         # Two copies of one event may be claimed in one process at once: it is wrong only if none of the claims
         # answered just before it justifies it.
         recent = [c for c in before if c.at >= at - CLAIM_ANSWER_SECONDS and c.refused]
+        if at >= stopping.get(process, math.inf):
+            recent = [c for c in recent if c.holder == c.owner]  # stopping: only its own record is still wrong
         wrongs = [w for c in recent if (w := _deferral_wrong(c, before, stopped, holders, touches[event]))]
         if recent and len(wrongs) == len(recent):
             yield Violation("claim", f"{event}: {process} deferred it at {at:.1f} {wrongs[-1]}")
