@@ -160,9 +160,8 @@ class Settlement:
             return self._fail(item, outcome.error)
         finally:
             self._slots.release(1)
-            # A delete waiting for its batch keeps the message held until it is sent (its ticket's on_sent).
-            if item.state is not State.DELETING and self._table.remove(item):
-                self._protection.idle()
+            if item.state is not State.DELETING:  # else held until its delete is sent (_let_go)
+                self._let_go(item)
 
     def hand_back_unstarted(self, items: list[InFlight], why: str, delay: int = 0, copy: bool = False) -> None:
         """Hand messages that will not start here back to the queue at once, freeing their slots.
@@ -181,20 +180,16 @@ class Settlement:
     def hand_back(self, item: InFlight, why: str, delay: int = 0, attempted: bool = False, copy: bool = False) -> None:
         """Return a message to the queue without spending the retry budget on a receive that was no attempt.
 
-        SQS counts every receive toward ``maxReceiveCount``, attempted or not, so a plain
-        hand-back (visibility change) costs the message one of its attempts; on its last
-        allowed receive it spends the backstop receives the redrive policy keeps for
-        receives the consumer never sees, and SQS then moves it to the DLQ silently,
-        never tried. So on a standard queue every hand-back is a fresh copy (same body
-        and attributes, so the same idempotency key) carrying the receives spent so far
-        (``x-prior-receives``, this one only if ``attempted``), sent before the original
-        is deleted. A FIFO queue, where a copy would jump its group's order, keeps the
-        plain hand-back, and on the last allowed receive moves an unattempted message
-        to the DLQ with the reason instead. If a send fails, the plain hand-back remains.
-        ``copy`` copies even a message that cannot carry its count (its budget then restarts):
-        the circuit's hand-backs, which a long outage would otherwise repeat until SQS's redrive.
-        A message whose lease has already run out is back in the queue (its receive spent), perhaps received
-        elsewhere: nothing is sent for it, since a copy would be a second message and its handle may be stale.
+        SQS counts every receive toward ``maxReceiveCount``, attempted or not, so a plain hand-back (visibility change)
+        costs the message one of its attempts; on its last allowed receive it spends the backstop receives the redrive
+        policy keeps for receives the consumer never sees, and SQS then moves it to the DLQ silently, never tried. So on
+        a standard queue every hand-back is a fresh copy (same body and attributes, so the same idempotency key)
+        carrying the receives spent so far (``x-prior-receives``, this one only if ``attempted``), sent before the
+        original is deleted. A FIFO queue, where a copy would jump its group's order, keeps the plain hand-back, and on
+        the last allowed receive moves an unattempted message to the DLQ with the reason instead. If a send fails, the
+        plain hand-back remains. ``copy`` copies even a message that cannot carry its count (its budget then restarts):
+        the circuit's hand-backs, which a long outage would otherwise repeat until SQS's redrive. A message whose lease
+        ran out is back in the queue, perhaps received elsewhere: nothing is sent (a copy would run it twice).
         """
         message = item.message
         if item.visible_until <= self._clock():
@@ -325,8 +320,13 @@ class Settlement:
         lease_low = item.visible_until - self._clock() <= self.contract.heartbeat_threshold_seconds
         at_once = last or lease_low
         if not at_once and self._table.deleting(item):
-            item.ticket.on_sent = partial(self._table.remove, item)  # held until its batch is sent
+            item.ticket.on_sent = partial(self._let_go, item)  # held until its batch is sent
         self._ack.delete(item.ticket, at_once=at_once)
+
+    def _let_go(self, item: InFlight) -> None:
+        """Its delete is sent: out of the table, and the task unprotected if nothing else is in flight."""
+        if self._table.remove(item):
+            self._protection.idle()
 
     def _copies(self, message: Message) -> bool:
         """Whether a hand-back of ``message`` is a requeued copy that keeps its retry budget (standard queues)."""
