@@ -178,7 +178,7 @@ class Simulation:
             )
             return
 
-    def close(self, real_timeout: float = 10.0) -> None:
+    def close(self, real_timeout: float = REAL_STALL_SECONDS) -> None:
         """End the run: every thread left raises :class:`Unwound` at its next primitive and ends."""
         self.over = True
         for thread in list(self.threads):

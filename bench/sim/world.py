@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import random
+import threading
 from typing import Any
 
 from bench.sim.aws import ACCOUNT, REGION, Aws, Faults
@@ -361,8 +362,9 @@ class _LogCapture(logging.Handler):
         self.sim = sim
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.sim.current is None:
-            return
+        current = self.sim.current
+        if current is None or current._os is not threading.current_thread():
+            return  # not this run's thread (one of an earlier run in this process that never unwound): not its event
         parts = [record.getMessage()]
         for name in self.FIELDS:
             value = getattr(record, name, None)
