@@ -1,9 +1,10 @@
 """How a stack names its workers, for those that read it: one definition for ``infra/`` (which writes the
 template) and the local and DLQ tooling (which read it). Standard library only.
 
-A stack's first worker keeps the outputs a one-worker stack has always had (``QueueUrl``, ...); every other
-worker's outputs start with its name in PascalCase (``ReportsQueueUrl``). The ``WorkerNames`` output lists the
-workers in order, and each task definition names its worker in its metadata.
+The worker holding a stack's unprefixed resources (identity "default", infra/identities.py) keeps the outputs a
+one-worker stack has always had (``QueueUrl``, ...); every other worker's outputs start with its name in PascalCase
+(``ReportsQueueUrl``). The ``WorkerNames`` output lists the workers, that one first, and each task definition names
+its worker in its metadata.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ WORKER_METADATA_KEY = "sqs-worker:worker"
 
 
 def output_prefix(worker: str | None) -> str:
-    """What a worker's stack outputs start with: ``""`` for None (the first worker), else its name in PascalCase
+    """What a worker's stack outputs start with: ``""`` for None (the unprefixed one), else its name in PascalCase
     (``order-emails`` -> ``OrderEmails``; one prefix per name, since a name is lowercase words joined by ``-``)."""
     return "".join(word.capitalize() for word in worker.split("-")) if worker else ""
 

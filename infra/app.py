@@ -11,6 +11,7 @@ from typing import Any
 from aws_cdk import App
 
 from consumer.errors import ContractError
+from infra.identities import IdentityLock
 from infra.nag import enable_nag
 from infra.settings import CONTEXT_KEY, load_environments
 from infra.stack import WorkerStack
@@ -26,21 +27,31 @@ def cdk_json_context(path: Path = CDK_JSON) -> dict[str, Any]:
 
 
 def build_app(
-    app: App | None = None, *, outdir: str | None = None, context: Mapping[str, Any] | None = None
+    app: App | None = None,
+    *,
+    outdir: str | None = None,
+    context: Mapping[str, Any] | None = None,
+    lock: IdentityLock | None = None,
 ) -> tuple[App, list[WorkerStack]]:
     """Stacks for every environment, or only ``-c env=NAME``; cdk-nag enabled.
 
-    ``context`` overrides ``cdk.json`` (tests use it to synthesize variants).
+    ``context`` overrides ``cdk.json`` (tests use it to synthesize variants). With ``lock`` (workers.lock.json),
+    each environment's workers are checked against its record and the record updated (infra/identities.py), when
+    the environments are the ``cdk.json`` beside it (not environments given some other way, which it never saw).
     """
     if app is None:
         merged = cdk_json_context()
         merged.update(context or {})
         app = App(outdir=outdir, context=merged)
     selected = app.node.try_get_context(ENV_CONTEXT_KEY)
-    stacks = [
-        WorkerStack(app, settings=s)
-        for s in load_environments({CONTEXT_KEY: app.node.try_get_context(CONTEXT_KEY)}, selected)
-    ]
+    raw = app.node.try_get_context(CONTEXT_KEY)
+    if lock is not None and raw != cdk_json_context(lock.path.parent / CDK_JSON.name).get(CONTEXT_KEY):
+        lock = None  # environments other than cdk.json's (CDK_CONTEXT_JSON, -c): the record is cdk.json's
+    environments = load_environments({CONTEXT_KEY: raw}, selected, lock)
+    stacks = [WorkerStack(app, settings=s) for s in environments]
+    if lock is not None:
+        for settings in environments:
+            lock.record(settings.name, settings.workers)
     enable_nag(app)
     return app, stacks
 
@@ -53,7 +64,7 @@ def main() -> int:
     Python traceback the CDK CLI would print in full.
     """
     try:
-        app, _ = build_app()
+        app, _ = build_app(lock=IdentityLock())
     except ContractError as error:
         print(f"invalid configuration: {error}", file=sys.stderr)
         return 2

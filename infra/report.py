@@ -184,10 +184,11 @@ def main(
         return
     use_pinned_node()
     from infra.app import build_app  # imported late: loading the CDK takes seconds
+    from infra.identities import IdentityLock
 
     started = time.monotonic()
     try:
-        app, stacks = build_app(outdir=str(outdir))
+        app, stacks = build_app(outdir=str(outdir), lock=IdentityLock())
     except ContractError as error:  # a cdk.json setting or a handler declaration breaks a rule
         console.print(f"[red]invalid configuration[/red]: {error}")
         raise typer.Exit(2) from error

@@ -17,8 +17,10 @@ from consumer.contract import DAY, ContractError, WorkerContract, check_int
 from consumer.declaration import contract_of, load_handler
 from consumer.limits import MIN_RETENTION_GAP_SECONDS
 from infra.capacity_settings import ZERO_NEEDS_INSIGHTS
+from infra.identities import IdentityLock, Record, resolve
 from infra.tracing_settings import TracingSettings, check_tracing_variables, parse_tracing
 from infra.worker_settings import (
+    CONTEXT_KEY,
     DEFAULT_WORKER_NAME,
     FARGATE_MEMORY_MIB,
     MAX_TASKS_LIMIT,
@@ -36,6 +38,7 @@ from infra.worker_settings import (
 
 # Re-exported: they were defined here before the per-worker settings moved to infra/worker_settings.py.
 __all__ = [
+    "CONTEXT_KEY",
     "FARGATE_MEMORY_MIB",
     "MAX_TASKS_LIMIT",
     "SECRET_JSON_KEY_SEPARATOR",
@@ -47,7 +50,6 @@ __all__ = [
     "WorkerSettings",
 ]
 
-CONTEXT_KEY = "sqs-worker:environments"
 #: The contract's minimum DLQ-over-source retention gap, in the unit cdk.json's settings use.
 RETENTION_GAP_DAYS = MIN_RETENTION_GAP_SECONDS // DAY
 #: Environments that must page someone: a placeholder subscription fails synth, and without a committed
@@ -137,7 +139,8 @@ class EnvironmentSettings:
     """One environment's settings; see the README's "Deploy per environment" for each key."""
 
     name: str
-    #: The environment's workers, in cdk.json's order; the first keeps the ids and names of a one-worker stack.
+    #: The environment's workers, identities resolved: the one holding "default" (the stack's unprefixed resources),
+    #: if any, first; the others in cdk.json's order (infra/identities.py).
     workers: tuple[WorkerSettings, ...]
     account: str | None = None
     region: str | None = None
@@ -178,7 +181,8 @@ class EnvironmentSettings:
 
     @property
     def first_worker(self) -> WorkerSettings:
-        """The worker that keeps a one-worker stack's ids and names (the only one in the ``handler`` form)."""
+        """The worker holding the stack's unprefixed resources (the only one in the ``handler`` form), or else the
+        first listed."""
         return self.workers[0]
 
     # The first worker's knobs, as a one-worker environment has always named them.
@@ -295,8 +299,9 @@ def _workers(prefix: str, raw: Mapping[str, Any]) -> tuple[WorkerSettings, ...]:
     return tuple(parsed)
 
 
-def parse_environment(name: str, raw: object) -> EnvironmentSettings:
-    """Validate one environment's raw ``cdk.json`` mapping."""
+def parse_environment(name: str, raw: object, recorded: Record | None = None) -> EnvironmentSettings:
+    """Validate one environment's raw ``cdk.json`` mapping; its workers' identities resolved and checked against
+    ``recorded`` (infra/identities.py; None: the environment was never recorded)."""
     prefix = f"{CONTEXT_KEY}.{name}"
     if not _ENV_NAME.match(name):
         raise SettingsError(prefix, "environment names must be lowercase letters, digits and '-', at most 20", name)
@@ -307,7 +312,7 @@ def parse_environment(name: str, raw: object) -> EnvironmentSettings:
         raise SettingsError(
             f"{prefix}.{unknown[0]}", f"is not a known setting (known: {', '.join(_KNOWN_KEYS)})", raw[unknown[0]]
         )
-    workers = _workers(prefix, raw)
+    workers = resolve(name, stack_name_of(name), _workers(prefix, raw), recorded)
 
     def path(key: str) -> str:
         return f"{prefix}.{key}"
@@ -475,13 +480,16 @@ def _parse_vpc(path: str, raw: object) -> ExistingVpc | None:
     return ExistingVpc(vpc_id=raw["vpc_id"], availability_zones=tuple(zones), private_subnet_ids=tuple(subnets))
 
 
-def load_environments(context: Mapping[str, Any], selected: str | None = None) -> list[EnvironmentSettings]:
-    """All environments from the context, or only ``selected`` (``cdk synth -c env=prod``)."""
+def load_environments(
+    context: Mapping[str, Any], selected: str | None = None, lock: IdentityLock | None = None
+) -> list[EnvironmentSettings]:
+    """All environments from the context, or only ``selected`` (``cdk synth -c env=prod``), each checked against
+    ``lock``'s record where one is given (infra/identities.py)."""
     raw = context.get(CONTEXT_KEY)
     if not isinstance(raw, Mapping) or not raw:
         raise SettingsError(CONTEXT_KEY, "must be an object with one entry per environment in cdk.json", raw)
     if selected is not None:
         if selected not in raw:
             raise SettingsError("env", f"must be one of the environments in cdk.json ({', '.join(raw)})", selected)
-        return [parse_environment(selected, raw[selected])]
-    return [parse_environment(name, value) for name, value in raw.items()]
+        return [parse_environment(selected, raw[selected], lock.recorded(selected) if lock else None)]
+    return [parse_environment(name, value, lock.recorded(name) if lock else None) for name, value in raw.items()]

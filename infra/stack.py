@@ -20,6 +20,7 @@ from constructs import Construct
 
 from consumer.stack_outputs import WORKER_NAMES_OUTPUT
 from infra.dashboard import WorkerDashboard
+from infra.identities import DEFAULT_IDENTITY
 from infra.paging import PagingTopic
 from infra.removal import data_removal_policy
 from infra.settings import (
@@ -31,7 +32,7 @@ from infra.settings import (
     is_placeholder,
 )
 from infra.trust import VPC_FLOW_LOGS, confine_trust, from_this_account
-from infra.worker import FIRST_WORKER_ID, Worker
+from infra.worker import DEFAULT_WORKER_ID, Worker
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
 RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))
@@ -42,10 +43,11 @@ class WorkerStack(Stack):
 
     One :class:`Worker` per entry of the environment's workers, sharing the VPC, the cluster, the paging and
     ticket topics and one dashboard with a section per worker. Construct ids are a contract: renaming one
-    replaces the resource (and a replaced queue loses its messages); the first worker is ``Default``, so a
-    one-worker environment keeps the ids it always had. Attributes: ``settings``, ``workers`` (by name),
-    ``paging``, ``tickets``, ``dashboard``, and the first worker's ``contract``, ``queues``, ``consumer``,
-    ``metrics`` and ``alarms``.
+    replaces the resource (and a replaced queue loses its messages); a worker's is its identity, never its place
+    in cdk.json (infra/identities.py), and the worker holding identity "default" is ``Default``, so a one-worker
+    environment keeps the ids it always had. Attributes: ``settings``, ``workers`` (by name), ``paging``,
+    ``tickets``, ``dashboard``, and the first worker's (the "default" one's where there is one) ``contract``,
+    ``queues``, ``consumer``, ``metrics`` and ``alarms``.
     """
 
     def __init__(self, scope: Construct, *, settings: EnvironmentSettings) -> None:
@@ -96,12 +98,14 @@ class WorkerStack(Stack):
 
         cluster = self._cluster(settings, removal)
         page_topic = self.tickets.topic if settings.pages_to_tickets else self.paging.topic
-        #: The workers by name, in cdk.json's order; the first is "Default", so it keeps a one-worker stack's ids.
+        #: The workers by name, in settings' order: the one holding identity "default" (construct id "Default", the
+        #: stack's unprefixed resources) first. Each worker's construct id is its identity (infra/identities.py).
         self.workers: dict[str, Worker] = {}
-        for index, worker in enumerate(settings.workers):
+        for worker in settings.workers:
+            identity = worker.identity or worker.name
             self.workers[worker.name] = Worker(
                 self,
-                FIRST_WORKER_ID if index == 0 else worker.name,
+                DEFAULT_WORKER_ID if identity == DEFAULT_IDENTITY else identity,
                 name=worker.name,
                 contract=settings.contract(worker),
                 handler=worker.handler,
@@ -160,8 +164,9 @@ class WorkerStack(Stack):
             (
                 WORKER_NAMES_OUTPUT,
                 ",".join(self.workers),
-                "This stack's workers in order: the first one's outputs have no prefix, each other's start with its"
-                " name in PascalCase (python -m consumer dlq ... --stack STACK --worker NAME reads them)",
+                "This stack's workers: the outputs of the one holding the stack's unprefixed resources (listed first)"
+                " have no prefix, every other's start with its name in PascalCase (python -m consumer dlq ... --stack"
+                " STACK --worker NAME reads them)",
             ),
             *(output for w in list(self.workers.values())[1:] for output in worker_outputs(w)),
         ):

@@ -43,10 +43,11 @@ from infra.worker_settings import (
     check_worker_name,
 )
 
-#: The construct id that keeps a one-worker stack's logical ids: the CDK leaves an id "Default" out of every
-#: logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib core/lib/private/uniqueid.ts), so
-#: ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, as ``<stack>/Queues/Queue`` always was.
-FIRST_WORKER_ID = "Default"
+#: The construct id of the worker holding the stack's unprefixed resources (identity "default", infra/identities.py):
+#: the CDK leaves an id "Default" out of every logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib
+#: core/lib/private/uniqueid.ts), so ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, as
+#: ``<stack>/Queues/Queue`` always was.
+DEFAULT_WORKER_ID = "Default"
 
 
 class Worker(Construct):
@@ -59,10 +60,12 @@ class Worker(Construct):
       consumer-stalled composite, paging ``page_topic`` and ticketing ``ticket_topic``;
     * ``dashboard_section``: what :class:`infra.dashboard.WorkerDashboard` draws for it.
 
-    Names and ids: with construct id ``"Default"`` (:data:`FIRST_WORKER_ID`) the worker keeps a one-worker stack's
-    logical ids and names (``<stack>-source``, ``<stack>-DlqDepth``, ...); with any other id, which must follow
-    :data:`infra.worker_settings.WORKER_NAME_RULE` and is then its name, logical ids start with the id
-    (``exportsQueuesQueue...``) and names with ``<stack>-<id>`` (``<stack>-exports-source``). The stack hosting it
+    Names and ids follow the construct id, the worker's identity (infra/identities.py): with ``"Default"``
+    (:data:`DEFAULT_WORKER_ID`) the worker holds a one-worker stack's logical ids and names (``<stack>-source``,
+    ``<stack>-DlqDepth``, ...) and its stack outputs have no prefix; with any other id, which must follow
+    :data:`infra.worker_settings.WORKER_NAME_RULE`, logical ids start with the id (``exportsQueuesQueue...``) and
+    names with ``<stack>-<id>`` (``<stack>-exports-source``), and its outputs with its ``name`` (default: the id) in
+    PascalCase. The stack hosting it
     admits ``alarms.notifying_alarm_names`` on both topics (:meth:`infra.paging.PagingTopic.admit_alarms`).
 
     Defaults are behaviour: 1..2 tasks of 0.25 vCPU and 512 MiB, logs kept a month, data (queues, table, logs)
@@ -116,8 +119,10 @@ class Worker(Construct):
         architecture: str = DEFAULT_ARCHITECTURE,
         spot: SpotSettings | None = None,
     ) -> None:
-        first = construct_id == FIRST_WORKER_ID
-        worker_name = (name or DEFAULT_WORKER_NAME) if first else check_worker_name("construct_id", construct_id)
+        unprefixed = construct_id == DEFAULT_WORKER_ID
+        if not unprefixed:
+            check_worker_name("construct_id", construct_id)
+        worker_name = check_worker_name("name", name or (DEFAULT_WORKER_NAME if unprefixed else construct_id))
         # What cdk.json's parser checks, checked here too: a team's own app calls this construct directly.
         check_task_size(cpu, memory_mib)
         check_int(
@@ -138,12 +143,12 @@ class Worker(Construct):
             if owned:
                 raise ValueError(f'"{option}" must not set variables the construct sets: {", ".join(owned)}')
         super().__init__(scope, construct_id)
-        #: The worker's name: ``name`` (default "default") for the first worker, else its construct id.
+        #: The worker's name: ``name``, by default "default" under the id "Default", else its construct id.
         self.name = worker_name
         stack = Stack.of(self).stack_name
-        #: What its resource names start with, and its stack outputs ("" for the first worker: today's names).
-        self.name_prefix = stack if first else f"{stack}-{construct_id}"
-        self.output_prefix = "" if first else output_prefix(construct_id)
+        #: What its resource names start with (its identity's), and its stack outputs (its name's; "" under "Default").
+        self.name_prefix = stack if unprefixed else f"{stack}-{construct_id}"
+        self.output_prefix = "" if unprefixed else output_prefix(worker_name)
         self.contract = contract
         self.queues = WorkerQueues(
             self, "Queues", contract=contract, removal_policy=data_removal_policy, name_prefix=self.name_prefix
@@ -208,26 +213,26 @@ class Worker(Construct):
             runbook_url=runbook_url,
             running_tasks_reliable=running_tasks_reliable,
             name_prefix=self.name_prefix,
-            worker=None if first else construct_id,
+            worker=None if unprefixed else worker_name,
             wake_up_seconds=WAKE_UP_SECONDS if min_tasks == 0 else 0,
         )
         self.dashboard_section = DashboardSection(
             title=self.name, metrics=self.metrics, alarms=self.alarms, contract=contract
         )
-        if first:
+        if unprefixed:
             self._keep_security_group_description()
         self._acknowledge(cluster)
 
     def _keep_security_group_description(self) -> None:
         """The service's security group keeps the description it had before workers existed.
 
-        CDK describes a security group by its construct path, which for the first worker now holds "Default", and
+        CDK describes a security group by its construct path, which under the id "Default" holds "Default", and
         a changed GroupDescription makes CloudFormation replace the group (and update the service onto the new one).
         """
         for group in self.consumer.service.connections.security_groups:
             resource = cast(ec2.CfnSecurityGroup, group.node.default_child)
             if resource is not None:
-                resource.group_description = group.node.path.replace(f"/{FIRST_WORKER_ID}/", "/", 1)
+                resource.group_description = group.node.path.replace(f"/{DEFAULT_WORKER_ID}/", "/", 1)
 
     def _acknowledge(self, cluster: ecs.ICluster) -> None:
         """The cdk-nag findings a worker's service always has, each with why it is acceptable."""

@@ -114,6 +114,8 @@ SECRET_LIKE_RULE = (
     ' values are plain text in the task definition; declare it in "secrets" (ssm:/path or secretsmanager:name-XXXXXX)'
 )
 
+#: Where cdk.json's context holds the environments.
+CONTEXT_KEY = "sqs-worker:environments"
 #: The per-worker keys: at an environment's top level (one worker) or under ``workers.<name>``.
 WORKER_KEYS = (
     "handler",
@@ -126,6 +128,7 @@ WORKER_KEYS = (
     "handler_environment",
     "secrets",
     "sources",
+    "identity",
 )
 #: The variables the stack writes for a worker's sources (consumer/sources.py): never a handler_environment name.
 SOURCE_ENV_KEYS = frozenset({SNS_ENVELOPE_TOPICS_ENV, EVENTBRIDGE_EVENTS_ENV})
@@ -178,6 +181,9 @@ class WorkerSettings:
     secrets: Mapping[str, SecretSource] = field(default_factory=dict)
     #: The SNS topics and EventBridge rules that feed its queue (infra/source_settings.py); () = none.
     sources: tuple[Source, ...] = ()
+    #: Whose resources it holds (infra/identities.py): "default" for the stack's unprefixed ones, or a worker's name;
+    #: None until resolved where cdk.json does not declare it.
+    identity: str | None = None
     #: Where these keys live in cdk.json (``...<env>`` or ``...<env>.workers.<name>``), for errors.
     path: str = ""
 
@@ -231,9 +237,11 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         sources = parse_sources(path("sources"), raw["sources"]) if "sources" in raw else ()
     except SourceError as error:
         raise SettingsError(error.parameter, error.rule, error.value) from None
+    identity = check_worker_name(path("identity"), raw["identity"]) if "identity" in raw else None
     return WorkerSettings(
         name=name,
         handler=handler,
+        identity=identity,
         min_tasks=min_tasks,
         max_tasks=max_tasks,
         cpu=cpu,

@@ -123,15 +123,17 @@ def resolve_queues(
 
 
 def worker_output_prefix(outputs: Mapping[str, str], stack: str, worker: str | None) -> str:
-    """The prefix of ``worker``'s outputs in ``stack``'s ``outputs``: none for its first worker (also without
-    ``worker``, and on a stack from before workers); :class:`UsageError` naming the workers there are otherwise."""
-    if worker is None:
-        return ""
+    """The prefix of ``worker``'s (default: the first listed) outputs in ``stack``'s ``outputs``: its name in
+    PascalCase, or none for the worker holding the stack's unprefixed resources (and on a stack from before workers);
+    :class:`UsageError` naming the workers there are when ``worker`` is not one of them."""
     workers = [name for name in outputs.get(WORKER_NAMES_OUTPUT, "").split(",") if name]
-    if worker not in workers:
+    if worker is None:
+        worker = workers[0] if workers else None
+    elif worker not in workers:
         there = ", ".join(workers) if workers else f"none listed: no {WORKER_NAMES_OUTPUT} output, leave --worker out"
         raise UsageError(f'"--worker" must be one of the workers of {stack} ({there}): {worker!r}')
-    return "" if worker == workers[0] else output_prefix(worker)
+    prefix = output_prefix(worker)
+    return prefix if prefix + _STACK_OUTPUT["queue"] in outputs else ""
 
 
 def _stack_outputs(clients: ClientFactory, stack: str) -> dict[str, str]:

@@ -189,3 +189,60 @@ def test_feature_flags_in_cdk_json_change_no_template(tmp_path: Path) -> None:
     without = templates(tmp_path / "without", {k: v for k, v in context.items() if k not in added})
     assert len(with_flags) == 4
     assert with_flags == without
+
+
+#: What a deployed stack holds, by logical id: its type and the names CloudFormation gives it, and its outputs.
+#: tests/infra/deployed/ keeps them for the reference prod (one worker) and demo (two: notifications, then reports)
+#: as the release before worker identities synthesized them (infra/identities.py); regenerate never.
+DEPLOYED = Path(__file__).parent / "deployed"
+NAME_PROPERTIES = (
+    "QueueName",
+    "TableName",
+    "AlarmName",
+    "ServiceName",
+    "LogGroupName",
+    "TopicName",
+    "DashboardName",
+    "Family",
+    "PolicyName",
+)
+
+
+def held(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each resource's type and names, by logical id (CDK's metadata resource left out)."""
+    return {
+        logical_id: {"Type": r["Type"], **{k: v for k, v in r.get("Properties", {}).items() if k in NAME_PROPERTIES}}
+        for logical_id, r in template["Resources"].items()
+        if r["Type"] != "AWS::CDK::Metadata"
+    }
+
+
+@pytest.mark.parametrize("name", ["prod", "demo"])
+def test_a_deployed_stack_keeps_every_logical_id_and_name(reference: dict[str, Synthesized], name: str) -> None:
+    """A stack the release before identities deployed, one worker (prod) or two (demo), synthesizes every resource
+    it held under the same logical id, type and names, and every output it had: upgrading replaces nothing."""
+    deployed = json.loads((DEPLOYED / f"{name}.json").read_text())
+    now = held(reference[name].json)
+    assert {k: now.get(k) for k in deployed["resources"]} == deployed["resources"]
+    assert set(deployed["outputs"]) <= set(reference[name].json["Outputs"])
+
+
+def test_reordering_workers_moves_no_resource(reference: dict[str, Synthesized], tmp_path: Path) -> None:
+    """demo's workers reversed, once its identities are recorded (workers.lock.json, as a synth writes it): every
+    resource keeps its logical id, type and names, and every output its name."""
+    from infra.identities import LOCK_FILE, IdentityLock
+    from infra.settings import CONTEXT_KEY
+
+    environments = reference_context()[CONTEXT_KEY]
+    lock = IdentityLock(tmp_path / LOCK_FILE)
+    lock.record("demo", reference["demo"].stack.settings.workers)
+    demo = environments["demo"]
+    demo["workers"] = dict(reversed(list(demo["workers"].items())))
+    assert list(demo["workers"])[0] != next(iter(reference["demo"].stack.workers))  # really another order
+    (tmp_path / "cdk.json").write_text(json.dumps({"context": {CONTEXT_KEY: environments}}))
+    context = {**cdk_json_context(), CONTEXT_KEY: environments, "env": "demo"}
+    app, _ = build_app(cdk.App(outdir=str(tmp_path / "out"), context=context), lock=lock)
+    app.synth()
+    reversed_demo = json.loads((tmp_path / "out" / "SqsWorker-demo.template.json").read_text())
+    assert held(reversed_demo) == held(reference["demo"].json)
+    assert reversed_demo["Outputs"].keys() == reference["demo"].json["Outputs"].keys()
