@@ -24,7 +24,9 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract
+from consumer.errors import ContractError
 from consumer.stack_outputs import output_prefix
+from infra.limits import MAX_ALARM_DESCRIPTION, PUT_METRIC_ALARM_URL
 from infra.metrics import DLQ_HELD_PERIOD, WorkerMetrics
 
 PAGE, TICKET = "page", "ticket"
@@ -40,7 +42,7 @@ DLQ_DEPTH_EVALUATION_MINUTES = 20
 #: across one whole period, longer than any pause, which only an outage that outlasts the backoff cap makes.
 DOWNSTREAM_EVALUATION_PERIODS = 3
 #: CloudWatch's limit on AlarmDescription.
-MAX_DESCRIPTION_CHARS = 1024
+MAX_DESCRIPTION_CHARS = MAX_ALARM_DESCRIPTION
 DEFAULT_RUNBOOK_URL = "docs/runbook.md"
 DLQ_HELD_PERIOD_SECONDS = round(DLQ_HELD_PERIOD.to_seconds())
 
@@ -154,8 +156,11 @@ class QueueAlarms(Construct):
         def describe(severity: str, section: str, means: str, causes: str, first: str) -> str:
             text = f"[{severity.upper()}] {means} Likely: {causes} First: {first} Runbook: {runbook_url}#{section}"
             if len(text) > MAX_DESCRIPTION_CHARS:
-                raise ValueError(
-                    f"alarm description for {section} is {len(text)} characters, over {MAX_DESCRIPTION_CHARS}"
+                raise ContractError(
+                    "runbook_url",
+                    f"must leave every alarm description within CloudWatch's {MAX_DESCRIPTION_CHARS} characters"
+                    f" ({PUT_METRIC_ALARM_URL}): the {section} one would be {len(text)}; use a shorter address",
+                    runbook_url,
                 )
             return text
 

@@ -254,6 +254,7 @@ _KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets", *WORKER_KEYS})
 #:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm; 19 until DlqExpiring became a
 #:   composite over two input alarms, issue 25):
 #:   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
+#:   Sources, wake-ups and tracing add more: infra/limits.py counts what a configuration builds and refuses it past 500.
 #: - CloudWatch: 100 alarms in one alarm status widget (the dashboard's "any worker paging" view holds each
 #:   worker's 6 notifying alarms, in as many widgets as that takes) and 500 widgets per dashboard (13 per worker):
 #:   https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html

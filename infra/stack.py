@@ -18,17 +18,22 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from consumer.errors import ContractError
 from consumer.stack_outputs import WORKER_NAMES_OUTPUT
 from infra.dashboard import WorkerDashboard
 from infra.identities import DEFAULT_IDENTITY
+from infra.limits import check_limits
 from infra.paging import PagingTopic
 from infra.removal import data_removal_policy
 from infra.settings import (
+    CONTEXT_KEY,
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
     PAGING_ENDPOINT_PATTERN,
     PAGING_ENDPOINT_RULE,
     EnvironmentSettings,
+    SettingsError,
+    WorkerSettings,
     is_placeholder,
 )
 from infra.trust import VPC_FLOW_LOGS, confine_trust, from_this_account
@@ -102,33 +107,7 @@ class WorkerStack(Stack):
         #: stack's unprefixed resources) first. Each worker's construct id is its identity (infra/identities.py).
         self.workers: dict[str, Worker] = {}
         for worker in settings.workers:
-            identity = worker.identity or worker.name
-            self.workers[worker.name] = Worker(
-                self,
-                DEFAULT_WORKER_ID if identity == DEFAULT_IDENTITY else identity,
-                name=worker.name,
-                contract=settings.contract(worker),
-                handler=worker.handler,
-                cluster=cluster,
-                page_topic=page_topic,
-                ticket_topic=self.tickets.topic,
-                min_tasks=worker.min_tasks,
-                max_tasks=worker.max_tasks,
-                cpu=worker.cpu,
-                memory_mib=worker.memory_mib,
-                architecture=worker.architecture,
-                spot=worker.spot,
-                log_retention=RETENTION_DAYS[settings.log_retention_days],
-                handler_environment=worker.handler_environment,
-                secrets=worker.secrets,
-                producers=settings.producers,
-                sources=worker.sources,
-                data_removal_policy=removal,
-                runbook_url=settings.runbook_url,
-                # Container Insights is on for a cluster this stack creates; an existing one may not publish.
-                running_tasks_reliable=settings.cluster_name is None,
-                tracing=settings.tracing,
-            )
+            self.workers[worker.name] = self._worker(worker, settings, cluster, page_topic, removal)
         first = next(iter(self.workers.values()))
         # The first worker's parts, by the names a one-worker stack has always had.
         self.contract, self.queues, self.consumer = first.contract, first.queues, first.consumer
@@ -171,6 +150,49 @@ class WorkerStack(Stack):
             *(output for w in list(self.workers.values())[1:] for output in worker_outputs(w)),
         ):
             CfnOutput(self, output_id, value=value, description=description)
+        check_limits(self, settings.name)
+
+    def _worker(
+        self,
+        worker: WorkerSettings,
+        settings: EnvironmentSettings,
+        cluster: ecs.ICluster,
+        page_topic: sns.ITopic,
+        removal: RemovalPolicy,
+    ) -> Worker:
+        """``worker``'s construct, its id its identity; an environment setting it refuses named by its cdk.json path."""
+        identity = worker.identity or worker.name
+        try:
+            return Worker(
+                self,
+                DEFAULT_WORKER_ID if identity == DEFAULT_IDENTITY else identity,
+                name=worker.name,
+                contract=settings.contract(worker),
+                handler=worker.handler,
+                cluster=cluster,
+                page_topic=page_topic,
+                ticket_topic=self.tickets.topic,
+                min_tasks=worker.min_tasks,
+                max_tasks=worker.max_tasks,
+                cpu=worker.cpu,
+                memory_mib=worker.memory_mib,
+                architecture=worker.architecture,
+                spot=worker.spot,
+                log_retention=RETENTION_DAYS[settings.log_retention_days],
+                handler_environment=worker.handler_environment,
+                secrets=worker.secrets,
+                producers=settings.producers,
+                sources=worker.sources,
+                data_removal_policy=removal,
+                runbook_url=settings.runbook_url,
+                # Container Insights is on for a cluster this stack creates; an existing one may not publish.
+                running_tasks_reliable=settings.cluster_name is None,
+                tracing=settings.tracing,
+            )
+        except ContractError as error:
+            if error.parameter != "runbook_url":  # the one environment-wide setting the construct checks itself
+                raise
+            raise SettingsError(f"{CONTEXT_KEY}.{settings.name}.{error.parameter}", error.rule, error.value) from error
 
     def _paging_endpoint_parameter(self) -> CfnParameter:
         """PagingEndpoint: the real paging address, given at deploy and never committed, subscribed to the topic.
