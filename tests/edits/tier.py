@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.app import ENV_CONTEXT_KEY
+from infra.identities import DEFAULT_IDENTITY
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
 from infra.worker_settings import WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
 from tests.infra.checks import TEMPLATE_CHECKS
@@ -39,10 +40,12 @@ EXAMPLES = "consumer.examples."
 
 
 def workers_of(environment: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The environment's workers in the ``workers`` form, converting the one-worker form in place as the README says
-    (the per-worker keys move under the worker, named after its handler's module where that is a valid name)."""
+    """The environment's workers in the ``workers`` form, converting the one-worker form in place as docs/upgrades.md
+    says (the per-worker keys move under the worker, named after its handler's module where that is a valid name,
+    which keeps the stack's unprefixed resources with ``"identity": "default"``)."""
     if "workers" not in environment:
         worker = {key: environment.pop(key) for key in WORKER_KEYS if key in environment}
+        worker.setdefault("identity", DEFAULT_IDENTITY)
         module = worker["handler"].partition(":")[0].rsplit(".", 1)[-1]
         environment["workers"] = {_free_name(module, set()): worker}
     workers: dict[str, dict[str, Any]] = environment["workers"]
@@ -107,11 +110,13 @@ def remove_the_example(environments: Environments) -> Environments:
 
 
 def rename_a_worker(environments: Environments) -> Environments:
-    """The last worker of the first environment listing several (else of the first environment) is renamed."""
+    """The last worker of the first environment listing several (else of the first environment) is renamed, keeping
+    its queues as docs/upgrades.md says (``"identity"``: its old name, unless it declares one)."""
     name = next((n for n, e in environments.items() if len(e.get("workers", {})) > 1), next(iter(environments)))
     workers = workers_of(environments[name])
     old = list(workers)[-1]
     new = _free_name(f"{old}-renamed", set(workers))
+    workers[old].setdefault("identity", old)
     environments[name]["workers"] = {(new if w == old else w): settings for w, settings in workers.items()}
     return environments
 

@@ -24,6 +24,7 @@ from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, output_prefix
 from infra.alarms.scaling_template import check_step_policy
 from infra.capacity_settings import WAKE_UP_SECONDS
+from infra.identities import DEFAULT_IDENTITY
 from infra.service import (
     CONTAINER_COMMAND,
     CONTAINER_USER,
@@ -536,16 +537,16 @@ def check_dashboard(env: Synthesized) -> None:
 
 
 def check_outputs(env: Synthesized) -> None:
-    """The first worker's outputs keep their names, each later one's start with its PascalCase name; WorkerNames
-    lists them in order (python -m consumer dlq --stack --worker reads them)."""
+    """The outputs of the worker holding identity "default" keep their names, every other's start with its
+    PascalCase name; WorkerNames lists them, that one first (python -m consumer dlq --stack --worker reads them)."""
     problems: list[str] = []
     outputs = env.json["Outputs"]
     names = list(env.stack.workers)
     expect(
         problems, env.stack.settings.name, WORKER_NAMES_OUTPUT, outputs[WORKER_NAMES_OUTPUT]["Value"], ",".join(names)
     )
-    for index, (label, built, _, _) in enumerate(workers(env)):
-        prefix = "" if index == 0 else output_prefix(built.name)
+    for label, built, worker, _ in workers(env):
+        prefix = "" if worker.identity == DEFAULT_IDENTITY else output_prefix(built.name)
         for output, construct in (
             ("QueueUrl", built.queues.queue),
             ("DeadLetterQueueUrl", built.queues.dead_letter_queue),
@@ -566,22 +567,22 @@ def check_outputs(env: Synthesized) -> None:
 
 
 def check_logical_ids(env: Synthesized) -> None:
-    """The first worker keeps a one-worker stack's logical ids (a replaced queue loses its messages); a later
-    worker's start with its name."""
+    """The worker holding identity "default" keeps a one-worker stack's logical ids (a replaced queue loses its
+    messages); every other worker's start with its identity (infra/identities.py), whatever its place."""
     problems: list[str] = []
-    for index, (label, built, _, _) in enumerate(workers(env)):
+    for label, built, worker, _ in workers(env):
         found = {
             "source queue": env.logical_id(built.queues.queue),
             "dead-letter queue": env.logical_id(built.queues.dead_letter_queue),
         }
         if built.consumer.idempotency_table is not None:  # none for a handler idempotent by itself
             found["idempotency table"] = env.logical_id(built.consumer.idempotency_table)
-        if index == 0:
+        if worker.identity == DEFAULT_IDENTITY:
             kept = {what: i for what, i in FIRST_WORKER_LOGICAL_IDS.items() if what in found}
             expect(problems, label, "logical ids", found, kept)
         else:
             # The CDK keeps only letters and digits of a construct id in a logical id ("order-emails": "orderemails").
-            prefix = re.sub(r"[^A-Za-z0-9]", "", built.name)
+            prefix = re.sub(r"[^A-Za-z0-9]", "", worker.identity or worker.name)
             problems += [
                 f"{label}: {what} is {i}, not under {prefix}" for what, i in found.items() if not i.startswith(prefix)
             ]
