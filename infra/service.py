@@ -113,8 +113,11 @@ class ConsumerService(Construct):
     * with ``tracing``, an AWS Distro for OpenTelemetry collector sidecar exporting to X-Ray, its variables in the
       consumer's environment and ``xray:PutTraceSegments`` for the task role (:class:`infra.tracing.TracingSidecar`).
 
+    * the tasks in the VPC's private subnets without a public IP; in its public subnets with a public IP where it
+      has no private subnet with egress (``nat_gateways: 0``); no inbound rule either way.
+
     Attributes: ``service``, ``cluster``, ``task_definition``, ``container``,
-    ``task_role``, ``log_group``, ``scaling_policy``, ``tracing``.
+    ``task_role``, ``log_group``, ``scaling_policy``, ``tracing``, ``public_ip``.
     """
 
     def __init__(
@@ -282,6 +285,11 @@ class ConsumerService(Construct):
         # The CDK created the execution role (image pull, logs, secrets) with an unconditioned trust: infra/trust.py.
         confine_trust(self.task_definition.obtain_execution_role(), ECS_TASKS, this_account(self))
 
+        #: True where the tasks run in a public subnet with a public IP: the cluster's VPC has no private subnet with
+        #: egress (a VPC without NAT, docs/deploy.md "No NAT"), and SQS, ECR and CloudWatch Logs are reached through
+        #: its internet gateway, which only a public IP can use. Either way the service's security group admits
+        #: nothing inbound (the CDK's default group for a service: all outbound, no ingress rule).
+        self.public_ip = not cluster.vpc.private_subnets and bool(cluster.vpc.public_subnets)
         # ECS's UpdateService moves a service between a launch type and capacity providers only along the transitions
         # it lists, and "FARGATE launch type -> Fargate capacity providers" is not one of them
         # (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html, capacityProviderStrategy).
@@ -296,8 +304,10 @@ class ConsumerService(Construct):
             min_healthy_percent=100,
             max_healthy_percent=200,
             circuit_breaker=ecs.DeploymentCircuitBreaker(rollback=True),
-            assign_public_ip=False,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            assign_public_ip=self.public_ip,
+            vpc_subnets=ec2.SubnetSelection(
+                subnet_type=ec2.SubnetType.PUBLIC if self.public_ip else ec2.SubnetType.PRIVATE_WITH_EGRESS
+            ),
             # Without spot: the FARGATE launch type, as always (a template without spot is unchanged).
             capacity_provider_strategies=capacity_strategy(spot) if spot is not None else None,
         )

@@ -249,10 +249,11 @@ _KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets", *WORKER_KEYS})
 #: The most workers one environment supports: every limit it meets is checked by tests/infra/test_workers.py.
 #: - CloudFormation: 500 resources per stack; a worker adds 26 (queues and policies 4, table, task and execution
 #:   roles and policies 4, task definition, log group, service, security group, scaling target and policy,
-#:   11 alarms), the shared VPC, cluster, topics, key and dashboard 32: 17 workers make 474, which leaves a worker's
-#:   worth (26) for producers, subscriptions and grants; 18 would make exactly 500 with nothing to spare
+#:   11 alarms), the shared VPC (its DynamoDB and S3 gateway endpoints included), cluster, topics, key and dashboard
+#:   34: 17 workers make 476, which leaves 24 for producers, subscriptions and grants; 18 would make 502
 #:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm; 19 until DlqExpiring became a
-#:   composite over two input alarms, issue 25):
+#:   composite over two input alarms, issue 25; the spare was a worker's worth, 26, until the gateway endpoints,
+#:   issue 39, took two of it rather than refuse a seventeenth worker):
 #:   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
 #:   Sources, wake-ups and tracing add more: infra/limits.py counts what a configuration builds and refuses it past 500.
 #: - CloudWatch: 100 alarms in one alarm status widget (the dashboard's "any worker paging" view holds each

@@ -12,7 +12,6 @@ from aws_cdk import (
     RemovalPolicy,
     Stack,
 )
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
@@ -23,6 +22,7 @@ from consumer.stack_outputs import WORKER_NAMES_OUTPUT
 from infra.dashboard import WorkerDashboard
 from infra.identities import DEFAULT_IDENTITY
 from infra.limits import check_limits
+from infra.network import environment_vpc
 from infra.paging import PagingTopic
 from infra.removal import data_removal_policy
 from infra.settings import (
@@ -36,7 +36,6 @@ from infra.settings import (
     WorkerSettings,
     is_placeholder,
 )
-from infra.trust import VPC_FLOW_LOGS, confine_trust, from_this_account
 from infra.worker import DEFAULT_WORKER_ID, Worker
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
@@ -226,24 +225,7 @@ class WorkerStack(Stack):
         return endpoint
 
     def _cluster(self, settings: EnvironmentSettings, removal: RemovalPolicy) -> ecs.ICluster:
-        if settings.vpc is not None:
-            vpc = ec2.Vpc.from_vpc_attributes(
-                self,
-                "Vpc",
-                vpc_id=settings.vpc.vpc_id,
-                availability_zones=list(settings.vpc.availability_zones),
-                private_subnet_ids=list(settings.vpc.private_subnet_ids),
-            )
-        else:
-            vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=settings.nat_gateways)
-            flow_log = vpc.add_flow_log("FlowLog")
-            # The CDK creates this log group with RemovalPolicy.RETAIN (plain Retain, kept even by a rolled-back
-            # create); it holds the environment's traffic records, so it follows the environment's data policy.
-            assert flow_log.log_group is not None  # the default destination is a log group the CDK creates
-            flow_log.log_group.apply_removal_policy(removal)
-            # The CDK created the flow log's role with an unconditioned trust: this account's flow logs only (trust.py).
-            assert flow_log.iam_role is not None  # a CloudWatch Logs destination always has one
-            confine_trust(flow_log.iam_role, VPC_FLOW_LOGS, from_this_account(self, "ec2", "vpc-flow-log/*"))
+        vpc = environment_vpc(self, settings, removal)
         if settings.cluster_name is not None:
             return ecs.Cluster.from_cluster_attributes(
                 self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]

@@ -58,7 +58,7 @@ SHIPPED: dict[str, dict[str, Any]] = {
         "log_retention_days": 7,
         "retain_queues": False,
         "pages_to_tickets": True,
-        "nat_gateways": 1,
+        "nat_gateways": 0,
         "handler_environment": {"NOTIFY_DRY_RUN": "true"},
     },
     "staging": {
@@ -94,7 +94,7 @@ SHIPPED: dict[str, dict[str, Any]] = {
         "log_retention_days": 7,
         "retain_queues": False,
         "pages_to_tickets": True,
-        "nat_gateways": 1,
+        "nat_gateways": 0,
         "workers": {
             "notifications": {
                 "handler": DEMO_NOTIFICATIONS,

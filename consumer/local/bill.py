@@ -6,19 +6,28 @@ Read from the synthesized templates (``cdk.out``), as every local tool here read
 * **per month at min_tasks** (730 h): each worker's ``min_tasks`` tasks (the scalable target's MinCapacity), split
   on-demand / Spot by the service's capacity provider strategy as :meth:`Capacity.split` says ECS places them,
   priced per vCPU (``cpu / 1024``) and GB (``memory_mib / 1024``) hour by ``architecture``; plus the long polls
-  those tasks make with an empty queue (each receive loop asks once every 20 s);
+  those tasks make with an empty queue (each receive loop asks once every 20 s) and their network: the polls' NAT
+  data (:data:`SQS_CALL_BYTES` each) where the tasks reach SQS through a NAT gateway, or each task's public IPv4
+  address where it runs in a public subnet (``nat_gateways: 0``);
 * **per million messages**: SQS requests (the consumers' measured requests per message, plus the producer's
   SendMessageBatch of 10, each request billed once per 64 KiB chunk of a message: past 64 KiB an upper bound, as
   if every request carried one message), Fargate task-hours at the contract's declared throughput per task
   (``concurrency * messages_per_call / average_duration``, the figure the scaling target is made of,
   :attr:`consumer.contract.WorkerContract.scaling_target_backlog_per_task`) on the strategy's marginal task, and
-  the idempotency guard's DynamoDB writes (:data:`GUARD_WRITES_PER_MESSAGE`);
+  the idempotency guard's DynamoDB writes (:data:`GUARD_WRITES_PER_MESSAGE`), and the network again: the NAT data of
+  the consumers' calls and the messages they carry (:func:`nat_bytes_per_message`), or the public IPv4 address of the
+  task-hours the messages take;
 * **fixed per environment**, on lines of their own: NAT gateways and their public IPv4 addresses, alarms (per alarm
-  metric; a composite per alarm), dashboards and KMS keys, counted in the template.
+  metric; a composite per alarm), dashboards and KMS keys, counted in the template, and Container Insights on the
+  cluster the stack creates: its metrics (:func:`insights_metrics`) and performance log events
+  (:func:`insights_events_per_minute`) at min_tasks; and, for an environment with NAT gateways, what
+  ``nat_gateways: 0`` would change (:class:`WithoutNat`).
 
-Left out: free tiers, CloudWatch Logs and Container Insights, the consumer's own metrics (embedded metric format),
-NAT data processing, DynamoDB storage and reads, retries (a failed attempt adds a release and a second claim),
-heartbeat renewals (one DynamoDB write per extension of a guarded message), taxes and discounts.
+Left out: free tiers, CloudWatch Logs of the workers and the flow log, the consumer's own metrics (embedded metric
+format), Container Insights' metrics of a worker at zero tasks in the hours a task runs, DynamoDB storage and reads,
+the handlers' own traffic (a webhook's call through the NAT gateway), image pulls (their layers come through the S3
+gateway endpoint, free), retries (a failed attempt adds a release and a second claim), heartbeat renewals (one
+DynamoDB write per extension of a guarded message), taxes and discounts.
 :func:`estimate` does no I/O; :func:`load_environments` reads the templates.
 """
 
@@ -29,7 +38,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from consumer.contract import SQS_MAX_BATCH, SQS_MAX_WAIT_SECONDS, WorkerContract
 from consumer.local.demo_lane import DemoResult
@@ -52,6 +61,32 @@ MILLION = 1_000_000
 SECONDS_PER_HOUR = 3600
 #: Fargate runs a task on x86_64 unless its task definition's RuntimePlatform says otherwise.
 _ARCHITECTURES = {"X86_64": "x86_64", "ARM64": "arm64"}
+#: The binary gigabyte of AWS's pricing examples; a decimal one would raise the per-GB lines by 7 %.
+BYTES_PER_GB = 2**30
+MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
+#: What one SQS call puts through a NAT gateway besides the messages it carries, an assumption rounded up: a
+#: ReceiveMessage as botocore signs it with a task role's session credentials is about 1.9 KB of request line,
+#: headers and JSON (tests/unit/test_bill.py measures it), its response's headers and envelope a few hundred bytes, and
+#: TCP, IP and TLS framing add a little to each.
+SQS_CALL_BYTES = 3 * 1024
+#: What one message adds to the calls that carry it besides its body, an assumption: its receipt handle, id, MD5 and
+#: attributes in the receive's response, and the receipt handle again in its delete.
+SQS_MESSAGE_ENVELOPE_BYTES = 2 * 1024
+#: Container Insights (a cluster's ``containerInsights`` setting ``enabled``) publishes custom metrics, one per metric
+#: name and set of dimensions (the Amazon ECS table of the CloudWatch user guide,
+#: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-ECS.html): ten resource
+#: metrics (CPU, memory and ephemeral storage reserved and used, network received and sent, storage read and written)
+#: for the cluster, for each service and for each task definition family, from the tasks' events, so only while a
+#: task runs; five counts per service (desired, running and pending tasks, deployments, task sets) and three for the
+#: cluster (tasks, services, container instances), whatever runs.
+INSIGHTS_RESOURCE_METRICS = 10
+INSIGHTS_SERVICE_COUNTS = 5
+INSIGHTS_CLUSTER_COUNTS = 3
+#: Container Insights' performance log events, one a minute for the cluster, each service, each task and each of its
+#: containers, ingested into /aws/ecs/containerinsights/<cluster>/performance: 1.5 KiB each, an assumption, above the
+#: largest of the user guide's examples (a Task event, 1.3 KB as compact JSON; Container 0.65, Service 0.54, Cluster
+#: 0.37: https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-reference-performance-logs-ECS.html).
+INSIGHTS_EVENT_BYTES = 1536
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +127,10 @@ class WorkerPlan:
     #: None: every task on-demand (the FARGATE launch type).
     capacity: Capacity | None
     contract: WorkerContract
+    #: Its tasks run in a public subnet with a public IPv4 address (``nat_gateways: 0``).
+    public_ip: bool = False
+    #: Containers in its task (the consumer, and a tracing collector where the environment traces).
+    containers: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +146,8 @@ class EnvironmentPlan:
     composite_alarms: int = 0
     dashboards: int = 0
     kms_keys: int = 0
+    #: The stack creates its cluster with Container Insights (an existing cluster's settings are not in the template).
+    container_insights: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,26 +210,57 @@ class WorkerCost:
     sqs_per_million: float
     fargate_per_million: float
     dynamodb_per_million: float
+    #: "NAT data" (its tasks reach SQS through a NAT gateway), "public IPv4" (its tasks have their own address) or ""
+    #: (neither known: an existing VPC's egress is not in the template).
+    network: str = ""
+    network_month: float = 0.0
+    network_per_million: float = 0.0
 
     @property
     def month(self) -> float:
-        return self.fargate_month + self.polls_month
+        return self.fargate_month + self.polls_month + self.network_month
 
     @property
     def per_million(self) -> float:
-        return self.sqs_per_million + self.fargate_per_million + self.dynamodb_per_million
+        return self.sqs_per_million + self.fargate_per_million + self.dynamodb_per_million + self.network_per_million
+
+
+class FixedLine(NamedTuple):
+    """One fixed cost: what, how many (in ``unit``, or a count where it has none), its month in US dollars."""
+
+    what: str
+    quantity: float
+    cost: float
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class WithoutNat:
+    """What ``nat_gateways: 0`` would change in an environment with NAT gateways, a month at min_tasks: the gateways,
+    their addresses and the idle polls' NAT data go; each task at min_tasks takes a public IPv4 address of its own.
+    Per million messages each worker's NAT data goes too, and its task-hours take an address each."""
+
+    gateways: float
+    idle_data: float
+    tasks: int
+    task_addresses: float
+
+    @property
+    def saving(self) -> float:
+        return self.gateways + self.idle_data - self.task_addresses
 
 
 @dataclass(frozen=True)
 class FixedCost:
-    """One environment's costs that do not depend on its workers' traffic: (what, how many, per month)."""
+    """One environment's costs that do not depend on its workers' traffic, and what going without NAT would change."""
 
     environment: str
-    lines: tuple[tuple[str, int, float], ...]
+    lines: tuple[FixedLine, ...]
+    without_nat: WithoutNat | None = None
 
     @property
     def month(self) -> float:
-        return sum(cost for _, _, cost in self.lines)
+        return sum(line.cost for line in self.lines)
 
 
 @dataclass(frozen=True)
@@ -198,8 +270,18 @@ class Bill:
     prices: PriceTable
 
 
-def estimate_worker(environment: str, plan: WorkerPlan, prices: PriceTable, usage: Usage) -> WorkerCost:
-    """``plan``'s month at ``min_tasks`` and its cost per million messages (the module's docstring says how)."""
+def nat_bytes_per_message(usage: Usage) -> float:
+    """What a message puts through a NAT gateway: the consumers' calls per message (:data:`SQS_CALL_BYTES` each), its
+    envelope in them (:data:`SQS_MESSAGE_ENVELOPE_BYTES`) and its body, received once. The producer's sends leave from
+    wherever the producer runs, and DynamoDB's calls take the gateway endpoint."""
+    return usage.requests_per_message * SQS_CALL_BYTES + SQS_MESSAGE_ENVELOPE_BYTES + usage.message_bytes
+
+
+def estimate_worker(
+    environment: str, plan: WorkerPlan, prices: PriceTable, usage: Usage, *, through_nat: bool = False
+) -> WorkerCost:
+    """``plan``'s month at ``min_tasks`` and its cost per million messages (the module's docstring says how);
+    ``through_nat``: its tasks reach SQS through a NAT gateway."""
     contract = plan.contract
     capacity = plan.capacity or Capacity(on_demand_weight=1)
     on_demand, spot = capacity.split(plan.min_tasks)
@@ -217,6 +299,16 @@ def estimate_worker(environment: str, plan: WorkerPlan, prices: PriceTable, usag
     # The task a scale-out adds: on Spot in the strategy's weights (beyond its base), else on-demand.
     marginal_hour = on_demand_hour + capacity.spot_share * (spot_hour - on_demand_hour)
     chunks = max(1, math.ceil(usage.message_bytes / SQS_CHUNK_BYTES))
+    task_hours_per_million = MILLION / per_task_hour
+    network, network_month, network_per_million = "", 0.0, 0.0
+    if plan.public_ip:
+        network = "public IPv4"
+        network_month = plan.min_tasks * HOURS_PER_MONTH * prices.public_ipv4_hour
+        network_per_million = task_hours_per_million * prices.public_ipv4_hour
+    elif through_nat:
+        network = "NAT data"
+        network_month = polls * SQS_CALL_BYTES / BYTES_PER_GB * prices.nat_gateway_gb
+        network_per_million = MILLION * nat_bytes_per_message(usage) / BYTES_PER_GB * prices.nat_gateway_gb
     return WorkerCost(
         environment=environment,
         plan=plan,
@@ -228,15 +320,38 @@ def estimate_worker(environment: str, plan: WorkerPlan, prices: PriceTable, usag
         chunks=chunks,
         messages_per_task_hour=per_task_hour,
         sqs_per_million=(usage.requests_per_message + PRODUCER_SENDS_PER_MESSAGE) * chunks * sqs_price,
-        fargate_per_million=MILLION / per_task_hour * marginal_hour,
+        fargate_per_million=task_hours_per_million * marginal_hour,
         dynamodb_per_million=0.0
         if contract.idempotent
         else GUARD_WRITES_PER_MESSAGE * prices.dynamodb_write_per_million,
+        network=network,
+        network_month=network_month,
+        network_per_million=network_per_million,
     )
 
 
-def estimate_fixed(plan: EnvironmentPlan, prices: PriceTable) -> FixedCost:
-    """``plan``'s monthly costs whatever its traffic; a line only for what the stack has."""
+def insights_metrics(plan: EnvironmentPlan) -> int:
+    """The Container Insights metrics ``plan``'s cluster publishes all month at min_tasks: the counts always, the
+    resource metrics of the cluster, and of each worker's service and task definition family, where a task runs."""
+    running = [worker for worker in plan.workers if worker.min_tasks]
+    return (
+        INSIGHTS_CLUSTER_COUNTS
+        + (INSIGHTS_RESOURCE_METRICS if running else 0)
+        + INSIGHTS_SERVICE_COUNTS * len(plan.workers)
+        + 2 * INSIGHTS_RESOURCE_METRICS * len(running)
+    )
+
+
+def insights_events_per_minute(plan: EnvironmentPlan) -> int:
+    """Container Insights' performance log events a minute at min_tasks: the cluster's, each service's, and each
+    task's with one per container of it."""
+    return 1 + len(plan.workers) + sum(worker.min_tasks * (1 + worker.containers) for worker in plan.workers)
+
+
+def estimate_fixed(plan: EnvironmentPlan, prices: PriceTable, workers: Sequence[WorkerCost] = ()) -> FixedCost:
+    """``plan``'s monthly costs whatever its traffic, a line only for what the stack has; with its ``workers``' costs,
+    what ``nat_gateways: 0`` would change where it has NAT gateways."""
+    metrics = insights_metrics(plan) if plan.container_insights else 0
     lines = [
         ("NAT gateways", plan.nat_gateways, plan.nat_gateways * prices.nat_gateway_hour * HOURS_PER_MONTH),
         ("public IPv4 addresses", plan.public_ipv4, plan.public_ipv4 * prices.public_ipv4_hour * HOURS_PER_MONTH),
@@ -249,20 +364,45 @@ def estimate_fixed(plan: EnvironmentPlan, prices: PriceTable) -> FixedCost:
         ("composite alarms", plan.composite_alarms, plan.composite_alarms * prices.composite_alarm_month),
         ("dashboards", plan.dashboards, plan.dashboards * prices.dashboard_month),
         ("KMS keys", plan.kms_keys, plan.kms_keys * prices.kms_key_month),
+        ("Container Insights metrics", metrics, metrics * prices.custom_metric_month),
     ]
-    return FixedCost(plan.environment, tuple(line for line in lines if line[1]))
+    fixed = [FixedLine(what, count, cost) for what, count, cost in lines if count]
+    if plan.container_insights:
+        events = insights_events_per_minute(plan) * MINUTES_PER_MONTH * INSIGHTS_EVENT_BYTES / BYTES_PER_GB
+        fixed.append(FixedLine("Container Insights events", events, events * prices.logs_ingestion_gb, "GB"))
+    without_nat = None
+    if plan.nat_gateways:
+        private = [cost for cost in workers if not cost.plan.public_ip]
+        tasks = sum(cost.plan.min_tasks for cost in private)
+        without_nat = WithoutNat(
+            gateways=HOURS_PER_MONTH
+            * (plan.nat_gateways * prices.nat_gateway_hour + plan.public_ipv4 * prices.public_ipv4_hour),
+            idle_data=sum(cost.network_month for cost in private if cost.network == "NAT data"),
+            tasks=tasks,
+            task_addresses=tasks * HOURS_PER_MONTH * prices.public_ipv4_hour,
+        )
+    return FixedCost(plan.environment, tuple(fixed), without_nat)
 
 
 def estimate(environments: Iterable[EnvironmentPlan], prices: PriceTable, figures: Measured) -> Bill:
     """Every environment's workers and fixed costs, each worker with its handler's figures (:meth:`Measured.usage`)."""
     plans = list(environments)
-    return Bill(
-        workers=tuple(
-            estimate_worker(env.environment, worker, prices, figures.usage(worker.handler))
-            for env in plans
+    workers = {
+        env.environment: tuple(
+            estimate_worker(
+                env.environment,
+                worker,
+                prices,
+                figures.usage(worker.handler),
+                through_nat=env.nat_gateways > 0 and not worker.public_ip,
+            )
             for worker in env.workers
-        ),
-        fixed=tuple(estimate_fixed(env, prices) for env in plans),
+        )
+        for env in plans
+    }
+    return Bill(
+        workers=tuple(cost for env in plans for cost in workers[env.environment]),
+        fixed=tuple(estimate_fixed(env, prices, workers[env.environment]) for env in plans),
         prices=prices,
     )
 
@@ -294,6 +434,7 @@ def environment_plan(environment: str, template: Mapping[str, Any]) -> Environme
         properties, name = definition["Properties"], definition.get("Metadata", {}).get(WORKER_METADATA_KEY)
         service_id, service = services.get(key, ("", {}))
         env = {e["Name"]: e["Value"] for e in consumer_container(definition).get("Environment", [])}
+        network = service.get("NetworkConfiguration", {}).get("AwsvpcConfiguration", {})
         workers.append(
             WorkerPlan(
                 worker=name or "default",
@@ -304,6 +445,8 @@ def environment_plan(environment: str, template: Mapping[str, Any]) -> Environme
                 min_tasks=int(minimum.get(service_id, service.get("DesiredCount", 1))),
                 capacity=_capacity(service.get("CapacityProviderStrategy")),
                 contract=WorkerContract.from_env({k: v for k, v in env.items() if isinstance(v, str)}),
+                public_ip=network.get("AssignPublicIp") == "ENABLED",
+                containers=len(properties["ContainerDefinitions"]),
             )
         )
     alarms = [p for _, p in of_type("AWS::CloudWatch::Alarm")]
@@ -318,6 +461,10 @@ def environment_plan(environment: str, template: Mapping[str, Any]) -> Environme
         composite_alarms=len(of_type("AWS::CloudWatch::CompositeAlarm")),
         dashboards=len(of_type("AWS::CloudWatch::Dashboard")),
         kms_keys=len(of_type("AWS::KMS::Key")),
+        container_insights=any(
+            {"Name": "containerInsights", "Value": "enabled"} in p.get("ClusterSettings", [])
+            for _, p in of_type("AWS::ECS::Cluster")
+        ),
     )
 
 

@@ -7,7 +7,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from consumer.local.bill import GUARD_WRITES_PER_MESSAGE, Bill
+from consumer.local.bill import (
+    GUARD_WRITES_PER_MESSAGE,
+    INSIGHTS_EVENT_BYTES,
+    SQS_CALL_BYTES,
+    SQS_MESSAGE_ENVELOPE_BYTES,
+    Bill,
+)
 from consumer.local.demo_lane import DemoResult, LaneResult, Mix
 from consumer.local.prices import HOURS_PER_MONTH
 
@@ -150,6 +156,7 @@ def render_bill(bill: Bill, console: Console) -> None:
         "per month at min_tasks",
         "per million messages",
         "of which SQS / Fargate / DynamoDB",
+        "network: per month; per million",
         "SQS requests per message; message size",
     ):
         table.add_column(column, justify="left" if column in ("environment", "worker") else "right")
@@ -164,6 +171,9 @@ def render_bill(bill: Bill, console: Console) -> None:
             f"${cost.month:,.2f}",
             f"${cost.per_million:,.2f}",
             f"${cost.sqs_per_million:,.2f} / ${cost.fargate_per_million:,.2f} / ${cost.dynamodb_per_million:,.2f}",
+            f"{cost.network}: ${cost.network_month:,.2f}; ${cost.network_per_million:,.2f}"
+            if cost.network
+            else "not known (an existing VPC)",
             f"{usage.requests_per_message:.2f} ({usage.requests_source}); {usage.message_bytes:,.0f} B"
             f" ({usage.size_source}){chunks}",
         )
@@ -173,9 +183,25 @@ def render_bill(bill: Bill, console: Console) -> None:
     fixed.add_column("what the stack runs")
     fixed.add_column("per month", justify="right")
     for environment in bill.fixed:
-        lines = "; ".join(f"{what} x{count}: ${cost:,.2f}" for what, count, cost in environment.lines)
+        lines = "; ".join(
+            f"{line.what} {line.quantity:,.2f} {line.unit}: ${line.cost:,.2f}"
+            if line.unit
+            else f"{line.what} x{line.quantity:g}: ${line.cost:,.2f}"
+            for line in environment.lines
+        )
         fixed.add_row(environment.environment, lines, f"${environment.month:,.2f}")
     console.print(fixed)
+    for environment in bill.fixed:
+        change = environment.without_nat
+        if change is not None:
+            console.print(
+                f'{environment.environment} without NAT (nat_gateways: 0, docs/deploy.md "No NAT"): saves'
+                f" ${change.gateways:,.2f} of NAT gateways and their addresses and ${change.idle_data:,.2f} of idle"
+                f" polls' NAT data, adds ${change.task_addresses:,.2f} for the public IPv4 addresses of its"
+                f" {change.tasks} task(s) at min_tasks: ${change.saving:,.2f} a month less; per million messages each"
+                " worker's NAT data goes and its task-hours take an address each.",
+                markup=False,
+            )
     prices = bill.prices
     console.print(
         f"An estimate, not a quote: {prices.region} list prices entered by hand on {prices.entered} (check each on its"
@@ -184,8 +210,11 @@ def render_bill(bill: Bill, console: Console) -> None:
         " a typical discount) and their long polls of an empty queue. Per million messages: SQS requests (the"
         " consumers' measured per message, or the run's mean for a handler that did not run here, plus the"
         " producer's batch of 10, per 64 KiB chunk), Fargate at the contract's declared throughput per task, and"
-        f" {GUARD_WRITES_PER_MESSAGE} DynamoDB writes unless idempotent. Left out: free tiers, logs, Container Insights, metrics, NAT data,"
-        ' retries (docs/deploy.md, "What it costs (estimate)").',
+        f" {GUARD_WRITES_PER_MESSAGE} DynamoDB writes unless idempotent. Network: NAT data at {SQS_CALL_BYTES} B a call"
+        f" and {SQS_MESSAGE_ENVELOPE_BYTES} B a message besides its body (assumed), or each task's public IPv4 address."
+        f" Container Insights: its metrics at min_tasks and {INSIGHTS_EVENT_BYTES} B a performance event (assumed)."
+        " Left out: free tiers, the workers' logs, their own metrics, the handlers' own traffic, retries (docs/deploy.md,"
+        ' "What it costs (estimate)").',
         markup=False,
     )
 

@@ -6,7 +6,8 @@ machine the table was written on, so nothing here was read off them that day. Op
 relying on a figure; prices change, differ per region and leave out taxes, discounts and savings plans.
 
 What is left out on purpose: every free tier (the first million SQS requests a month, three dashboards, ten alarm
-metrics, ...), so a small account pays less than this says; volume tiers (SQS past 100 billion requests a month).
+metrics, ...), so a small account pays less than this says; volume tiers (SQS past 100 billion requests a month,
+custom metrics past 10,000).
 
 Operator tooling: it never ships in the image (``consumer/local/``), and it reads no file and calls nothing.
 """
@@ -31,7 +32,7 @@ SOURCES: Mapping[str, str] = MappingProxyType(
         "SQS": "https://aws.amazon.com/sqs/pricing/",
         "DynamoDB": "https://aws.amazon.com/dynamodb/pricing/on-demand/",
         "CloudWatch": "https://aws.amazon.com/cloudwatch/pricing/",
-        "VPC (NAT gateway, public IPv4)": "https://aws.amazon.com/vpc/pricing/",
+        "VPC (NAT gateway hours and data, public IPv4)": "https://aws.amazon.com/vpc/pricing/",
         "KMS": "https://aws.amazon.com/kms/pricing/",
     }
 )
@@ -72,9 +73,15 @@ class PriceTable:
     alarm_high_resolution_metric_month: float
     composite_alarm_month: float
     dashboard_month: float
-    #: A NAT gateway's hour (its data processing, per GB, is left out) and a public IPv4 address's hour (the NAT's).
+    #: A NAT gateway's hour and the data it processes, per GB; a public IPv4 address's hour, whether a NAT gateway's
+    #: or a task's (AWS bills every in-use public IPv4 address, a Fargate task's included).
     nat_gateway_hour: float
+    nat_gateway_gb: float
     public_ipv4_hour: float
+    #: A custom metric's month (the first 10,000 metrics' tier, billed by the hour it is published): what Container
+    #: Insights' metrics are billed as. CloudWatch Logs' standard ingestion, per GB: its performance log events.
+    custom_metric_month: float
+    logs_ingestion_gb: float
     #: A customer managed KMS key's month (its requests are left out: SQS reuses a data key for 5 minutes).
     kms_key_month: float
 
@@ -113,6 +120,9 @@ PRICES = PriceTable(
     composite_alarm_month=0.50,
     dashboard_month=3.00,
     nat_gateway_hour=0.045,
+    nat_gateway_gb=0.045,
     public_ipv4_hour=0.005,
+    custom_metric_month=0.30,
+    logs_ingestion_gb=0.50,
     kms_key_month=1.00,
 )

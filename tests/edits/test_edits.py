@@ -98,6 +98,13 @@ def test_the_edit_is_made(name: str, tmp_path_factory: pytest.TempPathFactory) -
             for t in env.resources("AWS::ECS::TaskDefinition").values()
         ]
         assert "ARM64" in platforms
+        for env in synthesized.values():  # no NAT where the stack creates the VPC: the tasks take a public IP
+            if env.stack.settings.vpc is None:
+                assert not env.resources("AWS::EC2::NatGateway")
+                networks = [
+                    s["Properties"]["NetworkConfiguration"] for s in env.resources("AWS::ECS::Service").values()
+                ]
+                assert {n["AwsvpcConfiguration"]["AssignPublicIp"] for n in networks} == {"ENABLED"}
     elif name == "prod fed by sources":
         assert all(
             s.resources("AWS::SNS::Subscription") and s.resources("AWS::Events::Rule") for s in synthesized.values()

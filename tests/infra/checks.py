@@ -40,6 +40,7 @@ from infra.tracing import XRAY_ACTIONS
 from infra.worker import Worker
 from infra.worker_settings import WorkerSettings
 from tests.infra.conftest import Synthesized
+from tests.infra.network_checks import check_network
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "runbook.md"
@@ -683,5 +684,6 @@ TEMPLATE_CHECKS: dict[str, Callable[[Synthesized], None]] = {
     "logical ids": check_logical_ids,
     "alarm descriptions": check_alarm_descriptions,
     "data retention": check_data_retention,
+    "network": check_network,
     "cdk-nag": check_nag,
 }

@@ -10,7 +10,8 @@ then evaluated by ``tests/infra/simulate.mjs`` (``@cloud-copilot/iam-simulate``)
 identity policies and the resource's policy (queue policy, topic policy, key policy) together, as AWS
 evaluates them; all requests of a run go to Node in one batch. Who may assume each role is evaluated the same
 way (:func:`trust_scenarios`): ``sts:AssumeRole`` on the role, its trust policy as the resource policy, for every
-``AWS::IAM::Role`` of the template, so a role the tier does not know about is evaluated too.
+``AWS::IAM::Role`` of the template, so a role the tier does not know about is evaluated too. A call from the task to
+DynamoDB or S3 is evaluated under the policy of the gateway endpoint on its subnets' route tables too, as AWS does.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ NO_ACTION = "none"
 #: Everything allowed to a principal of another account by its own account: a refusal then comes from
 #: the resource's policy alone, as it must.
 ADMIN_POLICY = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+#: The policy AWS gives a VPC endpoint created without one: full access.
+#: https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-access.html
+DEFAULT_ENDPOINT_POLICY = {
+    "Version": "2008-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": "*", "Action": "*", "Resource": "*"}],
+}
+#: The principals whose calls leave from the task's network interface, so through a gateway endpoint on its subnets'
+#: route tables: the consumer (task role) and Fargate acting for the task (execution role: image, logs, secrets).
+TASK_PRINCIPALS = ("task-role", "execution-role")
 
 
 class Row(NamedTuple):
@@ -118,6 +128,10 @@ class Bindings:
         self.execution_role = self._role_with_arn(definition.properties["ExecutionRoleArn"])
         service = _single(self._owned("AWS::ECS::Service"), "AWS::ECS::Service")
         self.cluster_name = str(service.properties.get("Cluster", "default")).rsplit("/", 1)[-1]
+        #: The gateway endpoints on the route tables of the task's subnets, by the service they reach (``dynamodb``,
+        #: ``s3``): AWS evaluates such an endpoint's policy on every call of the task to that service, with the
+        #: caller's own. None in an existing VPC, whose routes are not in the template.
+        self.endpoints = self._gateway_endpoints(service)
         environment_variables = {e["Name"]: e["Value"] for e in self.container.get("Environment", [])}
         table = environment_variables.get("CONSUMER_IDEMPOTENCY_TABLE")
         #: False for a handler idempotent by itself: no guard, no table; the guard's calls bind to a table of this
@@ -172,6 +186,29 @@ class Bindings:
 
     def _table_named(self, name: str) -> Resource:
         return _single([t for t in self.template.of_type("AWS::DynamoDB::Table") if t.name == name], f"table {name}")
+
+    def _gateway_endpoints(self, service: Resource) -> dict[str, Resource]:
+        subnets = set(service.properties["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"])
+        tables = {
+            a.properties["RouteTableId"]
+            for a in self.template.of_type("AWS::EC2::SubnetRouteTableAssociation")
+            if a.properties["SubnetId"] in subnets
+        }
+        return {
+            str(e.properties["ServiceName"]).rsplit(".", 1)[-1]: e
+            for e in self.template.of_type("AWS::EC2::VPCEndpoint")
+            if e.properties.get("VpcEndpointType") == "Gateway" and tables & set(e.properties["RouteTableIds"])
+        }
+
+    def endpoint_policies(self, principal: str, action: str) -> list[dict[str, Any]]:
+        """The policy of the gateway endpoint a call of ``principal`` (a row's label) to ``action`` goes through, as
+        iam-simulate takes it (none for a call from outside the task, or to a service without an endpoint)."""
+        endpoint = self.endpoints.get(action.split(":")[0]) if principal in TASK_PRINCIPALS else None
+        if endpoint is None:
+            return []
+        return [
+            {"name": endpoint.logical_id, "policy": endpoint.properties.get("PolicyDocument", DEFAULT_ENDPOINT_POLICY)}
+        ]
 
     def _image_repository(self) -> str:
         image = str(self.container["Image"])  # <account>.dkr.ecr.<region>.<suffix>/<repository>:<tag>
@@ -361,6 +398,9 @@ class Bindings:
         policy = self.resource_policy(resource)
         if policy is not None:
             simulation["resourcePolicy"] = policy
+        endpoints = self.endpoint_policies(row.principal, row.action)
+        if endpoints:
+            simulation["vpcEndpointPolicies"] = endpoints
         shown = tuple(sorted((k, v) for k, v in context.items() if k in row.context or k == "aws:SecureTransport"))
         return Scenario(
             self.environment, category, described, row.action, resource, shown, row.expected, row.why, simulation

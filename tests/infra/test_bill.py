@@ -9,14 +9,17 @@ import pytest
 
 from consumer.local.bill import EnvironmentPlan, load_environments
 from infra.settings import CONTEXT_KEY, parse_environment
-from tests.infra.conftest import synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
 from tests.unit.test_bill import ENVIRONMENT, ORDERED, plan_of
 
-#: The unit test's two workers (arm64 at two tasks; x86_64 with Spot beyond one on-demand task, at three), and a
-#: FIFO worker in the one-worker form that scales to zero.
+#: The unit test's two workers (arm64 at two tasks; x86_64 with Spot beyond one on-demand task, at three), a FIFO
+#: worker in the one-worker form that scales to zero, one without NAT (its tasks in public subnets) and traced (two
+#: containers a task), and one in an existing VPC and cluster.
 ENVIRONMENTS = {
     "test": ENVIRONMENT,
     "zero": {"handler": ORDERED, "min_tasks": 0, "max_tasks": 2, "nat_gateways": 2},
+    "nonat": {"handler": ORDERED, "nat_gateways": 0, "tracing": {"sample_ratio": 0.1}},
+    "existing": {"handler": ORDERED, **EXISTING_VPC_AND_CLUSTER},
 }
 
 
@@ -42,12 +45,35 @@ def test_bill_reads_each_worker_as_its_settings_describe_it(plans: dict[str, Env
     assert plans[name].workers == expected.workers
 
 
-@pytest.mark.parametrize(("name", "nat_gateways"), [("test", 1), ("zero", 2)])
+@pytest.mark.parametrize(("name", "nat_gateways"), [("test", 1), ("zero", 2), ("nonat", 0), ("existing", 0)])
 def test_bill_counts_the_environment_s_nat_gateways_and_their_addresses(
     plans: dict[str, EnvironmentPlan], name: str, nat_gateways: int
 ) -> None:
     """One NAT gateway per ``nat_gateways``, each with its public IPv4 address."""
     assert (plans[name].nat_gateways, plans[name].public_ipv4) == (nat_gateways, nat_gateways)
+
+
+def test_bill_reads_where_the_tasks_run_and_their_containers(plans: dict[str, EnvironmentPlan]) -> None:
+    """Tasks without NAT run with a public IP; a traced task has two containers; behind NAT or in an existing VPC, no
+    public IP."""
+    found = {name: [(w.public_ip, w.containers) for w in plan.workers] for name, plan in plans.items()}
+
+    assert found == {
+        "test": [(False, 1), (False, 1)],
+        "zero": [(False, 1)],
+        "nonat": [(True, 2)],
+        "existing": [(False, 1)],
+    }
+
+
+def test_bill_counts_container_insights_on_the_cluster_the_stack_creates(plans: dict[str, EnvironmentPlan]) -> None:
+    """Container Insights is counted where the stack creates the cluster with it; an existing cluster's is unknown."""
+    assert {name: plan.container_insights for name, plan in plans.items()} == {
+        "test": True,
+        "zero": True,
+        "nonat": True,
+        "existing": False,
+    }
 
 
 def test_bill_counts_every_alarm_metric_composite_dashboard_and_key(plans: dict[str, EnvironmentPlan]) -> None:

@@ -13,6 +13,7 @@ tests/infra/test_permission_tools.py.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from infra.worker import Worker
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
 from tests.infra.permissions import (
     ALLOWED,
+    DEFAULT_ENDPOINT_POLICY,
     DENIED,
     EXPLICITLY_DENIED,
     NO_ACTION,
@@ -52,9 +54,11 @@ PRODUCERS = [
     f"arn:aws:iam::{OTHER_ACCOUNT}:role/{PARTNER}",
     f"arn:aws:iam::{FAKE_ACCOUNT}:role/{OPERATOR}",
 ]
-#: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair, a
-#: handler idempotent by itself (no table: every DynamoDB call refused), an existing VPC and cluster, named producers with Secrets Manager secrets, and two workers each with secrets of
-#: its own, so each execution role is refused the other's. The tests that pin bindings read these, never cdk.json.
+#: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair, tasks
+#: in public subnets (no NAT: the gateway endpoints on the public route tables), a handler idempotent by itself (no
+#: table: every DynamoDB call refused), an existing VPC and cluster, named producers with Secrets Manager secrets, and
+#: two workers each with secrets of its own, so each execution role is refused the other's. The tests that pin
+#: bindings read these, never cdk.json.
 VARIANTS: dict[str, dict[str, Any]] = {
     "solo": {
         "handler": "consumer.examples.notifications:handle",
@@ -62,6 +66,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/sqs-worker/solo/notify-webhook-url"},
     },
     "fifo": {"handler": "tests.infra.handlers:ordered"},
+    "nonat": {"handler": "consumer.examples.notifications:handle", "nat_gateways": 0},
     "guardless": {"handler": "tests.infra.handlers:upserts"},
     "shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER},
     "senders": {
@@ -488,3 +493,39 @@ def test_tier_binds_each_worker_to_its_own_resources_and_every_alarm_once(bound:
         if a.properties.get("AlarmActions") or a.properties.get("OKActions")
     }
     assert alarms[0] | alarms[1] == with_actions
+
+
+def test_task_calls_to_dynamodb_and_s3_go_through_the_gateway_endpoints_of_its_subnets(
+    bound: dict[str, Bindings],
+) -> None:
+    """Behind NAT or without it, the task's subnets route DynamoDB and S3 through the stack's gateway endpoints, and
+    the guard's calls are evaluated under their policy (AWS's default, full access); an existing VPC's are unknown."""
+    for label in ("solo", "nonat"):
+        endpoints = bound[label].endpoints
+        assert sorted(endpoints) == ["dynamodb", "s3"], label
+        (policy,) = bound[label].endpoint_policies("task-role", "dynamodb:PutItem")
+        assert policy == {"name": endpoints["dynamodb"].logical_id, "policy": DEFAULT_ENDPOINT_POLICY}
+    assert bound["solo"].endpoint_policies("admin-role/admin", "dynamodb:PutItem") == []  # not from the task
+    assert bound["solo"].endpoint_policies("task-role", "sqs:ReceiveMessage") == []  # no SQS gateway endpoint
+    assert bound["shared"].endpoints == {}
+
+
+def test_an_endpoint_policy_leaving_out_the_table_would_fail_the_runtime_s_calls(bound: dict[str, Bindings]) -> None:
+    """The tier answers as AWS would under a DynamoDB endpoint policy that admits only another table: every call of
+    the idempotency guard is refused, and nothing else the runtime calls changes."""
+    solo = bound["solo"]
+    template = copy.deepcopy(solo.template)
+    endpoint = template.resources[solo.endpoints["dynamodb"].logical_id]
+    endpoint.properties["PolicyDocument"] = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": "*", "Action": "dynamodb:*", "Resource": solo.resources["other-table"]}
+        ],
+    }
+    narrowed = Bindings("solo", template, solo.owned)
+    scenarios = narrowed.scenarios("runtime", runtime_rows())
+
+    answers = dict(zip(scenarios, evaluate(scenarios), strict=True))
+
+    guard = {s.action for s in scenarios if s.action.startswith("dynamodb:")}
+    assert guard and {s.action for s in scenarios if not s.matches(answers[s])} == guard

@@ -12,6 +12,7 @@ from consumer.contract import BINDING_KEYS, WorkerContract
 from consumer.local.image import TASK_PLATFORM
 from consumer.local.task import TaskContainer
 from infra.capacity_settings import WAKE_UP_SECONDS
+from infra.network import GATEWAY_ENDPOINTS
 from infra.service import (
     CONTAINER_COMMAND,
     DEAD_LETTER_QUEUE_ACTIONS,
@@ -418,17 +419,97 @@ def test_cluster_has_container_insights(dev: Synthesized) -> None:
     )
 
 
-def test_service_never_gets_a_public_ip_and_rolls_back(dev: Synthesized) -> None:
-    """Private subnets only, 100 % minimum healthy, deployment circuit breaker with rollback."""
+def test_service_rolls_back_at_full_health(dev: Synthesized) -> None:
+    """100 % minimum healthy, deployment circuit breaker with rollback."""
     dev.template.has_resource_properties(
         "AWS::ECS::Service",
         {
-            "NetworkConfiguration": {"AwsvpcConfiguration": Match.object_like({"AssignPublicIp": "DISABLED"})},
             "DeploymentConfiguration": Match.object_like(
                 {"MinimumHealthyPercent": 100, "DeploymentCircuitBreaker": {"Enable": True, "Rollback": True}}
             ),
         },
     )
+
+
+def subnets(env: Synthesized, *, public: bool) -> dict[str, dict[str, Any]]:
+    """The environment's public (MapPublicIpOnLaunch) or private subnets, by logical id."""
+    found = env.resources("AWS::EC2::Subnet").items()
+    return {k: s["Properties"] for k, s in found if bool(s["Properties"].get("MapPublicIpOnLaunch")) is public}
+
+
+def task_network(env: Synthesized) -> dict[str, Any]:
+    (service,) = env.resources("AWS::ECS::Service").values()
+    network: dict[str, Any] = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]
+    return network
+
+
+def test_tasks_behind_nat_run_in_private_subnets_without_a_public_ip(prod: Synthesized) -> None:
+    """prod (two NAT gateways): the tasks reach SQS through NAT from private subnets, no public IP."""
+    network = task_network(prod)
+
+    assert network["AssignPublicIp"] == "DISABLED"
+    assert sorted(s["Ref"] for s in network["Subnets"]) == sorted(subnets(prod, public=False)) != []
+    prod.template.resource_count_is("AWS::EC2::NatGateway", 2)
+
+
+def test_tasks_without_nat_run_in_public_subnets_with_a_public_ip_and_admit_nothing(dev: Synthesized) -> None:
+    """dev (nat_gateways 0): no NAT gateway, no Elastic IP, no private subnet; the tasks get a public IP in the public
+    subnets, and their security group has no inbound rule, so nothing can reach them."""
+    network = task_network(dev)
+
+    assert network["AssignPublicIp"] == "ENABLED"
+    assert sorted(s["Ref"] for s in network["Subnets"]) == sorted(subnets(dev, public=True))
+    assert subnets(dev, public=False) == {}
+    for kind in ("AWS::EC2::NatGateway", "AWS::EC2::EIP", "AWS::EC2::SecurityGroupIngress"):
+        dev.template.resource_count_is(kind, 0)
+    ((group, _),) = [g["Fn::GetAtt"] for g in network["SecurityGroups"]]
+    assert "SecurityGroupIngress" not in dev.json["Resources"][group]["Properties"]
+    assert dev.stack.consumer.public_ip is True
+
+
+def test_going_without_nat_keeps_the_public_subnets(reference: dict[str, Synthesized]) -> None:
+    """dev without NAT has exactly staging's public subnets (same logical ids, addresses and zones), so switching a
+    deployed environment's nat_gateways to 0 removes the private subnets and NAT gateways and replaces no subnet."""
+
+    def addresses(env: Synthesized) -> dict[str, tuple[str, Any]]:
+        return {k: (s["CidrBlock"], s["AvailabilityZone"]) for k, s in subnets(env, public=True).items()}
+
+    assert addresses(reference["dev"]) == addresses(reference["staging"])
+    assert sorted(addresses(reference["dev"])) == ["VpcPublicSubnet1Subnet5C2D37C4", "VpcPublicSubnet2Subnet691E08A3"]
+
+
+@pytest.mark.parametrize("name", ["dev", "prod"])
+def test_gateway_endpoints_reach_dynamodb_and_s3_from_every_subnet(
+    reference: dict[str, Synthesized], name: str
+) -> None:
+    """A gateway endpoint for DynamoDB and one for S3 (ECR's image layers) on every route table, with AWS's default
+    (full access) policy: the idempotency table's calls and image pulls skip the NAT gateway's data charge, and the
+    task role's own policy still decides what the task may do."""
+    env = reference[name]
+    tables = sorted(env.resources("AWS::EC2::RouteTable"))
+    endpoints = env.resources("AWS::EC2::VPCEndpoint")
+    vpc = env.stack.node.find_child("Vpc")
+
+    assert sorted(endpoints) == sorted(env.logical_id(vpc.node.find_child(i)) for i in GATEWAY_ENDPOINTS)
+    for endpoint in endpoints.values():
+        properties = endpoint["Properties"]
+        assert properties["VpcEndpointType"] == "Gateway"
+        assert sorted(r["Ref"] for r in properties["RouteTableIds"]) == tables
+        assert "PolicyDocument" not in properties
+    services = sorted(e["Properties"]["ServiceName"]["Fn::Join"][1][-1] for e in endpoints.values())
+    assert services == [".dynamodb", ".s3"]
+
+
+@pytest.mark.parametrize(("name", "days"), [("dev", 7), ("prod", 365)])
+def test_flow_log_records_all_traffic_for_the_environment_s_log_retention(
+    reference: dict[str, Synthesized], name: str, days: int
+) -> None:
+    """The flow log keeps its records as long as the environment keeps its logs (the CDK's default was 731 days)."""
+    env = reference[name]
+    (flow_log,) = env.resources("AWS::EC2::FlowLog").values()
+    group = env.json["Resources"][flow_log["Properties"]["LogGroupName"]["Ref"]]
+
+    assert (flow_log["Properties"]["TrafficType"], group["Properties"]["RetentionInDays"]) == ("ALL", days)
 
 
 @pytest.mark.parametrize("name", ["dev", "prod"])

@@ -111,6 +111,10 @@ PROD_RESOURCES_ADDED = {
     # Alarm cannot become a CompositeAlarm under one logical id) or the DLQ holding messages hour after hour.
     "AlarmsDlqExpiringCEA29B4F": "AWS::CloudWatch::CompositeAlarm",
     "AlarmsDlqHeldLong6CCBEF54": "AWS::CloudWatch::Alarm",
+    # issue 39: gateway endpoints, free, so the idempotency table's calls and ECR's image layers skip NAT data. Only
+    # routes are added to the route tables: no subnet, route table or NAT gateway is replaced (below).
+    "VpcDynamoDbEndpoint564903D1": "AWS::EC2::VPCEndpoint",
+    "VpcS3Endpoint4A3DE4B5": "AWS::EC2::VPCEndpoint",
 }
 
 
@@ -119,6 +123,24 @@ def test_prod_keeps_every_logical_id_and_type_it_had_before_workers(prod: Synthe
     the only other resources are the ones added since."""
     found = {logical_id: resource["Type"] for logical_id, resource in prod.json["Resources"].items()}
     assert found == PROD_RESOURCES_BEFORE_WORKERS | PROD_RESOURCES_ADDED
+
+
+#: prod's subnets: a new address or zone would replace the subnet (and with it what runs in it).
+PROD_SUBNETS = {
+    "VpcPublicSubnet1Subnet5C2D37C4": ("10.0.0.0/18", 0),
+    "VpcPublicSubnet2Subnet691E08A3": ("10.0.64.0/18", 1),
+    "VpcPrivateSubnet1Subnet536B997A": ("10.0.128.0/18", 0),
+    "VpcPrivateSubnet2Subnet3788AAA1": ("10.0.192.0/18", 1),
+}
+
+
+def test_prod_subnets_keep_their_addresses_and_zones(prod: Synthesized) -> None:
+    """The VPC's layout with NAT is the CDK's default, as it always was: every subnet keeps its CIDR block and zone."""
+    found = {
+        logical_id: (subnet["Properties"]["CidrBlock"], subnet["Properties"]["AvailabilityZone"]["Fn::Select"][0])
+        for logical_id, subnet in prod.resources("AWS::EC2::Subnet").items()
+    }
+    assert found == PROD_SUBNETS
 
 
 def test_prod_service_security_group_keeps_its_description(prod: Synthesized) -> None:

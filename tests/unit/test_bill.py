@@ -4,15 +4,18 @@ writes (:func:`plan_of`); tests/infra/test_bill.py holds the template reader to 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.stub import ANY, Stubber
 from rich.console import Console
 
 from consumer.local.bill import (
     GUARD_WRITES_PER_MESSAGE,
+    SQS_CALL_BYTES,
     STACK_PREFIX,
     Bill,
     Capacity,
@@ -60,6 +63,9 @@ ENVIRONMENT = {
 FIGURES = Measured({FIVE_MINUTES: (250, 100, 100_000, 100), "consumer.examples.demo:handle": (50, 100, 300_000, 100)})
 #: Receives a month by one receive loop of an idle task: 730 h of one long poll every 20 s.
 IDLE_POLLS = 730 * 3600 / 20
+#: A GB as the bill counts it, and the NAT data price per byte.
+GB = 2**30
+NAT_PER_BYTE = 0.045 / GB
 
 
 def plan_of(settings: EnvironmentSettings) -> EnvironmentPlan:
@@ -81,10 +87,18 @@ def plan_of(settings: EnvironmentSettings) -> EnvironmentPlan:
                 spot_weight=worker.spot.spot_weight,
             ),
             contract=settings.contract(worker),
+            public_ip=settings.vpc is None and settings.nat_gateways == 0,
+            containers=1 if settings.tracing is None else 2,
         )
         for worker in settings.workers
     )
-    return EnvironmentPlan(environment=settings.name, workers=workers, nat_gateways=settings.nat_gateways)
+    return EnvironmentPlan(
+        environment=settings.name,
+        workers=workers,
+        nat_gateways=settings.nat_gateways,
+        public_ipv4=settings.nat_gateways,
+        container_insights=settings.cluster_name is None,
+    )
 
 
 def worker_plan(**overrides: object) -> WorkerPlan:
@@ -100,25 +114,41 @@ def test_estimate_one_environment_equals_the_hand_computation() -> None:
     bill = estimate([plan], PRICES, FIGURES)
 
     resize, upsert = bill.workers
-    # resize: 2 arm64 tasks of 0.25 vCPU and 0.5 GB, on-demand; 1 receive loop each (concurrency 4 of 10 a receive).
-    assert resize.month == pytest.approx(2 * 730 * (0.25 * 0.03238 + 0.5 * 0.00356) + 2 * 1 * IDLE_POLLS * 0.40 / 1e6)
+    # resize: 2 arm64 tasks of 0.25 vCPU and 0.5 GB, on-demand; 1 receive loop each (concurrency 4 of 10 a receive),
+    # each poll 3 KiB through the NAT gateway.
+    assert resize.month == pytest.approx(
+        2 * 730 * (0.25 * 0.03238 + 0.5 * 0.00356) + 2 * 1 * IDLE_POLLS * (0.40 / 1e6 + 3072 * NAT_PER_BYTE)
+    )
     assert resize.sqs_per_million == pytest.approx((2.5 + 0.1) * 1 * 0.40)  # measured + the producer's batch of 10
     assert resize.fargate_per_million == pytest.approx(1e6 / (4 * 1 / 150 * 3600) * (0.25 * 0.03238 + 0.5 * 0.00356))
     assert resize.dynamodb_per_million == pytest.approx(2 * 0.625)  # a claim and a completion
-    assert resize.per_million == pytest.approx(1.04 + 102.8645833 + 1.25)
+    # Through the NAT gateway: 2.5 calls of 3 KiB, the message's 2 KiB envelope and its 1,000-byte body.
+    assert resize.network == "NAT data"
+    assert resize.network_per_million == pytest.approx(1e6 * (2.5 * 3072 + 2048 + 1000) * NAT_PER_BYTE)  # 0.45
+    assert resize.per_million == pytest.approx(1.04 + 102.8645833 + 1.25 + 0.4496)
     # upsert: 3 x86_64 tasks of 0.5 vCPU and 1 GB: the base's 1 on-demand, 2 on Spot at 70 % off.
     on_demand_hour = 0.5 * 0.04048 + 1 * 0.004445
     assert (upsert.on_demand, upsert.spot) == (1, 2)
     assert upsert.month == pytest.approx(
-        730 * (1 * on_demand_hour + 2 * 0.3 * on_demand_hour) + 3 * 1 * IDLE_POLLS * 0.40 / 1e6
+        730 * (1 * on_demand_hour + 2 * 0.3 * on_demand_hour) + 3 * 1 * IDLE_POLLS * (0.40 / 1e6 + 3072 * NAT_PER_BYTE)
     )
     assert upsert.usage.requests_source == "run mean"
     assert upsert.sqs_per_million == pytest.approx((1.5 + 0.1) * 1 * 0.40)
     # A scale-out task lands on Spot (weights 0:1 beyond the base).
     assert upsert.fargate_per_million == pytest.approx(1e6 / (8 * 1 / 15 * 3600) * 0.3 * on_demand_hour)
     assert upsert.dynamodb_per_million == 0  # idempotent: no guard, no table
-    assert [line[:2] for line in bill.fixed[0].lines] == [("NAT gateways", 1)]
-    assert bill.fixed[0].month == pytest.approx(730 * 0.045)
+    assert upsert.network_per_million == pytest.approx(1e6 * (1.5 * 3072 + 2048 + 2000) * NAT_PER_BYTE)  # run mean
+    # Container Insights: the cluster's 3 counts and 10 resource metrics, each service's 5 counts, and 10 resource
+    # metrics for each service and each task family (both workers run tasks at min_tasks); events a minute: the
+    # cluster's, 2 services', and a task and a container event for each of 5 tasks.
+    metrics, events_gb = 3 + 10 + 2 * 5 + 2 * 2 * 10, (1 + 2 + 5 * 2) * 730 * 60 * 1536 / GB
+    assert [line[:2] for line in bill.fixed[0].lines] == [
+        ("NAT gateways", 1),
+        ("public IPv4 addresses", 1),
+        ("Container Insights metrics", metrics),
+        ("Container Insights events", pytest.approx(events_gb)),  # 0.81 GB
+    ]
+    assert bill.fixed[0].month == pytest.approx(730 * 0.045 + 730 * 0.005 + metrics * 0.30 + events_gb * 0.50)
 
 
 def test_estimate_fixed_costs_of_an_environment_are_their_own_lines() -> None:
@@ -148,6 +178,100 @@ def test_estimate_min_tasks_zero_costs_nothing_in_fargate_at_rest() -> None:
 
     assert (cost.fargate_month, cost.polls_month, cost.month) == (0, 0, 0)
     assert cost.per_million == pytest.approx((2.5 + 0.1) * 0.40 + 1e6 / 96 * 0.009875 + 2 * 0.625)
+
+
+def test_estimate_tasks_with_a_public_ip_pay_their_address_and_no_nat_data() -> None:
+    """Without NAT (tasks in a public subnet) each task-hour pays a public IPv4 address, at rest and per message."""
+    (cost,) = estimate(
+        [EnvironmentPlan(environment="test", workers=(replace(worker_plan(), public_ip=True),))], PRICES, FIGURES
+    ).workers
+
+    assert cost.plan.public_ip is True
+    assert (cost.network, cost.network_month) == ("public IPv4", pytest.approx(2 * 730 * 0.005))  # 2 tasks: 7.30
+    assert cost.network_per_million == pytest.approx(1e6 / (4 * 1 / 150 * 3600) * 0.005)  # 10,417 task-hours
+    assert cost.month == pytest.approx(cost.fargate_month + cost.polls_month + 7.30)
+
+
+def test_estimate_tasks_behind_nat_pay_its_data_for_polls_and_messages() -> None:
+    """Behind a NAT gateway each idle poll and each message's calls, envelope and body are NAT data."""
+    (cost,) = estimate(
+        [EnvironmentPlan(environment="test", workers=(worker_plan(),), nat_gateways=1)], PRICES, FIGURES
+    ).workers
+
+    assert cost.network == "NAT data"
+    assert cost.network_month == pytest.approx(2 * IDLE_POLLS * 3072 * NAT_PER_BYTE)  # 2 tasks' polls: 0.03
+    assert cost.network_per_million == pytest.approx(1e6 * (2.5 * 3072 + 2048 + 1000) * NAT_PER_BYTE)
+
+
+def test_estimate_counts_container_insights_metrics_where_tasks_run_and_events_per_container() -> None:
+    """A worker at zero tasks publishes its service's counts only; one at two traced tasks (two containers each) its
+    service's and task family's resource metrics too, and the cluster's; events: cluster, services, tasks, containers."""
+    traced = replace(worker_plan(), containers=2)
+    plan = EnvironmentPlan(environment="test", workers=(worker_plan(min_tasks=0), traced), container_insights=True)
+
+    (fixed,) = estimate([plan], PRICES, FIGURES).fixed
+
+    metrics, events_gb = 3 + 10 + 2 * 5 + 2 * 10, (1 + 2 + 2 * (1 + 2)) * 730 * 60 * 1536 / GB
+    assert fixed.lines == (
+        ("Container Insights metrics", metrics, metrics * 0.30, ""),  # 43: $12.90
+        ("Container Insights events", pytest.approx(events_gb), pytest.approx(events_gb * 0.50), "GB"),
+    )
+    assert fixed.without_nat is None  # no NAT gateway to go without
+
+
+def test_estimate_without_nat_saves_the_gateways_and_idle_data_and_adds_the_task_addresses() -> None:
+    """Two NAT gateways and their addresses go, with the idle polls' NAT data; the two tasks take an address each."""
+    plan = EnvironmentPlan(environment="test", workers=(worker_plan(),), nat_gateways=2, public_ipv4=2)
+
+    (fixed,) = estimate([plan], PRICES, FIGURES).fixed
+
+    change = fixed.without_nat
+    assert change is not None
+    assert change.gateways == pytest.approx(2 * 730 * 0.045 + 2 * 730 * 0.005)  # 73.00
+    assert change.idle_data == pytest.approx(2 * IDLE_POLLS * 3072 * NAT_PER_BYTE)
+    assert (change.tasks, change.task_addresses) == (2, pytest.approx(2 * 730 * 0.005))  # 7.30
+    assert change.saving == pytest.approx(73.00 + change.idle_data - 7.30)
+
+
+def test_sqs_call_bytes_cover_a_signed_receive_and_its_response_headers() -> None:
+    """A long-poll ReceiveMessage as botocore signs it with a task role's session credentials (a 1,024-character
+    token), with 512 bytes of response headers and an empty result, fits in the bytes the bill counts per call."""
+    sent: list[int] = []
+
+    def measure(request: AWSPreparedRequest, **_: object) -> AWSResponse:
+        head = f"{request.method} {request.url} HTTP/1.1\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in request.headers.items()
+        )
+        sent.append(len(head.encode()) + 2 + len(request.body or b""))
+        return AWSResponse(request.url, 200, {}, _Raw())
+
+    client = boto3.client(
+        "sqs",
+        region_name="eu-west-1",
+        aws_access_key_id="ASIA" + "X" * 16,
+        aws_secret_access_key="x" * 40,
+        aws_session_token="t" * 1024,
+    )
+    client.meta.events.register("before-send.sqs.ReceiveMessage", measure)
+    client.receive_message(
+        QueueUrl="https://sqs.eu-west-1.amazonaws.com/123456789012/SqsWorker-prod-notifications-source",
+        MaxNumberOfMessages=10,
+        WaitTimeSeconds=20,
+        VisibilityTimeout=100,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )
+
+    (request_bytes,) = sent
+    assert request_bytes > 1024  # the signature and the token are most of it
+    assert request_bytes + 512 + len(b"{}") <= SQS_CALL_BYTES
+
+
+class _Raw:
+    """An empty JSON body as urllib3 would stream it."""
+
+    def stream(self, *_: object, **__: object) -> Iterator[bytes]:
+        yield b"{}"
 
 
 def test_estimate_fifo_queue_uses_the_fifo_request_price() -> None:
@@ -241,15 +365,21 @@ def test_render_bill_shows_each_worker_s_figures_and_where_the_prices_come_from(
     render_bill(a_bill(), console)
 
     text = console.export_text()
-    resize_month = 2 * 730 * (0.25 * 0.03238 + 0.5 * 0.00356) + 2 * IDLE_POLLS * 0.40 / 1e6  # 14.52
+    polls_nat = 2 * IDLE_POLLS * 3072 * NAT_PER_BYTE  # 0.03
+    resize_month = 2 * 730 * (0.25 * 0.03238 + 0.5 * 0.00356) + 2 * IDLE_POLLS * 0.40 / 1e6 + polls_nat  # 14.56
     resize_row = next(line for line in text.splitlines() if "resize" in line)
     assert f"${resize_month:,.2f}" in resize_row
-    assert f"${1.04 + 102.8645833 + 1.25:,.2f}" in resize_row
+    assert f"${1.04 + 102.8645833 + 1.25 + 0.4496:,.2f}" in resize_row
+    assert f"NAT data: ${polls_nat:,.2f}; $0.45" in resize_row
     assert "2 (0.25 vCPU, 0.5 GB, arm64)" in resize_row
     upsert_row = next(line for line in text.splitlines() if "upsert" in line)
     assert "3: 1 on-demand + 2 Spot (0.5 vCPU, 1 GB, x86_64)" in upsert_row
     assert "1.50 (run mean)" in upsert_row
-    assert f"${730 * 0.045:,.2f}" in text  # the NAT gateway, on the environment's own line
+    assert "NAT gateways x1: $32.85" in text  # on the environment's own line
+    assert "Container Insights metrics x63: $18.90; Container Insights events 0.81 GB: $0.41" in text
+    # Without NAT: the gateway and its address go, the 5 tasks at min_tasks take an address each.
+    assert "saves $36.50 of NAT gateways and their addresses" in text
+    assert "adds $18.25 for the public IPv4 addresses of its 5 task(s) at min_tasks" in text
     assert "us-east-1 list prices entered by hand on 2026-11-28" in text
     assert all(url in text for url in PRICES.sources.values())
     assert "An estimate" in text
