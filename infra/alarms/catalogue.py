@@ -204,12 +204,11 @@ def _series_of(
     series = sqs_series(world.events, specs, start=0, end=timeline.end, idle_since=timeline.idle_since)
     for index, (cluster, service) in enumerate(services):
         counts = world.tasks if index == 0 else [(0.0, facts[index].awake_tasks, facts[index].awake_tasks)]
-        for key, points in container_insights_series(
-            counts, cluster=cluster, service=service, start=0, end=timeline.end
-        ).points.items():
-            series.add(key, points)
-    for key, points in emf_series(world.counts, queue=facts[0].source).points.items():
-        series.add(key, points)
+        late = world.late_task_counts if index == 0 else None
+        series.merge(
+            container_insights_series(counts, cluster=cluster, service=service, start=0, end=timeline.end, late=late)
+        )
+    series.merge(emf_series(world.counts, queue=facts[0].source))
     return series
 
 

@@ -69,9 +69,11 @@ class WakeUp:
             end=end,
             idle_since={k: v for k, v in idle_since.items() if k == facts.source},
         )
-        tasks = container_insights_series(world.tasks, cluster=self.cluster, service=self.service, start=0, end=end)
-        for key, points in tasks.points.items():
-            series.add(key, points)
+        series.merge(
+            container_insights_series(
+                world.tasks, cluster=self.cluster, service=self.service, start=0, end=end, late=world.late_task_counts
+            )
+        )
         changes = evaluate([self.alarm], [], series, end=end, created=world.created)
         acting: list[int] = []
         state, since = "", 0
