@@ -55,6 +55,8 @@ class Scenario:
     wake_ups: int | None = None
     #: A bound that depends on the worker (minutes after the onset), used instead of ``within_minutes``.
     bound: Callable[[WorkerFacts], float] | None = None
+    #: The load holds the fleet: its desired count must not fall after the onset (Timeline.scale_ins).
+    holds_fleet: bool = False
 
     def skipped(self, scales_to_zero: bool) -> str | None:
         """Why this scenario does not run on a worker (None: it runs)."""
@@ -313,15 +315,15 @@ def woken(source_idle_hours: float) -> Callable[[World], Timeline]:
 
     def build(world: World) -> Timeline:
         from infra.alarms.scaling_bridge import policy_of
-        from infra.alarms.wake_up import WakeUp, woken_fleet
+        from infra.alarms.wake_up import WakeUp, scale_ins, woken_fleet
 
         assert isinstance(world.wake_up, WakeUp)
         onset, end = 30 * MINUTE, 30 * MINUTE + 2 * HOUR
         first = onset // MINUTE
         arrivals = [USUAL_PER_MINUTE if first <= m < first + BATCH_MINUTES else 0.0 for m in range(end // MINUTE)]
         idle = _zero_idle(world, source_idle_hours)
-        _, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
-        return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken)
+        minutes, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
+        return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken, scale_ins=scale_ins(minutes, 0))
 
     return build
 
@@ -330,13 +332,14 @@ def steady_at_zero(world: World) -> Timeline:
     """Steady traffic for two hours from the onset on a fleet at zero, the source active, derived from the wake-up
     and scaling models: the reading behind scripting every other scenario's fleet awake at one task."""
     from infra.alarms.scaling_bridge import policy_of
-    from infra.alarms.wake_up import WakeUp, woken_fleet
+    from infra.alarms.wake_up import WakeUp, scale_ins, woken_fleet
 
     assert isinstance(world.wake_up, WakeUp)
     onset, end = 30 * MINUTE, 30 * MINUTE + 2 * HOUR
     arrivals = [USUAL_PER_MINUTE if m >= onset // MINUTE else 0.0 for m in range(end // MINUTE)]
-    _, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=_zero_idle(world, 1))
-    return Timeline(onset=onset, end=end, idle_since=_zero_idle(world, 1), wake_ups=woken)
+    idle = _zero_idle(world, 1)
+    minutes, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
+    return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken, scale_ins=scale_ins(minutes, 0))
 
 
 def wake_up_fails(world: World) -> Timeline:

@@ -215,3 +215,5 @@ class Timeline:
     created: int = CREATED_SECONDS
     #: A worker at zero tasks: each wake-up as (when its alarm acted, when its task ran; None: never), seconds.
     wake_ups: list[tuple[float, float | None]] = field(default_factory=list)
+    #: A modeled fleet's cuts of its desired count: (when, from, to, whether the wake-up's policy made it), seconds.
+    scale_ins: list[tuple[float, int, int, bool]] = field(default_factory=list)

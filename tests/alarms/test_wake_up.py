@@ -1,5 +1,5 @@
 """infra/alarms/wake_up.py and the scale-to-zero scenarios: the wake-up read from a synthesized min_tasks 0 worker,
-its step policy's shape refused when it differs, ExactCapacity 1 in the scaling simulation, and each wake-up scenario
+its step policy's shape refused when it differs, its semantics in the scaling simulation, and each wake-up scenario
 shown able to fail on a template whose alarms lack the allowance it proves (ConsumerStalled's AND, the wake-up time
 in StalledBacklogLate's threshold)."""
 
@@ -15,6 +15,7 @@ import pytest
 from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios
 from infra.alarms.scaling import Load, ScalingPolicy, policies_from_template, simulate
 from infra.alarms.scenarios import CATALOGUE
+from infra.alarms.step_scaling import StepPolicy, StepScaling
 from infra.alarms.template import read_alarms
 from infra.alarms.wake_up import WAKE_UP_SECONDS, check_step_policy, wake_up_from_template
 from infra.settings import CONTEXT_KEY, EnvironmentSettings, load_environments
@@ -24,6 +25,8 @@ from tests.reference import NOTIFICATIONS
 #: A worker that scales to zero, the notifications example (60 s acceptable latency): a framework test's own context.
 CONTEXT = {CONTEXT_KEY: {"zero": {"handler": NOTIFICATIONS, "min_tasks": 0, "max_tasks": 2}}}
 STACK = "SqsWorker-zero"
+CHANGE_ONE = StepPolicy("WakeUp", "WakeUpAlarm", "ChangeInCapacity", 1, 180)
+EXACT_ONE = StepPolicy("WakeUp", "WakeUpAlarm", "ExactCapacity", 1, 180)
 WAKE_UP_SCENARIOS = ("asleep", "wake-up-active", "wake-up-inactive", "steady-at-zero", "wake-up-fails")
 
 
@@ -59,32 +62,58 @@ def test_the_wake_up_is_read_from_the_template(zero: tuple[dict[str, Any], Envir
     assert (policy.min_tasks, policy.max_tasks) == (0, 2)
 
 
+MODELED = (
+    "one step from the threshold up ({'MetricIntervalLowerBound': 0, 'ScalingAdjustment': n}) of ChangeInCapacity"
+    " n >= 1 or ExactCapacity n >= 0"
+)
+
+
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("change", "shown"),
     [
         (
-            {"AdjustmentType": "ChangeInCapacity"},
-            "StepScaling 'ChangeInCapacity' [{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 1}] is not modeled",
+            {"AdjustmentType": "PercentChangeInCapacity"},
+            "'PercentChangeInCapacity' [{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 1}]",
         ),
         (
-            {"StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 2}]},
-            "StepScaling 'ExactCapacity' [{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 2}] is not modeled",
+            {"AdjustmentType": "ChangeInCapacity", "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 0}]},
+            "'ChangeInCapacity' [{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 0}]",
+        ),
+        (
+            {"StepAdjustments": [{"MetricIntervalUpperBound": 0, "ScalingAdjustment": 1}]},
+            "'ExactCapacity' [{'MetricIntervalUpperBound': 0, 'ScalingAdjustment': 1}]",
         ),
     ],
-)
+)  # fmt: skip
 def test_another_step_policy_is_refused_in_one_line_naming_it(
-    zero: tuple[dict[str, Any], EnvironmentSettings], change: dict[str, Any], message: str
+    zero: tuple[dict[str, Any], EnvironmentSettings], change: dict[str, Any], shown: str
 ) -> None:
-    """Only the wake-up's shape is modeled: anything else would be evaluated as something it is not."""
+    """Only the wake-up's shapes are modeled: anything else would be evaluated as something it is not."""
     template = copy.deepcopy(zero[0])
     policy = resource_id(template, "ConsumerWakeUp5")
     template["Resources"][policy]["Properties"]["StepScalingPolicyConfiguration"].update(change)
     with pytest.raises(ValueError) as refused:
         policies_from_template(template)
-    assert (
-        str(refused.value)
-        == f"scaling policy {policy}: {message} (the wake-up: ExactCapacity [{{'MetricIntervalLowerBound': 0, 'ScalingAdjustment': 1}}])"
+    assert str(refused.value) == f"scaling policy {policy}: StepScaling {shown} is not modeled ({MODELED})"
+
+
+@pytest.mark.parametrize(("kind", "adjustment"), [("ChangeInCapacity", 1), ("ExactCapacity", 1)])
+def test_the_step_policy_is_read_as_the_template_has_it(
+    zero: tuple[dict[str, Any], EnvironmentSettings], kind: str, adjustment: int
+) -> None:
+    """Its adjustment type, step and cooldown as synthesized or edited: the model applies what AWS would."""
+    template = copy.deepcopy(zero[0])
+    policy = resource_id(template, "ConsumerWakeUp5")
+    config = template["Resources"][policy]["Properties"]["StepScalingPolicyConfiguration"]
+    config.update(
+        {
+            "AdjustmentType": kind,
+            "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": adjustment}],
+            "Cooldown": 240,
+        }
     )
+    step = check_step_policy(template, policy)
+    assert step == StepPolicy(policy, resource_id(template, "ConsumerWakeUpAlarm"), kind, adjustment, 240)
 
 
 def test_a_wake_up_alarm_that_also_notifies_is_refused(zero: tuple[dict[str, Any], EnvironmentSettings]) -> None:
@@ -100,19 +129,46 @@ def test_a_wake_up_alarm_that_also_notifies_is_refused(zero: tuple[dict[str, Any
     )
 
 
-def test_exact_capacity_one_wakes_the_simulated_fleet_and_target_tracking_returns_it_to_zero() -> None:
-    """At zero tasks backlog / tasks has no value: without the wake-up the backlog only grows. Woken at minute 2 the
-    task runs from minute 4 (120 s), drains the backlog, and once the metric has been 0 for AlarmLow's 15 minutes
-    target tracking's proportional rule (ceil(1 x 0 / target) = 0, within MinCapacity 0) stops it."""
+def test_a_step_from_zero_wakes_the_simulated_fleet_and_target_tracking_returns_it_to_zero() -> None:
+    """At zero tasks backlog / tasks has no value: without the wake-up the backlog only grows. Invoked at minute 2's
+    end (ChangeInCapacity +1 from 0, or ExactCapacity 1: the same from zero) the task runs from minute 4 (120 s),
+    drains the backlog, and once the metric has been 0 for AlarmLow's 15 minutes target tracking's proportional rule
+    (ceil(1 x 0 / target) = 0, within MinCapacity 0) stops it."""
     policy = ScalingPolicy(0, 2, 240, 60, 300)
     load = Load([100.0] * 3 + [0.0] * 40, 240)
     asleep = simulate(policy, load, initial_tasks=0, task_start_seconds=120)
     assert {m.running for m in asleep} == {0} and asleep[-1].backlog == 300
-    woken = simulate(policy, load, initial_tasks=0, task_start_seconds=120, wake_at=[2])
-    assert [m.desired for m in woken[:4]] == [0, 0, 1, 1]
-    assert next(m.t for m in woken if m.running) == 4  # the decision at 180 s, ready at 300 s: minute 4's end
-    assert next(m.t for m in woken if m.t > 4 and m.backlog == 0) == 6  # 300 waiting, 240 a minute from minute 5
-    assert woken[-1].desired == woken[-1].running == 0
+    for step in (CHANGE_ONE, EXACT_ONE):
+        woken = simulate(policy, load, initial_tasks=0, task_start_seconds=120, step=step, step_at=[2])
+        assert [m.desired for m in woken[:4]] == [0, 0, 1, 1]
+        assert [m.stepped for m in woken[:4]] == [0, 0, 1, 0]
+        assert next(m.t for m in woken if m.running) == 4  # the decision at 180 s, ready at 300 s: minute 4's end
+        assert next(m.t for m in woken if m.t > 4 and m.backlog == 0) == 6  # 300 waiting, 240 a minute from minute 5
+        assert woken[-1].desired == woken[-1].running == 0
+
+
+def test_change_in_capacity_never_lowers_and_waits_out_its_cooldown() -> None:
+    """ChangeInCapacity +1 with a 180 s cooldown: 0 -> 1; invoked again within the cooldown it counts the task it
+    added and does nothing; after it, one more, never beyond max_tasks; invoked on a fleet of 5 it adds, never cuts."""
+    waking = StepScaling(CHANGE_ONE, 0, 6)
+    assert [waking.invoke(t, d) for t, d in [(0, 0), (60, 1), (120, 1), (180, 1)]] == [1, 1, 1, 2]
+    assert waking.invoke(240, 6) == 6  # at max_tasks
+    assert StepScaling(CHANGE_ONE, 0, 6).invoke(0, 5) == 6
+    in_cooldown = StepScaling(CHANGE_ONE, 0, 6)
+    in_cooldown.invoke(0, 0)
+    assert in_cooldown.invoke(60, 4) == 4  # target tracking grew it meanwhile: 0 + 1 asks for less, nothing happens
+
+
+def test_exact_capacity_one_on_a_running_fleet_cuts_it_to_one() -> None:
+    """GIVEN a fleet of 5 under load, WHEN an ExactCapacity 1 wake-up is invoked (its alarm read a late
+    RunningTaskCount as no task), THEN the desired count falls to 1: the former model ignored an invocation while
+    tasks ran and so hid it; ChangeInCapacity +1 at the same minute only adds."""
+    policy = ScalingPolicy(0, 6, 240, 60, 300)
+    load = Load([5 * 240.0] * 10, 240)
+    cut = simulate(policy, load, initial_tasks=5, step=EXACT_ONE, step_at=[5])
+    assert [m.desired for m in cut[4:6]] == [5, 1] and cut[5].stepped == -4
+    raised = simulate(policy, load, initial_tasks=5, step=CHANGE_ONE, step_at=[5])
+    assert [m.desired for m in raised[4:6]] == [5, 6] and min(m.desired for m in raised) == 5
 
 
 def test_the_wake_up_scenarios_hold_on_a_worker_at_zero(
