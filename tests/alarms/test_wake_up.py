@@ -12,22 +12,30 @@ from typing import Any
 
 import pytest
 
-from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios
-from infra.alarms.scaling import Load, ScalingPolicy, policies_from_template, simulate
-from infra.alarms.scenarios import CATALOGUE
+from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios, worker_facts
+from infra.alarms.scaling import Load, Minute, ScalingPolicy, policies_from_template, simulate
+from infra.alarms.scenarios import CATALOGUE, HELD_SHARE_OF_TARGET, LATE_SECONDS
 from infra.alarms.step_scaling import StepPolicy, StepScaling
 from infra.alarms.template import read_alarms
-from infra.alarms.wake_up import WAKE_UP_SECONDS, check_step_policy, wake_up_from_template
+from infra.alarms.wake_up import WAKE_UP_SECONDS, check_step_policy, wake_up_from_template, woken_fleet
+from infra.alarms.world import World
 from infra.settings import CONTEXT_KEY, EnvironmentSettings, load_environments
 from tests.infra.conftest import synthesize
 from tests.reference import NOTIFICATIONS
 
 #: A worker that scales to zero, the notifications example (60 s acceptable latency): a framework test's own context.
-CONTEXT = {CONTEXT_KEY: {"zero": {"handler": NOTIFICATIONS, "min_tasks": 0, "max_tasks": 2}}}
+CONTEXT = {CONTEXT_KEY: {"zero": {"handler": NOTIFICATIONS, "min_tasks": 0, "max_tasks": 5}}}
 STACK = "SqsWorker-zero"
 CHANGE_ONE = StepPolicy("WakeUp", "WakeUpAlarm", "ChangeInCapacity", 1, 180)
 EXACT_ONE = StepPolicy("WakeUp", "WakeUpAlarm", "ExactCapacity", 1, 180)
-WAKE_UP_SCENARIOS = ("asleep", "wake-up-active", "wake-up-inactive", "steady-at-zero", "wake-up-fails")
+WAKE_UP_SCENARIOS = (
+    "asleep",
+    "wake-up-active",
+    "wake-up-inactive",
+    "steady-at-zero",
+    "wake-up-fails",
+    "asleep-then-traffic",
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +67,7 @@ def test_the_wake_up_is_read_from_the_template(zero: tuple[dict[str, Any], Envir
     assert (wake_up.policy, wake_up.alarm.name) == (resource_id(template, "ConsumerWakeUp5"), f"{STACK}-WakeUp")
     assert wake_up.service and wake_up.cluster
     (policy,) = policies_from_template(template).values()
-    assert (policy.min_tasks, policy.max_tasks) == (0, 2)
+    assert (policy.min_tasks, policy.max_tasks) == (0, 5)
 
 
 MODELED = (
@@ -81,7 +89,7 @@ MODELED = (
         ),
         (
             {"StepAdjustments": [{"MetricIntervalUpperBound": 0, "ScalingAdjustment": 1}]},
-            "'ExactCapacity' [{'MetricIntervalUpperBound': 0, 'ScalingAdjustment': 1}]",
+            "'ChangeInCapacity' [{'MetricIntervalUpperBound': 0, 'ScalingAdjustment': 1}]",
         ),
     ],
 )  # fmt: skip
@@ -174,16 +182,19 @@ def test_exact_capacity_one_on_a_running_fleet_cuts_it_to_one() -> None:
 def test_the_wake_up_scenarios_hold_on_a_worker_at_zero(
     zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
 ) -> None:
-    """(a) asleep: nothing acts; (b) an active queue: woken in a minute, the task runs two later; (c) a queue idle
-    over 6 h: SQS's 15-minute delay, then the same; (d) no task starts: ConsumerStalled pages within
-    acceptable_latency + WAKE_UP_SECONDS + 4 minutes."""
+    """(a) asleep: nothing acts; (b) an active queue: woken after two minutes (2 of 2), the task runs two later; (c) a
+    queue idle over 6 h: SQS's 15-minute delay, then the same, WAKE_UP_SECONDS after the first message; (d) no task
+    starts: the policy adds one task per cooldown up to max_tasks and ConsumerStalled pages within
+    acceptable_latency + WAKE_UP_SECONDS + 4 minutes; (e) traffic after a sleep grows the fleet and a late datapoint
+    then changes nothing."""
     outcomes = {o.scenario.name: o for o in run(*zero, tmp_path, *WAKE_UP_SCENARIOS)}
     assert [(name, o.problems) for name, o in outcomes.items() if not o.intended] == []
     assert outcomes["asleep"].row()["wake_ups"] == []
-    assert outcomes["wake-up-active"].row()["wake_ups"] == [{"acted": 1.0, "ran": 3.0}]
-    assert outcomes["wake-up-inactive"].row()["wake_ups"] == [{"acted": 16.0, "ran": 18.0}]
+    assert outcomes["wake-up-active"].row()["wake_ups"] == [{"acted": 2.0, "ran": 4.0}]
+    assert outcomes["wake-up-inactive"].row()["wake_ups"] == [{"acted": 17.0, "ran": WAKE_UP_SECONDS / 60}]
+    assert outcomes["asleep-then-traffic"].row()["wake_ups"] == [{"acted": 17.0, "ran": WAKE_UP_SECONDS / 60}]
     failed = outcomes["wake-up-fails"]
-    assert failed.row()["wake_ups"] == [{"acted": 1.0, "ran": None}]
+    assert failed.row()["wake_ups"] == [{"acted": 2.0 + 4 * n, "ran": None} for n in range(5)]
     assert failed.bound() == (60 + WAKE_UP_SECONDS) / 60 + 4
     assert [n["alarm"] for n in failed.row()["notifications"]][0] == "ConsumerStalled"
 
@@ -235,3 +246,95 @@ def test_a_wake_up_that_never_acts_fails_the_active_scenario(
     assert outcome.row()["wake_ups"] == []
     assert "the wake-up acted 0 times, not 1" in outcome.problems
     assert any(p.startswith("ConsumerStalled notified ALARM") for p in outcome.problems)
+
+
+def reshape(
+    template: dict[str, Any], *, kind: str | None = None, periods: int | None = None, cooldown: int = 0
+) -> None:
+    """Edit the wake-up in place: its policy's adjustment type and cooldown, its alarm's M of M."""
+    config = template["Resources"][resource_id(template, "ConsumerWakeUp5")]["Properties"]
+    config = config["StepScalingPolicyConfiguration"]
+    config.update({"AdjustmentType": kind} if kind else {})
+    config.update({"Cooldown": cooldown} if cooldown else {})
+    alarm = template["Resources"][resource_id(template, "ConsumerWakeUpAlarm")]["Properties"]
+    alarm.update({"EvaluationPeriods": periods, "DatapointsToAlarm": periods} if periods else {})
+
+
+def fleet_of(
+    template: dict[str, Any],
+    environment: EnvironmentSettings,
+    arrivals: list[float],
+    *,
+    initial_tasks: int = 0,
+    late: dict[float, float] | None = None,
+) -> list[Minute]:
+    """The fleet target tracking and the template's wake-up make of ``arrivals``, the RunningTaskCount datapoints of
+    the ``late`` minutes (their start, s) reaching CloudWatch that many seconds after the minute's end."""
+    alarms, _ = read_alarms(template, STACK)
+    wake_up = wake_up_from_template(template, alarms)
+    assert wake_up is not None
+    (policy,) = policies_from_template(template).values()
+    world = World(worker_facts(environment)[0])
+    for minute, seconds in (late or {}).items():
+        world.late_task_count(minute, seconds)
+    minutes, _ = woken_fleet(world, arrivals, policy, wake_up, initial_tasks=initial_tasks)
+    return minutes
+
+
+def loaded(template: dict[str, Any]) -> list[float]:
+    """The late-task-count scenario's load: a fleet of 5 held at 95 % of its target backlog per task, 40 minutes."""
+    (policy,) = policies_from_template(template).values()
+    return [5 * 240.0 + (HELD_SHARE_OF_TARGET * policy.target * 5 if m == 0 else 0.0) for m in range(40)]
+
+
+@pytest.mark.slow(30)
+def test_the_new_scenarios_hold_and_fail_with_the_former_wake_up(
+    zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
+) -> None:
+    """GIVEN the former wake-up (ExactCapacity 1 on 1 of 1 periods), WHEN one RunningTaskCount datapoint is late
+    while a fleet runs (a fleet of 5 under load; the fleet traffic grew after a sleep), THEN its alarm reads "no task",
+    acts, and cuts the desired count to 1; the wake-up as synthesized holds both."""
+    template, environment = zero
+    names = ("late-task-count", "asleep-then-traffic")
+    assert {o.scenario.name: o.problems for o in run(template, environment, tmp_path, *names)} == {
+        name: [] for name in names
+    }
+    former = copy.deepcopy(template)
+    reshape(former, kind="ExactCapacity", periods=1)
+    outcomes = {o.scenario.name: o for o in run(former, environment, tmp_path, *names)}
+    late, traffic = outcomes["late-task-count"], outcomes["asleep-then-traffic"]
+    assert [p for p in late.problems if "lowered" in p] == [
+        "the wake-up lowered the desired count from 5 to 1 at +1.0 min"
+    ]
+    assert "the wake-up acted 1 times, not 0" in late.problems
+    assert any(p.startswith("the wake-up lowered the desired count from 5 to 1") for p in traffic.problems)
+    assert "the wake-up acted 2 times, not 1" in traffic.problems
+
+
+@pytest.mark.parametrize(("kind", "lowest"), [("ChangeInCapacity", 5), ("ExactCapacity", 1)])
+def test_two_late_datapoints_in_a_row_act_and_only_an_added_task_keeps_the_fleet(
+    zero: tuple[dict[str, Any], EnvironmentSettings], kind: str, lowest: int
+) -> None:
+    """2 of 2 keeps one late datapoint from acting, not two in a row both still missing at one evaluation (here at
+    1920 s): the alarm acts (the ExactCapacity case shows it), and only ChangeInCapacity keeps a fleet of 5 (it adds
+    a task, up to max_tasks), where ExactCapacity 1 cuts it. Both halves of the fix are needed."""
+    template = copy.deepcopy(zero[0])
+    reshape(template, kind=kind)
+    late = {1800.0: 2 * LATE_SECONDS, 1860.0: LATE_SECONDS}
+    minutes = fleet_of(template, zero[1], loaded(template), initial_tasks=5, late=late)
+    assert min(m.desired for m in minutes) == lowest  # at max_tasks (5) the added task is clamped away
+
+
+@pytest.mark.parametrize(("cooldown", "steps"), [(0, 1), (180, 2)])
+def test_the_cooldown_outlasts_a_late_first_datapoint_of_the_woken_task(
+    zero: tuple[dict[str, Any], EnvironmentSettings], cooldown: int, steps: int
+) -> None:
+    """GIVEN a wake from zero, messages still visible once its task runs, and that task's first RunningTaskCount
+    datapoint a minute late, THEN the alarm is still in ALARM when a 180 s cooldown ends and the policy adds a second
+    task; the synthesized cooldown (task start + two periods) outlasts it: one step."""
+    template = copy.deepcopy(zero[0])
+    reshape(template, cooldown=cooldown)
+    arrivals = [200.0 if m >= 30 else 0.0 for m in range(60)]  # under one task's 240 a minute: a backlog that lasts
+    first = next(m.t for m in fleet_of(template, zero[1], arrivals) if m.running)
+    minutes = fleet_of(template, zero[1], arrivals, late={(first + 1) * 60.0: LATE_SECONDS})
+    assert [m.stepped for m in minutes if m.stepped] == [1] * steps
