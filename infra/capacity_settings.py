@@ -39,8 +39,12 @@ SPOT_WARNING_SECONDS = 120
 #: of up to 15 minutes occurs when a queue is activated from an inactive state": infra/alarms/sqs_model.py's rule,
 #: with its documentation link.
 INACTIVE_METRICS_DELAY_SECONDS = WAKE_DELAY_SECONDS
-#: The wake-up alarm's one period (SQS publishes one-minute metrics).
-WAKE_UP_ALARM_SECONDS = 60
+#: The wake-up alarm's period (SQS publishes one-minute metrics) and how many of them in a row must read "messages
+#: visible, no task": two, so one late or lost RunningTaskCount datapoint (Container Insights documents no latency)
+#: reads as a task-less minute but never wakes a running fleet on its own.
+WAKE_UP_PERIOD_SECONDS = 60
+WAKE_UP_ALARM_PERIODS = 2
+WAKE_UP_ALARM_SECONDS = WAKE_UP_PERIOD_SECONDS * WAKE_UP_ALARM_PERIODS
 #: A task from a desired count of 1 to its first receive: Fargate's placement and image pull, then the consumer's
 #: start. No AWS figure exists; an allowance, the same one the scenario catalogue uses.
 TASK_START_SECONDS = 120

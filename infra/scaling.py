@@ -3,9 +3,15 @@ worker allowed to scale to zero (``min_tasks: 0``).
 
 Target tracking divides the visible backlog by the running tasks (AWS's recipe, below), so at zero tasks its metric
 has no value and it does nothing: it can scale in to zero but never out of it. The wake-up closes that gap: an alarm
-in ALARM only while messages are visible and no task runs, whose step policy sets the desired count to exactly 1.
-From one task target tracking takes over. The alarm is false whenever a task runs, so its EXACT_CAPACITY never
-lowers a fleet target tracking has grown. How long a wake-up may take is
+in ALARM once messages have been visible with no task running for two one-minute periods in a row, whose step policy
+adds one task (ChangeInCapacity +1: from zero, one task). From there target tracking takes over.
+
+The wake-up can only raise the desired count: CloudWatch invokes the policy every minute its alarm is in ALARM, and
+Container Insights may publish a RunningTaskCount datapoint late or not at all, which the alarm reads as "no task"
+(a service with no task publishes none, so a missing datapoint must read as zero for a sleeping worker to wake). An
+exact capacity of 1 would then cut a fleet target tracking had grown; an added task cannot, and within the policy's
+cooldown Application Auto Scaling counts the task it added, so a repeat invocation while that task starts adds
+nothing. Two periods in a row keep one late datapoint alone from acting at all. How long a wake-up may take is
 :data:`infra.capacity_settings.WAKE_UP_SECONDS`; the alarms allow for it (infra/queue_alarms.py).
 
 The constructs are children of the service's scope, so their logical ids are the ones the service always had.
@@ -22,7 +28,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from consumer.contract import WorkerContract
-from infra.capacity_settings import WAKE_UP_ALARM_SECONDS
+from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_ALARM_PERIODS, WAKE_UP_PERIOD_SECONDS
 from infra.queue_alarms import DEFAULT_RUNBOOK_URL
 from infra.queues import WorkerQueues
 
@@ -31,8 +37,13 @@ SCALING_ROLE = "AWSServiceRoleForApplicationAutoScaling_ECSService"
 SCALE_OUT_COOLDOWN = Duration.minutes(1)
 SCALE_IN_COOLDOWN = Duration.minutes(5)
 #: The wake-up alarm's expression: 1 while messages are visible and no task runs (a service with no task may publish
-#: no RunningTaskCount at all: FILL makes that a 0), else 0.
+#: no RunningTaskCount at all: FILL makes that a 0), else 0; the alarm needs it in WAKE_UP_ALARM_PERIODS in a row.
 WAKE_UP_EXPRESSION = "IF(FILL(visible, 0) > 0 AND FILL(tasks, 0) < 1, 1, 0)"
+#: The wake-up's step: one more task (it never lowers the desired count) from the alarm's threshold up.
+WAKE_UP_TASKS_ADDED = 1
+#: The added task's start, its first counted minute and one more for that datapoint to be late: the alarm's repeats
+#: meanwhile add nothing (within the cooldown the policy counts the task it added).
+WAKE_UP_COOLDOWN = Duration.seconds(TASK_START_SECONDS + 2 * WAKE_UP_PERIOD_SECONDS)
 
 
 class WorkerScaling:
@@ -109,25 +120,24 @@ class WorkerScaling:
         name_prefix: str,
         runbook_url: str,
     ) -> None:
-        period = Duration.seconds(WAKE_UP_ALARM_SECONDS)
+        period = Duration.seconds(WAKE_UP_PERIOD_SECONDS)
         self.wake_up = appscaling.StepScalingAction(
             scope,
             "WakeUp",
             scaling_target=self.target,
             policy_name=f"{name_prefix}-wake-up",
-            adjustment_type=appscaling.AdjustmentType.EXACT_CAPACITY,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
             metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM,
-            # Long enough for a task to start and be counted, so a wake-up is not repeated while it starts.
-            cooldown=Duration.minutes(3),
+            cooldown=WAKE_UP_COOLDOWN,
         )
-        self.wake_up.add_adjustment(adjustment=1, lower_bound=0)
+        self.wake_up.add_adjustment(adjustment=WAKE_UP_TASKS_ADDED, lower_bound=0)
         self.wake_up_alarm = cloudwatch.Alarm(
             scope,
             "WakeUpAlarm",
             alarm_name=f"{name_prefix}-WakeUp",
             alarm_description=(
-                "Scaling only, no page: messages are visible and no consumer task runs, so the wake-up policy sets"
-                " the desired count to 1 (min_tasks 0). ConsumerStalled pages if no task then deletes them in time;"
+                "Scaling only, no page: messages visible and no consumer task running for 2 minutes, so the wake-up"
+                " policy adds a task (min_tasks 0). ConsumerStalled pages if no task then deletes them in time;"
                 f" its step 4 is what to check when a worker does not wake. Runbook: {runbook_url}#consumer-stalled"
             ),
             metric=cloudwatch.MathExpression(
@@ -149,7 +159,8 @@ class WorkerScaling:
             ),
             threshold=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            evaluation_periods=1,
+            evaluation_periods=WAKE_UP_ALARM_PERIODS,
+            datapoints_to_alarm=WAKE_UP_ALARM_PERIODS,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         self.wake_up_alarm.add_alarm_action(actions.ApplicationScalingAction(self.wake_up))

@@ -139,7 +139,8 @@ class Outcome:
 
 def judge(outcome: Outcome) -> list[str]:
     """The goals (docs/alarms.md): every real failure pages in its bound; nothing wrong means no page and no flap;
-    a DLQ message pages at least a day before it could expire."""
+    a DLQ message pages at least a day before it could expire; the wake-up never lowers the desired count, and a
+    fleet the load holds keeps it."""
     scenario, onset = outcome.scenario, outcome.timeline.onset
     problems = []
     alarms_to = [
@@ -166,6 +167,17 @@ def judge(outcome: Outcome) -> list[str]:
                 problems.append(f"{name} paged {late:.1f} min after onset, over the {bound:g} min bound")
     if scenario.wake_ups is not None and len(outcome.wake_up_actions()) != scenario.wake_ups:
         problems.append(f"the wake-up acted {len(outcome.wake_up_actions())} times, not {scenario.wake_ups}")
+    problems += [
+        f"the wake-up lowered the desired count from {cut} to {to} at {(t - onset) / 60:+.1f} min"
+        for t, cut, to, by_wake_up in outcome.timeline.scale_ins
+        if by_wake_up
+    ]
+    if scenario.holds_fleet:
+        problems += [
+            f"the desired count fell from {cut} to {to} at {(t - onset) / 60:+.1f} min, under load"
+            for t, cut, to, _ in outcome.timeline.scale_ins
+            if t >= onset
+        ]
     if scenario.wake_ups:  # the thresholds allow WAKE_UP_SECONDS from the first waiting message to a running task
         problems += [
             f"the woken task ran {(ran - onset) / 60:.1f} min after the first message, over WAKE_UP_SECONDS"
@@ -204,12 +216,11 @@ def _series_of(
     series = sqs_series(world.events, specs, start=0, end=timeline.end, idle_since=timeline.idle_since)
     for index, (cluster, service) in enumerate(services):
         counts = world.tasks if index == 0 else [(0.0, facts[index].awake_tasks, facts[index].awake_tasks)]
-        for key, points in container_insights_series(
-            counts, cluster=cluster, service=service, start=0, end=timeline.end
-        ).points.items():
-            series.add(key, points)
-    for key, points in emf_series(world.counts, queue=facts[0].source).points.items():
-        series.add(key, points)
+        late = world.late_task_counts if index == 0 else None
+        series.merge(
+            container_insights_series(counts, cluster=cluster, service=service, start=0, end=timeline.end, late=late)
+        )
+    series.merge(emf_series(world.counts, queue=facts[0].source))
     return series
 
 

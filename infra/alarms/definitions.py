@@ -5,6 +5,7 @@ No CDK and no AWS client here: the evaluator runs on any CloudFormation template
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -98,20 +99,49 @@ class CompositeAlarm:
 
 class Series:
     """The raw datapoints CloudWatch received, per metric: ``{key: [(t, value), ...]}`` sorted by t (seconds since
-    the series start). A period without a point is missing data."""
+    the series start). A period without a point is missing data.
 
-    def __init__(self, points: Mapping[MetricKey, Iterable[tuple[float, float]]] | None = None) -> None:
+    ``received``: per metric, the points that reached CloudWatch late, ``{t: when received}``; an evaluation before
+    that moment reads the point's period without it. A point not listed is there by the evaluation that ends its
+    period (the engine's reading for every metric)."""
+
+    def __init__(
+        self,
+        points: Mapping[MetricKey, Iterable[tuple[float, float]]] | None = None,
+        received: Mapping[MetricKey, Mapping[float, float]] | None = None,
+    ) -> None:
         self.points: dict[MetricKey, list[tuple[float, float]]] = {}
+        self.received: dict[MetricKey, dict[float, float]] = {}
         for key, values in (points or {}).items():
-            self.add(key, values)
+            self.add(key, values, (received or {}).get(key))
 
-    def add(self, key: MetricKey, values: Iterable[tuple[float, float]]) -> None:
+    def add(
+        self, key: MetricKey, values: Iterable[tuple[float, float]], received: Mapping[float, float] | None = None
+    ) -> None:
         merged = self.points.setdefault(key, [])
         merged.extend((float(t), float(v)) for t, v in values)
         merged.sort(key=lambda point: point[0])
+        if received:
+            self.received.setdefault(key, {}).update({float(t): float(at) for t, at in received.items()})
+
+    def merge(self, other: Series) -> None:
+        """Add every point of ``other``, with when each late one arrived."""
+        for key, values in other.points.items():
+            self.add(key, values, other.received.get(key))
 
     def get(self, key: MetricKey) -> list[tuple[float, float]]:
         return self.points.get(key, [])
+
+    def known_at(self, key: MetricKey, now: float) -> list[tuple[float, float]]:
+        """The points of ``key`` CloudWatch had received by ``now`` (every point but a late one not yet arrived)."""
+        late = self.received.get(key)
+        if not late:
+            return self.get(key)
+        return [point for point in self.get(key) if late.get(point[0], -math.inf) <= now]
+
+    def late_after(self, key: MetricKey, now: float, start: float, end: float) -> bool:
+        """Whether a point of ``key`` with t in ``[start, end)`` arrives after ``now``."""
+        return any(start <= t < end and at > now for t, at in self.received.get(key, {}).items())
 
     @property
     def last_t(self) -> float | None:
@@ -125,14 +155,18 @@ class Series:
                 "namespace": namespace,
                 "metric": metric,
                 "dimensions": dict(dimensions),
-                "points": [[t, v] for t, v in values],
+                "points": self._points_json((namespace, metric, dimensions)),
             }
-            for (namespace, metric, dimensions), values in sorted(self.points.items())
+            for namespace, metric, dimensions in sorted(self.points)
         ]
         document: dict[str, object] = {"metrics": metrics}
         if end is not None:
             document["end"] = end
         return document
+
+    def _points_json(self, key: MetricKey) -> list[list[float]]:
+        late = self.received.get(key, {})
+        return [[t, v, late[t]] if t in late else [t, v] for t, v in self.get(key)]
 
     @classmethod
     def from_json(cls, document: Mapping[str, object]) -> tuple[Series, float | None]:
@@ -164,18 +198,27 @@ class Series:
             points = entry.get("points")
             if not isinstance(points, list):
                 raise ValueError(f"{where}.points: must be a list of [t, value], got {points!r}")
-            parsed = []
+            parsed, late = [], {}
             for p_index, point in enumerate(points):
                 if (
                     not isinstance(point, list | tuple)
-                    or len(point) != 2
+                    or len(point) not in (2, 3)
                     or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in point)
                 ):
-                    raise ValueError(f"{where}.points[{p_index}]: must be [t, value] numbers, got {point!r}")
+                    raise ValueError(
+                        f"{where}.points[{p_index}]: must be [t, value] or [t, value, received] numbers, got {point!r}"
+                    )
                 if point[0] < 0:
                     raise ValueError(f"{where}.points[{p_index}]: t must be >= 0 (seconds since start), got {point[0]}")
+                if len(point) == 3:
+                    if point[2] < point[0]:
+                        raise ValueError(
+                            f"{where}.points[{p_index}]: received must be >= t (a point arrives after its time),"
+                            f" got {point[2]}"
+                        )
+                    late[point[0]] = point[2]
                 parsed.append((point[0], point[1]))
-            series.add(metric_key(entry["namespace"], entry["metric"], dimensions), parsed)
+            series.add(metric_key(entry["namespace"], entry["metric"], dimensions), parsed, late)
         end = document.get("end")
         if end is not None and (not isinstance(end, int | float) or isinstance(end, bool) or end < 0):
             raise ValueError(f"SERIES end: must be a number of seconds >= 0, got {end!r}")

@@ -9,11 +9,15 @@ Where the documentation is silent, the reading chosen here (and said in docs/ala
   whole periods count: the period in progress is not read, as CloudWatch evaluates only data it has received;
 - a period before the series start is missing data (the metric did not exist yet);
 - CloudWatch's ingestion and evaluation delays (seconds to a couple of minutes on AWS) are not added: a time to
-  page here is the least AWS needs, and the goals (docs/alarms.md) keep a margin for them.
+  page here is the least AWS needs, and the goals (docs/alarms.md) keep a margin for them;
+- a point is there by the evaluation that ends its period, unless the series says it arrived later
+  (:attr:`infra.alarms.definitions.Series.received`): evaluations before then read its period without it, later
+  ones with it (an alarm evaluates the data it has).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -97,7 +101,11 @@ class _Datapoints:
         self.count = int(end) // EVALUATION_INTERVAL + 1
         self.grids: dict[MetricStat, list[float | None]] = {}
 
-    def values(self, metric: MetricStat, starts: Sequence[float]) -> list[float | None]:
+    def values(self, metric: MetricStat, starts: Sequence[float], now: float = math.inf) -> list[float | None]:
+        """The statistic per period of ``starts``, from the points CloudWatch had received by ``now`` (a late point
+        not yet arrived leaves its period without it: :attr:`Series.received`)."""
+        if self.series.late_after(metric.key, now, starts[0], starts[-1] + metric.period):
+            return period_values(self.series.known_at(metric.key, now), metric.stat, starts, metric.period)
         grid = self.grids.get(metric)
         if grid is None:
             grid_starts = [float(i * EVALUATION_INTERVAL) for i in range(self.count)]
@@ -139,7 +147,7 @@ def evaluate(
         for alarm in alarms:
             count = range_periods(alarm.evaluation_periods)
             starts = [t - k * alarm.period for k in range(count, 0, -1)]
-            inputs = _inputs(alarm, datapoints, starts)
+            inputs = _inputs(alarm, datapoints, starts, t)
             signature = tuple(tuple(values) for values in inputs.values())
             if last.get(alarm.name) == signature:
                 continue
@@ -169,13 +177,16 @@ def treat_missing(alarm: MetricAlarm) -> str:
     return effective_treat_missing(alarm.treat_missing, namespaces.pop() if len(namespaces) == 1 else "")
 
 
-def _inputs(alarm: MetricAlarm, datapoints: _Datapoints, starts: Sequence[float]) -> dict[str, list[float | None]]:
-    """Each metric query's values, one per period of the range (None: missing; before t = 0: the metric had none)."""
+def _inputs(
+    alarm: MetricAlarm, datapoints: _Datapoints, starts: Sequence[float], now: float = math.inf
+) -> dict[str, list[float | None]]:
+    """Each metric query's values, one per period of the range, as known at ``now`` (None: missing; before t = 0:
+    the metric had none)."""
     before = sum(1 for s in starts if s < 0)
     metric_values: dict[str, list[float | None]] = {}
     for query in alarm.queries:
         if query.metric is not None:
-            known = datapoints.values(query.metric, starts[before:]) if before < len(starts) else []
+            known = datapoints.values(query.metric, starts[before:], now) if before < len(starts) else []
             padded: list[float | None] = [None] * before
             metric_values[query.id] = padded + list(known)
     return metric_values

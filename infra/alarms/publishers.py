@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from consumer.contract import METRICS_NAMESPACE
@@ -26,6 +26,7 @@ METRICS_FLUSH_SECONDS = 60
 MISSING, ZERO = "missing", "zero"
 
 CI_METRICS_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-metrics-ECS.html"
+CI_OVERVIEW_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/ContainerInsights.html"
 CI_EVENTS_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-reference-performance-logs-ECS.html"
 EMF_SPEC_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html"
 
@@ -42,6 +43,7 @@ class Rule:
 
 CI_PER_MINUTE = "ci-per-minute"
 CI_ZERO_TASKS = "ci-zero-tasks"
+CI_LATE = "ci-late"
 EMF_FLUSH_TIME = "emf-flush-time"
 EMF_SUM_PER_FLUSH = "emf-sum-per-flush"
 
@@ -60,6 +62,16 @@ PUBLISHER_RULES: tuple[Rule, ...] = (
         "support note: https://dev.classmethod.jp/articles/tsnote-container-insights-metrics-missing/); "
         "zero_running='zero' gives the other reading, 0.",
         CI_EVENTS_URL,
+        reading=True,
+    ),
+    Rule(
+        CI_LATE,
+        "Docs silent on when a minute's datapoint reaches CloudWatch: Container Insights collects performance log "
+        "events in embedded metric format and CloudWatch creates the metrics from them, and 'metrics are not visible "
+        "until the container tasks have been running for some time'. Reading: by the evaluation at the minute's end, "
+        "unless a scenario makes it late (late={minute: seconds after that end}: an alarm evaluated before it arrives "
+        "reads the minute as missing, later ones read it) or lost (math.inf: never published).",
+        CI_OVERVIEW_URL,
         reading=True,
     ),
     Rule(
@@ -92,15 +104,21 @@ def container_insights_series(
     start: float,
     end: float,
     zero_running: str = MISSING,
+    late: Mapping[float, float] | None = None,
     applied: set[str] | None = None,
 ) -> Series:
     """RunningTaskCount and DesiredTaskCount of one service per minute, from its changes ``(t, running, desired)``.
 
-    A minute before the first change has no datapoint (the state is unknown). Rules: ``ci-per-minute``,
-    ``ci-zero-tasks``; their ids are added to ``applied`` when they shape the result.
+    A minute before the first change has no datapoint (the state is unknown). ``late``: minutes (their start, s)
+    whose datapoints reach CloudWatch that many seconds after the minute's end, or never (``math.inf``). Rules:
+    ``ci-per-minute``, ``ci-zero-tasks``, ``ci-late``; their ids are added to ``applied`` when they shape the result.
     """
     if zero_running not in (MISSING, ZERO):
         raise ValueError(f"zero_running: must be {MISSING!r} or {ZERO!r}, got {zero_running!r}")
+    late = late or {}
+    if any(not seconds > 0 for seconds in late.values()):
+        raise ValueError(f"late: seconds after the minute's end must be > 0 (math.inf: never), got {dict(late)}")
+    received: dict[float, float] = {}
     changes = sorted(task_counts, key=lambda change: change[0])
     dimensions = {"ClusterName": cluster, "ServiceName": service}
     running_points: list[tuple[float, float]] = []
@@ -116,15 +134,21 @@ def container_insights_series(
         if running == 0 and zero_running == MISSING:
             _mark(applied, CI_ZERO_TASKS)
             continue
+        delay = late.get(minute)
+        if delay is not None:
+            _mark(applied, CI_LATE)
+            if math.isinf(delay):
+                continue
+            received[minute] = minute + 60 + delay
         running_points.append((minute, float(running)))
         desired_points.append((minute, float(desired)))
     if running_points:
         _mark(applied, CI_PER_MINUTE)
+    running_key = metric_key(CONTAINER_INSIGHTS_NAMESPACE, RUNNING_TASK_COUNT, dimensions)
+    desired_key = metric_key(CONTAINER_INSIGHTS_NAMESPACE, DESIRED_TASK_COUNT, dimensions)
     return Series(
-        {
-            metric_key(CONTAINER_INSIGHTS_NAMESPACE, RUNNING_TASK_COUNT, dimensions): running_points,
-            metric_key(CONTAINER_INSIGHTS_NAMESPACE, DESIRED_TASK_COUNT, dimensions): desired_points,
-        }
+        {running_key: running_points, desired_key: desired_points},
+        {running_key: received, desired_key: received},
     )
 
 

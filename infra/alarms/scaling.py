@@ -29,6 +29,7 @@ from infra.alarms.metric_alarm import evaluation_range, next_state
 from infra.alarms.scaling_template import check_step_policy
 from infra.alarms.scaling_template import resource_type as _type
 from infra.alarms.scaling_template import scalable_target as _scalable_target
+from infra.alarms.step_scaling import StepPolicy, StepScaling
 
 PERIOD_SECONDS = 60
 #: AlarmHigh, the scale-out alarm target tracking creates: the metric above TargetValue (GreaterThanThreshold) for
@@ -94,7 +95,8 @@ class Minute:
     ``backlog``: visible messages left; ``running``: tasks consuming once the minute's decision took effect (protected
     ones ECS could not stop included); ``desired``: the service's desired count after it; ``backlog_per_task``: the
     policy's metric math datapoint (None when it has no value); ``oldest_age_seconds``: the oldest visible message's
-    age (0 when none); ``alarm_high``, ``alarm_low``: the two alarms' states.
+    age (0 when none); ``alarm_high``, ``alarm_low``: the two alarms' states; ``stepped``: what a step policy invoked
+    at the minute's end changed the desired count by (0: not invoked, or it changed nothing).
     """
 
     t: int
@@ -107,6 +109,7 @@ class Minute:
     processed: float
     alarm_high: str = INSUFFICIENT_DATA
     alarm_low: str = INSUFFICIENT_DATA
+    stepped: int = 0
 
 
 # --- the template ------------------------------------------------------------------------------------------------
@@ -115,7 +118,8 @@ class Minute:
 def policies_from_template(template: Mapping[str, Any]) -> dict[str, ScalingPolicy]:
     """Every ScalingPolicy of the template, keyed by its logical id, with its ScalableTarget's bounds.
 
-    A StepScaling policy is left to :mod:`infra.alarms.wake_up` (it refuses any but the wake-up's shape).
+    A StepScaling policy is left to :mod:`infra.alarms.wake_up` (check_step_policy refuses any but the wake-up's
+    shape).
     Refused with a ValueError naming the policy: a type other than TargetTrackingScaling, a predefined or
     single-metric specification, metric math other than ``<ApproximateNumberOfMessagesVisible> /
     <RunningTaskCount>``, DisableScaleIn, and a target that is not an ECS service's desired count.
@@ -393,7 +397,8 @@ def simulate(
     task_start_seconds: int = DEFAULT_TASK_START_SECONDS,
     initial_tasks: int | None = None,
     missing_task_metric: Collection[int] = (),
-    wake_at: Collection[int] = (),
+    step: StepPolicy | None = None,
+    step_at: Collection[int] = (),
 ) -> list[Minute]:
     """Run ``load`` through the policy, one minute at a time; the service starts with ``initial_tasks`` running
     (default MinCapacity), its desired count that number within [MinCapacity, MaxCapacity].
@@ -401,8 +406,9 @@ def simulate(
     Each minute: tasks consume (new ones from ``task_start_seconds`` after the decision that started them), the
     policy's metric math gives the minute's datapoint, both alarms are evaluated, the policy acts on an alarm in ALARM
     and ECS starts or stops tasks. ``missing_task_metric``: minutes whose RunningTaskCount datapoint is missing.
-    ``wake_at``: minutes at whose end a wake-up step policy (ExactCapacity 1, infra.alarms.wake_up) sets the desired
-    count to 1 while no task runs; when its alarm acts comes from the alarm itself (:func:`infra.alarms.wake_up.woken_fleet`).
+    ``step_at``: minutes at whose end the alarm of the ``step`` policy (a wake-up, infra.alarms.wake_up) invokes it,
+    whatever runs then: the policy applies its own adjustment and cooldown (:class:`StepScaling`), after target
+    tracking's decision; when its alarm acts comes from the alarm itself (:func:`infra.alarms.wake_up.woken_fleet`).
 
     The metric math gap: "Missing values in a time series are treated as 0. If the value of a data point causes a
     function to attempt to divide by zero, the data point is dropped"
@@ -415,8 +421,11 @@ def simulate(
         raise ValueError(f"initial_tasks must be >= 0, got {initial_tasks}")
     if load.per_task_per_minute <= 0:
         raise ValueError(f"per_task_per_minute must be > 0, got {load.per_task_per_minute}")
+    if step_at and step is None:
+        raise ValueError("step_at: needs the step policy its alarm invokes")
     running = policy.min_tasks if initial_tasks is None else initial_tasks
     scaler = _Scaler(policy, max(policy.min_tasks, min(policy.max_tasks, running)))
+    stepper = StepScaling(step, policy.min_tasks, policy.max_tasks) if step is not None else None
     service = _Service(running, task_start_seconds)
     service.reconcile(0.0, scaler.desired, busy=0)
     queue = _Queue()
@@ -431,8 +440,9 @@ def simulate(
         datapoint = backlog / tasks if tasks > 0 else None
         scaler.evaluate(datapoint)
         scaler.decide(now)
-        if t in wake_at and service.running(now) == 0:
-            scaler.desired = max(policy.min_tasks, min(policy.max_tasks, 1))
+        before = scaler.desired
+        if stepper is not None and t in step_at:
+            scaler.desired = stepper.invoke(now, scaler.desired)
         service.reconcile(now, scaler.desired, _busy(service.running(now), backlog, processed, load))
         minutes.append(
             Minute(
@@ -446,6 +456,7 @@ def simulate(
                 processed=processed,
                 alarm_high=scaler.high,
                 alarm_low=scaler.low,
+                stepped=scaler.desired - before,
             )
         )
     return minutes

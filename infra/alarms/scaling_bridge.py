@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from infra.alarms.fleet import fleet_calls
 from infra.alarms.scaling import Load, ScalingPolicy, simulate
-from infra.alarms.wake_up import WakeUp, woken_fleet
+from infra.alarms.wake_up import WakeUp, scale_ins, woken_fleet
 from infra.alarms.world import HOUR, Timeline, World
 
 #: The usual rate of the burst scenario: half of what the minimum fleet clears (so ten times it needs the fleet to
@@ -36,7 +36,8 @@ def burst_fleet(world: World, *, usual_per_minute: float, factor: int, onset: fl
     if world.wake_up is not None:  # a worker at zero tasks: the traffic wakes it once its alarms exist
         assert isinstance(world.wake_up, WakeUp)
         arrivals = [rate if m * 60 >= world.created else 0.0 for m, rate in enumerate(arrivals)]
-        _, woken = woken_fleet(world, arrivals, policy, world.wake_up)
-        return Timeline(onset=onset, end=total * 60, wake_ups=woken)
-    fleet_calls(world, arrivals, simulate(policy, Load(arrivals, facts.per_task_per_minute)))
-    return Timeline(onset=onset, end=total * 60)
+        fleet, woken = woken_fleet(world, arrivals, policy, world.wake_up)
+        return Timeline(onset=onset, end=total * 60, wake_ups=woken, scale_ins=scale_ins(fleet, 0))
+    fleet = simulate(policy, Load(arrivals, facts.per_task_per_minute))
+    fleet_calls(world, arrivals, fleet)
+    return Timeline(onset=onset, end=total * 60, scale_ins=scale_ins(fleet, policy.min_tasks))

@@ -19,7 +19,7 @@ wake-up time, as their thresholds do (:data:`WAKE_DELAYED`). A scenario that doe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infra.alarms.world import DAY, HOUR, MINUTE, Timeline, WorkerFacts, World
 
@@ -55,6 +55,8 @@ class Scenario:
     wake_ups: int | None = None
     #: A bound that depends on the worker (minutes after the onset), used instead of ``within_minutes``.
     bound: Callable[[WorkerFacts], float] | None = None
+    #: The load holds the fleet: its desired count must not fall after the onset (Timeline.scale_ins).
+    holds_fleet: bool = False
 
     def skipped(self, scales_to_zero: bool) -> str | None:
         """Why this scenario does not run on a worker (None: it runs)."""
@@ -313,15 +315,15 @@ def woken(source_idle_hours: float) -> Callable[[World], Timeline]:
 
     def build(world: World) -> Timeline:
         from infra.alarms.scaling_bridge import policy_of
-        from infra.alarms.wake_up import WakeUp, woken_fleet
+        from infra.alarms.wake_up import WakeUp, scale_ins, woken_fleet
 
         assert isinstance(world.wake_up, WakeUp)
         onset, end = 30 * MINUTE, 30 * MINUTE + 2 * HOUR
         first = onset // MINUTE
         arrivals = [USUAL_PER_MINUTE if first <= m < first + BATCH_MINUTES else 0.0 for m in range(end // MINUTE)]
         idle = _zero_idle(world, source_idle_hours)
-        _, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
-        return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken)
+        minutes, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
+        return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken, scale_ins=scale_ins(minutes, 0))
 
     return build
 
@@ -330,20 +332,23 @@ def steady_at_zero(world: World) -> Timeline:
     """Steady traffic for two hours from the onset on a fleet at zero, the source active, derived from the wake-up
     and scaling models: the reading behind scripting every other scenario's fleet awake at one task."""
     from infra.alarms.scaling_bridge import policy_of
-    from infra.alarms.wake_up import WakeUp, woken_fleet
+    from infra.alarms.wake_up import WakeUp, scale_ins, woken_fleet
 
     assert isinstance(world.wake_up, WakeUp)
     onset, end = 30 * MINUTE, 30 * MINUTE + 2 * HOUR
     arrivals = [USUAL_PER_MINUTE if m >= onset // MINUTE else 0.0 for m in range(end // MINUTE)]
-    _, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=_zero_idle(world, 1))
-    return Timeline(onset=onset, end=end, idle_since=_zero_idle(world, 1), wake_ups=woken)
+    idle = _zero_idle(world, 1)
+    minutes, woken = woken_fleet(world, arrivals, policy_of(world), world.wake_up, idle_since=idle)
+    return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=woken, scale_ins=scale_ins(minutes, 0))
 
 
 def wake_up_fails(world: World) -> Timeline:
-    """(d) At zero tasks, messages arrive on an active source at the usual rate; the wake-up acts (desired 1) but no
-    task ever runs: it crash-loops at start-up, or the service cannot place it. ConsumerStalled must page within
+    """(d) At zero tasks, messages arrive on an active source at the usual rate; the wake-up acts but no task ever
+    runs: it crash-loops at start-up, or the service cannot place it. Its alarm stays in ALARM, so its policy raises
+    the desired count again after each cooldown, up to max_tasks. ConsumerStalled must page within
     acceptable_latency + WAKE_UP_SECONDS + StalledBacklogLate's 3 evaluation minutes + 1 minute (:func:`_fails_bound`).
     """
+    from infra.alarms.step_scaling import StepScaling
     from infra.alarms.wake_up import WakeUp
 
     assert isinstance(world.wake_up, WakeUp)
@@ -352,10 +357,83 @@ def wake_up_fails(world: World) -> Timeline:
     world.set_tasks(0, 0, 0)
     for index in range(int(HOUR * USUAL_PER_MINUTE / 60)):
         world.send(onset + index * 60 / USUAL_PER_MINUTE)
-    acted = next((t for t in world.wake_up.acting(world, end=end, idle_since=idle) if t >= onset), None)
-    if acted is not None:
-        world.set_tasks(acted, 0, 1)
-    return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=[(acted, None)] if acted is not None else [])
+    policy, desired, acted = StepScaling(world.wake_up.step, world.facts.min_tasks, world.facts.max_tasks), 0, []
+    for t in (t for t in world.wake_up.acting(world, end=end, idle_since=idle) if t >= onset):
+        raised = policy.invoke(t, desired)
+        if raised != desired:
+            world.set_tasks(t, 0, raised)
+            desired = raised
+            acted.append(float(t))
+    return Timeline(onset=onset, end=end, idle_since=idle, wake_ups=[(t, None) for t in acted])
+
+
+# --- a late Container Insights datapoint (the ci-late rule) ---------------------------------------------------------
+#: The fleet the loaded scenario holds (max_tasks where that is fewer), and the share of target tracking's target its
+#: backlog per task stays at: between AlarmLow's 90 % and the target, so the policy neither scales in nor out.
+LOADED_FLEET = 5
+HELD_SHARE_OF_TARGET = 0.95
+#: How late the late RunningTaskCount datapoint reaches CloudWatch after its minute's end: the evaluation that
+#: would read it reads the minute as "no task".
+LATE_SECONDS = 60
+#: Traffic after a sleep, as a share of what one task clears: more than one task's worth, so the woken fleet grows.
+GROWING_SHARE_OF_TASK = 1.5
+
+
+def _modeled_fleet(world: World, arrivals: list[float], initial_tasks: int, idle: dict[str, float]) -> Timeline:
+    """``arrivals`` on the fleet target tracking (and, at min_tasks 0, the wake-up) makes of it, as calls; the
+    timeline's end, wake-ups and cuts of the desired count filled in (its onset left to the caller)."""
+    from infra.alarms.fleet import fleet_calls
+    from infra.alarms.scaling import Load, simulate
+    from infra.alarms.scaling_bridge import policy_of
+    from infra.alarms.wake_up import WakeUp, scale_ins, woken_fleet
+
+    policy, end = policy_of(world), len(arrivals) * MINUTE
+    if isinstance(world.wake_up, WakeUp):
+        fleet, woken = woken_fleet(world, arrivals, policy, world.wake_up, initial_tasks=initial_tasks, idle_since=idle)
+        return Timeline(onset=0, end=end, idle_since=idle, wake_ups=woken, scale_ins=scale_ins(fleet, initial_tasks))
+    late = {int(minute // MINUTE) for minute in world.late_task_counts}
+    load = Load(arrivals, world.facts.per_task_per_minute)
+    fleet = simulate(policy, load, initial_tasks=initial_tasks, missing_task_metric=late)
+    fleet_calls(world, arrivals, fleet)
+    return Timeline(onset=0, end=end, idle_since=idle, scale_ins=scale_ins(fleet, initial_tasks))
+
+
+def late_task_count(world: World) -> Timeline:
+    """A fleet of LOADED_FLEET tasks under a load that holds it (arrivals at its capacity over a standing backlog of
+    HELD_SHARE_OF_TARGET of the target per task); the RunningTaskCount datapoint of the onset's minute reaches
+    CloudWatch LATE_SECONDS late. Nothing may page, the desired count may not fall, and a wake-up may not act."""
+    from infra.alarms.scaling_bridge import policy_of
+
+    facts = world.facts
+    fleet = min(LOADED_FLEET, facts.max_tasks)
+    onset, end = 30 * MINUTE, 50 * MINUTE  # longer than any alarm that reads the late minute looks back
+    standing = HELD_SHARE_OF_TARGET * policy_of(world).target * fleet
+    capacity = fleet * facts.per_task_per_minute
+    arrivals = [capacity + (standing if m == 0 else 0.0) for m in range(end // MINUTE)]
+    world.late_task_count(onset, LATE_SECONDS)
+    return replace(_modeled_fleet(world, arrivals, fleet, {}), onset=onset)
+
+
+def asleep_then_traffic(world: World) -> Timeline:
+    """At zero tasks on a source idle for 8 hours (inactive: SQS's first datapoint up to 15 minutes after the first
+    message), then for an hour traffic more than one task clears (GROWING_SHARE_OF_TASK); target tracking grows the
+    woken fleet, and the RunningTaskCount datapoint of the first minute it is at its largest reaches CloudWatch
+    LATE_SECONDS late. The task must run within WAKE_UP_SECONDS of the first message, nothing may page, and the
+    wake-up acts once and never lowers the desired count."""
+    from infra.alarms.scaling_bridge import policy_of
+    from infra.alarms.wake_up import WakeUp, woken_fleet
+
+    assert isinstance(world.wake_up, WakeUp)
+    onset, end = 30 * MINUTE, 30 * MINUTE + HOUR
+    rate = GROWING_SHARE_OF_TASK * world.facts.per_task_per_minute
+    arrivals = [rate if m >= onset // MINUTE else 0.0 for m in range(end // MINUTE)]
+    idle = _zero_idle(world, 8)
+    probe = World(world.facts, created=world.created)  # where the fleet peaks, before any datapoint is late
+    grown, _ = woken_fleet(probe, arrivals, policy_of(world), world.wake_up, idle_since=idle)
+    peak = max(m.running for m in grown)
+    at_peak = next(m.t for m in grown if m.running == peak)
+    world.late_task_count((at_peak + 1) * MINUTE, LATE_SECONDS)  # the minute that reports at_peak's end
+    return replace(_modeled_fleet(world, arrivals, 0, idle), onset=onset)
 
 
 def _fails_bound(facts: WorkerFacts) -> float:
@@ -442,6 +520,15 @@ CATALOGUE: tuple[Scenario, ...] = (
     Scenario(
         "wake-up-fails", "at zero tasks, messages wait and no task starts", "modeled", True, wake_up_fails, STALLED,
         may_page=("BacklogAge",), only_at_zero=True, wake_ups=1, bound=_fails_bound,
+    ),
+    Scenario(
+        "asleep-then-traffic", "a queue asleep at zero, then traffic; a RunningTaskCount datapoint late once the"
+        " fleet has grown", "modeled", False, asleep_then_traffic, only_at_zero=True, wake_ups=1,
+    ),
+    # Any worker: a late Container Insights datapoint (ci-late) under load.
+    Scenario(
+        "late-task-count", "a fleet of 5 (max_tasks if fewer) under load, one RunningTaskCount datapoint late",
+        "modeled", False, late_task_count, wake_ups=0, holds_fleet=True,
     ),
     # Recorded: a real consumer, producer and the dlq commands against the local endpoint (infra/alarms/record.py).
     Scenario(

@@ -10,6 +10,7 @@ publishing rules (:mod:`infra.alarms.sqs_model`) turn them into datapoints, as f
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from consumer.contract import WorkerContract
@@ -65,6 +66,9 @@ class World:
     wake_up: object = None
     #: When the scenario's alarms are created (the timeline's), for a builder that evaluates the wake-up alarm.
     created: int = CREATED_SECONDS
+    #: The first worker's Container Insights datapoints that reach CloudWatch late: minute start (s) -> seconds after
+    #: the minute's end (math.inf: never), the ``ci-late`` rule (infra.alarms.publishers).
+    late_task_counts: dict[float, float] = field(default_factory=dict)
 
     # --- calls ---------------------------------------------------------------------------
     def send(self, t: float, queue: str | None = None, *, by: str = "caller", enqueued: float | None = None) -> str:
@@ -100,6 +104,11 @@ class World:
 
     def set_tasks(self, t: float, running: int, desired: int | None = None) -> None:
         self.tasks.append((t, running, running if desired is None else desired))
+
+    def late_task_count(self, minute: float, seconds: float = math.inf) -> None:
+        """Container Insights' datapoints of the minute starting at ``minute`` reach CloudWatch ``seconds`` after the
+        minute's end (default: never)."""
+        self.late_task_counts[minute] = seconds
 
     # --- one message's path ------------------------------------------------------------------
     def processed(self, t: float, *, wait: float = 0.0) -> str:
@@ -206,3 +215,5 @@ class Timeline:
     created: int = CREATED_SECONDS
     #: A worker at zero tasks: each wake-up as (when its alarm acted, when its task ran; None: never), seconds.
     wake_ups: list[tuple[float, float | None]] = field(default_factory=list)
+    #: A modeled fleet's cuts of its desired count: (when, from, to, whether the wake-up's policy made it), seconds.
+    scale_ins: list[tuple[float, int, int, bool]] = field(default_factory=list)

@@ -1,7 +1,11 @@
-"""The clock (infra/alarms/engine.py) on small series: TreatMissingData as CloudWatch applies it, and the values a
-plot draws."""
+"""The clock (infra/alarms/engine.py) on small series: TreatMissingData as CloudWatch applies it, late points, and the
+values a plot draws."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
 
 from infra.alarms.definitions import ALARM, OK, MetricAlarm, MetricStat, Query, Series, metric_key
 from infra.alarms.engine import alarm_values, evaluate
@@ -53,3 +57,48 @@ def test_alarm_values_are_what_the_alarm_compares() -> None:
     ]  # fmt: skip
     doubled = alarm_values(_alarm("AWS/SQS", expression="FILL(m, 0) * 2"), series, end=300)
     assert doubled == [(0, 0), (60, 0), (120, 10), (180, 0), (240, 2), (300, 0)]
+
+
+def _no_task() -> MetricAlarm:
+    """1 of 1: FILL(tasks, 0) < 1, as the wake-up reads no task (a math result has a value every period, so a
+    missing minute is not skipped for an older real point)."""
+    return replace(
+        _alarm("ECS/ContainerInsights", "notBreaching", expression="FILL(m, 0)"), comparison="LessThanThreshold"
+    )
+
+
+def test_a_late_point_is_missing_until_it_arrives_then_read() -> None:
+    """Five tasks every minute, minute 2's point received 60 s after its minute ends: the evaluation at 180 s reads
+    minute 2 as missing (no task), the one at 240 s has it and minute 3, and the alarm is OK again; on time, it never
+    leaves OK."""
+    key = metric_key("ECS/ContainerInsights", "Errors", {"TableName": "t"})
+    points = [(60.0 * m, 5.0) for m in range(6)]
+    on_time = Series({key: points})
+    late = Series({key: points}, {key: {120.0: 240.0}})
+    states = [(c.t, c.to_state) for c in evaluate([_no_task()], [], on_time, end=360, created=60)]
+    assert states == [(60, OK)]
+    states = [(c.t, c.to_state) for c in evaluate([_no_task()], [], late, end=360, created=60)]
+    assert states == [(60, OK), (180, ALARM), (240, OK)]
+
+
+def test_series_json_keeps_when_a_late_point_arrived() -> None:
+    """A SERIES point ``[t, value, received]`` round-trips; a point received before its time is refused."""
+    key = metric_key("ECS/ContainerInsights", "RunningTaskCount", {"ServiceName": "s"})
+    series = Series({key: [(0.0, 1.0), (60.0, 1.0)]}, {key: {60.0: 200.0}})
+    document = series.to_json()
+    assert document["metrics"] == [
+        {
+            "namespace": "ECS/ContainerInsights",
+            "metric": "RunningTaskCount",
+            "dimensions": {"ServiceName": "s"},
+            "points": [[0.0, 1.0], [60.0, 1.0, 200.0]],
+        }
+    ]
+    parsed, _ = Series.from_json(document)
+    assert (parsed.points, parsed.received) == (series.points, series.received)
+    bad = {"metrics": [{"namespace": "N", "metric": "M", "points": [[60, 1, 30]]}]}
+    with pytest.raises(ValueError) as refused:
+        Series.from_json(bad)
+    assert str(refused.value) == (
+        "SERIES metrics[0].points[0]: received must be >= t (a point arrives after its time), got 30"
+    )

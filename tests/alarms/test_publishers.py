@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from infra.alarms.sqs_model import RULES_BY_ID, container_insights_series, emf_s
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER, SERVICE, QUEUE = "jobs-cluster", "jobs-service", "work"
-COVERED = {"ci-per-minute", "ci-zero-tasks", "emf-flush-time", "emf-sum-per-flush"}
+COVERED = {"ci-per-minute", "ci-zero-tasks", "ci-late", "emf-flush-time", "emf-sum-per-flush"}
 
 
 def insights(series: Series, metric: str) -> dict[float, float]:
@@ -66,6 +67,21 @@ def test_ci_zero_tasks_reading_no_datapoint_or_zero() -> None:
     assert insights(zero, "RunningTaskCount") == {0.0: 1, 60.0: 0, 120.0: 0, 180.0: 1, 240.0: 1}
     with pytest.raises(ValueError, match="zero_running"):
         ci(changes, zero_running="0")
+
+
+def test_ci_late_a_minute_arrives_after_its_end_or_never() -> None:
+    """Minute 60's datapoints arrive 90 s after the minute ends (both metrics: one performance log event), minute
+    180's never; the others by their minute's end (no entry in ``received``)."""
+    assert RULES_BY_ID["ci-late"].reading
+    series, applied = ci([(0, 3, 3)], late={60.0: 90.0, 180.0: math.inf})
+    assert insights(series, "RunningTaskCount") == {0.0: 3, 60.0: 3, 120.0: 3, 240.0: 3}
+    assert insights(series, "DesiredTaskCount") == {0.0: 3, 60.0: 3, 120.0: 3, 240.0: 3}
+    assert list(series.received.values()) == [{60.0: 210.0}, {60.0: 210.0}]
+    assert "ci-late" in applied
+    _, on_time = ci([(0, 3, 3)])
+    assert "ci-late" not in on_time
+    with pytest.raises(ValueError, match="late: seconds after the minute's end must be > 0"):
+        ci([(0, 3, 3)], late={60.0: 0.0})
 
 
 def test_emf_flush_time_stamps_a_count_at_the_next_flush() -> None:

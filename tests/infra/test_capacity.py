@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from infra.capacity_settings import WAKE_UP_SECONDS
+from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_SECONDS
 from infra.report import nag_results
 from infra.scaling import WAKE_UP_EXPRESSION
 from infra.settings import CONTEXT_KEY
@@ -190,17 +190,19 @@ def test_min_tasks_zero_scales_the_service_to_zero(variants: dict[str, Synthesiz
 
 
 def test_min_tasks_zero_wakes_a_task_when_messages_wait(variants: dict[str, Synthesized]) -> None:
-    """The wake-up: an alarm on the metric math "messages visible and no task", one 60 s period, missing data not
-    breaching, whose one action is a step policy setting the desired count to exactly 1; it pages nobody."""
+    """The wake-up: an alarm on the metric math "messages visible and no task" in 2 of 2 periods of 60 s, missing data
+    not breaching, whose one action is a step policy adding one task (it can never lower the desired count) with a
+    cooldown covering the task's start and a late first datapoint; it pages nobody."""
     env = variants["zero"]
     scaling = env.stack.workers["idle"].consumer.scaling
     policy = env.json["Resources"][wake_up_policy(env, "idle")]["Properties"]
     assert policy["PolicyType"] == "StepScaling"
     assert policy["ScalingTargetId"] == {"Ref": env.logical_id(scaling.target)}
     step = policy["StepScalingPolicyConfiguration"]
-    assert (step["AdjustmentType"], step["StepAdjustments"]) == (
-        "ExactCapacity",
+    assert (step["AdjustmentType"], step["StepAdjustments"], step["Cooldown"]) == (
+        "ChangeInCapacity",
         [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}],
+        TASK_START_SECONDS + 120,
     )
     wake = alarm(env, "idle-WakeUp")
     assert wake["AlarmActions"] == [{"Ref": wake_up_policy(env, "idle")}]
@@ -212,12 +214,8 @@ def test_min_tasks_zero_wakes_a_task_when_messages_wait(variants: dict[str, Synt
         "visible": ("ApproximateNumberOfMessagesVisible", 60),
         "tasks": ("RunningTaskCount", 60),
     }
-    assert (wake["Threshold"], wake["ComparisonOperator"], wake["EvaluationPeriods"], wake["TreatMissingData"]) == (
-        1,
-        "GreaterThanOrEqualToThreshold",
-        1,
-        "notBreaching",
-    )
+    shape = ("Threshold", "ComparisonOperator", "EvaluationPeriods", "DatapointsToAlarm", "TreatMissingData")
+    assert tuple(wake[key] for key in shape) == (1, "GreaterThanOrEqualToThreshold", 2, 2, "notBreaching")
 
 
 def test_min_tasks_zero_allows_for_the_wake_up_in_its_thresholds(variants: dict[str, Synthesized]) -> None:

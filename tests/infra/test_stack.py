@@ -185,7 +185,7 @@ def test_backlog_age_alarm_detects_a_stalled_consumer(dev: Synthesized) -> None:
     alarm = dev.json["Resources"][dev.logical_id(dev.stack.alarms.backlog_age)]["Properties"]
     assert alarm["MetricName"] == "ApproximateAgeOfOldestMessage"
     assert dev.stack.settings.workers[0].min_tasks == 0
-    assert alarm["Threshold"] == dev.stack.contract.backlog_age_alarm_seconds + WAKE_UP_SECONDS == 374 + 1080
+    assert alarm["Threshold"] == dev.stack.contract.backlog_age_alarm_seconds + WAKE_UP_SECONDS == 374 + 1140
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"], alarm["Period"]) == (3, 3, 60)
     assert alarm["TreatMissingData"] == "notBreaching"
     assert alarm["AlarmActions"] == [{"Ref": dev.logical_id(dev.stack.tickets.topic)}]
