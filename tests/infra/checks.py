@@ -464,7 +464,7 @@ def wake_up_alarms(env: Synthesized) -> set[str]:
     shape). They scale; they notify nobody."""
     resources = env.json["Resources"]
     return {
-        check_step_policy(env.json, logical_id)
+        check_step_policy(env.json, logical_id).alarm
         for logical_id, r in resources.items()
         if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy" and r["Properties"]["PolicyType"] == "StepScaling"
     }
