@@ -133,18 +133,27 @@ class WorkerMetrics:
             period=SQS_METRIC_PERIOD,
             label="New arrivals in a non-empty DLQ",
         )
-        # The DLQ held a message at some minute of each hour: the DlqExpiring alarm's second input, for messages SQS's age
-        # metric leaves out (a standard queue's message received three or more times: every peek is a receive).
+        # The DLQ was never empty in the hour: the DlqExpiring alarm's second input, for messages SQS's age metric leaves
+        # out (a standard queue's message received three or more times: every peek is a receive). Hours in a row of it
+        # are what one message held that long makes; a DLQ drained every day breaks the run, however often new
+        # messages arrive (each hour's Maximum would not: a trickle of fresh messages keeps it at 1 or more).
+        # CloudWatch takes each metric's statistic over the hour before the sum, so the exact least of visible + in
+        # flight is out of reach; the least visible plus the most in flight is at least that, and a message an
+        # operator's read hides over a sample still counts (the least in flight would drop the hour of any read that
+        # leases it across a minute's end, and a daily look would keep the alarm from ever firing).
         # Its inputs carry the hour themselves: CDK would otherwise override their minute, with a synth warning.
-        hourly: _Statistic = {"period": DLQ_HELD_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
         self.dlq_held_hourly = cloudwatch.MathExpression(
             expression="FILL(visible, 0) + FILL(hidden, 0)",
             using_metrics={
-                "visible": dlq.metric_approximate_number_of_messages_visible(**hourly),
-                "hidden": dlq.metric_approximate_number_of_messages_not_visible(**hourly),
+                "visible": dlq.metric_approximate_number_of_messages_visible(
+                    period=DLQ_HELD_PERIOD, statistic=cloudwatch.Stats.MINIMUM
+                ),
+                "hidden": dlq.metric_approximate_number_of_messages_not_visible(
+                    period=DLQ_HELD_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+                ),
             },
             period=DLQ_HELD_PERIOD,
-            label="DLQ held messages this hour",
+            label="DLQ never empty this hour (least visible + most in flight)",
         )
 
         self.running_tasks: cloudwatch.IMetric | None = None

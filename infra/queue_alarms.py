@@ -67,8 +67,9 @@ def dlq_expiring_inputs(
     alarm: Callable[..., cloudwatch.Alarm], metrics: WorkerMetrics, contract: WorkerContract, runbook_url: str
 ) -> list[cloudwatch.Alarm]:
     """DlqExpiring's two inputs, made by ``alarm`` (QueueAlarms' factory) without actions: SQS's age metric, and the
-    DLQ holding messages in every hour for as long, which also covers what that metric leaves out (a message received
-    three or more times: an operator's third peek).
+    DLQ never empty in any hour for as long, which also covers what that metric leaves out (a message received three
+    or more times: an operator's third peek). A message held that long keeps the DLQ from ever being empty; fresh
+    messages arriving every hour into a DLQ drained every day do not, so they never page as expiring.
 
     The age input keeps the construct id and name ``DlqAge``: it is the metric alarm that paged before the composite
     existed, and CloudFormation cannot change a resource's type in place (Alarm to CompositeAlarm under one logical
@@ -86,8 +87,8 @@ def dlq_expiring_inputs(
     held = alarm(
         "DlqHeldLong",
         None,
-        f"Input of DlqExpiring (no actions of its own): {dlq_name} held a message in each of the last {hours}"
-        f" hours (SQS's age metric leaves out messages received three or more times). Runbook: {runbook_url}#dlq-expiring",
+        f"Input of DlqExpiring (no actions of its own): {dlq_name} was never empty in any of the last {hours} hours"
+        f" (SQS's age metric leaves out messages received three or more times). Runbook: {runbook_url}#dlq-expiring",
         metrics.dlq_held_hourly,
         1,
         cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -106,7 +107,7 @@ class QueueAlarms(Construct):
                                           (latched while any is there; OK 20 minutes after it empties)
     ``dlq_new_arrivals``         page     the DLQ's held count rises while it already held messages
     ``dlq_expiring``             page     composite: the DLQ's oldest message is older than ``dlq_age_alarm_seconds``
-                                          OR the DLQ held messages in every hour for as long
+                                          OR the DLQ was never empty for as long
     ``backlog_age``              ticket   the source's oldest message is older than ``backlog_age_alarm_seconds``
                                           (on a fair queue: the oldest outside the noisy tenants' groups)
     ``consumer_stalled``         page     composite: (oldest source message older than the acceptable
@@ -244,7 +245,7 @@ class QueueAlarms(Construct):
             alarm_description=describe(
                 PAGE,
                 "dlq-expiring",
-                f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s (or the DLQ has held messages"
+                f"A message in {dlq_name} is older than {contract.dlq_age_alarm_seconds} s (or the DLQ was never empty"
                 " that long), half the time between the source's and the DLQ's retention: it will expire (be lost)"
                 f" if nobody acts, at the earliest {expiry_days:g} days from now (a message SQS's redrive moved; one"
                 " the consumer moved has longer).",

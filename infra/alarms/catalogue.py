@@ -196,8 +196,9 @@ def judge(outcome: Outcome) -> list[str]:
         flapped = any(
             a == ALARM and b == OK and c == ALARM for a, b, c in zip(states, states[1:], states[2:], strict=False)
         )
-        if flapped and any(outcome.short_names.get(alarm) == n for _, n in alarms_to):
-            problems.append(f"{outcome.short_names.get(alarm, alarm)} flapped ALARM → OK → ALARM")
+        short = outcome.short_names.get(alarm, alarm)
+        if flapped and short not in scenario.recurring and any(short == n for _, n in alarms_to):
+            problems.append(f"{short} flapped ALARM → OK → ALARM")
     return problems
 
 

@@ -30,13 +30,26 @@ def _minutes(value: float) -> str:
     return f"{value:g} min"
 
 
+def _signed(minutes: float) -> str:
+    return f"{'+' if minutes >= 0 else ''}{_minutes(minutes)}"
+
+
 def outcome_cells(outcome: Outcome) -> tuple[str, str]:
-    """(notifications, verdict) as the table shows them: ``DlqDepth → ALARM +1 min (page)``."""
+    """(notifications, verdict) as the table shows them: ``DlqDepth → ALARM +1 min (page)``; an alarm the scenario
+    says recurs shows each of its notifications once, with how often and the last time: ``×7, the last +6.38 d``."""
     row = outcome.row()
-    shown = [
-        f"{n['alarm']} → {n['to']} {'+' if n['minutes'] >= 0 else ''}{_minutes(n['minutes'])} ({n['to_topic']})"
-        for n in row["notifications"]
-    ]
+    recurring = outcome.scenario.recurring
+    kinds: dict[tuple[str, str, str], list[float]] = {}
+    for n in row["notifications"]:
+        kinds.setdefault((n["alarm"], n["to"], n["to_topic"]), []).append(n["minutes"])
+    shown = []
+    for n in row["notifications"]:
+        times = kinds[(n["alarm"], n["to"], n["to_topic"])]
+        if n["alarm"] not in recurring:
+            shown.append(f"{n['alarm']} → {n['to']} {_signed(n['minutes'])} ({n['to_topic']})")
+        elif n["minutes"] == times[0]:
+            again = f" ×{len(times)}, the last {_signed(times[-1])}" if len(times) > 1 else ""
+            shown.append(f"{n['alarm']} → {n['to']} {_signed(n['minutes'])}{again} ({n['to_topic']})")
     shown += [
         f"wake-up {'+' if w['acted'] >= 0 else ''}{_minutes(w['acted'])}, task "
         + ("never runs" if w["ran"] is None else f"runs {'+' if w['ran'] >= 0 else ''}{_minutes(w['ran'])}")
@@ -209,12 +222,14 @@ def plot(outcome: Outcome, path: Path) -> None:
 
 def first_pages(outcomes: Sequence[Outcome]) -> dict[str, list[tuple[float, str]]]:
     """Each notifying alarm's first ALARM notification after the onset in each scenario where something is wrong:
-    ``{alarm: [(minutes after onset, scenario), ...]}`` (an alarm already in ALARM at the onset is not counted)."""
+    ``{alarm: [(minutes after onset, scenario), ...]}`` (an alarm already in ALARM at the onset is not counted, nor
+    one the scenario says recurs unless it must page from the onset: its first page answers a later occurrence)."""
     found: dict[str, list[tuple[float, str]]] = {}
     for outcome in outcomes:
-        if not outcome.scenario.wrong:
+        scenario = outcome.scenario
+        if not scenario.wrong:
             continue
-        seen: set[str] = set()
+        seen = {alarm for alarm in scenario.recurring if alarm not in scenario.pages}
         for notification in outcome.row()["notifications"]:
             alarm, minutes = notification["alarm"], notification["minutes"]
             if notification["to"] == ALARM and minutes >= 0 and alarm not in seen:

@@ -57,6 +57,10 @@ class Scenario:
     bound: Callable[[WorkerFacts], float] | None = None
     #: The load holds the fleet: its desired count must not fall after the onset (Timeline.scale_ins).
     holds_fleet: bool = False
+    #: Alarms that go back to ALARM for each new occurrence of the fault (a poison message arriving after the DLQ was
+    #: drained, or into one that holds some): ALARM → OK → ALARM is the fault recurring, not a flap. The tables show
+    #: each of their notifications once with its count, and time only the ones ``pages`` names from the onset.
+    recurring: tuple[str, ...] = ()
 
     def skipped(self, scales_to_zero: bool) -> str | None:
         """Why this scenario does not run on a worker (None: it runs)."""
@@ -286,6 +290,29 @@ def backstop_move_untouched(world: World) -> Timeline:
     return Timeline(onset=onset, end=end, expiries=[enqueued + contract.dlq_retention_seconds])
 
 
+def trickle_drained_daily(world: World) -> Timeline:
+    """One poison message an hour for a week, the DLQ emptied every morning with the runbook's ``export --delete``:
+    no message is ever older than a day, so nothing is at risk of expiring, though the DLQ holds one in every hour.
+    The export receives each message (a lease of 30 s) and deletes it a second later, within one minute."""
+    facts = world.facts
+    onset = 30 * MINUTE
+    end = onset + 7 * DAY
+    world.set_tasks(0, facts.awake_tasks)
+    world.steady(0, end, QUIET_PER_MINUTE)
+    held: list[str] = []
+    drains = iter(range(9 * HOUR + 10, end, DAY))  # every morning at 09:00:10
+    drain = next(drains)
+    for hour in range(7 * 24):
+        at = onset + hour * HOUR
+        while drain < at:
+            world.dlq_read(drain, held, release=False)  # export --delete: each message received, then deleted
+            for index, message_id in enumerate(held):
+                world.delete(drain + 1 + 0.01 * index, message_id, facts.dlq)
+            held, drain = [], next(drains, end)
+        held += _dlq_messages(world, at, 1)
+    return Timeline(onset=onset, end=end)
+
+
 # --- a worker at zero tasks (min_tasks 0) ------------------------------------------------------------------------
 #: The alarms whose thresholds carry the wake-up time (infra/queue_alarms.py, wake_up_seconds).
 WAKE_DELAYED = ("ConsumerStalled", "BacklogAge")
@@ -500,6 +527,10 @@ CATALOGUE: tuple[Scenario, ...] = (
     Scenario(
         "backstop-move", "SQS's redrive backstop moves a message near the source's retention", "modeled", True,
         backstop_move_untouched, ("DlqDepth", "DlqExpiring"), None,
+    ),
+    Scenario(
+        "dlq-trickle", "one poison an hour, the DLQ drained every morning, for a week", "modeled", True,
+        trickle_drained_daily, DLQ_PAGES, 2, ("DlqNewArrivals",), recurring=("DlqDepth", "DlqNewArrivals"),
     ),
     # A worker at zero tasks (min_tasks 0): the wake-up.
     Scenario(

@@ -97,7 +97,8 @@ def test_dlq_depth_alarm_counts_held_messages_and_the_consumers_moves(prod: Synt
 
 def test_dlq_age_is_any_of_its_two_inputs_which_notify_nobody(prod: Synthesized) -> None:
     """DlqExpiring pages on ALARM(DlqAge) OR ALARM(DlqHeldLong): the oldest DLQ message past half the retention gap,
-    or the DLQ holding messages in each hour for as long (hourly, visible + in flight); the inputs have no actions."""
+    or the DLQ never empty in any hour for as long (the hour's least visible + most in flight); the inputs have no
+    actions."""
     alarms = prod.stack.alarms
     oldest_alarm, held_alarm = alarms.dlq_expiring_inputs
     composite = props(prod, alarms.dlq_expiring)
@@ -123,7 +124,7 @@ def test_dlq_age_is_any_of_its_two_inputs_which_notify_nobody(prod: Synthesized)
     (returned,) = [m for m in held["Metrics"] if m.get("ReturnData", True)]
     assert returned["Expression"] == "FILL(visible, 0) + FILL(hidden, 0)"
     assert metric_stats(held) == {
-        "visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq, 3_600, "Maximum"),
+        "visible": ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq, 3_600, "Minimum"),
         "hidden": ("AWS/SQS", "ApproximateNumberOfMessagesNotVisible", dlq, 3_600, "Maximum"),
     }
     assert (held["Threshold"], held["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
@@ -367,3 +368,4 @@ def test_dashboard_draws_the_circuit_with_the_alarms_threshold(prod: Synthesized
             {"label": "circuit open, longest per close (ms)", "period": 60, "stat": "Maximum"},
         ]
     ]
+
