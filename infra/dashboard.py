@@ -44,8 +44,10 @@ class WorkerDashboard(Construct):
     :data:`MAX_ALARMS_PER_STATUS_WIDGET` per widget needs) and each worker's rows follow under a heading with its
     name, and every widget of a worker's rows is titled with its name (:func:`widget_title`), so a graph read on its
     own (in a full-screen view, a link, a screenshot pasted into an incident) still says whose it is. With one
-    section the titles stay as they are: the dashboard, named after the stack, is that worker's. Thresholds appear
-    as horizontal lines taken from the same contract values the alarms use. Attribute: ``dashboard``.
+    section the titles stay as they are: the dashboard, named after the stack, is that worker's. An alarm's
+    threshold appears as a horizontal line read from the alarm itself (:func:`threshold_line`), so the graph draws
+    what the alarm compares, wake-up allowance included; the scaling target and max_duration come from the contract.
+    Attribute: ``dashboard``.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, sections: Sequence[DashboardSection]) -> None:
@@ -83,9 +85,15 @@ def widget_title(worker: str | None, title: str) -> str:
     return title if worker is None else f"[{worker}] {title}"
 
 
+def threshold_line(alarm: cloudwatch.Alarm, label: str) -> cloudwatch.HorizontalAnnotation:
+    """A horizontal line at ``alarm``'s own threshold, named ``label``."""
+    return cloudwatch.HorizontalAnnotation(value=alarm.to_annotation().value, label=label)
+
+
 def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cloudwatch.IWidget]]:
     """One worker's graphs, a row per subject: source, DLQ, consumer, service; titled with ``worker`` when given."""
-    m, contract = section.metrics, section.contract
+    m, contract, alarms = section.metrics, section.contract, section.alarms
+    oldest, _ = alarms.dlq_expiring_inputs
 
     def line(value: float, label: str) -> cloudwatch.HorizontalAnnotation:
         return cloudwatch.HorizontalAnnotation(value=value, label=label)
@@ -114,8 +122,8 @@ def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cl
                 "Source queue: oldest message age (s)",
                 [m.source_age],
                 # On a fair queue BacklogAge watches the quiet groups' age: its line is drawn there (the fair row).
-                lines=[line(contract.acceptable_latency_seconds, "acceptable latency (stalled input)")]
-                + ([] if m.fair is not None else [line(contract.backlog_age_alarm_seconds, "BacklogAge alarm")]),
+                lines=[threshold_line(alarms.stalled_backlog_late, "late backlog (ConsumerStalled input)")]
+                + ([] if m.fair is not None else [threshold_line(alarms.backlog_age, "BacklogAge alarm")]),
             ),
             graph("Source queue: received and deleted per minute", [m.source_received, m.source_deleted]),
         ],
@@ -125,7 +133,7 @@ def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cl
                 "DLQ: oldest message age (s)",
                 [m.dlq_age],
                 width=HALF,
-                lines=[line(contract.dlq_age_alarm_seconds, "DlqAge alarm")],
+                lines=[threshold_line(oldest, "DlqAge (DlqExpiring input)")],
             ),
         ],
         [
@@ -148,7 +156,12 @@ def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cl
                 "Downstream circuit: opens per alarm period",
                 [m.circuit_opens],
                 width=HALF,
-                lines=[line(1, f"DownstreamUnavailable alarm ({DOWNSTREAM_EVALUATION_PERIODS} periods in a row)")],
+                lines=[
+                    threshold_line(
+                        alarms.downstream_unavailable,
+                        f"DownstreamUnavailable alarm ({DOWNSTREAM_EVALUATION_PERIODS} periods in a row)",
+                    )
+                ],
             ),
             graph("Downstream circuit: longest time open (ms)", [m.circuit_open], width=HALF),
         ]
@@ -161,7 +174,7 @@ def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cl
                 graph(
                     "Fair queue: oldest message age, quiet groups and whole queue (s)",
                     [m.fair.quiet_age, m.source_age],
-                    lines=[line(contract.backlog_age_alarm_seconds, "BacklogAge alarm (quiet groups)")],
+                    lines=[threshold_line(alarms.backlog_age, "BacklogAge alarm (quiet groups)")],
                 ),
             ]
         )

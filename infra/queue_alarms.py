@@ -116,7 +116,8 @@ class QueueAlarms(Construct):
                                           gap between opens while the downstream stays down)
     ============================ ======== =================================================================
 
-    ``stalled_inputs`` holds ConsumerStalled's input alarms, ``dlq_expiring_inputs`` DlqExpiring's (no actions of their own).
+    ``stalled_inputs`` holds ConsumerStalled's input alarms (``stalled_backlog_late`` the late-backlog one),
+    ``dlq_expiring_inputs`` DlqExpiring's (no actions of their own).
     ``running_tasks_reliable`` says whether Container Insights is known to be on (a cluster this
     stack creates); otherwise the no-task input treats missing data as not breaching, and the
     backlog branch alone catches a service scaled to zero with a growing backlog.
@@ -336,6 +337,7 @@ class QueueAlarms(Construct):
             periods=STALLED_EVALUATION_MINUTES,
             missing=cloudwatch.TreatMissingData.BREACHING,
         )
+        self.stalled_backlog_late = late
         inputs = [late, idle]
         rule = cloudwatch.AlarmRule.all_of(
             cloudwatch.AlarmRule.from_alarm(late, cloudwatch.AlarmState.ALARM),

@@ -24,7 +24,9 @@ from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, output_prefix
 from infra.alarms.scaling_template import check_step_policy
 from infra.capacity_settings import WAKE_UP_SECONDS
+from infra.dashboard import widget_title
 from infra.identities import DEFAULT_IDENTITY
+from infra.queue_alarms import DOWNSTREAM_EVALUATION_PERIODS
 from infra.service import (
     CONTAINER_COMMAND,
     CONTAINER_USER,
@@ -520,7 +522,7 @@ def dashboard_body(env: Synthesized) -> dict[str, Any]:
 
 def check_dashboard(env: Synthesized) -> None:
     """The alarm status widgets list every worker's notifying alarms once, in order; each worker's graphs name its
-    own queues."""
+    own queues and draw each alarm's reference line at the threshold that alarm compares (the template's)."""
     problems: list[str] = []
     widgets = dashboard_body(env)["widgets"]
     listed = [alarm for w in widgets if w["type"] == "alarm" for alarm in w["properties"]["alarms"]]
@@ -531,7 +533,44 @@ def check_dashboard(env: Synthesized) -> None:
         for queue in (built.queues.queue, built.queues.dead_letter_queue):
             if f"<{env.logical_id(queue)}.QueueName>" not in text:
                 problems.append(f"{label}: no dashboard graph draws {queue.node.path}")
+        prefix = widget_title(built.name if len(env.stack.workers) > 1 else None, "")
+        drawn = {
+            (w["properties"]["title"].removeprefix(prefix), line["label"]): line["value"]
+            for w in widgets
+            if w["type"] == "metric" and w["properties"]["title"].startswith(prefix)
+            for line in w["properties"].get("annotations", {}).get("horizontal", [])
+        }
+        expect(problems, label, "dashboard reference lines", drawn, reference_lines(env, built))
     report(problems, "dashboard")
+
+
+def reference_lines(env: Synthesized, built: Worker) -> dict[tuple[str, str], float]:
+    """Every horizontal line a worker's graphs must draw, by (title, label): each alarm's at the Threshold its
+    template resource compares, the scaling target and max_duration from the contract."""
+    alarms, contract = built.alarms, built.contract
+
+    def threshold(alarm: Any) -> float:
+        value: float = _alarm_props(env, alarm)["Threshold"]
+        return value
+
+    age, fair = "Source queue: oldest message age (s)", built.metrics.fair is not None
+    lines = {
+        (age, "late backlog (ConsumerStalled input)"): threshold(alarms.stalled_backlog_late),
+        ("DLQ: oldest message age (s)", "DlqAge (DlqExpiring input)"): threshold(alarms.dlq_expiring_inputs[0]),
+        ("Consumer: handler duration (ms)", "max_duration"): contract.max_duration_seconds * 1000,
+        (
+            "Downstream circuit: opens per alarm period",
+            f"DownstreamUnavailable alarm ({DOWNSTREAM_EVALUATION_PERIODS} periods in a row)",
+        ): threshold(alarms.downstream_unavailable),
+        ("Service: backlog per task", "scaling target"): contract.scaling_target_backlog_per_task,
+    }
+    if fair:
+        lines[
+            ("Fair queue: oldest message age, quiet groups and whole queue (s)", "BacklogAge alarm (quiet groups)")
+        ] = threshold(alarms.backlog_age)
+    else:
+        lines[(age, "BacklogAge alarm")] = threshold(alarms.backlog_age)
+    return lines
 
 
 # --------------------------------------------------------------------------- outputs, ids, runbook, nag

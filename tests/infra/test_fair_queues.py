@@ -103,7 +103,7 @@ def test_fair_metrics_are_drawn_only_in_the_fair_workers_section(env: Synthesize
         if w["properties"].get("title") == widget_title("tenants", "Source queue: oldest message age (s)")
         for a in w["properties"]["annotations"]["horizontal"]
     ]
-    assert lines == ["acceptable latency (stalled input)"]
+    assert lines == ["late backlog (ConsumerStalled input)"]
 
 
 def test_only_the_fair_worker_gets_consumer_fair_queue(env: Synthesized) -> None:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from consumer.contract import WorkerContract
+from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.queue_alarms import dlq_held_hours
 from infra.settings import CONTEXT_KEY
-from tests.infra.checks import dashboard_body
+from tests.infra.checks import check_dashboard, dashboard_body
 from tests.infra.conftest import Synthesized, synthesize
 
 
@@ -369,3 +370,24 @@ def test_dashboard_draws_the_circuit_with_the_alarms_threshold(prod: Synthesized
         ]
     ]
 
+
+def test_dashboard_lines_are_the_thresholds_their_alarms_compare_in_every_environment(
+    reference: dict[str, Synthesized],
+) -> None:
+    """Each reference line of each worker's graphs sits at the Threshold of the alarm it names, in every reference
+    environment (a worker at zero tasks, one at two, two workers on one dashboard): checks.check_dashboard."""
+    for env in reference.values():
+        check_dashboard(env)
+
+
+def test_dashboard_draws_the_wake_up_allowance_the_latency_alarms_compare(dev: Synthesized) -> None:
+    """dev scales to zero: its late-backlog and BacklogAge lines carry WAKE_UP_SECONDS, as their alarms do (without
+    it they would sit at 60 s and 374 s while the alarms fire past 1,200 s and 1,514 s)."""
+    contract = dev.stack.contract
+    body = dashboard_body(dev)
+    (age,) = [w for w in body["widgets"] if w["properties"].get("title") == "Source queue: oldest message age (s)"]
+    lines = {line["label"]: line["value"] for line in age["properties"]["annotations"]["horizontal"]}
+    assert lines == {
+        "late backlog (ConsumerStalled input)": contract.acceptable_latency_seconds + WAKE_UP_SECONDS,
+        "BacklogAge alarm": contract.backlog_age_alarm_seconds + WAKE_UP_SECONDS,
+    }
