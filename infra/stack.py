@@ -36,6 +36,7 @@ from infra.settings import (
     WorkerSettings,
     is_placeholder,
 )
+from infra.trust import confine_provider_roles
 from infra.worker import DEFAULT_WORKER_ID, Worker
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
@@ -149,6 +150,9 @@ class WorkerStack(Stack):
             *(output for w in list(self.workers.values())[1:] for output in worker_outputs(w)),
         ):
             CfnOutput(self, output_id, value=value, description=description)
+        # The CDK's own providers (restrictDefaultSecurityGroup's, for a VPC this stack creates) trust Lambda
+        # for anyone's functions: this account's only, as every other role here (infra/trust.py).
+        confine_provider_roles(self)
         check_limits(self, settings.name)
 
     def _worker(

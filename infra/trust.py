@@ -20,6 +20,13 @@ The roles and the conditions each service's documentation gives:
   id is not known before the role exists: the documented wildcard),
   https://docs.aws.amazon.com/vpc/latest/userguide/flow-logs-iam-role.html.
 
+* the role of each custom resource provider the CDK adds itself (``lambda.amazonaws.com``: the function behind
+  ``@aws-cdk/aws-ec2:restrictDefaultSecurityGroup``, which strips the rules of the VPC's default security group):
+  ``aws:SourceAccount`` this account, as AWS's own samples put on a Lambda execution role (aws/agent-toolkit-for-aws,
+  deploying-custom-domain-rest-api: ``lambda-trust-policy.json``); Lambda assumes an execution role for the function
+  it is given, and no Lambda page names a source ARN it sends, so none is required (a wrong one would fail the
+  deploy).
+
 Not created here: ECS service autoscaling's role is the service-linked role
 ``AWSServiceRoleForApplicationAutoScaling_ECSService``, imported by ARN; AWS owns its trust policy.
 """
@@ -29,12 +36,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from aws_cdk import Stack
+from aws_cdk import CfnResource, CustomResourceProviderBase, Stack
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 ECS_TASKS = "ecs-tasks.amazonaws.com"
 VPC_FLOW_LOGS = "vpc-flow-logs.amazonaws.com"
+LAMBDA = "lambda.amazonaws.com"
 ASSUME_ROLE = "sts:AssumeRole"
 
 Conditions = Mapping[str, Mapping[str, Any]]
@@ -58,17 +66,22 @@ def ecs_task_principal(scope: IConstruct) -> iam.IPrincipal:
     return iam.ServicePrincipal(ECS_TASKS).with_conditions(dict(from_this_account(scope, "ecs", "*")))
 
 
-def confine_trust(role: iam.IRole, service: str, conditions: Conditions) -> None:
-    """Make ``role`` (one the CDK created for us) trust ``service`` under ``conditions`` only.
+def confine_provider_roles(stack: Stack) -> None:
+    """Make the role of every custom resource provider the CDK adds to ``stack`` trust Lambda for this account only.
 
-    The CDK creates the execution role and the flow log role with an unconditioned ``ServicePrincipal`` and offers
-    no way to pass one; replacing their L1 trust document keeps their construct ids (so their logical ids and
-    physical names) and changes nothing else about them.
+    The CDK writes each provider's role as a plain ``CfnResource`` (``<provider>/Role``, no ``iam.Role`` and no way
+    to pass a principal) trusting ``lambda.amazonaws.com`` unconditioned; the override keeps its logical id.
     """
-    resource = cast(iam.CfnRole, role.node.default_child)
-    if resource is None:
-        raise ValueError(f'"role" must be a role this app creates (an iam.Role), not an imported one: {role.node.path}')
-    resource.assume_role_policy_document = {
+    for provider in stack.node.find_all():
+        if isinstance(provider, CustomResourceProviderBase):
+            role = provider.node.find_child("Role")
+            if not isinstance(role, CfnResource) or role.cfn_resource_type != "AWS::IAM::Role":
+                raise ValueError(f"a custom resource provider without the role the CDK gives it: {provider.node.path}")
+            role.add_property_override("AssumeRolePolicyDocument", _trust_document(LAMBDA, this_account(stack)))
+
+
+def _trust_document(service: str, conditions: Conditions) -> dict[str, Any]:
+    return {
         "Version": "2012-10-17",
         "Statement": [
             {
@@ -79,3 +92,16 @@ def confine_trust(role: iam.IRole, service: str, conditions: Conditions) -> None
             }
         ],
     }
+
+
+def confine_trust(role: iam.IRole, service: str, conditions: Conditions) -> None:
+    """Make ``role`` (one the CDK created for us) trust ``service`` under ``conditions`` only.
+
+    The CDK creates the execution role and the flow log role with an unconditioned ``ServicePrincipal`` and offers
+    no way to pass one; replacing their L1 trust document keeps their construct ids (so their logical ids and
+    physical names) and changes nothing else about them.
+    """
+    resource = cast(iam.CfnRole, role.node.default_child)
+    if resource is None:
+        raise ValueError(f'"role" must be a role this app creates (an iam.Role), not an imported one: {role.node.path}')
+    resource.assume_role_policy_document = _trust_document(service, conditions)

@@ -160,7 +160,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         )
     template = json.loads(template_path.read_text())
     stack_name = stack_name or template_path.name.removesuffix(".template.json")
-    skipped = _drop_monitoring_only(template)
+    skipped = _drop_locally_skipped(template)
     _name_tables(template, stack_name)
     local_client("ssm", endpoint).put_parameter(
         Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True
@@ -197,14 +197,17 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
     return local
 
 
-#: Monitoring-only resources moto cannot create, and why; they have no effect on a local run.
+#: Resources moto cannot create, and why; none has an effect on a local run.
 LOCAL_SKIPPED_TYPES = {
     "AWS::CloudWatch::CompositeAlarm": "moto has no composite alarms",
     "AWS::CloudWatch::Dashboard": "its alarm widget references alarms moto's CloudFormation skips",
+    # The CDK's provider for restrictDefaultSecurityGroup: it strips the rules of the VPC's default security group.
+    "AWS::Lambda::Function": "the CDK's custom resource provider: its code is an asset in the bootstrap bucket",
+    "Custom::VpcRestrictDefaultSG": "strips the VPC's default security group rules, which nothing local uses",
 }
 
 
-def _drop_monitoring_only(template: dict[str, Any]) -> list[str]:
+def _drop_locally_skipped(template: dict[str, Any]) -> list[str]:
     """Remove LOCAL_SKIPPED_TYPES resources (and outputs naming them) from ``template``; returns what went."""
     resources = template["Resources"]
     dropped = {k: LOCAL_SKIPPED_TYPES[v["Type"]] for k, v in resources.items() if v["Type"] in LOCAL_SKIPPED_TYPES}

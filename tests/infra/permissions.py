@@ -469,9 +469,11 @@ TRUSTED_SERVICES: dict[str, Callable[[ResolvedTemplate, Resource], str]] = {
     "vpc-flow-logs.amazonaws.com": lambda template, role: template.arn(
         "ec2", f"vpc-flow-log/{_flow_log_of(template, role)}"
     ),
+    # Lambda assumes a function's execution role for that function (a CDK custom resource provider's).
+    "lambda.amazonaws.com": lambda template, role: template.arn("lambda", f"function:{_function_of(template, role)}"),
 }
 #: A service no role of the stack trusts, asking with this account's source: refused by every role.
-UNTRUSTED_SERVICE = ("lambda.amazonaws.com", "function:someone-elses-function")
+UNTRUSTED_SERVICE = ("ec2.amazonaws.com", "instance/i-0123456789abcdef0")
 #: Principals that are no service: each refused by every role, whatever its own IAM policy allows.
 NOT_SERVICES = {
     "admin-role/admin": "an admin of this account (a trust policy naming the account would delegate to IAM)",
@@ -492,6 +494,13 @@ def _flow_log_of(template: ResolvedTemplate, role: Resource) -> str:
         if f.properties.get("DeliverLogsPermissionArn") == role.attributes["Arn"]
     ]
     return str(flow_logs[0]) if flow_logs else "fl-0123456789abcdef0"
+
+
+def _function_of(template: ResolvedTemplate, role: Resource) -> str:
+    functions = [
+        f.name for f in template.of_type("AWS::Lambda::Function") if f.properties["Role"] == role.attributes["Arn"]
+    ]
+    return functions[0] if functions else "a-function"
 
 
 def trust_problems(template: ResolvedTemplate) -> list[str]:

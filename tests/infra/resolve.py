@@ -494,6 +494,10 @@ RESOURCE_TYPES: dict[str, Callable[[_Resolver, str, Mapping[str, Any]], Resource
     "AWS::EC2::Route": _ec2("r"),
     "AWS::EC2::SubnetRouteTableAssociation": _ec2("rtbassoc", Id=lambda i, p: i),
     "AWS::EC2::VPCGatewayAttachment": _ec2("igw-attach"),
+    # The CDK's provider for @aws-cdk/aws-ec2:restrictDefaultSecurityGroup (a custom resource stripping the VPC's
+    # default security group's rules, its Lambda function and the function's role).
+    "AWS::Lambda::Function": _named_resource("FunctionName", "lambda", "function:{name}", max_length=64),
+    "Custom::VpcRestrictDefaultSG": _physical_id,
 }
 
 

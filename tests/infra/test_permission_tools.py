@@ -178,12 +178,12 @@ def test_trust_check_names_each_role_that_trusts_more_than_a_known_service() -> 
     template = role_template(
         trusting({"Service": "ecs-tasks.amazonaws.com"}),
         trusting({"AWS": f"arn:aws:iam::{FAKE_ACCOUNT}:root"}),
-        trusting({"Service": "lambda.amazonaws.com"}),
+        trusting({"Service": "ec2.amazonaws.com"}),
         {**trusting({"Service": "ecs-tasks.amazonaws.com"}), "Action": ["sts:AssumeRole", "sts:TagSession"]},
     )
     problems = trust_problems(template)
     assert [problem.split(" ")[1] for problem in problems] == ["R1", "R2", "R3"]
-    assert "(lambda.amazonaws.com: add its confused-deputy source to TRUSTED_SERVICES)" in problems[1]
+    assert "(ec2.amazonaws.com: add its confused-deputy source to TRUSTED_SERVICES)" in problems[1]
 
 
 def test_evaluator_refuses_a_scenario_it_cannot_evaluate_rather_than_answering() -> None:

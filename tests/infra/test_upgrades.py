@@ -115,6 +115,11 @@ PROD_RESOURCES_ADDED = {
     # routes are added to the route tables: no subnet, route table or NAT gateway is replaced (below).
     "VpcDynamoDbEndpoint564903D1": "AWS::EC2::VPCEndpoint",
     "VpcS3Endpoint4A3DE4B5": "AWS::EC2::VPCEndpoint",
+    # issue 39: restrictDefaultSecurityGroup strips the VPC's default security group (Security Hub EC2.2) through a
+    # custom resource, and the stack holds the CDK's provider for it (its function and role).
+    "VpcRestrictDefaultSecurityGroupCustomResourceC73DA2BE": "Custom::VpcRestrictDefaultSG",
+    "CustomVpcRestrictDefaultSGCustomResourceProviderRole26592FE0": "AWS::IAM::Role",
+    "CustomVpcRestrictDefaultSGCustomResourceProviderHandlerDC833E5E": "AWS::Lambda::Function",
 }
 
 
@@ -175,13 +180,27 @@ FLAGS_BEFORE_THE_DECISION = {
 #: fail a synth that passes today: docs/upgrades.md says why.
 FLAGS_LEFT = {
     "@aws-cdk/core:annotationsInValidationReport",
-    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup",
     "@aws-cdk/aws-ecs:disableExplicitDeploymentControllerForCircuitBreaker",
-    "@aws-cdk/aws-ecs:removeDefaultDeploymentAlarm",
     "@aws-cdk/aws-ecs:removeEmptyLoadBalancers",
     "@aws-cdk/core:enableAdditionalMetadataCollection",
     "@aws-cdk/core:validateAgainstDefaultRules",
 }
+#: Recommended flags adopted on purpose though they change templates (issue 39), each with its change
+#: (docs/upgrades.md): the test below allows exactly these differences and nothing else.
+FLAGS_ADOPTED_WITH_CHANGES = {
+    # Security Hub EC2.2: a VPC's default security group allows all traffic among its members and all egress. Each
+    # VPC the stack creates gets a custom resource removing those rules, and the stack the provider behind it.
+    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup",
+    # The empty DeploymentConfiguration.Alarms block some partitions refuse (aws-cdk#26574) is no longer written;
+    # deployment alarms a service is given are written as before.
+    "@aws-cdk/aws-ecs:removeDefaultDeploymentAlarm",
+}
+#: What restrictDefaultSecurityGroup adds to a stack that creates its VPC (the reference environments all do).
+DEFAULT_SECURITY_GROUP_RESOURCES = {
+    k: v for k, v in PROD_RESOURCES_ADDED.items() if k.startswith(("VpcRestrictDefault", "CustomVpcRestrictDefault"))
+}
+#: The block removeDefaultDeploymentAlarm stops writing into each service's DeploymentConfiguration.
+EMPTY_DEPLOYMENT_ALARMS = {"AlarmNames": [], "Enable": False, "Rollback": False}
 #: What the CDK CLI adds to the context on deploy: CDKMetadata (version reporting) is then compared too.
 CLI_CONTEXT = {
     "aws:cdk:enable-path-metadata": True,
@@ -197,20 +216,56 @@ def templates(outdir: Path, context: dict[str, Any]) -> dict[str, Any]:
     return {path.name: json.loads(path.read_text()) for path in sorted(outdir.glob("*.template.json"))}
 
 
-def test_feature_flags_in_cdk_json_change_no_template(tmp_path: Path) -> None:
-    """The recommended flags cdk.json adopted leave every environment's template as it was (logical ids,
-    properties, CDKMetadata): adopting them replaced or changed nothing deployed; the seven left stay off."""
+@pytest.fixture(scope="module")
+def flagged(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
+    """cdk.json's flags over the reference environments (with the CLI's version reporting on), the flags decided
+    since FLAGS_BEFORE_THE_DECISION, and every environment's template synthesized with them."""
     context = {
         **cdk_json_context(),
         **CLI_CONTEXT,
         **reference_context(),
-    }  # cdk.json's flags, the reference environments
+    }
     added = {key for key in context if key.startswith("@aws-cdk")} - FLAGS_BEFORE_THE_DECISION
+    return context, added, templates(tmp_path_factory.mktemp("with"), context)
+
+
+def test_feature_flags_in_cdk_json_change_no_template(
+    flagged: tuple[dict[str, Any], set[str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """The recommended flags cdk.json adopted silently leave every environment's template as it was (logical ids,
+    properties, CDKMetadata): adopting them replaced or changed nothing deployed; the five left stay off."""
+    context, added, with_flags = flagged
     assert {key for key in added if context[key] is False} == FLAGS_LEFT
-    with_flags = templates(tmp_path / "with", context)
-    without = templates(tmp_path / "without", {k: v for k, v in context.items() if k not in added})
+    assert {key for key in FLAGS_ADOPTED_WITH_CHANGES if context[key] is True} == FLAGS_ADOPTED_WITH_CHANGES
+    silent = added - FLAGS_ADOPTED_WITH_CHANGES
+    without = templates(tmp_path, {k: v for k, v in context.items() if k not in silent})
     assert len(with_flags) == 4
     assert with_flags == without
+
+
+def test_flags_adopted_with_changes_change_only_what_upgrades_md_says(
+    flagged: tuple[dict[str, Any], set[str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """restrictDefaultSecurityGroup adds the custom resource stripping the created VPC's default security group and
+    its provider (function, role); removeDefaultDeploymentAlarm drops each service's empty deployment-alarms block;
+    nothing else changes but CDKMetadata (the constructs used). No resource is removed or replaced."""
+    context, _, with_flags = flagged
+    without = templates(tmp_path, {k: v for k, v in context.items() if k not in FLAGS_ADOPTED_WITH_CHANGES})
+    for name, template in with_flags.items():
+        before, after = without[name]["Resources"], template["Resources"]
+        added = {k: r["Type"] for k, r in after.items() if k not in before}
+        assert (name, added) == (name, DEFAULT_SECURITY_GROUP_RESOURCES)
+        assert set(before) <= set(after), name
+        changed = {k for k in before if before[k] != after[k]} - {"CDKMetadata"}
+        services = {k for k, r in before.items() if r["Type"] == "AWS::ECS::Service"}
+        assert changed == services, name
+        for key in services:
+            deployment = before[key]["Properties"]["DeploymentConfiguration"]
+            assert deployment.pop("Alarms") == EMPTY_DEPLOYMENT_ALARMS
+            assert before[key] == after[key], (name, key)
+        assert {k: v for k, v in without[name].items() if k != "Resources"} == {
+            k: v for k, v in template.items() if k != "Resources"
+        }
 
 
 #: What a deployed stack holds, by logical id: its type and the names CloudFormation gives it, and its outputs.

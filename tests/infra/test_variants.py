@@ -74,13 +74,16 @@ def test_invariants_checked_at_synth_catch_an_escape_hatch() -> None:
 
 
 def test_existing_vpc_and_cluster_are_used_without_lookups(tmp_path: Path) -> None:
-    """With vpc and cluster_name in cdk.json, no VPC or cluster is created and synth stays offline."""
+    """With vpc and cluster_name in cdk.json, no VPC or cluster is created and synth stays offline; the existing VPC's
+    default security group is its owner's: nothing strips it (restrictDefaultSecurityGroup acts on created VPCs)."""
     context = {
         CONTEXT_KEY: {"shared": {"handler": "consumer.examples.notifications:handle", **EXISTING_VPC_AND_CLUSTER}}
     }
     env = synthesize(tmp_path, context)["shared"]
     env.template.resource_count_is("AWS::EC2::VPC", 0)
     env.template.resource_count_is("AWS::ECS::Cluster", 0)
+    env.template.resource_count_is("Custom::VpcRestrictDefaultSG", 0)
+    env.template.resource_count_is("AWS::Lambda::Function", 0)
     (service,) = env.resources("AWS::ECS::Service").values()
     assert service["Properties"]["Cluster"] == "platform"
     subnets = service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
