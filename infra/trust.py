@@ -22,10 +22,12 @@ The roles and the conditions each service's documentation gives:
 
 * the role of each custom resource provider the CDK adds itself (``lambda.amazonaws.com``: the function behind
   ``@aws-cdk/aws-ec2:restrictDefaultSecurityGroup``, which strips the rules of the VPC's default security group):
-  ``aws:SourceAccount`` this account, as AWS's own samples put on a Lambda execution role (aws/agent-toolkit-for-aws,
-  deploying-custom-domain-rest-api: ``lambda-trust-policy.json``); Lambda assumes an execution role for the function
-  it is given, and no Lambda page names a source ARN it sends, so none is required (a wrong one would fail the
-  deploy).
+  ``aws:SourceAccount`` this account: Lambda's guide on the execution role says the two keys may go in its trust
+  policy (https://docs.aws.amazon.com/lambda/latest/dg/permissions-managed-policies.html, "When a service assumes a
+  role in your account, you can include the aws:SourceAccount and aws:SourceArn global condition context keys"), and
+  AWS's own samples put ``aws:SourceAccount`` on one (aws/agent-toolkit-for-aws, deploying-custom-domain-rest-api:
+  ``lambda-trust-policy.json``); no Lambda page names the source ARN it sends, so none is required (a wrong one
+  would fail the deploy).
 
 Not created here: ECS service autoscaling's role is the service-linked role
 ``AWSServiceRoleForApplicationAutoScaling_ECSService``, imported by ARN; AWS owns its trust policy.
