@@ -115,6 +115,15 @@ def settings_rows(settings: EnvironmentSettings, worker: WorkerSettings | None =
     }
 
 
+def contract_cell(worker: WorkerSettings, contract: WorkerContract, attribute: str) -> str:
+    """``contract``'s ``attribute`` as the report shows it; the backlog age alarm at the threshold it compares, which
+    for a worker at ``min_tasks: 0`` allows the wake-up too (infra/queue_alarms.py)."""
+    value = getattr(contract, attribute)
+    if attribute == "backlog_age_alarm_seconds" and worker.min_tasks == 0:
+        return f"{human(attribute, value + WAKE_UP_SECONDS)} ({value} s + {WAKE_UP_SECONDS} s wake-up)"
+    return human(attribute, value)
+
+
 def tasks_cell(worker: WorkerSettings) -> str:
     """``min..max``; at zero, with the longest a wake-up may take."""
     wakes = f" (wakes in <= {WAKE_UP_SECONDS} s)" if worker.min_tasks == 0 else ""
@@ -211,7 +220,7 @@ def main(
     table.add_row("tasks (min..max)", *[tasks_cell(c.worker) for c in shown])
     table.add_row("runs on", *[runs_on(c.worker) for c in shown])
     for label, attribute in ROWS:
-        table.add_row(label, *[human(attribute, getattr(c.contract, attribute)) for c in shown])
+        table.add_row(label, *[contract_cell(c.worker, c.contract, attribute) for c in shown])
     rows = [settings_rows(c.settings, c.worker) for c in shown]
     for label in rows[0]:
         table.add_row(label, *[r[label] for r in rows])

@@ -587,3 +587,18 @@ def test_image_is_built_for_the_task_platform_whatever_machine_deploys(dev: Synt
     (definition,) = dev.resources("AWS::ECS::TaskDefinition").values()
     assert definition["Properties"]["RuntimePlatform"]["CpuArchitecture"] == "X86_64"
     assert task.platform == TASK_PLATFORM == "linux/amd64"
+
+
+def test_the_synth_report_shows_the_backlog_age_alarm_at_the_threshold_it_compares(
+    reference: dict[str, Synthesized],
+) -> None:
+    """`python -m infra.report`'s "backlog age alarm" is each worker's BacklogAge threshold, the wake-up included
+    where the worker scales to zero (dev: it was the contract's 374 s while the alarm compared 1514 s)."""
+    from infra.report import contract_cell
+
+    for name, env in reference.items():
+        for worker in env.stack.settings.workers:
+            built = env.stack.workers[worker.name]
+            threshold = env.json["Resources"][env.logical_id(built.alarms.backlog_age)]["Properties"]["Threshold"]
+            cell = contract_cell(worker, built.contract, "backlog_age_alarm_seconds")
+            assert cell.startswith(f"{threshold} s"), (name, worker.name, cell)
