@@ -12,6 +12,7 @@ from aws_cdk import App
 
 from consumer.errors import ContractError
 from infra.identities import IdentityLock
+from infra.limits import check_templates
 from infra.nag import enable_nag
 from infra.settings import CONTEXT_KEY, load_environments
 from infra.stack import WorkerStack
@@ -36,8 +37,9 @@ def build_app(
     """Stacks for every environment, or only ``-c env=NAME``; cdk-nag enabled.
 
     ``context`` overrides ``cdk.json`` (tests use it to synthesize variants). With ``lock`` (workers.lock.json),
-    each environment's workers are checked against its record and the record updated (infra/identities.py), when
-    the environments are the ``cdk.json`` beside it (not environments given some other way, which it never saw).
+    each environment's workers are checked against its record, and what was built held for :meth:`IdentityLock.commit`
+    (infra/identities.py), when the environments are the ``cdk.json`` beside it (not environments given some other
+    way, which it never saw).
     """
     if app is None:
         merged = cdk_json_context()
@@ -56,17 +58,20 @@ def build_app(
     return app, stacks
 
 
-def main() -> int:
+def main(lock: IdentityLock | None = None, context: Mapping[str, Any] | None = None, outdir: str | None = None) -> int:
     """``python app.py``, what ``cdk synth/diff/deploy`` runs: synthesize, or exit 2 with the error in one line.
 
     A ``cdk.json`` setting or ``-c env=`` that breaks a rule is the user's to fix, so it is said as
     ``python -m infra.report`` says it (the setting's path, the rule, the value), on stderr, without a
-    Python traceback the CDK CLI would print in full.
+    Python traceback the CDK CLI would print in full. ``lock`` (default: workers.lock.json beside cdk.json),
+    ``context`` and ``outdir`` are :func:`build_app`'s.
     """
     try:
-        app, _ = build_app(lock=IdentityLock())
+        lock = lock or IdentityLock()
+        app, _ = build_app(outdir=outdir, context=context, lock=lock)
+        check_templates(app.synth())
     except ContractError as error:
         print(f"invalid configuration: {error}", file=sys.stderr)
         return 2
-    app.synth()
+    lock.commit()  # what a synth that passed (cdk-nag and the template sizes included) built
     return 0

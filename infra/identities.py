@@ -9,12 +9,13 @@ A worker's resources (its queues, DLQ, idempotency table, service, alarms: their
 3. its name; except in an environment never recorded, where the worker listed first takes ``"default"``, as every
    release before identities gave it, so a stack deployed by one keeps its resources on its first synth after.
 
-``python app.py`` (``cdk synth``, ``cdk deploy``, ``make run``) checks every environment it builds against the record
-and refuses, in one line naming the worker and what to do, an edit that would hand a recorded worker's resources to
-another handler or leave them to no worker (CloudFormation would delete them, or orphan them where retain_queues).
-New workers, and renames declared with ``"identity"``, are recorded by the same synth: commit the file as
-``cdk.context.json`` is committed. ``python -m infra.identities accept|forget ENV WORKER`` records a change made on
-purpose (docs/upgrades.md, "Renaming, moving and retiring a worker").
+``python app.py`` (``cdk synth``, ``cdk deploy``, ``make run``) checks every environment of cdk.json it builds against
+the record and refuses, in one line naming the setting and what to do, an edit that would hand a recorded worker's
+resources to another handler or leave them to no worker (CloudFormation would delete them, or orphan them where
+retain_queues). A synth that succeeds records what it built (new workers, renames declared with ``"identity"``):
+the file is the team's, written by its first synth and committed as ``cdk.context.json`` is; the framework ships
+none. ``python -m infra.identities accept|forget ENV [IDENTITY]`` records a change made on purpose
+(docs/upgrades.md, "Renaming, moving and retiring a worker").
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ LOCK_FILE = "workers.lock.json"
 LOCK_PATH = Path(__file__).resolve().parent.parent / LOCK_FILE
 _HOW = 'docs/upgrades.md, "Renaming, moving and retiring a worker"'
 _ABOUT = (
-    "Which worker holds which resources, per environment (identity: worker, handler). Written by python app.py for new"
-    f" workers; commit it. Changes on purpose: python -m infra.identities accept|forget ENV WORKER ({_HOW})."
+    "Which worker holds which resources, per environment (identity: worker, handler). Written by python app.py;"
+    f" commit it. Changes on purpose: python -m infra.identities accept|forget ENV [IDENTITY] ({_HOW})."
 )
+_SHAPE = '{"environments": {ENV: {IDENTITY: {"worker": NAME, "handler": "module:function"}}}}'
 
 #: One environment's record: identity -> {"worker": name, "handler": "module:function"}.
 Record = dict[str, dict[str, str]]
@@ -49,26 +51,34 @@ def resources_of(stack_name: str, identity: str) -> str:
     return f"queue {prefix}-source, its DLQ and its idempotency table"
 
 
+def _who(holding: Mapping[str, str]) -> str:
+    """A recorded holder as cdk.json shows it: a named worker, or the one worker of the ``handler`` form."""
+    if holding["worker"] == DEFAULT_WORKER_NAME:
+        return f"the environment's worker (handler {holding['handler']})"
+    return f"worker {holding['worker']} (handler {holding['handler']})"
+
+
 def resolve(
     environment: str, stack_name: str, workers: Sequence[WorkerSettings], recorded: Record | None
 ) -> tuple[WorkerSettings, ...]:
     """``workers`` with their identities resolved (the module's rules), the holder of ``"default"`` first; a
     :class:`SettingsError` for an identity two workers claim, or (with ``recorded``) an edit the record refuses."""
-    by_name = {holding["worker"]: identity for identity, holding in (recorded or {}).items()}
-    identities = {w.name: w.identity or by_name.get(w.name) for w in workers}
+    identities = {w.name: _identity_of(w.name, w.identity, recorded) for w in workers}
     if recorded is None and DEFAULT_IDENTITY not in identities.values():
-        undeclared = [w.name for w in workers if identities[w.name] is None]
+        undeclared = [w.name for w in workers if w.identity is None]
         if undeclared and DEFAULT_WORKER_NAME not in undeclared:
             identities[undeclared[0]] = DEFAULT_IDENTITY
-    resolved = [dataclasses.replace(w, identity=identities[w.name] or w.name) for w in workers]
+    resolved = [dataclasses.replace(w, identity=identities[w.name]) for w in workers]
     holders: dict[str, WorkerSettings] = {}
     for worker in resolved:
         assert worker.identity is not None
         other = holders.setdefault(worker.identity, worker)
         if other is not worker:
             raise SettingsError(
-                f"{worker.path}.identity",
-                f"must be held by one worker only: {other.name} holds it too ({resources_of(stack_name, worker.identity)})",
+                f"{worker.path}.identity" if "workers" in worker.path else worker.path,
+                f"must be held by one worker only: {other.name} holds it too"
+                f" ({resources_of(stack_name, worker.identity)}); give one of them another name, or its own"
+                f' "identity" ({_HOW})',
                 worker.identity,
             )
     if recorded is not None:
@@ -76,26 +86,33 @@ def resolve(
     return tuple(sorted(resolved, key=lambda w: w.identity != DEFAULT_IDENTITY))
 
 
+def _identity_of(name: str, declared: str | None, recorded: Record | None) -> str:
+    """A worker's identity by the module's rules, but for the first-synth rule (:func:`resolve` applies it)."""
+    if declared is not None:
+        return declared
+    return next((i for i, holding in (recorded or {}).items() if holding["worker"] == name), name)
+
+
 def _check(environment: str, stack_name: str, holders: Mapping[str, WorkerSettings], recorded: Record) -> None:
     """Refuse an edit that hands recorded resources to another handler, or to no worker."""
     for identity, holding in recorded.items():
         worker = holders.get(identity)
         if worker is None:
-            keep = f'"identity": "{identity}"'
             raise SettingsError(
-                f"{LOCK_FILE}.{environment}.{identity}",
-                f"is held by worker {holding['worker']}, which cdk.json no longer has: the next deploy would delete"
-                f" its {resources_of(stack_name, identity)} with their messages (or orphan them where retain_queues)."
-                f" Put the worker back, or give its new name {keep}; to retire it on purpose:"
-                f" python -m infra.identities forget {environment} {holding['worker']} ({_HOW})",
-                holding["handler"],
+                f"{CONTEXT_KEY}.{environment}",
+                f"must keep a worker on the {resources_of(stack_name, identity)} that {LOCK_FILE} gives {_who(holding)}:"
+                f" with none the next deploy deletes them with their messages (or orphans them where retain_queues)."
+                f' Put it back, or give the worker meant to hold them "identity": "{identity}"; never deployed, or'
+                f" retired on purpose: python -m infra.identities forget {environment} {identity} ({_HOW})",
+                identity,
             )
         if worker.handler != holding["handler"]:
             raise SettingsError(
                 f"{worker.path}.handler",
-                f"would hand the {resources_of(stack_name, identity)} of worker {worker.name}, with their backlog and"
-                f" producers, from {holding['handler']} to another handler. If that is what you mean:"
-                f" python -m infra.identities accept {environment} {worker.name} ({_HOW})",
+                f"would hand the {resources_of(stack_name, identity)}, with their backlog and producers, from"
+                f" {holding['handler']} to another handler. Meant: python -m infra.identities accept {environment}"
+                f' {identity}; a rename or a swap by mistake: give each worker back its name, or its "identity"'
+                f" ({_HOW})",
                 worker.handler,
             )
 
@@ -106,34 +123,29 @@ def record_of(workers: Sequence[WorkerSettings]) -> Record:
 
 
 class IdentityLock:
-    """:data:`LOCK_FILE`: every environment's record (an absent file records nothing)."""
+    """:data:`LOCK_FILE` (default: beside cdk.json): every environment's record (an absent file records nothing).
 
-    def __init__(self, path: Path = LOCK_PATH) -> None:
-        self.path = path
-        raw: Any = json.loads(path.read_text()) if path.exists() else {}
-        environments = raw.get("environments", {}) if isinstance(raw, Mapping) else None
-        if not isinstance(environments, Mapping) or not all(
-            isinstance(record, Mapping)
-            and all(isinstance(h, Mapping) and {"worker", "handler"} <= set(h) for h in record.values())
-            for record in environments.values()
-        ):
-            raise SettingsError(
-                str(path), 'must be {"environments": {ENV: {IDENTITY: {"worker": ..., "handler": ...}}}}', raw
-            )
-        self.environments: dict[str, Record] = {
-            env: {identity: dict(holding) for identity, holding in record.items()}
-            for env, record in environments.items()
-        }
+    What a synth built is held in :attr:`pending` until :meth:`commit` writes it, once the synth has succeeded.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or LOCK_PATH
+        self.environments: dict[str, Record] = _read(self.path)
+        self.pending: dict[str, Record] = {}
 
     def recorded(self, environment: str) -> Record | None:
         return self.environments.get(environment)
 
     def record(self, environment: str, workers: Sequence[WorkerSettings]) -> None:
-        """Record ``environment``'s resolved workers (checked against the record already, by :func:`resolve`) and
-        write the file if that changed it."""
-        record = record_of(workers)
-        if self.environments.get(environment) != record:
-            self.environments[environment] = record
+        """Hold ``environment``'s resolved workers (already checked against the record, by :func:`resolve`)."""
+        self.pending[environment] = record_of(workers)
+
+    def commit(self) -> None:
+        """Write what :meth:`record` held, if that changes the file."""
+        changed = {env: record for env, record in self.pending.items() if self.environments.get(env) != record}
+        self.pending = {}
+        if changed:
+            self.environments.update(changed)
             self.save()
 
     def save(self) -> None:
@@ -141,45 +153,92 @@ class IdentityLock:
         self.path.write_text(json.dumps(content, indent=2) + "\n")
 
 
-def main(argv: Sequence[str] | None = None, path: Path = LOCK_PATH) -> int:
-    """``python -m infra.identities accept|forget ENV WORKER``: record a change of cdk.json made on purpose."""
+def _read(path: Path) -> dict[str, Record]:
+    """The records in ``path``, or a one-line :class:`SettingsError` (a merge conflict left in it, say)."""
+    if not path.exists():
+        return {}
+    try:
+        raw: Any = json.loads(path.read_text())
+    except ValueError as error:
+        raise SettingsError(
+            LOCK_FILE,
+            f"must be JSON ({_SHAPE}): a merge conflict? keep every environment's entries of both sides, or delete the"
+            " file and synthesize again from the cdk.json that is deployed",
+            f"line {getattr(error, 'lineno', '?')}",
+        ) from None
+    environments = raw.get("environments") if isinstance(raw, Mapping) else None
+    if not isinstance(environments, Mapping):
+        raise SettingsError(LOCK_FILE, f"must be {_SHAPE}", "no environments")
+    for env, record in environments.items():
+        bad = not isinstance(record, Mapping) or not all(
+            isinstance(h, Mapping) and all(isinstance(h.get(k), str) for k in ("worker", "handler"))
+            for h in record.values()
+        )
+        if bad:
+            raise SettingsError(f"{LOCK_FILE}.{env}", f"must be {_SHAPE}", record)
+    return {
+        env: {i: {"worker": h["worker"], "handler": h["handler"]} for i, h in r.items()}
+        for env, r in environments.items()
+    }
+
+
+USAGE = (
+    "usage: python -m infra.identities accept ENV IDENTITY   (the handler cdk.json now gives it is meant)\n"
+    "       python -m infra.identities forget ENV IDENTITY   (its resources are to be deleted, or orphaned)\n"
+    "       python -m infra.identities forget ENV            (the environment is gone, or was never deployed)"
+)
+
+
+def main(argv: Sequence[str] | None = None, path: Path | None = None) -> int:
+    """``python -m infra.identities accept|forget ENV [IDENTITY]``: record a change of cdk.json made on purpose."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 3 or args[0] not in ("accept", "forget"):
+    if not (args[:1] == ["accept"] and len(args) == 3 or args[:1] == ["forget"] and len(args) in (2, 3)):
+        print(USAGE, file=sys.stderr)
+        return 2
+    lock = IdentityLock(path)
+    command, environment, identity = args[0], args[1], (args[2] if len(args) == 3 else None)
+    record = lock.recorded(environment)
+    if record is None or (identity is not None and identity not in record):
+        what = f"no identity {identity}" if record is not None else "nothing"
         print(
-            "usage: python -m infra.identities accept ENV WORKER   (the worker's new handler is meant)\n"
-            "       python -m infra.identities forget ENV WORKER   (its resources are to be deleted, or orphaned)",
+            f"{LOCK_FILE}: environment {environment} records {what} (it holds: {', '.join(record or {})})",
             file=sys.stderr,
         )
         return 2
-    command, environment, worker = args
-    lock = IdentityLock(path)
-    record = lock.recorded(environment) or {}
-    held = [identity for identity, holding in record.items() if holding["worker"] == worker]
-    if not held:
-        print(f"{LOCK_FILE}: environment {environment} records no worker {worker}", file=sys.stderr)
-        return 2
+    if identity is None:  # forget ENV
+        del lock.environments[environment]
+        print(f"{environment}: forgotten; its next synth records it afresh")
+        lock.save()
+        return 0
+    holder = _holder(lock.path.parent / "cdk.json", environment, identity, record)
     if command == "forget":
-        del record[held[0]]
-        print(f"{environment}: worker {worker} forgotten; the next deploy deletes (or orphans) what it held")
-    else:
-        handler = _current_handler(path.parent / "cdk.json", environment, worker)
-        if handler is None:
-            print(f"cdk.json: environment {environment} has no worker {worker}", file=sys.stderr)
+        if holder is not None:
+            print(
+                f"cdk.json: worker {holder[0]} of {environment} still holds {identity}: remove it from cdk.json (or give"
+                ' it another "identity") first',
+                file=sys.stderr,
+            )
             return 2
-        record[held[0]]["handler"] = handler
-        print(f"{environment}: worker {worker} now runs {handler} on what it held")
-    lock.environments[environment] = record
+        del record[identity]
+        print(f"{environment}: {identity} forgotten; the next deploy deletes (or orphans) what it held")
+    else:
+        if holder is None:
+            print(f"cdk.json: no worker of {environment} holds {identity}", file=sys.stderr)
+            return 2
+        record[identity] = {"worker": holder[0], "handler": holder[1]}
+        print(f"{environment}: worker {holder[0]} now runs {holder[1]} on what {identity} held")
     lock.save()
     return 0
 
 
-def _current_handler(cdk_json: Path, environment: str, worker: str) -> str | None:
-    """The handler ``cdk_json`` gives ``worker`` of ``environment``."""
+def _holder(cdk_json: Path, environment: str, identity: str, record: Record) -> tuple[str, str] | None:
+    """The worker of ``cdk_json``'s ``environment`` holding ``identity`` by the module's rules: (name, handler)."""
     raw = json.loads(cdk_json.read_text())["context"][CONTEXT_KEY].get(environment, {})
-    if "workers" not in raw:
-        return raw.get("handler") if worker == DEFAULT_WORKER_NAME else None
-    handler = raw["workers"].get(worker, {}).get("handler")
-    return handler if isinstance(handler, str) else None
+    workers = raw["workers"] if "workers" in raw else {DEFAULT_WORKER_NAME: raw}
+    for name, worker in workers.items():
+        if _identity_of(name, worker.get("identity"), record) == identity:
+            return name, str(worker.get("handler"))
+    return None
 
 
 if __name__ == "__main__":

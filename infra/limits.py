@@ -8,7 +8,8 @@ and ``make run`` print without a traceback), what CloudFormation or the CDK woul
   tracing sidecar and FIFO shape included, and the CDK's metadata resource;
 - each queue policy's size, principals, statements, conditions and actions per statement (SQS's policy quotas): the
   producers and the sources fill the source queue's;
-- each alarm's name and description, a composite alarm's rule, and a metric math alarm's metrics and expressions.
+- each alarm's name and description, a composite alarm's rule, and a metric math alarm's metrics and expressions;
+- after synthesis (:func:`check_templates`), each template's size against the 1 MB CloudFormation reads.
 
 Where botocore's service model states a limit (alarm names, descriptions, rules), a test compares it. Limits
 no cdk.json can reach (outputs, widgets per dashboard, alarms per status widget) are shown unreachable by
@@ -20,9 +21,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnResource, Stack
+from aws_cdk import CfnResource, Stack, cx_api
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 
@@ -37,10 +39,12 @@ PUT_METRIC_ALARM_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIR
 PUT_COMPOSITE_ALARM_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutCompositeAlarm.html"
 
 MAX_STACK_RESOURCES = 500
+#: A template CloudFormation reads from S3 (the CDK uploads every template it deploys): at most 1 MB.
+MAX_TEMPLATE_BYTES = 1_000_000
 #: The resource the CDK adds at synthesis (``AWS::CDK::Metadata``, version reporting): counted, never built here.
 CDK_METADATA_RESOURCES = 1
-#: SQS's policy quotas. "Conditions" is read as condition keys across the policy's statements (the page does not
-#: say how it counts), the reading that refuses first.
+#: SQS's policy quotas. "Conditions" is read as condition keys across the policy's statements: the page does not
+#: say how it counts, and no deploy has checked this reading (counting each key's values would refuse sooner).
 SQS_POLICY_LIMITS = {"bytes": 8192, "principals": 50, "statements": 20, "conditions": 10, "actions per statement": 7}
 #: A metric math alarm: at most 10 metrics (MetricStat) and 10 expressions.
 MAX_ALARM_METRICS, MAX_ALARM_EXPRESSIONS = 10, 10
@@ -143,6 +147,20 @@ def check_limits(stack: Stack, environment: str) -> None:
                     excess,
                     f"alarm {resource.node.path} (a shorter runbook_url, environment or worker name)",
                 )
+
+
+def check_templates(assembly: cx_api.CloudAssembly) -> None:
+    """Refuse a synthesized template CloudFormation would not read (over :data:`MAX_TEMPLATE_BYTES`), in one line."""
+    for artifact in assembly.stacks:
+        size = Path(artifact.template_full_path).stat().st_size
+        if size > MAX_TEMPLATE_BYTES:
+            excess = Excess("template bytes", size, MAX_TEMPLATE_BYTES, CFN_QUOTAS_URL)
+            environment = artifact.stack_name.removeprefix("SqsWorker-")
+            _refuse(
+                f"{CONTEXT_KEY}.{environment}.workers",
+                excess,
+                f"{artifact.stack_name}: split the workers across environments, or shorten runbook_url and names",
+            )
 
 
 def _refuse(parameter: str, excess: Excess, way_out: str) -> None:

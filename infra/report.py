@@ -194,21 +194,29 @@ def main(
     use_pinned_node()
     from infra.app import build_app  # imported late: loading the CDK takes seconds
     from infra.identities import IdentityLock
+    from infra.limits import check_templates
 
     started = time.monotonic()
     try:
-        app, stacks = build_app(outdir=str(outdir), lock=IdentityLock())
+        lock = IdentityLock()
+        app, stacks = build_app(outdir=str(outdir), lock=lock)
     except ContractError as error:  # a cdk.json setting or a handler declaration breaks a rule
         console.print(f"[red]invalid configuration[/red]: {error}")
         raise typer.Exit(2) from error
     try:
-        app.synth()
+        assembly = app.synth()
     except Exception as error:  # jsii raises RuntimeError for ValidationFailed
         console.print(f"[red]synth failed[/red]: {error}")
         report = outdir / "validation-report.json"
         if report.exists():
             console.print(f"cdk-nag report: {report}")
         raise typer.Exit(1) from error
+    try:
+        check_templates(assembly)
+    except ContractError as error:
+        console.print(f"[red]invalid configuration[/red]: {error}")
+        raise typer.Exit(2) from error
+    lock.commit()
     elapsed = time.monotonic() - started
 
     shown = columns(EnvironmentContracts(s.settings, {n: w.contract for n, w in s.workers.items()}) for s in stacks)

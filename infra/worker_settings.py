@@ -188,10 +188,22 @@ class WorkerSettings:
     path: str = ""
 
 
+#: A name ending so would give its stack outputs another's names: worker ``dead-letter``'s ``DeadLetterQueueUrl`` is
+#: the unprefixed worker's DLQ output, ``x-dead-letter``'s ``XDeadLetterQueueUrl`` worker ``x``'s.
+OUTPUT_CLASHING_ENDING = "dead-letter"
+
+
 def check_worker_name(path: str, name: object) -> str:
     """``name`` if it follows :data:`WORKER_NAME_RULE`, else a :class:`SettingsError` naming ``path``."""
     if not isinstance(name, str) or len(name) > WORKER_NAME_MAX_CHARS or not _WORKER_NAME.match(name):
         raise SettingsError(path, WORKER_NAME_RULE, name)
+    if name == OUTPUT_CLASHING_ENDING or name.endswith(f"-{OUTPUT_CLASHING_ENDING}"):
+        raise SettingsError(
+            path,
+            f'must not end in "{OUTPUT_CLASHING_ENDING}": its stack outputs (<Name>QueueUrl, ...) would take the'
+            " names of another worker's DLQ outputs (<Name>DeadLetterQueueUrl)",
+            name,
+        )
     return name
 
 

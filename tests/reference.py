@@ -98,6 +98,7 @@ SHIPPED: dict[str, dict[str, Any]] = {
         "workers": {
             "notifications": {
                 "handler": DEMO_NOTIFICATIONS,
+                "identity": "default",
                 "max_tasks": 2,
                 "handler_environment": {"NOTIFY_DRY_RUN": "true"},
             },

@@ -138,11 +138,13 @@ def synthesize(outdir: Path) -> Path:
 
 
 def _environments() -> list[Any]:
-    """The environments of the repository's cdk.json, validated."""
+    """The environments of the repository's cdk.json, validated, its workers' identities as its synth resolves them
+    (with workers.lock.json, infra/identities.py)."""
+    from infra.identities import IdentityLock
     from infra.settings import CONTEXT_KEY, load_environments
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    return list(load_environments({CONTEXT_KEY: context[CONTEXT_KEY]}))
+    return list(load_environments({CONTEXT_KEY: context[CONTEXT_KEY]}, lock=IdentityLock(ROOT / "workers.lock.json")))
 
 
 def scenario_report(

@@ -23,6 +23,7 @@ from infra.alarms.sqs_model import QueueSpec, sqs_series
 from infra.alarms.template import load_template, read_alarms
 from infra.alarms.wake_up import WAKE_UP_SECONDS, WakeUp, wake_up_from_template, wake_ups_from_template
 from infra.alarms.world import CREATED_SECONDS, DAY, Timeline, WorkerFacts, World
+from infra.identities import DEFAULT_IDENTITY
 from infra.settings import EnvironmentSettings
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
@@ -34,8 +35,10 @@ def worker_facts(environment: EnvironmentSettings) -> list[WorkerFacts]:
     """Every worker's queues, service and contract, named as the synthesized template names them."""
     stack = environment.stack_name
     facts = []
-    for index, worker in enumerate(environment.workers):
-        prefix = stack if index == 0 else f"{stack}-{worker.name}"
+    for worker in environment.workers:
+        # A worker's resources follow its identity (infra/identities.py); "default" holds the unprefixed ones.
+        identity = worker.identity or worker.name
+        prefix = stack if identity == DEFAULT_IDENTITY else f"{stack}-{identity}"
         facts.append(
             WorkerFacts(
                 source=f"{prefix}-source" + (".fifo" if environment.contract(worker).fifo else ""),

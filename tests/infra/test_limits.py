@@ -3,6 +3,7 @@ past its limit, then configurations that pass one, built (not synthesized) to th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -19,9 +20,11 @@ from infra.limits import (
     MAX_ALARM_NAME,
     MAX_ALARM_RULE,
     MAX_STACK_RESOURCES,
+    MAX_TEMPLATE_BYTES,
     SQS_POLICY_LIMITS,
     TOKEN_CHARS,
     alarm_excess,
+    check_templates,
     policy_excess,
     stack_resources,
 )
@@ -179,3 +182,21 @@ def test_a_runbook_url_too_long_for_an_alarm_description_is_refused() -> None:
     message = refusal({**SHARED, **WORKER, "runbook_url": "https://wiki.example.com/" + "r" * 1000 + "/runbook.md"})
     assert message.startswith('"sqs-worker:environments.limits.runbook_url" must leave every alarm description within')
     assert "CloudWatch's 1024 characters" in message
+
+
+def test_a_template_past_1_mb_is_refused_after_synthesis(tmp_path: Path) -> None:
+    """CloudFormation reads at most 1 MB of template from S3: 17 long-named workers with 48 producers make more
+    (1.09 MB) within 500 resources; checked on the written template (infra.app.main and infra.report run it)."""
+    from types import SimpleNamespace
+
+    def assembly(size: int) -> Any:
+        template = tmp_path / f"{size}.template.json"
+        template.write_bytes(b" " * size)
+        return SimpleNamespace(stacks=[SimpleNamespace(template_full_path=str(template), stack_name="SqsWorker-prod")])
+
+    check_templates(assembly(MAX_TEMPLATE_BYTES))
+    with pytest.raises(ContractError) as refused:
+        check_templates(assembly(MAX_TEMPLATE_BYTES + 1))
+    assert str(refused.value).startswith(
+        '"sqs-worker:environments.prod.workers" must stay within AWS\'s limit of 1000000 template bytes'
+    )

@@ -614,6 +614,8 @@ def test_settings_handler_form_is_one_default_worker() -> None:
         (workers(Exports={"handler": HANDLER}), "workers.Exports", "lowercase words of letters and digits"),
         (workers(**{"a-1": {"handler": HANDLER}}), "workers.a-1", "each word starting with a letter"),
         (workers(**{"a" * 21: {"handler": HANDLER}}), "workers." + "a" * 21, "at most 20 characters"),
+        (workers(**{"dead-letter": {"handler": HANDLER}}), "workers.dead-letter", 'must not end in "dead-letter"'),
+        (workers(x={"handler": HANDLER, "identity": "x-dead-letter"}), "workers.x.identity", "DeadLetterQueueUrl"),
         ({"workers": {}}, "workers", "must be an object of workers"),
         (
             {"workers": {f"w{i}": {"handler": HANDLER} for i in range(18)}},
