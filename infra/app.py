@@ -47,7 +47,8 @@ def build_app(
         app = App(outdir=outdir, context=merged)
     selected = app.node.try_get_context(ENV_CONTEXT_KEY)
     raw = app.node.try_get_context(CONTEXT_KEY)
-    if lock is not None and raw != cdk_json_context(lock.path.parent / CDK_JSON.name).get(CONTEXT_KEY):
+    beside = lock.path.parent / CDK_JSON.name if lock is not None else None
+    if beside is not None and (not beside.exists() or raw != cdk_json_context(beside).get(CONTEXT_KEY)):
         lock = None  # environments other than cdk.json's (CDK_CONTEXT_JSON, -c): the record is cdk.json's
     environments = load_environments({CONTEXT_KEY: raw}, selected, lock)
     stacks = [WorkerStack(app, settings=s) for s in environments]
