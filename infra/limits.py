@@ -101,10 +101,10 @@ def alarm_excess(resource_type: str, properties: Mapping[str, Any]) -> Excess | 
             MAX_ALARM_DESCRIPTION,
             PUT_METRIC_ALARM_URL,
         ),
-        ("metrics in one alarm", sum("MetricStat" in m for m in metrics), MAX_ALARM_METRICS, ALARM_LIMITS_URL),
+        ("metrics in one alarm", _having(metrics, "MetricStat"), MAX_ALARM_METRICS, ALARM_LIMITS_URL),
         (
             "expressions in one alarm",
-            sum("Expression" in m for m in metrics),
+            _having(metrics, "Expression"),
             MAX_ALARM_EXPRESSIONS,
             PUT_METRIC_ALARM_URL,
         ),
@@ -178,14 +178,13 @@ def _resolved(stack: Stack, resources: list[CfnResource]) -> Iterator[tuple[CfnR
         if isinstance(resource, sqs.CfnQueuePolicy):
             yield resource, "AWS::SQS::QueuePolicy", {"PolicyDocument": stack.resolve(resource.policy_document)}
         elif isinstance(resource, cloudwatch.CfnAlarm):
-            metrics = stack.resolve(resource.metrics) or []
             yield (
                 resource,
                 "AWS::CloudWatch::Alarm",
                 {
                     "AlarmName": stack.resolve(resource.alarm_name),
                     "AlarmDescription": stack.resolve(resource.alarm_description) or "",
-                    "Metrics": [{"MetricStat": 1} if "metricStat" in m else {"Expression": 1} for m in metrics],
+                    "Metrics": stack.resolve(resource.metrics) or [],
                 },
             )
         elif isinstance(resource, cloudwatch.CfnCompositeAlarm):
@@ -215,6 +214,12 @@ def _sized(value: Any) -> Any:
     if isinstance(value, list):
         return [_sized(v) for v in value]
     return value
+
+
+def _having(metrics: list[Any], key: str) -> int:
+    """How many of an alarm's ``Metrics`` hold ``key``, as the template spells it or as the CDK's L1 does (camelCase)."""
+    camel = key[0].lower() + key[1:]
+    return sum(key in m or camel in m for m in metrics)
 
 
 def _length(value: Any) -> int:

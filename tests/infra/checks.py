@@ -26,6 +26,7 @@ from infra.alarms.scaling_template import check_step_policy
 from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.dashboard import widget_title
 from infra.identities import DEFAULT_IDENTITY
+from infra.limits import MAX_ALARM_DESCRIPTION
 from infra.queue_alarms import DOWNSTREAM_EVALUATION_PERIODS
 from infra.service import (
     CONTAINER_COMMAND,
@@ -59,7 +60,7 @@ FIRST_WORKER_LOGICAL_IDS = {
 #: The findings every worker's service has, each acknowledged with its reason (infra/worker.py).
 ACKNOWLEDGED_RULES = {"AwsSolutions-ECS2", "AwsSolutions-IAM5"}
 MIN_REASON_CHARS = 40
-MAX_DESCRIPTION_CHARS = 1024
+MAX_DESCRIPTION_CHARS = MAX_ALARM_DESCRIPTION
 
 
 def workers(env: Synthesized) -> Iterator[tuple[str, Worker, WorkerSettings, WorkerContract]]:

@@ -113,6 +113,7 @@ def test_queue_policy_bytes_at_and_past_8192_tokens_counted_at_their_worst() -> 
         ("alarm name characters", lambda n: {"AlarmName": "a" * n}, MAX_ALARM_NAME),
         ("alarm description characters", lambda n: {"AlarmDescription": "d" * n}, MAX_ALARM_DESCRIPTION),
         ("metrics in one alarm", lambda n: {"Metrics": [{"MetricStat": 1}] * n}, MAX_ALARM_METRICS),
+        ("metrics in one alarm", lambda n: {"Metrics": [{"metricStat": 1}] * n}, MAX_ALARM_METRICS),  # the CDK's L1
         ("expressions in one alarm", lambda n: {"Metrics": [{"Expression": 1}] * n}, MAX_ALARM_EXPRESSIONS),
         (
             "composite alarm rule characters",
@@ -185,8 +186,8 @@ def test_a_runbook_url_too_long_for_an_alarm_description_is_refused() -> None:
 
 
 def test_a_template_past_1_mb_is_refused_after_synthesis(tmp_path: Path) -> None:
-    """CloudFormation reads at most 1 MB of template from S3: 17 long-named workers with 48 producers make more
-    (1.09 MB) within 500 resources; checked on the written template (infra.app.main and infra.report run it)."""
+    """CloudFormation reads at most 1 MB of template from S3, which 17 long-named workers with 48 producers pass within
+    500 resources; checked on the written template (infra.app.main and infra.report run it)."""
     from types import SimpleNamespace
 
     def assembly(size: int) -> Any:

@@ -9,6 +9,7 @@ import pytest
 
 from consumer.stack_outputs import WORKER_METADATA_KEY
 from infra.dashboard import widget_title
+from infra.limits import MAX_ALARM_RULE, MAX_STACK_RESOURCES, MAX_TEMPLATE_BYTES
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
 from tests.infra.conftest import Synthesized, synthesize
 
@@ -22,10 +23,10 @@ ENVIRONMENTS = {
     "most": {**SHARED, "workers": {f"w{i}": EXPORTS for i in range(1, MAX_WORKERS + 1)}},
 }
 # https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
-CFN_MAX_RESOURCES, CFN_MAX_OUTPUTS, CFN_MAX_TEMPLATE_BYTES = 500, 200, 1_000_000
+CFN_MAX_RESOURCES, CFN_MAX_OUTPUTS, CFN_MAX_TEMPLATE_BYTES = MAX_STACK_RESOURCES, 200, MAX_TEMPLATE_BYTES
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_limits.html (widgets per dashboard),
 # the dashboard body structure (alarms per alarm status widget), PutCompositeAlarm (AlarmRule length).
-CW_MAX_WIDGETS, CW_MAX_STATUS_ALARMS, CW_MAX_ALARM_RULE_CHARS = 500, 100, 10_240
+CW_MAX_WIDGETS, CW_MAX_STATUS_ALARMS, CW_MAX_ALARM_RULE_CHARS = 500, 100, MAX_ALARM_RULE
 
 
 @pytest.fixture(scope="module")
