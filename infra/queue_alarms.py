@@ -20,14 +20,16 @@ from collections.abc import Callable
 from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract
 from consumer.errors import ContractError
 from consumer.stack_outputs import output_prefix
+from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.limits import MAX_ALARM_DESCRIPTION, PUT_METRIC_ALARM_URL
 from infra.metrics import DLQ_HELD_PERIOD, WorkerMetrics
+from infra.shared import SharedResources
+from infra.worker_settings import WorkerSettings
 
 PAGE, TICKET = "page", "ticket"
 BACKLOG_AGE_EVALUATION_MINUTES = 3
@@ -43,7 +45,6 @@ DLQ_DEPTH_EVALUATION_MINUTES = 20
 DOWNSTREAM_EVALUATION_PERIODS = 3
 #: CloudWatch's limit on AlarmDescription.
 MAX_DESCRIPTION_CHARS = MAX_ALARM_DESCRIPTION
-DEFAULT_RUNBOOK_URL = "docs/runbook.md"
 DLQ_HELD_PERIOD_SECONDS = round(DLQ_HELD_PERIOD.to_seconds())
 
 
@@ -118,9 +119,16 @@ class QueueAlarms(Construct):
 
     ``stalled_inputs`` holds ConsumerStalled's input alarms (``stalled_backlog_late`` the late-backlog one),
     ``dlq_expiring_inputs`` DlqExpiring's (no actions of their own).
-    ``running_tasks_reliable`` says whether Container Insights is known to be on (a cluster this
-    stack creates); otherwise the no-task input treats missing data as not breaching, and the
-    backlog branch alone catches a service scaled to zero with a growing backlog.
+
+    From ``shared``: the topics (``page_topic``, ``ticket_topic``), ``runbook_url``, and ``running_tasks_reliable``,
+    whether Container Insights is known to be on (a cluster this stack creates); otherwise the no-task input treats
+    missing data as not breaching, and the backlog branch alone catches a service scaled to zero with a growing
+    backlog. From ``settings``: the worker's ``name`` and ``min_tasks``. A worker that scales to zero (``min_tasks``
+    0) may wait :data:`infra.capacity_settings.WAKE_UP_SECONDS` for its first task: the latency thresholds allow for
+    it, and no task running is then normal, an input of ConsumerStalled only together with a late backlog.
+
+    ``name_prefix`` starts every alarm name (default the stack's name: the stack's unprefixed worker). A worker with
+    a prefix of its own is one of several, which the dlq commands in the descriptions pick by ``--worker <name>``.
     """
 
     def __init__(
@@ -130,25 +138,19 @@ class QueueAlarms(Construct):
         *,
         metrics: WorkerMetrics,
         contract: WorkerContract,
-        page_topic: sns.ITopic,
-        ticket_topic: sns.ITopic,
-        runbook_url: str = DEFAULT_RUNBOOK_URL,
-        running_tasks_reliable: bool = True,
+        settings: WorkerSettings,
+        shared: SharedResources,
         name_prefix: str | None = None,
-        worker: str | None = None,
-        wake_up_seconds: int = 0,
     ) -> None:
-        # wake_up_seconds: a worker that scales to zero (min_tasks 0) may wait this long for its first task
-        # (infra/capacity_settings.py, WAKE_UP_SECONDS); the latency thresholds allow for it, and no task running is
-        # then normal: it is an input of ConsumerStalled only together with a late backlog.
-        # name_prefix starts every alarm name (default the stack's name: one worker per stack); worker, where the
-        # stack holds several, is the name the dlq commands in the descriptions pick this worker's queues by.
         super().__init__(scope, construct_id)
         stack = Stack.of(self).stack_name
         self.name_prefix = prefix = name_prefix or stack
-        self.runbook_url = runbook_url
+        self.runbook_url = runbook_url = shared.runbook_url
+        running_tasks_reliable = shared.running_tasks_reliable
+        wake_up_seconds = WAKE_UP_SECONDS if settings.min_tasks == 0 else 0
+        worker = None if prefix == stack else settings.name
         self.severity: dict[str, str] = {}
-        topics = {PAGE: actions.SnsAction(page_topic), TICKET: actions.SnsAction(ticket_topic)}
+        topics = {PAGE: actions.SnsAction(shared.page_topic), TICKET: actions.SnsAction(shared.ticket_topic)}
         dlq_name, source_name = metrics.queues.dlq_name, metrics.queues.source_name
         queues = f"--stack {stack}" + (f" --worker {worker}" if worker else "")
         stats = f"python -m consumer dlq stats {queues}"

@@ -29,8 +29,9 @@ from constructs import Construct
 
 from consumer.contract import WorkerContract
 from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_ALARM_PERIODS, WAKE_UP_PERIOD_SECONDS
-from infra.queue_alarms import DEFAULT_RUNBOOK_URL
 from infra.queues import WorkerQueues
+from infra.shared import SharedResources
+from infra.worker_settings import WorkerSettings
 
 SCALING_SERVICE = "ecs.application-autoscaling.amazonaws.com"
 SCALING_ROLE = "AWSServiceRoleForApplicationAutoScaling_ECSService"
@@ -47,8 +48,10 @@ WAKE_UP_COOLDOWN = Duration.seconds(TASK_START_SECONDS + 2 * WAKE_UP_PERIOD_SECO
 
 
 class WorkerScaling:
-    """The scalable target, the target tracking policy and, where ``min_tasks`` is 0, the wake-up, built in
-    ``scope`` (the :class:`infra.service.ConsumerService`).
+    """The scalable target, the target tracking policy and, where ``settings.min_tasks`` is 0, the wake-up, built in
+    ``scope`` (the :class:`infra.service.ConsumerService`) for its ``service``: between ``settings.min_tasks`` and
+    ``settings.max_tasks``, on ``queues``' backlog per task with the ``contract``'s target, in ``shared.cluster``;
+    policy and alarm names start with ``name_prefix``, the wake-up alarm's description links ``shared.runbook_url``.
 
     Attributes: ``target``, ``policy`` (the target tracking policy), ``wake_up_alarm`` and ``wake_up`` (the step
     policy), both None unless the worker may scale to zero.
@@ -59,23 +62,22 @@ class WorkerScaling:
         scope: Construct,
         *,
         queues: WorkerQueues,
-        cluster: ecs.ICluster,
         service: ecs.FargateService,
         contract: WorkerContract,
-        min_tasks: int,
-        max_tasks: int,
+        settings: WorkerSettings,
+        shared: SharedResources,
         name_prefix: str,
-        runbook_url: str = DEFAULT_RUNBOOK_URL,
     ) -> None:
         stack = Stack.of(scope)
+        cluster = shared.cluster
         self.target = appscaling.ScalableTarget(
             scope,
             "ScalableTarget",
             service_namespace=appscaling.ServiceNamespace.ECS,
             resource_id=f"service/{cluster.cluster_name}/{service.service_name}",
             scalable_dimension="ecs:service:DesiredCount",
-            min_capacity=min_tasks,
-            max_capacity=max_tasks,
+            min_capacity=settings.min_tasks,
+            max_capacity=settings.max_tasks,
             # The service-linked role ECS scaling uses anyway; no extra IAM role to own.
             role=iam.Role.from_role_arn(
                 scope,
@@ -105,9 +107,14 @@ class WorkerScaling:
         )
         self.wake_up_alarm: cloudwatch.Alarm | None = None
         self.wake_up: appscaling.StepScalingAction | None = None
-        if min_tasks == 0:
+        if settings.min_tasks == 0:
             self._wake_up(
-                scope, queues=queues, cluster=cluster, service=service, name_prefix=name_prefix, runbook_url=runbook_url
+                scope,
+                queues=queues,
+                cluster=cluster,
+                service=service,
+                name_prefix=name_prefix,
+                runbook_url=shared.runbook_url,
             )
 
     def _wake_up(

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
-from aws_cdk import Annotations, ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
+from aws_cdk import Annotations, ArnFormat, Duration, IgnoreMode, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -29,15 +29,12 @@ from consumer.contract import (
     WorkerContract,
 )
 from infra.capacity_settings import DEFAULT_ARCHITECTURE, SpotSettings
-from infra.queue_alarms import DEFAULT_RUNBOOK_URL
 from infra.queues import WorkerQueues
-from infra.removal import RETAIN_DATA
 from infra.scaling import WorkerScaling
-from infra.settings import SecretSource
+from infra.shared import SharedResources
 from infra.tracing import TracingSidecar
-from infra.tracing_settings import TracingSettings
 from infra.trust import ECS_TASKS, confine_trust, ecs_task_principal, this_account
-from infra.worker_settings import beyond_one_process
+from infra.worker_settings import SecretSource, WorkerSettings, beyond_one_process
 
 #: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
 #: (consumer/) and the team package (workers/). One image serves every worker of the app; each service picks its
@@ -84,13 +81,16 @@ TASK_PROTECTION_ACTIONS = ("ecs:UpdateTaskProtection",)
 
 
 class ConsumerService(Construct):
-    """Fargate service for the consumer, bound to a :class:`WorkerQueues` pair.
+    """Fargate service for the consumer, bound to a :class:`WorkerQueues` pair, running ``settings.handler``
+    (:class:`infra.worker_settings.WorkerSettings`: its tasks, size, architecture, Spot, variables and secrets) in
+    ``shared.cluster`` (:class:`infra.shared.SharedResources`: also the log retention, the removal policy of its data,
+    the tracing and the runbook of the wake-up alarm).
 
     * image from :func:`consumer_image` (``consumer/Dockerfile``); command ``python -m consumer run``;
       non-root user; read-only root file system with a writable ``/tmp``;
     * the contract's ``to_env()`` plus ``QUEUE_URL``, ``DLQ_URL`` and
       ``CONSUMER_HANDLER`` in the environment (the construct, not the caller,
-      injects the binding), plus ``handler_environment``;
+      injects the binding), plus ``settings.handler_environment``;
     * ``stopTimeout`` from the contract, so SIGTERM leaves time to drain;
     * a container health check, ``python -m consumer health``, timed by the contract
       (``health_check_interval_seconds``, ``health_check_start_period_seconds``): ECS replaces a task
@@ -102,19 +102,23 @@ class ConsumerService(Construct):
     * the idempotency table (on-demand, TTL on ``expires_at``, point-in-time recovery), unless the handler is
       declared idempotent by itself (``contract.idempotent``: no guard, no table, no DynamoDB action);
     * Container Insights on a new cluster (needed for ``RunningTaskCount``);
-    * no deletion protection on the idempotency table (``data_removal_policy`` keeps it, see below); every Linux
-      capability dropped; ``secrets`` as ECS secrets, read at task start by the execution role,
-      which may read exactly those;
+    * no deletion protection on the idempotency table (``shared.data_removal_policy`` keeps it, see below); every
+      Linux capability dropped; ``settings.secrets`` as ECS secrets (:func:`container_secrets`), read at task start
+      by the execution role, which may read exactly those;
     * target tracking on backlog per task (metric math, an L1 policy because
-      the L2 rejects math expressions) between ``min_tasks`` and ``max_tasks``.
+      the L2 rejects math expressions) between ``settings.min_tasks`` and ``settings.max_tasks``.
       Scale-in does not stop busy tasks: the consumer holds ECS task scale-in
       protection while it has messages in flight.
 
-    * with ``tracing``, an AWS Distro for OpenTelemetry collector sidecar exporting to X-Ray, its variables in the
-      consumer's environment and ``xray:PutTraceSegments`` for the task role (:class:`infra.tracing.TracingSidecar`).
+    * with ``shared.tracing``, an AWS Distro for OpenTelemetry collector sidecar exporting to X-Ray, its variables in
+      the consumer's environment and ``xray:PutTraceSegments`` for the task role
+      (:class:`infra.tracing.TracingSidecar`).
 
     * the tasks in the VPC's private subnets without a public IP; in its public subnets with a public IP where it
       has no private subnet with egress (``nat_gateways: 0``); no inbound rule either way.
+
+    ``name_prefix`` (default the stack's name: one service per stack) starts the scaling policies' and the wake-up
+    alarm's names and is the traces' service name.
 
     Attributes: ``service``, ``cluster``, ``task_definition``, ``container``,
     ``task_role``, ``log_group``, ``scaling_policy``, ``tracing``, ``public_ip``.
@@ -127,28 +131,17 @@ class ConsumerService(Construct):
         *,
         queues: WorkerQueues,
         contract: WorkerContract,
-        handler: str,
-        cluster: ecs.ICluster,
-        min_tasks: int = 1,
-        max_tasks: int = 2,
-        cpu: int = 256,
-        memory_mib: int = 512,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
-        handler_environment: Mapping[str, str] | None = None,
-        secrets: Mapping[str, ecs.Secret] | None = None,
-        data_removal_policy: RemovalPolicy = RETAIN_DATA,
+        settings: WorkerSettings,
+        shared: SharedResources,
         name_prefix: str | None = None,
-        tracing: TracingSettings | None = None,
-        architecture: str = DEFAULT_ARCHITECTURE,
-        spot: SpotSettings | None = None,
-        runbook_url: str = DEFAULT_RUNBOOK_URL,
     ) -> None:
-        # data_removal_policy covers the data this service keeps: its log group and its idempotency table.
-        # name_prefix starts the scaling policy's name; default the stack's name (one service per stack).
-        # tracing adds the collector sidecar (infra/tracing.py) and its variables, named after name_prefix too.
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        self.cluster = cluster
+        self.cluster = cluster = shared.cluster
+        # The data this service keeps: its log group and its idempotency table.
+        data_removal_policy = shared.data_removal_policy
+        handler_environment, architecture, spot = settings.handler_environment, settings.architecture, settings.spot
+        secrets = container_secrets(Construct(self, "Secrets"), settings.secrets)
         #: The idempotency guard's table; None for a handler declared idempotent by itself (@worker(idempotent=True)),
         #: which runs no guard. Its construct id is a contract (tests/infra/test_upgrades.py).
         self.idempotency_table: dynamodb.Table | None = None
@@ -182,20 +175,22 @@ class ConsumerService(Construct):
         bindings = {
             QUEUE_URL_ENV: queues.queue.queue_url,
             DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
-            HANDLER_ENV: handler,
+            HANDLER_ENV: settings.handler,
             **table,
             TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
         }
         environment = contract.to_env()
+        # The collector sidecar's variables (infra/tracing.py), its service named after name_prefix.
+        tracing = shared.tracing
         traced = tracing.environment(name_prefix or stack.stack_name) if tracing is not None else {}
-        owned, plain = set(environment) | BINDING_KEYS | set(traced), set(handler_environment or {})
+        owned, plain = set(environment) | BINDING_KEYS | set(traced), set(handler_environment)
         # Each variable has one source; the error says which two an option's names clash between.
         for option, names, taken, rule in (
             ("handler_environment", plain, owned, "must not set variables the construct sets"),
-            ("secrets", set(secrets or {}), owned, "must not set variables the construct sets"),
+            ("secrets", set(secrets), owned, "must not set variables the construct sets"),
             (
                 "secrets",
-                set(secrets or {}),
+                set(secrets),
                 plain,
                 "must not repeat a handler_environment variable (one source per variable)",
             ),
@@ -205,7 +200,7 @@ class ConsumerService(Construct):
                 raise ValueError(f'"{option}" {rule}: {", ".join(clashes)}')
         environment.update(bindings)
         environment.update(traced)
-        environment.update(handler_environment or {})
+        environment.update(handler_environment)
 
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])
@@ -229,8 +224,8 @@ class ConsumerService(Construct):
         self.task_definition = ecs.FargateTaskDefinition(
             self,
             "TaskDefinition",
-            cpu=cpu,
-            memory_limit_mib=memory_mib,
+            cpu=settings.cpu,
+            memory_limit_mib=settings.memory_mib,
             task_role=self.task_role,
             runtime_platform=ecs.RuntimePlatform(
                 cpu_architecture=CPU_ARCHITECTURES[architecture],
@@ -238,11 +233,11 @@ class ConsumerService(Construct):
             ),
         )
         self.task_definition.add_volume(name="tmp")
-        beyond = beyond_one_process(cpu)
+        beyond = beyond_one_process(settings.cpu)
         if beyond is not None:
             # A warning, not a refusal: a handler in native code may use the cores (cdk synth and deploy print it).
             Annotations.of(self.task_definition).add_warning_v2("sqs-worker:cpu-beyond-one-process", beyond)
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=data_removal_policy)
+        self.log_group = logs.LogGroup(self, "Logs", retention=shared.log_retention, removal_policy=data_removal_policy)
         # The consumer needs no Linux capability: a compromised handler gets none of Docker's defaults either.
         # Fargate accepts any drop (it restricts only additions, to SYS_PTRACE).
         linux_parameters = ecs.LinuxParameters(self, "LinuxParameters")
@@ -256,7 +251,7 @@ class ConsumerService(Construct):
             linux_parameters=linux_parameters,
             environment=environment,
             # Read by the execution role at task start; CDK grants it read on exactly these parameters/secrets.
-            secrets=dict(secrets or {}),
+            secrets=secrets,
             stop_timeout=Duration.seconds(contract.stop_timeout_seconds or 0),
             health_check=ecs.HealthCheck(
                 command=HEALTH_CHECK_COMMAND,
@@ -321,13 +316,11 @@ class ConsumerService(Construct):
         self.scaling = WorkerScaling(
             self,
             queues=queues,
-            cluster=cluster,
             service=self.service,
             contract=contract,
-            min_tasks=min_tasks,
-            max_tasks=max_tasks,
+            settings=settings,
+            shared=shared,
             name_prefix=name_prefix or stack.stack_name,
-            runbook_url=runbook_url,
         )
         self.scaling_policy = self.scaling.policy
 

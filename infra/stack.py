@@ -36,6 +36,7 @@ from infra.settings import (
     WorkerSettings,
     is_placeholder,
 )
+from infra.shared import SharedResources
 from infra.trust import confine_provider_roles
 from infra.worker import DEFAULT_WORKER_ID, Worker
 
@@ -50,9 +51,9 @@ class WorkerStack(Stack):
     ticket topics and one dashboard with a section per worker. Construct ids are a contract: renaming one
     replaces the resource (and a replaced queue loses its messages); a worker's is its identity, never its place
     in cdk.json (infra/identities.py), and the worker holding identity "default" is ``Default``, so a one-worker
-    environment keeps the ids it always had. Attributes: ``settings``, ``workers`` (by name), ``paging``,
-    ``tickets``, ``dashboard``, and the first worker's (the "default" one's where there is one) ``contract``,
-    ``queues``, ``consumer``, ``metrics`` and ``alarms``.
+    environment keeps the ids it always had. Attributes: ``settings``, ``shared`` (what every worker is given),
+    ``workers`` (by name), ``paging``, ``tickets``, ``dashboard``, and the first worker's (the "default" one's where
+    there is one) ``contract``, ``queues``, ``consumer``, ``metrics`` and ``alarms``.
     """
 
     def __init__(self, scope: Construct, *, settings: EnvironmentSettings) -> None:
@@ -102,12 +103,24 @@ class WorkerStack(Stack):
         )
 
         cluster = self._cluster(settings, removal)
-        page_topic = self.tickets.topic if settings.pages_to_tickets else self.paging.topic
+        #: What every worker of the environment is given: the cluster, the topics and the environment-wide settings.
+        self.shared = SharedResources(
+            cluster=cluster,
+            page_topic=self.tickets.topic if settings.pages_to_tickets else self.paging.topic,
+            ticket_topic=self.tickets.topic,
+            # Container Insights is on for a cluster this stack creates; an existing one may not publish.
+            running_tasks_reliable=settings.cluster_name is None,
+            runbook_url=settings.runbook_url,
+            log_retention=RETENTION_DAYS[settings.log_retention_days],
+            data_removal_policy=removal,
+            producers=settings.producers,
+            tracing=settings.tracing,
+        )
         #: The workers by name, in settings' order: the one holding identity "default" (construct id "Default", the
         #: stack's unprefixed resources) first. Each worker's construct id is its identity (infra/identities.py).
         self.workers: dict[str, Worker] = {}
         for worker in settings.workers:
-            self.workers[worker.name] = self._worker(worker, settings, cluster, page_topic, removal)
+            self.workers[worker.name] = self._worker(worker, settings)
         first = next(iter(self.workers.values()))
         # The first worker's parts, by the names a one-worker stack has always had.
         self.contract, self.queues, self.consumer = first.contract, first.queues, first.consumer
@@ -155,42 +168,16 @@ class WorkerStack(Stack):
         confine_provider_roles(self)
         check_limits(self, settings.name)
 
-    def _worker(
-        self,
-        worker: WorkerSettings,
-        settings: EnvironmentSettings,
-        cluster: ecs.ICluster,
-        page_topic: sns.ITopic,
-        removal: RemovalPolicy,
-    ) -> Worker:
+    def _worker(self, worker: WorkerSettings, settings: EnvironmentSettings) -> Worker:
         """``worker``'s construct, its id its identity; an environment setting it refuses named by its cdk.json path."""
         identity = worker.identity or worker.name
         try:
             return Worker(
                 self,
                 DEFAULT_WORKER_ID if identity == DEFAULT_IDENTITY else identity,
-                name=worker.name,
+                settings=worker,
                 contract=settings.contract(worker),
-                handler=worker.handler,
-                cluster=cluster,
-                page_topic=page_topic,
-                ticket_topic=self.tickets.topic,
-                min_tasks=worker.min_tasks,
-                max_tasks=worker.max_tasks,
-                cpu=worker.cpu,
-                memory_mib=worker.memory_mib,
-                architecture=worker.architecture,
-                spot=worker.spot,
-                log_retention=RETENTION_DAYS[settings.log_retention_days],
-                handler_environment=worker.handler_environment,
-                secrets=worker.secrets,
-                producers=settings.producers,
-                sources=worker.sources,
-                data_removal_policy=removal,
-                runbook_url=settings.runbook_url,
-                # Container Insights is on for a cluster this stack creates; an existing one may not publish.
-                running_tasks_reliable=settings.cluster_name is None,
-                tracing=settings.tracing,
+                shared=self.shared,
             )
         except ContractError as error:
             if error.parameter != "runbook_url":  # the one environment-wide setting the construct checks itself

@@ -2,43 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import cast
 
-from aws_cdk import CfnElement, RemovalPolicy, Stack, Token
+from aws_cdk import CfnElement, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from consumer.contract import WorkerContract, check_int
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
 from infra.capacity_settings import (
-    DEFAULT_ARCHITECTURE,
     SPOT_ARCHITECTURES,
-    WAKE_UP_SECONDS,
     ZERO_NEEDS_INSIGHTS,
     CapacityError,
-    SpotSettings,
     check_architecture,
 )
 from infra.dashboard import DashboardSection
 from infra.metrics import WorkerMetrics, circuit_period_seconds
 from infra.nag import acknowledge
-from infra.queue_alarms import DEFAULT_RUNBOOK_URL, QueueAlarms
+from infra.queue_alarms import QueueAlarms
 from infra.queues import WorkerQueues
-from infra.removal import RETAIN_DATA
-from infra.service import ConsumerService, container_secrets
-from infra.source_settings import Source
+from infra.service import ConsumerService
+from infra.shared import SharedResources
 from infra.sources import WorkerSources
-from infra.tracing_settings import TracingSettings
 from infra.worker_settings import (
-    DEFAULT_WORKER_NAME,
     MAX_TASKS_LIMIT,
     SOURCE_ENV_KEYS,
-    SecretSource,
+    WorkerSettings,
     check_task_size,
     check_worker_name,
 )
@@ -53,39 +44,44 @@ DEFAULT_WORKER_ID = "Default"
 class Worker(Construct):
     """Everything one handler needs, derived from its :class:`WorkerContract`.
 
+    Built from three objects: ``settings`` (:class:`infra.worker_settings.WorkerSettings`: the handler, the worker's
+    name, tasks, size, architecture, Spot, variables, secrets and sources), its ``contract`` (every timing) and
+    ``shared`` (:class:`infra.shared.SharedResources`: the cluster, the two topics and what holds for every worker of
+    the stack); each is kept as an attribute of the same name.
+
     * ``queues``: a :class:`WorkerQueues` pair (source + DLQ) timed from the contract;
-    * ``consumer``: a :class:`ConsumerService` running ``handler`` between ``min_tasks`` and ``max_tasks``
-      (backlog-per-task scaling), with its idempotency table and a task role that reaches only this pair and table;
+    * ``consumer``: a :class:`ConsumerService` running ``settings.handler`` between ``settings.min_tasks`` and
+      ``settings.max_tasks`` (backlog-per-task scaling), with its idempotency table and a task role that reaches only
+      this pair and table;
+    * ``sources``: the SNS subscriptions and EventBridge rules of ``settings.sources`` (None without any);
     * ``metrics`` and ``alarms``: DLQ depth, new arrivals and age, backlog age and this worker's own
-      consumer-stalled composite, paging ``page_topic`` and ticketing ``ticket_topic``;
+      consumer-stalled composite, paging ``shared.page_topic`` and ticketing ``shared.ticket_topic``;
     * ``dashboard_section``: what :class:`infra.dashboard.WorkerDashboard` draws for it.
 
     Names and ids follow the construct id, the worker's identity (infra/identities.py): with ``"Default"``
     (:data:`DEFAULT_WORKER_ID`) the worker holds a one-worker stack's logical ids and names (``<stack>-source``,
     ``<stack>-DlqDepth``, ...) and its stack outputs have no prefix; with any other id, which must follow
     :data:`infra.worker_settings.WORKER_NAME_RULE`, logical ids start with the id (``exportsQueuesQueue...``) and
-    names with ``<stack>-<id>`` (``<stack>-exports-source``), and its outputs with its ``name`` (default: the id) in
-    PascalCase. The stack hosting it
-    admits ``alarms.notifying_alarm_names`` on both topics (:meth:`infra.paging.PagingTopic.admit_alarms`).
+    names with ``<stack>-<id>`` (``<stack>-exports-source``), and its outputs with ``settings.name`` in PascalCase.
+    The stack hosting it admits ``alarms.notifying_alarm_names`` on both topics
+    (:meth:`infra.paging.PagingTopic.admit_alarms`).
 
-    Defaults are behaviour: 1..2 tasks of 0.25 vCPU and 512 MiB, logs kept a month, data (queues, table, logs)
-    retained when the stack is deleted or a resource replaced, but not by the rollback of the deploy that created
-    it (:data:`infra.removal.RETAIN_DATA`), no extra variables or secrets, no sources (``sources``: SNS topics and
-    EventBridge rules, :class:`infra.sources.WorkerSources`), IAM alone deciding who may send, the runbook
-    at ``docs/runbook.md``, and Container Insights assumed on (a cluster the app creates with it).
+    Defaults are behaviour, :class:`WorkerSettings`' and :class:`SharedResources`' (docs/construct.md lists them):
+    1..2 tasks of 0.25 vCPU and 512 MiB, no extra variables, secrets or sources, logs kept a month, data (queues,
+    table, logs) retained when the stack is deleted or a resource replaced, but not by the rollback of the deploy
+    that created it (:data:`infra.removal.RETAIN_DATA`), IAM alone deciding who may send, the runbook at
+    ``docs/runbook.md``, no tracing, and Container Insights assumed on (a cluster the app creates with it).
 
     Example, in a team's own CDK app::
 
         cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
+        shared = SharedResources(cluster=cluster, page_topic=paging.topic, ticket_topic=tickets.topic)
         emails = Worker(
             self,
             "emails",
+            settings=WorkerSettings(name="emails", handler="workers.emails:handle", max_tasks=10),
             contract=contract_of(load_handler("workers.emails:handle")),
-            handler="workers.emails:handle",
-            cluster=cluster,
-            page_topic=paging.topic,
-            ticket_topic=tickets.topic,
-            max_tasks=10,
+            shared=shared,
         )
         for topic in (paging, tickets):
             topic.admit_alarms(emails.alarms.notifying_alarm_names)
@@ -97,82 +93,52 @@ class Worker(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        settings: WorkerSettings,
         contract: WorkerContract,
-        handler: str,
-        cluster: ecs.ICluster,
-        page_topic: sns.ITopic,
-        ticket_topic: sns.ITopic,
-        name: str | None = None,
-        min_tasks: int = 1,
-        max_tasks: int = 2,
-        cpu: int = 256,
-        memory_mib: int = 512,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
-        handler_environment: Mapping[str, str] | None = None,
-        secrets: Mapping[str, SecretSource] | None = None,
-        producers: Sequence[str] = (),
-        sources: Sequence[Source] = (),
-        data_removal_policy: RemovalPolicy = RETAIN_DATA,
-        runbook_url: str = DEFAULT_RUNBOOK_URL,
-        running_tasks_reliable: bool = True,
-        tracing: TracingSettings | None = None,
-        architecture: str = DEFAULT_ARCHITECTURE,
-        spot: SpotSettings | None = None,
+        shared: SharedResources,
     ) -> None:
         unprefixed = construct_id == DEFAULT_WORKER_ID
         if not unprefixed:
             check_worker_name("construct_id", construct_id)
-        worker_name = check_worker_name("name", name or (DEFAULT_WORKER_NAME if unprefixed else construct_id))
+        worker_name = check_worker_name("name", settings.name)
         # What cdk.json's parser checks, checked here too: a team's own app calls this construct directly.
-        check_task_size(cpu, memory_mib)
-        check_int(
-            "min_tasks",
-            min_tasks,
-            0 if running_tasks_reliable else 1,
-            MAX_TASKS_LIMIT,
-            "" if running_tasks_reliable else ZERO_NEEDS_INSIGHTS,
-        )
+        check_task_size(settings.cpu, settings.memory_mib)
+        reliable = shared.running_tasks_reliable
+        min_tasks, max_tasks = settings.min_tasks, settings.max_tasks
+        why_not_zero = "" if reliable else ZERO_NEEDS_INSIGHTS
+        check_int("min_tasks", min_tasks, 0 if reliable else 1, MAX_TASKS_LIMIT, why_not_zero)
         check_int("max_tasks", max_tasks, max(1, min_tasks), MAX_TASKS_LIMIT, " (from min_tasks, and at least 1)")
-        check_architecture("architecture", architecture)  # ContractError quotes the parameter itself
-        if spot is not None:
-            if architecture not in SPOT_ARCHITECTURES:
-                raise CapacityError("spot", "needs architecture x86_64: Fargate Spot runs no ARM64 task", architecture)
-            check_int("spot.on_demand_base", spot.on_demand_base, 0, max_tasks, " (up to max_tasks)")
-        for option, names in (("handler_environment", handler_environment or {}), ("secrets", secrets or {})):
+        check_architecture("architecture", settings.architecture)  # ContractError quotes the parameter itself
+        if settings.spot is not None:
+            if settings.architecture not in SPOT_ARCHITECTURES:
+                raise CapacityError(
+                    "spot", "needs architecture x86_64: Fargate Spot runs no ARM64 task", settings.architecture
+                )
+            check_int("spot.on_demand_base", settings.spot.on_demand_base, 0, max_tasks, " (up to max_tasks)")
+        for option, names in (("handler_environment", settings.handler_environment), ("secrets", settings.secrets)):
             owned = sorted(set(names) & SOURCE_ENV_KEYS)  # written below from the sources, as service.py's own
             if owned:
                 raise ValueError(f'"{option}" must not set variables the construct sets: {", ".join(owned)}')
         super().__init__(scope, construct_id)
-        #: The worker's name: ``name``, by default "default" under the id "Default", else its construct id.
+        #: What it was built from.
+        self.settings, self.contract, self.shared = settings, contract, shared
+        #: The worker's name: ``settings.name``.
         self.name = worker_name
         stack = Stack.of(self).stack_name
         #: What its resource names start with (its identity's), and its stack outputs (its name's; "" under "Default").
         self.name_prefix = stack if unprefixed else f"{stack}-{construct_id}"
         self.output_prefix = "" if unprefixed else output_prefix(worker_name)
-        self.contract = contract
         self.queues = WorkerQueues(
-            self, "Queues", contract=contract, removal_policy=data_removal_policy, name_prefix=self.name_prefix
+            self, "Queues", contract=contract, removal_policy=shared.data_removal_policy, name_prefix=self.name_prefix
         )
         self.consumer = ConsumerService(
             self,
             "Consumer",
             queues=self.queues,
             contract=contract,
-            handler=handler,
-            cluster=cluster,
-            min_tasks=min_tasks,
-            max_tasks=max_tasks,
-            cpu=cpu,
-            memory_mib=memory_mib,
-            log_retention=log_retention,
-            handler_environment=handler_environment,
-            secrets=container_secrets(Construct(self, "Secrets"), secrets or {}),
-            data_removal_policy=data_removal_policy,
+            settings=settings,
+            shared=shared,
             name_prefix=self.name_prefix,
-            tracing=tracing,
-            architecture=architecture,
-            spot=spot,
-            runbook_url=runbook_url,
         )
         cast(ecs.CfnTaskDefinition, self.consumer.task_definition.node.default_child).add_metadata(
             WORKER_METADATA_KEY, self.name
@@ -180,9 +146,14 @@ class Worker(Construct):
         #: The SNS subscriptions and EventBridge rules feeding the queue (None without sources: nothing is added).
         self.sources = (
             WorkerSources(
-                self, "Sources", sources=sources, queues=self.queues, contract=contract, name_prefix=self.name_prefix
+                self,
+                "Sources",
+                sources=settings.sources,
+                queues=self.queues,
+                contract=contract,
+                name_prefix=self.name_prefix,
             )
-            if sources
+            if settings.sources
             else None
         )
         if self.sources is not None:
@@ -190,9 +161,9 @@ class Worker(Construct):
                 self.consumer.container.add_environment(SNS_ENVELOPE_TOPICS_ENV, ",".join(self.sources.envelope_topics))
             if self.sources.has_rules:
                 self.consumer.container.add_environment(EVENTBRIDGE_EVENTS_ENV, "true")
-        if producers:
+        if shared.producers:
             self.queues.restrict_senders(
-                producers,
+                shared.producers,
                 consumer=self.consumer.task_role,
                 sources=self.sources.source_arns if self.sources is not None else (),
                 dead_letter_sources=self.sources.dead_letter_arns if self.sources is not None else (),
@@ -208,20 +179,16 @@ class Worker(Construct):
             "Alarms",
             metrics=self.metrics,
             contract=contract,
-            page_topic=page_topic,
-            ticket_topic=ticket_topic,
-            runbook_url=runbook_url,
-            running_tasks_reliable=running_tasks_reliable,
+            settings=settings,
+            shared=shared,
             name_prefix=self.name_prefix,
-            worker=None if unprefixed else worker_name,
-            wake_up_seconds=WAKE_UP_SECONDS if min_tasks == 0 else 0,
         )
         self.dashboard_section = DashboardSection(
             title=self.name, metrics=self.metrics, alarms=self.alarms, contract=contract
         )
         if unprefixed:
             self._keep_security_group_description()
-        self._acknowledge(cluster)
+        self._acknowledge(shared.cluster)
 
     def _keep_security_group_description(self) -> None:
         """The service's security group keeps the description it had before workers existed.

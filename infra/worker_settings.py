@@ -164,7 +164,13 @@ class SecretSource:
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerSettings:
-    """One worker's settings: the handler it runs and the knobs of its own fleet."""
+    """One worker's settings: the handler it runs and the knobs of its own fleet.
+
+    What :class:`infra.worker.Worker` takes as ``settings``: :func:`parse_worker` builds it from cdk.json, validated
+    with each setting's path; a team's own app builds it by hand, and the construct checks it again (docs/construct.md
+    lists the defaults). ``identity`` and ``path`` are cdk.json's only: the stack picks the construct id by the one
+    and names errors by the other.
+    """
 
     name: str
     handler: str

@@ -102,23 +102,32 @@ EXISTING_VPC_AND_CLUSTER: dict[str, Any] = {
 
 def standalone_worker(handler: str, construct_id: str = "reports", **arguments: Any) -> Any:
     """A ``Worker`` built as a team's own CDK app would (no cdk.json): its own stack, cluster and one topic for pages
-    and tickets; ``arguments`` go to the construct as given. What a test of a refusal calls inside ``pytest.raises``."""
+    and tickets. ``arguments`` name fields of :class:`infra.worker_settings.WorkerSettings` (``name`` defaults to
+    what ``WorkerStack`` would give: ``default`` under the id ``Default``, else the id) or of
+    :class:`infra.shared.SharedResources`, each given to its object as is. What a test of a refusal calls inside
+    ``pytest.raises``."""
+    import dataclasses
+
     from aws_cdk import App, Stack
     from aws_cdk import aws_ecs as ecs
     from aws_cdk import aws_sns as sns
 
     from consumer.declaration import contract_of, load_handler
-    from infra.worker import Worker
+    from infra.shared import SharedResources
+    from infra.worker import DEFAULT_WORKER_ID, Worker
+    from infra.worker_settings import DEFAULT_WORKER_NAME, WorkerSettings
 
+    shared_fields = {f.name for f in dataclasses.fields(SharedResources)}
+    shared_arguments = {k: v for k, v in arguments.items() if k in shared_fields}
+    settings_arguments = {k: v for k, v in arguments.items() if k not in shared_fields}
+    settings_arguments.setdefault("name", DEFAULT_WORKER_NAME if construct_id == DEFAULT_WORKER_ID else construct_id)
     stack = Stack(App(), "Standalone")
     topic = sns.Topic(stack, "Topic")
+    cluster = ecs.Cluster(stack, "Cluster")
     return Worker(
         stack,
         construct_id,
+        settings=WorkerSettings(handler=handler, **settings_arguments),
         contract=contract_of(load_handler(handler)),
-        handler=handler,
-        cluster=ecs.Cluster(stack, "Cluster"),
-        page_topic=topic,
-        ticket_topic=topic,
-        **arguments,
+        shared=SharedResources(cluster=cluster, page_topic=topic, ticket_topic=topic, **shared_arguments),
     )

@@ -105,6 +105,23 @@ def test_defaults_are_the_documented_behaviour(template: dict[str, Any]) -> None
     assert [s["Effect"] for s in source_policy["Properties"]["PolicyDocument"]["Statement"]] == ["Deny"]  # TLS only
 
 
+def test_the_rest_of_the_defaults_are_the_documented_behaviour(template: dict[str, Any]) -> None:
+    """docs/construct.md's defaults table, its other rows: no sources, the runbook at docs/runbook.md, Container
+    Insights trusted (no running task data counts as none), no tracing sidecar."""
+    subscriptions = of_type(template, "AWS::SNS::Subscription").values()
+    assert [s for s in subscriptions if s["Properties"]["Protocol"] == "sqs"] == []
+    assert of_type(template, "AWS::Events::Rule") == {}
+    alarms = [
+        *of_type(template, "AWS::CloudWatch::Alarm").values(),
+        *of_type(template, "AWS::CloudWatch::CompositeAlarm").values(),
+    ]
+    assert alarms and all("Runbook: docs/runbook.md#" in a["Properties"]["AlarmDescription"] for a in alarms)
+    (no_tasks,) = [a for k, a in of_type(template, "AWS::CloudWatch::Alarm").items() if "StalledNoRunningTasks" in k]
+    assert no_tasks["Properties"]["TreatMissingData"] == "breaching"
+    (task,) = of_type(template, "AWS::ECS::TaskDefinition").values()
+    assert [c["Name"] for c in task["Properties"]["ContainerDefinitions"]] == ["Consumer"]
+
+
 def test_example_keeps_nothing_its_failed_first_deploy_made(template: dict[str, Any]) -> None:
     """No resource of the example is plain Retain (the flow log's group included, which the CDK retains by
     default): a rolled-back first deploy deletes everything it made (docs/deploy.md, "When a deploy fails")."""

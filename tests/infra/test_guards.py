@@ -10,13 +10,15 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
-from aws_cdk import aws_ssm as ssm
+from aws_cdk import aws_sns as sns
 from aws_cdk.assertions import Annotations, Match
 
 from consumer.contract import WorkerContract
 from infra.queues import WorkerQueues
 from infra.service import ConsumerService
 from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
+from infra.shared import SharedResources
+from infra.worker_settings import SecretSource, WorkerSettings
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.resolve import resolve_template
@@ -265,17 +267,22 @@ def test_service_construct_refuses_a_variable_with_two_sources(
     """Used without cdk.json's settings, ConsumerService still gives each variable one source, and says which clash."""
     stack = cdk.Stack(cdk.App(), "Direct")
     contract = WorkerContract(max_duration_seconds=90)
-    parameter = ssm.StringParameter.from_secure_string_parameter_attributes(stack, "Hook", parameter_name="/qa/hook")
+    topic = sns.Topic(stack, "Topic")
+    cluster = ecs.Cluster(stack, "Cluster", vpc=ec2.Vpc(stack, "Vpc"))
+    settings = WorkerSettings(
+        name="direct",
+        handler=HANDLER,
+        handler_environment=handler_environment,
+        secrets={secret_name: SecretSource(service="ssm", name="/qa/hook")},
+    )
     with pytest.raises(ValueError) as raised:
         ConsumerService(
             stack,
             "Consumer",
             queues=WorkerQueues(stack, "Queues", contract=contract),
             contract=contract,
-            handler=HANDLER,
-            cluster=ecs.Cluster(stack, "Cluster", vpc=ec2.Vpc(stack, "Vpc")),
-            handler_environment=handler_environment,
-            secrets={secret_name: ecs.Secret.from_ssm_parameter(parameter)},
+            settings=settings,
+            shared=SharedResources(cluster=cluster, page_topic=topic, ticket_topic=topic),
         )
     assert str(raised.value) == message
 

@@ -420,8 +420,8 @@ def test_the_construct_refuses_a_caller_setting_the_sources_variables(variable: 
     """Called directly (a team's app, no cdk.json), the variables the sources write are the construct's own."""
     from infra.worker_settings import SecretSource
 
-    plain = {variable: "x"} if option == "handler_environment" else None
-    secrets = {variable: SecretSource(service="ssm", name="/x")} if option == "secrets" else None
+    plain = {variable: "x"} if option == "handler_environment" else {}
+    secrets = {variable: SecretSource(service="ssm", name="/x")} if option == "secrets" else {}
     with pytest.raises(ValueError) as refused:
         standalone_worker(HANDLER, "orders", handler_environment=plain, secrets=secrets)
     assert str(refused.value) == f'"{option}" must not set variables the construct sets: {variable}'
