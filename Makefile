@@ -2,7 +2,7 @@
 #   make run    synthesize every environment (cdk-nag included), then run the whole system
 #               locally on moto: provisioning from the demo template, consumers, a producer,
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
-#   make test   run the whole test suite
+#   make test   run the test suite (make test-images: the container tier, the images built and run)
 # Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md),
 #   make peers (docs/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer beside ours; ~38 min)
 # make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
@@ -28,21 +28,22 @@ PIP_TOOLS := pip-tools==7.6.2
 # dependencies and the team package's (workers/).
 LOCKS := consumer/requirements.lock consumer/examples/requirements.lock workers/requirements.lock
 
-.PHONY: run test synth diff deploy image bench peers chaos lock clean
+.PHONY: run test test-images synth diff deploy image bench peers chaos lock clean
 
 run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
 	$(PY) -m consumer demo $(DEMO_ARGS)
 
-# The suite on TEST_WORKERS pytest-xdist workers: most tests wait (on moto's long poll, a real allowance, a subprocess),
-# so three times the cores keeps two cores busy; tests/conftest.py keeps what shares a fixture on one worker.
-# The `solo` tests (real-time runs: the demo short form, an alarm recording) then run alone, after the pool: inside a loaded
-# pool on 2 cores they starve. Both phases run; either failing fails. The `lab` ones (the chaos suite's short form, real
-# processes killed on timers) are left out: the simulated tier (tests/sim) runs the same faults on the virtual clock.
-TEST_WORKERS ?= 6
+# The suite on one pytest-xdist worker per core (-n auto), a test file to a worker so a module's fixtures run once.
+# Not in it: the lab's runs (`pytest -m lab`) and the image builds (make test-images).
 test: $(PY_STAMP) $(CLI_STAMP)
-	status=0; $(PY) -m pytest -n $(TEST_WORKERS) -m "not solo and not lab" || status=$$?; \
-	$(PY) -m pytest -m "solo and not lab" || status=$$?; exit $$status
+	$(PY) -m pytest -n auto --dist loadfile -m "not lab" --ignore=tests/container
+
+# The container tier (tests/container): the consumer image built from the synthesized asset as `cdk deploy` builds
+# it, for linux/amd64 and, where qemu is registered, linux/arm64 (minutes of emulation), each run as ECS runs its
+# task. .ci/run runs it after make test, with a container engine it provides (.ci/container-engine).
+test-images: $(PY_STAMP) $(CLI_STAMP)
+	$(PY) -m pytest tests/container
 
 # The pinned CDK CLI (node_modules/.bin is on PATH). cdk.json's app is `python3 app.py`: the venv's bin goes
 # first so it finds the installed CDK, as an activated venv would. ENV picks one environment of cdk.json

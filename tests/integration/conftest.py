@@ -34,7 +34,7 @@ REGION = "eu-west-1"
 ROOT = Path(__file__).resolve().parents[2]
 RECORDER_DIR = Path(runtime_call_recorder.__file__).parent
 #: The test that checks the recorded runtime calls against tests/infra/runtime_calls.json: it runs last.
-RUNTIME_CALLS_TEST = "test_runtime_calls.py::test_every_runtime_call_is_listed_for_the_permissions_tier"
+RUNTIME_CALLS_TEST = "test_runtime_calls_listed.py::test_every_runtime_call_is_listed_for_the_permissions_tier"
 CALL_FIELDS = ("operation", "action", "resource")
 
 
