@@ -21,23 +21,21 @@ from consumer.contract import (
     BINDING_KEYS,
     DLQ_URL_ENV,
     HANDLER_ENV,
-    HEALTH_CHECK_RETRIES,
-    HEALTH_CHECK_TIMEOUT_SECONDS,
     IDEMPOTENCY_TABLE_ENV,
     QUEUE_URL_ENV,
     TASK_ROLE_ID_ENV,
     WorkerContract,
 )
+from consumer.limits import HEALTH_CHECK_RETRIES, HEALTH_CHECK_TIMEOUT_SECONDS
 from infra.capacity_settings import DEFAULT_ARCHITECTURE, SpotSettings
 from infra.queue_alarms import DEFAULT_RUNBOOK_URL
 from infra.queues import WorkerQueues
 from infra.removal import RETAIN_DATA
 from infra.scaling import WorkerScaling
-from infra.settings import SecretSource
 from infra.tracing import TracingSidecar
 from infra.tracing_settings import TracingSettings
 from infra.trust import ECS_TASKS, confine_trust, ecs_task_principal, this_account
-from infra.worker_settings import beyond_one_process
+from infra.worker_settings import SecretSource, beyond_one_process
 
 #: The image's build context: the repository root, through its .dockerignore, which lets in only the runtime
 #: (consumer/) and the team package (workers/). One image serves every worker of the app; each service picks its
