@@ -84,7 +84,6 @@ from bench.corpus import Case, fifo_cases
 from bench.endpoint import local_endpoint
 from bench.proxy import FaultPlan, FaultProxy
 from consumer.examples.notifications import WEBHOOK_URL_ENV
-from consumer.local.display import output_console
 from consumer.local.harness import (
     Fleet,
     consumer_environment,
@@ -92,6 +91,7 @@ from consumer.local.harness import (
     quiet_seconds,
     read_dlq,
 )
+from consumer.ops.progress import output_console
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"

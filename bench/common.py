@@ -20,8 +20,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from consumer.contract import QueueAttributes
 from consumer.producer import batches
+from consumer.queue_attributes import QueueAttributes
 from consumer.testing import depth
 
 ROOT = Path(__file__).resolve().parents[1]

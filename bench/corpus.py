@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from consumer import Message, worker
-from consumer.contract import SQS_MAX_MESSAGE_BYTES
 from consumer.examples import demo, notifications
+from consumer.limits import SQS_MAX_MESSAGE_BYTES
 from consumer.local.harness import IDEMPOTENCY_ATTRIBUTE, sample_event
 
 #: The attribute the producer uses for the event id (also the consumer's idempotency-key attribute).

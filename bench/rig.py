@@ -35,8 +35,8 @@ import boto3
 from botocore.config import Config
 
 from bench.counting_endpoint import COUNTS_PATH
-from consumer.contract import QueueAttributes
 from consumer.producer import batches
+from consumer.queue_attributes import QueueAttributes
 from consumer.testing import depth
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,10 @@ from collections import Counter
 import typer
 
 from bench.sim.invariants import Violation, check
+from bench.sim.plan import Plan
+from bench.sim.run import Run
 from bench.sim.scenarios import BY_NAME
-from bench.sim.world import Plan, Run, simulate
+from bench.sim.world import simulate
 
 app = typer.Typer(add_completion=False)
 

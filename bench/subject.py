@@ -40,8 +40,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from bench.tracing.subject import subject_tracer
-from consumer.contract import SQS_MAX_BATCH, WorkerContract
-from consumer.limits import SQS_CLIENT
+from consumer.contract import WorkerContract
+from consumer.limits import SQS_CLIENT, SQS_MAX_BATCH
 from consumer.runtime import consumer as runtime
 from consumer.runtime.clients import client_config
 from consumer.runtime.consumer import Consumer

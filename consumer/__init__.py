@@ -14,8 +14,9 @@ handlers to read their declaration, and must never pull in runtime code.
 """
 
 from consumer.batch import BatchResult
-from consumer.contract import ConfigurationError, ContractError, WorkerContract
+from consumer.contract import WorkerContract
 from consumer.declaration import Sample, worker
+from consumer.errors import ConfigurationError, ContractError
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 
 __all__ = [

@@ -19,8 +19,7 @@ that it stays importable from either side.
 ``@worker`` itself, ``contract_of`` and ``load_handler`` are in :mod:`consumer.declaration`.
 The formulas, SQS's limits and the contract's bounds are in :mod:`consumer.limits`, the errors in
 :mod:`consumer.errors` and the queue attributes' SQS spelling in :mod:`consumer.queue_attributes`
-(all standard library only); this module re-exports their names, so ``from consumer.contract import``
-reaches every name it always has.
+(all standard library only); each name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -31,15 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumer.errors import ConfigurationError, ContractDriftError, ContractError
+from consumer.errors import ContractDriftError, ContractError
 from consumer.limits import (
     AGE_METRIC_SKIPPED_AFTER_RECEIVES,
     DAY,
     DERIVED_FORMULAS,
-    DLQ_REASON_HEADROOM_BYTES,
     FARGATE_MAX_STOP_TIMEOUT_SECONDS,
-    HEALTH_CHECK_RETRIES,
-    HEALTH_CHECK_TIMEOUT_SECONDS,
     HEARTBEAT_MAX_INTERVAL_SECONDS,
     LEASE_CAP_SECONDS,
     MAX_ASYNC_CONCURRENCY,
@@ -48,7 +44,6 @@ from consumer.limits import (
     MAX_CONCURRENCY,
     MAX_DURATION_SECONDS,
     MAX_MESSAGES_IN_FLIGHT,
-    MAX_POLLERS,
     MIN_LEASE_SECONDS,
     MIN_MAX_RECEIVE_COUNT,
     MIN_RETENTION_GAP_SECONDS,
@@ -57,14 +52,10 @@ from consumer.limits import (
     SHUTDOWN_FLUSH_SECONDS,
     SOURCE_MAX_MESSAGE_BYTES,
     SQS_MAX_BATCH,
-    SQS_MAX_DELAY_SECONDS,
-    SQS_MAX_MESSAGE_ATTRIBUTES,
     SQS_MAX_MESSAGE_BYTES,
-    SQS_MAX_QUEUE_NAME_CHARS,
     SQS_MAX_RECEIVE_COUNT,
     SQS_MAX_RETENTION_SECONDS,
     SQS_MAX_VISIBILITY_SECONDS,
-    SQS_MAX_WAIT_SECONDS,
     SQS_MIN_RETENTION_SECONDS,
     VISIBILITY_MARGIN_MAX_SECONDS,
     VISIBILITY_MARGIN_MIN_SECONDS,
@@ -72,53 +63,6 @@ from consumer.limits import (
     LivenessTimings,
 )
 from consumer.queue_attributes import QueueAttributes, QueuePairAttributes
-
-__all__ = [
-    "BINDING_KEYS",
-    "ConfigurationError",
-    "ContractDriftError",
-    "ContractError",
-    "DERIVED_FORMULAS",
-    "ENV_PREFIX",
-    "QueueAttributes",
-    "QueuePairAttributes",
-    "WorkerContract",
-    # consumer.limits, re-exported: both halves import SQS's limits and the contract's bounds from here
-    "AGE_METRIC_SKIPPED_AFTER_RECEIVES",
-    "DAY",
-    "DLQ_REASON_HEADROOM_BYTES",
-    "FARGATE_MAX_STOP_TIMEOUT_SECONDS",
-    "HEALTH_CHECK_RETRIES",
-    "HEALTH_CHECK_TIMEOUT_SECONDS",
-    "HEARTBEAT_MAX_INTERVAL_SECONDS",
-    "LEASE_CAP_SECONDS",
-    "MAX_ASYNC_CONCURRENCY",
-    "MAX_BATCH",
-    "MAX_BATCH_WINDOW_SECONDS",
-    "MAX_CONCURRENCY",
-    "MAX_DURATION_SECONDS",
-    "MAX_MESSAGES_IN_FLIGHT",
-    "MAX_POLLERS",
-    "MIN_LEASE_SECONDS",
-    "MIN_MAX_RECEIVE_COUNT",
-    "MIN_RETENTION_GAP_SECONDS",
-    "MIN_STOP_TIMEOUT_SECONDS",
-    "REDRIVE_BACKSTOP_RECEIVES",
-    "SHUTDOWN_FLUSH_SECONDS",
-    "SOURCE_MAX_MESSAGE_BYTES",
-    "SQS_MAX_BATCH",
-    "SQS_MAX_DELAY_SECONDS",
-    "SQS_MAX_MESSAGE_ATTRIBUTES",
-    "SQS_MAX_MESSAGE_BYTES",
-    "SQS_MAX_QUEUE_NAME_CHARS",
-    "SQS_MAX_RECEIVE_COUNT",
-    "SQS_MAX_RETENTION_SECONDS",
-    "SQS_MAX_VISIBILITY_SECONDS",
-    "SQS_MAX_WAIT_SECONDS",
-    "SQS_MIN_RETENTION_SECONDS",
-    "VISIBILITY_MARGIN_MAX_SECONDS",
-    "VISIBILITY_MARGIN_MIN_SECONDS",
-]
 
 ENV_PREFIX = "CONSUMER_"
 #: The CloudWatch namespace of the consumer's EMF metrics (dimension ``Queue``); the dashboard reads it.
@@ -131,6 +75,9 @@ IDEMPOTENCY_TABLE_ENV = "CONSUMER_IDEMPOTENCY_TABLE"
 #: The task role's RoleId: a copy the consumer requeued is trusted to carry its spent receives only when SQS
 #: says a session of this role sent it (consumer.message.Message.from_sqs).
 TASK_ROLE_ID_ENV = "CONSUMER_TASK_ROLE_ID"
+#: How the runtime traces ("off", "otlp" or "global": consumer.runtime.tracing reads it); the stack sets it, beside
+#: the OpenTelemetry SDK's own variables, where an environment's "tracing" is on (infra/tracing_settings.py).
+TRACING_ENV = f"{ENV_PREFIX}TRACING"
 BINDING_KEYS = frozenset({QUEUE_URL_ENV, DLQ_URL_ENV, HANDLER_ENV, IDEMPOTENCY_TABLE_ENV, TASK_ROLE_ID_ENV})
 #: Fields the environment sets (cdk.json), not the handler: excluded from the declaration check.
 ENVIRONMENT_FIELDS = frozenset({"source_retention_seconds", "dlq_retention_seconds"})

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
-from consumer.contract import LEASE_CAP_SECONDS, MAX_CONCURRENCY, SQS_MAX_BATCH, ContractError, WorkerContract
-from consumer.limits import SOURCE_MAX_MESSAGE_BYTES
+from consumer.contract import WorkerContract
+from consumer.errors import ContractError
+from consumer.limits import LEASE_CAP_SECONDS, MAX_CONCURRENCY, SOURCE_MAX_MESSAGE_BYTES, SQS_MAX_BATCH
 
 HANDLER_ATTRIBUTE = "__worker_contract__"
 SETUP_ATTRIBUTE = "__worker_setup__"

@@ -1,6 +1,7 @@
 """The errors of the public API: a setting or a contract value that breaks a rule.
 
-Each names the parameter, the rule and the value. ``consumer.contract`` and ``consumer`` re-export them.
+Each names the parameter, the rule and the value. The public facade, ``consumer``, exports ConfigurationError and
+ContractError for handlers; everything else imports them from here.
 """
 
 from __future__ import annotations

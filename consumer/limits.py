@@ -1,8 +1,8 @@
 """The numbers the worker contract is made of: AWS's limits, the contract's own bounds and its formulas.
 
 :class:`consumer.contract.WorkerContract` checks a declaration against these bounds and derives every
-timing with these formulas. ``consumer.contract`` re-exports every name here (both halves import them
-from there); standard library only, like the contract (tests/unit/test_architecture.py).
+timing with these formulas. Both halves import every name here from this module; standard library only, like the
+contract (tests/unit/test_architecture.py).
 
 The formulas (also in the README's configuration table, generated from
 :data:`DERIVED_FORMULAS`):

@@ -42,8 +42,14 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SQS_MAX_BATCH, SQS_MAX_DELAY_SECONDS, ContractError
-from consumer.limits import SQS_MAX_BATCH_BYTES, SQS_MAX_MESSAGE_ATTRIBUTES, SQS_MAX_MESSAGE_BYTES
+from consumer.errors import ContractError
+from consumer.limits import (
+    SQS_MAX_BATCH,
+    SQS_MAX_BATCH_BYTES,
+    SQS_MAX_DELAY_SECONDS,
+    SQS_MAX_MESSAGE_ATTRIBUTES,
+    SQS_MAX_MESSAGE_BYTES,
+)
 from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE
 
 __all__ = ["Failure", "Outgoing", "SendResult", "TRACEPARENT_ATTRIBUTE", "entries", "send"]

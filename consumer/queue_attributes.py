@@ -1,7 +1,7 @@
 """What SQS must hold for a queue, in units, and its spelling in CreateQueue's ``Attributes``.
 
-:meth:`consumer.contract.WorkerContract.queue_attributes` derives them; ``consumer.contract`` re-exports
-both classes. Standard library only, like the contract (tests/unit/test_architecture.py).
+:meth:`consumer.contract.WorkerContract.queue_attributes` derives them. Standard library only, like the contract
+(tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations

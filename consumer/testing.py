@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from consumer.contract import SQS_MAX_BATCH
 from consumer.declaration import samples_of
+from consumer.limits import SQS_MAX_BATCH
 from consumer.message import Message
 from consumer.sources import Sources
 

@@ -14,8 +14,9 @@ from consumer.errors import ContractError
 from infra.identities import IdentityLock
 from infra.limits import check_templates
 from infra.nag import enable_nag
-from infra.settings import CONTEXT_KEY, load_environments
+from infra.settings import load_environments
 from infra.stack import WorkerStack
+from infra.worker_settings import CONTEXT_KEY
 
 ENV_CONTEXT_KEY = "env"
 CDK_JSON = Path(__file__).resolve().parent.parent / "cdk.json"

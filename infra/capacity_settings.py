@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from consumer.contract import ContractError, check_int
+from consumer.contract import check_int
+from consumer.errors import ContractError
 from infra.alarms.sqs_model import WAKE_DELAY_SECONDS
 
 #: cdk.json's values (infra/service.py maps each to the task's CpuArchitecture and the image's platform).
@@ -30,7 +31,7 @@ SPOT_KEYS = ("on_demand_base", "on_demand_weight", "spot_weight")
 MAX_CAPACITY_WEIGHT = 1000
 #: What Fargate gives a Spot task before it stops it: a SIGTERM two minutes ahead
 #: (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-capacity-providers.html). The container's
-#: stopTimeout fits in it for every contract (it is at most consumer.contract.FARGATE_MAX_STOP_TIMEOUT_SECONDS, equal
+#: stopTimeout fits in it for every contract (it is at most consumer.limits.FARGATE_MAX_STOP_TIMEOUT_SECONDS, equal
 #: to this; tests/unit/test_capacity_settings.py holds them together), so a reclaimed task drains as a deploy's does.
 SPOT_WARNING_SECONDS = 120
 

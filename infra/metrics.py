@@ -15,7 +15,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
 
-from consumer.contract import METRICS_NAMESPACE, SQS_MAX_WAIT_SECONDS, WorkerContract
+from consumer.contract import METRICS_NAMESPACE, WorkerContract
+from consumer.limits import SQS_MAX_WAIT_SECONDS
 from infra.queues import WorkerQueues
 
 SQS_METRIC_PERIOD = Duration.minutes(1)

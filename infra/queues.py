@@ -11,7 +11,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IValidation
 
-from consumer.contract import SQS_MAX_QUEUE_NAME_CHARS, QueueAttributes, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.limits import SQS_MAX_QUEUE_NAME_CHARS
+from consumer.queue_attributes import QueueAttributes
 from infra.removal import RETAIN_DATA
 
 #: Also authorises SendMessageBatch: batch calls need no separate action.

@@ -17,8 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from consumer.contract import DERIVED_FORMULAS, ContractError, WorkerContract
+from consumer.contract import WorkerContract
 from consumer.declaration import contract_of, load_handler
+from consumer.errors import ContractError
+from consumer.limits import DERIVED_FORMULAS
 from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 from infra.source_settings import TopicSource

@@ -21,13 +21,12 @@ from consumer.contract import (
     BINDING_KEYS,
     DLQ_URL_ENV,
     HANDLER_ENV,
-    HEALTH_CHECK_RETRIES,
-    HEALTH_CHECK_TIMEOUT_SECONDS,
     IDEMPOTENCY_TABLE_ENV,
     QUEUE_URL_ENV,
     TASK_ROLE_ID_ENV,
     WorkerContract,
 )
+from consumer.limits import HEALTH_CHECK_RETRIES, HEALTH_CHECK_TIMEOUT_SECONDS
 from infra.capacity_settings import DEFAULT_ARCHITECTURE, SpotSettings
 from infra.queues import WorkerQueues
 from infra.scaling import WorkerScaling

@@ -13,21 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from consumer.contract import DAY, ContractError, WorkerContract, check_int
+from consumer.contract import WorkerContract, check_int
 from consumer.declaration import contract_of, load_handler
-from consumer.limits import MIN_RETENTION_GAP_SECONDS
+from consumer.errors import ContractError
+from consumer.limits import DAY, MIN_RETENTION_GAP_SECONDS
 from infra.capacity_settings import ZERO_NEEDS_INSIGHTS
 from infra.identities import IdentityLock, Record, resolve
 from infra.tracing_settings import TracingSettings, check_tracing_variables, parse_tracing
 from infra.worker_settings import (
     CONTEXT_KEY,
     DEFAULT_WORKER_NAME,
-    FARGATE_MEMORY_MIB,
-    MAX_TASKS_LIMIT,
-    SECRET_JSON_KEY_SEPARATOR,
-    SECRET_LIKE_RULE,
-    SECRET_NAME_MARKERS,
-    SECRET_SOURCE_RULE,
     WORKER_KEYS,
     SecretSource,
     SettingsError,
@@ -35,20 +30,6 @@ from infra.worker_settings import (
     check_worker_name,
     parse_worker,
 )
-
-# Re-exported: they were defined here before the per-worker settings moved to infra/worker_settings.py.
-__all__ = [
-    "CONTEXT_KEY",
-    "FARGATE_MEMORY_MIB",
-    "MAX_TASKS_LIMIT",
-    "SECRET_JSON_KEY_SEPARATOR",
-    "SECRET_LIKE_RULE",
-    "SECRET_NAME_MARKERS",
-    "SECRET_SOURCE_RULE",
-    "SecretSource",
-    "SettingsError",
-    "WorkerSettings",
-]
 
 #: The contract's minimum DLQ-over-source retention gap, in the unit cdk.json's settings use.
 RETENTION_GAP_DAYS = MIN_RETENTION_GAP_SECONDS // DAY

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumer.contract import ContractError
+from consumer.errors import ContractError
 
 #: Keys of a topic source and of a rule source.
 TOPIC_KEYS = ("topic_arn", "raw_message_delivery", "filter_policy", "filter_policy_scope")

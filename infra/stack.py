@@ -26,19 +26,17 @@ from infra.network import environment_vpc
 from infra.paging import PagingTopic
 from infra.removal import data_removal_policy
 from infra.settings import (
-    CONTEXT_KEY,
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
     PAGING_ENDPOINT_PATTERN,
     PAGING_ENDPOINT_RULE,
     EnvironmentSettings,
-    SettingsError,
-    WorkerSettings,
     is_placeholder,
 )
 from infra.shared import SharedResources
 from infra.trust import confine_provider_roles
 from infra.worker import DEFAULT_WORKER_ID, Worker
+from infra.worker_settings import CONTEXT_KEY, SettingsError, WorkerSettings
 
 # CDK's RetentionDays names the same CloudWatch values, in the same order (INFINITE last).
 RETENTION_DAYS = dict(zip(LOG_RETENTION_DAYS, list(logs.RetentionDays)[: len(LOG_RETENTION_DAYS)], strict=True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from consumer.runtime.tracing import TRACING_ENV
+from consumer.contract import TRACING_ENV
 from infra.worker_settings import SettingsError
 
 #: The runtime's mode with a sidecar (one of TRACING_MODES): an SDK provider exporting over OTLP/HTTP to the collector.

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from consumer.contract import BINDING_KEYS, ContractError, WorkerContract, check_int
+from consumer.contract import BINDING_KEYS, WorkerContract, check_int
+from consumer.errors import ContractError
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from infra.capacity_settings import DEFAULT_ARCHITECTURE, CapacityError, SpotSettings, check_architecture, parse_spot
 from infra.source_settings import Source, SourceError, parse_sources

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from consumer import Message, PoisonMessage, worker
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTIFICATIONS = "consumer.examples.notifications:handle"

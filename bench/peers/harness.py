@@ -29,8 +29,8 @@ from typing import Any
 from bench import rig
 from bench.peers import correctness, envs, handlers, summary
 from bench.peers.subjects import SUBJECTS, BodySource, Context, Subject, create_table, drop_table
-from consumer.contract import QueueAttributes
 from consumer.declaration import contract_of
+from consumer.queue_attributes import QueueAttributes
 from consumer.testing import depth
 
 

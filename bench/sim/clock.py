@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench.sim.primitives import SimCondition, SimEvent, SimEventLoop, SimExecutor, SimLock, SimQueue
-from bench.sim.scheduler import SimThread, Simulation, SimulationError, Unwound
+from bench.sim.scheduler import SimThread, Simulation
 
-__all__ = ["SimClock", "SimThread", "Simulation", "SimulationError", "Unwound"]
+__all__ = ["SimClock"]
 
 
 class SimClock(Simulation):

@@ -42,7 +42,7 @@ from typing import Any
 
 from bench.sim.plan import MUST_SUCCEED
 from bench.sim.run import Run
-from consumer.contract import SHUTDOWN_FLUSH_SECONDS
+from consumer.limits import SHUTDOWN_FLUSH_SECONDS
 from consumer.runtime.processing import DEFER_IN_PLACE_SECONDS
 
 #: Requests of one delivery at most, botocore's retries apart: its share of a receive, a claim, a delete or a

@@ -10,7 +10,7 @@ turns the faults off, lets the consumers settle everything, stops them and reads
 
 Handlers are the world's: each records its side effect (``Run.effects``) when its work is done, so effects are
 counted at the handler, never from the consumer's logs. An event's kind says how its handler behaves, attempt by
-attempt (:data:`KINDS`).
+attempt (:data:`bench.sim.plan.KINDS`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 from bench.sim.aws import ACCOUNT, REGION, Aws, Faults
 from bench.sim.clock import SimClock
 from bench.sim.handlers import Handlers
-from bench.sim.plan import KINDS, MUST_SUCCEED, Plan
-from bench.sim.run import Attempt, Process, Run
+from bench.sim.plan import Plan
+from bench.sim.run import Process, Run
 from bench.sim.scheduler import SimThread, Simulation
 from consumer.limits import DYNAMODB_CLIENT, SQS_CLIENT
 from consumer.runtime.cli import StopOnSignal
@@ -378,4 +378,4 @@ def simulate(plan: Plan) -> Run:
     return World(plan).simulate()
 
 
-__all__ = ["KINDS", "MUST_SUCCEED", "Attempt", "Plan", "Run", "World", "simulate"]
+__all__ = ["World", "simulate"]

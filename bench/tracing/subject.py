@@ -55,7 +55,8 @@ def subject_tracer(cell: str) -> AttemptTracer | None:
     if cell == "absent":
         refuse_opentelemetry()
         return None
-    from consumer.runtime.tracing import TRACING_ENV, tracer_from_env
+    from consumer.contract import TRACING_ENV
+    from consumer.runtime.tracing import tracer_from_env
 
     if cell.startswith("otlp:"):
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = cell.removeprefix("otlp:")

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from consumer.contract import SQS_MAX_BATCH, SQS_MAX_WAIT_SECONDS, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.limits import SQS_MAX_BATCH, SQS_MAX_WAIT_SECONDS
 from consumer.local.demo_lane import DemoResult
 from consumer.local.prices import HOURS_PER_MONTH, PRICES, SQS_CHUNK_BYTES, PriceTable
 from consumer.stack_outputs import WORKER_METADATA_KEY, consumer_container

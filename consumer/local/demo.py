@@ -60,9 +60,10 @@ from consumer.local.demo_lane import DELIVERED, DemoResult, Lane
 from consumer.local.demo_notifications import MIX, REDRIVE_FILTER, Downstream, build_mix
 from consumer.local.demo_report import render_report
 from consumer.local.demo_samples import SamplesLane, plan_for
-from consumer.local.display import LiveDisplay, output_console
+from consumer.local.display import LiveDisplay
 from consumer.local.harness import QUIET, TIMED_OUT, ConsumerProcess, Tick, demo_contract, quiet_seconds, settle
 from consumer.local.samples import SamplesUnavailableError
+from consumer.ops.progress import output_console
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS
 
 #: The handlers the demo ships a mix for: the notifications example under the demo declaration, whose lane carries

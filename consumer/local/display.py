@@ -9,9 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from consumer.ops.progress import UNWRAPPED_WIDTH, output_console
-
-__all__ = ["UNWRAPPED_WIDTH", "LiveDisplay", "output_console"]
+__all__ = ["LiveDisplay"]
 
 
 def plain_line(table: Table) -> str:

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 from consumer.contract import WorkerContract
 from consumer.declaration import contract_of
+from consumer.limits import SQS_MAX_BATCH
 from consumer.producer import Outgoing, entries
-from consumer.runtime.acknowledger import SQS_MAX_BATCH
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.liveness import LIVENESS_FILE_ENV
 

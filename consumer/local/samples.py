@@ -16,8 +16,9 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 
-from consumer.contract import HANDLER_ENV, ContractError
+from consumer.contract import HANDLER_ENV
 from consumer.declaration import Sample, load_handler, samples_of
+from consumer.errors import ContractError
 from consumer.local.harness import Planned
 
 #: A planned message's kind: a declared sample the handler must process, one it must refuse (``poison=True``),

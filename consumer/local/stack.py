@@ -27,7 +27,7 @@ from typing import Any
 
 import boto3
 
-from consumer.runtime.tracing import TRACING_ENV
+from consumer.contract import TRACING_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, consumer_container, task_definitions
 
 LOCAL_REGION = "eu-west-1"

@@ -37,8 +37,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.table import Table
 from rich.text import Text
 
-from consumer.contract import SQS_MAX_VISIBILITY_SECONDS
 from consumer.exit_codes import ExitCode
+from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.ops import files
 from consumer.ops.files import ExportResult, ImportResult
 from consumer.ops.passes import AwsFailure, Interrupted, UsageError, explain, interrupts

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from consumer.contract import SQS_MAX_BATCH
+from consumer.limits import SQS_MAX_BATCH
 from consumer.ops.passes import Lease, ProgressFactory, UsageError, aws, entry_failure, interrupts, warn
 from consumer.ops.records import (
     RecordError,

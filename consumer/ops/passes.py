@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SQS_MAX_BATCH
+from consumer.limits import SQS_MAX_BATCH
 from consumer.runtime.aws_errors import error_code, is_missing_queue
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from consumer.contract import SQS_MAX_BATCH
+from consumer.limits import SQS_MAX_BATCH
 from consumer.ops.passes import (
     CONNECT_TIMEOUT_SECONDS,
     MAX_ATTEMPTS,
@@ -58,7 +58,7 @@ def make_client(service: str, queue_url: str | None = None) -> Any:
     import boto3
     from botocore.config import Config
 
-    from consumer.contract import ConfigurationError
+    from consumer.errors import ConfigurationError
     from consumer.runtime.config import resolve_region
 
     try:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from consumer.contract import SQS_MAX_BATCH, SQS_MAX_MESSAGE_ATTRIBUTES
+from consumer.limits import SQS_MAX_BATCH, SQS_MAX_MESSAGE_ATTRIBUTES
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime.dead_letter import (
     ORIGINAL_ATTRIBUTES,

@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SQS_MAX_BATCH
+from consumer.limits import SQS_MAX_BATCH
 from consumer.ops.passes import (
     MAX_STALE_RECEIVES,
     AwsFailure,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SQS_MAX_BATCH
+from consumer.limits import SQS_MAX_BATCH
 from consumer.runtime.clock import SYSTEM, Clock, Waitable
 from consumer.runtime.liveness import ACKNOWLEDGER_LOOP, Liveness
 

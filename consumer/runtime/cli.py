@@ -53,7 +53,7 @@ def run() -> None:
     """
     import boto3
 
-    from consumer.contract import ConfigurationError
+    from consumer.errors import ConfigurationError
     from consumer.runtime.clients import dynamodb_client, sqs_client
     from consumer.runtime.config import LOG_LEVEL_ENV, load_config, resolve_region
     from consumer.runtime.consumer import Consumer, task_role_id_from_env

@@ -19,12 +19,10 @@ from consumer.contract import (
     HANDLER_ENV,
     IDEMPOTENCY_TABLE_ENV,
     QUEUE_URL_ENV,
-    ConfigurationError,
-    ContractDriftError,
-    ContractError,
     WorkerContract,
 )
 from consumer.declaration import contract_of, load_handler, setup_of, worker_argument
+from consumer.errors import ConfigurationError, ContractDriftError, ContractError
 from consumer.sources import Sources
 
 #: The consumer's log level: DEBUG, INFO (the default), WARNING, ERROR or CRITICAL.

@@ -32,8 +32,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from consumer.contract import TASK_ROLE_ID_ENV, ContractError, WorkerContract
+from consumer.contract import TASK_ROLE_ID_ENV, WorkerContract
 from consumer.declaration import check_rate_fits_the_lease, max_rate_of
+from consumer.errors import ContractError
 from consumer.exit_codes import ExitCode
 from consumer.limits import EVENT_LOOP_STALL_SECONDS
 from consumer.runtime.acknowledger import Acknowledger
@@ -44,16 +45,15 @@ from consumer.runtime.clock import SYSTEM, Clock, Waitable
 from consumer.runtime.completions import Completions
 from consumer.runtime.coroutines import ASYNC_GIVE_UP_GRACE_SECONDS, EVENT_LOOP, AsyncWorker
 from consumer.runtime.failures import FailureText
-from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS, Heartbeat, Renewals, lease_extension
+from consumer.runtime.heartbeat import Heartbeat, Renewals
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
-from consumer.runtime.inflight import InFlight, InFlightTable, State
+from consumer.runtime.inflight import InFlight, InFlightTable
 from consumer.runtime.liveness import ACKNOWLEDGER_LOOP, HEARTBEAT_LOOP, Liveness, poller_loop
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import (
     BATCH_FILL_SECONDS,
     LONG_POLL_SECONDS,
     LOOKAHEAD_WAIT_SECONDS,
-    RECEIVE_ERROR_MAX_BACKOFF_SECONDS,
     TICK_SECONDS,
     Lookahead,
     Poller,
@@ -71,27 +71,10 @@ if TYPE_CHECKING:  # the stubs are a development dependency: the image does not 
 
     from consumer.runtime.tracing_spans import AttemptTracer  # imports opentelemetry: only when tracing is on
 
-# The names other modules, tests and bench import from here, wherever they now live. The timing knobs
-# are read from this module when a Consumer is built, so setting them here (bench/subject.py sets
-# BATCH_FILL_SECONDS and LOOKAHEAD_WAIT_SECONDS, a test TICK_SECONDS) still tunes every part.
-__all__ = [
-    "BATCH_FILL_SECONDS",
-    "DISPATCH_WAIT_SECONDS",
-    "EXIT_OK",
-    "EXIT_STUCK",
-    "LONG_POLL_SECONDS",
-    "LOOKAHEAD_WAIT_SECONDS",
-    "METRICS_FLUSH_SECONDS",
-    "RECEIVE_ERROR_MAX_BACKOFF_SECONDS",
-    "ROLE_ID_PATTERN",
-    "TICK_SECONDS",
-    "Consumer",
-    "InFlight",
-    "Slots",
-    "State",
-    "lease_extension",
-    "task_role_id_from_env",
-]
+# The timing knobs imported above (LONG_POLL_SECONDS, BATCH_FILL_SECONDS, LOOKAHEAD_WAIT_SECONDS and TICK_SECONDS
+# from .polling, EVENT_LOOP_STALL_SECONDS from consumer.limits) are read from this module's namespace when a Consumer
+# is built: setting one on this module (bench/subject.py's ablation, a test's monkeypatch) tunes every part of a
+# Consumer built afterwards. To read one, import it from the module that defines it.
 
 log = logging.getLogger("consumer")
 
@@ -99,9 +82,6 @@ log = logging.getLogger("consumer")
 DISPATCH_WAIT_SECONDS = 2.0
 #: After requeuing at shutdown, how long to wait for a long poll answered with those copies to release them.
 LATE_RECEIVE_WAIT_SECONDS = 1.0
-#: The names the tests import; the codes themselves are consumer.exit_codes.ExitCode's.
-EXIT_OK = ExitCode.OK
-EXIT_STUCK = ExitCode.STUCK
 #: An IAM RoleId as IAM writes it (the API's pattern and length limits).
 ROLE_ID_PATTERN = re.compile(r"\w{16,128}", re.ASCII)
 
@@ -229,7 +209,7 @@ class Consumer:
         self._random = rng or random.Random()
         self.liveness = liveness or Liveness(None)  # None: no progress file (python -m consumer run gives one)
         self.owner = consumer_name(self._random)
-        self.exit_code = EXIT_OK
+        self.exit_code = ExitCode.OK
         self._stopping = Stopping(clock, contract.drain_timeout_seconds)
         self._stop = self._stopping.event
         self._closed = clock.event()
@@ -415,7 +395,7 @@ class Consumer:
 
     def _stuck(self) -> None:
         """Every slot holds a handler that will not return: only a new task can make progress."""
-        self.exit_code = EXIT_STUCK
+        self.exit_code = ExitCode.STUCK
         self.stop()
 
     # --- shutdown -----------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from consumer.contract import DLQ_REASON_HEADROOM_BYTES, SQS_MAX_DELAY_SECONDS, SQS_MAX_MESSAGE_ATTRIBUTES
+from consumer.limits import DLQ_REASON_HEADROOM_BYTES, SQS_MAX_DELAY_SECONDS, SQS_MAX_MESSAGE_ATTRIBUTES
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Message
 
 REASON_ATTRIBUTE = "x-dlq-reason"

@@ -7,7 +7,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.clock import Waitable
 from consumer.runtime.idempotency import IdempotencyStore, warn_lost_lease

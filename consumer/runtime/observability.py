@@ -50,7 +50,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from consumer.contract import METRICS_NAMESPACE, ConfigurationError
+from consumer.contract import METRICS_NAMESPACE
+from consumer.errors import ConfigurationError
 
 __all__ = ["LOG_LEVELS", "JsonFormatter", "Metrics", "configure_logging", "log_level", "trace_context"]
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.limits import SQS_MAX_WAIT_SECONDS
 from consumer.message import Attempt, Message
 from consumer.runtime.circuit import PAUSED, Circuit
 from consumer.runtime.clock import SYSTEM, Clock, Waitable

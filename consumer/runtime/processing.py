@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
+from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.clock import Waitable

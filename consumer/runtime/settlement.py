@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import SHUTDOWN_FLUSH_SECONDS, SQS_MAX_VISIBILITY_SECONDS, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.limits import SHUTDOWN_FLUSH_SECONDS, SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger
 from consumer.runtime.circuit import Circuit

@@ -16,16 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from consumer.contract import ENV_PREFIX, ConfigurationError
+from consumer.contract import TRACING_ENV
+from consumer.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from consumer.runtime.tracing_spans import AttemptTracer
 
-#: How the runtime traces: "off" (the default, nothing imported), "otlp" (an SDK provider exporting
-#: over OTLP/HTTP, configured by the standard OTEL_* variables) or "global" (the handler's own provider).
-TRACING_ENV = f"{ENV_PREFIX}TRACING"
-
-#: The values TRACING_ENV accepts.
+#: The values TRACING_ENV (the contract's: the stack writes it too) accepts: "off" (the default, nothing imported),
+#: "otlp" (an SDK provider exporting over OTLP/HTTP, configured by the standard OTEL_* variables) or "global" (the
+#: handler's own provider).
 TRACING_MODES = ("off", "otlp", "global")
 
 #: At shutdown, how long the spans still buffered may take to export (within the stop timeout's

@@ -141,7 +141,8 @@ def _environments() -> list[Any]:
     """The environments of the repository's cdk.json, validated, its workers' identities as its synth resolves them
     (with workers.lock.json, infra/identities.py)."""
     from infra.identities import IdentityLock
-    from infra.settings import CONTEXT_KEY, load_environments
+    from infra.settings import load_environments
+    from infra.worker_settings import CONTEXT_KEY
 
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     return list(load_environments({CONTEXT_KEY: context[CONTEXT_KEY]}, lock=IdentityLock(ROOT / "workers.lock.json")))

@@ -21,11 +21,14 @@ from infra.alarms.scaling import policies_from_template
 from infra.alarms.scenarios import CATALOGUE, USUAL_PER_MINUTE, WAKE_DELAYED, Scenario
 from infra.alarms.sqs_model import QueueSpec, sqs_series
 from infra.alarms.template import load_template, read_alarms
-from infra.alarms.wake_up import WAKE_UP_SECONDS, WakeUp, wake_up_from_template, wake_ups_from_template
+from infra.alarms.wake_up import WakeUp, wake_up_from_template, wake_ups_from_template
 from infra.alarms.world import CREATED_SECONDS, DAY, Timeline, WorkerFacts, World
+from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.identities import DEFAULT_IDENTITY
 from infra.settings import EnvironmentSettings
 
+#: The recorded runs the recorded scenarios read (``NAME.json``), as the lab's recorder writes them
+#: (``python -m bench.alarm_recording``): data, read here; nothing of the recorder is imported.
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 #: A DLQ message must page at least this long before it could expire.
 EXPIRY_WARNING_SECONDS = DAY

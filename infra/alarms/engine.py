@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from infra.alarms.composite import composite_state, parse_rule
-from infra.alarms.definitions import INSUFFICIENT_DATA, CompositeAlarm, MetricAlarm, MetricStat, Series, Unsupported
+from infra.alarms.definitions import INSUFFICIENT_DATA, CompositeAlarm, MetricAlarm, MetricStat, Series
 from infra.alarms.metric_alarm import effective_treat_missing, evaluation_range, next_state
 from infra.alarms.metric_math import check_expression, evaluate_queries
 from infra.alarms.statistics import check_period, check_stat, period_values
@@ -233,4 +233,4 @@ def default_end(
     return last + longest
 
 
-__all__ = ["Transition", "Unsupported", "evaluate", "default_end", "check_alarms", "alarm_values"]
+__all__ = ["Transition", "evaluate", "default_end", "check_alarms", "alarm_values"]

@@ -1,5 +1,5 @@
 """What Container Insights and the consumer's EMF lines put in CloudWatch, as raw datapoints (the SQS model is in
-:mod:`infra.alarms.sqs_model`, which re-exports these functions and holds the table of every rule).
+:mod:`infra.alarms.sqs_model`, which holds the table of every rule, these included).
 
 Each rule is a :class:`Rule`: an id a scenario can name, one line, and the page it comes from. Where the
 documentation is silent the rule says the reading chosen (``reading=True``), so a scenario that depends on it says

@@ -14,8 +14,9 @@ from infra.alarms.catalogue import Outcome
 from infra.alarms.definitions import ALARM, INSUFFICIENT_DATA, OK
 from infra.alarms.scaling import Load, ScalingPolicy, simulate, summary
 from infra.alarms.scenarios import Scenario
-from infra.alarms.wake_up import TASK_START_SECONDS, WAKE_UP_SECONDS, WakeUp, woken_fleet
+from infra.alarms.wake_up import WakeUp, woken_fleet
 from infra.alarms.world import WorkerFacts, World
+from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_SECONDS
 
 #: The burst the scaling table shows: ten times the usual rate for 15 minutes, the usual rate being half of what the
 #: minimum fleet clears (infra/alarms/scaling_bridge.py uses the same).

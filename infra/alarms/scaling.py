@@ -23,7 +23,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from consumer.contract import ContractError, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.errors import ContractError
 from infra.alarms.definitions import ALARM, INSUFFICIENT_DATA, MISSING
 from infra.alarms.metric_alarm import evaluation_range, next_state
 from infra.alarms.scaling_template import check_step_policy

@@ -2,7 +2,8 @@
 
 Every scenario says its source: ``modeled`` (a script of calls, :mod:`infra.alarms.world`, for what a local run cannot
 show in minutes: days of DLQ ageing, a queue idle for hours) or ``recorded`` (calls and EMF lines captured from a real
-local run, :mod:`infra.alarms.record`). Both go through the same publishing rules (:mod:`infra.alarms.sqs_model`).
+local run by the lab's recorder, ``python -m bench.alarm_recording``, and read here from infra/alarms/recordings/).
+Both go through the same publishing rules (:mod:`infra.alarms.sqs_model`).
 
 ``pages`` are the alarms (construct ids, as in infra/queue_alarms.py) that must notify within ``within_minutes`` of
 the onset; ``may_page`` ones may notify too (a real failure often trips more than one); anything else notifying is
@@ -466,7 +467,7 @@ def asleep_then_traffic(world: World) -> Timeline:
 def _fails_bound(facts: WorkerFacts) -> float:
     """wake-up-fails' bound, minutes: the late backlog's threshold (acceptable latency + the wake-up time), its three
     evaluation minutes, and a minute for the age datapoint's own minute."""
-    from infra.alarms.wake_up import WAKE_UP_SECONDS
+    from infra.capacity_settings import WAKE_UP_SECONDS
 
     return (facts.contract.acceptable_latency_seconds + WAKE_UP_SECONDS) / 60 + LATE_EVALUATION_MINUTES + 1
 
@@ -561,7 +562,7 @@ CATALOGUE: tuple[Scenario, ...] = (
         "late-task-count", "a fleet of 5 (max_tasks if fewer) under load, one RunningTaskCount datapoint late",
         "modeled", False, late_task_count, wake_ups=0, holds_fleet=True,
     ),
-    # Recorded: a real consumer, producer and the dlq commands against the local endpoint (infra/alarms/record.py).
+    # Recorded: a real consumer, producer and the dlq commands against the local endpoint (bench/alarm_recording/).
     Scenario(
         "recorded-poison", "a poison message (recorded run)", "recorded", True, steady, DLQ_PAGES, 2,
         recording="poison-active-dlq",

@@ -9,7 +9,7 @@ its result, so a scenario can check that the rule it is about did apply.
 
 The model is event-driven (a heap of expiries, of visibility ends and of the oldest messages per queue) and samples
 each queue once a minute, so eight days of minutes with thousands of messages take a fraction of a second.
-Container Insights and the consumer's EMF lines are in :mod:`infra.alarms.publishers` (re-exported here).
+Container Insights and the consumer's EMF lines are in :mod:`infra.alarms.publishers` (whose rules :data:`RULES` lists).
 """
 
 from __future__ import annotations
@@ -32,22 +32,10 @@ from infra.alarms.publishers import (
     PUBLISHER_RULES,
     ZERO,
     Rule,
-    container_insights_series,
-    emf_series,
     minutes,
 )
 
-__all__ = [
-    "RULES",
-    "RULES_BY_ID",
-    "QueueSpec",
-    "Rule",
-    "container_insights_series",
-    "emf_series",
-    "rule",
-    "rules_markdown",
-    "sqs_series",
-]
+__all__ = ["RULES", "RULES_BY_ID", "QueueSpec", "rule", "rules_markdown", "sqs_series"]
 
 NAMESPACE = "AWS/SQS"
 VISIBLE = "ApproximateNumberOfMessagesVisible"

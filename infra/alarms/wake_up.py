@@ -33,13 +33,10 @@ from infra.alarms.scaling_template import check_step_policy
 from infra.alarms.sqs_model import QueueSpec, sqs_series
 from infra.alarms.step_scaling import StepPolicy
 from infra.alarms.world import World
-from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_SECONDS
+from infra.capacity_settings import TASK_START_SECONDS
 
 __all__ = [
-    "TASK_START_SECONDS",
-    "WAKE_UP_SECONDS",
     "WakeUp",
-    "check_step_policy",
     "scale_ins",
     "wake_up_from_template",
     "wake_ups_from_template",

@@ -17,7 +17,8 @@ import pytest
 from infra.alarms.__main__ import DOCS, ROOT, RUNBOOK, RUNBOOK_BLOCK, runbook_with_times, synthesize
 from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios
 from infra.alarms.report import catalogue_markdown, skipped_markdown, time_to_page_markdown
-from infra.settings import CONTEXT_KEY, load_environments
+from infra.settings import load_environments
+from infra.worker_settings import CONTEXT_KEY
 
 ENVIRONMENTS = load_environments({CONTEXT_KEY: json.loads((ROOT / "cdk.json").read_text())["context"][CONTEXT_KEY]})
 #: The alarms that notify someone, each with a runbook section (tests/infra/test_runbook.py) and a time to page.

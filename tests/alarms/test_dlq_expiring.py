@@ -11,7 +11,8 @@ from infra.alarms.catalogue import Outcome, run_catalogue
 from infra.alarms.definitions import ALARM
 from infra.alarms.scenarios import CATALOGUE, Scenario, _dlq_messages
 from infra.alarms.world import DAY, HOUR, MINUTE, Timeline, World
-from infra.settings import CONTEXT_KEY, EnvironmentSettings, load_environments
+from infra.settings import EnvironmentSettings, load_environments
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
 from tests.reference import NOTIFICATIONS
 

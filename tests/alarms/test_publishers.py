@@ -15,8 +15,8 @@ import pytest
 from consumer.contract import METRICS_NAMESPACE
 from consumer.runtime.observability import Metrics
 from infra.alarms.definitions import Series, metric_key
-from infra.alarms.publishers import PUBLISHER_RULES
-from infra.alarms.sqs_model import RULES_BY_ID, container_insights_series, emf_series
+from infra.alarms.publishers import PUBLISHER_RULES, container_insights_series, emf_series
+from infra.alarms.sqs_model import RULES_BY_ID
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER, SERVICE, QUEUE = "jobs-cluster", "jobs-service", "work"

@@ -23,7 +23,7 @@ from infra.alarms.scaling import (
     simulate,
     summary,
 )
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
 from tests.reference import ENVIRONMENTS
 

@@ -14,12 +14,15 @@ import pytest
 
 from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios, worker_facts
 from infra.alarms.scaling import Load, Minute, ScalingPolicy, policies_from_template, simulate
+from infra.alarms.scaling_template import check_step_policy
 from infra.alarms.scenarios import CATALOGUE, HELD_SHARE_OF_TARGET, LATE_SECONDS
 from infra.alarms.step_scaling import StepPolicy, StepScaling
 from infra.alarms.template import read_alarms
-from infra.alarms.wake_up import WAKE_UP_SECONDS, check_step_policy, wake_up_from_template, woken_fleet
+from infra.alarms.wake_up import wake_up_from_template, woken_fleet
 from infra.alarms.world import World
-from infra.settings import CONTEXT_KEY, EnvironmentSettings, load_environments
+from infra.capacity_settings import WAKE_UP_SECONDS
+from infra.settings import EnvironmentSettings, load_environments
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
 from tests.reference import NOTIFICATIONS
 

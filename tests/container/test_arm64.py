@@ -24,7 +24,7 @@ from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine
 from consumer.local.stack import LocalStack, provision_fresh
 from consumer.local.task import TaskContainer, TaskRun
 from consumer.testing import wait_until
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.container.conftest import ENVIRONMENT, STACK, WORKER, Webhook, depths, send
 from tests.container.test_container import events
 from tests.reference import reference_context

@@ -22,8 +22,8 @@ from typing import Any
 
 from infra.app import ENV_CONTEXT_KEY
 from infra.identities import DEFAULT_IDENTITY
-from infra.settings import CONTEXT_KEY, MAX_WORKERS
-from infra.worker_settings import WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
+from infra.settings import MAX_WORKERS
+from infra.worker_settings import CONTEXT_KEY, WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.permissions import mismatches

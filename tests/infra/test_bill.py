@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from consumer.local.bill import EnvironmentPlan, load_environments
-from infra.settings import CONTEXT_KEY, parse_environment
+from infra.settings import parse_environment
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
 from tests.unit.test_bill import ENVIRONMENT, ORDERED, plan_of
 

@@ -29,7 +29,7 @@ import pytest
 from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_SECONDS
 from infra.report import nag_results
 from infra.scaling import WAKE_UP_EXPRESSION
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
 
 HANDLER = "consumer.examples.notifications:handle"

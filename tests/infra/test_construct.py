@@ -154,7 +154,7 @@ def test_every_alarm_notifies_a_topic_that_admits_it(template: dict[str, Any]) -
 def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str, Any], message: str) -> None:
     """Called directly (a team's app, no cdk.json), a size Fargate does not run or a max below the min is refused
     before anything is built, naming the argument, the rule and the value."""
-    from consumer.contract import ContractError
+    from consumer.errors import ContractError
 
     with pytest.raises(ContractError) as refused:
         standalone_worker(REPORT_JOB, **arguments)
@@ -164,7 +164,7 @@ def test_the_construct_refuses_what_fargate_or_scaling_would(arguments: dict[str
 def test_the_construct_refuses_a_construct_id_no_worker_name_can_be() -> None:
     """A second worker's construct id is its name in every resource name: one outside the rule is refused, the
     argument named once, in quotes like every other."""
-    from consumer.contract import ContractError
+    from consumer.errors import ContractError
     from infra.worker_settings import WORKER_NAME_RULE
 
     with pytest.raises(ContractError) as refused:

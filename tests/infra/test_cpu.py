@@ -8,8 +8,7 @@ import re
 import pytest
 from aws_cdk.assertions import Annotations, Match
 
-from infra.settings import CONTEXT_KEY
-from infra.worker_settings import ONE_PROCESS_CPU_UNITS, beyond_one_process
+from infra.worker_settings import CONTEXT_KEY, ONE_PROCESS_CPU_UNITS, beyond_one_process
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.test_workers import SHARED
 

@@ -11,7 +11,8 @@ import io
 
 import pytest
 
-from consumer.contract import SQS_MAX_VISIBILITY_SECONDS, SQS_MAX_WAIT_SECONDS, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.limits import SQS_MAX_VISIBILITY_SECONDS, SQS_MAX_WAIT_SECONDS
 from consumer.runtime.circuit import PROBE, Circuit
 from consumer.runtime.heartbeat import METRICS_FLUSH_SECONDS as RUNTIME_FLUSH_SECONDS
 from consumer.runtime.observability import Metrics

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from infra.settings import CONTEXT_KEY, parse_environment
+from infra.settings import parse_environment
 from infra.toolchain import NODE_BIN
+from infra.worker_settings import CONTEXT_KEY
 from tests.reference import REPORT_JOB, reference_context, reference_context_json
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from infra.dashboard import widget_title
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.test_workers import SHARED, dashboard_body
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import DISPOSABLE, RETAINED, check_data_retention, removal_policies
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
 

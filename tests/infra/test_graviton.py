@@ -18,7 +18,8 @@ import pytest
 
 from consumer.local.task import TaskContainer
 from infra.report import nag_results
-from infra.settings import CONTEXT_KEY, parse_environment
+from infra.settings import parse_environment
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
 from tests.unit.test_capacity_settings import refusal  # the one line synth fails with, for environment qa
 

@@ -16,9 +16,9 @@ from aws_cdk.assertions import Annotations, Match
 from consumer.contract import WorkerContract
 from infra.queues import WorkerQueues
 from infra.service import ConsumerService
-from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
+from infra.settings import PAGING_ENDPOINT_PATTERN
 from infra.shared import SharedResources
-from infra.worker_settings import SecretSource, WorkerSettings
+from infra.worker_settings import CONTEXT_KEY, SecretSource, SettingsError, WorkerSettings
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.resolve import resolve_template

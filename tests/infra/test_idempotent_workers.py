@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from infra.service import IDEMPOTENCY_TABLE_ACTIONS
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.infra.test_workers import SHARED

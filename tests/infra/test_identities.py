@@ -13,7 +13,8 @@ import pytest
 
 from consumer.errors import ContractError
 from infra.identities import DEFAULT_IDENTITY, LOCK_FILE, LOCK_PATH, IdentityLock, main, record_of
-from infra.settings import CONTEXT_KEY, EnvironmentSettings, load_environments
+from infra.settings import EnvironmentSettings, load_environments
+from infra.worker_settings import CONTEXT_KEY
 from tests.reference import ROOT, reference_context, repository_environments
 
 TEAM = "tests.team_handlers:invoices"

@@ -28,7 +28,8 @@ from infra.limits import (
     policy_excess,
     stack_resources,
 )
-from infra.settings import CONTEXT_KEY, MAX_WORKERS
+from infra.settings import MAX_WORKERS
+from infra.worker_settings import CONTEXT_KEY
 
 ALARM, COMPOSITE = "AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"
 

@@ -12,7 +12,7 @@ import pytest
 from consumer.contract import WorkerContract
 from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.queue_alarms import dlq_held_hours
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import check_dashboard, dashboard_body
 from tests.infra.conftest import Synthesized, synthesize
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from aws_cdk import CfnElement, Stack
 
-from infra.settings import CONTEXT_KEY
 from infra.worker import Worker
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
 from tests.infra.permissions import (
     ALLOWED,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
 from tests.infra.permissions import (
     ALLOWED,

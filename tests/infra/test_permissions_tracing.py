@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from infra.settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
 from tests.infra.permissions import ALLOWED, DENIED, Bindings, Row, Scenario, evaluate, mismatches
 from tests.infra.test_permissions import EXECUTION_ROLE, bind, runtime_rows

@@ -16,8 +16,7 @@ import pytest
 
 from consumer.declaration import contract_of, load_handler
 from consumer.errors import ContractError
-from infra.settings import CONTEXT_KEY
-from infra.worker_settings import WORKER_KEYS
+from infra.worker_settings import CONTEXT_KEY, WORKER_KEYS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.reference import SHIPPED
 

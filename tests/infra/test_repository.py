@@ -14,7 +14,8 @@ from collections.abc import Callable
 import pytest
 
 from consumer.declaration import contract_of, load_handler
-from infra.settings import CONTEXT_KEY, load_environments
+from infra.settings import load_environments
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
 from tests.reference import SHIPPED, repository_environments, shipped_example

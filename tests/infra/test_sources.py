@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
-from infra.settings import CONTEXT_KEY, SettingsError
+from infra.worker_settings import CONTEXT_KEY, SettingsError
 from tests.infra.checks import check_nag
 from tests.infra.conftest import Synthesized, standalone_worker, synthesize
 from tests.infra.resolve import FAKE_ACCOUNT, FAKE_REGION

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from consumer.runtime.tracing import TRACING_ENV, TRACING_MODES
+from consumer.contract import TRACING_ENV
+from consumer.runtime.tracing import TRACING_MODES
 from infra.report import nag_results
-from infra.settings import CONTEXT_KEY
 from infra.tracing import (
     COLLECTOR_CONFIG,
     COLLECTOR_CONTAINER,
@@ -23,6 +23,7 @@ from infra.tracing import (
     COLLECTOR_MEMORY_RESERVATION_MIB,
 )
 from infra.tracing_settings import OTLP_MODE, TRACING_VARIABLES, TracingSettings
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, standalone_worker, synthesize
 
 HANDLER = "consumer.examples.notifications:handle"

@@ -310,7 +310,7 @@ def test_reordering_workers_moves_no_resource(reference: dict[str, Synthesized],
     """demo's workers reversed, once its identities are recorded (workers.lock.json, as a synth writes it): every
     resource keeps its logical id, type and names, and every output its name."""
     from infra.identities import LOCK_FILE, IdentityLock
-    from infra.settings import CONTEXT_KEY
+    from infra.worker_settings import CONTEXT_KEY
 
     environments = reference_context()[CONTEXT_KEY]
     lock = IdentityLock(tmp_path / LOCK_FILE)

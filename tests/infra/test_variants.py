@@ -15,7 +15,8 @@ from aws_cdk.assertions import Template
 from consumer.contract import WorkerContract
 from consumer.declaration import contract_of, load_handler
 from infra.queues import WorkerQueues
-from infra.settings import CONTEXT_KEY, SettingsError, stack_name_of
+from infra.settings import stack_name_of
+from infra.worker_settings import CONTEXT_KEY, SettingsError
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
 from tests.reference import reference_context, repository_environments
 

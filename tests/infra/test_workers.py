@@ -10,7 +10,8 @@ import pytest
 from consumer.stack_outputs import WORKER_METADATA_KEY
 from infra.dashboard import widget_title
 from infra.limits import MAX_ALARM_RULE, MAX_STACK_RESOURCES, MAX_TEMPLATE_BYTES
-from infra.settings import CONTEXT_KEY, MAX_WORKERS
+from infra.settings import MAX_WORKERS
+from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}

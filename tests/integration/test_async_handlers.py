@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from consumer import Message, PoisonMessage, worker
-from consumer.contract import ContractError
 from consumer.declaration import contract_of
+from consumer.errors import ContractError
+from consumer.exit_codes import ExitCode
 from consumer.runtime import consumer as consumer_module
-from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.coroutines import EVENT_LOOP
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
@@ -58,7 +58,7 @@ def test_coroutines_run_concurrently_on_one_thread(sqs: Any) -> None:
     assert most[0] == 30
     assert len(threads) == 1 and threading.get_ident() not in threads
     assert sorted(done) == sorted(f"m{i}" for i in range(30))
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 @worker(
@@ -95,7 +95,7 @@ def test_an_async_handler_has_a_thread_handlers_outcomes(sqs: Any) -> None:
         "rejected": ("non_retryable", "KeyError: 'order_id'"),
         "failing": ("exhausted", "failed 2 times; last error: RuntimeError: always"),
     }
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 def test_a_handler_running_at_the_drain_end_is_cancelled_and_handed_back(sqs: Any) -> None:
@@ -125,7 +125,7 @@ def test_a_handler_running_at_the_drain_end_is_cancelled_and_handed_back(sqs: An
         time.sleep(0.5)
     assert finished == ["quick"]
     assert len(cancelled) == 1 and cancelled[0] <= 0.2  # at the drain's end
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     (back,) = receive_visible(sqs, pair.queue_url)
     assert back["Body"] == "slow"
 
@@ -190,7 +190,7 @@ def test_max_duration_counts_from_the_handler_start_not_the_claim(sqs: Any) -> N
     with running(consumer_of(sqs, pair, contract, handle, idempotency=SlowClaims())) as result:
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
     assert done == [1]
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 def test_concurrency_bounds_the_coroutines_in_flight(sqs: Any) -> None:

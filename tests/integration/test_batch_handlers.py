@@ -14,7 +14,7 @@ import pytest
 
 from consumer import BatchResult, Message, worker
 from consumer.declaration import contract_of
-from consumer.runtime.consumer import EXIT_OK
+from consumer.exit_codes import ExitCode
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration.conftest import create_pair
@@ -88,7 +88,7 @@ def test_each_message_of_a_batch_gets_the_outcome_the_result_reports(sqs: Any) -
     kind, reason = moved["forgotten"]
     assert kind == "exhausted" and "the batch handler did not report this message" in reason
     assert attempts == {"ok": 1, "poison": 1, "rejected": 1, "flaky": 2, "failing": 3, "forgotten": 3}
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 @pytest.mark.parametrize("returned", [None, ["ok"]], ids=["None", "a-list"])
@@ -195,7 +195,7 @@ def test_a_batch_collecting_at_shutdown_is_handed_back_at_once(sqs: Any) -> None
     with running(consumer) as result:
         wait_until(lambda: depth(sqs, pair.queue_url).in_flight == 3, timeout=10)
     assert calls == []
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     # Counted, not received: a receive that brought only some of them would leave those in flight for their lease.
     wait_until(lambda: depth(sqs, pair.queue_url) == (3, 0), timeout=5, what="all three visible again")
 
@@ -238,7 +238,7 @@ def test_a_timed_out_batch_is_given_up_on_and_the_others_go_on(sqs: Any, caplog:
     assert (sorted(blocked + done), "a" in blocked, "later" in done) == (["a", "b", "c", "later"], True, True)
     late = [record for record in caplog.records if record.getMessage() == "handler_succeeded_late"]
     assert len(late) == len(blocked)
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 def test_a_batch_contract_takes_the_window_into_the_lease() -> None:

@@ -20,8 +20,9 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 import consumer.runtime.consumer
 from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
+from consumer.exit_codes import ExitCode
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.runtime.consumer import EXIT_OK, Consumer
+from consumer.runtime.consumer import Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.observability import Metrics
@@ -70,7 +71,7 @@ def test_consumer_deletes_successful_messages(sqs: Any) -> None:
         wait_until(lambda: len(seen) == 5)
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert sorted(seen) == [f"m{i}" for i in range(5)]
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert depth(sqs, pair.dlq_url).total == 0
 
 
@@ -150,7 +151,7 @@ def test_consumer_stopping_mid_dlq_move_finishes_it_before_exiting(sqs: Any) -> 
     worker = consumer_of(sqs, pair, contract, reject)
     with running(worker) as result:
         assert sending.wait(20)
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert (depth(sqs, pair.queue_url).total, depth(sqs, pair.dlq_url).total) == (0, 1)
 
 
@@ -186,7 +187,7 @@ def test_consumer_hands_back_a_receive_answered_during_the_drain_without_startin
         assert first_running.wait(20)
         time.sleep(0.5)  # the poller is long-polling with the free slot
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
-    assert result.exit_code == EXIT_OK and started == ["first"]
+    assert result.exit_code == ExitCode.OK and started == ["first"]
     (copy,) = receive_visible(sqs, pair.queue_url)
     assert (copy["Body"], copy["MessageAttributes"][PRIOR_RECEIVES_ATTRIBUTE]["StringValue"]) == ("late", "0")
 
@@ -213,7 +214,7 @@ def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
         wait_until(
             lambda: logged() and (depth(sqs, pair.queue_url).visible, depth(sqs, pair.queue_url).total) == (1, 1)
         )
-    assert result.exit_code == EXIT_OK and started == []
+    assert result.exit_code == ExitCode.OK and started == []
 
 
 def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
@@ -279,7 +280,7 @@ def test_consumer_survives_an_unreachable_endpoint_without_busy_looping(moto_ser
     with running(worker) as result:
         time.sleep(4)
     assert 2 <= len(receives) <= 4  # waits of 1 s, 2 s, 4 s: three receive calls in four seconds, not hundreds
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) -> None:
@@ -313,7 +314,7 @@ def test_consumer_resumes_when_the_endpoint_comes_back(aws_credentials: None) ->
             server.start()
             sqs.send_message(QueueUrl=pair.queue_url, MessageBody="after-outage")
             wait_until(lambda: seen == ["after-outage"], timeout=40)
-        assert result.exit_code == EXIT_OK
+        assert result.exit_code == ExitCode.OK
     finally:
         server.stop()
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from consumer import DownstreamUnavailable, Message
+from consumer.exit_codes import ExitCode
 from consumer.runtime.circuit import CircuitState
-from consumer.runtime.consumer import EXIT_OK
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import MOTO_SENDER_ID, consumer_of, fast_contract
@@ -69,7 +69,7 @@ def test_consumer_circuit_pauses_hands_back_unspent_then_probes_and_delivers_onc
     assert dict(delivered) == {f"m{i}": 1 for i in range(8)}
     assert dict(counts) == {1: sum(counts.values())}, "a hand-back by the circuit spent a receive"
     assert depth(sqs, pair.dlq_url).total == 0
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert [r for r in receives if r[0] is CircuitState.OPEN] == []
     assert {n for state, n in receives if state is CircuitState.HALF_OPEN} == {1}
     events = [r.getMessage() for r in caplog.records]
@@ -94,7 +94,7 @@ def test_consumer_circuit_open_at_shutdown_drains_and_exits_0_with_nothing_in_th
         wait_until(lambda: consumer.circuit.state is CircuitState.OPEN, what="the circuit open")
         wait_until(lambda: _delayed(sqs, pair.queue_url) == 3, what="three messages handed back for the pause")
         stopping = time.monotonic()
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert time.monotonic() - stopping < 5
     assert (depth(sqs, pair.dlq_url).total, _delayed(sqs, pair.queue_url)) == (0, 3)
 

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from consumer import Message
+from consumer.exit_codes import ExitCode
 from consumer.runtime.circuit import PROBE, CircuitState
-from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.inflight import InFlight, LogContext, State
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
@@ -43,7 +43,7 @@ def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
         wait_until(lambda: len(deleted) >= 16 and depth(sqs, pair.queue_url).total == 0)
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert not all_started.broken
     assert sorted(started) == sorted(bodies)
     # Each copy received is deleted once. A loaded machine's moto may hand one message out twice (16 copies or a
@@ -74,7 +74,7 @@ def test_consumer_receives_ahead_of_a_short_handler(sqs: Any) -> None:
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert sorted(started) == sorted(bodies)
     assert asked[0] == 1 and max(asked) == 10
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from consumer import Message
+from consumer.exit_codes import ExitCode
 from consumer.runtime import acknowledger
-from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.inflight import InFlight, LogContext
 from consumer.testing import depth, receive_visible, running, wait_until
@@ -51,7 +51,7 @@ def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
     assert attempts == [1, 2, 3]
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     events = [(r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
     assert events.count(("handler_failed", expected)) == 3
     assert [e for e, _ in events].count("message_backoff") == 2

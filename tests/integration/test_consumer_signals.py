@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from consumer import Message, worker
-from consumer.runtime.consumer import EXIT_OK
+from consumer.exit_codes import ExitCode
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
@@ -47,7 +47,7 @@ def test_consumer_moves_a_declared_non_retryable_error_to_dlq_at_the_first_recei
     with running(consumer_of(sqs, pair, contract, handle)) as result:
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 2)
         wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert sorted(calls) == [("no-field", 1), ("no-key", 1)]
     reasons = {m["Body"]: read_reason(m["MessageAttributes"]) or {} for m in drain(sqs, pair.dlq_url)}
     assert {body: (r["kind"], r["reason"], r["receive_count"]) for body, r in reasons.items()} == {
@@ -103,7 +103,7 @@ def test_consumer_lets_a_long_handler_see_stopping_and_settles_its_return_as_suc
         assert started.wait(20)
         stopped_at = time.monotonic()
         worker_.stop()
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert (seen["at_start"], seen.get("stopping")) == (False, True), "the handler never saw stopping"
     assert seen["checkpoint"] > 0
     assert seen["returned_at"] - stopped_at < contract.drain_timeout_seconds
@@ -136,7 +136,7 @@ def test_consumer_shortens_a_running_handlers_remaining_to_the_drain_after_stop(
         worker_.stop()
         stopped.set()
     drain = contract.drain_timeout_seconds
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
     assert seen["at_start"] > contract.message_timeout_seconds - 5
     assert drain - 1 < seen["after_stop"] <= drain
     assert stopped_at < seen["deadline"] <= stopped_at + drain + 0.1

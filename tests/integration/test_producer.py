@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from consumer import Message
+from consumer.exit_codes import ExitCode
 from consumer.producer import Outgoing, send
-from consumer.runtime.consumer import EXIT_OK
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.test_consumer import consumer_of, fast_contract
@@ -34,7 +34,7 @@ def test_producer_sends_what_the_consumer_processes_with_the_tenant_logged(
     seen: list[Message] = []
     with running(consumer_of(sqs, pair, contract, seen.append)) as outcome:
         wait_until(lambda: len(seen) == 12 and depth(sqs, pair.queue_url).total == 0)
-    assert outcome.exit_code == EXIT_OK
+    assert outcome.exit_code == ExitCode.OK
     assert sorted(m.body for m in seen) == sorted(f"b{n}" for n in range(12))
     processed = {
         r.message_id: r.__dict__

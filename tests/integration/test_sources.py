@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from consumer import BatchResult, DownstreamUnavailable, Message, PoisonMessage
-from consumer.runtime.consumer import EXIT_OK
+from consumer.exit_codes import ExitCode
 from consumer.runtime.dead_letter import read_reason
 from consumer.sources import Sources
 from consumer.testing import depth, drain, eventbridge_event, running, sns_envelope, wait_until
@@ -89,7 +89,7 @@ def test_a_topic_without_raw_delivery_feeds_the_handler_its_message_and_attribut
     as_published = seen['{"order": 2}']
     assert as_published.sns is None
     assert as_published.message_attributes["tenant"]["StringValue"] == "acme"
-    assert run.exit_code == EXIT_OK
+    assert run.exit_code == ExitCode.OK
 
 
 def test_an_undeclared_topics_envelope_reaches_the_handler_as_delivered(sqs: Any) -> None:
@@ -205,7 +205,7 @@ def test_what_cannot_be_read_and_a_poison_unwrapped_message_end_in_the_dlq_with_
     assert json.loads(envelope)["Message"] == "poison" and json.loads(envelope)["TopicArn"] == topic
     assert json.loads(envelope)["MessageAttributes"] == {"tenant": {"Type": "String", "Value": "acme"}}
     assert (kind, reason) == ("poison", "not an order")
-    assert run.exit_code == EXIT_OK
+    assert run.exit_code == ExitCode.OK
 
 
 def test_a_redelivered_publish_is_one_piece_of_work_and_two_publishes_of_one_body_are_two(sqs: Any) -> None:

@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from consumer import BatchResult, DownstreamUnavailable, Message, PoisonMessage, worker
 from consumer.declaration import contract_of
-from consumer.runtime.consumer import EXIT_OK
+from consumer.exit_codes import ExitCode
 from consumer.runtime.tracing_spans import creation_contexts
 from consumer.testing import InMemoryTracing, depth, drain, in_memory_tracing, running, wait_until
 from tests.integration.conftest import QueuePair, create_pair
@@ -55,7 +55,7 @@ def run_until(
     consumer = consumer_of(sqs, pair, contract or fast_contract(), handler, tracer=tracing.tracer, **options)
     with running(consumer) as result:
         wait_until(done, timeout=30, what="the spans expected")
-    assert result.exit_code == EXIT_OK
+    assert result.exit_code == ExitCode.OK
 
 
 def send_with_both_headers(sqs: Any, pair: QueuePair, body: str) -> None:

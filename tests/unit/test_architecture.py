@@ -1,4 +1,5 @@
-"""The tree keeps the architecture: the contract is stdlib-only, consumer/ never imports the CDK."""
+"""The tree keeps the architecture: the contract is stdlib-only, consumer/ never imports the CDK, infra/ takes only
+the public standard-library layer of consumer/ and nothing of the lab, and every name has one import path."""
 
 from __future__ import annotations
 
@@ -36,18 +37,32 @@ CONTRACT_MODULES = (
     "consumer.queue_attributes",
     "consumer.stack_outputs",
 )
+#: The public layer both halves import, standard library only: the contract's modules and the variables the message
+#: sources are configured by. All that infra/ (and so the CDK app) may import of consumer/.
+PUBLIC_STDLIB_MODULES = (*CONTRACT_MODULES, "consumer.sources")
 
 
-@pytest.mark.parametrize("module", CONTRACT_MODULES)
+@pytest.mark.parametrize("module", PUBLIC_STDLIB_MODULES)
 def test_contract_imports_standard_library_only(module: str) -> None:
-    """consumer/contract.py and its siblings import nothing outside the standard library (and each other)."""
+    """consumer/contract.py, its siblings and consumer/sources.py import nothing outside the standard library (and
+    each other)."""
     tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
     imported = imported_modules(tree)
     outside = {
         name
-        for name in imported - {"__future__", *CONTRACT_MODULES}
+        for name in imported - {"__future__", *PUBLIC_STDLIB_MODULES}
         if name.split(".")[0] not in sys.stdlib_module_names
     }
+    assert sorted(outside) == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "infra").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_infra_imports_only_the_public_layer_of_consumer_and_nothing_of_the_lab(path: Path) -> None:
+    """The product's infrastructure and its tools (the alarm evaluator included) import of consumer/ only
+    PUBLIC_STDLIB_MODULES: never the runtime, the local tooling or the DLQ tool, and nothing of bench/ (the lab's
+    alarm recorder writes data the evaluator reads: infra/alarms/recordings/)."""
+    modules = imported_modules(ast.parse(path.read_text()))
+    outside = {m for m in modules if m.split(".")[0] in ("consumer", "bench", "tests")} - set(PUBLIC_STDLIB_MODULES)
     assert sorted(outside) == []
 
 
@@ -187,3 +202,89 @@ def test_no_module_or_class_outgrows_one_concern(path: Path) -> None:
         if isinstance(node, ast.ClassDef) and node.end_lineno and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
     ]
     assert too_long == []
+
+
+#: The documented public entry for handler authors (README, docs/handlers.md: ``from consumer import worker``): the
+#: one module whose ``__all__`` names what it imports, and the one module others may import such names from.
+PUBLIC_FACADE = "consumer"
+_PACKAGES = ("consumer", "infra", "bench", "tests", "workers")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_path(module: str) -> Path | None:
+    base = ROOT.joinpath(*module.split("."))
+    return next((p for p in (base / "__init__.py", base.with_suffix(".py")) if p.is_file()), None)
+
+
+def _bound_at_top_level(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(defined, imported): the names a module binds at its top level (inside ``if`` and ``try`` too) by a def, a
+    class or an assignment, and by an import."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            imported |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.If | ast.Try):
+            pending += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            pending += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+    return defined, imported
+
+
+def _exported(tree: ast.Module) -> list[str]:
+    """The names of a module's ``__all__`` (a literal list or tuple of strings), empty without one."""
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+            and isinstance(node.value, ast.List | ast.Tuple)
+        ):
+            return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _SIZED if _module_name(p) != PUBLIC_FACADE],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_all_lists_only_names_the_module_defines(path: Path) -> None:
+    """No module of consumer/, infra/ or bench/ re-exports: its ``__all__`` names only what it defines (the public
+    facade, consumer/__init__.py, excepted), so each name has one import path, the module that defines it."""
+    tree = ast.parse(path.read_text())
+    defined, _ = _bound_at_top_level(tree)
+    assert sorted(name for name in _exported(tree) if name not in defined) == []
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
+    """No ``from a.b import name`` (anywhere in consumer/, infra/, bench/, tests/, workers/) takes a name that a.b
+    only imports itself: a name moved to another module is imported from there, not through where it used to be.
+    The public facade (``from consumer import worker``) is the one exception."""
+    bindings: dict[str, tuple[set[str], set[str]]] = {}
+    through = []
+    for path in sorted(p for package in _PACKAGES for p in (ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module or node.module == PUBLIC_FACADE:
+                continue
+            source = _module_path(node.module) if node.module.split(".")[0] in _PACKAGES else None
+            if source is None:
+                continue
+            if node.module not in bindings:
+                bindings[node.module] = _bound_at_top_level(ast.parse(source.read_text()))
+            defined, imported = bindings[node.module]
+            through += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {alias.name} from {node.module}"
+                for alias in node.names
+                if alias.name in imported - defined and _module_path(f"{node.module}.{alias.name}") is None
+            ]
+    assert through == []

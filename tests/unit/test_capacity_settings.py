@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from consumer.contract import FARGATE_MAX_STOP_TIMEOUT_SECONDS, MAX_DURATION_SECONDS, ContractError, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.errors import ContractError
+from consumer.limits import FARGATE_MAX_STOP_TIMEOUT_SECONDS, MAX_DURATION_SECONDS
 from infra.capacity_settings import MAX_CAPACITY_WEIGHT, SPOT_WARNING_SECONDS, ZERO_NEEDS_INSIGHTS, SpotSettings
-from infra.settings import CONTEXT_KEY, SettingsError, parse_environment
+from infra.settings import parse_environment
+from infra.worker_settings import CONTEXT_KEY, SettingsError
 from tests.reference import REPORT_JOB
 
 HANDLER = "consumer.examples.notifications:handle"

@@ -11,8 +11,9 @@ from datetime import timedelta
 import pytest
 
 from consumer import DownstreamUnavailable, worker
-from consumer.contract import ContractError, WorkerContract
+from consumer.contract import WorkerContract
 from consumer.declaration import max_rate_of
+from consumer.errors import ContractError
 from consumer.runtime.circuit import PAUSED, PROBE, Circuit, CircuitState, RateLimit
 from consumer.runtime.observability import Metrics
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.contract import ConfigurationError
 from consumer.declaration import contract_of
+from consumer.errors import ConfigurationError
 from consumer.runtime.config import load_config, region_of_queue_url, resolve_region
 from tests.integration import handlers
 

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from consumer.contract import DAY, DERIVED_FORMULAS, ContractDriftError, ContractError, QueueAttributes, WorkerContract
+from consumer.contract import WorkerContract
 from consumer.declaration import contract_of, load_handler, setup_of, worker
+from consumer.errors import ContractDriftError, ContractError
+from consumer.limits import DAY, DERIVED_FORMULAS
+from consumer.queue_attributes import QueueAttributes
 
 
 def make(**overrides: object) -> WorkerContract:

@@ -15,8 +15,9 @@ from consumer.local.demo_lane import DemoResult, Lane, LaneResult, account
 from consumer.local.demo_notifications import KINDS, MIX, build_mix
 from consumer.local.demo_report import render_report
 from consumer.local.demo_reports import REPORT_KINDS, REPORTS_MIX, build_report_mix
-from consumer.local.display import LiveDisplay, output_console, plain_line
+from consumer.local.display import LiveDisplay, plain_line
 from consumer.local.harness import ConsumerProcess, HealthCheck
+from consumer.ops.progress import output_console
 
 #: The report's longest row and its longest line: each was cut and wrapped at 80 columns.
 REQUESTS_ROW = re.compile(r"SQS requests per processed message\W+2\.18 \(209 requests / 96 processed, .* see below\)")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from consumer import Message, worker
-from consumer.contract import ContractError
 from consumer.declaration import error_text_of
+from consumer.errors import ContractError
 from consumer.runtime.failures import OMITTED, FailureText, handler_code
 
 THIS_FILE = "tests/unit/test_failure_text.py"

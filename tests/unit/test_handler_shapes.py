@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from consumer import BatchResult, Message, PoisonMessage, WorkerContract, worker
-from consumer.contract import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY, ContractDriftError, ContractError
 from consumer.declaration import contract_of
+from consumer.errors import ContractDriftError, ContractError
+from consumer.limits import MAX_ASYNC_CONCURRENCY, MAX_CONCURRENCY
 from consumer.runtime.config import check_declaration
 from consumer.runtime.inflight import InFlight, InFlightTable, LogContext
 

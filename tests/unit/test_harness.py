@@ -17,8 +17,8 @@ from bench import chaos
 from bench.chaos_accounting import ChaosResult
 from bench.chaos_report import sections, write_markdown
 from consumer import Message, worker
-from consumer.contract import ContractError
 from consumer.declaration import contract_of
+from consumer.errors import ContractError
 from consumer.local import accounting, demo
 from consumer.local.accounting import DEAD_LETTERED, DELIVERED, extra_deliveries, places
 from consumer.local.harness import (

@@ -14,8 +14,8 @@ import boto3
 import pytest
 
 from consumer import limits
-from consumer.contract import SQS_MAX_WAIT_SECONDS, WorkerContract
-from consumer.limits import DYNAMODB_CLIENT, MAX_CONCURRENCY, SQS_CLIENT, ClientTimeouts
+from consumer.contract import WorkerContract
+from consumer.limits import DYNAMODB_CLIENT, MAX_CONCURRENCY, SQS_CLIENT, SQS_MAX_WAIT_SECONDS, ClientTimeouts
 from consumer.runtime.clients import dynamodb_client, sqs_client
 from consumer.runtime.heartbeat import Heartbeat, Renewals
 from consumer.runtime.inflight import State

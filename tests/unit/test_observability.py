@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumer.contract import ConfigurationError
+from consumer.errors import ConfigurationError
 from consumer.runtime.observability import JsonFormatter, Metrics, configure_logging, log_level, trace_context
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

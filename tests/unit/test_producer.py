@@ -8,7 +8,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from consumer.contract import ContractError
+from consumer.errors import ContractError
 from consumer.message import Message
 from consumer.producer import Outgoing, entries, send
 from consumer.runtime.idempotency import idempotency_key

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.contract import ConfigurationError, ContractDriftError, ContractError, WorkerContract
+from consumer.contract import WorkerContract
+from consumer.errors import ConfigurationError, ContractDriftError, ContractError
 from consumer.runtime.config import check_declaration, load_config
 from consumer.runtime.idempotency import InMemoryStore
 from consumer.runtime.protection import ScaleInProtection

@@ -11,18 +11,14 @@ from typing import Any
 
 import pytest
 
-from consumer.contract import (
-    DLQ_REASON_HEADROOM_BYTES,
-    SOURCE_MAX_MESSAGE_BYTES,
-    SQS_MAX_MESSAGE_BYTES,
-    ContractDriftError,
-    ContractError,
-    WorkerContract,
-)
+from consumer.contract import WorkerContract
+from consumer.errors import ContractDriftError, ContractError
+from consumer.exit_codes import ExitCode
+from consumer.limits import DLQ_REASON_HEADROOM_BYTES, SOURCE_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Attempt, Message
 from consumer.runtime import consumer as runtime
 from consumer.runtime.config import check_declaration, load_config
-from consumer.runtime.consumer import Consumer, Slots, lease_extension, task_role_id_from_env
+from consumer.runtime.consumer import Consumer, task_role_id_from_env
 from consumer.runtime.dead_letter import (
     MAX_REASON_RECORD_BYTES,
     ORIGINAL_ATTRIBUTES,
@@ -32,8 +28,10 @@ from consumer.runtime.dead_letter import (
     requeue_parameters,
     send_parameters,
 )
+from consumer.runtime.heartbeat import lease_extension
 from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext, State
 from consumer.runtime.observability import Metrics
+from consumer.runtime.polling import Slots
 from consumer.sources import Sources
 from consumer.testing import sns_envelope
 
@@ -111,7 +109,7 @@ def test_consumer_long_polls_as_long_as_the_consumer_module_says(monkeypatch: py
     """LONG_POLL_SECONDS set on consumer.runtime.consumer (where the CLI reads it too) is the poller's wait."""
     monkeypatch.setattr(runtime, "LONG_POLL_SECONDS", 3)
     client = OneReceive()
-    assert consumer_with(client).run() == runtime.EXIT_OK
+    assert consumer_with(client).run() == ExitCode.OK
     assert [r["WaitTimeSeconds"] for r in client.receives] == [3]
 
 
@@ -151,7 +149,7 @@ def test_consumer_fills_batches_as_long_as_the_consumer_module_says(monkeypatch:
         return reserve(slots, wanted, stop, fill_seconds, on_wait)
 
     monkeypatch.setattr(Slots, "reserve_up_to", recorded)
-    assert consumer_with(FullThenShort()).run() == runtime.EXIT_OK  # type: ignore[arg-type]
+    assert consumer_with(FullThenShort()).run() == ExitCode.OK  # type: ignore[arg-type]
     assert fills[:3] == [0.0, 0.25, 0.0]
 
 
@@ -193,7 +191,7 @@ def test_consumer_ticks_as_often_as_the_consumer_module_says(monkeypatch: pytest
         metrics=Metrics(stream=io.StringIO()),
     )
     threading.Timer(0.5, consumer.stop).start()
-    assert consumer.run() == runtime.EXIT_OK
+    assert consumer.run() == ExitCode.OK
     assert protection.idle_calls >= 10  # about 25 ticks in 0.5 s; the default 0.5 s tick gives 1 or 2
 
 

@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import (
-    CONTEXT_KEY,
-    PAGING_ENDPOINT_PATTERN,
-    PRODUCER_RULE,
-    SECRET_LIKE_RULE,
-    SecretSource,
-    SettingsError,
-    load_environments,
-    parse_environment,
-)
+from infra.settings import PAGING_ENDPOINT_PATTERN, PRODUCER_RULE, load_environments, parse_environment
+from infra.worker_settings import CONTEXT_KEY, SECRET_LIKE_RULE, SecretSource, SettingsError
 from tests.reference import REPORT_JOB, reference_context
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from infra.settings import CONTEXT_KEY, SettingsError, parse_environment
+from infra.settings import parse_environment
 from infra.source_settings import (
     RuleSource,
     SourceError,
@@ -17,6 +17,7 @@ from infra.source_settings import (
     check_sources,
     parse_sources,
 )
+from infra.worker_settings import CONTEXT_KEY, SettingsError
 
 HANDLER = "consumer.examples.notifications:handle"
 TOPIC = "arn:aws:sns:eu-west-1:123456789012:orders"

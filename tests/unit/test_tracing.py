@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer.contract import ConfigurationError
-from consumer.runtime.tracing import TRACING_ENV, TRACING_MODES, tracer_from_env, tracing_mode
+from consumer.contract import TRACING_ENV
+from consumer.errors import ConfigurationError
+from consumer.runtime.tracing import TRACING_MODES, tracer_from_env, tracing_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 

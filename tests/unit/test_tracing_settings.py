@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.settings import CONTEXT_KEY, SettingsError, parse_environment
+from infra.settings import parse_environment
 from infra.tracing_settings import SAMPLE_RATIO_RULE, TRACING_VARIABLES, TracingSettings
+from infra.worker_settings import CONTEXT_KEY, SettingsError
 
 HANDLER = "consumer.examples.notifications:handle"
 PATH = f"{CONTEXT_KEY}.qa.tracing"

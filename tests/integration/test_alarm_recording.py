@@ -1,7 +1,8 @@
-"""The alarm recorder (``python -m infra.alarms.record``): its proxy's translation of real SQS calls against moto's
-server, the redrive-policy moves it detects inside moto, the EMF lines it reads, and the files it writes.
+"""The lab's alarm recorder (``python -m bench.alarm_recording``): its proxy's translation of real SQS calls against
+moto's server, the redrive-policy moves it detects inside moto, the EMF lines it reads, and the files it writes.
 
-The full recordings take minutes and are made by the command; here every run is a few seconds long.
+The full recordings take minutes and are made by the command; here every run is a few seconds long. The recordings
+it made are the evaluator's data: tests/alarms/test_recordings.py reads them back.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from typing import Any
 
 import pytest
 
+from bench.alarm_recording import handlers
+from bench.alarm_recording.record import SCENARIOS, Scenario, emf_points, record_scenario
+from bench.alarm_recording.recording_proxy import Clock, QueueInfo, RecordingProxy, double_hand_outs, translate
 from bench.proxy import Exchange
 from consumer.local.stack import LOCAL_REGION, local_client, start_server
 from consumer.runtime.observability import Metrics
+from infra.alarms.catalogue import RECORDINGS
 from infra.alarms.events import REDRIVE, SqsEvent
-from infra.alarms.record import RECORDINGS, SCENARIOS, Scenario, emf_points, record_scenario
-from infra.alarms.recording_proxy import Clock, QueueInfo, RecordingProxy, double_hand_outs, translate
-from infra.alarms.recordings import handlers
-
-DOCUMENT_KEYS = {"scenario", "source", "recorded_with", "queues", "events", "emf", "tasks", "onset", "end"}
+from tests.alarms.recordings import check_document
 
 
 @pytest.fixture(scope="module")
@@ -234,42 +235,6 @@ def test_the_handler_fault_holds_only_within_its_window(monkeypatch: pytest.Monk
     assert handlers.active_fault(150) is None
 
 
-def check_document(document: dict[str, Any], name: str) -> list[SqsEvent]:
-    """What every recording holds, whatever its scenario; returns its events."""
-    assert set(document) == DOCUMENT_KEYS
-    assert (document["scenario"], document["source"]) == (name, "recorded")
-    assert document["recorded_with"] == f"python -m infra.alarms.record {name}"
-    source, dlq = document["queues"]
-    assert set(source) == {"name", "fifo", "retention_seconds", "visibility_timeout"}
-    assert dlq["name"] == f"{source['name']}-dlq" and document["emf"]["queue"] == source["name"]
-    events = [SqsEvent.from_json(e) for e in document["events"]]
-    assert [e.to_json() for e in events] == document["events"]
-    assert [e.t for e in events] == sorted(e.t for e in events)
-    assert {e.queue for e in events} <= {source["name"], dlq["name"]}
-    assert 0 < document["onset"] < document["end"]
-    assert all(0 <= e.t <= document["end"] for e in events)
-    assert all(0 <= t <= document["end"] for t, _, _ in document["emf"]["points"])
-    assert document["tasks"][0] == [0.0, 0, document["tasks"][0][2]] and document["tasks"][-1][1:] == [0, 0]
-    check_causal_order(events)
-    return events
-
-
-def check_causal_order(events: list[SqsEvent]) -> None:
-    """Each message is sent before it is received, and received before a delete or visibility change names it."""
-    received: set[tuple[str, str | None]] = set()
-    sent: set[tuple[str, str | None]] = set()
-    for event in events:
-        key = (event.queue, event.message_id)
-        if event.op == "send":
-            assert key not in sent, event
-            sent.add(key)
-        elif event.op == "receive":
-            assert key in sent, event
-            received.add(key)
-        elif event.op in ("delete", "change_visibility"):
-            assert key in received, event
-
-
 @pytest.mark.slow(15)
 @pytest.mark.solo  # real time: a poison message at 3 s must reach the DLQ before 7 s, which a loaded pool missed twice
 def test_a_short_recording_is_written_whole_and_round_trips_through_sqs_event(tmp_path: Path) -> None:
@@ -290,15 +255,6 @@ def test_a_short_recording_is_written_whole_and_round_trips_through_sqs_event(tm
     assert [row[1:] for row in document["tasks"]] == [[0, 1], [1, 1], [1, 0], [0, 0]]
 
 
-STORED = sorted(RECORDINGS.glob("*.json"))
-
-
-@pytest.mark.parametrize("path", STORED, ids=lambda p: p.stem)
-def test_a_stored_recording_round_trips_through_sqs_event(path: Path) -> None:
-    """Each recording the command wrote reads back event for event, and names a scenario the command knows."""
-    assert path.stem in SCENARIOS
-    check_document(json.loads(path.read_text()), path.stem)
-
-
-def test_every_scenario_has_its_recording() -> None:
-    assert sorted(p.stem for p in STORED) == sorted(SCENARIOS)
+def test_every_scenario_of_the_recorder_has_its_recording() -> None:
+    """Each recording the evaluator reads can be made again by the command, under its own name."""
+    assert sorted(p.stem for p in RECORDINGS.glob("*.json")) == sorted(SCENARIOS)

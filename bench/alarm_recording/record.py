@@ -1,4 +1,4 @@
-"""Record real local runs as alarm scenarios: ``python -m infra.alarms.record NAME`` (or ``--all``).
+"""Record real local runs as alarm scenarios: ``python -m bench.alarm_recording NAME`` (or ``--all``).
 
 Why recordings: a modeled scenario says what its author believes the queues did; a recording says what the consumer,
 a producer and the operator's tools really did against an SQS endpoint, so the alarms are evaluated on the runtime's
@@ -7,8 +7,8 @@ recording. Each scenario (:data:`SCENARIOS`, declarative) runs for a few minutes
 
 * moto's server in this process, a source queue and its DLQ created with the attributes the handler's contract gives
   the stack's pair (redrive policy included);
-* a :class:`~infra.alarms.recording_proxy.RecordingProxy` between every client and moto: ``python -m consumer run``
-  processes (the handler of :mod:`infra.alarms.recordings.handlers`), a producer thread, and the operator's
+* a :class:`~bench.alarm_recording.recording_proxy.RecordingProxy` between every client and moto: ``python -m consumer run``
+  processes (the handler of :mod:`bench.alarm_recording.handlers`), a producer thread, and the operator's
   ``python -m consumer dlq`` commands all use it as ``AWS_ENDPOINT_URL``; it logs every SQS call on the two queues as
   :class:`~infra.alarms.events.SqsEvent` and the redrive policy's own moves as sends on the DLQ by ``redrive``;
 * the consumers' EMF lines (namespace ``SqsWorker``, dimension ``Queue``), read from their logs, as raw datapoints
@@ -18,7 +18,7 @@ recording. Each scenario (:data:`SCENARIOS`, declarative) runs for a few minutes
 The recording ends once the last consumer exited (or at its last event, when a long poll a stopped consumer left at
 moto is answered later): the teardown (producer stopped, desired count 0, every consumer SIGTERMed as a scale-in
 would) is part of it, so each consumer's shutdown flush of its metrics is in the file.
-The file (``infra/alarms/recordings/NAME.json``, one compact JSON line)::
+The file (``infra/alarms/recordings/NAME.json``, where the evaluator reads it: one compact JSON line)::
 
     {"scenario", "source": "recorded", "recorded_with", "queues": [{"name", "fifo", "retention_seconds",
      "visibility_timeout"}, ...], "events": [SqsEvent.to_json(), ...], "emf": {"queue", "points": [[t, metric,
@@ -43,17 +43,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.alarm_recording import handlers
+from bench.alarm_recording.recording_proxy import Clock, QueueInfo, RecordingProxy, double_hand_outs
 from consumer.contract import METRICS_NAMESPACE, WorkerContract
 from consumer.declaration import contract_of
 from consumer.local.stack import LOCAL_CREDENTIALS, LOCAL_REGION, local_client, start_server
 from consumer.producer import Outgoing, send
 from consumer.runtime.liveness import LIVENESS_FILE_ENV
+from infra.alarms.catalogue import RECORDINGS
 from infra.alarms.events import SqsEvent
-from infra.alarms.recording_proxy import Clock, QueueInfo, RecordingProxy, double_hand_outs
-from infra.alarms.recordings import handlers
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDINGS = Path(__file__).resolve().parent / "recordings"
+#: How the recordings are made, as each one says (``recorded_with``) and this command runs itself (``--jobs``).
+COMMAND = "python -m bench.alarm_recording"
 HANDLER = f"{handlers.__name__}:handle"
 #: When the producer starts: after the consumers had a moment to start polling.
 PRODUCE_FROM_SECONDS = 2.0
@@ -68,7 +70,7 @@ class Scenario:
 
     ``rate``: messages per second the producer sends from 2 s until ``end``. ``poison_at``: when it sends a message
     the handler refuses (body ``poison...``). ``fault``: the handler's fault from ``onset`` (``fail`` or
-    ``downstream``, see :mod:`infra.alarms.recordings.handlers`) for ``fault_seconds`` (None: to the end).
+    ``downstream``, see :mod:`bench.alarm_recording.handlers`) for ``fault_seconds`` (None: to the end).
     ``deploy_new``: a rolling deploy, that many new consumers started at ``onset`` and the ``consumers`` first ones
     SIGTERMed ``deploy_overlap`` seconds later. ``operator``: ``python -m consumer dlq`` commands, each
     (seconds after ``onset``, its arguments; ``{export}`` is a file in the run's directory).
@@ -466,7 +468,7 @@ class Run:
         return {
             "scenario": self.name,
             "source": "recorded",
-            "recorded_with": f"python -m infra.alarms.record {self.name}",
+            "recorded_with": f"{COMMAND} {self.name}",
             "queues": [q.to_json() for q in queues],
             "events": [e.to_json() for e in events],
             "emf": {"queue": queues[0].name, "points": emf_points(lines, queues[0].name, clock)},
@@ -508,7 +510,7 @@ def record(name: str, out: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra.alarms.record", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"scenarios to record: {', '.join(SCENARIOS)}")
     parser.add_argument("--all", action="store_true", help="record every scenario")
     parser.add_argument("--out-dir", type=Path, default=RECORDINGS, help="where NAME.json goes (default: %(default)s)")
@@ -542,13 +544,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _record_in_parallel(names: Sequence[str], out_dir: Path, logs: Path | None, jobs: int) -> list[str]:
-    """Each scenario in its own ``python -m infra.alarms.record NAME`` (its own moto), ``jobs`` at a time."""
+    """Each scenario in its own ``python -m bench.alarm_recording NAME`` (its own moto), ``jobs`` at a time."""
     pending, failed = list(names), []
     running: list[tuple[str, subprocess.Popen[bytes]]] = []
     while pending or running:
         while pending and len(running) < jobs:
             name = pending.pop(0)
-            command = [sys.executable, "-m", "infra.alarms.record", name, "--out-dir", str(out_dir)]
+            command = [sys.executable, "-m", "bench.alarm_recording", name, "--out-dir", str(out_dir)]
             if logs is not None:
                 command += ["--logs", str(logs)]
             running.append((name, subprocess.Popen(command, cwd=ROOT)))
@@ -559,7 +561,3 @@ def _record_in_parallel(names: Sequence[str], out_dir: Path, logs: Path | None, 
                 if process.returncode != 0:
                     failed.append(name)
     return failed
-
-
-if __name__ == "__main__":
-    sys.exit(main())

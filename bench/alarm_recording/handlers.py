@@ -1,4 +1,4 @@
-"""The handler the alarm recordings run (``python -m infra.alarms.record``), with its fault switched on by time.
+"""The handler the alarm recordings run (``python -m bench.alarm_recording``), with its fault switched on by time.
 
 A recording needs a consumer whose behaviour changes at a known moment (the scenario's onset) without restarting
 it, so the fault is read from the environment the recorder gives every consumer process and compared with the wall

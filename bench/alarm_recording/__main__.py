@@ -1,0 +1,7 @@
+"""``python -m bench.alarm_recording NAME`` (or ``--all``): record real local runs as alarm scenarios."""
+
+import sys
+
+from bench.alarm_recording.record import main
+
+sys.exit(main())
