@@ -38,9 +38,11 @@ def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield env_file, output
 
 
+@pytest.mark.real
 def test_local_up_env_file_is_the_provisioned_task_environment(served: tuple[Path, str], cdk_out: Path) -> None:
     """The env file holds exactly what a stack provisioned from the same template gives the task (plus the
-    endpoint and credentials), so a restart on the same port writes the same file."""
+    endpoint and credentials), so a restart on the same port writes the same file.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, _ = served
     written = read_env_file(env_file)
     # Another process, as a restart is: moto's backends are per process, and this one's already hold the stack.
@@ -68,8 +70,10 @@ server.stop()
 """
 
 
+@pytest.mark.real
 def test_local_up_env_file_loads_in_a_posix_shell(served: tuple[Path, str]) -> None:
-    """`set -a; . FILE; set +a` exports every variable of the file with its value unchanged."""
+    """`set -a; . FILE; set +a` exports every variable of the file with its value unchanged.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, _ = served
     loaded = shell(
         f"set -a; . {env_file}; set +a; exec {PYTHON} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
@@ -84,9 +88,11 @@ def printed_workers(output: str) -> list[str]:
     return re.findall(r"^worker (\S+): handler ", output, re.MULTILINE)
 
 
+@pytest.mark.real
 def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None:
     """What `local up` prints last is the consumer command (env file loaded) and the send command, ready to paste:
-    on a one-worker stack with the env file, on a stack of several two per worker, each with that worker's file."""
+    on a one-worker stack with the env file, on a stack of several two per worker, each with that worker's file.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, output = served
     workers = printed_workers(output)
     if len(workers) == 1:
@@ -106,9 +112,11 @@ def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None
     assert output.splitlines()[-len(expected) :] == expected
 
 
+@pytest.mark.real
 def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(served: tuple[Path, str]) -> None:
     """Each worker's environment is in .local.<worker>.env, the first's too (its file is the env file's twin), so
-    `local send --worker <first>` reads it, as docs/local.md's "One chosen worker" gives it."""
+    `local send --worker <first>` reads it, as docs/local.md's "One chosen worker" gives it.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, output = served
     workers = printed_workers(output)
     environments = {worker: read_env_file(worker_env_file(env_file, worker)) for worker in workers}
@@ -127,9 +135,11 @@ def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(serv
     )
 
 
+@pytest.mark.real
 def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tuple[Path, str]) -> None:
     """The docs' commands: a consumer started from the env file processes what `local send` sends, and a
-    `--poison` event ends in the DLQ with the schema rule it broke as its reason."""
+    `--poison` event ends in the DLQ with the schema rule it broke as its reason.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, _ = served
     environment = read_env_file(env_file)
     consumer = shell(f"set -a; . {env_file}; set +a; exec {PYTHON} -m consumer run", stderr=subprocess.STDOUT)

@@ -14,6 +14,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from consumer.local.manual import read_env_file
 from consumer.local.stack import local_client
 from consumer.testing import depth, poll_until
@@ -39,9 +41,11 @@ def test_readme_and_docs_give_the_same_manual_run() -> None:
         assert command in docs
 
 
+@pytest.mark.real
 def test_readme_manual_run_commands_work_as_written(cdk_out: Path, tmp_path: Path) -> None:
     """`local up`, `run` from the env file, `local send`: the consumer processes the sent event, and both
-    long-running commands stop cleanly (SIGTERM for the consumer, Ctrl-C for the stack)."""
+    long-running commands stop cleanly (SIGTERM for the consumer, Ctrl-C for the stack).
+    Real: the README's three commands in a POSIX shell, as a user pastes them."""
     up_command, run_command, send_command = readme_commands()
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "cdk.out").symlink_to(cdk_out)
