@@ -190,8 +190,10 @@ def wait_for_dlq(sqs: Any, queue_url: str, dlq_url: str) -> list[dict[str, Any]]
     raise AssertionError(f"source not drained into one DLQ message within 30 s: {counts}, DLQ {dlq}")
 
 
+@pytest.mark.real
 def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: Path) -> None:
-    """`local up --port N` with N already listening exits 2 at once with one line naming the port."""
+    """`local up --port N` with N already listening exits 2 at once with one line naming the port. Real: a process
+    whose moto server thread would wait forever on the failed bind (the timeout), and its exit code."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -206,8 +208,10 @@ def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: P
     assert not (tmp_path / "e").exists()
 
 
+@pytest.mark.real
 def test_local_send_refuses_an_endpoint_that_is_not_local() -> None:
-    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused."""
+    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused. Real: a user's
+    terminal environment, with nothing of this session's AWS settings, and the exit code."""
     queue_url = "https://sqs.eu-west-1.amazonaws.com/123456789012/SqsWorker-prod-source"
     done = subprocess.run(
         [sys.executable, "-m", "consumer", "local", "send"],
