@@ -1,10 +1,17 @@
 """The entry points a user runs by hand: ``python app.py`` (what ``cdk synth/diff/deploy`` runs) on the pinned
-Node, quiet on success and one line on a configuration error."""
+Node, quiet on success and one line on a configuration error; ``python -m infra.report``, make run's first step.
+
+Each entry point runs once as a real process (``pytest -m real``): ``python -m infra.report`` here, ``python app.py``
+in test_variants.py (every environment, no boto3, no banner on the machine's PATH), and app.py without the CDK here.
+Their logic (refusals, the report's table in a narrow terminal, its notes) runs in process.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,23 +22,10 @@ import pytest
 from infra.settings import parse_environment
 from infra.toolchain import NODE_BIN
 from infra.worker_settings import CONTEXT_KEY
+from tests.infra.conftest import machine_path
 from tests.reference import REPORT_JOB, reference_context, reference_context_json
 
 ROOT = Path(__file__).resolve().parents[2]
-#: jsii's end-of-life banner names the Node it runs on ("Node 20 is end-of-life ...").
-BANNER = "end-of-life"
-
-
-def machine_path() -> str:
-    """The PATH without the project's Node: what a shell has before ``make`` or ``app.py`` pins it."""
-    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(NODE_BIN))
-
-
-def app_py(tmp_path: Path, context: dict[str, Any], path: str) -> subprocess.CompletedProcess[str]:
-    """``python app.py`` as the CDK CLI runs it (context in CDK_CONTEXT_JSON), with no banner silenced."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDK_", "JSII_"))}
-    env.update(PATH=path, CDK_OUTDIR=str(tmp_path), CDK_CONTEXT_JSON=json.dumps(context))
-    return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
 def environments_with(**dev: Any) -> dict[str, Any]:
@@ -41,24 +35,15 @@ def environments_with(**dev: Any) -> dict[str, Any]:
     return {CONTEXT_KEY: environments, "env": "dev"}
 
 
+@pytest.mark.real
 def test_pinned_node_is_node_22() -> None:
-    """make's PATH (node_modules/.bin first) gives `node` 22 LTS, the version package.json pins."""
+    """make's PATH (node_modules/.bin first) gives `node` 22 LTS, the version package.json pins. Real: the binary's
+    own answer."""
     result = subprocess.run(
         ["node", "--version"], env={"PATH": f"{NODE_BIN}{os.pathsep}{machine_path()}"}, capture_output=True, text=True
     )
     assert result.stdout.strip() == "v" + json.loads((ROOT / "package.json").read_text())["devDependencies"]["node"]
     assert result.stdout.startswith("v22.")
-
-
-@pytest.mark.parametrize("pinned_on_path", [True, False], ids=["make's PATH", "the machine's PATH"])
-def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: bool) -> None:
-    """No silencing variable: synth runs on the pinned Node (app.py pins it itself) and prints nothing."""
-    path = f"{NODE_BIN}{os.pathsep}{machine_path()}" if pinned_on_path else machine_path()
-    result = app_py(tmp_path, {**reference_context(), "env": "dev"}, path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert BANNER not in result.stderr
-    assert result.stderr == ""
-    assert (tmp_path / "SqsWorker-dev.template.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -78,13 +63,13 @@ def test_app_py_synthesizes_without_a_banner(tmp_path: Path, pinned_on_path: boo
     ids=["retention", "unknown env"],
 )
 def test_app_py_reports_a_configuration_error_in_one_line(
-    tmp_path: Path, context: dict[str, Any], message: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], context: dict[str, Any], message: str
 ) -> None:
     """A bad setting or -c env= exits 2 with the error on one stderr line, no traceback, nothing synthesized."""
-    result = app_py(tmp_path, context, os.environ["PATH"])
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert result.stderr == f"invalid configuration: {message}\n"
+    from infra.app import main
+
+    assert main(context=context, outdir=str(tmp_path)) == 2
+    assert capsys.readouterr() == ("", f"invalid configuration: {message}\n")
     assert not list(tmp_path.glob("*.template.json"))
 
 
@@ -99,12 +84,43 @@ def report(
     return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
 
 
-def test_the_report_in_a_narrow_terminal_wraps_cells_and_cuts_none(tmp_path: Path) -> None:
+def report_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context: dict[str, Any], **environ: str
+) -> tuple[int, str]:
+    """``python -m infra.report`` in this process (its typer command under CliRunner) on ``context``, with
+    ``environ`` (COLUMNS, FORCE_COLOR as a terminal sets them): (exit code, stdout)."""
+    from typer.testing import CliRunner
+
+    import infra.app
+    from infra.report import main
+
+    monkeypatch.setattr(infra.app, "build_app", functools.partial(infra.app.build_app, context=context))
+    result = CliRunner().invoke(typer_app(main), ["--outdir", str(tmp_path / "out")], env=environ)
+    return result.exit_code, result.stdout
+
+
+def typer_app(command: Any) -> Any:
+    import typer
+
+    app = typer.Typer()
+    app.command()(command)
+    return app
+
+
+def test_the_report_in_a_narrow_terminal_wraps_cells_and_cuts_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In an 80-column terminal the table wraps a long cell (a handler name, a secret) onto more lines
     instead of cutting it with an ellipsis."""
-    out = report(tmp_path, {**os.environ, "COLUMNS": "80", "FORCE_COLOR": "1"})  # rich: an 80-column terminal
-    assert out.returncode == 0, out.stderr
-    assert "…" not in out.stdout
+    context = {CONTEXT_KEY: {"dev": reference_context()[CONTEXT_KEY]["dev"]}}
+    code, out = report_in_process(tmp_path, monkeypatch, context, COLUMNS="80", FORCE_COLOR="1")
+    assert code == 0, out
+    assert "notifications" in out and max(len(line) for line in strip_ansi(out).splitlines()) <= 80
+    assert "…" not in out
+
+
+def strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 #: The report off a terminal, run once for the tests that read it (they share an xdist group, so one worker runs both).
@@ -112,22 +128,29 @@ _off_a_terminal: list[subprocess.CompletedProcess[str]] = []
 OFF_A_TERMINAL = pytest.mark.xdist_group("entry: the report off a terminal")
 
 
+#: What the real run reports: a one-worker environment and demo's two workers (every environment is a synth more, and
+#: the report's columns are built the same way for each).
+REPORTED = {CONTEXT_KEY: {name: reference_context()[CONTEXT_KEY][name] for name in ("dev", "demo")}}
+
+
 def report_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     """`python -m infra.report > log` (no COLUMNS, FORCE_COLOR or TERM), run once per process."""
     if not _off_a_terminal:
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")}
-        _off_a_terminal.append(report(tmp_path_factory.mktemp("report"), environ))
+        _off_a_terminal.append(report(tmp_path_factory.mktemp("report"), environ, REPORTED))
     return _off_a_terminal[0]
 
 
 @OFF_A_TERMINAL
+@pytest.mark.real
 def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
-    names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise)."""
+    names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise). Real: the
+    entry point's interpreter start and exit code, and rich's view of a stdout that is a file, not a terminal."""
     out = report_off_a_terminal(tmp_path_factory)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    environments = reference_context()[CONTEXT_KEY]
+    environments = REPORTED[CONTEXT_KEY]
     ok_lines = [line for line in lines if line.startswith("ok ")]
     assert len(ok_lines) == len(environments)
     for line in ok_lines:  # stack, template path and the nag summary on one line
@@ -137,9 +160,11 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempP
 
 
 @OFF_A_TERMINAL
+@pytest.mark.real
 def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """A column per worker: one-worker environments under their name, demo's two workers each under "demo" over
-    the worker's name, with its own handler, fleet and derived timings (the report job's 10 minutes)."""
+    """A column per worker: a one-worker environment under its name, demo's two workers each under "demo" over
+    the worker's name, with its own handler, fleet and derived timings (the report job's 10 minutes). Real: it
+    reads the one real run of the test above (shared, so it costs nothing more)."""
     out = report_off_a_terminal(tmp_path_factory)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -149,21 +174,23 @@ def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: py
         return [cell.strip() for cell in row.strip("│┃").split(row[0])[1:]]
 
     header_above = next(line for line in lines if line.startswith("┃ ") and "demo" in line)
-    assert [cell.strip() for cell in header_above.strip("┃").split("┃")] == ["", "", "", "", "demo", "demo"]
-    assert cells("parameter") == ["dev", "staging", "prod", "notifications", "reports"]
-    assert cells("handler") == [*["notifications:handle"] * 3, "demo:handle", "reference:report_job"]
-    assert cells("declared max duration")[3:] == ["30 s", "600 s (10 min)"]
-    assert cells("concurrency per task")[3:] == ["8", "2"]
+    assert [cell.strip() for cell in header_above.strip("┃").split("┃")] == ["", "", "demo", "demo"]
+    assert cells("parameter") == ["dev", "notifications", "reports"]
+    assert cells("handler") == ["notifications:handle", "demo:handle", "reference:report_job"]
+    assert cells("declared max duration")[1:] == ["30 s", "600 s (10 min)"]
+    assert cells("concurrency per task")[1:] == ["8", "2"]
     assert [line for line in lines if line.startswith("note ")] == []  # no worker above one vCPU
 
 
-def test_the_report_says_when_a_worker_declares_more_vcpu_than_one_process_uses(tmp_path: Path) -> None:
+def test_the_report_says_when_a_worker_declares_more_vcpu_than_one_process_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """dev at cpu 2048: after the table, one line names the worker and says what to declare instead; the reference
-    environments (at most 512) get no such line."""
-    context = environments_with(cpu=2048, memory_mib=4096)
-    out = report(tmp_path, {**os.environ, "COLUMNS": "200"}, context)
-    assert out.returncode == 0, out.stderr
-    notes = [line for line in out.stdout.splitlines() if line.startswith("note ")]
+    environments (at most 512) get no such line (the test above reads their report)."""
+    context = {CONTEXT_KEY: {"dev": {**reference_context()[CONTEXT_KEY]["dev"], "cpu": 2048, "memory_mib": 4096}}}
+    code, out = report_in_process(tmp_path, monkeypatch, context, COLUMNS="200")
+    assert code == 0, out
+    notes = [line for line in out.splitlines() if line.startswith("note ")]
     assert len(notes) == 1
     assert notes[0].startswith("note dev: cpu 2048 is 2 vCPU, but the task runs one consumer process")
     assert "Declare cpu 1024 and raise max_tasks instead" in notes[0]
@@ -181,8 +208,10 @@ runpy.run_path("app.py", run_name="__main__")
 """
 
 
+@pytest.mark.real
 def test_app_py_without_the_cdk_says_how_in_one_line() -> None:
-    """`npx cdk ls` outside the venv: one line saying what to run instead, no ModuleNotFoundError traceback."""
+    """`npx cdk ls` outside the venv: one line saying what to run instead, no ModuleNotFoundError traceback. Real: an
+    interpreter that has never imported the CDK (this one has), and its exit code."""
     result = subprocess.run([sys.executable, "-c", WITHOUT_CDK], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr

@@ -8,11 +8,15 @@ Queue names are unique per test.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,3 +282,83 @@ def create_pair(sqs: Any, contract: WorkerContract, **source_overrides: str) -> 
     attributes = {k: v for k, v in attributes.items() if v != ""}
     queue_url = sqs.create_queue(QueueName=f"{name}-source{suffix}", Attributes=attributes)["QueueUrl"]
     return QueuePair(queue_url=queue_url, dlq_url=dlq_url)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What an in-process ``python -m consumer run`` ended with: its exit code, its stdout (the JSON log) and stderr."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log lines it wrote, in order."""
+        lines = [json.loads(line) for line in self.stdout.splitlines() if line.startswith("{")]
+        return [line for line in lines if "event" in line]
+
+
+@pytest.fixture
+def consumer_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``python -m consumer run`` in this process (its typer app under typer's CliRunner): the same start-up, checks
+    and refusals as the command, without an interpreter's start. Call it with the environment's ``endpoint`` and
+    variables (as :func:`consumer_run_environment`), ``unset`` keys to remove and, for a run that gets as far as
+    consuming, ``stop_when``: once it holds, the run is asked to stop as its SIGTERM handler would ask. The signal
+    handlers and logging set-up the command installs are put back afterwards."""
+    from typer.testing import CliRunner
+
+    import consumer.runtime.cli
+    from consumer.cli import build_app
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    root = logging.getLogger()
+    saved_handlers = {handler: getattr(handler, "stream", None) for handler in root.handlers}
+    levels = (root.level, logging.getLogger("consumer").level)
+    switches = (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing)  # noqa: SLF001
+    made: list[consumer.runtime.cli.StopOnSignal] = []
+
+    class RecordedStop(consumer.runtime.cli.StopOnSignal):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(consumer.runtime.cli, "StopOnSignal", RecordedStop)
+
+    def stop_once(condition: Callable[[], bool], done: threading.Event) -> None:
+        while not done.is_set():
+            if made and made[0].consumer is not None and condition():
+                made[0].consumer.request_stop()
+                return
+            time.sleep(0.05)
+
+    def run(
+        endpoint: str, *, unset: tuple[str, ...] = (), stop_when: Callable[[], bool] | None = None, **variables: str
+    ) -> RunResult:
+        environment = consumer_run_environment(endpoint, **variables)
+        for key in unset:
+            environment.pop(key, None)
+        for key in [key for key in os.environ if key not in environment]:
+            monkeypatch.delenv(key)
+        for key, value in environment.items():
+            monkeypatch.setenv(key, value)
+        done = threading.Event()
+        stopper = threading.Thread(target=stop_once, args=(stop_when, done), daemon=True) if stop_when else None
+        if stopper:
+            stopper.start()
+        try:
+            result = CliRunner().invoke(build_app("run"), ["run"], catch_exceptions=False)
+        finally:
+            done.set()
+        return RunResult(result.exit_code, result.stdout, result.stderr)
+
+    yield run
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+    for handler in [handler for handler in root.handlers if handler not in saved_handlers]:
+        root.removeHandler(handler)
+    for handler, stream in saved_handlers.items():
+        if stream is not None and isinstance(handler, logging.StreamHandler):
+            handler.setStream(stream)
+    root.setLevel(levels[0])
+    logging.getLogger("consumer").setLevel(levels[1])
+    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches  # noqa: SLF001

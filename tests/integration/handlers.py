@@ -43,6 +43,17 @@ def slow(message: Message) -> None:
     record(message)
 
 
+@worker(max_duration=1, max_lease=4, concurrency=1)
+def killed_on_first_receive(message: Message) -> None:
+    """Marks its start and hangs on the first receive (a test SIGKILLs the process there); on a later one records its
+    side effect at once. The 4 s lease, the shortest the contract allows here, brings the message back 4 s after the
+    receive."""
+    mark_started(message)
+    if message.receive_count == 1:
+        time.sleep(30)
+    record(message)
+
+
 @worker(max_duration=5, concurrency=2, max_receive_count=3)
 def poison_if_bad(message: Message) -> None:
     """Records good bodies; a body of "bad" is poison."""

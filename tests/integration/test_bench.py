@@ -2,7 +2,9 @@
 path runs end to end.
 
 Not a benchmark: no timing is asserted. What is asserted are request counts per
-deleted message at saturation, which do not depend on the machine's speed.
+deleted message at saturation, which do not depend on the machine's speed, so each runs on the smallest load that
+shows its ratio (a warm-up of half a second, windows of 2 s). All are real-tier tests: the harness starts moto and
+each subject as processes of their own, as a benchmark run does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from bench.throughput import measure
 DEPTH = 150
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     """moto's server in a process of its own (as `--endpoint moto` runs it): the session's in-process
     server shares this interpreter with every other test's leftover threads, which slows it unevenly."""
@@ -29,23 +31,27 @@ def endpoint() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.real
 def test_bench_ours_at_saturation_costs_at_most_a_quarter_request_per_message(endpoint: str) -> None:
-    """Concurrency 10 on a queue kept full: one receive of 10 and one delete batch per 10 messages (floor 0.2)."""
-    row = measure(endpoint, "ours", 10, 0.0, warmup=1.0, window=3.0, target_depth=DEPTH)
+    """Concurrency 10 on a queue kept full: one receive of 10 and one delete batch per 10 messages (floor 0.2). Real:
+    the harness's own count of the requests a `python -m consumer run` process makes to an endpoint process (the
+    runtime's floor on the virtual clock is tests/sim/test_behaviour.py's)."""
+    row = measure(endpoint, "ours", 10, 0.0, warmup=0.5, window=2.0, target_depth=DEPTH)
     assert row["deleted"] >= 20, row
-    # 0.2 is the floor over a long run; a 3 s window can hold deletes of messages received before it.
+    # 0.2 is the floor over a long run; a 2 s window can hold deletes of messages received before it.
     assert 0.1 < row["requests_per_message"] <= 0.25, row
     assert row["duplicate_starts"] == 0, row
 
 
+@pytest.mark.real
 def test_bench_naive_baseline_pays_a_delete_per_message(endpoint: str) -> None:
     """The baseline receives 10 and deletes each: at least 1.1 requests per message, so the comparison is real.
 
-    Counted over the whole run, not the 3 s window: a window can open between a receive and its
+    Counted over the whole run, not the 2 s window: a window can open between a receive and its
     deletes, which leaves the window's ratio a little under 1.1 (CI once saw 74/68 = 1.088).
     Over the whole run the bound holds by construction: one DeleteMessage per deleted message,
-    and at least one ReceiveMessage per 10 of them."""
-    row = measure(endpoint, "naive", 1, 0.0, warmup=1.0, window=3.0, target_depth=DEPTH)
+    and at least one ReceiveMessage per 10 of them. Real: the baseline's process, counted by the harness."""
+    row = measure(endpoint, "naive", 1, 0.0, warmup=0.5, window=2.0, target_depth=DEPTH)
     deleted, calls = row["total_deleted"], row["total_requests_by_operation"]
     assert deleted >= 10, row
     assert calls.get("DeleteMessage") == deleted, row
@@ -54,19 +60,21 @@ def test_bench_naive_baseline_pays_a_delete_per_message(endpoint: str) -> None:
     assert 10 * sum(calls.values()) >= 11 * deleted, row
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def counting_endpoint() -> Iterator[str]:
     """moto's server behind the request counter (bench/counting_endpoint.py), as ministack runs behind it in a run."""
     with local_endpoint("moto", counting=True) as url:
         yield url
 
 
+@pytest.mark.real
 def test_bench_async_measures_threads_and_coroutines_with_and_without_the_guard(counting_endpoint: str) -> None:
     """``python -m bench async``'s code path, tiny (one round, short windows, a shallow queue): the threaded and the
     coroutine cells each run as ``python -m consumer run``, with and without the DynamoDB guard, every figure the
     section shows is there, and each holds by construction: a thread per slot against coroutines on one loop, and
-    DynamoDB requests only under the guard. No speed is asserted."""
-    settings = Settings(rounds=1, warmup=1.0, window=3.0, feed_depth=40, steady=4.0)
+    DynamoDB requests only under the guard. No speed is asserted. Real: four `python -m consumer run` processes
+    (their threads and memory are what the section reports), started and measured as the benchmark does."""
+    settings = Settings(rounds=1, warmup=0.5, window=2.0, feed_depth=40, steady=4.0)
     result = async_harness.run(
         counting_endpoint, settings=settings, shapes=("thread_c256", "async_c256"), progress=lambda _: None
     )

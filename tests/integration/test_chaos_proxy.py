@@ -203,11 +203,13 @@ sqs.receive_message(QueueUrl=sys.argv[2], WaitTimeSeconds=3)
 """
 
 
+@pytest.mark.real
 def test_proxy_settle_outlasts_the_long_poll_of_a_sigkilled_client(
     clean: FaultProxy, direct: Any, queue_url: str
 ) -> None:
     """A SIGKILLed client's long poll still waits at moto and swallows the next message (one receive
-    count up, in flight for its lease); after settle() the next message is received at count 1."""
+    count up, in flight for its lease); after settle() the next message is received at count 1.
+    Real: a client process SIGKILLed in the middle of its long poll, whose connection only the kernel closes."""
 
     def killed_poller() -> None:
         process = subprocess.Popen([sys.executable, "-c", DEAD_POLL, clean.url, queue_url, REGION])

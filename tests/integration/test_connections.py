@@ -24,7 +24,7 @@ from consumer.runtime.clients import dynamodb_client, sqs_client, user_agent
 from consumer.testing import depth, wait_until
 from tests.integration.conftest import REGION, consumer_run_environment, create_pair
 from tests.integration.handlers import wide
-from tests.integration.test_process import create_table, effects
+from tests.integration.processes import create_table, effects
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 320
@@ -36,11 +36,13 @@ def server_sqs(moto_server: str) -> Any:
     return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
+@pytest.mark.real
 def test_process_at_32_slots_with_the_idempotency_table_discards_no_connection(
     moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
 ) -> None:
     """320 messages through 32 slots, claims and completions on DynamoDB: all processed once, and not one
-    "Connection pool is full" line from either client's pool."""
+    "Connection pool is full" line from either client's pool.
+    Real: the urllib3 pools of a `python -m consumer run` process, whose log is the only place a discarded connection shows."""
     pair = create_pair(server_sqs, contract_of(wide))
     for start in range(0, MESSAGES, 10):
         entries = [{"Id": str(i), "MessageBody": f"m-{start + i}"} for i in range(10)]

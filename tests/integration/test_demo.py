@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path, PurePosixPath
@@ -26,7 +25,7 @@ from consumer.local.demo_notifications import OUTAGE_RETRY_AFTER, Downstream
 from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
 from consumer.stack_outputs import consumer_container, task_definitions
-from tests.integration.conftest import ROOT, run_module
+from tests.integration.conftest import run_module
 from tests.reference import shipped_demo
 
 pytestmark = pytest.mark.slow(35)  # the module's one short run, with the assembly it needs
@@ -103,9 +102,11 @@ def stack_workers(cdk_out: Path) -> dict[str, str]:
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_exits_0_and_balances(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
     """Every event of every worker ends in its place: nothing lost, nothing in two places, nothing left in the
-    source; the first worker's result is also at the top of the JSON report."""
+    source; the first worker's result is also at the top of the JSON report. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     done, report = short_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for accounting in [report["accounting"], *(w["accounting"] for w in report["workers"].values())]:
@@ -118,11 +119,13 @@ def test_demo_short_form_exits_0_and_balances(short_run: tuple[subprocess.Comple
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_runs_every_worker_of_the_stack_balanced(
     short_run: tuple[subprocess.CompletedProcess, dict], shipped_demo_out: Path
 ) -> None:
     """Every worker of the demo stack ran, with its handler, each balanced, duplicate-free and with every consumer
-    exiting 0."""
+    exiting 0. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     workers = report["workers"]
     assert {name: w["handler"] for name, w in workers.items()} == stack_workers(shipped_demo_out)
@@ -134,11 +137,13 @@ def test_demo_short_form_runs_every_worker_of_the_stack_balanced(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_reports_dlq_holds_exactly_the_malformed_requests(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """The reports DLQ ends holding exactly the malformed requests, each with the report job's poison reason, and the
-    bodies that are not JSON, kind non_retryable (the JSONDecodeError its @worker declares) at their first receive."""
+    bodies that are not JSON, kind non_retryable (the JSONDecodeError its @worker declares) at their first receive. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     reports = lane(report, REPORTS_HANDLER)
     accounting = reports["accounting"]
@@ -155,8 +160,10 @@ def test_demo_short_form_reports_dlq_holds_exactly_the_malformed_requests(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_uploads_every_valid_report_once(short_run: tuple[subprocess.CompletedProcess, dict]) -> None:
-    """Valid and transiently refused reports are each uploaded exactly once; each transient one was retried once."""
+    """Valid and transiently refused reports are each uploaded exactly once; each transient one was retried once. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     reports = lane(report, REPORTS_HANDLER)
     accounting = reports["accounting"]
@@ -168,12 +175,14 @@ def test_demo_short_form_uploads_every_valid_report_once(short_run: tuple[subpro
 
 
 @SHORT_RUN
+@pytest.mark.real
 @pytest.mark.parametrize("handler", [WEBHOOKS_HANDLER, AUDIT_HANDLER], ids=["async", "batch"])
 def test_demo_short_form_runs_the_async_and_batch_workers_on_their_samples(
     short_run: tuple[subprocess.CompletedProcess, dict], handler: str
 ) -> None:
     """The async example and the team package's batch handler run beside the others, each on its declared samples:
-    every valid one processed once (the consumers' logs), every poison one in the DLQ with the handler's reason."""
+    every valid one processed once (the consumers' logs), every poison one in the DLQ with the handler's reason. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     worker = lane(report, handler)
     accounting = worker["accounting"]
@@ -189,12 +198,14 @@ def test_demo_short_form_runs_the_async_and_batch_workers_on_their_samples(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_gives_each_consumer_a_tmp_of_its_own(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """In ECS each task has its own /tmp: the batch handler's database, a path under /tmp in its task environment,
     is a file in each consumer's own directory beside its log (never the machine's /tmp, shared by the fleet), and
-    together they hold each valid sample's event."""
+    together they hold each valid sample's event. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     worker = lane(report, AUDIT_HANDLER)
     (settings,) = [w for w in shipped_demo()[0]["workers"].values() if w["handler"] == AUDIT_HANDLER]
@@ -209,10 +220,12 @@ def test_demo_short_form_gives_each_consumer_a_tmp_of_its_own(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_dead_letters_only_poison_with_reasons(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
-    """The DLQ ends holding exactly the malformed and rejected events, each with a poison reason."""
+    """The DLQ ends holding exactly the malformed and rejected events, each with a poison reason. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     accounting = lane(report, NOTIFICATIONS_HANDLER)["accounting"]
     assert accounting["dead_lettered"] == {
@@ -224,6 +237,7 @@ def test_demo_short_form_dead_letters_only_poison_with_reasons(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_delivers_the_outage_events_behind_the_circuit(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
@@ -232,8 +246,8 @@ def test_demo_short_form_delivers_the_outage_events_behind_the_circuit(
     delivered once).
 
     Only a flaky event may be redriven: a receive lost to a long poll pending at the rolling restart can
-    exhaust its two 503s into the DLQ with that reason (a late arrival, which the demo's operator redrives).
-    """
+    exhaust its two 503s into the DLQ with that reason (a late arrival, which the demo's operator redrives). Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     notifications = lane(report, NOTIFICATIONS_HANDLER)
     accounting, circuit = notifications["accounting"], notifications["circuit"]
@@ -244,10 +258,12 @@ def test_demo_short_form_delivers_the_outage_events_behind_the_circuit(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_no_duplicates_despite_slow_deliveries(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
-    """A delivery slower than the 10 s lease is kept invisible by the heartbeat: extended, delivered once."""
+    """A delivery slower than the 10 s lease is kept invisible by the heartbeat: extended, delivered once. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     notifications = lane(report, NOTIFICATIONS_HANDLER)
     assert notifications["accounting"]["duplicates"] == 0
@@ -256,12 +272,14 @@ def test_demo_short_form_no_duplicates_despite_slow_deliveries(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_rolling_restart_and_shutdown_exit_0(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """Two consumers, one replaced halfway: three processes, all stopped by SIGTERM with exit 0. Every event the
     webhook received was processed once by a handler: the consumers' processed count less the copies the idempotency
-    store skipped (a second copy of an event, which the endpoint can cause: docs/CHAOS.md)."""
+    store skipped (a second copy of an event, which the endpoint can cause: docs/CHAOS.md). Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     notifications = lane(report, NOTIFICATIONS_HANDLER)
     assert [(c["number"], c["exit_code"]) for c in notifications["consumers"]] == [(1, 0), (2, 0), (3, 0)]
@@ -271,12 +289,14 @@ def test_demo_short_form_rolling_restart_and_shutdown_exit_0(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_counts_each_tenant_from_the_consumers_logs(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """The producer (consumer.producer) sent each notification under its tenant; per tenant, the consumers logged as
     many message_processed lines under that message_group_id, less the duplicate_skipped ones, as the webhook received
-    events of it, and no more."""
+    events of it, and no more. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     notifications = lane(report, NOTIFICATIONS_HANDLER)
     tenants = notifications["tenants"]
@@ -291,12 +311,14 @@ def test_demo_short_form_counts_each_tenant_from_the_consumers_logs(
 
 
 @SHORT_RUN
+@pytest.mark.real
 def test_demo_short_form_checks_each_consumer_s_liveness_with_its_own_file(
     short_run: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """python -m consumer health ran for the running consumers of every worker, after producing (with the
     notifications example in the stack: once its circuits opened) and before the stop, each against its own
-    liveness file, and every answer was healthy."""
+    liveness file, and every answer was healthy. Real: read from the one short run
+    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     example = any(w["handler"] == NOTIFICATIONS_HANDLER for w in report["workers"].values())
     first = "after producing, circuit open" if example else "after producing"
@@ -311,14 +333,12 @@ def test_demo_short_form_checks_each_consumer_s_liveness_with_its_own_file(
 
 def test_demo_without_a_template_exits_2_naming_the_fix(tmp_path: Path) -> None:
     """No cdk.out: exit 2 with the command that creates it, and no traceback."""
-    done = subprocess.run(
-        [sys.executable, "-m", "consumer", "demo", "--template", str(tmp_path / "missing.template.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
+    from typer.testing import CliRunner
+
+    from consumer.cli import build_app
+
+    done = CliRunner().invoke(build_app("demo"), ["demo", "--template", str(tmp_path / "missing.template.json")])
+    assert done.exit_code == 2, done.output
     assert "synthesize first (python app.py or make run)" in done.stderr
     assert "Traceback" not in done.stderr
 

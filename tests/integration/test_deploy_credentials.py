@@ -90,12 +90,14 @@ def check(environment: dict[str, str], *what: str) -> subprocess.CompletedProces
     return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.real
 @pytest.mark.parametrize(("target", "pick"), [("deploy", 0), ("diff", -1)])
 def test_make_without_credentials_says_what_is_missing_in_one_line(
     tmp_path: Path, refusing_port: int, target: str, pick: int
 ) -> None:
     """`make deploy ENV=<first>` and `make diff ENV=<last>`: the check's one line and make's own, exit status
-    CONFIG; no "Unable to resolve AWS account", no cdk command started, nothing synthesized."""
+    CONFIG; no "Unable to resolve AWS account", no cdk command started, nothing synthesized.
+    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
     out = tmp_path / "cdk.out"
     environment = bare_environment(tmp_path / "home", f"http://127.0.0.1:{refusing_port}/")
     command = [*MAKE, target, f"ENV={environments()[pick]}", f"CDK_ARGS=--output={out}"]
@@ -114,8 +116,10 @@ def test_make_without_credentials_says_what_is_missing_in_one_line(
     assert seconds < 30, f"{seconds:.1f} s: a synthesis alone takes longer"
 
 
+@pytest.mark.real
 def test_check_passes_with_keys_in_the_environment(tmp_path: Path, refusing_port: int) -> None:
-    """Dummy AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: exit 0, nothing printed."""
+    """Dummy AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: exit 0, nothing printed.
+    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
     environment = bare_environment(
         tmp_path / "home",
         f"http://127.0.0.1:{refusing_port}/",
@@ -126,9 +130,11 @@ def test_check_passes_with_keys_in_the_environment(tmp_path: Path, refusing_port
     assert (done.returncode, done.stdout, done.stderr) == (ExitCode.OK, "", "")
 
 
+@pytest.mark.real
 def test_check_passes_with_a_role_profile_without_calling_sts(tmp_path: Path, refusing_port: int) -> None:
     """A profile that assumes a role passes without its credentials being fetched: every AWS endpoint points at a
-    port that refuses, so an STS call would have failed the check."""
+    port that refuses, so an STS call would have failed the check.
+    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
     home = tmp_path / "home"
     (home / ".aws").mkdir(parents=True)
     (home / ".aws" / "config").write_text(
@@ -143,8 +149,10 @@ def test_check_passes_with_a_role_profile_without_calling_sts(tmp_path: Path, re
     assert (done.returncode, done.stderr) == (ExitCode.OK, "")
 
 
+@pytest.mark.real
 def test_check_names_a_profile_that_does_not_exist(tmp_path: Path, refusing_port: int) -> None:
-    """AWS_PROFILE naming no profile: the one line says so (botocore's words), then both ways."""
+    """AWS_PROFILE naming no profile: the one line says so (botocore's words), then both ways.
+    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
     environment = bare_environment(tmp_path / "home", f"http://127.0.0.1:{refusing_port}/", AWS_PROFILE="nobody")
     done = check(environment, "make", "diff")
     (line,) = done.stderr.splitlines()
@@ -153,9 +161,11 @@ def test_check_names_a_profile_that_does_not_exist(tmp_path: Path, refusing_port
     assert done.returncode == ExitCode.CONFIG
 
 
+@pytest.mark.real
 def test_check_is_bounded_where_the_metadata_address_hangs(tmp_path: Path, hanging_port: int) -> None:
     """Instance metadata that never answers costs one try of METADATA_TIMEOUT_SECONDS per request (a token, then
-    the role): about 2 s, even where the environment asks botocore for 30 s and 3 tries."""
+    the role): about 2 s, even where the environment asks botocore for 30 s and 3 tries.
+    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
     environment = bare_environment(
         tmp_path / "home",
         f"http://127.0.0.1:{hanging_port}/",
@@ -170,9 +180,11 @@ def test_check_is_bounded_where_the_metadata_address_hangs(tmp_path: Path, hangi
     assert seconds < 2 * METADATA_TIMEOUT_SECONDS * METADATA_ATTEMPTS + 8, f"{seconds:.1f} s"
 
 
+@pytest.mark.real
 def test_an_instance_role_counts_under_make(tmp_path: Path, moto_server: str) -> None:
     """The Makefile exports AWS_EC2_METADATA_DISABLED=true for everything else; for diff the check still asks the
-    instance metadata (here moto's), finds its role and lets the cdk command start (`--app false`: no synthesis)."""
+    instance metadata (here moto's), finds its role and lets the cdk command start (`--app false`: no synthesis).
+    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
     environment = bare_environment(tmp_path / "home", f"{moto_server}/", AWS_EC2_METADATA_DISABLED="true")
     command = [*MAKE, "diff", f"ENV={environments()[0]}", "CDK_ARGS=--app false"]
     done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)

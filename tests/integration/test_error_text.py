@@ -23,10 +23,9 @@ from consumer.runtime.failures import OMITTED
 from consumer.runtime.observability import JsonFormatter
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration import handlers
-from tests.integration.conftest import REGION, consumer_run_environment, create_pair
+from tests.integration.conftest import REGION, ROOT, consumer_run_environment, create_pair
 from tests.integration.handlers import CUSTOMER_ERROR, refuses_customer, refuses_customer_quietly
 from tests.integration.test_consumer import consumer_of
-from tests.integration.test_process import ROOT
 
 ADDRESS = "alice@example.com"
 HANDLERS = Path(handlers.__file__).read_text().splitlines()

@@ -1,18 +1,17 @@
-"""Liveness on moto's server: the loops' progress beats, and what `python -m consumer health` makes of them.
+"""Liveness on moto's server: the loops' progress beats, and what the check (`python -m consumer health`) makes of them.
 
-Two kinds of test. The fast ones run the runtime (Consumer, its poller and heartbeat threads) in this process with
-the progress file's clock an hour back (:class:`JumpingClock`), move it to now, and ask the real
-`python -m consumer health`: a loop that still beats is fresh at once, one that stopped keeps its hour-old time, so
-nothing waits out an allowance and no assertion depends on how fast a loaded machine runs. The slow ones run
-`python -m consumer run` itself with the contract's allowances (the poll allowance is 128 s: a receive's worst case
-under the client's timeouts + 10 s; the slow handler's heartbeat allowance 79 s).
+The runtime (Consumer, its poller and heartbeat threads) runs in this process with the progress file's clock an hour
+back (:class:`JumpingClock`), then moved to now, and the check reads the file: a loop that still beats is fresh at
+once, one that stopped keeps its hour-old time, so nothing waits out an allowance and no assertion depends on how fast
+a loaded machine runs. The allowances themselves (a receive's worst case under the client's timeouts + 10 s, the
+heartbeat's shorter one, so a frozen process names the heartbeat first) and the check's answer at each edge are
+tests/unit/test_liveness.py's. One real-tier test runs `python -m consumer health` itself, as ECS does.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -30,15 +29,12 @@ import consumer.runtime.consumer
 from bench.proxy import FaultPlan, FaultProxy
 from consumer import Message
 from consumer.contract import WorkerContract
-from consumer.limits import SQS_CLIENT, SQS_MAX_WAIT_SECONDS
+from consumer.limits import SQS_CLIENT
 from consumer.runtime.clients import client_config
 from consumer.runtime.consumer import Consumer
-from consumer.runtime.liveness import Liveness
+from consumer.runtime.liveness import Liveness, check
 from consumer.testing import running, wait_until
-from tests.integration.conftest import REGION, QueuePair, create_pair
-from tests.integration.test_process import CONTRACT, ROOT, server_sqs, start, wait_for_event
-
-__all__ = ["server_sqs"]  # a fixture shared with test_process.py (process_guard is the conftest's)
+from tests.integration.conftest import REGION, ROOT, QueuePair, create_pair
 
 #: Longer than any allowance, so a frozen receive stays frozen for the whole test.
 HOLD_SECONDS = 120
@@ -69,26 +65,28 @@ def proxy(moto_server: str) -> Iterator[ReceiveHoldingProxy]:
     proxy.stop()
 
 
+@pytest.fixture
+def server_sqs(moto_server: str) -> Any:
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
+
+
 def health(liveness_file: Path) -> tuple[int, str]:
-    """`python -m consumer health` as ECS runs it: (exit code, its one line)."""
-    env = {**os.environ, "CONSUMER_LIVENESS_FILE": str(liveness_file)}
-    result = subprocess.run(
-        [sys.executable, "-m", "consumer", "health"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=10
-    )
-    return result.returncode, (result.stdout + result.stderr).strip()
+    """The check `python -m consumer health` makes, in this process: (its exit code, its one line)."""
+    healthy, line = check(liveness_file, time.time())
+    return (0 if healthy else 1), line
 
 
 def health_until(liveness_file: Path, code: int, timeout: float) -> str:
-    """Run the check every second until it exits ``code``; its line then."""
+    """Check every tenth of a second until the check's exit code is ``code``; its line then."""
     return health_when(liveness_file, lambda seen: seen[0] == code, timeout)
 
 
 def health_when(liveness_file: Path, condition: Callable[[tuple[int, str]], bool], timeout: float) -> str:
-    """Run the check every second until its (exit code, line) meets ``condition``; its line then."""
+    """Check every tenth of a second until its (exit code, line) meets ``condition``; its line then."""
     deadline = time.monotonic() + timeout
     seen = health(liveness_file)
     while not condition(seen) and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.1)
         seen = health(liveness_file)
     assert condition(seen), seen
     return seen[1]
@@ -228,57 +226,31 @@ def test_health_is_0_while_the_poller_backs_off_after_failed_receives(
     assert re.fullmatch(FRESH, line), line
 
 
-@pytest.mark.slow(75)
-def test_health_stays_0_while_idle_and_while_the_endpoint_holds_receives_past_the_read_timeout(
-    moto_server: str, server_sqs: Any, proxy: ReceiveHoldingProxy, tmp_path: Path, process_guard: list
-) -> None:
-    """Idle long polls stay healthy; so does a receive the endpoint holds past the client's read timeout and into
-    its retry (a slow SQS, which every task would see at once, must not have ECS replace them all)."""
-    pair = create_pair(server_sqs, CONTRACT)
-    liveness_file = tmp_path / "liveness.json"
-    process = start(
-        moto_server,
-        pair.queue_url,
-        tmp_path / "effects",
-        AWS_ENDPOINT_URL=proxy.url,
-        CONSUMER_LIVENESS_FILE=str(liveness_file),
+def health_command(liveness_file: Path) -> tuple[int, str, str]:
+    """`python -m consumer health` as ECS runs it: (exit code, stdout, stderr)."""
+    env = {**os.environ, "CONSUMER_LIVENESS_FILE": str(liveness_file)}
+    result = subprocess.run(
+        [sys.executable, "-m", "consumer", "health"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
     )
-    process_guard.append(process)
-    wait_for_event(process, "consumer_started")
-    started = time.monotonic()
-    while time.monotonic() - started < SQS_MAX_WAIT_SECONDS + 5:  # past one empty long poll
-        assert health(liveness_file)[0] == 0
-        time.sleep(3)
-    proxy.hold.set()
-    server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="0")  # ends the current long poll now
-    frozen = time.monotonic()
-    while time.monotonic() - frozen < SQS_CLIENT.read_seconds + 15:  # one read timeout and into the retry
-        code, line = health(liveness_file)
-        assert code == 0, line
-        time.sleep(3)
-    assert process.poll() is None
+    return result.returncode, result.stdout, result.stderr
 
 
-@pytest.mark.slow(80)
-def test_health_turns_1_naming_the_heartbeat_when_the_process_is_frozen_and_recovers_after(
-    moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
-) -> None:
-    """SIGSTOP freezes every loop: the heartbeat, with the shorter allowance (79 s), is named first; SIGCONT
-    brings the check back to 0."""
-    pair = create_pair(server_sqs, CONTRACT)
+@pytest.mark.real
+def test_health_command_exits_0_on_a_fresh_file_and_1_naming_a_stalled_loop(tmp_path: Path) -> None:
+    """A progress file written now: exit 0, its line on stdout; the same loops with the heartbeat's beat past its
+    allowance: exit 1, its line on stderr. Real: the exit code and streams ECS's health check reads from the command,
+    a fresh interpreter that imports no AWS SDK."""
     liveness_file = tmp_path / "liveness.json"
-    process = start(moto_server, pair.queue_url, tmp_path / "effects", CONSUMER_LIVENESS_FILE=str(liveness_file))
-    process_guard.append(process)
-    wait_for_event(process, "consumer_started")
-    code, line = health(liveness_file)
-    assert code == 0, line
-    process.send_signal(signal.SIGSTOP)
-    try:
-        line = health_until(liveness_file, 1, timeout=CONTRACT.heartbeat_stall_seconds + 10)
-        assert (
-            line.startswith("unhealthy: heartbeat stalled: no progress since ")
-            and f"{CONTRACT.heartbeat_stall_seconds} s allowed" in line
-        )
-    finally:
-        process.send_signal(signal.SIGCONT)
-    assert health_until(liveness_file, 0, timeout=10).startswith("healthy: acknowledger ")
+    liveness = Liveness(liveness_file)
+    liveness.start({"poller-0": WATCHED.poll_stall_seconds, "heartbeat": WATCHED.heartbeat_stall_seconds})
+    code, out, err = health_command(liveness_file)
+    assert (code, err) == (0, ""), out
+    assert re.fullmatch(r"healthy: heartbeat \d+ s ago, poller-0 \d+ s ago\n", out), out
+    stale = Liveness(liveness_file, clock=lambda: time.time() - WATCHED.heartbeat_stall_seconds - 5)
+    stale.start({"heartbeat": WATCHED.heartbeat_stall_seconds})
+    code, out, err = health_command(liveness_file)
+    assert (code, out) == (1, ""), err
+    assert re.fullmatch(
+        rf"unhealthy: heartbeat stalled: no progress since \S+ \(\d+ s ago, {WATCHED.heartbeat_stall_seconds} s allowed\)\n",
+        err,
+    ), err

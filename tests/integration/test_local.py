@@ -167,9 +167,11 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     assert alarm_named(alarms, "ConsumerWakeUpAlarm")["AlarmActions"] == []
 
 
+@pytest.mark.real
 def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:
     """`python -m consumer run` with the task's environment: a valid event is dry-run (dev declares it) and deleted,
-    a malformed one lands in the DLQ."""
+    a malformed one lands in the DLQ.
+    Real: `python -m consumer run` started with the provisioned task environment, as ECS starts the container."""
     sqs = client(local, "sqs")
     queue_url, dlq_url = local.task_environment["QUEUE_URL"], local.task_environment["DLQ_URL"]
     sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(EVENT))

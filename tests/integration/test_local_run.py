@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,50 +19,7 @@ from consumer.local.manual import read_env_file, worker_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from tests.integration.conftest import ROOT, run_module
-
-PYTHON = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
-
-
-def user_environment() -> dict[str, str]:
-    """A new terminal's environment: nothing of this session's AWS_ or CONSUMER_ settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
-
-
-def shell(command: str, **kwargs: Any) -> subprocess.Popen[str]:
-    """``command`` in a POSIX shell from the repository root, as a user pastes it."""
-    return subprocess.Popen(
-        ["sh", "-c", command], cwd=ROOT, env=user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
-    )
-
-
-def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:
-    process.send_signal(signum)
-    try:
-        return process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-
-
-@contextlib.contextmanager
-def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -> Iterator[str]:
-    """`python -m consumer local up` serving ``template`` (any free port), writing ``env_file``; yields what it
-    printed up to the line ``last_line`` accepts (the last one before serving), and stops it with Ctrl-C."""
-    up = shell(
-        f"exec {PYTHON} -m consumer local up --port 0 --template {template} --env-file {env_file}",
-        stderr=subprocess.PIPE,
-    )
-    assert up.stdout is not None
-    output = []
-    for line in up.stdout:
-        output.append(line)
-        if last_line(line):
-            break
-    try:
-        assert env_file.is_file(), "".join(output) + (up.stderr.read() if up.poll() is not None and up.stderr else "")
-        yield "".join(output)
-    finally:
-        assert stop(up, signal.SIGINT) == 0
+from tests.integration.processes import PYTHON, local_up, message_ids, shell, stop, user_environment
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +38,11 @@ def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield env_file, output
 
 
+@pytest.mark.real
 def test_local_up_env_file_is_the_provisioned_task_environment(served: tuple[Path, str], cdk_out: Path) -> None:
     """The env file holds exactly what a stack provisioned from the same template gives the task (plus the
-    endpoint and credentials), so a restart on the same port writes the same file."""
+    endpoint and credentials), so a restart on the same port writes the same file.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, _ = served
     written = read_env_file(env_file)
     # Another process, as a restart is: moto's backends are per process, and this one's already hold the stack.
@@ -114,8 +70,10 @@ server.stop()
 """
 
 
+@pytest.mark.real
 def test_local_up_env_file_loads_in_a_posix_shell(served: tuple[Path, str]) -> None:
-    """`set -a; . FILE; set +a` exports every variable of the file with its value unchanged."""
+    """`set -a; . FILE; set +a` exports every variable of the file with its value unchanged.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, _ = served
     loaded = shell(
         f"set -a; . {env_file}; set +a; exec {PYTHON} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
@@ -130,9 +88,11 @@ def printed_workers(output: str) -> list[str]:
     return re.findall(r"^worker (\S+): handler ", output, re.MULTILINE)
 
 
+@pytest.mark.real
 def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None:
     """What `local up` prints last is the consumer command (env file loaded) and the send command, ready to paste:
-    on a one-worker stack with the env file, on a stack of several two per worker, each with that worker's file."""
+    on a one-worker stack with the env file, on a stack of several two per worker, each with that worker's file.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, output = served
     workers = printed_workers(output)
     if len(workers) == 1:
@@ -152,9 +112,11 @@ def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None
     assert output.splitlines()[-len(expected) :] == expected
 
 
+@pytest.mark.real
 def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(served: tuple[Path, str]) -> None:
     """Each worker's environment is in .local.<worker>.env, the first's too (its file is the env file's twin), so
-    `local send --worker <first>` reads it, as docs/local.md's "One chosen worker" gives it."""
+    `local send --worker <first>` reads it, as docs/local.md's "One chosen worker" gives it.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, output = served
     workers = printed_workers(output)
     environments = {worker: read_env_file(worker_env_file(env_file, worker)) for worker in workers}
@@ -173,9 +135,11 @@ def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(serv
     )
 
 
+@pytest.mark.real
 def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tuple[Path, str]) -> None:
     """The docs' commands: a consumer started from the env file processes what `local send` sends, and a
-    `--poison` event ends in the DLQ with the schema rule it broke as its reason."""
+    `--poison` event ends in the DLQ with the schema rule it broke as its reason.
+    Real: the `local up` process and the commands a user's terminal runs."""
     env_file, _ = served
     environment = read_env_file(env_file)
     consumer = shell(f"set -a; . {env_file}; set +a; exec {PYTHON} -m consumer run", stderr=subprocess.STDOUT)
@@ -208,11 +172,6 @@ def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tup
     assert reason["reason"] == 'schema check failed at properties/channel: enum ["email", "sms", "push"]'
 
 
-def message_ids(output: str) -> list[str]:
-    """The message ids `local send` printed."""
-    return [line.split("message_id ")[1] for line in output.splitlines() if "message_id " in line]
-
-
 def event_ids(output: str) -> list[str]:
     """The event ids `local send` printed (each also its idempotency-key attribute)."""
     return [line.split()[1] for line in output.splitlines() if line.startswith("  event_id ")]
@@ -231,8 +190,10 @@ def wait_for_dlq(sqs: Any, queue_url: str, dlq_url: str) -> list[dict[str, Any]]
     raise AssertionError(f"source not drained into one DLQ message within 30 s: {counts}, DLQ {dlq}")
 
 
+@pytest.mark.real
 def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: Path) -> None:
-    """`local up --port N` with N already listening exits 2 at once with one line naming the port."""
+    """`local up --port N` with N already listening exits 2 at once with one line naming the port. Real: a process
+    whose moto server thread would wait forever on the failed bind (the timeout), and its exit code."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -247,8 +208,10 @@ def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: P
     assert not (tmp_path / "e").exists()
 
 
+@pytest.mark.real
 def test_local_send_refuses_an_endpoint_that_is_not_local() -> None:
-    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused."""
+    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused. Real: a user's
+    terminal environment, with nothing of this session's AWS settings, and the exit code."""
     queue_url = "https://sqs.eu-west-1.amazonaws.com/123456789012/SqsWorker-prod-source"
     done = subprocess.run(
         [sys.executable, "-m", "consumer", "local", "send"],

@@ -22,7 +22,7 @@ from consumer.local.task import TaskContainer, TaskDefinitionError
 from consumer.testing import depth
 from tests import team_handlers
 from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS
-from tests.integration.test_local_run import PYTHON, local_up, user_environment
+from tests.integration.processes import PYTHON, local_up, user_environment
 
 STACK = TEAM_STACK
 FIRST, SECOND = TEAM_WORKERS  # ledger, invoices
@@ -55,9 +55,11 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.real
 def test_local_up_writes_and_prints_each_workers_environment(served: tuple[Path, str]) -> None:
     """Each worker's file holds its own task environment; the env file is the first worker's, and the output
-    names each worker's handler, queue and file, then the commands to run and feed each one."""
+    names each worker's handler, queue and file, then the commands to run and feed each one.
+    Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, output = served
     files = worker_files(env_file)
     environments = {worker: read_env_file(path) for worker, path in files.items()}
@@ -80,8 +82,10 @@ def test_local_up_writes_and_prints_each_workers_environment(served: tuple[Path,
     ]
 
 
+@pytest.mark.real
 def test_local_send_worker_sends_its_handlers_samples_to_that_workers_queue(served: tuple[Path, str]) -> None:
-    """`local send --worker invoices` puts the samples invoices declares on its queue, none on the first worker's."""
+    """`local send --worker invoices` puts the samples invoices declares on its queue, none on the first worker's.
+    Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, _ = served
     second = read_env_file(worker_files(env_file)[SECOND])
     first = read_env_file(env_file)
@@ -94,9 +98,11 @@ def test_local_send_worker_sends_its_handlers_samples_to_that_workers_queue(serv
     assert (depth(sqs, second["QUEUE_URL"]).total, depth(sqs, first["QUEUE_URL"]).total) == (2, 0)
 
 
+@pytest.mark.real
 def test_local_send_to_an_unknown_worker_names_the_workers(served: tuple[Path, str]) -> None:
     """One line on stderr naming the workers `local up` wrote files for, and only this stack's (the file an earlier
-    stack's "orders" worker left is gone); nothing sent."""
+    stack's "orders" worker left is gone); nothing sent.
+    Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, _ = served
     assert not env_file.with_name("local.orders.env").exists()
     done = run("local", "send", "--env-file", str(env_file), "--worker", "orders")
@@ -120,9 +126,11 @@ def alarm_command(template: dict[str, Any], alarm: str, verb: str) -> list[str]:
     return shlex.split(command)[3:]  # after `python -m consumer`
 
 
+@pytest.mark.real
 def test_dlq_command_from_a_later_workers_alarm_reads_its_dlq(served: tuple[Path, str], team_cdk_out: Path) -> None:
     """`dlq stats --stack SqsWorker-team --worker invoices`, exactly as the second worker's DLQ alarm prints it, reads
-    its DLQ from the stack's outputs; the same command without --worker reads the first worker's."""
+    its DLQ from the stack's outputs; the same command without --worker reads the first worker's.
+    Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, _ = served
     template = json.loads((team_cdk_out / f"{STACK}.template.json").read_text())
     (alarm,) = [k for k in template["Resources"] if k.startswith(f"{SECOND}AlarmsDlqDepth")]
@@ -144,10 +152,11 @@ def test_dlq_command_from_a_later_workers_alarm_reads_its_dlq(served: tuple[Path
     assert re.search(r"visible \(waiting\)\s*\S\s*1\b", first.stdout), first.stdout
 
 
+@pytest.mark.real
 def test_dlq_stack_beats_the_tasks_own_queue_urls_in_the_environment(served: tuple[Path, str]) -> None:
     """Inside the first worker's task (ECS Exec), QUEUE_URL/DLQ_URL name that task's own queues: the second worker's
     alarm's `--stack ... --worker NAME` still reads that worker's DLQ, while a --dlq-url flag still wins over the
-    stack."""
+    stack. Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, _ = served
     first = read_env_file(env_file)
     inside_first_task = operator_environment(env_file) | {"QUEUE_URL": first["QUEUE_URL"], "DLQ_URL": first["DLQ_URL"]}
@@ -163,8 +172,10 @@ def test_dlq_stack_beats_the_tasks_own_queue_urls_in_the_environment(served: tup
     assert f"DLQ {first['DLQ_URL']}\n" in by_flag.stdout, by_flag.stdout
 
 
+@pytest.mark.real
 def test_dlq_worker_the_stack_lacks_names_the_workers(served: tuple[Path, str]) -> None:
-    """An unknown --worker: one line naming the stack's workers, from its WorkerNames output."""
+    """An unknown --worker: one line naming the stack's workers, from its WorkerNames output.
+    Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, _ = served
     done = run("dlq", "peek", "--stack", STACK, "--worker", "orders", env=operator_environment(env_file))
     assert (done.returncode, done.stdout) == (2, "")
@@ -173,8 +184,10 @@ def test_dlq_worker_the_stack_lacks_names_the_workers(served: tuple[Path, str]) 
     )
 
 
+@pytest.mark.real
 def test_dlq_worker_without_a_stack_is_a_usage_error(served: tuple[Path, str]) -> None:
-    """--worker picks a stack's worker: without --stack it names the rule, before any AWS call."""
+    """--worker picks a stack's worker: without --stack it names the rule, before any AWS call.
+    Real: the `local up` process serving the team stack and the CLI's exit code."""
     env_file, _ = served
     done = run("dlq", "stats", "--worker", SECOND, env=operator_environment(env_file))
     assert (done.returncode, done.stdout) == (2, "")

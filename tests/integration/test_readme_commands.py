@@ -14,11 +14,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from consumer.local.manual import read_env_file
 from consumer.local.stack import local_client
 from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT
-from tests.integration.test_local_run import message_ids, user_environment
+from tests.integration.processes import message_ids, stop_command, user_environment
 
 #: The sentence the README puts right before the block.
 LEAD = "To run the stack by hand after `make run`"
@@ -32,19 +34,6 @@ def readme_commands() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in match.group(1).splitlines() if line.strip()]
 
 
-def stop_command(shell: subprocess.Popen[str], signum: int) -> int:
-    """Signal what ``sh -c`` runs (as a terminal's Ctrl-C or ECS's SIGTERM reaches the program, not the
-    shell that started it) and return the shell's exit code, which is that program's."""
-    children = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
-    for pid in children or [str(shell.pid)]:
-        os.kill(int(pid), signum)
-    try:
-        return shell.wait(timeout=30)
-    finally:
-        if shell.poll() is None:
-            os.killpg(shell.pid, signal.SIGKILL)
-
-
 def test_readme_and_docs_give_the_same_manual_run() -> None:
     """docs/local.md explains the three commands the README gives; they are the same three."""
     docs = (ROOT / "docs" / "local.md").read_text()
@@ -52,9 +41,11 @@ def test_readme_and_docs_give_the_same_manual_run() -> None:
         assert command in docs
 
 
+@pytest.mark.real
 def test_readme_manual_run_commands_work_as_written(cdk_out: Path, tmp_path: Path) -> None:
     """`local up`, `run` from the env file, `local send`: the consumer processes the sent event, and both
-    long-running commands stop cleanly (SIGTERM for the consumer, Ctrl-C for the stack)."""
+    long-running commands stop cleanly (SIGTERM for the consumer, Ctrl-C for the stack).
+    Real: the README's three commands in a POSIX shell, as a user pastes them."""
     up_command, run_command, send_command = readme_commands()
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "cdk.out").symlink_to(cdk_out)

@@ -18,8 +18,7 @@ from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS, run_module
-from tests.integration.test_local_run import message_ids, user_environment
-from tests.integration.test_readme_commands import stop_command
+from tests.integration.processes import message_ids, stop_command, user_environment
 
 pytestmark = pytest.mark.slow(45)  # a synth, a short demo and a manual run
 
@@ -59,10 +58,12 @@ def demo_report(template: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
     return done, json.loads(report.read_text()) if report.exists() else {}
 
 
+@pytest.mark.real
 def test_demo_runs_every_worker_of_a_stack_without_the_example(
     demo_report: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
-    """Both of the team's workers ran, each balanced and every consumer exited 0; the run exits 0."""
+    """Both of the team's workers ran, each balanced and every consumer exited 0; the run exits 0.
+    Real: the demo's and `local up`'s processes on a team's own stack."""
     done, report = demo_report
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {name: w["handler"] for name, w in report["workers"].items()} == WORKERS
@@ -73,11 +74,13 @@ def test_demo_runs_every_worker_of_a_stack_without_the_example(
         assert phases == {"after producing", "before the stop"} and worker["unhealthy"] == []
 
 
+@pytest.mark.real
 def test_demo_accounts_a_workers_declared_samples_from_its_consumers_logs(
     demo_report: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """invoices: each valid sample processed exactly once (the consumers' logs) and deleted, the poison one in the
-    DLQ with the handler's reason, nothing left in the source, lost, misplaced or unknown."""
+    DLQ with the handler's reason, nothing left in the source, lost, misplaced or unknown.
+    Real: the demo's and `local up`'s processes on a team's own stack."""
     _, report = demo_report
     invoices = report["workers"]["invoices"]
     accounting = invoices["accounting"]
@@ -93,11 +96,13 @@ def test_demo_accounts_a_workers_declared_samples_from_its_consumers_logs(
     }
 
 
+@pytest.mark.real
 def test_demo_accounts_built_bodies_of_a_worker_without_samples_in_either_place(
     demo_report: tuple[subprocess.CompletedProcess, dict],
 ) -> None:
     """ledger declares no samples: the demo built each body, the handler refused every one (no invoice_id), each is
-    in the DLQ once with the reason, and the report says what to declare."""
+    in the DLQ once with the reason, and the report says what to declare.
+    Real: the demo's and `local up`'s processes on a team's own stack."""
     done, report = demo_report
     accounting = report["workers"]["ledger"]["accounting"]
     assert accounting["produced"] == {"built": SAMPLES}
@@ -140,8 +145,10 @@ def terminal(workdir: Path, command: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.real
 def test_local_up_prints_each_workers_commands_with_its_own_env_file(served: tuple[Path, list[str]]) -> None:
-    """A consumer and a send command per worker, each reading that worker's own file."""
+    """A consumer and a send command per worker, each reading that worker's own file.
+    Real: the demo's and `local up`'s processes on a team's own stack."""
     _, commands = served
     assert commands == [
         "set -a; . ./.local.ledger.env; set +a; .venv/bin/python -m consumer run",
@@ -151,9 +158,11 @@ def test_local_up_prints_each_workers_commands_with_its_own_env_file(served: tup
     ]
 
 
+@pytest.mark.real
 def test_every_command_local_up_prints_works_as_printed(served: tuple[Path, list[str]]) -> None:
     """Each worker's consumer, started as printed, takes what its send command sends: invoices' declared sample is
-    processed; ledger's built body (it declares no samples, and the send says so) is refused into its DLQ."""
+    processed; ledger's built body (it declares no samples, and the send says so) is refused into its DLQ.
+    Real: the demo's and `local up`'s processes on a team's own stack."""
     workdir, commands = served
     consumers = {worker: terminal(workdir, command) for worker, command in zip(WORKERS, commands[::2], strict=True)}
     sent = {}

@@ -395,8 +395,10 @@ def test_tracing_batch_call_is_one_span_linking_each_message_with_its_outcome(sq
     assert span.status.status_code is StatusCode.ERROR
 
 
+@pytest.mark.real
 def test_tracing_off_imports_no_opentelemetry(tmp_path: Any) -> None:
-    """CONSUMER_TRACING unset or off: a consumer runs a message to its delete and never imports opentelemetry."""
+    """CONSUMER_TRACING unset or off: a consumer runs a message to its delete and never imports opentelemetry.
+    Real: a fresh interpreter, the only place where what a run imports can be seen (this one has imported opentelemetry)."""
     code = """
 import sys, boto3
 from moto import mock_aws
