@@ -6,7 +6,7 @@
 # Evidence (not needed by the two above): make bench (docs/evidence/BENCHMARKS.md), make chaos (docs/evidence/CHAOS.md),
 #   make peers (docs/evidence/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer
 #   beside ours; ~38 min)
-# make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
+# make image: build the consumer image as `cdk deploy` does, with Docker or else podman (docs/deploy.md, "Building the image")
 # Deploying (docs/deploy.md): make synth|diff|deploy ENV=staging, with the venv and the pinned CLI brought here.
 VENV ?= .venv
 PYTHON ?= python3

@@ -27,3 +27,10 @@ def test_readme_test_command_is_what_ci_runs() -> None:
         if line and not line.startswith(("#", "set ", "cd "))
     ]
     assert commands == ["source .ci/container-engine", "make test"]
+
+
+def test_readme_fits_in_ten_kilobytes() -> None:
+    """The README is the one page a new user reads first: what it is, `make run` and `make test`, what you get and
+    where to go next, at most 10 KB; detail lives in docs/ and the evidence in docs/evidence/."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 10 * 1024, f"README.md is {size} bytes, over 10,240: move detail to the docs page it belongs in"
