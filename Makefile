@@ -3,9 +3,10 @@
 #               locally on moto: provisioning from the demo template, consumers, a producer,
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the test suite (make test-images: the container tier, the images built and run)
-# Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md),
-#   make peers (docs/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer beside ours; ~38 min)
-# make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
+# Evidence (not needed by the two above): make bench (docs/evidence/BENCHMARKS.md), make chaos (docs/evidence/CHAOS.md),
+#   make peers (docs/evidence/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer
+#   beside ours; ~38 min)
+# make image: build the consumer image as `cdk deploy` does, with Docker or else podman (docs/deploy.md, "Building the image")
 # Deploying (docs/deploy.md): make synth|diff|deploy ENV=staging, with the venv and the pinned CLI brought here.
 VENV ?= .venv
 PYTHON ?= python3

@@ -1,8 +1,8 @@
-"""``python -m bench <benchmark>``: run one benchmark (or ``all``), save its JSON, regenerate docs/BENCHMARKS.md.
+"""``python -m bench <benchmark>``: run one benchmark (or ``all``), save its JSON, regenerate the benchmarks page.
 
 Each benchmark runs ours and the naive baseline side by side in one session
-against the same local endpoint; results land in ``docs/bench/<name>.json`` and
-the report (tables and PNG plots) is rebuilt from every saved result.
+against the same local endpoint; results land in ``docs/evidence/bench/<name>.json`` and
+the report (docs/evidence/BENCHMARKS.md, tables and PNG plots) is rebuilt from every saved result.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def profile_command(
     endpoint: str = ENDPOINT_OPTION,
     concurrency: int = typer.Option(16, min=1, help="ours' slots"),
     window: float = typer.Option(8.0, help="seconds sampled"),
-    save_as: str = typer.Option("", help="save as docs/bench/profile-NAME.json (e.g. before) instead of profile.json"),
+    save_as: str = typer.Option("", help="save as profile-NAME.json (e.g. before), not profile.json"),
     commit: str = typer.Option("", help="the commit to record: an older consumer/ checked out over HEAD (before)"),
 ) -> None:
     """Where the CPU goes: ours with the no-op handler at saturation, sampled by py-spy."""
@@ -207,7 +207,7 @@ def all_command(endpoint: str = ENDPOINT_OPTION, suite: bool = typer.Option(True
 
 @app.command("report")
 def report_command() -> None:
-    """Rebuild docs/BENCHMARKS.md and the plots from the saved results, without running anything."""
+    """Rebuild docs/evidence/BENCHMARKS.md and the plots from the saved results, without running anything."""
     from bench import report
 
     print(f"wrote {report.write().relative_to(ROOT)}")

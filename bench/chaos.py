@@ -80,6 +80,7 @@ from bench.chaos_lanes import (
 )
 from bench.chaos_report import render, write_markdown
 from bench.chaos_stream import IdempotentDownstream, build_stream
+from bench.common import EVIDENCE, RESULTS
 from bench.corpus import Case, fifo_cases
 from bench.endpoint import local_endpoint
 from bench.proxy import FaultPlan, FaultProxy
@@ -95,6 +96,8 @@ from consumer.ops.progress import output_console
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "cdk.out" / "SqsWorker-demo.template.json"
+#: The chaos page, written from bench/CHAOS.template.md and one run's results (RESULTS / "chaos.json").
+DOC = EVIDENCE / "CHAOS.md"
 POLL_SECONDS = 1.0
 #: Nothing moving for this long (source empty) means the phase has settled: the demo contract's lease
 #: plus its maximum backoff (10 + 4 s) and two ticks, so every lease a SIGKILL left has expired (the batch and async
@@ -458,15 +461,15 @@ def main(
     seed: int = typer.Option(5, help="Seed of the streams, the kills and the faults."),
     template: Path = typer.Option(TEMPLATE, help="The demo stack's synthesized template."),
     logs: Path = typer.Option(Path(".chaos"), help="Directory for the consumers' logs."),
-    results: Path = typer.Option(ROOT / "docs" / "bench" / "chaos.json", help="Where the JSON results go."),
-    docs: bool = typer.Option(True, "--docs/--no-docs", help="Write the figures into docs/CHAOS.md."),
-    docs_from: Path | None = typer.Option(None, help="Do not run: rewrite docs/CHAOS.md from this results JSON."),
+    results: Path = typer.Option(RESULTS / "chaos.json", help="Where the JSON results go."),
+    docs: bool = typer.Option(True, "--docs/--no-docs", help="Write the figures into docs/evidence/CHAOS.md."),
+    docs_from: Path | None = typer.Option(None, help="Do not run: rewrite the chaos page from this JSON."),
 ) -> None:
     """Run the chaos suite; exit 1 unless every message ends in its place."""
     console = output_console()  # whole lines in a CI log, as the demo prints
     if docs_from is not None:
         stored = ChaosResult.from_json(json.loads(docs_from.read_text()))
-        write_markdown(stored, ROOT / "docs" / "CHAOS.md")
+        write_markdown(stored, DOC)
         raise typer.Exit(0 if stored.ok else 1)
     if not template.exists():
         console.print(f"template {template} does not exist; synthesize first (python app.py)", style="red")
@@ -490,7 +493,7 @@ def main(
         template=template,
         log_dir=logs,
         results=results,
-        docs=ROOT / "docs" / "CHAOS.md" if docs else None,
+        docs=DOC if docs else None,
         command="python -m bench.chaos " + " ".join(sys.argv[1:]),
     )
     result = Chaos(options, console).run()

@@ -19,7 +19,7 @@ key, the others against the last one (whose completion should have made the repe
     until ``h + lease``), and the repeat's sender claimed before it delivered, so before ``h + lease``. The store
     admitted a second claim on a live lease, which a DynamoDB conditional write never does: moto's server runs
     requests on threads without a lock around its backends, and two concurrent conditional PutItems on one key can
-    both succeed there (docs/CHAOS.md has the reproduction). Not the consumer's.
+    both succeed there (docs/evidence/CHAOS.md has the reproduction). Not the consumer's.
 ``sigkill``
     The earlier sender was SIGKILLed before the repeat arrived and its log never says the event's message was
     processed: it died between the downstream's 200 and recording completion, so after its lease another consumer

@@ -1,8 +1,8 @@
-"""The chaos suite's reports: the closing summary in the terminal, and docs/CHAOS.md from its template.
+"""The chaos suite's reports: the closing summary in the terminal, and docs/evidence/CHAOS.md from its template.
 
-docs/CHAOS.md is ``bench/CHAOS.template.md`` with its ``{{name}}`` placeholders filled from one
-run's results, as docs/BENCHMARKS.md is made by :mod:`bench.report`; ``python -m bench.chaos
---docs-from docs/bench/chaos.json`` rewrites it from the stored run without running anything.
+docs/evidence/CHAOS.md is ``bench/CHAOS.template.md`` with its ``{{name}}`` placeholders filled from one
+run's results, as docs/evidence/BENCHMARKS.md is made by :mod:`bench.report`; ``python -m bench.chaos
+--docs-from docs/evidence/bench/chaos.json`` rewrites it from the stored run without running anything.
 """
 
 from __future__ import annotations
@@ -304,6 +304,6 @@ def sections(result: ChaosResult) -> dict[str, str]:
 
 
 def write_markdown(result: ChaosResult, path: Path) -> None:
-    """``docs/CHAOS.md``: what was run, the command, the figures, and what each fault demonstrates."""
+    """``docs/evidence/CHAOS.md``: what was run, the command, the figures, and what each fault demonstrates."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(fill(TEMPLATE, sections(result)))

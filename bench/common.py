@@ -25,7 +25,9 @@ from consumer.queue_attributes import QueueAttributes
 from consumer.testing import depth
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "bench"
+#: The evidence folder: the benchmark and chaos pages, their plots and their JSON results (docs/evidence/).
+EVIDENCE = ROOT / "docs" / "evidence"
+RESULTS = EVIDENCE / "bench"
 REGION = "eu-west-1"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": REGION}
 IMPLS = ("ours", "naive")

@@ -1,4 +1,4 @@
-"""docs/BENCHMARKS.md and its plots, generated from the saved results in docs/bench/*.json.
+"""docs/evidence/BENCHMARKS.md and its plots, generated from the saved results in docs/evidence/bench/*.json.
 
 ``python -m bench report`` rebuilds it without running anything; every ``python -m bench <name>``
 rebuilds it after saving. Sections whose results are missing say how to produce them.
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT
+from bench.common import EVIDENCE, RESULTS
 from bench.coroutines import report as async_report
 from bench.markdown import measured as _meta
 from bench.markdown import missing as _missing
@@ -20,7 +20,7 @@ from bench.peers import report as peers_report
 from bench.peers import summary as peers_summary
 from bench.tracing import report as tracing_report
 
-DOC = ROOT / "docs" / "BENCHMARKS.md"
+DOC = EVIDENCE / "BENCHMARKS.md"
 PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
 #: Issue 26's goal: ours' CPU per message with the no-op handler at concurrency 16 (no guard), over the bare loop's.
 BARE_RATIO_GOAL = 1.25
@@ -400,7 +400,7 @@ TEMPLATE = Path(__file__).with_name("BENCHMARKS.template.md")
 
 
 def fill(template: Path, values: Mapping[str, str]) -> str:
-    """The template's text with every ``{{name}}`` replaced by its value (docs/BENCHMARKS.md, docs/CHAOS.md)."""
+    """The template's text with every ``{{name}}`` replaced by its value (docs/evidence/: BENCHMARKS.md, CHAOS.md)."""
     text = template.read_text()
     for name, body in values.items():
         text = text.replace("{{" + name + "}}", body)
@@ -408,7 +408,7 @@ def fill(template: Path, values: Mapping[str, str]) -> str:
 
 
 def write() -> Path:
-    """Regenerate the plots and docs/BENCHMARKS.md from the saved results; returns the document's path."""
+    """Regenerate the plots and docs/evidence/BENCHMARKS.md from the saved results; returns the document's path."""
     DOC.parent.mkdir(parents=True, exist_ok=True)
     _plots()
     DOC.write_text(fill(TEMPLATE, sections()))

@@ -58,7 +58,8 @@ The formulas (also in the README's configuration table, generated from
 * ``pollers = min(ceil(concurrency * messages_per_call / batch_size), MAX_POLLERS)`` receive loops per process:
   one per receive's worth of messages held, at most four. Four receive loops keep 256 slots of 200 ms handlers fed (1,280 messages a second, more
   than one process handles); more only add threads contending for the interpreter lock, and one loop per 10 slots
-  (26 for 256) made a 256-slot consumer slower than a minimal loop of four receivers (docs/BENCHMARKS.md, peers).
+  (26 for 256) made a 256-slot consumer slower than a minimal loop of four receivers (docs/evidence/BENCHMARKS.md,
+  peers).
 * ``call_worst(client) = max_attempts * (connect_timeout + read_timeout) + sum(min(2 ** (n - 1), 20) + 5
   for n < max_attempts)``: the longest one call of a client the runtime builds can take (every attempt
   times out, and botocore's standard retry mode waits at most ``min(2 ** (n - 1), 20)`` s after the n-th,

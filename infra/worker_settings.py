@@ -31,7 +31,7 @@ MAX_TASKS_LIMIT = 100
 #: Fargate CPU units in one vCPU (1024 units = 1 vCPU:
 #: https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task_definition_parameters.html#task_size): as much as
 #: one consumer process keeps busy with Python code (docs/configuration.md, "More than one core"; measured in
-#: docs/BENCHMARKS.md, the CPU-bound cell). Fargate bills per vCPU and per GB
+#: docs/evidence/BENCHMARKS.md, the CPU-bound cell). Fargate bills per vCPU and per GB
 #: (https://aws.amazon.com/fargate/pricing/), so two tasks of 1 vCPU cost what one of 2 vCPU does.
 ONE_PROCESS_CPU_UNITS = 1024
 

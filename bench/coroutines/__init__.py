@@ -1,4 +1,4 @@
-"""Async handlers beside the threaded one: ``python -m bench async`` (docs/BENCHMARKS.md, "Async handlers").
+"""Async handlers beside the threaded one: ``python -m bench async`` (docs/evidence/BENCHMARKS.md, "Async handlers").
 
 - :mod:`bench.coroutines.handlers`: the handlers measured, a 200 ms I/O wait as a ``def`` (a thread per slot) and
   as an ``async def`` (a coroutine per slot), each with and without the idempotency guard;

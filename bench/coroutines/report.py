@@ -1,4 +1,4 @@
-"""The "Async handlers" section of docs/BENCHMARKS.md, from ``docs/bench/async.json`` (``python -m bench async``).
+"""The "Async handlers" section of docs/evidence/BENCHMARKS.md, from ``async.json`` (``python -m bench async``).
 
 Pure arithmetic and rendering, no I/O: medians over rounds, each round's ratio to the threaded cell of the same round
 and guard, and the tables (:func:`section`, the ``{{async}}`` placeholder's text). The harness prints its progress

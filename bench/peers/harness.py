@@ -1,4 +1,4 @@
-"""The peers benchmark: ``python -m bench peers`` (docs/BENCHMARKS.md, "Peers").
+"""The peers benchmark: ``python -m bench peers`` (docs/evidence/BENCHMARKS.md, "Peers").
 
 Every subject (:mod:`bench.peers.subjects`) runs in turn against one counting endpoint (ministack behind
 :mod:`bench.counting_endpoint`), on a fresh queue of its own per measurement, kept shallow by a

@@ -1,4 +1,4 @@
-"""Section 10 of docs/BENCHMARKS.md, the peers tables, from ``docs/bench/peers.json`` (``python -m bench peers``).
+"""Section 10 of docs/evidence/BENCHMARKS.md, the peers tables, from ``peers.json`` (``python -m bench peers``).
 
 :func:`section` is the ``{{peers}}`` placeholder's text (:func:`bench.report.sections`). The figures are medians over
 rounds (:mod:`bench.peers.summary`); :data:`PEERS_WHY` holds the reasons shown beside a cell where a peer is ahead

@@ -1,4 +1,4 @@
-"""The "Tracing" section of docs/BENCHMARKS.md, from ``docs/bench/tracing.json`` (``python -m bench tracing``).
+"""The "Tracing" section of docs/evidence/BENCHMARKS.md, from ``tracing.json`` (``python -m bench tracing``).
 
 Pure arithmetic and rendering: per cell the medians over rounds, and each round's ratio to that round's baseline
 cell, ``before`` (the runtime before tracing existed): the ``{{tracing}}`` placeholder's text.

@@ -206,7 +206,7 @@ class LaneResult:
     tenants: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Copies the idempotency store already had done (``duplicate_skipped``): settled as processed, the handler not
     #: run. A second copy of an event comes from its sender, or from the endpoint handing one message to two holders
-    #: who each hand it back (moto's server does, rarely; see docs/CHAOS.md); the downstream still sees it once.
+    #: who each hand it back (moto's server does, rarely: docs/evidence/CHAOS.md); the downstream still sees it once.
     duplicates_skipped: int = 0
     #: Every unhealthy answer of ``python -m consumer health`` for a running consumer (the run fails).
     unhealthy: list[str] = field(default_factory=list)

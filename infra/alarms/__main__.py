@@ -2,7 +2,8 @@
 
     python -m infra.alarms evaluate cdk.out/SqsWorker-prod.template.json series.json
     python -m infra.alarms metrics cdk.out/SqsWorker-prod.template.json
-    python -m infra.alarms scenarios --env prod [--plot docs/alarms]
+    python -m infra.alarms scenarios --env prod [--plot DIR]
+    python -m infra.alarms scenarios --write-docs
 
 Bad input (a template or series that is not what it should be, something the evaluator does not implement) exits 2
 with one line naming it.
@@ -107,12 +108,25 @@ def metrics_command(template: TemplateArgument, stack_name: StackOption = None) 
 
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The user's alarm reference (docs/alarms.md) carries the time to page per alarm; the evidence page
+#: (docs/evidence/alarms.md) every scenario's outcome, prod's timelines (docs/evidence/alarms/*.png), the scaling runs
+#: and the model's rules. Each holds its generated part between BEGIN and END.
 DOCS = ROOT / "docs" / "alarms.md"
+EVIDENCE_DOCS = ROOT / "docs" / "evidence" / "alarms.md"
 BEGIN, END = "<!-- BEGIN generated: python -m infra.alarms scenarios --write-docs -->", "<!-- END generated -->"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 #: In the runbook, each alarm's section holds its time to page between these (``{alarm}``: its construct id).
 RUNBOOK_BEGIN, RUNBOOK_END = "<!-- BEGIN time to page: {alarm} -->", "<!-- END time to page -->"
 RUNBOOK_BLOCK = re.compile(r"<!-- BEGIN time to page: (\w+) -->\n(.*?)<!-- END time to page -->", re.DOTALL)
+
+
+def with_generated(document: str, generated: str) -> str:
+    """The page with the text between its BEGIN and END markers replaced by ``generated``."""
+    before, found, rest = document.partition(BEGIN)
+    _, ended, after = rest.partition(END)
+    if not (found and ended):
+        raise ValueError(f"the page has no {BEGIN} ... {END} section to rewrite")
+    return f"{before}{BEGIN}\n{generated}{END}{after}"
 
 
 def runbook_with_times(document: str, outcomes: Mapping[str, Sequence[Any]]) -> str:
@@ -150,9 +164,9 @@ def _environments() -> list[Any]:
 
 def scenario_report(
     templates: Path, environments: list[str] | None, plot_dir: Path | None, plot_only: str | None = None
-) -> tuple[str, bool, dict[str, Any]]:
-    """The catalogue and scaling tables of every (or each named) environment, as markdown; whether all held; and
-    each environment's outcomes."""
+) -> tuple[str, str, bool, dict[str, Any]]:
+    """The time to page per alarm (the reference's part), the catalogue and scaling tables of every (or each named)
+    environment (the evidence's part), as markdown; whether all held; and each environment's outcomes."""
     from infra.alarms.catalogue import run_catalogue, skipped_scenarios, worker_facts
     from infra.alarms.report import catalogue_markdown, plot, scaling_markdown, skipped_markdown, time_to_page_markdown
     from infra.alarms.scaling import policies_from_template
@@ -190,16 +204,16 @@ def scenario_report(
                 ]
     from infra.alarms.sqs_model import rules_markdown
 
-    text = (
-        "### Time to page, per alarm\n\n" + time_to_page_markdown(found)
-        + "\n### Time to page, per scenario\n\n" + "\n".join(catalogue)
+    reference = "### Time to page, per alarm\n\n" + time_to_page_markdown(found)
+    evidence = (
+        "### Time to page, per scenario\n\n" + "\n".join(catalogue)
         + (f"\n### Timelines ({plot_only})\n\nOne PNG per scenario: for each alarm that went to ALARM, the value it"
            " compared with its threshold (ALARM shaded), then every alarm's state with each notification marked.\n\n"
            + "\n".join(timelines) + "\n" if timelines else "")
         + "\n### Scaling on the same clock\n\n" + "\n".join(scaling)
         + "\n### What AWS publishes: the model's rules\n\n" + rules_markdown() + "\n"
     )  # fmt: skip
-    return text, held, found
+    return reference, evidence, held, found
 
 
 @app.command("scenarios")
@@ -214,8 +228,8 @@ def scenarios_command(
     write_docs: Annotated[
         bool,
         typer.Option(
-            help="Rewrite docs/alarms.md's generated section, prod's plots (docs/alarms/) and the runbook's time to"
-            " page (every environment; not with --env)"
+            help="Rewrite the generated sections of docs/alarms.md and docs/evidence/alarms.md, prod's plots"
+            " (docs/evidence/alarms/) and the runbook's time to page (every environment; not with --env)"
         ),
     ] = False,
 ) -> None:
@@ -231,17 +245,22 @@ def scenarios_command(
             plot_only = None
             if write_docs and plot_dir is None:  # the docs carry one environment's timelines: prod's, or the first's
                 names = [e.name for e in _environments()]
-                plot_dir, plot_only = DOCS.parent / "alarms", "prod" if "prod" in names else names[0]
-            text, held, outcomes = scenario_report(source, env, plot_dir, plot_only)
+                plot_dir, plot_only = EVIDENCE_DOCS.parent / "alarms", "prod" if "prod" in names else names[0]
+            reference, evidence, held, outcomes = scenario_report(source, env, plot_dir, plot_only)
     except (OSError, ValueError) as error:
         raise _fail(error) from None
     if write_docs:
-        document = DOCS.read_text()
-        before, _, rest = document.partition(BEGIN)
-        _, _, after = rest.partition(END)
-        DOCS.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
+        try:
+            pages = {
+                page: with_generated(page.read_text(), text)
+                for page, text in ((DOCS, reference), (EVIDENCE_DOCS, evidence))
+            }
+        except ValueError as error:
+            raise _fail(error) from None
+        for page, document in pages.items():
+            page.write_text(document)
         RUNBOOK.write_text(runbook_with_times(RUNBOOK.read_text(), outcomes))
-    sys.stdout.write(text)
+    sys.stdout.write(f"{reference}\n{evidence}")
     if not held:
         raise typer.Exit(1)
 

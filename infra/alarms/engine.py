@@ -4,7 +4,7 @@ CloudWatch evaluates an alarm whose period is a minute or more once a minute, ov
 at that moment; an alarm starts in INSUFFICIENT_DATA and is evaluated at once when created (here at t = 0).
 https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-evaluation.html
 
-Where the documentation is silent, the reading chosen here (and said in docs/alarms.md):
+Where the documentation is silent, the reading chosen here (and said in docs/evidence/alarms.md):
 - the periods of the range end at the evaluation moment (a 480 s period read at t covers [t - 480, t)), and only
   whole periods count: the period in progress is not read, as CloudWatch evaluates only data it has received;
 - a period before the series start is missing data (the metric did not exist yet);

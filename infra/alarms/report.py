@@ -1,7 +1,8 @@
 """What ``python -m infra.alarms scenarios`` prints and draws: the time-to-page table, the scaling table, the plots.
 
-The markdown forms are what docs/alarms.md carries between its generated markers (``make alarms-docs`` rewrites
-them; tests/alarms/test_catalogue.py fails when the committed text differs from a fresh run).
+The markdown forms are what docs/alarms.md (the time to page per alarm) and docs/evidence/alarms.md (the rest) carry
+between their generated markers (``python -m infra.alarms scenarios --write-docs`` rewrites them;
+tests/alarms/test_catalogue.py fails when the committed text differs from a fresh run).
 """
 
 from __future__ import annotations
@@ -251,8 +252,9 @@ def time_to_page_markdown(outcomes: Mapping[str, Sequence[Outcome]]) -> str:
     alarms = sorted({alarm for pages in by_env.values() for alarm in pages})
     lines = [
         "The first notification of each alarm after the onset, least to most over the scenarios where something is"
-        " wrong (a notification before the onset, a negative time in the per-scenario tables, is an alarm already in"
-        " ALARM when the scenario starts, as in recorded-operator, which begins on a paged DLQ: not counted here).",
+        " wrong (a notification before the onset, a negative time in the per-scenario tables"
+        " ([evidence](evidence/alarms.md#time-to-page-per-scenario)), is an alarm already in ALARM when the scenario"
+        " starts, as in recorded-operator, which begins on a paged DLQ: not counted here).",
         "",
         "| alarm | " + " | ".join(by_env) + " | scenarios |",
         "|---|" + "---|" * len(by_env) + "---|",

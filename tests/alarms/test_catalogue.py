@@ -1,8 +1,9 @@
 """The scenario catalogue on every environment's synthesized template, and the evaluator's command line.
 
 The catalogue tests are tests of the shipped example (cdk.json as committed): each environment's outcomes must be
-the intended ones and equal the table docs/alarms.md carries. A team that edits cdk.json regenerates that table with
-``python -m infra.alarms scenarios --write-docs`` and reviews the change.
+the intended ones and equal the tables docs/alarms.md (time to page per alarm) and docs/evidence/alarms.md (per
+scenario) carry. A team that edits cdk.json regenerates those tables with ``python -m infra.alarms scenarios
+--write-docs`` and reviews the change.
 """
 
 from __future__ import annotations
@@ -14,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from infra.alarms.__main__ import DOCS, ROOT, RUNBOOK, RUNBOOK_BLOCK, runbook_with_times, synthesize
+from infra.alarms.__main__ import (
+    BEGIN,
+    DOCS,
+    END,
+    EVIDENCE_DOCS,
+    ROOT,
+    RUNBOOK,
+    RUNBOOK_BLOCK,
+    runbook_with_times,
+    synthesize,
+    with_generated,
+)
 from infra.alarms.catalogue import Outcome, run_catalogue, skipped_scenarios
 from infra.alarms.report import catalogue_markdown, skipped_markdown, time_to_page_markdown
 from infra.settings import load_environments
@@ -43,12 +55,12 @@ def test_catalogue_meets_the_goals_and_matches_the_docs(
     outcomes: dict[str, list[Outcome]], templates: Path, environment: str
 ) -> None:
     """Every scenario's outcome is the intended one, and the same as the committed table with the line naming the
-    scenarios skipped by rule (an outcome that changes fails here until docs/alarms.md is regenerated)."""
+    scenarios skipped by rule (an outcome that changes fails here until docs/evidence/alarms.md is regenerated)."""
     found = outcomes[environment]
     assert [(o.scenario.name, o.problems) for o in found if not o.intended] == []
     (stack,) = [e.stack_name for e in ENVIRONMENTS if e.name == environment]
     skipped = skipped_markdown(skipped_scenarios(templates / f"{stack}.template.json"))
-    assert catalogue_markdown(environment, found) + skipped in DOCS.read_text()
+    assert catalogue_markdown(environment, found) + skipped in EVIDENCE_DOCS.read_text()
 
 
 def test_time_to_page_per_alarm_is_the_committed_table(outcomes: dict[str, list[Outcome]]) -> None:
@@ -70,6 +82,19 @@ def test_runbook_states_each_alarms_time_to_page_from_the_catalogue(outcomes: di
     runbook = RUNBOOK.read_text()
     assert {m.group(1) for m in RUNBOOK_BLOCK.finditer(runbook)} == NOTIFYING
     assert runbook_with_times(runbook, outcomes) == runbook
+
+
+def test_write_docs_rewrites_the_generated_part_of_both_pages() -> None:
+    """The reference and the evidence page each carry one generated part, which --write-docs replaces in place; a
+    page without the markers is refused, not appended to."""
+    for page in (DOCS, EVIDENCE_DOCS):
+        document = page.read_text()
+        assert document.count(BEGIN) == document.count(END) == 1, page
+        generated = document.partition(BEGIN + "\n")[2].partition(END)[0]
+        assert with_generated(document, generated) == document
+        assert with_generated(document, "new\n").count("new\n") == 1
+    with pytest.raises(ValueError, match="no <!-- BEGIN"):
+        with_generated("# A page\n", "new\n")
 
 
 def _evaluate(

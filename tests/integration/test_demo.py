@@ -278,8 +278,8 @@ def test_demo_short_form_rolling_restart_and_shutdown_exit_0(
 ) -> None:
     """Two consumers, one replaced halfway: three processes, all stopped by SIGTERM with exit 0. Every event the
     webhook received was processed once by a handler: the consumers' processed count less the copies the idempotency
-    store skipped (a second copy of an event, which the endpoint can cause: docs/CHAOS.md). Real: read from the one short run
-    (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
+    store skipped (a second copy of an event, which the endpoint can cause: docs/evidence/CHAOS.md). Real: read from the one
+    short run (`python -m consumer demo`: its consumer processes, their signals and moto's server, on the wall clock)."""
     _, report = short_run
     notifications = lane(report, NOTIFICATIONS_HANDLER)
     assert [(c["number"], c["exit_code"]) for c in notifications["consumers"]] == [(1, 0), (2, 0), (3, 0)]

@@ -1,4 +1,4 @@
-"""docs/BENCHMARKS.md is generated from saved results: every placeholder is filled, ratios are computed right."""
+"""docs/evidence/BENCHMARKS.md is generated from saved results: every placeholder filled, ratios computed right."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m bench tracing`` (bench/tracing/): the section of docs/BENCHMARKS.md, with ratios against the
+"""``python -m bench tracing`` (bench/tracing/): the section of docs/evidence/BENCHMARKS.md, with ratios against the
 ``before`` cell of the same round; the cells' order; the ``absent`` cell's refused imports; another commit's tree."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def cells_of(text: str) -> dict[str, list[str]]:
 
 
 def test_tracing_section_before_a_result_names_its_command() -> None:
-    """No docs/bench/tracing.json yet: the section says which command makes it."""
+    """No docs/evidence/bench/tracing.json yet: the section says which command makes it."""
     assert section(None) == f"_Not measured yet: run `{COMMAND}`._"
 
 

@@ -235,7 +235,7 @@ def empty_stream() -> dict[str, Any]:
 
 
 def redriven_run(tmp_path: Path, *extra: Exchange, killed: dict[str, float] | None = None) -> tuple[Run, Any]:
-    """The shape of the flake (docs/CHAOS.md): m1 applied by c1 at receive 1, then every holder gone before a delete
+    """The shape of the flake (the chaos page): m1 applied by c1 at receive 1, then every holder gone before a delete
     for it was applied: c1, c4 and c8 SIGKILLed about a second after logging it processed (their deletes batched),
     receive 4 answered to the long poll SIGKILLed c10 left at moto, receive 5's answer lost by the proxy; after it
     SQS's redrive moved m1 to the DLQ without a reason. ``extra``: more records; ``killed``: other kill times."""
@@ -536,7 +536,7 @@ def test_an_event_in_two_places_after_the_endpoint_handed_out_a_deleted_message_
 ) -> None:
     """c6 dead-lettered m1 at receive 3 (retries spent) and its delete was applied; moto still handed m1 out at
     receive 4, and c7 applied it: the endpoint kept a message it answered as deleted (reproduced with plain boto3
-    in docs/CHAOS.md). Reported as the endpoint's; without the applied delete the event stays a failure."""
+    in docs/evidence/CHAOS.md). Reported as the endpoint's; without the applied delete the event stays a failure."""
     exhausted = {"kind": "exhausted", "reason": "failed 3 times", "original_message_id": "m1", "receive_count": 3}
 
     def run_with(*acks: Exchange) -> Run:

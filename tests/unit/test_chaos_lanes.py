@@ -356,7 +356,7 @@ def test_build_stream_gives_each_fleet_its_own_event_ids() -> None:
 
 def test_the_report_has_a_column_per_fleet_and_a_verdict_per_fleet() -> None:
     """The stored run's per-fleet table: one column per fleet, each with a verdict, the thread fleet first."""
-    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
+    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "evidence" / "bench" / "chaos.json").read_text()))
     rows = fleet_rows(stored)
     assert all(len(row) == 2 + len(stored.fleets) for row in rows)
     assert set(stored.fleets) == {"batch", "async"}
@@ -366,7 +366,7 @@ def test_the_report_has_a_column_per_fleet_and_a_verdict_per_fleet() -> None:
 
 def test_a_failed_fleet_is_named_in_its_own_column() -> None:
     """A batch fleet's failure shows in the batch column only, without its prefix."""
-    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
+    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "evidence" / "bench" / "chaos.json").read_text()))
     stored.failures = ["batch fleet: 1 events lost: ['evt-batch-00001']"]
     verdicts = fleet_rows(stored)[-1]
     assert verdicts[1:] == ["OK", "FAILED: 1 events lost: ['evt-batch-00001']", "OK"]

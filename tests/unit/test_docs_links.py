@@ -1,4 +1,8 @@
-"""Every relative link and #anchor in README.md and docs/*.md resolves, and every docs page is reachable."""
+"""Every relative link and #anchor in the repository's markdown resolves, and every docs page is reachable.
+
+The pages: README.md, CHANGELOG.md and every .md under docs/ (the evidence folder, docs/evidence/, included); the
+bench templates are read from where their pages are written (docs/evidence/), since their links are relative to it.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,13 @@ import pytest
 from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS]
+#: Each template in bench/ and the page generated from it: its links resolve from the page's folder.
+TEMPLATES = {
+    ROOT / "bench" / "BENCHMARKS.template.md": ROOT / "docs" / "evidence" / "BENCHMARKS.md",
+    ROOT / "bench" / "CHAOS.template.md": ROOT / "docs" / "evidence" / "CHAOS.md",
+}
 # A link with a scheme (https:, mailto:) leaves the repository: not checked offline.
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 
@@ -51,14 +61,16 @@ def links(page: Path) -> Iterator[str]:
                 yield target
 
 
-def broken(page: Path) -> list[str]:
-    """The page's relative links whose file or #anchor does not exist, each with the reason."""
+def broken(page: Path, written_as: Path | None = None) -> list[str]:
+    """The page's relative links whose file or #anchor does not exist, each with the reason; ``written_as``: the
+    path the page is written to (a template's generated page), which its links are relative to."""
     problems = []
+    at = written_as or page
     for target in links(page):
         if EXTERNAL.match(target):
             continue
         path, _, anchor = target.partition("#")
-        destination = (page.parent / path).resolve() if path else page
+        destination = (at.parent / path).resolve() if path else page
         if not destination.exists():
             problems.append(f"{target}: no file {destination.relative_to(ROOT)}")
         elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):
@@ -87,6 +99,19 @@ def test_relative_links_and_anchors_resolve(page: Path) -> None:
     assert broken(page) == []
 
 
+@pytest.mark.parametrize("template", sorted(TEMPLATES), ids=lambda p: str(p.relative_to(ROOT)))
+def test_template_links_resolve_from_the_generated_page(template: Path) -> None:
+    """A bench template's relative links resolve from the folder its page is generated into."""
+    assert broken(template, written_as=TEMPLATES[template]) == []
+
+
+def test_every_markdown_file_is_checked() -> None:
+    """No tracked .md escapes the checks above: a page elsewhere is added to PAGES or TEMPLATES."""
+    found = {p for p in ROOT.rglob("*.md") if not {"node_modules", ".venv", "cdk.out"} & set(p.relative_to(ROOT).parts)}
+    found = {p for p in found if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)}
+    assert sorted(str(p.relative_to(ROOT)) for p in found - set(PAGES) - set(TEMPLATES)) == []
+
+
 def test_every_docs_page_is_reachable_from_the_readme() -> None:
     """No page in docs/ is an orphan: following links from the README leads to each."""
     reached, todo = set(), [ROOT / "README.md"]
@@ -96,4 +121,4 @@ def test_every_docs_page_is_reachable_from_the_readme() -> None:
             continue
         reached.add(page)
         todo += [(page.parent / t.partition("#")[0]).resolve() for t in links(page) if not EXTERNAL.match(t)]
-    assert [str(page.relative_to(ROOT)) for page in PAGES if page not in reached] == []
+    assert [str(page.relative_to(ROOT)) for page in DOCS if page not in reached] == []

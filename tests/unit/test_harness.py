@@ -173,17 +173,18 @@ def test_settle_stops_at_once_with_the_look_s_reason() -> None:
 
 
 def test_chaos_markdown_is_the_template_filled_from_the_stored_results(tmp_path: Path) -> None:
-    """docs/CHAOS.md is what bench/CHAOS.template.md makes of docs/bench/chaos.json, every placeholder filled."""
-    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
+    """docs/evidence/CHAOS.md is what bench/CHAOS.template.md makes of the stored chaos.json, every placeholder
+    filled."""
+    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "evidence" / "bench" / "chaos.json").read_text()))
     write_markdown(stored, tmp_path / "CHAOS.md")
     text = (tmp_path / "CHAOS.md").read_text()
     assert "{{" not in text
-    assert text == (ROOT / "docs" / "CHAOS.md").read_text()
+    assert text == (ROOT / "docs" / "evidence" / "CHAOS.md").read_text()
 
 
 def test_chaos_markdown_takes_the_set_up_timings_from_the_demo_contract() -> None:
     """The set-up's lease, receives, backstop and backoff are the demo contract's, not restated."""
-    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "bench" / "chaos.json").read_text()))
+    stored = ChaosResult.from_json(json.loads((ROOT / "docs" / "evidence" / "bench" / "chaos.json").read_text()))
     filled = sections(stored)
     assert [filled[k] for k in ("lease", "max_receives", "redrive_backstop", "backoff")] == ["10", "3", "5", "1-4"]
 

@@ -19,11 +19,19 @@ def test_configuration_table_is_generated_from_the_contract() -> None:
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
-    """.ci/run runs the README's test command, `make test`, after providing the container tier's engine."""
-    assert "make test   #" in README and "make run    #" in README
+    """.ci/run runs the README's test command, `make test`, then the image builds the README names
+    (`make test-images`) after providing their container engine."""
+    assert "make test   #" in README and "make run    #" in README and "make test-images" in README
     commands = [
         line
         for line in (ROOT / ".ci" / "run").read_text().splitlines()
         if line and not line.startswith(("#", "set ", "cd "))
     ]
-    assert commands == ["source .ci/container-engine", "make test"]
+    assert commands == ["make test", "source .ci/container-engine", "make test-images"]
+
+
+def test_readme_fits_in_ten_kilobytes() -> None:
+    """The README is the one page a new user reads first: what it is, `make run` and `make test`, what you get and
+    where to go next, at most 10 KB; detail lives in docs/ and the evidence in docs/evidence/."""
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= 10 * 1024, f"README.md is {size} bytes, over 10,240: move detail to the docs page it belongs in"
