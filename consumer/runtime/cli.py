@@ -56,7 +56,7 @@ def run() -> None:
     from consumer.contract import ConfigurationError
     from consumer.runtime.clients import dynamodb_client, sqs_client
     from consumer.runtime.config import LOG_LEVEL_ENV, load_config, resolve_region
-    from consumer.runtime.consumer import Consumer, task_role_id_from_env
+    from consumer.runtime.consumer import Collaborators, Consumer, Intake, task_role_id_from_env
     from consumer.runtime.drift import StartupError, check_queue, queue_name_from_url
     from consumer.runtime.idempotency import DynamoDBStore, InMemoryStore
     from consumer.runtime.liveness import Liveness, liveness_path
@@ -102,13 +102,14 @@ def run() -> None:
             dlq_url=dlq_url,
             contract=config.contract,
             handler=config.handler,
-            idempotency=store,
-            protection=ScaleInProtection.from_env(os.environ),
-            metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
-            task_role_id=task_role_id_from_env(os.environ),
-            liveness=Liveness(liveness_path(os.environ)),
-            sources=config.sources,
-            tracer=tracer,
+            collaborators=Collaborators(
+                idempotency=store,
+                protection=ScaleInProtection.from_env(os.environ),
+                metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+                liveness=Liveness(liveness_path(os.environ)),
+                tracer=tracer,
+            ),
+            intake=Intake(task_role_id=task_role_id_from_env(os.environ), sources=config.sources),
         )
     except (ConfigurationError, StartupError) as error:
         log.error("startup_failed", extra={"error": str(error)})

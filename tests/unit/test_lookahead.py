@@ -9,7 +9,7 @@ import time
 import pytest
 
 from consumer.contract import WorkerContract
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer, Intake
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Lookahead, Slots
 
@@ -138,8 +138,8 @@ def test_a_consumer_receives_ahead_only_on_a_standard_queue_without_a_rate(
         dlq_url=None,
         contract=contract,
         handler=lambda _: None,
-        metrics=Metrics(stream=io.StringIO()),
-        max_rate=max_rate,
+        collaborators=Collaborators(metrics=Metrics(stream=io.StringIO())),
+        intake=Intake(max_rate=max_rate),
     )
     consumer._lookahead.finished(0.001)
     assert consumer._lookahead.extra == ahead
