@@ -35,7 +35,8 @@ THREAD_ENTRY |= {("Thread.run", "threading.py")}
 
 
 def frame(text: str) -> tuple[str, str]:
-    """``"Worker.run (consumer/runtime/processing.py:70)"`` -> ``("Worker.run", "consumer/runtime/processing.py")``."""
+    """``"HandlerRunner.run (consumer/runtime/processing.py:70)"`` ->
+    ``("HandlerRunner.run", "consumer/runtime/processing.py")``."""
     function, _, where = text.rpartition(" (")
     if not function:
         return text, ""

@@ -44,7 +44,7 @@ from consumer.contract import WorkerContract
 from consumer.limits import SQS_CLIENT, SQS_MAX_BATCH
 from consumer.runtime import consumer as runtime
 from consumer.runtime.clients import client_config
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.observability import Metrics, configure_logging
 
 NAIVE_EMPTY_DELAY_SECONDS = 1.0
@@ -246,8 +246,10 @@ def main(
             dlq_url=dlq_url or None,
             contract=contract,
             handler=lambda message: handle(message.body),
-            metrics=Metrics(stream=open("/dev/null", "w")),  # noqa: SIM115 (lives as long as the process)
-            tracer=subject_tracer(tracing),
+            collaborators=Collaborators(
+                metrics=Metrics(stream=open("/dev/null", "w")),  # noqa: SIM115 (lives as long as the process)
+                tracer=subject_tracer(tracing),
+            ),
         )
         runner = threading.Thread(target=consumer.run, daemon=True)
         stop = consumer.stop

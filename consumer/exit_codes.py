@@ -13,5 +13,5 @@ class ExitCode(IntEnum):
     #: Bad configuration or input, refused before anything happened; the message names it. Also the
     #: consumer's start-up refusal (queue missing or drifted from the contract).
     CONFIG = 2
-    #: Every worker slot holds a handler past its timeout: only a new task can make progress.
+    #: Every handler slot holds a handler past its timeout: only a new task can make progress.
     STUCK = 3

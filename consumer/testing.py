@@ -344,8 +344,8 @@ def delivered(
 
 @dataclass(frozen=True)
 class InMemoryTracing:
-    """What :func:`in_memory_tracing` returns: ``tracer`` for ``Consumer(tracer=...)``; ``provider`` for the spans a
-    test's handler starts itself; ``exporter`` holds every span ended (:meth:`spans`)."""
+    """What :func:`in_memory_tracing` returns: ``tracer`` for ``Consumer(collaborators=Collaborators(tracer=...))``;
+    ``provider`` for the spans a test's handler starts itself; ``exporter`` holds every span ended (:meth:`spans`)."""
 
     tracer: AttemptTracer
     provider: TracerProvider
@@ -362,7 +362,7 @@ def in_memory_tracing() -> InMemoryTracing:
     Needs opentelemetry-sdk and opentelemetry-propagator-aws-xray (the image carries both). Example::
 
         tracing = in_memory_tracing()
-        with running(Consumer(sqs, ..., tracer=tracing.tracer)):
+        with running(Consumer(sqs, ..., collaborators=Collaborators(tracer=tracing.tracer))):
             wait_until(lambda: tracing.spans(f"process {queue_name}"))
     """
     from opentelemetry.sdk.trace import TracerProvider

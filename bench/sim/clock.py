@@ -1,8 +1,8 @@
 """The simulated world's clock: :class:`consumer.runtime.clock.Clock` on a :class:`bench.sim.scheduler.Simulation`.
 
-The runtime takes it as its clock (``Consumer(clock=...)``): its locks, conditions, events, queues, threads, executor
-and event loop are the simulation's (bench/sim/primitives.py), so every wait is on virtual time and every thread is
-scheduled from the seed (bench/sim/scheduler.py says how).
+The runtime takes it as its clock (``Consumer(collaborators=Collaborators(clock=...))``): its locks, conditions,
+events, queues, threads, executor and event loop are the simulation's (bench/sim/primitives.py), so every wait is on
+virtual time and every thread is scheduled from the seed (bench/sim/scheduler.py says how).
 """
 
 from __future__ import annotations

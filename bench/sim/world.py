@@ -31,12 +31,13 @@ from bench.sim.scheduler import SimThread, Simulation
 from consumer.limits import DYNAMODB_CLIENT, SQS_CLIENT
 from consumer.runtime.cli import StopOnSignal
 from consumer.runtime.clients import client_config, dynamodb_connections, sqs_connections
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE, DynamoDBStore
 from consumer.runtime.inflight import State
 from consumer.runtime.liveness import Liveness
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
+from consumer.runtime.wiring import Intake
 
 TABLE = "sim-idempotency"
 
@@ -185,13 +186,15 @@ class World:
             dlq_url=self.run.dlq_url,
             contract=self.contract,
             handler=self.handlers.for_process(name),
-            idempotency=store,
-            protection=protection,
-            metrics=Metrics(dimensions={"Queue": "sim-source"}, stream=io.StringIO(), clock=self.sim.time),
-            task_role_id=DEFAULT_SENDER_ID,
-            clock=self.sim,  # type: ignore[arg-type]
-            rng=random.Random(f"{self.plan.seed}-{name}"),
-            liveness=Liveness(None),
+            collaborators=Collaborators(
+                clock=self.sim,  # type: ignore[arg-type]
+                rng=random.Random(f"{self.plan.seed}-{name}"),
+                idempotency=store,
+                protection=protection,
+                metrics=Metrics(dimensions={"Queue": "sim-source"}, stream=io.StringIO(), clock=self.sim.time),
+                liveness=Liveness(None),
+            ),
+            intake=Intake(task_role_id=DEFAULT_SENDER_ID),
         )
 
     def _run_process(self, process: Process) -> None:
@@ -308,7 +311,7 @@ class World:
     def _holds(self, item: Any, given_up: set[str | None]) -> bool:
         """Whether the consumer keeps ``item``'s lease by design (docs/runtime.md): running and not given up on, or
         done with until its delete is sent; waiting, only a batch handler's and a FIFO group's (not behind one given up
-        on, whose group another task may take). A one-message handler's message received ahead of a free worker
+        on, whose group another task may take). A one-message handler's message received ahead of a free handler
         (the lookahead) is left to lapse: another task may run it sooner."""
         if item.state in (State.RUNNING, State.DONE, State.DELETING):
             return True

@@ -18,7 +18,7 @@ import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -43,9 +43,9 @@ log = logging.getLogger(__name__)
 
 #: A successful message's delete waits at most this long for nine others to share its call.
 DELETE_FLUSH_SECONDS = 1.0
-#: While a delete waits for its batch (or ``waiting`` says something else does), the acknowledger's thread goes round
-#: its loop at least this often (sending what is due, calling ``every_tick``); with nothing waiting it sleeps until
-#: work comes.
+#: While a delete waits for its batch (or the completions' ``waiting`` says something else does), the acknowledger's
+#: thread goes round its loop at least this often (sending what is due, flushing the completions); with nothing waiting
+#: it sleeps until work comes.
 TICK_SECONDS = 0.1
 #: Put on the thread's queue when something starts waiting on a timer: the thread may be asleep without a timeout.
 _WAKE = object()
@@ -61,7 +61,7 @@ class Ticket:
     """The acknowledger's view of one received message.
 
     ``settles``: what must be recorded before this message's delete is sent (set by whoever asks for the delete,
-    handed to the acknowledger's ``before_delete`` with the rest of the batch, then cleared): the idempotency
+    handed to the acknowledger's ``completions.record`` with the rest of the batch, then cleared): the idempotency
     completion of a processed message, recorded in one call per batch rather than one per message.
     """
 
@@ -87,6 +87,23 @@ class _Visibility:
 @dataclass
 class _Flush:
     done: Waitable
+
+
+class Recorded(Protocol):
+    """What is written before some deletes are sent, and on a timer (consumer/runtime/completions.py's
+    ``Completions``): a delete must never land before what its message's processing recorded."""
+
+    def record(self, tickets: list[Ticket]) -> None:
+        """Write what ``tickets`` settle, if not written yet (called just before their batch of deletes is sent)."""
+        ...
+
+    def flush(self) -> None:
+        """Write what has waited long enough (called every time round the acknowledger's loop)."""
+        ...
+
+    def waiting(self) -> bool:
+        """Whether something waits for :meth:`flush` (the loop then ticks rather than sleeps)."""
+        ...
 
 
 class _Background:
@@ -130,9 +147,10 @@ class _Background:
 class Acknowledger:
     """Batches ``DeleteMessageBatch`` and ``ChangeMessageVisibilityBatch`` for one queue.
 
-    ``before_delete`` is called with each batch of deletes holding a ticket that ``settles`` something, on the
-    thread about to send it, before it is sent; ``every_tick`` on the acknowledger's thread, every ``TICK_SECONDS`` at
-    most while a delete waits for its batch or ``waiting()`` is true (whoever makes it true calls :meth:`wake`).
+    ``completions`` (:class:`Recorded`) is what must be written before some deletes are sent: its ``record`` is called
+    with each batch of deletes holding a ticket that ``settles`` something, on the thread about to send it, before it
+    is sent; its ``flush`` on the acknowledger's thread, every ``TICK_SECONDS`` at most while a delete waits for its
+    batch or its ``waiting()`` is true (whoever makes it true calls :meth:`wake`).
 
     Example::
 
@@ -148,10 +166,8 @@ class Acknowledger:
         client: SQSClient,
         queue_url: str,
         *,
+        completions: Recorded | None = None,
         on_deleted: Callable[[Ticket], None] | None = None,
-        before_delete: Callable[[list[Ticket]], None] | None = None,
-        every_tick: Callable[[], None] | None = None,
-        waiting: Callable[[], bool] = lambda: False,
         clock: Clock = SYSTEM,
         guard: Callable[[Callable[[], None]], Callable[[], None]] = lambda run: run,
         liveness: Liveness | None = None,
@@ -161,11 +177,11 @@ class Acknowledger:
         self._on_deleted = on_deleted
         # Called with each batch of deletes just before it is sent (on the sending thread): what the batch's tickets
         # settle is recorded first, so a delete never lands before it (Completions.record).
-        self._before_delete = before_delete
+        self._before_delete = None if completions is None else completions.record
         # Called on the acknowledger's thread every time round its loop (at least every TICK_SECONDS): the settlement's
         # timer for the completions it batches (Completions.flush).
-        self._every_tick = every_tick
-        self._waiting = waiting
+        self._every_tick = None if completions is None else completions.flush
+        self._waiting: Callable[[], bool] = (lambda: False) if completions is None else completions.waiting
         self._clock = clock.monotonic
         self._new_event = clock.event
         self._ops: queue.SimpleQueue[object] = clock.simple_queue()
@@ -181,7 +197,7 @@ class Acknowledger:
         # Guarded as every thread of the consumer is (its death ends the process: nothing else deletes or extends),
         # and seen by the health check (it beats each time round its loop; idle while it sleeps for want of work).
         self._thread = clock.thread(guard(self._run), name=ACKNOWLEDGER_LOOP)
-        self._background = _Background(clock, guard, every_tick)
+        self._background = _Background(clock, guard, self._every_tick)
         self._liveness = liveness or Liveness(None)
         self._closed = False
 

@@ -1,14 +1,14 @@
 """Batch handlers (``@worker(max_batch=...)``): collect a batch, run the handler once, settle each message on its own.
 
-Each of ``concurrency`` worker threads collects its own batch: the first message it is handed, then more as the
+Each of ``concurrency`` handler threads collects its own batch: the first message it is handed, then more as the
 pollers receive them, until ``max_batch`` or ``batch_window`` after the first (whatever has arrived with a window
 of 0). The slots count messages, ``concurrency * max_batch``; a call running with fewer than ``max_batch`` messages
 holds the rest of its room until it returns (:meth:`.Slots.hold`), so the pollers start a receive only for a thread
 free to collect, never for a batch that would wait behind running ones. A receive already in flight when the last
 free thread starts its call (it was started for that thread's room) may still bring up to a receive's worth per
 poller; those wait for the next free thread, up to a call's ``max_duration``, and the heartbeat extends their leases
-as it does running messages' (``Heartbeat(extend_waiting=True)``), so a short lease (``max_lease``) cannot lapse
-while they wait.
+as it does running messages' (a batch handler's waiting messages are extended by design: heartbeat.py), so a short
+lease (``max_lease``) cannot lapse while they wait.
 
 Every message of the batch starts as a one-message handler's would (the circuit, a lease run down while it waited,
 its idempotency claim: a duplicate of work done is deleted without reaching the handler, one held elsewhere is
@@ -23,26 +23,40 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+from collections.abc import Callable
 from typing import Any
 
 from consumer.batch import BatchResult, UnreportedMessage
 from consumer.runtime.inflight import InFlight
-from consumer.runtime.polling import TICK_SECONDS, Slots
-from consumer.runtime.processing import Worker
-from consumer.runtime.settlement import SUCCEEDED, Outcome, Verdict
+from consumer.runtime.polling import TICK_SECONDS, Flow
+from consumer.runtime.processing import HandlerRunner
+from consumer.runtime.settlement import SUCCEEDED, Outcome, Settlement, Verdict
+from consumer.runtime.wiring import Guard, Shared
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
 
-class BatchWorker(Worker):
-    """Runs on every worker thread of a batch handler: :meth:`run` collects a batch and settles it, again and again.
+class BatchRunner(HandlerRunner):
+    """Runs a batch handler on every handler thread: :meth:`run` collects a batch and settles it, again and again.
 
-    ``slots`` are the pollers' (see the module docstring for the room a call holds).
+    The flow's ``slots`` are the pollers' (see the module docstring for the room a call holds).
     """
 
-    def __init__(self, *, slots: Slots, **parts: Any) -> None:
-        super().__init__(**parts)
-        self._slots = slots
+    def __init__(
+        self,
+        shared: Shared,
+        *,
+        handler: Callable[..., Any],
+        flow: Flow,
+        settlement: Settlement,
+        guard: Guard,
+        work: queue.SimpleQueue[list[InFlight]],
+        extend_now: Callable[[InFlight], None],
+    ) -> None:
+        super().__init__(
+            shared, handler=handler, flow=flow, settlement=settlement, guard=guard, work=work, extend_now=extend_now
+        )
+        self._slots = flow.slots
         assert self.contract.max_batch is not None
         self._max_batch = self.contract.max_batch
         self._window_seconds = float(self.contract.batch_window_seconds)

@@ -38,7 +38,8 @@ class CircuitState(enum.Enum):
 
 
 class Circuit:
-    """The circuit's state, shared by pollers, workers and settlement under one lock; ``clock`` is monotonic seconds.
+    """The circuit's state, shared by pollers, handler runners and settlement under one lock; ``clock`` is monotonic
+    seconds.
 
     ``probe_timeout_seconds``: a probe whose outcome has not come back by then (a handler past its
     timeout, or a probe handed back at shutdown) no longer blocks the next probe.
@@ -62,7 +63,7 @@ class Circuit:
         self._opened_at = 0.0  # when it left CLOSED: the time open counts from there to the close
         self._until = 0.0  # end of the current pause
         self._probe: str | None = None  # message id of the probe, once received
-        self._probe_taken_at: float | None = None  # a poller is receiving (or a worker running) the probe
+        self._probe_taken_at: float | None = None  # a poller is receiving (or a handler thread running) the probe
 
     def pause(self, retry_after_seconds: float | None, opens_in_a_row: int) -> float:
         """Seconds to stay open: the later of ``retry_after`` and the backoff for this open, capped (module doc)."""
@@ -144,7 +145,7 @@ class Circuit:
         None (no attempt reached the downstream: deferred, a duplicate) lets the next receive probe again."""
         state = self.state
         if state is CircuitState.CLOSED:
-            # Without the lock: a probe is taken while half-open, before its message is handed to a worker, and
+            # Without the lock: a probe is taken while half-open, before its message is handed to a handler thread, and
             # only its own answer closes the circuit again; read closed here, this message is no probe.
             return
         now = self._clock()
@@ -162,7 +163,7 @@ class Circuit:
 
 
 class RateLimit:
-    """At most ``per_second`` handler starts per second across the worker threads: starts are spaced 1/rate apart.
+    """At most ``per_second`` handler starts per second across the handler threads: starts are spaced 1/rate apart.
 
     No burst allowance, so any one-second window holds at most ``per_second`` starts (a bucket of one token):
     a rate-limited API counts requests per window, and a burst after a quiet spell is what trips it.

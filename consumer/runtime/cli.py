@@ -56,13 +56,14 @@ def run() -> None:
     from consumer.errors import ConfigurationError
     from consumer.runtime.clients import dynamodb_client, sqs_client
     from consumer.runtime.config import LOG_LEVEL_ENV, load_config, resolve_region
-    from consumer.runtime.consumer import Consumer, task_role_id_from_env
+    from consumer.runtime.consumer import Collaborators, Consumer, task_role_id_from_env
     from consumer.runtime.drift import StartupError, check_queue, queue_name_from_url
     from consumer.runtime.idempotency import DynamoDBStore, InMemoryStore
     from consumer.runtime.liveness import Liveness, liveness_path
     from consumer.runtime.observability import Metrics, configure_logging, log_level
     from consumer.runtime.protection import ScaleInProtection
     from consumer.runtime.tracing import tracer_from_env
+    from consumer.runtime.wiring import Intake
 
     configure_logging()  # at INFO until CONSUMER_LOG_LEVEL is read, so that refusing a bad one is logged too
     # Installed first: ECS may stop a task that is still starting (a deployment rolling on, a scale-in),
@@ -102,13 +103,14 @@ def run() -> None:
             dlq_url=dlq_url,
             contract=config.contract,
             handler=config.handler,
-            idempotency=store,
-            protection=ScaleInProtection.from_env(os.environ),
-            metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
-            task_role_id=task_role_id_from_env(os.environ),
-            liveness=Liveness(liveness_path(os.environ)),
-            sources=config.sources,
-            tracer=tracer,
+            collaborators=Collaborators(
+                idempotency=store,
+                protection=ScaleInProtection.from_env(os.environ),
+                metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
+                liveness=Liveness(liveness_path(os.environ)),
+                tracer=tracer,
+            ),
+            intake=Intake(task_role_id=task_role_id_from_env(os.environ), sources=config.sources),
         )
     except (ConfigurationError, StartupError) as error:
         log.error("startup_failed", extra={"error": str(error)})

@@ -38,9 +38,9 @@ __all__ = [
     "sqs_connections",
 ]
 
-#: Threads beyond the workers and pollers that may call a client at once: the acknowledger's two (its loop's visibility
-#: changes and flushes; its background thread's due deletes and the completions batched with them) and the main
-#: thread's start-up calls.
+#: Threads beyond the handler threads and pollers that may call a client at once: the acknowledger's two (its loop's
+#: visibility changes and flushes; its background thread's due deletes and the completions batched with them) and the
+#: main thread's start-up calls.
 OTHER_CALLING_THREADS = 3
 
 
@@ -89,7 +89,8 @@ def client_config(timeouts: ClientTimeouts, max_connections: int | None = None) 
 
 def sqs_connections(contract: WorkerContract) -> int:
     """The SQS client's pool: one connection per thread that may call it at once. Each poller long-polls on its
-    own; each worker may send a batch of deletes (the one it filled), a hand-back or a DLQ move; and the others.
+    own; each handler thread may send a batch of deletes (the one it filled), a hand-back or a DLQ move; and the
+    others.
 
     A pool smaller than that makes urllib3 discard a connection each time one more thread finishes a call ("Connection
     pool is full, discarding connection") and open a new one (TCP and, on AWS, TLS) for the next."""
@@ -97,8 +98,8 @@ def sqs_connections(contract: WorkerContract) -> int:
 
 
 def dynamodb_connections(contract: WorkerContract) -> int:
-    """The idempotency store's pool: a claim per worker, the completions of a batch of deletes on the thread sending
-    it (a worker, or the acknowledger), the lease renewals' threads and the others."""
+    """The idempotency store's pool: a claim per handler thread, the completions of a batch of deletes on the thread
+    sending it (a handler thread, or the acknowledger), the lease renewals' threads and the others."""
     return calling_threads(contract) + renewal_threads(contract) + OTHER_CALLING_THREADS
 
 
@@ -109,7 +110,7 @@ def renewal_threads(contract: WorkerContract) -> int:
 
 
 def calling_threads(contract: WorkerContract) -> int:
-    """The threads that run handlers' AWS calls: one per worker thread; an async handler's coroutines hand theirs
+    """The threads that run handlers' AWS calls: one per handler thread; an async handler's coroutines hand theirs
     to the event loop's executor (consumer/runtime/coroutines.py)."""
     return min(contract.concurrency, ASYNC_EXECUTOR_THREADS) if contract.asynchronous else contract.concurrency
 

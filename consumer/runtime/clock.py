@@ -11,8 +11,9 @@ What the clock makes is what can be waited on. A lock held only for in-memory st
 call, is a plain ``threading.Lock`` (the in-flight table's, the metrics', the circuit's): nothing can wait on it for
 long, so nothing needs the clock there.
 
-A part that only reads the time takes a reading function (``clock.monotonic`` or ``clock.time``); a part that waits
-takes the :class:`Clock`.
+The consumer's parts find it in what they all share (:class:`.wiring.Shared`) and keep the reading functions they
+use; a helper that only reads the time (the circuit, the lookahead, the completions) takes a reading function
+(``clock.monotonic`` or ``clock.time``), one that waits takes the :class:`Clock`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A processed message's completion (the handler ran; not for a duplicate skipped) and its ``message_processed`` line
 are written when 25 wait (one DynamoDB ``BatchWriteItem``), when the oldest has waited ``COMPLETION_FLUSH_SECONDS``
 (:meth:`Completions.flush`, on the acknowledger's tick), or with the message's batch of deletes if that goes first
-(:meth:`Completions.record`, the acknowledger's ``before_delete``), so a completion always lands before its delete can.
+(:meth:`Completions.record`, called by the acknowledger just before it sends the batch), so a completion always lands
+before its delete can.
 """
 
 from __future__ import annotations
@@ -29,19 +30,21 @@ COMPLETION_BATCH = 25
 class Completions:
     """The processed messages whose completion is not written yet, oldest first, and the writing of them.
 
-    ``keep_seconds`` is how long a completed record is kept (the source queue's retention). ``wake`` is called when a
-    completion starts waiting (the acknowledger's thread, which flushes them on its tick, may be asleep).
+    ``store`` is the idempotency store (None: no guard, nothing to complete); ``keep_seconds`` how long a completed
+    record is kept (the source queue's retention). ``wake`` is called when a completion starts waiting (the
+    acknowledger's thread, which flushes them on its tick, may be asleep).
     """
 
     def __init__(
         self,
-        idempotency: IdempotencyStore | None,
+        store: IdempotencyStore | None,
         *,
         keep_seconds: int,
         clock: Callable[[], float],
         wake: Callable[[], None] = lambda: None,
     ) -> None:
-        self._idempotency = idempotency
+        #: The store the completions go to; the settlement releases and renews its records there too.
+        self.store = store
         self._keep_seconds = keep_seconds
         self._clock = clock
         self._wake = wake
@@ -69,7 +72,7 @@ class Completions:
         return self._oldest is not None
 
     def flush(self) -> None:
-        """Write the completions that have waited ``COMPLETION_FLUSH_SECONDS`` (the acknowledger's ``every_tick``)."""
+        """Write the completions that have waited ``COMPLETION_FLUSH_SECONDS`` (on the acknowledger's tick)."""
         with self._lock:
             oldest = self._oldest
             if oldest is None or self._clock() - oldest < COMPLETION_FLUSH_SECONDS:
@@ -83,8 +86,8 @@ class Completions:
         return taken
 
     def record(self, tickets: list[Ticket]) -> None:
-        """Record what ``tickets`` settle that is not recorded yet: the acknowledger's ``before_delete``, and the
-        batches of :meth:`add` and :meth:`flush`.
+        """Record what ``tickets`` settle that is not recorded yet: before the acknowledger sends their batch of
+        deletes, and the batches of :meth:`add` and :meth:`flush`.
 
         The idempotency completions of their processed messages in one call (a failure is logged, never raised: the
         message outcome stands and the record's lease expires), then a ``message_processed`` line per message, at
@@ -101,9 +104,9 @@ class Completions:
         if not settled:
             return
         done = [(item.key, item.owner) for item, complete in settled if complete and item.key is not None]
-        if done and self._idempotency is not None:
+        if done and self.store is not None:
             try:
-                self._idempotency.complete_many(done, keep_seconds=self._keep_seconds)
+                self.store.complete_many(done, keep_seconds=self._keep_seconds)
             except Exception as error:  # noqa: BLE001 (the outcomes stand; the records' leases expire)
                 log.warning(
                     "idempotency_update_failed",

@@ -4,8 +4,9 @@ Threads and what each runs:
 
 * pollers (``contract.pollers``, :mod:`.polling`): reserve free slots first (handlers, plus a lookahead
   of what short handlers clear in a second), then long-poll for at most that many messages;
-* workers (``contract.concurrency``, :mod:`.processing`): run the handler under the
-  idempotency guard; :mod:`.settlement` turns each outcome into SQS calls;
+* handler threads (``contract.concurrency``, :mod:`.processing`; one event loop for an ``async def`` handler,
+  :mod:`.coroutines`): run the handler under the idempotency guard; :mod:`.settlement` turns each outcome into SQS
+  calls;
 * heartbeat (:mod:`.heartbeat`): gives up on handlers past ``max_duration``, extends leases
   of running messages close to expiry (never past the attempt timeout or 12 h), renews
   idempotency leases and task protection, flushes metrics;
@@ -14,8 +15,11 @@ Threads and what each runs:
 The pollers and the heartbeat record their progress for ``python -m consumer health`` (:mod:`.liveness`).
 
 Every change of a message's state goes through one lock, the :class:`.inflight.InFlightTable`'s.
-Worker, poller and heartbeat threads are daemons, so an idle consumer exits about a
+Handler, poller and heartbeat threads are daemons, so an idle consumer exits about a
 second after SIGTERM, without waiting out a long poll.
+
+Each part takes :class:`.wiring.Shared` (the contract, the clock, the stop, the in-flight table, and what the outside
+reads: metrics, task protection, liveness) and the few other things it needs (:mod:`.wiring`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import re
 import socket
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -38,12 +43,12 @@ from consumer.errors import ContractError
 from consumer.exit_codes import ExitCode
 from consumer.limits import EVENT_LOOP_STALL_SECONDS
 from consumer.runtime.acknowledger import Acknowledger
-from consumer.runtime.batches import BatchWorker
+from consumer.runtime.batches import BatchRunner
 from consumer.runtime.circuit import Circuit, RateLimit
 from consumer.runtime.clients import renewal_threads
-from consumer.runtime.clock import SYSTEM, Clock, Waitable
+from consumer.runtime.clock import SYSTEM, Clock
 from consumer.runtime.completions import Completions
-from consumer.runtime.coroutines import ASYNC_GIVE_UP_GRACE_SECONDS, EVENT_LOOP, AsyncWorker
+from consumer.runtime.coroutines import EVENT_LOOP, AsyncRunner
 from consumer.runtime.failures import FailureText
 from consumer.runtime.heartbeat import Heartbeat, Renewals
 from consumer.runtime.idempotency import IdempotencyStore, InMemoryStore
@@ -55,21 +60,24 @@ from consumer.runtime.polling import (
     LONG_POLL_SECONDS,
     LOOKAHEAD_WAIT_SECONDS,
     TICK_SECONDS,
+    Flow,
     Lookahead,
     Poller,
     Slots,
+    Timings,
 )
-from consumer.runtime.processing import Worker
+from consumer.runtime.processing import HandlerRunner
 from consumer.runtime.protection import ScaleInProtection
 from consumer.runtime.settlement import Settlement
 from consumer.runtime.stopping import Stopping
 from consumer.runtime.tracing import close_tracing
-from consumer.sources import Sources
+from consumer.runtime.wiring import Guard, Intake, Queues, Shared
 
 if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
     from mypy_boto3_sqs import SQSClient
 
     from consumer.runtime.tracing_spans import AttemptTracer  # imports opentelemetry: only when tracing is on
+
 
 # The timing knobs imported above (LONG_POLL_SECONDS, BATCH_FILL_SECONDS, LOOKAHEAD_WAIT_SECONDS and TICK_SECONDS
 # from .polling, EVENT_LOOP_STALL_SECONDS from consumer.limits) are read from this module's namespace when a Consumer
@@ -93,26 +101,6 @@ def check_shape(handler: Callable[..., Any], contract: WorkerContract) -> None:
         shape = "an async def" if contract.asynchronous else "a def"
         name = getattr(handler, "__qualname__", repr(handler))
         raise ContractError("handler", f"must be {shape} function, as its contract says (asynchronous)", name)
-
-
-def worker_for(
-    contract: WorkerContract,
-    *,
-    slots: Slots,
-    liveness: Liveness,
-    closed: Waitable,
-    waits: Clock,
-    on_crash: Callable[[], None],
-    **parts: Any,
-) -> Worker:
-    """The workers for the handler's shape: threads of one message each, threads of a batch each
-    (``max_batch``), or coroutines on one event loop (``async def``, its loop and executor made by ``waits``, a
-    task's unexpected error reported to ``on_crash`` as a guarded thread's is)."""
-    if contract.max_batch is not None:
-        return BatchWorker(slots=slots, contract=contract, **parts)
-    if contract.asynchronous:
-        return AsyncWorker(liveness=liveness, closed=closed, waits=waits, on_crash=on_crash, contract=contract, **parts)
-    return Worker(contract=contract, **parts)
 
 
 def task_role_id_from_env(environ: Mapping[str, str]) -> str | None:
@@ -154,22 +142,50 @@ def consumer_name(rng: random.Random) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{rng.getrandbits(32):08x}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Collaborators:
+    """What a consumer works with besides its SQS client and its handler; ``python -m consumer run`` builds each from
+    its environment (consumer/runtime/cli.py), a test or the simulated world (bench/sim) passes its own.
+
+    ``clock``: what every part reads time from and waits through (:mod:`.clock`; the machine's by default).
+    ``rng``: draws the backoff jitter and the consumer's name in idempotency records (a seeded ``random.Random``
+    makes both reproducible; None: an unseeded one). ``idempotency``: the store of the guard (None: in memory; no guard
+    at all for a handler idempotent by itself, ``@worker(idempotent=True)``). ``protection``: ECS task scale-in
+    protection (None: none). ``metrics``: where the EMF metrics go (None: stdout, dimension ``Queue`` the queue's
+    name). ``liveness``: the progress file ``python -m consumer health`` reads (None: none). ``tracer``: a span per
+    attempt (docs/tracing.md; None: off, nothing paid).
+
+    Example::
+
+        consumer = Consumer(sqs, ..., collaborators=Collaborators(idempotency=store, metrics=Metrics(stream=out)))
+    """
+
+    clock: Clock = SYSTEM
+    rng: random.Random | None = None
+    idempotency: IdempotencyStore | None = None
+    protection: ScaleInProtection | None = None
+    metrics: Metrics | None = None
+    liveness: Liveness | None = None
+    tracer: AttemptTracer | None = None
+
+
 class Consumer:
     """Consume ``queue_url`` with ``handler`` under ``contract``.
 
-    ``task_role_id`` is the RoleId of the role the consumer sends with: only a copy
-    a session of it sent is trusted to carry its spent receives (``x-prior-receives``);
-    None trusts none, so a requeued copy's count restarts. ``clock`` is what every part reads time from and waits
-    through (:mod:`.clock`; the machine's by default). ``rng`` draws the backoff
-    jitter and the consumer's name in idempotency records (a seeded ``random.Random`` makes both reproducible).
-    ``max_rate``: handler starts per
-    second at most, across the worker threads; None takes the handler's ``@worker(max_rate=...)``. ``sources``: what
-    the worker's declared SNS topics and EventBridge rules deliver (:class:`consumer.sources.Sources`; None: none).
+    ``collaborators`` (:class:`.wiring.Collaborators`): what it works with beyond the SQS client, each defaulting to
+    a bare local run's: its clock, randomness, idempotency store, task protection, metrics, progress file and tracer.
+    ``intake`` (:class:`.wiring.Intake`): how it takes messages in beyond the contract: the task role whose requeued
+    copies are trusted with their spent receives, what its declared sources deliver, and ``max_rate`` (None: the
+    handler's ``@worker(max_rate=...)``).
 
     Example::
 
         consumer = Consumer(boto3.client("sqs"), queue_url=url, dlq_url=dlq, contract=c, handler=handle)
         exit_code = consumer.run()   # until stop() (SIGTERM) or stuck handlers pile up
+
+        # a DynamoDB guard, EMF lines to a buffer, and a rate for this run:
+        Consumer(sqs, ..., collaborators=Collaborators(idempotency=store, metrics=Metrics(stream=out)),
+                 intake=Intake(max_rate=5))
     """
 
     def __init__(
@@ -180,156 +196,148 @@ class Consumer:
         dlq_url: str | None,
         contract: WorkerContract,
         handler: Callable[..., Any],
-        idempotency: IdempotencyStore | None = None,
-        protection: ScaleInProtection | None = None,
-        metrics: Metrics | None = None,
-        task_role_id: str | None = None,
-        clock: Clock = SYSTEM,
-        rng: random.Random | None = None,
-        liveness: Liveness | None = None,
-        max_rate: float | None = None,
-        sources: Sources | None = None,
-        tracer: AttemptTracer | None = None,  # a span per attempt (docs/tracing.md); None: off, nothing paid
+        collaborators: Collaborators = Collaborators(),
+        intake: Intake = Intake(),
     ) -> None:
         check_shape(handler, contract)
+        clock = self._clock = collaborators.clock
+        self._now = clock.monotonic
         self.client = client
         self.queue_url = queue_url
         self.dlq_url = dlq_url
         self.contract = contract
         self.handler = handler
+        self.task_role_id = intake.task_role_id
+        # --- the collaborators, each defaulting to a bare local run's ----------------------------------------------
         # No guard for a handler idempotent by itself (@worker(idempotent=True)): no key, no claim, no completion.
-        self.idempotency: IdempotencyStore | None = (
-            None if contract.idempotent else (idempotency or InMemoryStore(clock=clock.time))
+        self.idempotency = (
+            None if contract.idempotent else (collaborators.idempotency or InMemoryStore(clock=clock.time))
         )
-        self.protection = protection or ScaleInProtection(None)
-        self.metrics = metrics or Metrics(dimensions={"Queue": queue_url.rsplit("/", 1)[-1]}, clock=clock.time)
-        self.task_role_id = task_role_id
-        self._clock = clock
-        self._now = clock.monotonic
-        self._random = rng or random.Random()
-        self.liveness = liveness or Liveness(None)  # None: no progress file (python -m consumer run gives one)
+        self.protection = collaborators.protection or ScaleInProtection(None)
+        queue_name = queue_url.rsplit("/", 1)[-1]
+        self.metrics = collaborators.metrics or Metrics(dimensions={"Queue": queue_name}, clock=clock.time)
+        self._random = collaborators.rng or random.Random()
+        self.liveness = collaborators.liveness or Liveness(None)  # None: no progress file (`run` gives one)
+        self._tracer = tracer = collaborators.tracer
         self.owner = consumer_name(self._random)
         self.exit_code = ExitCode.OK
+        # --- what every part shares ---------------------------------------------------------------------------------
         self._stopping = Stopping(clock, contract.drain_timeout_seconds)
         self._stop = self._stopping.event
-        self._closed = clock.event()
         self._table = InFlightTable()
-        self._slots = Slots(contract.messages_in_flight, clock, tick_seconds=TICK_SECONDS)
-        # SimpleQueue (C, no Condition): one put and one get per message, the cheapest hand-off there is.
-        self._work: queue.SimpleQueue[list[InFlight]] = clock.simple_queue()
+        shared = Shared(
+            contract=contract,
+            clock=clock,
+            stopping=self._stopping,
+            table=self._table,
+            metrics=self.metrics,
+            protection=self.protection,
+            liveness=self.liveness,
+        )
+        # Read from this module now, so that setting them here tunes every part (see __all__).
+        timings = Timings(
+            tick_seconds=TICK_SECONDS,
+            long_poll_seconds=LONG_POLL_SECONDS,
+            batch_fill_seconds=BATCH_FILL_SECONDS,
+            lookahead_wait_seconds=LOOKAHEAD_WAIT_SECONDS,
+        )
+        # --- how much may be received and started --------------------------------------------------------------------
+        self._slots = Slots(contract.messages_in_flight, clock, tick_seconds=timings.tick_seconds)
         self.circuit = Circuit(contract, metrics=self.metrics, clock=clock.monotonic)
-        rate = max_rate if max_rate is not None else max_rate_of(handler)
+        rate = intake.max_rate if intake.max_rate is not None else max_rate_of(handler)
         if rate is not None:
             check_rate_fits_the_lease(contract, rate)  # @worker checked its own; an explicit one is checked here
+        self._lookahead = Lookahead.for_contract(
+            self._slots, contract, rated=rate is not None, wait_seconds=timings.lookahead_wait_seconds, clock=self._now
+        )
+        flow = Flow(
+            slots=self._slots,
+            lookahead=self._lookahead,
+            circuit=self.circuit,
+            rate=None if rate is None else RateLimit(rate, self._now),
+        )
+        # --- the parts: each takes what every part shares and the few other things it needs --------------------------
+        # SimpleQueue (C, no Condition): one put and one get per message, the cheapest hand-off there is.
+        self._work: queue.SimpleQueue[list[InFlight]] = clock.simple_queue()
         self._completions = Completions(
             self.idempotency,
             keep_seconds=contract.source_retention_seconds,
-            clock=clock.monotonic,
+            clock=self._now,
             wake=lambda: self._ack.wake(),
         )
         self._ack = Acknowledger(
             client,
             queue_url,
-            on_deleted=lambda _t: self.metrics.count("deleted"),
             # Completions are written before their batch of deletes is sent, or on the tick once due.
-            before_delete=self._completions.record,
-            every_tick=self._completions.flush,
-            waiting=self._completions.waiting,
-            guard=self._guarded,
-            liveness=self.liveness,
+            completions=self._completions,
+            on_deleted=lambda _t: self.metrics.count("deleted"),
             # The consumer's clock: an extension sets a lease's end (visible_until) from the send time it reports,
             # and the heartbeat and the delete at once compare that end with the consumer's clock.
             clock=clock,
+            guard=self._guarded,
+            liveness=self.liveness,
         )
-        self._tracer = tracer
+        queues = Queues(client=client, queue_url=queue_url, dlq_url=dlq_url)
         self._settlement = (Settlement if tracer is None else tracer.settlement_type)(
-            client,
-            queue_url=queue_url,
-            dlq_url=dlq_url,
-            contract=contract,
+            shared,
+            queues=queues,
             ack=self._ack,
-            table=self._table,
-            slots=self._slots,
-            idempotency=self.idempotency,
+            flow=flow,
             completions=self._completions,
-            metrics=self.metrics,
-            protection=self.protection,
-            clock=clock,
             rng=self._random,
-            circuit=self.circuit,
             describe=FailureText.of(handler),  # error text in reasons and logs, as @worker(error_text=...) says
-        )
-        self._lookahead = Lookahead.for_contract(
-            self._slots, contract, rated=rate is not None, wait_seconds=LOOKAHEAD_WAIT_SECONDS, clock=clock.monotonic
-        )
-        self._worker = worker_for(
-            contract,
-            slots=self._slots,
-            liveness=self.liveness,
-            closed=self._closed,
-            handler=handler,
-            table=self._table,
-            settlement=self._settlement,
-            idempotency=self.idempotency,
-            metrics=self.metrics,
-            work=self._work,
-            stop=self._stop,
-            owner=self.owner,
-            clock=clock.monotonic,
-            waits=clock,
-            on_crash=self._crashed,
-            circuit=self.circuit,
-            rate=None if rate is None else RateLimit(rate, clock.monotonic),
-            lookahead=self._lookahead,
-            extend_now=lambda item: self._heartbeat.extend_now(item),
-            tracer=tracer,
-        )
-        if isinstance(self._worker, AsyncWorker):
-            self._work = self._worker.feed  # each message starts as a task on the loop at once
-        self._poller = Poller(
-            client,
-            queue_url=queue_url,
-            contract=contract,
-            task_role_id=task_role_id,
-            slots=self._slots,
-            table=self._table,
-            work=self._work,
-            stop=self._stop,
-            metrics=self.metrics,
-            protection=self.protection,
-            hand_back_unstarted=self._settlement.hand_back_unstarted,
-            hand_back=self._settlement.hand_back,
-            clock=clock.monotonic,
-            long_poll_seconds=LONG_POLL_SECONDS,
-            batch_fill_seconds=BATCH_FILL_SECONDS,
-            liveness=self.liveness,
-            circuit=self.circuit,
-            drain_end=lambda: self._stopping.drain_end,
-            sources=sources,  # what the declared SNS topics and EventBridge rules deliver (consumer/sources.py)
         )
         self._renewals = (
             None
             if self.idempotency is None
             else Renewals(self.idempotency, clock.executor(renewal_threads(contract), "renew"))
         )
-        self._heartbeat: Heartbeat = Heartbeat(
-            contract=contract,
-            table=self._table,
+        self._heartbeat = Heartbeat(
+            shared,
             ack=self._ack,
             renewals=self._renewals,
-            metrics=self.metrics,
-            protection=self.protection,
-            stop=self._stop,
-            closed=self._closed,
-            on_stuck=self._stuck,
-            clock=clock.monotonic,
-            tick_seconds=TICK_SECONDS,
-            liveness=self.liveness,
             lookahead=self._lookahead,
-            grace_seconds=ASYNC_GIVE_UP_GRACE_SECONDS if contract.asynchronous else 0.0,
-            extend_waiting=contract.max_batch is not None or contract.fifo,  # waiting there is by design
+            on_stuck=self._stuck,
+            tick_seconds=timings.tick_seconds,
+        )
+        self._runner = self._runner_for(shared, flow, Guard(store=self.idempotency, owner=self.owner))
+        if isinstance(self._runner, AsyncRunner):
+            self._work = self._runner.feed  # each message starts as a task on the loop at once
+        self._poller = Poller(
+            shared,
+            queues=queues,
+            intake=intake,  # whose copies to trust, what the declared SNS topics and EventBridge rules deliver
+            flow=flow,
+            settlement=self._settlement,
+            work=self._work,
+            timings=timings,
         )
         count_requests(client, self.metrics)
+
+    def _runner_for(self, shared: Shared, flow: Flow, guard: Guard) -> HandlerRunner:
+        """The handler runner for the handler's shape: threads of one message each, threads of a batch each
+        (``max_batch``), or coroutines on one event loop (``async def``; a task's unexpected error stops the process
+        as a guarded thread's death does)."""
+        if self.contract.asynchronous:
+            return AsyncRunner(
+                shared,
+                handler=self.handler,
+                flow=flow,
+                settlement=self._settlement,
+                guard=guard,
+                extend_now=self._heartbeat.extend_now,
+                on_crash=self._crashed,
+            )
+        runner = BatchRunner if self.contract.max_batch is not None else HandlerRunner
+        return runner(
+            shared,
+            handler=self.handler,
+            flow=flow,
+            settlement=self._settlement,
+            guard=guard,
+            work=self._work,
+            extend_now=self._heartbeat.extend_now,
+        )
 
     # --- public -----------------------------------------------------------
     def stop(self) -> None:
@@ -347,16 +355,17 @@ class Consumer:
 
     def run(self) -> int:
         """Process until :meth:`stop`; returns the process exit code."""
-        loops = 1 if isinstance(self._worker, AsyncWorker) else self.contract.concurrency  # one event loop
+        loops = 1 if isinstance(self._runner, AsyncRunner) else self.contract.concurrency  # one event loop
         spawn = self._clock.thread
-        threads = [spawn(self._guarded(self._worker.run), name=f"worker-{i}") for i in range(loops)]
+        # "worker-<i>": the name operators see in a thread_crashed line (its thread_name field); kept as it was.
+        threads = [spawn(self._guarded(self._runner.run), name=f"worker-{i}") for i in range(loops)]
         threads += [
             spawn(self._guarded(partial(self._poller.run, i)), name=poller_loop(i))
             for i in range(self.contract.pollers)
         ]
         threads.append(spawn(self._guarded(self._heartbeat.run), name=HEARTBEAT_LOOP))
         allowances = {poller_loop(i): self.contract.poll_stall_seconds for i in range(self.contract.pollers)}
-        if isinstance(self._worker, AsyncWorker):
+        if isinstance(self._runner, AsyncRunner):
             allowances[EVENT_LOOP] = EVENT_LOOP_STALL_SECONDS
         # The acknowledger's calls are SQS calls as a receive is: the same worst case, the same allowance.
         allowances[ACKNOWLEDGER_LOOP] = self.contract.poll_stall_seconds
@@ -402,7 +411,7 @@ class Consumer:
     def _shutdown(self) -> None:
         log.info("consumer_stopping", extra={"in_flight": len(self._table)})
         self.liveness.stopping()
-        # Messages still queued for a worker have not started: hand them back now.
+        # Messages still queued for a handler thread have not started: hand them back now.
         handed_back = 0
         while True:
             try:
@@ -417,7 +426,7 @@ class Consumer:
         # its delete, and the message would come back to be moved a second time.
         while self._now() < deadline and self._table.unsettled():
             self._clock.sleep(0.05)
-        self._worker.cancel_running(LATE_RECEIVE_WAIT_SECONDS)  # coroutines see CancelledError and hand back
+        self._runner.cancel_running(LATE_RECEIVE_WAIT_SECONDS)  # coroutines see CancelledError and hand back
         dispatching = self._table.close()
         # A poller handing on (or back) what a receive brought: brief, never a long poll; bounded, as a
         # requeue's send can retry against a dead endpoint, within the 5 s kept for flushing.
@@ -434,7 +443,7 @@ class Consumer:
             # if so, and hands them back again (Poller._dispatch). Give it that moment before exiting.
             self._wait_while(lambda: self._table.receives_in_flight > 0, LATE_RECEIVE_WAIT_SECONDS)
         self._ack.close()
-        self._closed.set()
+        self._stopping.closed.set()
         if self._renewals is not None:
             self._renewals.close()
         self.protection.close()

@@ -24,19 +24,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from consumer.limits import ASYNC_EXECUTOR_THREADS
-from consumer.runtime.clock import Clock, Waitable, wait_for_future
+from consumer.runtime.clock import wait_for_future
 from consumer.runtime.inflight import InFlight
-from consumer.runtime.liveness import Liveness
-from consumer.runtime.polling import TICK_SECONDS
-from consumer.runtime.processing import Worker
-from consumer.runtime.settlement import SUCCEEDED, Outcome, Verdict
+from consumer.runtime.polling import TICK_SECONDS, Flow
+from consumer.runtime.processing import HandlerRunner
+from consumer.runtime.settlement import SUCCEEDED, Outcome, Settlement, Verdict
+from consumer.runtime.wiring import Guard, Shared
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
 EVENT_LOOP = "event-loop"
-#: How long past max_duration the heartbeat waits for the loop to cancel a coroutine before it gives up on it
-#: itself (and counts it toward "every slot stuck"): a few of the watcher's ticks.
-ASYNC_GIVE_UP_GRACE_SECONDS = 4 * TICK_SECONDS
 
 
 class LoopFeed(queue.SimpleQueue):  # type: ignore[type-arg]
@@ -52,27 +49,45 @@ class LoopFeed(queue.SimpleQueue):  # type: ignore[type-arg]
         self._loop.call_soon_threadsafe(self._start, item)
 
 
-class AsyncWorker(Worker):
+class AsyncRunner(HandlerRunner):
     """Runs the event loop (:meth:`run`, on one thread) and every coroutine of an ``async def`` handler.
 
-    ``closed`` ends the loop once shutdown is done; ``liveness`` receives the loop's beat; ``waits`` is the consumer's
-    clock, which makes the loop and its executor; ``on_crash`` stops the process when a message's task raises what
-    nothing expected, as a guarded thread's death does (``thread_crashed``).
+    The loop and its executor are made by the consumer's clock; the loop ends once shutdown is done (the stopping's
+    ``closed``) and beats the liveness file's ``event-loop`` entry. Each message starts as a task on the loop as the
+    pollers hand it on (:attr:`feed`, their work queue). ``on_crash`` stops the process when a message's task raises
+    what nothing expected, as a guarded thread's death does (``thread_crashed``).
     """
 
     def __init__(
-        self, *, liveness: Liveness, closed: Waitable, waits: Clock, on_crash: Callable[[], None], **parts: Any
+        self,
+        shared: Shared,
+        *,
+        handler: Callable[..., Any],
+        flow: Flow,
+        settlement: Settlement,
+        guard: Guard,
+        extend_now: Callable[[InFlight], None],
+        on_crash: Callable[[], None],
     ) -> None:
-        super().__init__(**parts)
-        self._liveness = liveness
-        self._closed = closed
-        self._on_crash = on_crash
-        self._waits = waits  # the consumer's clock, whose event loop and executor these are
+        waits = shared.clock  # the consumer's clock, whose event loop and executor these are
         self.loop = waits.event_loop()
+        self.feed = LoopFeed(self.loop, self._spawn)
+        super().__init__(
+            shared,
+            handler=handler,
+            flow=flow,
+            settlement=settlement,
+            guard=guard,
+            work=self.feed,
+            extend_now=extend_now,
+        )
+        self._liveness = shared.liveness
+        self._closed = shared.stopping.closed
+        self._on_crash = on_crash
+        self._waits = waits
         threads = min(self.contract.concurrency, ASYNC_EXECUTOR_THREADS)
         self._executor = waits.executor(threads, "settle")
         self.loop.set_default_executor(self._executor)
-        self.feed = LoopFeed(self.loop, self._spawn)
         self._tasks: set[asyncio.Task[None]] = set()
         #: Running handlers' tasks by message, and why the watcher cancelled one ("timeout" or "drain").
         self._running: dict[InFlight, asyncio.Task[None]] = {}

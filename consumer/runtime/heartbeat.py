@@ -10,17 +10,18 @@ from collections.abc import Callable
 from consumer.contract import WorkerContract
 from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.runtime.acknowledger import Acknowledger
-from consumer.runtime.clock import Waitable
 from consumer.runtime.idempotency import IdempotencyStore, warn_lost_lease
-from consumer.runtime.inflight import InFlight, InFlightTable, State, update_record
-from consumer.runtime.liveness import HEARTBEAT_LOOP, Liveness
-from consumer.runtime.observability import Metrics
-from consumer.runtime.polling import Lookahead
-from consumer.runtime.protection import ScaleInProtection
+from consumer.runtime.inflight import InFlight, State, update_record
+from consumer.runtime.liveness import HEARTBEAT_LOOP
+from consumer.runtime.polling import TICK_SECONDS, Lookahead
+from consumer.runtime.wiring import Shared
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
 METRICS_FLUSH_SECONDS = 60
+#: How long past max_duration the heartbeat waits for an async handler's event loop to cancel a coroutine before it
+#: gives up on it itself (and counts it toward "every slot stuck"): a few of the loop's watcher's ticks.
+ASYNC_GIVE_UP_GRACE_SECONDS = 4 * TICK_SECONDS
 #: Beyond a heartbeat interval, what an extension needs to land: the heartbeat's tick and the call itself.
 REACH_SLACK_SECONDS = 1.0
 
@@ -33,7 +34,7 @@ def heartbeat_reach(contract: WorkerContract) -> float:
 def waiting_threshold(contract: WorkerContract) -> float:
     """A waiting message (collected in a batch, queued behind its FIFO group) is extended below this lease: a beat
     later (an interval and a tick) with that extension landing (the slack), it still has the heartbeat's reach, so
-    the worker that takes it can start it. The running threshold (``heartbeat_threshold``) is lower: a waiting
+    the handler thread that takes it can start it. The running threshold (``heartbeat_threshold``) is lower: a waiting
     message extended only there could be taken in the gap between reach and threshold and handed back as
     ``lease_ran_down`` although the heartbeat held it, every time with a lease of a few heartbeat intervals."""
     return heartbeat_reach(contract) + contract.heartbeat_interval_seconds + REACH_SLACK_SECONDS
@@ -105,49 +106,41 @@ class Heartbeat:
     the acknowledger, so an extension can never overwrite a backoff) with their idempotency leases (running ones:
     :class:`Renewals`, not waited on), and refresh protection.
 
-    ``on_stuck`` is called when every slot holds a handler that was given up on.
+    ``on_stuck`` is called when every slot holds a handler that was given up on; ``renewals`` renews the running
+    messages' idempotency leases (None: no guard); ``lookahead`` is told every tick how long since a handler finished.
     """
 
     def __init__(
         self,
+        shared: Shared,
         *,
-        contract: WorkerContract,
-        table: InFlightTable,
         ack: Acknowledger,
         renewals: Renewals | None,
-        metrics: Metrics,
-        protection: ScaleInProtection,
-        stop: Waitable,
-        closed: Waitable,
+        lookahead: Lookahead | None,
         on_stuck: Callable[[], None],
-        clock: Callable[[], float],
         tick_seconds: float,
-        liveness: Liveness | None = None,
-        lookahead: Lookahead | None = None,
-        grace_seconds: float = 0.0,
-        extend_waiting: bool = False,
     ) -> None:
-        self.contract = contract
+        contract = self.contract = shared.contract
         #: Beyond max_duration, before giving up on a handler here: an async one is cancelled by its event loop at
         #: max_duration and returns; the heartbeat gives up on it only if the loop cannot (blocked).
-        self._grace_seconds = grace_seconds
+        self._grace_seconds = ASYNC_GIVE_UP_GRACE_SECONDS if contract.asynchronous else 0.0
         #: Messages that wait here by design are extended as running ones are: a batch handler's, for a free thread (a
         #: receive in flight as the last free one started its call), up to a call's max_duration; a FIFO group's, for
         #: their turn behind the group's running message (on FIFO a hand-back spends a receive, and on the last one
         #: would send the message to the DLQ untried), except behind one given up on (InFlightTable.waiting).
-        self._extend_waiting = extend_waiting
+        self._extend_waiting = contract.max_batch is not None or contract.fifo
         self._waiting_threshold = waiting_threshold(contract)
-        self._table = table
+        self._table = shared.table
         self._ack = ack
         self._renewals = renewals
-        self._metrics = metrics
-        self._protection = protection
-        self._stop = stop
-        self._closed = closed
+        self._metrics = shared.metrics
+        self._protection = shared.protection
+        self._stop = shared.stopping.event
+        self._closed = shared.stopping.closed
         self._on_stuck = on_stuck
-        self._clock = clock
+        self._clock = shared.clock.monotonic
         self._tick_seconds = tick_seconds
-        self._liveness = liveness or Liveness(None)
+        self._liveness = shared.liveness
         self._lookahead = lookahead
 
     def run(self) -> None:

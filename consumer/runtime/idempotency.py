@@ -1,7 +1,7 @@
 """Run a handler's side effect once per message, even when SQS delivers it again.
 
 SQS delivers at least once: a message comes back after a visibility timeout,
-after a worker is SIGKILLed mid-handler, or after a DLQ redrive. The consumer
+after a task is SIGKILLed mid-handler, or after a DLQ redrive. The consumer
 guards each handler call with a stable key (:func:`idempotency_key`) and a
 store record:
 
@@ -14,10 +14,10 @@ store record:
    later retry.
 
 Unlike AWS Powertools idempotency, an in-progress record is a *lease*: it
-lapses when its holder stops renewing, so a crashed worker blocks retries for
+lapses when its holder stops renewing, so a crashed task blocks retries for
 at most ``lease_seconds`` rather than for the whole record lifetime.
 
-``owner`` must be unique per attempt (for instance ``f"{worker_id}:{uuid4()}"``).
+``owner`` must be unique per attempt (for instance ``f"{consumer_id}:{uuid4()}"``).
 A claim that finds a live in-progress record of its own owner acquires it: that
 is the same claim sent again (botocore retries a PutItem whose answer was lost,
 after it was written), never another attempt's.
@@ -315,7 +315,7 @@ def _number(value: float) -> AttributeValueTypeDef:
 
 
 class DynamoDBStore:
-    """Claims in a DynamoDB table, shared by every worker, with conditional writes.
+    """Claims in a DynamoDB table, shared by every task of the worker, with conditional writes.
 
     The table needs a string partition key ``pk`` and TTL on ``expires_at``.
     Items: ``pk``, ``status`` (``IN_PROGRESS`` | ``COMPLETED``), ``owner``,

@@ -1,7 +1,7 @@
 """The messages this process holds, and the one lock every change of their state goes through.
 
 A received message is an :class:`InFlight` record in the :class:`InFlightTable` from its
-receive until its outcome has reached the acknowledger. Pollers, workers, the heartbeat and
+receive until its outcome has reached the acknowledger. Pollers, handler threads, the heartbeat and
 shutdown all move records between states; the table makes each move one step under its
 lock, so a handler finishing, the heartbeat giving up on it and shutdown handing it back
 can never all act on the same message.
@@ -181,7 +181,7 @@ class InFlightTable:
         with self._lock:
             return self._receiving
 
-    # --- workers ----------------------------------------------------------------
+    # --- handler runners --------------------------------------------------------
     def start(self, item: InFlight, *, key: str | None, owner: str) -> bool:
         """WAITING -> RUNNING (its idempotency claim, then its handler; ``started_at`` is set at the handler's call);
         False if it was handed back (or given up on) before it could start."""
@@ -254,7 +254,7 @@ class InFlightTable:
     def waiting(self, *, behind_given_up: bool = True) -> list[InFlight]:
         """Received and not started: a batch handler's messages collected or waiting for a free thread, a FIFO group's
         waiting their turn. ``behind_given_up`` False leaves out a FIFO group's messages waiting behind one given up on
-        (TIMED_OUT): their worker is held by that handler, so the group cannot go on here."""
+        (TIMED_OUT): their handler thread is held by that handler, so the group cannot go on here."""
         with self._lock:
             waiting = [i for i in self._items.values() if i.state is State.WAITING]
             if behind_given_up:

@@ -8,29 +8,28 @@ clear in ``LOOKAHEAD_WAIT_SECONDS`` at their mean duration, so a receive overlap
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.contract import WorkerContract
 from consumer.limits import SQS_MAX_WAIT_SECONDS
 from consumer.message import Attempt, Message
-from consumer.runtime.circuit import PAUSED, Circuit
+from consumer.runtime.circuit import PAUSED
 from consumer.runtime.clock import SYSTEM, Clock, Waitable
-from consumer.runtime.inflight import Admission, InFlight, InFlightTable, LogContext
-from consumer.runtime.liveness import Liveness, poller_loop
-from consumer.runtime.observability import Metrics
-from consumer.runtime.protection import ScaleInProtection
-from consumer.sources import Sources
+from consumer.runtime.inflight import Admission, InFlight, LogContext
+from consumer.runtime.liveness import poller_loop
 
 if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
-    from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import ReceiveMessageResultTypeDef
+
+    from consumer.runtime.circuit import Circuit, RateLimit
+    from consumer.runtime.wiring import Intake, Queues, Shared
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
@@ -47,6 +46,17 @@ BATCH_FILL_SECONDS = 0.1
 LOOKAHEAD_WAIT_SECONDS = 1.0
 #: How many handler durations the lookahead's running mean remembers (an exponential moving average's span).
 LOOKAHEAD_SPAN = 64
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The runtime's timing knobs, read from consumer/runtime/consumer.py's module when a consumer is built (so a test
+    or a benchmark that sets them there tunes every part): this module's constants of the same names by default."""
+
+    tick_seconds: float = TICK_SECONDS
+    long_poll_seconds: int = LONG_POLL_SECONDS
+    batch_fill_seconds: float = BATCH_FILL_SECONDS
+    lookahead_wait_seconds: float = LOOKAHEAD_WAIT_SECONDS
 
 
 class Slots:
@@ -190,9 +200,9 @@ class Lookahead:
         """The lookahead of ``contract``'s consumer (``rated``: under ``max_rate``), waiting ``wait_seconds`` (the
         module's LOOKAHEAD_WAIT_SECONDS, or an ablation's); none where a message received ahead would only wait:
         under max_rate the rate is the bottleneck; on FIFO a hand-back spends a receive (and can end in the DLQ
-        unattempted), and a group runs in order on one worker anyway; a batch handler's free threads collect while
-        the others run (the batch is its own lookahead); an async handler's message starts as a task as it arrives
-        (one received ahead would run beyond concurrency)."""
+        unattempted), and a group runs in order on one handler thread anyway; a batch handler's free threads collect
+        while the others run (the batch is its own lookahead); an async handler's message starts as a task as it
+        arrives (one received ahead would run beyond concurrency)."""
         ahead = not (rated or contract.fifo or contract.max_batch or contract.asynchronous)
         return cls(
             slots,
@@ -210,7 +220,7 @@ class Lookahead:
         """One handler ran ``seconds``: update the mean, and the slots' extra capacity when it changes."""
         self._last_finished = self._clock()
         mean = self.mean_seconds
-        # Unlocked: workers race on a float, and a lost update only delays the mean by one sample. Racing
+        # Unlocked: handler threads race on a float, and a lost update only delays the mean by one sample. Racing
         # set_extra calls may land out of order; the next handler to finish compares again and corrects it.
         self.mean_seconds = mean = seconds if mean is None else mean + self._alpha * (seconds - mean)
         if self._wait_seconds <= 0:
@@ -227,56 +237,71 @@ class Lookahead:
             self._slots.set_extra(0)
 
 
-class Poller:
-    """Reserve free slots, long-poll for at most that many messages, admit them and queue them for the workers.
+class HandsBack(Protocol):
+    """What a poller needs of the settlement (settlement.py, which imports this module): handing messages back."""
 
-    One instance serves every poller thread (``contract.pollers``); each runs :meth:`run`.
-    ``hand_back_unstarted`` returns the messages of a receive answered after shutdown began; ``hand_back`` those
-    of one answered after shutdown closed the in-flight table (a long poll that took the copies it requeued).
+    def hand_back_unstarted(self, items: list[InFlight], why: str, delay: int = 0, copy: bool = False) -> None: ...
+
+    def hand_back(
+        self, item: InFlight, why: str, delay: int = 0, attempted: bool = False, copy: bool = False
+    ) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flow:
+    """How much may be received and started: the handler ``slots`` (what the pollers reserve and the settlement
+    frees), the ``lookahead`` beyond them, the downstream ``circuit`` (open: receive and start nothing) and
+    ``@worker(max_rate=...)``'s pacing of handler starts (``rate``; None: none)."""
+
+    slots: Slots
+    lookahead: Lookahead
+    circuit: Circuit
+    rate: RateLimit | None = None
+
+
+class Poller:
+    """Reserve free slots, long-poll for at most that many messages, admit them and queue them on ``work`` for the
+    handler runners.
+
+    One instance serves every poller thread (``contract.pollers``); each runs :meth:`run`. ``intake`` says whose
+    copies are trusted with their spent receives and how the declared sources' deliveries are read; ``timings`` how
+    long a receive waits (``long_poll_seconds``) and how long a busy poller waits to fill a batch
+    (``batch_fill_seconds``). The ``settlement`` hands back the messages of a receive answered after shutdown began
+    (``hand_back_unstarted``), or after shutdown closed the in-flight table (``hand_back``: a long poll that took the
+    copies it requeued).
     """
 
     def __init__(
         self,
-        client: SQSClient,
+        shared: Shared,
         *,
-        queue_url: str,
-        contract: WorkerContract,
-        task_role_id: str | None,
-        slots: Slots,
-        table: InFlightTable,
+        queues: Queues,
+        intake: Intake,
+        flow: Flow,
+        settlement: HandsBack,
         work: queue.SimpleQueue[list[InFlight]],
-        stop: Waitable,
-        metrics: Metrics,
-        protection: ScaleInProtection,
-        hand_back_unstarted: Callable[[list[InFlight], str], None],
-        hand_back: Callable[[InFlight, str], None],
-        clock: Callable[[], float],
-        long_poll_seconds: int,
-        batch_fill_seconds: float,
-        liveness: Liveness | None = None,
-        circuit: Circuit | None = None,
-        drain_end: Callable[[], float] = lambda: math.inf,
-        sources: Sources | None = None,
+        timings: Timings,
     ) -> None:
-        self.client = client
-        self.queue_url = queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
-        self.contract = contract
-        self.task_role_id = task_role_id
-        self._slots = slots
-        self._table = table
+        self.client = queues.client
+        self.queue_url = queues.queue_url  # this name tells the runtime call recorder (tests) which queue a call is for
+        self.contract = shared.contract
+        self.task_role_id = intake.task_role_id
+        self._slots = flow.slots
+        self._table = shared.table
         self._work = work
-        self._stop = stop
-        self._metrics = metrics
-        self._protection = protection
-        self._hand_back_unstarted = hand_back_unstarted
-        self._hand_back = hand_back
-        self._clock = clock
-        self._long_poll_seconds = long_poll_seconds
-        self._batch_fill_seconds = batch_fill_seconds
-        self._liveness = liveness or Liveness(None)
-        self._circuit = circuit or Circuit(contract, metrics=metrics, clock=clock)
-        self._drain_end = drain_end
-        self._sources = sources or None  # none declared: from_sqs reads no body
+        self._stop = shared.stopping.event
+        self._metrics = shared.metrics
+        self._protection = shared.protection
+        self._hand_back_unstarted = settlement.hand_back_unstarted
+        self._hand_back = settlement.hand_back
+        self._clock = shared.clock.monotonic
+        self._long_poll_seconds = timings.long_poll_seconds
+        self._batch_fill_seconds = timings.batch_fill_seconds
+        self._liveness = shared.liveness
+        self._circuit = flow.circuit
+        stopping = shared.stopping
+        self._drain_end: Callable[[], float] = lambda: stopping.drain_end
+        self._sources = intake.sources or None  # none declared: from_sqs reads no body
 
     def run(self, index: int = 0) -> None:
         """Poller ``index``'s loop; it records progress (liveness) after every receive returns, empty or not, and
@@ -381,8 +406,8 @@ class Poller:
         lease_end = now + self.contract.visibility_timeout_seconds
         received = []
         for raw in response.get("Messages", []):
-            # Each receive is a new Message with the one attempt a worker may make at it (its deadline set as it
-            # starts): what the handler sees, never copied per attempt.
+            # Each receive is a new Message with the one attempt a handler runner may make at it (its deadline set as
+            # it starts): what the handler sees, never copied per attempt.
             attempt = Attempt(stop=self._stop, clock=self._clock, drain_end=self._drain_end)
             message = Message.from_sqs(raw, own_role_id=self.task_role_id, attempt=attempt, sources=self._sources)
             received.append(InFlight(message, now, lease_end, LogContext.of(message, self.queue_url)))

@@ -1,4 +1,6 @@
-"""The workers: take a task (one message, or a FIFO group in order), run the handler under the idempotency guard."""
+"""The handler runners: take a task (one message, or a FIFO group in order), run the handler under the idempotency
+guard. One runner serves every handler thread (``contract.concurrency``); batches.py and coroutines.py derive the
+runners of batch and async handlers from it."""
 
 from __future__ import annotations
 
@@ -8,23 +10,17 @@ import math
 import queue
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
 from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
-from consumer.runtime.circuit import Circuit, RateLimit
-from consumer.runtime.clock import Waitable
 from consumer.runtime.heartbeat import heartbeat_reach
-from consumer.runtime.idempotency import Claim, IdempotencyStore, idempotency_key
-from consumer.runtime.inflight import InFlight, InFlightTable
-from consumer.runtime.observability import Metrics
-from consumer.runtime.polling import Lookahead
+from consumer.runtime.idempotency import Claim, idempotency_key
+from consumer.runtime.inflight import InFlight
+from consumer.runtime.polling import Flow
 from consumer.runtime.settlement import ALREADY_DONE, SUCCEEDED, Outcome, Settlement, Verdict
-
-if TYPE_CHECKING:  # imported only when tracing is on (it imports opentelemetry)
-    from consumer.runtime.tracing_spans import AttemptTracer
+from consumer.runtime.wiring import Guard, Shared
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
 
@@ -44,50 +40,46 @@ class Refusal:
     copy: bool = False
 
 
-class Worker:
-    """Runs on every worker thread (``contract.concurrency``); each runs :meth:`run`.
+class HandlerRunner:
+    """Runs the handler on every handler thread (``contract.concurrency``); each thread runs :meth:`run`.
 
-    ``owner`` names this consumer in idempotency records (unique per run); each attempt adds its own suffix.
+    ``work``: the pollers' tasks. ``flow``: the circuit a start asks, ``@worker(max_rate=...)``'s turn it waits for,
+    the lookahead each finished handler's duration goes to. ``settlement``: where each outcome goes (and, if traced,
+    the tracer of the attempts). ``guard``: the idempotency store and this consumer's name in it (unique per run);
+    each attempt adds its own suffix. ``extend_now``: a message that starts with little lease left is extended at once
+    (the heartbeat's).
     """
 
     def __init__(
         self,
+        shared: Shared,
         *,
         handler: Callable[..., Any],
-        contract: WorkerContract,
-        table: InFlightTable,
+        flow: Flow,
         settlement: Settlement,
-        idempotency: IdempotencyStore | None,
-        metrics: Metrics,
+        guard: Guard,
         work: queue.SimpleQueue[list[InFlight]],
-        stop: Waitable,
-        owner: str,
-        clock: Callable[[], float],
-        circuit: Circuit | None = None,
-        rate: RateLimit | None = None,
-        lookahead: Lookahead | None = None,
-        extend_now: Callable[[InFlight], None] = lambda _item: None,
-        tracer: AttemptTracer | None = None,
+        extend_now: Callable[[InFlight], None],
     ) -> None:
         self.handler = handler
-        self.contract = contract
-        self._table = table
+        self.contract = contract = shared.contract
+        self._table = shared.table
         self._settlement = settlement
-        self._idempotency = idempotency
-        self._metrics = metrics
+        self._idempotency = guard.store
+        self._metrics = shared.metrics
         self._work = work
-        self._stop = stop
+        self._stop = shared.stopping.event
         # Unique per attempt: the consumer's name (unique per run) and a counter (atomic under the GIL, no uuid per
         # message).
-        self._owner = owner
+        self._owner = guard.owner
         self._attempts = itertools.count(1)
-        self._clock = clock
+        self._clock = shared.clock.monotonic
         self._non_retryable = non_retryable_of(handler)
-        self._circuit = circuit or settlement.circuit
-        self._rate = rate
-        self._lookahead = lookahead
+        self._circuit = flow.circuit
+        self._rate = flow.rate
+        self._lookahead = flow.lookahead
         self._extend_now = extend_now
-        self._tracer = tracer  # None: tracing off (docs/tracing.md), one check per attempt
+        self._tracer = settlement.tracer  # None: tracing off (docs/tracing.md), one check per attempt
         # The contract's derived timings, read once rather than per message: the lease a waiting message must still
         # have to start (the heartbeat's reach), and below which it is extended as it starts (its threshold).
         self._heartbeat_reach = heartbeat_reach(contract)
@@ -108,7 +100,7 @@ class Worker:
                     break
 
     def cancel_running(self, wait_seconds: float) -> None:
-        """At the drain's end: a thread cannot be cancelled, so shutdown hands its message back (AsyncWorker's)."""
+        """At the drain's end: a thread cannot be cancelled, so shutdown hands its message back (AsyncRunner's)."""
 
     def _process(self, item: InFlight) -> bool:
         """One attempt at ``item``, settled; True if the message left the queue (deleted or moved to the DLQ)."""
@@ -121,7 +113,7 @@ class Worker:
     def _begin(self, item: InFlight) -> bool:
         """Start ``item`` (RUNNING, its lease extended if low); False if it was handed back instead (the circuit is
         open, its lease ran down while it waited, shutdown) or was no longer waiting. Under max_rate it first waits
-        its turn (on this thread: an async handler's loop awaits it instead, AsyncWorker)."""
+        its turn (on this thread: an async handler's loop awaits it instead, AsyncRunner)."""
         if self._circuit.may_start(item.message.message_id) and self._rate is not None:
             self._rate.acquire(self._stop)  # the circuit may open, or the consumer stop, meanwhile: _refusal looks
         refusal = self._refusal(item)
@@ -180,7 +172,7 @@ class Worker:
             self.handler(self._view(item))
             outcome = SUCCEEDED
         except BaseException as failure:  # noqa: BLE001 (any handler error means "retry later")
-            # SystemExit, KeyboardInterrupt and the like too: raised by a handler on this worker thread
+            # SystemExit, KeyboardInterrupt and the like too: raised by the handler on its own thread
             # (signals reach only the main thread), they would end the thread with its slot still taken
             # and strand the message; as a failed attempt it backs off and, on its last receive, goes
             # to the DLQ like any other failure.

@@ -29,32 +29,35 @@ import enum
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from consumer.contract import WorkerContract
 from consumer.limits import SHUTDOWN_FLUSH_SECONDS, SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.acknowledger import Acknowledger
-from consumer.runtime.circuit import Circuit
-from consumer.runtime.clock import Clock
 from consumer.runtime.completions import Completions
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.runtime.failures import FailureText
-from consumer.runtime.idempotency import IdempotencyStore
-from consumer.runtime.inflight import InFlight, InFlightTable, State, update_record
-from consumer.runtime.observability import Metrics
-from consumer.runtime.polling import Slots
-from consumer.runtime.protection import ScaleInProtection
-
-if TYPE_CHECKING:  # the stubs are a development dependency: the image does not carry them
-    from mypy_boto3_sqs import SQSClient
+from consumer.runtime.inflight import InFlight, State, update_record
+from consumer.runtime.polling import Flow
+from consumer.runtime.wiring import Queues, Shared
 
 log = logging.getLogger("consumer")  # one logger name for the whole runtime (see inflight.py)
+
+
+class AttemptSpans(Protocol):
+    """What the handler runners ask of a tracer (tracing_spans.AttemptTracer, which imports this module and
+    opentelemetry, so it is imported only when tracing is on): each attempt run in its span."""
+
+    def process(self, item: InFlight, attempt: Callable[[InFlight], Outcome], settle: Callable[..., bool]) -> bool: ...
+
+    async def process_async(self, item: InFlight, run: Callable[[InFlight], Awaitable[bool]]) -> bool: ...
+
+    def run_batch(self, items: list[InFlight], run: Callable[[list[InFlight]], None]) -> None: ...
 
 
 class Verdict(enum.Enum):
@@ -84,44 +87,42 @@ ALREADY_DONE = Outcome(Verdict.ALREADY_DONE)
 class Settlement:
     """Turns outcomes into SQS calls (through the acknowledger, or a send for a copy) and frees the slot.
 
-    ``rng`` draws the backoff jitter (a seeded ``random.Random`` makes it reproducible). ``describe`` writes an
-    exception into a reason or a log line (default: its type and text).
+    ``queues``: where a copy or a DLQ move is sent. ``ack``: the deletes and visibility changes. ``flow``: the slot a
+    settled message frees, the circuit its outcome answers. ``completions``: the processed messages' idempotency
+    completions, batched, and the store its records are released and renewed in. ``rng`` draws the backoff jitter (a
+    seeded ``random.Random`` makes it reproducible). ``describe`` writes an exception into a reason or a log line
+    (default: its type and text).
     """
+
+    #: The attempts' tracer: a traced consumer's settlement (tracing_spans.TracedSettlement) carries it.
+    tracer: AttemptSpans | None = None
 
     def __init__(
         self,
-        client: SQSClient,
+        shared: Shared,
         *,
-        queue_url: str,
-        dlq_url: str | None,
-        contract: WorkerContract,
+        queues: Queues,
         ack: Acknowledger,
-        table: InFlightTable,
-        slots: Slots,
-        idempotency: IdempotencyStore | None,
+        flow: Flow,
         completions: Completions,
-        metrics: Metrics,
-        protection: ScaleInProtection,
-        clock: Clock,
         rng: random.Random,
-        circuit: Circuit | None = None,
         describe: Callable[[BaseException], str] = FailureText(),
     ) -> None:
-        self.client = client
+        self.client = queues.client
         # These two names tell the runtime call recorder (tests) which queue a send is for.
-        self.queue_url = queue_url
-        self.dlq_url = dlq_url
-        self.contract = contract
+        self.queue_url = queues.queue_url
+        self.dlq_url = queues.dlq_url
+        self.contract = shared.contract
         self._ack = ack
-        self._table = table
-        self._slots = slots
-        self._idempotency = idempotency
-        self._metrics = metrics
-        self._protection = protection
-        self._clock = clock.monotonic
-        self._wall_clock = clock.time  # what a DLQ reason records (failed_at)
+        self._table = shared.table
+        self._slots = flow.slots
+        self._idempotency = completions.store
+        self._metrics = shared.metrics
+        self._protection = shared.protection
+        self._clock = shared.clock.monotonic
+        self._wall_clock = shared.clock.time  # what a DLQ reason records (failed_at)
         self._random = rng
-        self.circuit = circuit or Circuit(contract, metrics=metrics, clock=clock.monotonic)
+        self.circuit = flow.circuit
         self._describe = describe
         # Processed messages' completions and message_processed lines, batched (the acknowledger's hooks write them).
         self._completions = completions
@@ -129,7 +130,7 @@ class Settlement:
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
 
-        A FIFO worker goes on with the rest of the message's group only after True.
+        A FIFO group's runner goes on with the rest of the message's group only after True.
         """
         try:
             if outcome.verdict is not Verdict.UNAVAILABLE:  # the downstream answered, unless nothing reached it

@@ -21,7 +21,8 @@ SIGNAL_CHECK_SECONDS = 10.0
 
 
 class Stopping:
-    """The consumer's stop: ``event`` (what every part reads), ``drain_end`` (on ``clock``; inf until stopping)."""
+    """The consumer's stop: ``event`` (what every part reads), ``drain_end`` (on ``clock``; inf until stopping), and
+    ``closed`` (set once shutdown is done: the heartbeat and an async handler's event loop end then)."""
 
     def __init__(self, clock: Clock, drain_seconds: float) -> None:
         self.event = clock.event()
@@ -33,6 +34,7 @@ class Stopping:
         self._drain_seconds = drain_seconds
         self._wake = clock.lock()  # held: the main thread waits to take it; request() and stop() release it
         self._wake.acquire()
+        self.closed = clock.event()
 
     def stop(self) -> None:
         """Begin shutdown, from any thread but a signal handler: the drain is counted from the stop asked for first

@@ -116,7 +116,7 @@ class AttemptTracer:
     Example (tests; ``consumer.testing.in_memory_tracing`` does this)::
 
         provider = TracerProvider(); provider.add_span_processor(SimpleSpanProcessor(exporter))
-        consumer = Consumer(..., tracer=attempt_tracer(provider))
+        consumer = Consumer(..., collaborators=Collaborators(tracer=attempt_tracer(provider)))
     """
 
     def __init__(
@@ -172,9 +172,9 @@ class AttemptTracer:
             WORKER: queue,
             **self._xray,
         }
-        batch = first.call is not None  # a batch handler's (BatchWorker sets it), even of one message
+        batch = first.call is not None  # a batch handler's (BatchRunner sets it), even of one message
         links: list[Link] = []
-        parent = Context()  # never the worker thread's own current span: a root unless the message names a parent
+        parent = Context()  # never the handler thread's own current span: a root unless the message names a parent
         if batch:
             attributes["messaging.batch.message_count"] = len(items)
             for item in items:
@@ -268,6 +268,7 @@ class TracedSettlement(Settlement):
     def __init__(self, *args: Any, tracer: AttemptTracer, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._tracer = tracer
+        self.tracer = tracer  # the handler runners read it here: one check per attempt
 
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         if outcome.error is not None:

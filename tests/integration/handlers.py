@@ -138,7 +138,7 @@ def refuses_customer_quietly(message: Message) -> None:
 
 @worker(max_duration=5, concurrency=32)
 def wide(message: Message) -> None:
-    """32 slots, 20 ms each, recording each side effect: every worker thread calls SQS (deletes) and DynamoDB (claims)
+    """32 slots, 20 ms each, recording each side effect: every handler thread calls SQS (deletes) and DynamoDB (claims)
     at once, as a busy deployed worker does."""
     time.sleep(0.02)
     record(message)

@@ -141,7 +141,7 @@ def test_acknowledger_sends_a_full_batch_on_the_thread_that_fills_it(sqs: Any) -
 
 
 def test_acknowledger_close_waits_for_a_batch_another_thread_is_sending(sqs: Any) -> None:
-    """close() returns only once a batch a worker thread took and is still sending has been sent: exiting earlier
+    """close() returns only once a batch a handler thread took and is still sending has been sent: exiting earlier
     would leave ten processed messages undeleted, to run again after their lease."""
     pair = create_pair(sqs, CONTRACT)
     tickets = received_tickets(sqs, pair.queue_url, 10)

@@ -6,6 +6,7 @@ by patching the lease cap where a test needs a handler slower than the lease.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -22,10 +23,11 @@ from consumer import Message, PoisonMessage
 from consumer.contract import WorkerContract
 from consumer.exit_codes import ExitCode
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.observability import Metrics
+from consumer.runtime.wiring import Intake
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import QueuePair, create_pair
 
@@ -46,11 +48,26 @@ def fast_contract(**overrides: Any) -> WorkerContract:
     return WorkerContract(**values)
 
 
+#: Intake's fields, told apart from Collaborators' in consumer_of's options.
+INTAKE_FIELDS = frozenset(field.name for field in dataclasses.fields(Intake))
+
+
 def consumer_of(
     sqs: Any, pair: QueuePair, contract: WorkerContract, handler: Callable[[Message], None], **options: Any
 ) -> Consumer:
-    """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
-    return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
+    """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are fields of :class:`Collaborators`
+    and :class:`Intake`, each passed in its own (a name of neither is refused)."""
+    intake = Intake(**{name: value for name, value in options.items() if name in INTAKE_FIELDS})
+    collaborators = Collaborators(**{name: value for name, value in options.items() if name not in INTAKE_FIELDS})
+    return Consumer(
+        sqs,
+        queue_url=pair.queue_url,
+        dlq_url=pair.dlq_url,
+        contract=contract,
+        handler=handler,
+        collaborators=collaborators,
+        intake=intake,
+    )
 
 
 def counted(stream: io.StringIO, *names: str) -> tuple[float, ...]:
@@ -207,7 +224,7 @@ def test_consumer_starts_nothing_a_receive_brings_after_shutdown_collected(
     with running(worker) as result:
         time.sleep(0.5)
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody="late")
-        wait_until(lambda: worker._closed.is_set())
+        wait_until(lambda: worker._stopping.closed.is_set())
         finished.set()
         logged = lambda: any(r.getMessage() == "received_after_shutdown" for r in caplog.records)  # noqa: E731
         # One message, visible again now (a copy, or the original released), never two: nothing is sent twice.

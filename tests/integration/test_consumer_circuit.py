@@ -105,7 +105,7 @@ def _delayed(sqs: Any, queue_url: str) -> int:
 
 
 def test_consumer_max_rate_spaces_handler_starts(sqs: Any) -> None:
-    """max_rate=5 with eight worker threads: any six consecutive starts span at least a second (less 150 ms of
+    """max_rate=5 with eight handler threads: any six consecutive starts span at least a second (less 150 ms of
     thread scheduling), measured on the consumer's own clock."""
     contract = fast_contract(concurrency=8)
     pair = create_pair(sqs, contract)

@@ -101,7 +101,7 @@ def test_consumer_hands_back_a_message_that_waited_past_the_heartbeats_reach(sqs
     consumer.circuit._probe_taken_at = now
     consumer._ack.start()
     try:
-        assert consumer._worker._process(item) is False
+        assert consumer._runner._process(item) is False
         consumer._ack.flush()
     finally:
         consumer._ack.close()
@@ -135,7 +135,7 @@ def test_consumer_extends_at_once_a_message_that_starts_with_little_lease_left(s
     assert consumer._slots.reserve_up_to(1, threading.Event()) == 1
     consumer._ack.start()
     try:
-        assert consumer._worker._process(item) is True
+        assert consumer._runner._process(item) is True
     finally:
         consumer._ack.close()
     assert started == ["waited"]

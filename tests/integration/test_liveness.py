@@ -31,7 +31,7 @@ from consumer import Message
 from consumer.contract import WorkerContract
 from consumer.limits import SQS_CLIENT
 from consumer.runtime.clients import client_config
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.liveness import Liveness, check
 from consumer.testing import running, wait_until
 from tests.integration.conftest import REGION, ROOT, QueuePair, create_pair
@@ -124,9 +124,10 @@ class JumpingClock:
 def watched(
     endpoint: str, pair: QueuePair, handler: Callable[[Message], None], tmp_path: Path
 ) -> Iterator[tuple[JumpingClock, Path]]:
-    """The runtime (``Consumer.run``: its poller, heartbeat and worker threads) on ``endpoint`` with the run's SQS client
-    settings, its progress file on a :class:`JumpingClock`; yields the clock and the file once every loop has started
-    and the check, an hour back, finds them all stalled (so a healthy answer later comes from beats after the jump)."""
+    """The runtime (``Consumer.run``: its poller, heartbeat and handler threads) on ``endpoint`` with the run's SQS
+    client settings, its progress file on a :class:`JumpingClock`; yields the clock and the file once every loop has
+    started and the check, an hour back, finds them all stalled (so a healthy answer later comes from beats after the
+    jump)."""
     clock, liveness_file = JumpingClock(), tmp_path / "liveness.json"
     client = boto3.Session(region_name=REGION).client("sqs", endpoint_url=endpoint, config=client_config(SQS_CLIENT))
     runtime = Consumer(
@@ -135,7 +136,7 @@ def watched(
         dlq_url=pair.dlq_url,
         contract=WATCHED,
         handler=handler,
-        liveness=Liveness(liveness_file, clock=clock),
+        collaborators=Collaborators(liveness=Liveness(liveness_file, clock=clock)),
     )
     with running(runtime):
         wait_until(liveness_file.exists, what="the progress file")

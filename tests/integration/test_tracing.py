@@ -402,7 +402,7 @@ def test_tracing_off_imports_no_opentelemetry(tmp_path: Any) -> None:
     code = """
 import sys, boto3
 from moto import mock_aws
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.tracing import tracer_from_env
 from consumer.testing import depth, running, wait_until
 from tests.integration.test_consumer import fast_contract
@@ -411,7 +411,10 @@ with mock_aws():
     url = sqs.create_queue(QueueName="off")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="m")
     tracer = tracer_from_env({"CONSUMER_TRACING": sys.argv[1]})
-    consumer = Consumer(sqs, queue_url=url, dlq_url=None, contract=fast_contract(), handler=lambda m: None, tracer=tracer)
+    consumer = Consumer(
+        sqs, queue_url=url, dlq_url=None, contract=fast_contract(), handler=lambda m: None,
+        collaborators=Collaborators(tracer=tracer),
+    )
     with running(consumer):
         wait_until(lambda: depth(sqs, url).total == 0, timeout=20)
 print(sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")[:1])

@@ -288,3 +288,32 @@ def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
                 if alias.name in imported - defined and _module_path(f"{node.module}.{alias.name}") is None
             ]
     assert through == []
+
+
+#: A constructor takes the few objects it depends on; past this many, what travels together wants a value of its own
+#: (consumer/runtime/wiring.py groups the runtime's) or the object that already holds it.
+MAX_CONSTRUCTOR_PARAMETERS = 7
+_CONSTRUCTED = sorted(path for package in ("consumer", "infra") for path in (ROOT / package).rglob("*.py"))
+
+
+def oversized_constructors(path: Path) -> list[str]:
+    """The classes of ``path`` whose own ``__init__`` takes more than MAX_CONSTRUCTOR_PARAMETERS besides ``self``
+    (``*args`` and ``**kwargs`` count one each); a dataclass's generated one is a record's fields, not counted."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for init in node.body:
+            if isinstance(init, ast.FunctionDef) and init.name == "__init__":
+                arguments = init.args
+                named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+                count = len(named) - 1 + (arguments.vararg is not None) + (arguments.kwarg is not None)
+                if count > MAX_CONSTRUCTOR_PARAMETERS:
+                    found.append(f"{node.name}.__init__: {count} parameters > {MAX_CONSTRUCTOR_PARAMETERS}")
+    return found
+
+
+@pytest.mark.parametrize("path", _CONSTRUCTED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_constructor_takes_more_than_seven_parameters(path: Path) -> None:
+    """No ``__init__`` in consumer/ or infra/ takes more than 7 parameters besides self."""
+    assert oversized_constructors(path) == []

@@ -78,12 +78,15 @@ def test_bench_producer_target_holds_about_64_mib_of_bodies(body_bytes: int | No
 RAW = [
     "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Poller.run (consumer/runtime/polling.py:50);"
     "BaseClient._make_api_call (botocore/client.py:1076);HTTPConnection.getresponse (urllib3/connection.py:651) 6",
-    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Worker.run (consumer/runtime/processing.py:70);"
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);"
+    "HandlerRunner.run (consumer/runtime/processing.py:70);"
     "Logger.info (logging/__init__.py:1489);Logger._log (logging/__init__.py:1634);"
     "JsonFormatter.format (consumer/runtime/observability.py:80) 2",
-    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Worker.run (consumer/runtime/processing.py:70);"
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);"
+    "HandlerRunner.run (consumer/runtime/processing.py:70);"
     "Message.from_sqs (consumer/message.py:40);Condition.notify (threading.py:369) 1",
-    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);Worker.run (consumer/runtime/processing.py:70);"
+    "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);"
+    "HandlerRunner.run (consumer/runtime/processing.py:70);"
     "make_handler.<locals>.handle (bench/subject.py:120) 1",
     "",
 ]
@@ -91,14 +94,15 @@ RAW = [
 
 def test_bench_profile_frame_splits_function_and_file() -> None:
     """A py-spy frame is ``function (file:line)``; the line number is dropped."""
-    assert profile.frame("Worker.run (consumer/runtime/processing.py:70)") == (
-        "Worker.run",
+    assert profile.frame("HandlerRunner.run (consumer/runtime/processing.py:70)") == (
+        "HandlerRunner.run",
         "consumer/runtime/processing.py",
     )
 
 
 def test_bench_profile_summary_ranks_self_and_inclusive_shares() -> None:
-    """10 samples: the SDK's innermost frame holds 6 of them; Worker.run is on 4 stacks; thread entries are left out."""
+    """10 samples: the SDK's innermost frame holds 6 of them; HandlerRunner.run is on 4 stacks; thread entries are
+    left out."""
     summary = profile.summarize(RAW, top=2)
     assert summary["samples"] == 10
     assert summary["self"] == [
@@ -110,7 +114,7 @@ def test_bench_profile_summary_ranks_self_and_inclusive_shares() -> None:
         "Poller.run": 0.6,
         "BaseClient._make_api_call": 0.6,
         "HTTPConnection.getresponse": 0.6,
-        "Worker.run": 0.4,
+        "HandlerRunner.run": 0.4,
     }
 
 

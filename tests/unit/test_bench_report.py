@@ -157,7 +157,7 @@ def _profile(rate: float, sdk: float, logging: float) -> dict:
         "samples": 2000,
         "categories": {"SDK call": sdk, "logging": logging},
         "self": [{"function": "JsonFormatter.format", "file": "consumer/runtime/observability.py", "share": logging}],
-        "inclusive": [{"function": "Worker.run", "file": "consumer/runtime/processing.py", "share": 0.4}],
+        "inclusive": [{"function": "HandlerRunner.run", "file": "consumer/runtime/processing.py", "share": 0.4}],
     }
 
 

@@ -21,6 +21,7 @@ from consumer.runtime.heartbeat import Heartbeat, Renewals
 from consumer.runtime.inflight import State
 from consumer.runtime.liveness import DEFAULT_LIVENESS_FILE, Liveness, check, liveness_path
 from consumer.runtime.polling import Slots
+from consumer.runtime.wiring import Shared
 
 
 class Clock:
@@ -230,19 +231,22 @@ def test_the_heartbeat_waits_for_no_lease_renewal(tmp_path: Path) -> None:
         for index in range(3)
     ]
     executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    heartbeat = Heartbeat(
+    shared = Shared(
         contract=contract,
+        clock=SimpleNamespace(monotonic=lambda: 0.0),  # type: ignore[arg-type]
+        stopping=SimpleNamespace(event=threading.Event(), closed=threading.Event()),  # type: ignore[arg-type]
         table=SimpleNamespace(running=lambda: items, settling=list),  # type: ignore[arg-type]
-        ack=SimpleNamespace(change_visibility=lambda ticket, *_a, **_k: extended.append(ticket)),  # type: ignore[arg-type]
-        renewals=Renewals(SlowStore(), executor),  # type: ignore[arg-type]
         metrics=SimpleNamespace(count=lambda _name: None),  # type: ignore[arg-type]
         protection=None,  # type: ignore[arg-type]
-        stop=threading.Event(),
-        closed=threading.Event(),
-        on_stuck=lambda: None,
-        clock=lambda: 0.0,
-        tick_seconds=1,
         liveness=liveness,
+    )
+    heartbeat = Heartbeat(
+        shared,
+        ack=SimpleNamespace(change_visibility=lambda ticket, *_a, **_k: extended.append(ticket)),  # type: ignore[arg-type]
+        renewals=Renewals(SlowStore(), executor),  # type: ignore[arg-type]
+        lookahead=None,
+        on_stuck=lambda: None,
+        tick_seconds=1,
     )
     heartbeat._extend_leases(0.0)
     heartbeat._extend_leases(0.0)  # the next beat, the renewals still out

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from consumer.contract import WorkerContract
-from consumer.runtime.consumer import Consumer
+from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Lookahead, Slots
+from consumer.runtime.wiring import Intake
 
 
 def lookahead_of(slots: Slots, concurrency: int, wait_seconds: float = 1.0) -> Lookahead:
@@ -138,8 +139,8 @@ def test_a_consumer_receives_ahead_only_on_a_standard_queue_without_a_rate(
         dlq_url=None,
         contract=contract,
         handler=lambda _: None,
-        metrics=Metrics(stream=io.StringIO()),
-        max_rate=max_rate,
+        collaborators=Collaborators(metrics=Metrics(stream=io.StringIO())),
+        intake=Intake(max_rate=max_rate),
     )
     consumer._lookahead.finished(0.001)
     assert consumer._lookahead.extra == ahead

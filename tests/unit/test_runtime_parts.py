@@ -18,7 +18,7 @@ from consumer.limits import DLQ_REASON_HEADROOM_BYTES, SOURCE_MAX_MESSAGE_BYTES,
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE, Attempt, Message
 from consumer.runtime import consumer as runtime
 from consumer.runtime.config import check_declaration, load_config
-from consumer.runtime.consumer import Consumer, task_role_id_from_env
+from consumer.runtime.consumer import Collaborators, Consumer, task_role_id_from_env
 from consumer.runtime.dead_letter import (
     MAX_REASON_RECORD_BYTES,
     ORIGINAL_ATTRIBUTES,
@@ -100,7 +100,7 @@ def consumer_with(client: OneReceive | FullThenShort) -> Consumer:
         dlq_url=None,
         contract=contract,
         handler=lambda _: None,
-        metrics=Metrics(stream=io.StringIO()),
+        collaborators=Collaborators(metrics=Metrics(stream=io.StringIO())),
     )
     return client.consumer
 
@@ -187,8 +187,10 @@ def test_consumer_ticks_as_often_as_the_consumer_module_says(monkeypatch: pytest
         dlq_url=None,
         contract=WorkerContract(max_duration_seconds=3, concurrency=1),
         handler=lambda _: None,
-        protection=protection,  # type: ignore[arg-type]
-        metrics=Metrics(stream=io.StringIO()),
+        collaborators=Collaborators(
+            protection=protection,  # type: ignore[arg-type]
+            metrics=Metrics(stream=io.StringIO()),
+        ),
     )
     threading.Timer(0.5, consumer.stop).start()
     assert consumer.run() == ExitCode.OK
