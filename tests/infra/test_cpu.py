@@ -11,7 +11,7 @@ from aws_cdk.assertions import Annotations, Match
 from infra.settings import CONTEXT_KEY
 from infra.worker_settings import ONE_PROCESS_CPU_UNITS, beyond_one_process
 from tests.infra.conftest import Synthesized, synthesize
-from tests.infra.test_workers import SHARED
+from tests.infra.templates import SHARED
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 

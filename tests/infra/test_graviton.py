@@ -20,7 +20,7 @@ from consumer.local.task import TaskContainer
 from infra.report import nag_results
 from infra.settings import CONTEXT_KEY, parse_environment
 from tests.infra.conftest import Synthesized, synthesize
-from tests.unit.test_capacity_settings import refusal  # the one line synth fails with, for environment qa
+from tests.unit.support import refusal  # the one line synth fails with, for environment qa
 
 HANDLER = "consumer.examples.notifications:handle"
 STACK = "SqsWorker-qa"

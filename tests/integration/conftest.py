@@ -260,6 +260,13 @@ def sqs(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[Any]:
         yield boto3.client("sqs", region_name=REGION, endpoint_url=endpoint)
 
 
+@pytest.fixture
+def server_sqs(moto_server: str) -> Any:
+    """A boto3 SQS client over HTTP to moto's server on 127.0.0.1 (:func:`moto_server`), for a test that needs the
+    endpoint itself: a ``python -m consumer run`` subprocess shares the queues with the test through it."""
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
+
+
 @dataclass(frozen=True)
 class QueuePair:
     queue_url: str

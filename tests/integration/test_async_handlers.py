@@ -24,8 +24,7 @@ from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.liveness import Liveness, check
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_batch_handlers import send
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, send
 
 
 def async_contract(**overrides: Any) -> Any:

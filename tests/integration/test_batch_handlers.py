@@ -18,13 +18,7 @@ from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
-
-
-def send(sqs: Any, url: str, *bodies: str) -> None:
-    for start in range(0, len(bodies), 10):
-        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+from tests.integration.support import consumer_of, fast_contract, send
 
 
 def reasons(sqs: Any, dlq_url: str) -> dict[str, tuple[str, str]]:

@@ -24,7 +24,7 @@ from consumer.runtime.clients import dynamodb_client, sqs_client, user_agent
 from consumer.testing import depth, wait_until
 from tests.integration.conftest import REGION, consumer_run_environment, create_pair
 from tests.integration.handlers import wide
-from tests.integration.test_process import create_table, effects
+from tests.integration.processes import create_table, effects
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 320

@@ -15,41 +15,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from moto.sqs.models import DEFAULT_SENDER_ID
 
 import consumer.runtime.consumer
 from consumer import Message, PoisonMessage
-from consumer.contract import WorkerContract
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.runtime.consumer import EXIT_OK, Consumer
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.observability import Metrics
 from consumer.testing import depth, receive_visible, running, wait_until
-from tests.integration.conftest import QueuePair, create_pair
-
-#: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
-#: test's own sends count as the consumer's copies, where a test exercises a carried receive count.
-MOTO_SENDER_ID = DEFAULT_SENDER_ID
-
-
-def fast_contract(**overrides: Any) -> WorkerContract:
-    values: dict[str, Any] = {
-        "max_duration_seconds": 3,
-        "concurrency": 4,
-        "max_receive_count": 3,
-        "retry_backoff_base_seconds": 1,
-        "retry_backoff_max_seconds": 1,
-    }
-    values.update(overrides)
-    return WorkerContract(**values)
-
-
-def consumer_of(
-    sqs: Any, pair: QueuePair, contract: WorkerContract, handler: Callable[[Message], None], **options: Any
-) -> Consumer:
-    """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
-    return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
+from tests.integration.conftest import create_pair
+from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract
 
 
 def counted(stream: io.StringIO, *names: str) -> tuple[float, ...]:

@@ -19,7 +19,7 @@ from consumer.runtime.circuit import CircuitState
 from consumer.runtime.consumer import EXIT_OK
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import MOTO_SENDER_ID, consumer_of, fast_contract
+from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract
 
 
 def record_receives(sqs: Any, consumer: Any) -> list[tuple[CircuitState, int]]:

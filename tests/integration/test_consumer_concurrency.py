@@ -12,7 +12,7 @@ from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.inflight import InFlight, LogContext, State
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 
 def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None:

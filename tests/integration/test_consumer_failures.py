@@ -18,7 +18,7 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.inflight import InFlight, LogContext
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 
 class HandlerAborted(BaseException):

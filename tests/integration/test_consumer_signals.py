@@ -17,7 +17,7 @@ from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 
 class ValidationError(Exception):

@@ -22,7 +22,7 @@ from consumer.examples.webhooks import client, delivery_target, handle
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, running, send_samples, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of
+from tests.integration.support import consumer_of
 
 EVENT: dict[str, Any] = {
     "event_id": "whk-2026-11-28-0001",

@@ -29,7 +29,7 @@ from consumer.runtime.idempotency import (
 )
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import REGION, create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 LEASE = 30
 KEEP = 3600

@@ -35,10 +35,8 @@ from consumer.runtime.clients import client_config
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.liveness import Liveness
 from consumer.testing import running, wait_until
-from tests.integration.conftest import REGION, QueuePair, create_pair
-from tests.integration.test_process import CONTRACT, ROOT, server_sqs, start, wait_for_event
-
-__all__ = ["server_sqs"]  # a fixture shared with test_process.py (process_guard is the conftest's)
+from tests.integration.conftest import REGION, ROOT, QueuePair, create_pair
+from tests.integration.processes import CONTRACT, start, wait_for_event
 
 #: Longer than any allowance, so a frozen receive stays frozen for the whole test.
 HOLD_SECONDS = 120

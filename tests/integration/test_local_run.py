@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,50 +19,7 @@ from consumer.local.manual import read_env_file, worker_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from tests.integration.conftest import ROOT, run_module
-
-PYTHON = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
-
-
-def user_environment() -> dict[str, str]:
-    """A new terminal's environment: nothing of this session's AWS_ or CONSUMER_ settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
-
-
-def shell(command: str, **kwargs: Any) -> subprocess.Popen[str]:
-    """``command`` in a POSIX shell from the repository root, as a user pastes it."""
-    return subprocess.Popen(
-        ["sh", "-c", command], cwd=ROOT, env=user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
-    )
-
-
-def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:
-    process.send_signal(signum)
-    try:
-        return process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-
-
-@contextlib.contextmanager
-def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -> Iterator[str]:
-    """`python -m consumer local up` serving ``template`` (any free port), writing ``env_file``; yields what it
-    printed up to the line ``last_line`` accepts (the last one before serving), and stops it with Ctrl-C."""
-    up = shell(
-        f"exec {PYTHON} -m consumer local up --port 0 --template {template} --env-file {env_file}",
-        stderr=subprocess.PIPE,
-    )
-    assert up.stdout is not None
-    output = []
-    for line in up.stdout:
-        output.append(line)
-        if last_line(line):
-            break
-    try:
-        assert env_file.is_file(), "".join(output) + (up.stderr.read() if up.poll() is not None and up.stderr else "")
-        yield "".join(output)
-    finally:
-        assert stop(up, signal.SIGINT) == 0
+from tests.integration.local_runs import PYTHON, local_up, message_ids, shell, stop, user_environment
 
 
 @pytest.fixture(scope="module")
@@ -206,11 +160,6 @@ def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tup
     assert [event_id_of(moved)] == event_ids(poisoned.stdout)
     assert reason is not None and reason["kind"] == "poison"
     assert reason["reason"] == 'schema check failed at properties/channel: enum ["email", "sms", "push"]'
-
-
-def message_ids(output: str) -> list[str]:
-    """The message ids `local send` printed."""
-    return [line.split("message_id ")[1] for line in output.splitlines() if "message_id " in line]
 
 
 def event_ids(output: str) -> list[str]:

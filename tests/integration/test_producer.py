@@ -12,7 +12,7 @@ from consumer.producer import Outgoing, send
 from consumer.runtime.consumer import EXIT_OK
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 TRACEPARENT = f"00-{'ab' * 16}-{'cd' * 8}-01"
 

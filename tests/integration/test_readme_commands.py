@@ -18,7 +18,7 @@ from consumer.local.manual import read_env_file
 from consumer.local.stack import local_client
 from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT
-from tests.integration.test_local_run import message_ids, user_environment
+from tests.integration.local_runs import message_ids, stop_command, user_environment
 
 #: The sentence the README puts right before the block.
 LEAD = "To run the stack by hand after `make run`"
@@ -30,19 +30,6 @@ def readme_commands() -> list[str]:
     match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
     assert match, f"no sh block after {LEAD!r} in README.md"
     return [line.split("  #", 1)[0].strip() for line in match.group(1).splitlines() if line.strip()]
-
-
-def stop_command(shell: subprocess.Popen[str], signum: int) -> int:
-    """Signal what ``sh -c`` runs (as a terminal's Ctrl-C or ECS's SIGTERM reaches the program, not the
-    shell that started it) and return the shell's exit code, which is that program's."""
-    children = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
-    for pid in children or [str(shell.pid)]:
-        os.kill(int(pid), signum)
-    try:
-        return shell.wait(timeout=30)
-    finally:
-        if shell.poll() is None:
-            os.killpg(shell.pid, signal.SIGKILL)
 
 
 def test_readme_and_docs_give_the_same_manual_run() -> None:

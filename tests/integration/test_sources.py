@@ -21,7 +21,7 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.sources import Sources
 from consumer.testing import depth, drain, eventbridge_event, running, sns_envelope, wait_until
 from tests.integration.conftest import REGION, QueuePair, create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 
 def beside(sqs: Any, service: str) -> Any:

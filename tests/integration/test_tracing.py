@@ -24,7 +24,7 @@ from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.tracing_spans import creation_contexts
 from consumer.testing import InMemoryTracing, depth, drain, in_memory_tracing, running, wait_until
 from tests.integration.conftest import QueuePair, create_pair
-from tests.integration.test_consumer import MOTO_SENDER_ID, consumer_of, fast_contract
+from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract
 
 TRACE_ID = "ab" * 16
 PARENT_ID = "cd" * 8
@@ -403,7 +403,7 @@ from moto import mock_aws
 from consumer.runtime.consumer import Consumer
 from consumer.runtime.tracing import tracer_from_env
 from consumer.testing import depth, running, wait_until
-from tests.integration.test_consumer import fast_contract
+from tests.integration.support import fast_contract
 with mock_aws():
     sqs = boto3.client("sqs", region_name="eu-west-1")
     url = sqs.create_queue(QueueName="off")["QueueUrl"]

@@ -187,3 +187,27 @@ def test_no_module_or_class_outgrows_one_concern(path: Path) -> None:
         if isinstance(node, ast.ClassDef) and node.end_lineno and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
     ]
     assert too_long == []
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The ``test_*`` modules ``path`` imports (``import a.test_b``, ``from a.test_b import c``, ``from a import
+    test_b``, relative ones too), each as written."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.rsplit(".", 1)[-1].startswith("test_")]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if module.rsplit(".", 1)[-1].startswith("test_"):
+                found.append(module)
+            else:
+                found += [f"{module}.{alias.name}" for alias in node.names if alias.name.startswith("test_")]
+    return found
+
+
+def test_no_test_module_is_imported_by_another_module_of_the_tests() -> None:
+    """A helper two test modules share lives in a helpers module or a conftest.py of their folder, never in one of
+    them: importing a test module runs its module-level code again and collects its tests' names into the importer."""
+    paths = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "workers" / "tests").rglob("*.py")]
+    found = {str(p.relative_to(ROOT)): imported for p in sorted(paths) if (imported := imported_test_modules(p))}
+    assert found == {}

@@ -1,0 +1,45 @@
+"""Helpers the in-process consumer tests share: a contract with short timings, a consumer of a queue pair, a batch
+send, and moto's one sender id."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from moto.sqs.models import DEFAULT_SENDER_ID
+
+from consumer import Message
+from consumer.contract import WorkerContract
+from consumer.runtime.consumer import Consumer
+from tests.integration.conftest import QueuePair
+
+#: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
+#: test's own sends count as the consumer's copies, where a test exercises a carried receive count.
+MOTO_SENDER_ID = DEFAULT_SENDER_ID
+
+
+def fast_contract(**overrides: Any) -> WorkerContract:
+    """A contract with short timings (3 s max duration, 1 s backoffs, three receives), ``overrides`` applied."""
+    values: dict[str, Any] = {
+        "max_duration_seconds": 3,
+        "concurrency": 4,
+        "max_receive_count": 3,
+        "retry_backoff_base_seconds": 1,
+        "retry_backoff_max_seconds": 1,
+    }
+    values.update(overrides)
+    return WorkerContract(**values)
+
+
+def consumer_of(
+    sqs: Any, pair: QueuePair, contract: WorkerContract, handler: Callable[[Message], None], **options: Any
+) -> Consumer:
+    """A consumer of ``pair`` with ``handler`` under ``contract``; ``options`` are Consumer's other keyword arguments."""
+    return Consumer(sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract, handler=handler, **options)
+
+
+def send(sqs: Any, url: str, *bodies: str) -> None:
+    """Send ``bodies`` to ``url`` in batches of ten."""
+    for start in range(0, len(bodies), 10):
+        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
