@@ -1,4 +1,4 @@
-"""Async handlers (``async def``) through the real runtime, against moto in-process and over HTTP: coroutines on
+"""Async handlers (``async def``) through the real runtime, against moto in-process: coroutines on
 one event loop with ``concurrency`` in flight, the outcomes a thread's handler has, cancellation at the deadline
 and at the drain's end, and a blocked loop noticed by the health check."""
 

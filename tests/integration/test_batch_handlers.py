@@ -1,4 +1,4 @@
-"""Batch handlers (``@worker(max_batch=...)``) through the real runtime, against moto in-process and over HTTP:
+"""Batch handlers (``@worker(max_batch=...)``) through the real runtime, against moto in-process:
 batches collected across receives up to ``max_batch`` or the window, each message settled with the outcome its
 ``BatchResult`` reports (deleted, retried, DLQ at once with its reason, never deleted when not reported),
 idempotency per message, room for a batch before a receive, and hand-back at shutdown."""

@@ -1,4 +1,5 @@
-"""The consumer runtime against moto (in-process and over HTTP): each message's final place.
+"""The consumer runtime against moto in-process (an endpoint taken away and one that never answers over
+HTTP): each message's final place.
 
 One behaviour per test; timings are kept short by small declared durations and
 by patching the lease cap where a test needs a handler slower than the lease.

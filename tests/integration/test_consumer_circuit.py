@@ -1,4 +1,4 @@
-"""The downstream circuit and max_rate through the real runtime, against moto (in-process and over HTTP).
+"""The downstream circuit and max_rate through the real runtime, against moto in-process.
 
 The circuit's state is read from the consumer itself (``consumer.circuit``) at every ReceiveMessage
 botocore sends, so "no receive while open" is counted, not inferred from timing.

@@ -1,4 +1,4 @@
-"""More messages in flight in one process than one receive can bring, against moto (in-process and over HTTP)."""
+"""More messages in flight in one process than one receive can bring, against moto in-process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How the runtime treats a failed attempt, against moto (in-process and over HTTP): whatever the handler
+"""How the runtime treats a failed attempt, against moto in-process: whatever the handler
 raises, the jittered backoff it gets, and the warning one receive before the DLQ."""
 
 from __future__ import annotations

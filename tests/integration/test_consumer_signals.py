@@ -1,4 +1,4 @@
-"""What a handler tells the consumer, and what the consumer tells a handler, against moto (in-process and over HTTP).
+"""What a handler tells the consumer, and what the consumer tells a handler, against moto in-process.
 
 A handler raising a type it declared ``non_retryable`` sends its message to the DLQ at the first receive; a
 handler sees its attempt's deadline and whether the consumer is stopping (``Message.deadline``, ``.stopping``).

@@ -1,6 +1,6 @@
 """The async example handler (consumer/examples/webhooks.py) against a real HTTP endpoint on 127.0.0.1: what each
 answer means for the event, the dry run and the start-up check, and the handler through the real runtime on moto,
-in-process and over HTTP: its samples where they belong, and deliveries waiting on the endpoint side by side."""
+in-process: its samples where they belong, and deliveries waiting on the endpoint side by side."""
 
 from __future__ import annotations
 

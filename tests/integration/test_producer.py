@@ -1,4 +1,4 @@
-"""What consumer.producer sends, the consumer processes, logging each message's tenant (moto, in-process and HTTP)."""
+"""What consumer.producer sends, the consumer processes, logging each message's tenant (moto in-process)."""
 
 from __future__ import annotations
 

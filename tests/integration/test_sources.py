@@ -1,4 +1,4 @@
-"""A worker's declared sources through the real runtime, against moto in-process and over HTTP: an SNS topic
+"""A worker's declared sources through the real runtime, against moto in-process: an SNS topic
 subscribed to the worker's queue (raw message delivery off and on) and published to, an EventBridge rule with the
 queue as its target, and what the consumer makes of what they deliver (consumer/sources.py): the handler sees the
 inner message, an undeclared topic's envelope is left alone, an event is read, an envelope that cannot be read and
@@ -25,10 +25,9 @@ from tests.integration.support import consumer_of, fast_contract
 
 
 def beside(sqs: Any, service: str) -> Any:
-    """A client of ``service`` on the same moto as ``sqs``: its server over HTTP, or mock_aws in this process."""
-    endpoint = sqs.meta.endpoint_url
+    """A client of ``service`` on the same moto as ``sqs`` (mock_aws in this process)."""
     client: Any = boto3.client  # typed per service name; the name here is a variable
-    return client(service, region_name=REGION, endpoint_url=endpoint if endpoint.startswith("http:") else None)
+    return client(service, region_name=REGION)
 
 
 def queue_arn(sqs: Any, url: str) -> str:

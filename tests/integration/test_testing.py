@@ -1,4 +1,4 @@
-"""consumer.testing's queue helpers against moto (in-process and over HTTP), and the docs' example run as written."""
+"""consumer.testing's queue helpers against moto in-process, and the docs' example run as written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans through the real runtime, on moto in-process and over HTTP (docs/tracing.md): one CONSUMER
+"""OpenTelemetry spans through the real runtime, on moto in-process (docs/tracing.md): one CONSUMER
 span per attempt, its parent from the ``traceparent`` attribute or the ``AWSTraceHeader`` system attribute, the
 outcome of every path, current in the handler's thread and task, one span per batch call, the context carried on
 by hand-back copies and DLQ records, and nothing imported with tracing off."""
