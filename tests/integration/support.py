@@ -11,6 +11,7 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 from consumer import Message
 from consumer.contract import WorkerContract
 from consumer.runtime.consumer import Consumer
+from consumer.testing import depth
 from tests.integration.conftest import QueuePair
 
 #: moto records one SenderId for every message, whoever sent it. As the consumer's task role id it makes the
@@ -43,3 +44,13 @@ def send(sqs: Any, url: str, *bodies: str) -> None:
     for start in range(0, len(bodies), 10):
         entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
         sqs.send_message_batch(QueueUrl=url, Entries=entries)
+
+
+def holds_nothing(sqs: Any, url: str) -> bool:
+    """Whether the queue at ``url`` holds no message, visible or in flight: two reads of its depth in a row say so.
+
+    One read can miss a message: SQS counts visible and in-flight messages one after the other, so a message whose
+    lease ends between the two counts is in neither (moto, loaded by other threads, shows it in a few reads out of a
+    hundred). Its next lease lasts a second at least, so it cannot slip between the counts of the read right after.
+    """
+    return depth(sqs, url).total == 0 and depth(sqs, url).total == 0

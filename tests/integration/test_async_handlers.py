@@ -24,7 +24,7 @@ from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.liveness import Liveness, check
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.support import consumer_of, fast_contract, send
+from tests.integration.support import consumer_of, fast_contract, holds_nothing, send
 
 
 def async_contract(**overrides: Any) -> Any:
@@ -53,7 +53,7 @@ def test_coroutines_run_concurrently_on_one_thread(sqs: Any) -> None:
         done.append(message.body)
 
     with running(consumer_of(sqs, pair, contract, handle)) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     assert most[0] == 30
     assert len(threads) == 1 and threading.get_ident() not in threads
     assert sorted(done) == sorted(f"m{i}" for i in range(30))
@@ -87,7 +87,7 @@ def test_an_async_handler_has_a_thread_handlers_outcomes(sqs: Any) -> None:
     send(sqs, pair.queue_url, "ok", "poison", "rejected", "failing")
     with running(consumer_of(sqs, pair, contract, outcomes)) as result:
         # The DLQ too: a retry waiting out its backoff as a delayed copy is neither visible nor in flight.
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0 and depth(sqs, pair.dlq_url).total == 3, timeout=30)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url) and depth(sqs, pair.dlq_url).total == 3, timeout=30)
     moved = {m["Body"]: read_reason(m["MessageAttributes"]) or {} for m in drain(sqs, pair.dlq_url)}
     assert {body: (r["kind"], r["reason"]) for body, r in moved.items()} == {
         "poison": ("poison", "not an order"),
@@ -187,7 +187,7 @@ def test_max_duration_counts_from_the_handler_start_not_the_claim(sqs: Any) -> N
         done.append(message.receive_count)
 
     with running(consumer_of(sqs, pair, contract, handle, idempotency=SlowClaims())) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     assert done == [1]
     assert result.exit_code == EXIT_OK
 
@@ -208,5 +208,5 @@ def test_concurrency_bounds_the_coroutines_in_flight(sqs: Any) -> None:
         done.append(message.body)
 
     with running(consumer_of(sqs, pair, contract, handle)):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=30)
     assert most[0] == 2 and len(done) == 12

@@ -18,7 +18,7 @@ from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.support import consumer_of, fast_contract, send
+from tests.integration.support import consumer_of, fast_contract, holds_nothing, send
 
 
 def reasons(sqs: Any, dlq_url: str) -> dict[str, tuple[str, str]]:
@@ -73,7 +73,7 @@ def test_each_message_of_a_batch_gets_the_outcome_the_result_reports(sqs: Any) -
     pair = create_pair(sqs, contract)
     send(sqs, pair.queue_url, "ok", "poison", "rejected", "flaky", "failing", "forgotten")
     with running(consumer_of(sqs, pair, contract, mixed)) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 4 and holds_nothing(sqs, pair.queue_url), timeout=30)
     moved = reasons(sqs, pair.dlq_url)
     assert set(moved) == {"poison", "rejected", "failing", "forgotten"}
     assert moved["poison"] == ("poison", "not an order")
@@ -135,7 +135,7 @@ def test_idempotency_is_per_message_within_a_batch(sqs: Any) -> None:
         return BatchResult().succeeded(*messages)
 
     with running(consumer_of(sqs, pair, contract, handle)):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=30)
     assert sorted(handled) == ["other", "same"]
     assert depth(sqs, pair.dlq_url).total == 0
 
@@ -167,7 +167,7 @@ def test_a_running_batch_holds_room_for_a_full_batch(sqs: Any) -> None:
         threading.Event().wait(1.5)  # a receive would have taken them by now: none was made
         held = depth(sqs, pair.queue_url)
         release.set()
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     # The call's messages and whatever that one receive took are in flight; m0..m3 (sent after it) are not.
     assert held.total == 9 and held.visible >= 4, held
     assert sum(sizes) == 9
@@ -226,7 +226,7 @@ def test_a_timed_out_batch_is_given_up_on_and_the_others_go_on(sqs: Any, caplog:
         wait_until(lambda: "later" in done, timeout=10)
         assert not consumer.stopping
         unblock.set()
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)  # a late success: deleted
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=30)  # a late success: deleted
     # Each message ran once: the overrunning call's (the three, or fewer when a receive failed on a loaded machine and
     # the circuit's half-open probe brought "a" alone) and the others', "later" among them.
     assert (sorted(blocked + done), "a" in blocked, "later" in done) == (["a", "b", "c", "later"], True, True)

@@ -26,7 +26,7 @@ from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.observability import Metrics
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract
+from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract, holds_nothing
 
 
 def counted(stream: io.StringIO, *names: str) -> tuple[float, ...]:
@@ -45,7 +45,7 @@ def test_consumer_deletes_successful_messages(sqs: Any) -> None:
     consumer = consumer_of(sqs, pair, contract, lambda m: seen.append(m.body))
     with running(consumer) as result:
         wait_until(lambda: len(seen) == 5)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert sorted(seen) == [f"m{i}" for i in range(5)]
     assert result.exit_code == EXIT_OK
     assert depth(sqs, pair.dlq_url).total == 0
@@ -66,7 +66,7 @@ def test_consumer_retries_with_backoff_then_moves_to_dlq_with_reason(sqs: Any) -
     consumer = consumer_of(sqs, pair, contract, fail, metrics=Metrics(stream=stream))
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert len(attempts) == 3
     # The DlqDepth alarm reads dead_lettered: one per move, whatever made it (here the retries ran out).
     assert counted(stream, "failed", "poisoned", "dead_lettered") == (3, 0, 1)
@@ -97,7 +97,7 @@ def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
     consumer = consumer_of(sqs, pair, contract, reject, metrics=Metrics(stream=stream))
     with running(consumer):
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert calls == ["{not json"]
     assert counted(stream, "poisoned", "dead_lettered") == (1, 1)  # one move, counted once
     (moved,) = receive_visible(sqs, pair.dlq_url)
@@ -203,7 +203,7 @@ def test_consumer_skips_the_side_effect_of_a_duplicate(sqs: Any) -> None:
     calls: list[str] = []
     worker = consumer_of(sqs, pair, contract, lambda m: calls.append(m.body))
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert len(calls) == 1
 
 
@@ -401,7 +401,7 @@ def test_consumer_without_a_task_role_id_restarts_carried_counts_and_says_so_onc
     caplog.set_level(logging.WARNING, logger="consumer")
     worker = consumer_of(sqs, pair, contract, lambda m: seen.append(m.receive_count))
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert seen == [1, 1]
     (warning,) = [r for r in caplog.records if r.getMessage() == "carried_receives_untrusted"]
     assert warning.binding == "CONSUMER_TASK_ROLE_ID"
@@ -458,7 +458,7 @@ def test_consumer_moves_a_deferred_fifo_message_on_its_last_receive_to_dlq_with_
     worker = consumer_of(sqs, pair, contract, lambda m: None, idempotency=store)
     with running(worker):
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"])
     assert (reason["kind"], reason["receive_count"]) == ("unattempted", 3)
@@ -477,7 +477,7 @@ def test_consumer_of_a_handler_idempotent_by_itself_runs_no_guard(sqs: Any) -> N
     store = InMemoryStore()
     worker = consumer_of(sqs, pair, contract, lambda m: calls.append(m.body), idempotency=store)
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert (sorted(calls), worker.idempotency, store.claim("attr:order-42", owner="x", lease_seconds=5)) == (
         ["a", "b"],
         None,

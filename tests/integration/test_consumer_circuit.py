@@ -19,7 +19,7 @@ from consumer.runtime.circuit import CircuitState
 from consumer.runtime.consumer import EXIT_OK
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract
+from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract, holds_nothing
 
 
 def record_receives(sqs: Any, consumer: Any) -> list[tuple[CircuitState, int]]:
@@ -65,7 +65,7 @@ def test_consumer_circuit_pauses_hands_back_unspent_then_probes_and_delivers_onc
         wait_until(lambda: consumer.circuit.opens_in_a_row == 2, what="the probe reopening the circuit")
         outage.clear()
         wait_until(lambda: len(delivered) == 8, timeout=60, what="all eight delivered")
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, what="source empty")
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), what="source empty")
     assert dict(delivered) == {f"m{i}": 1 for i in range(8)}
     assert dict(counts) == {1: sum(counts.values())}, "a hand-back by the circuit spent a receive"
     assert depth(sqs, pair.dlq_url).total == 0

@@ -18,7 +18,7 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.inflight import InFlight, LogContext
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.support import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 
 class HandlerAborted(BaseException):
@@ -49,7 +49,7 @@ def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert attempts == [1, 2, 3]
     assert result.exit_code == EXIT_OK
     events = [(r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
@@ -127,7 +127,7 @@ def test_consumer_deletes_a_message_done_with_on_its_last_allowed_receive_at_onc
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker):
         wait_until(lambda: ("late", 3) in done and depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=5, what="both deleted without the wait")
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=5, what="both deleted without the wait")
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody="early")
         wait_until(lambda: ("early", 1) in done)
         time.sleep(2)

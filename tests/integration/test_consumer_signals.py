@@ -17,7 +17,7 @@ from consumer.runtime.consumer import EXIT_OK
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.support import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 
 class ValidationError(Exception):
@@ -46,7 +46,7 @@ def test_consumer_moves_a_declared_non_retryable_error_to_dlq_at_the_first_recei
 
     with running(consumer_of(sqs, pair, contract, handle)) as result:
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 2)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert result.exit_code == EXIT_OK
     assert sorted(calls) == [("no-field", 1), ("no-key", 1)]
     reasons = {m["Body"]: read_reason(m["MessageAttributes"]) or {} for m in drain(sqs, pair.dlq_url)}
@@ -70,7 +70,7 @@ def test_consumer_still_retries_an_error_not_declared_non_retryable(sqs: Any) ->
 
     with running(consumer_of(sqs, pair, contract, handle)):
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert attempts == [1, 2, 3]
     (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"]) or {}
@@ -167,7 +167,7 @@ def test_consumer_gives_each_attempt_its_start_plus_the_message_timeout_as_deadl
 
     with running(consumer_of(sqs, pair, contract, handle)):
         wait_until(lambda: len(seen) == 2)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     timeout = contract.message_timeout_seconds
     # The deadline is the handler's call plus max_duration: just before the handler's first line, on the same clock.
     assert all(called - 0.5 + timeout < deadline <= called + timeout for deadline, _, called in seen.values())
