@@ -100,7 +100,7 @@ def test_an_async_handler_has_a_thread_handlers_outcomes(sqs: Any) -> None:
 def test_a_handler_running_at_the_drain_end_is_cancelled_and_handed_back(sqs: Any) -> None:
     """Stopping, a coroutine still running at the drain's end gets CancelledError and its message is handed back
     at once (a requeued copy visible again, not after its lease); one that finishes within the drain is deleted."""
-    contract = async_contract(concurrency=2, max_duration_seconds=30, stop_timeout_seconds=8)
+    contract = async_contract(concurrency=2, max_duration_seconds=30, stop_timeout_seconds=6)  # drains for 1 s
     pair = create_pair(sqs, contract)
     send(sqs, pair.queue_url, "slow", "quick")
     cancelled: list[float] = []

@@ -143,10 +143,17 @@ def test_idempotency_is_per_message_within_a_batch(sqs: Any) -> None:
 def test_a_running_batch_holds_room_for_a_full_batch(sqs: Any) -> None:
     """One thread, max_batch 10: while a call runs, its unused room stays held, so no receive starts for it. The
     one receive already in flight when the call began (for the room the thread was collecting into) may still bring
-    messages (b, or some of c, d, e); after it nothing more is received, so the 4 sent later all stay visible,
-    where a receive for the free room would have taken every one. Once the call returns the rest are processed."""
+    messages (b, or some of c, d, e); after it no receive is made, so the 4 sent later all stay visible, where a
+    receive for the free room would have taken every one. Once the call returns the rest are processed."""
     contract = fast_contract(concurrency=1, max_batch=10, max_duration_seconds=30)
     pair = create_pair(sqs, contract)
+    receives = {"started": 0, "answered": 0}
+    sqs.meta.events.register(
+        "before-call.sqs.ReceiveMessage", lambda **_: receives.update(started=receives["started"] + 1)
+    )
+    sqs.meta.events.register(
+        "after-call.sqs.ReceiveMessage", lambda **_: receives.update(answered=receives["answered"] + 1)
+    )
     send(sqs, pair.queue_url, "a", "b")
     running_call, release = threading.Event(), threading.Event()
     sizes: list[int] = []
@@ -161,11 +168,14 @@ def test_a_running_batch_holds_room_for_a_full_batch(sqs: Any) -> None:
         wait_until(running_call.is_set, timeout=10)
         send(sqs, pair.queue_url, "c", "d", "e")
         # The receive in flight when the call began takes them if it is still polling (a loaded machine may have
-        # seen it end empty first): then nothing may receive them, nor what follows, until the call returns.
-        threading.Event().wait(2)
+        # seen it end empty first): once it has answered, nothing may receive them, nor what follows, until the
+        # call returns.
+        wait_until(lambda: receives["answered"] == receives["started"], timeout=10, what="no receive in flight")
+        made = receives["started"]
         send(sqs, pair.queue_url, *(f"m{i}" for i in range(4)))
-        threading.Event().wait(1.5)  # a receive would have taken them by now: none was made
+        threading.Event().wait(0.5)  # a receive for free room starts within milliseconds of the last one's answer
         held = depth(sqs, pair.queue_url)
+        assert receives["started"] == made, "a receive started while the call held the thread's room"
         release.set()
         wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     # The call's messages and whatever that one receive took are in flight; m0..m3 (sent after it) are not.
