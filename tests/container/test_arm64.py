@@ -26,7 +26,7 @@ from consumer.local.task import TaskContainer, TaskRun
 from consumer.testing import wait_until
 from infra.worker_settings import CONTEXT_KEY
 from tests.container.conftest import ENVIRONMENT, STACK, WORKER, Webhook, depths, send
-from tests.container.test_container import events
+from tests.container.support import events
 from tests.reference import reference_context
 
 PLATFORM = "linux/arm64"

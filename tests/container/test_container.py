@@ -20,6 +20,7 @@ from consumer.local.task import TaskContainer
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import wait_until
 from tests.container.conftest import RunFactory, Webhook, depths, send
+from tests.container.support import events
 from tests.reference import repository_environments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,12 +54,6 @@ NOT_SHIPPED = ["consumer.local", "moto", "pytest", "tests", "infra", "bench", "a
 pytestmark = [pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"), pytest.mark.slow(70)]  # the tier in all
 
 POISON_ID = "poison-000001"
-
-
-def events(prefix: str, count: int) -> dict[str, str]:
-    """``count`` valid notification events: event id -> body (the handler's Idempotency-Key is the id)."""
-    ids = [f"{prefix}-{i:06d}" for i in range(count)]  # the schema wants at least 8 characters
-    return {event_id: json.dumps(sample_event(event_id, i)) for i, event_id in enumerate(ids)}
 
 
 def test_image_holds_the_runtime_and_no_test_or_local_tooling(engine: Engine, image: BuiltImage) -> None:

@@ -26,8 +26,8 @@ from infra.settings import MAX_WORKERS
 from infra.worker_settings import CONTEXT_KEY, WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.permission_rows import bind, evaluate_bound
 from tests.infra.permissions import mismatches
-from tests.infra.test_permissions import bind, evaluate_bound
 from tests.reference import repository_environments
 
 Environments = dict[str, dict[str, Any]]

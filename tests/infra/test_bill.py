@@ -11,7 +11,7 @@ from consumer.local.bill import EnvironmentPlan, load_environments
 from infra.settings import parse_environment
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
-from tests.unit.test_bill import ENVIRONMENT, ORDERED, plan_of
+from tests.unit.support import ENVIRONMENT, ORDERED, plan_of
 
 #: The unit test's two workers (arm64 at two tasks; x86_64 with Spot beyond one on-demand task, at three), a FIFO
 #: worker in the one-worker form that scales to zero, one without NAT (its tasks in public subnets) and traced (two

@@ -10,7 +10,7 @@ from aws_cdk.assertions import Annotations, Match
 
 from infra.worker_settings import CONTEXT_KEY, ONE_PROCESS_CPU_UNITS, beyond_one_process
 from tests.infra.conftest import Synthesized, synthesize
-from tests.infra.test_workers import SHARED
+from tests.infra.templates import SHARED
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 

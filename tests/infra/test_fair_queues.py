@@ -12,7 +12,7 @@ import pytest
 from infra.dashboard import widget_title
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
-from tests.infra.test_workers import SHARED, dashboard_body
+from tests.infra.templates import SHARED, dashboard_body
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 TENANTS = {"handler": "tests.infra.handlers:tenants"}

@@ -21,7 +21,7 @@ from infra.report import nag_results
 from infra.settings import parse_environment
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
-from tests.unit.test_capacity_settings import refusal  # the one line synth fails with, for environment qa
+from tests.unit.support import refusal  # the one line synth fails with, for environment qa
 
 HANDLER = "consumer.examples.notifications:handle"
 STACK = "SqsWorker-qa"

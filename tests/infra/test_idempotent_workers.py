@@ -11,7 +11,7 @@ from infra.service import IDEMPOTENCY_TABLE_ACTIONS
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
-from tests.infra.test_workers import SHARED
+from tests.infra.templates import SHARED
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 UPSERTS = {"handler": "tests.infra.handlers:upserts"}

@@ -14,6 +14,7 @@ import pytest
 
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
+from tests.infra.permission_rows import PARAMETERS, bind
 from tests.infra.permissions import (
     ALLOWED,
     DENIED,
@@ -26,7 +27,6 @@ from tests.infra.permissions import (
     mismatches,
 )
 from tests.infra.resolve import FAKE_ACCOUNT, FAKE_REGION
-from tests.infra.test_permissions import PARAMETERS, bind
 
 SNS, EVENTS = "sns.amazonaws.com", "events.amazonaws.com"
 HANDLER = "consumer.examples.notifications:handle"

@@ -11,8 +11,8 @@ import pytest
 
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import synthesize
+from tests.infra.permission_rows import EXECUTION_ROLE, bind, runtime_rows
 from tests.infra.permissions import ALLOWED, DENIED, Bindings, Row, Scenario, evaluate, mismatches
-from tests.infra.test_permissions import EXECUTION_ROLE, bind, runtime_rows
 
 HANDLER = "consumer.examples.notifications:handle"
 ENVIRONMENTS: dict[str, dict[str, Any]] = {

@@ -13,10 +13,10 @@ from infra.limits import MAX_ALARM_RULE, MAX_STACK_RESOURCES, MAX_TEMPLATE_BYTES
 from infra.settings import MAX_WORKERS
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.templates import SHARED, dashboard_body, of_type
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 EXPORTS = {"handler": "tests.infra.handlers:five_minutes", "max_tasks": 4, "cpu": 512, "memory_mib": 1024}
-SHARED = {"retain_queues": False, "pages_to_tickets": True, "source_retention_days": 1, "dlq_retention_days": 7}
 #: The test environments: one worker, two workers, and the most an environment supports.
 ENVIRONMENTS = {
     "one": {**SHARED, "workers": {"exports": EXPORTS}},
@@ -34,19 +34,6 @@ CW_MAX_WIDGETS, CW_MAX_STATUS_ALARMS, CW_MAX_ALARM_RULE_CHARS = 500, 100, MAX_AL
 def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """Both environments synthesized once, cdk-nag included (an open finding fails the synth)."""
     return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
-
-
-def of_type(env: Synthesized, resource_type: str) -> dict[str, dict[str, Any]]:
-    return env.resources(resource_type)
-
-
-def dashboard_body(env: Synthesized) -> dict[str, Any]:
-    """The dashboard's body with every CloudFormation token replaced by a plain word, parsed."""
-    (dashboard,) = of_type(env, "AWS::CloudWatch::Dashboard").values()
-    body = dashboard["Properties"]["DashboardBody"]
-    parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
-    parsed: dict[str, Any] = json.loads("".join(p if isinstance(p, str) else "TOKEN" for p in parts))
-    return parsed
 
 
 def test_two_workers_have_a_queue_pair_a_service_and_dlq_alarms_each(envs: dict[str, Synthesized]) -> None:

@@ -1,4 +1,4 @@
-"""Fixtures for integration tests: real boto3 against moto, in-process and over HTTP on 127.0.0.1.
+"""Fixtures for integration tests: real boto3 against moto, in-process (``sqs``) and over HTTP on 127.0.0.1 (``server_sqs``).
 
 Rule for this folder: no hand-written fakes; every SQS call goes through boto3
 to moto, either in-process (``mock_aws``) or to moto's server on loopback.
@@ -253,15 +253,21 @@ def _moto_sqs_atomic() -> None:
     serialize_moto_sqs()
 
 
-@pytest.fixture(params=["in-process", "server"])
-def sqs(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[Any]:
-    """A boto3 SQS client: against mock_aws, or over HTTP against moto's server."""
-    if request.param == "in-process":
-        with mock_aws():
-            yield boto3.client("sqs", region_name=REGION)
-    else:
-        endpoint = request.getfixturevalue("moto_server")
-        yield boto3.client("sqs", region_name=REGION, endpoint_url=endpoint)
+@pytest.fixture
+def sqs(aws_credentials: None) -> Iterator[Any]:
+    """A boto3 SQS client against moto in-process (``mock_aws``): botocore builds, signs and parses every request as
+    over the wire, only the socket is left out. What a test asserts about the runtime's calls and each message's
+    place shows here; a test whose point needs the socket (a subprocess, an endpoint taken away, a connection
+    refused) asks for :func:`server_sqs` and says why."""
+    with mock_aws():
+        yield boto3.client("sqs", region_name=REGION)
+
+
+@pytest.fixture
+def server_sqs(moto_server: str) -> Any:
+    """A boto3 SQS client over HTTP to moto's server on 127.0.0.1 (:func:`moto_server`), for a test that needs the
+    endpoint itself: a ``python -m consumer run`` subprocess shares the queues with the test through it."""
+    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Async handlers (``async def``) through the real runtime, against moto in-process and over HTTP: coroutines on
+"""Async handlers (``async def``) through the real runtime, against moto in-process: coroutines on
 one event loop with ``concurrency`` in flight, the outcomes a thread's handler has, cancellation at the deadline
 and at the drain's end, and a blocked loop noticed by the health check."""
 
@@ -24,8 +24,7 @@ from consumer.runtime.idempotency import Claim, InMemoryStore
 from consumer.runtime.liveness import Liveness, check
 from consumer.testing import depth, drain, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_batch_handlers import send
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing, send
 
 
 def async_contract(**overrides: Any) -> Any:
@@ -54,7 +53,7 @@ def test_coroutines_run_concurrently_on_one_thread(sqs: Any) -> None:
         done.append(message.body)
 
     with running(consumer_of(sqs, pair, contract, handle)) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     assert most[0] == 30
     assert len(threads) == 1 and threading.get_ident() not in threads
     assert sorted(done) == sorted(f"m{i}" for i in range(30))
@@ -88,7 +87,7 @@ def test_an_async_handler_has_a_thread_handlers_outcomes(sqs: Any) -> None:
     send(sqs, pair.queue_url, "ok", "poison", "rejected", "failing")
     with running(consumer_of(sqs, pair, contract, outcomes)) as result:
         # The DLQ too: a retry waiting out its backoff as a delayed copy is neither visible nor in flight.
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0 and depth(sqs, pair.dlq_url).total == 3, timeout=30)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url) and depth(sqs, pair.dlq_url).total == 3, timeout=30)
     moved = {m["Body"]: read_reason(m["MessageAttributes"]) or {} for m in drain(sqs, pair.dlq_url)}
     assert {body: (r["kind"], r["reason"]) for body, r in moved.items()} == {
         "poison": ("poison", "not an order"),
@@ -101,7 +100,7 @@ def test_an_async_handler_has_a_thread_handlers_outcomes(sqs: Any) -> None:
 def test_a_handler_running_at_the_drain_end_is_cancelled_and_handed_back(sqs: Any) -> None:
     """Stopping, a coroutine still running at the drain's end gets CancelledError and its message is handed back
     at once (a requeued copy visible again, not after its lease); one that finishes within the drain is deleted."""
-    contract = async_contract(concurrency=2, max_duration_seconds=30, stop_timeout_seconds=8)
+    contract = async_contract(concurrency=2, max_duration_seconds=30, stop_timeout_seconds=6)  # drains for 1 s
     pair = create_pair(sqs, contract)
     send(sqs, pair.queue_url, "slow", "quick")
     cancelled: list[float] = []
@@ -188,7 +187,7 @@ def test_max_duration_counts_from_the_handler_start_not_the_claim(sqs: Any) -> N
         done.append(message.receive_count)
 
     with running(consumer_of(sqs, pair, contract, handle, idempotency=SlowClaims())) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     assert done == [1]
     assert result.exit_code == ExitCode.OK
 
@@ -209,5 +208,5 @@ def test_concurrency_bounds_the_coroutines_in_flight(sqs: Any) -> None:
         done.append(message.body)
 
     with running(consumer_of(sqs, pair, contract, handle)):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=30)
     assert most[0] == 2 and len(done) == 12

@@ -1,4 +1,4 @@
-"""Batch handlers (``@worker(max_batch=...)``) through the real runtime, against moto in-process and over HTTP:
+"""Batch handlers (``@worker(max_batch=...)``) through the real runtime, against moto in-process:
 batches collected across receives up to ``max_batch`` or the window, each message settled with the outcome its
 ``BatchResult`` reports (deleted, retried, DLQ at once with its reason, never deleted when not reported),
 idempotency per message, room for a batch before a receive, and hand-back at shutdown."""
@@ -18,13 +18,7 @@ from consumer.exit_codes import ExitCode
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
-
-
-def send(sqs: Any, url: str, *bodies: str) -> None:
-    for start in range(0, len(bodies), 10):
-        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+from tests.integration.support import consumer_of, fast_contract, holds_nothing, send
 
 
 def reasons(sqs: Any, dlq_url: str) -> dict[str, tuple[str, str]]:
@@ -79,7 +73,7 @@ def test_each_message_of_a_batch_gets_the_outcome_the_result_reports(sqs: Any) -
     pair = create_pair(sqs, contract)
     send(sqs, pair.queue_url, "ok", "poison", "rejected", "flaky", "failing", "forgotten")
     with running(consumer_of(sqs, pair, contract, mixed)) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+        wait_until(lambda: depth(sqs, pair.dlq_url).total == 4 and holds_nothing(sqs, pair.queue_url), timeout=30)
     moved = reasons(sqs, pair.dlq_url)
     assert set(moved) == {"poison", "rejected", "failing", "forgotten"}
     assert moved["poison"] == ("poison", "not an order")
@@ -141,7 +135,7 @@ def test_idempotency_is_per_message_within_a_batch(sqs: Any) -> None:
         return BatchResult().succeeded(*messages)
 
     with running(consumer_of(sqs, pair, contract, handle)):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=30)
     assert sorted(handled) == ["other", "same"]
     assert depth(sqs, pair.dlq_url).total == 0
 
@@ -149,10 +143,17 @@ def test_idempotency_is_per_message_within_a_batch(sqs: Any) -> None:
 def test_a_running_batch_holds_room_for_a_full_batch(sqs: Any) -> None:
     """One thread, max_batch 10: while a call runs, its unused room stays held, so no receive starts for it. The
     one receive already in flight when the call began (for the room the thread was collecting into) may still bring
-    messages (b, or some of c, d, e); after it nothing more is received, so the 4 sent later all stay visible,
-    where a receive for the free room would have taken every one. Once the call returns the rest are processed."""
+    messages (b, or some of c, d, e); after it no receive is made, so the 4 sent later all stay visible, where a
+    receive for the free room would have taken every one. Once the call returns the rest are processed."""
     contract = fast_contract(concurrency=1, max_batch=10, max_duration_seconds=30)
     pair = create_pair(sqs, contract)
+    receives = {"started": 0, "answered": 0}
+    sqs.meta.events.register(
+        "before-call.sqs.ReceiveMessage", lambda **_: receives.update(started=receives["started"] + 1)
+    )
+    sqs.meta.events.register(
+        "after-call.sqs.ReceiveMessage", lambda **_: receives.update(answered=receives["answered"] + 1)
+    )
     send(sqs, pair.queue_url, "a", "b")
     running_call, release = threading.Event(), threading.Event()
     sizes: list[int] = []
@@ -167,13 +168,16 @@ def test_a_running_batch_holds_room_for_a_full_batch(sqs: Any) -> None:
         wait_until(running_call.is_set, timeout=10)
         send(sqs, pair.queue_url, "c", "d", "e")
         # The receive in flight when the call began takes them if it is still polling (a loaded machine may have
-        # seen it end empty first): then nothing may receive them, nor what follows, until the call returns.
-        threading.Event().wait(2)
+        # seen it end empty first): once it has answered, nothing may receive them, nor what follows, until the
+        # call returns.
+        wait_until(lambda: receives["answered"] == receives["started"], timeout=10, what="no receive in flight")
+        made = receives["started"]
         send(sqs, pair.queue_url, *(f"m{i}" for i in range(4)))
-        threading.Event().wait(1.5)  # a receive would have taken them by now: none was made
+        threading.Event().wait(0.5)  # a receive for free room starts within milliseconds of the last one's answer
         held = depth(sqs, pair.queue_url)
+        assert receives["started"] == made, "a receive started while the call held the thread's room"
         release.set()
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     # The call's messages and whatever that one receive took are in flight; m0..m3 (sent after it) are not.
     assert held.total == 9 and held.visible >= 4, held
     assert sum(sizes) == 9
@@ -232,7 +236,7 @@ def test_a_timed_out_batch_is_given_up_on_and_the_others_go_on(sqs: Any, caplog:
         wait_until(lambda: "later" in done, timeout=10)
         assert not consumer.stopping
         unblock.set()
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=30)  # a late success: deleted
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=30)  # a late success: deleted
     # Each message ran once: the overrunning call's (the three, or fewer when a receive failed on a loaded machine and
     # the circuit's half-open probe brought "a" alone) and the others', "later" among them.
     assert (sorted(blocked + done), "a" in blocked, "later" in done) == (["a", "b", "c", "later"], True, True)

@@ -1,4 +1,4 @@
-"""The downstream circuit and max_rate through the real runtime, against moto (in-process and over HTTP).
+"""The downstream circuit and max_rate through the real runtime, against moto in-process.
 
 The circuit's state is read from the consumer itself (``consumer.circuit``) at every ReceiveMessage
 botocore sends, so "no receive while open" is counted, not inferred from timing.
@@ -19,7 +19,7 @@ from consumer.exit_codes import ExitCode
 from consumer.runtime.circuit import CircuitState
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import MOTO_SENDER_ID, consumer_of, fast_contract
+from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract, holds_nothing
 
 
 def record_receives(sqs: Any, consumer: Any) -> list[tuple[CircuitState, int]]:
@@ -65,7 +65,7 @@ def test_consumer_circuit_pauses_hands_back_unspent_then_probes_and_delivers_onc
         wait_until(lambda: consumer.circuit.opens_in_a_row == 2, what="the probe reopening the circuit")
         outage.clear()
         wait_until(lambda: len(delivered) == 8, timeout=60, what="all eight delivered")
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, what="source empty")
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), what="source empty")
     assert dict(delivered) == {f"m{i}": 1 for i in range(8)}
     assert dict(counts) == {1: sum(counts.values())}, "a hand-back by the circuit spent a receive"
     assert depth(sqs, pair.dlq_url).total == 0

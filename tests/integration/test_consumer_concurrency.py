@@ -1,4 +1,4 @@
-"""More messages in flight in one process than one receive can bring, against moto (in-process and over HTTP)."""
+"""More messages in flight in one process than one receive can bring, against moto in-process."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from consumer.runtime.circuit import PROBE, CircuitState
 from consumer.runtime.inflight import InFlight, LogContext, State
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 
 def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None:
@@ -42,7 +42,7 @@ def test_consumer_runs_sixteen_messages_at_once_in_one_process(sqs: Any) -> None
 
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
-        wait_until(lambda: len(deleted) >= 16 and depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: len(deleted) >= 16 and holds_nothing(sqs, pair.queue_url))
     assert result.exit_code == ExitCode.OK
     assert not all_started.broken
     assert sorted(started) == sorted(bodies)
@@ -73,7 +73,7 @@ def test_consumer_receives_ahead_of_a_short_handler(sqs: Any) -> None:
 
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
     assert result.exit_code == ExitCode.OK
     assert sorted(started) == sorted(bodies)
     assert asked[0] == 1 and max(asked) == 10

@@ -1,4 +1,4 @@
-"""How the runtime treats a failed attempt, against moto (in-process and over HTTP): whatever the handler
+"""How the runtime treats a failed attempt, against moto in-process: whatever the handler
 raises, the jittered backoff it gets, and the warning one receive before the DLQ."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.inflight import InFlight, LogContext
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 
 class HandlerAborted(BaseException):
@@ -33,9 +33,9 @@ class HandlerAborted(BaseException):
 def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
     sqs: Any, caplog: pytest.LogCaptureFixture, raise_it: Callable[[], BaseException]
 ) -> None:
-    """With one slot, every attempt after the first needs the slot back; each failure is logged, backed off,
-    and the last allowed receive moves the message to the DLQ with the exception as reason."""
-    contract = fast_contract(concurrency=1)
+    """With one slot, the second attempt needs the slot back; each failure is logged, the first backed off, and
+    the last allowed receive (the second) moves the message to the DLQ with the exception as reason."""
+    contract = fast_contract(concurrency=1, max_receive_count=2)
     pair = create_pair(sqs, contract)
     sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")
     attempts: list[int] = []
@@ -49,15 +49,15 @@ def test_consumer_treats_a_handler_raising_a_base_exception_as_a_failed_attempt(
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker) as result:
         wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0)
-    assert attempts == [1, 2, 3]
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
+    assert attempts == [1, 2]
     assert result.exit_code == ExitCode.OK
     events = [(r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
-    assert events.count(("handler_failed", expected)) == 3
-    assert [e for e, _ in events].count("message_backoff") == 2
+    assert events.count(("handler_failed", expected)) == 2
+    assert [e for e, _ in events].count("message_backoff") == 1
     (moved,) = receive_visible(sqs, pair.dlq_url)
     reason = read_reason(moved["MessageAttributes"]) or {}
-    assert (reason["kind"], reason["reason"]) == ("exhausted", f"failed 3 times; last error: {expected}")
+    assert (reason["kind"], reason["reason"]) == ("exhausted", f"failed 2 times; last error: {expected}")
 
 
 def test_consumer_spreads_backoffs_with_equal_jitter(sqs: Any) -> None:
@@ -86,25 +86,6 @@ def test_consumer_spreads_backoffs_with_equal_jitter(sqs: Any) -> None:
     assert len(set(backoffs)) > 1, backoffs
 
 
-def test_consumer_warns_one_receive_before_the_dlq(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """max_receive_count 3: a message failing every time is warned about once, after its second receive fails,
-    with its id and count; the third failure moves it to the DLQ."""
-    contract = fast_contract()
-    assert contract.max_receive_count == 3
-    pair = create_pair(sqs, contract)
-    message_id = sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")["MessageId"]
-
-    def fail(message: Message) -> None:
-        raise RuntimeError("downstream 503")
-
-    caplog.set_level(logging.INFO, logger="consumer")
-    worker = consumer_of(sqs, pair, contract, fail)
-    with running(worker):
-        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-    warnings = [r for r in caplog.records if r.getMessage() == "message_one_receive_from_dlq"]
-    assert [(r.levelno, r.message_id, r.receive_count) for r in warnings] == [(logging.WARNING, message_id, 2)]
-
-
 def test_consumer_deletes_a_message_done_with_on_its_last_allowed_receive_at_once(
     sqs: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,7 +94,7 @@ def test_consumer_deletes_a_message_done_with_on_its_last_allowed_receive_at_onc
     the redrive policy's backstop receives only, then SQS's silent move to the DLQ); one done on its first receive
     still waits for its batch (the cost of about 0.2 requests per message depends on batching)."""
     monkeypatch.setattr(acknowledger, "DELETE_FLUSH_SECONDS", 60.0)
-    contract = fast_contract()
+    contract = fast_contract(max_receive_count=2)
     pair = create_pair(sqs, contract)
     for body in ("late", "doomed"):
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body)
@@ -126,11 +107,11 @@ def test_consumer_deletes_a_message_done_with_on_its_last_allowed_receive_at_onc
 
     worker = consumer_of(sqs, pair, contract, handle)
     with running(worker):
-        wait_until(lambda: ("late", 3) in done and depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=5, what="both deleted without the wait")
+        wait_until(lambda: ("late", 2) in done and depth(sqs, pair.dlq_url).total == 1)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=5, what="both deleted without the wait")
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody="early")
         wait_until(lambda: ("early", 1) in done)
-        time.sleep(2)
+        time.sleep(0.5)  # an at-once delete is sent within milliseconds of the handler's return
         assert depth(sqs, pair.queue_url).in_flight == 1  # its delete waits for nine others, or the minute
     assert depth(sqs, pair.queue_url).total == 0  # the drain sent it
 

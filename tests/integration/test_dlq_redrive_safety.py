@@ -23,7 +23,7 @@ from consumer.testing import depth, drain, running, wait_until
 from tests.integration import dlq_support
 from tests.integration.conftest import create_pair
 from tests.integration.dlq_support import CONTRACT, Clients, dead_letter, on_call, signal_on_call
-from tests.integration.test_consumer import fast_contract
+from tests.integration.support import fast_contract
 
 cli = dlq_support.cli
 clients = dlq_support.clients

@@ -1,4 +1,4 @@
-"""The start-up drift check against live queues (moto in-process and moto's server over HTTP)."""
+"""The start-up drift check against live queues (moto in-process; a dead endpoint for the one error only a socket shows)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from consumer import Message
@@ -23,9 +22,9 @@ from consumer.runtime.failures import OMITTED
 from consumer.runtime.observability import JsonFormatter
 from consumer.testing import depth, drain, running, wait_until
 from tests.integration import handlers
-from tests.integration.conftest import REGION, ROOT, consumer_run_environment, create_pair
+from tests.integration.conftest import ROOT, consumer_run_environment, create_pair
 from tests.integration.handlers import CUSTOMER_ERROR, refuses_customer, refuses_customer_quietly
-from tests.integration.test_consumer import consumer_of
+from tests.integration.support import consumer_of
 
 ADDRESS = "alice@example.com"
 HANDLERS = Path(handlers.__file__).read_text().splitlines()
@@ -101,11 +100,6 @@ def test_error_text_omitted_leaves_no_trace_of_it_and_says_type_and_place(
     assert sorted(e["reason"] for e in events if e["event"] == "message_moved_to_dlq") == sorted(
         [EXHAUSTED_OMITTED, REJECTED_OMITTED]
     )
-
-
-@pytest.fixture
-def server_sqs(moto_server: str) -> Any:
-    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
 
 
 def test_error_text_omitted_stays_out_of_what_the_process_writes(

@@ -1,6 +1,6 @@
 """The async example handler (consumer/examples/webhooks.py) against a real HTTP endpoint on 127.0.0.1: what each
 answer means for the event, the dry run and the start-up check, and the handler through the real runtime on moto,
-in-process and over HTTP: its samples where they belong, and deliveries waiting on the endpoint side by side."""
+in-process: its samples where they belong, and deliveries waiting on the endpoint side by side."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from consumer.examples import webhooks
 from consumer.examples.notifications import WebhookUnavailable
 from consumer.examples.webhooks import client, delivery_target, handle
 from consumer.runtime.dead_letter import read_reason
-from consumer.testing import depth, drain, running, send_samples, wait_until
+from consumer.testing import drain, running, send_samples, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of
+from tests.integration.support import consumer_of, holds_nothing
 
 EVENT: dict[str, Any] = {
     "event_id": "whk-2026-11-28-0001",
@@ -205,7 +205,7 @@ def test_declared_samples_end_where_declared(sqs: Any, endpoint: type[Endpoint])
     pair = create_pair(sqs, contract)
     sent = send_samples(sqs, pair.queue_url, handle)
     with running(consumer_of(sqs, pair, contract, handle)) as run:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20, what="every sample settled")
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20, what="every sample settled")
     dead = {m["MessageAttributes"]["idempotency-key"]["StringValue"]: m for m in drain(sqs, pair.dlq_url)}
     assert run.exit_code == 0
     assert set(dead) == {key for key, sample in sent.items() if sample.poison} and len(dead) == 2
@@ -237,7 +237,7 @@ def test_deliveries_wait_on_the_endpoint_side_by_side(
         ]
         sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=entries)
     with running(consumer_of(sqs, pair, contract, handle)) as run:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=90, what="every event delivered")
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=90, what="every event delivered")
     assert run.exit_code == 0
     assert endpoint.most_open == 30
     assert sorted(key or "" for key, _topic, _body in endpoint.received) == [

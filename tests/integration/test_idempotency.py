@@ -29,7 +29,7 @@ from consumer.runtime.idempotency import (
 )
 from consumer.testing import depth, running, wait_until
 from tests.integration.conftest import REGION, create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 LEASE = 30
 KEEP = 3600
@@ -389,7 +389,7 @@ def test_heartbeat_renews_the_idempotency_lease_of_a_long_handler(dynamodb: Any)
 
     worker = consumer_of(sqs, pair, contract, slow, idempotency=DynamoDBStore(table, client=dynamodb))
     with running(worker):
-        wait_until(lambda: len(leases) == 2 and depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: len(leases) == 2 and holds_nothing(sqs, pair.queue_url), timeout=20)
     claimed, pushed = leases
     assert pushed >= claimed + 1, leases
 
@@ -456,7 +456,7 @@ def test_completions_are_batched_and_each_lands_before_its_delete(dynamodb: Any)
     sqs.meta.events.register("after-call.sqs.ReceiveMessage", on_receive)
     worker = consumer_of(sqs, pair, contract, lambda _: None, idempotency=DynamoDBStore(table, client=dynamodb))
     with running(worker):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     assert (operations["PutItem"], operations["UpdateItem"], deleted_before_completed) == (30, 0, [])
     assert 1 <= operations["BatchWriteItem"] <= 10
     assert (30 + operations["BatchWriteItem"]) / 30 < 2

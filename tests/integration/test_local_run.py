@@ -19,7 +19,7 @@ from consumer.local.manual import read_env_file, worker_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from tests.integration.conftest import ROOT, run_module
-from tests.integration.processes import PYTHON, local_up, message_ids, shell, stop, user_environment
+from tests.integration.local_runs import PYTHON, local_up, message_ids, shell, stop, user_environment
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from consumer.local.task import TaskContainer, TaskDefinitionError
 from consumer.testing import depth
 from tests import team_handlers
 from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS
-from tests.integration.processes import PYTHON, local_up, user_environment
+from tests.integration.local_runs import PYTHON, local_up, user_environment
 
 STACK = TEAM_STACK
 FIRST, SECOND = TEAM_WORKERS  # ledger, invoices

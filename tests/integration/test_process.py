@@ -22,17 +22,9 @@ from moto.sqs.models import DEFAULT_SENDER_ID
 from consumer.declaration import contract_of
 from consumer.message import PRIOR_RECEIVES_ATTRIBUTE
 from consumer.testing import depth, wait_until
-from tests.integration.conftest import REGION, ROOT, RunResult, create_pair
+from tests.integration.conftest import REGION, RunResult, create_pair
 from tests.integration.handlers import killed_on_first_receive, ordered_slow
 from tests.integration.processes import CONTRACT, create_table, effects, start, wait_for_event, wait_in_flight
-
-__all__ = ["ROOT"]
-
-
-@pytest.fixture
-def server_sqs(moto_server: str) -> Any:
-    return boto3.client("sqs", region_name=REGION, endpoint_url=moto_server)
-
 
 # --------------------------------------------------------------------------- a real process: signals and exit codes
 

@@ -1,4 +1,4 @@
-"""What consumer.producer sends, the consumer processes, logging each message's tenant (moto, in-process and HTTP)."""
+"""What consumer.producer sends, the consumer processes, logging each message's tenant (moto in-process)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from consumer import Message
 from consumer.exit_codes import ExitCode
 from consumer.producer import Outgoing, send
-from consumer.testing import depth, running, wait_until
+from consumer.testing import running, wait_until
 from tests.integration.conftest import create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 TRACEPARENT = f"00-{'ab' * 16}-{'cd' * 8}-01"
 
@@ -33,7 +33,7 @@ def test_producer_sends_what_the_consumer_processes_with_the_tenant_logged(
     caplog.set_level(logging.DEBUG, logger="consumer")  # message_processed is a DEBUG line
     seen: list[Message] = []
     with running(consumer_of(sqs, pair, contract, seen.append)) as outcome:
-        wait_until(lambda: len(seen) == 12 and depth(sqs, pair.queue_url).total == 0)
+        wait_until(lambda: len(seen) == 12 and holds_nothing(sqs, pair.queue_url))
     assert outcome.exit_code == ExitCode.OK
     assert sorted(m.body for m in seen) == sorted(f"b{n}" for n in range(12))
     processed = {

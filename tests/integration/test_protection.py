@@ -21,7 +21,7 @@ from consumer.runtime.protection import ScaleInProtection
 from consumer.testing import running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.recorder import runtime_call_recorder
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract
 
 AGENT_PATH = "/api/0123456789abcdef-1234567890"  # ECS_AGENT_URI carries a per-task path
 STATE_PATH = f"{AGENT_PATH}/task-protection/v1/state"

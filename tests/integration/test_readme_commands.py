@@ -20,7 +20,7 @@ from consumer.local.manual import read_env_file
 from consumer.local.stack import local_client
 from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT
-from tests.integration.processes import message_ids, stop_command, user_environment
+from tests.integration.local_runs import message_ids, stop_command, user_environment
 
 #: The sentence the README puts right before the block.
 LEAD = "To run the stack by hand after `make run`"

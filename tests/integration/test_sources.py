@@ -1,4 +1,4 @@
-"""A worker's declared sources through the real runtime, against moto in-process and over HTTP: an SNS topic
+"""A worker's declared sources through the real runtime, against moto in-process: an SNS topic
 subscribed to the worker's queue (raw message delivery off and on) and published to, an EventBridge rule with the
 queue as its target, and what the consumer makes of what they deliver (consumer/sources.py): the handler sees the
 inner message, an undeclared topic's envelope is left alone, an event is read, an envelope that cannot be read and
@@ -21,14 +21,13 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.sources import Sources
 from consumer.testing import depth, drain, eventbridge_event, running, sns_envelope, wait_until
 from tests.integration.conftest import REGION, QueuePair, create_pair
-from tests.integration.test_consumer import consumer_of, fast_contract
+from tests.integration.support import consumer_of, fast_contract, holds_nothing
 
 
 def beside(sqs: Any, service: str) -> Any:
-    """A client of ``service`` on the same moto as ``sqs``: its server over HTTP, or mock_aws in this process."""
-    endpoint = sqs.meta.endpoint_url
+    """A client of ``service`` on the same moto as ``sqs`` (mock_aws in this process)."""
     client: Any = boto3.client  # typed per service name; the name here is a variable
-    return client(service, region_name=REGION, endpoint_url=endpoint if endpoint.startswith("http:") else None)
+    return client(service, region_name=REGION)
 
 
 def queue_arn(sqs: Any, url: str) -> str:
@@ -78,7 +77,7 @@ def test_a_topic_without_raw_delivery_feeds_the_handler_its_message_and_attribut
         seen[message.body] = message
 
     with running(consumer_of(sqs, pair, contract, handle, sources=sources)) as run:
-        wait_until(lambda: len(seen) == 2 and depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: len(seen) == 2 and holds_nothing(sqs, pair.queue_url), timeout=20)
     assert set(seen) == {'{"order": 1}', '{"order": 2}'}
     unwrapped = seen['{"order": 1}']
     assert unwrapped.message_attributes == PUBLISHED_ATTRIBUTES
@@ -104,7 +103,7 @@ def test_an_undeclared_topics_envelope_reaches_the_handler_as_delivered(sqs: Any
     declared = undeclared.rsplit(":", 1)[0] + ":another-topic"
     sources = Sources(sns_envelope_topics=frozenset({declared}))
     with running(consumer_of(sqs, pair, contract, seen.append, sources=sources)):
-        wait_until(lambda: len(seen) == 1 and depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: len(seen) == 1 and holds_nothing(sqs, pair.queue_url), timeout=20)
     (message,) = seen
     assert message.sns is None and message.message_attributes == {}
     envelope = json.loads(message.body)
@@ -128,7 +127,7 @@ def test_an_eventbridge_rule_delivers_an_event_the_handler_reads_as_message_even
     seen: list[Message] = []
     sources = Sources(eventbridge_events=True)
     with running(consumer_of(sqs, pair, contract, seen.append, sources=sources)):
-        wait_until(lambda: len(seen) == 1 and depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: len(seen) == 1 and holds_nothing(sqs, pair.queue_url), timeout=20)
     (message,) = seen
     assert message.event is not None
     assert (message.event.id, message.event.source) == (put["Entries"][0]["EventId"], "shop.orders")
@@ -195,7 +194,7 @@ def test_what_cannot_be_read_and_a_poison_unwrapped_message_end_in_the_dlq_with_
     contract, handler = shaped(shape, handle)
     sources = Sources(sns_envelope_topics=frozenset({topic}))
     with running(consumer_of(sqs, pair, contract, handler, sources=sources)) as run:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0 and depth(sqs, pair.dlq_url).visible == 3, 20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url) and depth(sqs, pair.dlq_url).visible == 3, 20)
     assert sorted(seen) == ["good", "poison"]
     moved = dead(sqs, pair.dlq_url)
     for body, why in unreadable.items():
@@ -226,7 +225,7 @@ def test_a_redelivered_publish_is_one_piece_of_work_and_two_publishes_of_one_bod
         runs.append(message.sns.message_id)
 
     with running(consumer_of(sqs, pair, contract, handle, sources=sources)):
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
     assert sorted(runs) == ["publish-1", "publish-2"]
 
 
@@ -246,7 +245,7 @@ def test_a_handed_back_copy_is_unwrapped_again(sqs: Any) -> None:
 
     sources = Sources(sns_envelope_topics=frozenset({topic}))
     with running(consumer_of(sqs, pair, contract, handle, sources=sources)):
-        wait_until(lambda: len(attempts) == 2 and depth(sqs, pair.queue_url).total == 0, timeout=20)
+        wait_until(lambda: len(attempts) == 2 and holds_nothing(sqs, pair.queue_url), timeout=20)
     first, second = attempts
     assert first.message_id != second.message_id  # a copy: SQS's new message
     assert (second.body, second.message_attributes, second.sns) == (first.body, first.message_attributes, first.sns)

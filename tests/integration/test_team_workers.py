@@ -18,7 +18,7 @@ from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS, run_module
-from tests.integration.processes import message_ids, stop_command, user_environment
+from tests.integration.local_runs import message_ids, stop_command, user_environment
 
 pytestmark = pytest.mark.slow(45)  # a synth, a short demo and a manual run
 

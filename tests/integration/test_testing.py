@@ -1,4 +1,4 @@
-"""consumer.testing's queue helpers against moto (in-process and over HTTP), and the docs' example run as written."""
+"""consumer.testing's queue helpers against moto in-process, and the docs' example run as written."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.testing import QueueDepth, depth, drain, receive_visible, running, send_samples, wait_until
 from tests import team_handlers
 from tests.integration.conftest import create_pair
+from tests.integration.support import holds_nothing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +72,7 @@ def test_send_samples_puts_a_handlers_declared_samples_where_its_runtime_settles
         sqs, queue_url=pair.queue_url, dlq_url=pair.dlq_url, contract=contract_of(handler), handler=handler
     )
     with running(consumer) as run:
-        wait_until(lambda: depth(sqs, pair.queue_url).total == 0, timeout=15, what="every sample settled")
+        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=15, what="every sample settled")
     dead = {m["MessageAttributes"]["idempotency-key"]["StringValue"]: m for m in drain(sqs, pair.dlq_url)}
     assert run.exit_code == 0
     assert [s.body for s in sent.values()] == [getattr(s, "body", s) for s in team_handlers.INVOICE_SAMPLES]

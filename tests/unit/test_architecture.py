@@ -317,3 +317,27 @@ def oversized_constructors(path: Path) -> list[str]:
 def test_no_constructor_takes_more_than_seven_parameters(path: Path) -> None:
     """No ``__init__`` in consumer/ or infra/ takes more than 7 parameters besides self."""
     assert oversized_constructors(path) == []
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The ``test_*`` modules ``path`` imports (``import a.test_b``, ``from a.test_b import c``, ``from a import
+    test_b``, relative ones too), each as written."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.rsplit(".", 1)[-1].startswith("test_")]
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if module.rsplit(".", 1)[-1].startswith("test_"):
+                found.append(module)
+            else:
+                found += [f"{module}.{alias.name}" for alias in node.names if alias.name.startswith("test_")]
+    return found
+
+
+def test_no_test_module_is_imported_by_another_module_of_the_tests() -> None:
+    """A helper two test modules share lives in a helpers module or a conftest.py of their folder, never in one of
+    them: importing a test module runs its module-level code again and collects its tests' names into the importer."""
+    paths = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "workers" / "tests").rglob("*.py")]
+    found = {str(p.relative_to(ROOT)): imported for p in sorted(paths) if (imported := imported_test_modules(p))}
+    assert found == {}

@@ -30,34 +30,9 @@ from consumer.local.demo_report import render_bill, render_report
 from consumer.local.prices import PRICES
 from consumer.runtime.idempotency import Claim, DynamoDBStore
 from infra.capacity_settings import SpotSettings
-from infra.settings import EnvironmentSettings, parse_environment, stack_name_of
-from tests.unit.test_demo import lane_of
+from infra.settings import parse_environment, stack_name_of
+from tests.unit.support import ENVIRONMENT, FIVE_MINUTES, ORDERED, UPSERTS, lane_of, plan_of
 
-FIVE_MINUTES = "tests.infra.handlers:five_minutes"  # max 300 s, concurrency 4: average 150 s; guarded
-UPSERTS = "tests.infra.handlers:upserts"  # max 30 s, concurrency 8: average 15 s; idempotent (no guard)
-ORDERED = "tests.infra.handlers:ordered"  # FIFO, max 30 s, concurrency 1
-#: Two workers: one on Graviton at two tasks, one on x86_64 with one on-demand task and the rest on Spot, at three.
-ENVIRONMENT = {
-    "nat_gateways": 1,
-    "workers": {
-        "resize": {
-            "handler": FIVE_MINUTES,
-            "architecture": "arm64",
-            "min_tasks": 2,
-            "max_tasks": 4,
-            "cpu": 256,
-            "memory_mib": 512,
-        },
-        "upsert": {
-            "handler": UPSERTS,
-            "spot": {"on_demand_base": 1},
-            "min_tasks": 3,
-            "max_tasks": 6,
-            "cpu": 512,
-            "memory_mib": 1024,
-        },
-    },
-}
 #: What the demo measured: five_minutes ran (250 requests for 100 messages of 1,000 bytes); upserts did not, so it
 #: takes the run's mean over every handler that ran: (250 + 50) / (100 + 100) = 1.5 requests, 400,000 / 200 = 2,000 B.
 FIGURES = Measured({FIVE_MINUTES: (250, 100, 100_000, 100), "consumer.examples.demo:handle": (50, 100, 300_000, 100)})
@@ -66,39 +41,6 @@ IDLE_POLLS = 730 * 3600 / 20
 #: A GB as the bill counts it, and the NAT data price per byte.
 GB = 2**30
 NAT_PER_BYTE = 0.045 / GB
-
-
-def plan_of(settings: EnvironmentSettings) -> EnvironmentPlan:
-    """The plan the template of ``settings`` deploys, from the settings (tests/infra/test_bill.py checks the template
-    reader gives the same)."""
-    workers = tuple(
-        WorkerPlan(
-            worker=worker.name,
-            handler=worker.handler,
-            cpu=worker.cpu,
-            memory_mib=worker.memory_mib,
-            architecture=worker.architecture,
-            min_tasks=worker.min_tasks,
-            capacity=None
-            if worker.spot is None
-            else Capacity(
-                on_demand_base=worker.spot.on_demand_base,
-                on_demand_weight=worker.spot.on_demand_weight,
-                spot_weight=worker.spot.spot_weight,
-            ),
-            contract=settings.contract(worker),
-            public_ip=settings.vpc is None and settings.nat_gateways == 0,
-            containers=1 if settings.tracing is None else 2,
-        )
-        for worker in settings.workers
-    )
-    return EnvironmentPlan(
-        environment=settings.name,
-        workers=workers,
-        nat_gateways=settings.nat_gateways,
-        public_ipv4=settings.nat_gateways,
-        container_insights=settings.cluster_name is None,
-    )
 
 
 def worker_plan(**overrides: object) -> WorkerPlan:

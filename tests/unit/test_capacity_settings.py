@@ -14,8 +14,9 @@ from consumer.errors import ContractError
 from consumer.limits import FARGATE_MAX_STOP_TIMEOUT_SECONDS, MAX_DURATION_SECONDS
 from infra.capacity_settings import MAX_CAPACITY_WEIGHT, SPOT_WARNING_SECONDS, ZERO_NEEDS_INSIGHTS, SpotSettings
 from infra.settings import parse_environment
-from infra.worker_settings import CONTEXT_KEY, SettingsError
+from infra.worker_settings import CONTEXT_KEY
 from tests.reference import REPORT_JOB
+from tests.unit.support import refusal
 
 HANDLER = "consumer.examples.notifications:handle"
 AT = f"{CONTEXT_KEY}.qa"
@@ -25,15 +26,6 @@ EXISTING_CLUSTER_RULE = (
     "needs a cluster the stack creates (leave out cluster_name): an existing cluster's capacity providers are"
     " unknown, and the stack associates FARGATE_SPOT only with its own"
 )
-
-
-def refusal(raw: dict[str, Any]) -> str:
-    """The one line synth fails with for the environment ``qa`` of ``raw``."""
-    with pytest.raises(SettingsError) as raised:
-        parse_environment("qa", raw)
-    message = str(raised.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize(

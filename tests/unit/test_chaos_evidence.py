@@ -24,26 +24,10 @@ from bench.chaos_evidence import (
     two_places_by_sigkill,
 )
 from bench.proxy import Exchange
+from tests.unit.support import KEY, receive_answer
 
 LEASE = 10.0
 BACKSTOP = 5  # the demo contract's max_receive_count 3 + 2
-KEY = "evt-chaos-00061"
-
-
-def receive_answer(sender: str, message_id: str, count: int, at: float, *, passed_on: bool = True) -> Exchange:
-    """A ReceiveMessage answer as moto gives it (JSON protocol), from a consumer labelled ``sender``."""
-    answer = {
-        "Messages": [
-            {
-                "MessageId": message_id,
-                "ReceiptHandle": f"handle-{message_id}-{count}",
-                "Attributes": {"ApproximateReceiveCount": str(count)},
-                "MessageAttributes": {"idempotency-key": {"StringValue": KEY, "DataType": "String"}},
-            }
-        ]
-    }
-    agent = f"Boto3/1.44.5 md/Botocore#1.44.5 cfg/retry-mode#standard app/{sender} Botocore/1.44.5"
-    return Exchange("ReceiveMessage", agent, b"{}", 200, json.dumps(answer).encode(), at - 0.5, at, passed_on)
 
 
 def visibility_change(message_id: str, count: int, at: float, seconds: int | None = None) -> Exchange:

@@ -37,7 +37,7 @@ from consumer.declaration import contract_of, non_retryable_of
 from consumer.examples.demo import handle as demo_handle
 from consumer.examples.notifications import WEBHOOK_URL_ENV
 from consumer.local.harness import Planned, sample_event
-from tests.unit.test_chaos_evidence import receive_answer
+from tests.unit.support import receive_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "http://127.0.0.1:9/notify/batch-c1"

@@ -16,7 +16,6 @@ from consumer.local.demo_lane import (
     Accounting,
     DemoResult,
     Lane,
-    LaneResult,
     RecordingDownstream,
     account,
 )
@@ -24,6 +23,7 @@ from consumer.local.demo_notifications import KINDS, MIX, Downstream, build_mix
 from consumer.local.harness import QUIET, Planned
 from consumer.message import PoisonMessage
 from consumer.ops.queues import fingerprint
+from tests.unit.support import lane_of
 
 #: What a lane reads of its worker's task environment.
 TASK = {"QUEUE_URL": "https://sqs.local/q", "DLQ_URL": "d", "CONSUMER_STOP_TIMEOUT_SECONDS": "35"}
@@ -198,23 +198,6 @@ def test_kinds_expect_a_place_each() -> None:
     """Every kind names one of the two final places, and the shares add up to the whole mix."""
     assert {place for _, place, _ in KINDS.values()} == {DELIVERED, DEAD_LETTERED}
     assert sum(share for share, _, _ in KINDS.values()) == pytest.approx(1.0)
-
-
-def lane_of(accounting: Accounting, exit_code: int = 0, worker: str = "notifications") -> LaneResult:
-    consumers: list[dict[str, Any]] = [{"number": 1, "exit_code": exit_code, "stopped_in_seconds": 0.2, "log": "x"}]
-    return LaneResult(
-        worker=worker,
-        handler="consumer.examples.demo:handle",
-        accounting=accounting,
-        consumers=consumers,
-        retried=0,
-        heartbeat_extensions=0,
-        requeued=0,
-        sqs_requests=2,
-        processed=1,
-        downstream_refusals={},
-        mix=MIX,
-    )
 
 
 def result_of(accounting: Accounting, exit_code: int = 0) -> DemoResult:

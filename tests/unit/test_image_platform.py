@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from consumer.local.image import ContainerToolingUnavailable, DebianBase, Engine, emulation_missing, ensure_base
-from tests.unit.test_task import DOCKERFILE, calls, stub_engine
-
-__all__ = ["stub_engine"]  # the fixture, shared with test_task.py
+from tests.unit.support import DOCKERFILE, calls
 
 #: Debian bookworm's qemu-user-static entry for arm64, as /proc/sys/fs/binfmt_misc/qemu-aarch64 shows it.
 QEMU_AARCH64 = """enabled

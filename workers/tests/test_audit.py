@@ -235,8 +235,10 @@ def test_declared_samples_end_where_declared(database: Path) -> None:
 def test_a_database_error_retries_the_whole_batch_through_the_runtime(
     database: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Through the real runtime: while the database refuses an insert, the batch's every message is retried after a
-    backoff (none deleted, none in the DLQ); once it takes them, every event is stored once and the queue is empty."""
+    """Through the real runtime: while the database refuses an insert, every message of the batch holding it is
+    retried after a backoff (none stored, none deleted, none in the DLQ); once it takes them, every event is stored
+    once and the queue is empty. (Two threads may receive the three apart: a batch without the refused event is
+    stored at once.)"""
     refuse_inserts_of(database, "aud-0000000002")
     calls: list[list[str]] = []
     failed_once = threading.Event()
@@ -260,7 +262,10 @@ def test_a_database_error_retries_the_whole_batch_through_the_runtime(
         )
         with running(consumer_of(sqs, url, dlq)) as run:
             wait_until(failed_once.is_set, timeout=15, what="a batch refused by the database")
-            assert rows(database) == [] and depth(sqs, url).total == 3
+            (refused, *_) = [call for call in calls if "aud-0000000002" in call]
+            assert {row[0] for row in rows(database)}.isdisjoint(refused)
+            # Two reads: one misses a message whose backoff ends between its visible and in-flight counts.
+            assert max(depth(sqs, url).total, depth(sqs, url).total) >= len(refused)
             with sqlite3.connect(database) as connection:
                 connection.execute("DROP TRIGGER refuse")  # the database is back
             # Stored and gone: an empty count alone was once read between the failed batch's backoff and its retry.
@@ -272,4 +277,4 @@ def test_a_database_error_retries_the_whole_batch_through_the_runtime(
         dead = depth(sqs, dlq).total
     assert run.exit_code == 0 and dead == 0
     assert [row[0] for row in rows(database)] == ["aud-0000000001", "aud-0000000002", "aud-0000000003"]
-    assert len(calls) >= 2 and "aud-0000000002" in calls[0]
+    assert len([call for call in calls if "aud-0000000002" in call]) >= 2  # refused, then stored

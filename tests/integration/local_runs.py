@@ -1,0 +1,77 @@
+"""Helpers for the tests of the manual local run (docs/local.md, the README's commands): a new terminal's
+environment, a command in a POSIX shell, `consumer local up` for a block, and what `local send` printed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.integration.conftest import ROOT
+
+PYTHON = os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(str(ROOT)) else sys.executable
+
+
+def user_environment() -> dict[str, str]:
+    """A new terminal's environment: nothing of this session's AWS_ or CONSUMER_ settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
+
+
+def shell(command: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """``command`` in a POSIX shell from the repository root, as a user pastes it."""
+    return subprocess.Popen(
+        ["sh", "-c", command], cwd=ROOT, env=user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
+    )
+
+
+def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:
+    process.send_signal(signum)
+    try:
+        return process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+@contextlib.contextmanager
+def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -> Iterator[str]:
+    """`python -m consumer local up` serving ``template`` (any free port), writing ``env_file``; yields what it
+    printed up to the line ``last_line`` accepts (the last one before serving), and stops it with Ctrl-C."""
+    up = shell(
+        f"exec {PYTHON} -m consumer local up --port 0 --template {template} --env-file {env_file}",
+        stderr=subprocess.PIPE,
+    )
+    assert up.stdout is not None
+    output = []
+    for line in up.stdout:
+        output.append(line)
+        if last_line(line):
+            break
+    try:
+        assert env_file.is_file(), "".join(output) + (up.stderr.read() if up.poll() is not None and up.stderr else "")
+        yield "".join(output)
+    finally:
+        assert stop(up, signal.SIGINT) == 0
+
+
+def message_ids(output: str) -> list[str]:
+    """The message ids `local send` printed."""
+    return [line.split("message_id ")[1] for line in output.splitlines() if "message_id " in line]
+
+
+def stop_command(shell: subprocess.Popen[str], signum: int) -> int:
+    """Signal what ``sh -c`` runs (as a terminal's Ctrl-C or ECS's SIGTERM reaches the program, not the
+    shell that started it) and return the shell's exit code, which is that program's."""
+    children = Path(f"/proc/{shell.pid}/task/{shell.pid}/children").read_text().split()
+    for pid in children or [str(shell.pid)]:
+        os.kill(int(pid), signum)
+    try:
+        return shell.wait(timeout=30)
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
