@@ -28,7 +28,7 @@ PIP_TOOLS := pip-tools==7.6.2
 # dependencies and the team package's (workers/).
 LOCKS := consumer/requirements.lock consumer/examples/requirements.lock workers/requirements.lock
 
-.PHONY: run test synth diff deploy image bench peers chaos lock clean
+.PHONY: run test seeds synth diff deploy image bench peers chaos lock clean
 
 run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
@@ -43,6 +43,13 @@ TEST_WORKERS ?= 6
 test: $(PY_STAMP) $(CLI_STAMP)
 	status=0; $(PY) -m pytest -n $(TEST_WORKERS) -m "not solo and not lab" || status=$$?; \
 	$(PY) -m pytest -m "solo and not lab" || status=$$?; exit $$status
+
+# The simulated world's whole sweep (docs/testing.md): SEEDS seeds from SEEDS_START, each drawing its own plan; make test
+# runs a fixed sample of them (tests/sim/test_seeds.py). A failing seed prints the command that replays it.
+SEEDS ?= 520
+SEEDS_START ?= 0
+seeds: $(PY_STAMP)
+	$(PY) -m bench.simulate --seeds $(SEEDS) --start $(SEEDS_START)
 
 # The pinned CDK CLI (node_modules/.bin is on PATH). cdk.json's app is `python3 app.py`: the venv's bin goes
 # first so it finds the installed CDK, as an activated venv would. ENV picks one environment of cdk.json
