@@ -3,7 +3,8 @@
 #               locally on moto: provisioning from the demo template, consumers, a producer,
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the whole test suite
-# Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md),
+# Evidence (not needed by the two above): make bench (docs/BENCHMARKS.md), make chaos (docs/CHAOS.md), make seeds
+#   (docs/testing.md: every seed of the simulated world, where make test runs a sample),
 #   make peers (docs/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer beside ours; ~38 min)
 # make image: build the consumer image as `cdk deploy` does, with Docker or else podman (README, "Building the image")
 # Deploying (docs/deploy.md): make synth|diff|deploy ENV=staging, with the venv and the pinned CLI brought here.
