@@ -4,6 +4,7 @@
 #               a DLQ redrive and the accounting report (exit 1 if anything is lost)
 #   make test   run the test suite (make test-images: the container tier, the images built and run)
 # Evidence (not needed by the two above): make bench (docs/evidence/BENCHMARKS.md), make chaos (docs/evidence/CHAOS.md),
+#   make seeds (docs/testing.md: every seed of the simulated world, where make test runs a sample),
 #   make peers (docs/evidence/BENCHMARKS.md, section 10: Celery, Dramatiq, sqs-workers, sqs-consumer
 #   beside ours; ~38 min)
 # make image: build the consumer image as `cdk deploy` does, with Docker or else podman (docs/deploy.md, "Building the image")
@@ -29,7 +30,7 @@ PIP_TOOLS := pip-tools==7.6.2
 # dependencies and the team package's (workers/).
 LOCKS := consumer/requirements.lock consumer/examples/requirements.lock workers/requirements.lock
 
-.PHONY: run test test-images synth diff deploy image bench peers chaos lock clean
+.PHONY: run test test-images seeds synth diff deploy image bench peers chaos lock clean
 
 run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
@@ -45,6 +46,13 @@ test: $(PY_STAMP) $(CLI_STAMP)
 # task. .ci/run runs it after make test, with a container engine it provides (.ci/container-engine).
 test-images: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m pytest tests/container
+
+# The simulated world's whole sweep (docs/testing.md): SEEDS seeds from SEEDS_START, each drawing its own plan; make test
+# runs a fixed sample of them (tests/sim/test_seeds.py). A failing seed prints the command that replays it.
+SEEDS ?= 520
+SEEDS_START ?= 0
+seeds: $(PY_STAMP)
+	$(PY) -m bench.simulate --seeds $(SEEDS) --start $(SEEDS_START)
 
 # The pinned CDK CLI (node_modules/.bin is on PATH). cdk.json's app is `python3 app.py`: the venv's bin goes
 # first so it finds the installed CDK, as an activated venv would. ENV picks one environment of cdk.json

@@ -100,21 +100,51 @@ class _Datapoints:
         self.series = series
         self.count = int(end) // EVALUATION_INTERVAL + 1
         self.grids: dict[MetricStat, list[float | None]] = {}
+        #: Per grid: for each index, the last index up to which the grid holds that index's value.
+        self.runs: dict[MetricStat, list[int]] = {}
 
-    def values(self, metric: MetricStat, starts: Sequence[float], now: float = math.inf) -> list[float | None]:
-        """The statistic per period of ``starts``, from the points CloudWatch had received by ``now`` (a late point
-        not yet arrived leaves its period without it: :attr:`Series.received`)."""
-        if self.series.late_after(metric.key, now, starts[0], starts[-1] + metric.period):
-            return period_values(self.series.known_at(metric.key, now), metric.stat, starts, metric.period)
+    def _grid(self, metric: MetricStat) -> list[float | None]:
         grid = self.grids.get(metric)
         if grid is None:
             grid_starts = [float(i * EVALUATION_INTERVAL) for i in range(self.count)]
             grid = self.grids[metric] = period_values(
                 self.series.get(metric.key), metric.stat, grid_starts, metric.period
             )
-        if all(
-            s % EVALUATION_INTERVAL == 0 and 0 <= s < self.count * EVALUATION_INTERVAL for s in (starts[0], starts[-1])
-        ):
+        return grid
+
+    def _on_grid(self, starts: Sequence[float]) -> bool:
+        first, last, limit = starts[0], starts[-1], self.count * EVALUATION_INTERVAL
+        return first % EVALUATION_INTERVAL == 0 and last % EVALUATION_INTERVAL == 0 and 0 <= first and last < limit
+
+    def steady_minutes(self, metric: MetricStat, starts: Sequence[float]) -> int:
+        """For how many more evaluations (each ``starts`` a minute later) :meth:`values` returns what it returns now:
+        each period's value holds that long on the grid. 0 off the grid, or for a metric with late points (their
+        arrival changes a period's value without the grid showing it)."""
+        if self.series.received.get(metric.key) or not starts or starts[0] < 0 or not self._on_grid(starts):
+            return 0
+        runs = self.runs.get(metric)
+        if runs is None:
+            grid = self._grid(metric)
+            runs = [len(grid) - 1] * len(grid)
+            for index in range(len(grid) - 2, -1, -1):
+                runs[index] = runs[index + 1] if grid[index] == grid[index + 1] else index
+            self.runs[metric] = runs
+        steady = len(runs)
+        for start in reversed(starts):  # the newest period first: the likeliest to change next minute
+            index = int(start) // EVALUATION_INTERVAL
+            steady = min(steady, runs[index] - index)
+            if not steady:
+                break
+        return steady
+
+    def values(self, metric: MetricStat, starts: Sequence[float], now: float = math.inf) -> list[float | None]:
+        """The statistic per period of ``starts``, from the points CloudWatch had received by ``now`` (a late point
+        not yet arrived leaves its period without it: :attr:`Series.received`)."""
+        late = self.series.received.get(metric.key)
+        if late and self.series.late_after(metric.key, now, starts[0], starts[-1] + metric.period):
+            return period_values(self.series.known_at(metric.key, now), metric.stat, starts, metric.period)
+        grid = self._grid(metric)
+        if self._on_grid(starts):
             step = (int(starts[1] - starts[0]) // EVALUATION_INTERVAL) if len(starts) > 1 else 1
             first = int(starts[0]) // EVALUATION_INTERVAL
             return grid[first : first + step * len(starts) : step]
@@ -142,11 +172,18 @@ def evaluate(
     # An alarm whose datapoints did not change since its last evaluation keeps its state: next_state depends on the
     # current state only to keep it, so the same points give the same state again. Skipping those is what makes
     # weeks of minutes fast.
+    # Nor is an alarm read while every period of its range keeps its value on the minute grid (``due``): the same
+    # points again, known without slicing them. A composite is evaluated again only once a state it may read changed.
     last: dict[str, tuple[tuple[float | None, ...], ...]] = {}
+    due = {alarm.name: created for alarm in alarms}
+    changed = True
     for t in range(created, int(end) + 1, EVALUATION_INTERVAL):
         for alarm in alarms:
+            if t < due[alarm.name]:
+                continue
             count = range_periods(alarm.evaluation_periods)
             starts = [t - k * alarm.period for k in range(count, 0, -1)]
+            due[alarm.name] = t + EVALUATION_INTERVAL * (1 + _steady(alarm, datapoints, starts))
             inputs = _inputs(alarm, datapoints, starts, t)
             signature = tuple(tuple(values) for values in inputs.values())
             if last.get(alarm.name) == signature:
@@ -162,11 +199,22 @@ def evaluate(
                 treat_missing=treat_missing(alarm),
                 current=states[alarm.name],
             )
-            changes.extend(_change(t, alarm.name, states, new, alarm.actions.get(new, ())))
-        for composite in ordered:
-            new = composite_state(rules[composite.name], states)
-            changes.extend(_change(t, composite.name, states, new, composite.actions.get(new, ())))
+            change = _change(t, alarm.name, states, new, alarm.actions.get(new, ()))
+            changed = changed or bool(change)
+            changes.extend(change)
+        if changed:  # in order: a composite after those it reads, so one pass leaves them all settled
+            changed = False
+            for composite in ordered:
+                new = composite_state(rules[composite.name], states)
+                changes.extend(_change(t, composite.name, states, new, composite.actions.get(new, ())))
     return changes
+
+
+def _steady(alarm: MetricAlarm, datapoints: _Datapoints, starts: Sequence[float]) -> int:
+    """For how many more minutes every metric query of ``alarm`` reads the values it reads at ``starts`` (0: read it
+    again next minute)."""
+    metrics = [query.metric for query in alarm.queries if query.metric is not None]
+    return min((datapoints.steady_minutes(metric, starts) for metric in metrics), default=0)
 
 
 def treat_missing(alarm: MetricAlarm) -> str:

@@ -69,6 +69,11 @@ class World:
     #: The first worker's Container Insights datapoints that reach CloudWatch late: minute start (s) -> seconds after
     #: the minute's end (math.inf: never), the ``ci-late`` rule (infra.alarms.publishers).
     late_task_counts: dict[float, float] = field(default_factory=dict)
+    #: The contract's visibility timeout, read once: a receive's default hold, written for every scripted message.
+    _hold: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._hold = self.facts.contract.visibility_timeout_seconds
 
     # --- calls ---------------------------------------------------------------------------
     def send(self, t: float, queue: str | None = None, *, by: str = "caller", enqueued: float | None = None) -> str:
@@ -79,7 +84,7 @@ class World:
         return message_id
 
     def receive(self, t: float, message_id: str, queue: str | None = None, visibility: float | None = None) -> None:
-        hold = self.facts.contract.visibility_timeout_seconds if visibility is None else visibility
+        hold = self._hold if visibility is None else visibility
         self.events.append(
             SqsEvent(t=t, queue=queue or self.facts.source, op="receive", message_id=message_id, visibility=hold)
         )

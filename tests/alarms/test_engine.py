@@ -102,3 +102,46 @@ def test_series_json_keeps_when_a_late_point_arrived() -> None:
     assert str(refused.value) == (
         "SERIES metrics[0].points[0]: received must be >= t (a point arrives after its time), got 30"
     )
+
+
+def _marked_on_time(series: Series) -> Series:
+    """The same points, each listed as received when its period ends: the same values for every evaluation, but
+    read again every minute (the engine never skips a metric with listed arrivals)."""
+    return Series(series.points, {key: {t: t for t, _ in values} for key, values in series.points.items()})
+
+
+@pytest.mark.parametrize(
+    ("period", "evaluation_periods", "datapoints_to_alarm", "stat", "treat_missing"),
+    [
+        (60, 1, 1, "Sum", "notBreaching"),
+        (300, 3, 2, "Maximum", "missing"),
+        (300, 5, 5, "Sum", "breaching"),
+        (900, 2, 1, "Average", "ignore"),
+    ],
+)
+def test_steady_stretches_give_the_changes_a_minute_by_minute_reading_gives(
+    period: int, evaluation_periods: int, datapoints_to_alarm: int, stat: str, treat_missing: str
+) -> None:
+    """Hours of a steady metric with a few changes and a gap: the evaluations the engine skips while every period of
+    an alarm's range keeps its value change nothing; the same changes as reading every minute, each at its minute."""
+    key = metric_key("AWS/SQS", "Errors", {"TableName": "t"})
+    changes = {720: 3.0, 780: 0.0, 5040: 2.0, 9000: None, 12000: 0.0, 20040: 4.0, 20640: 0.0}
+    points: list[tuple[float, float]] = []
+    value: float | None = 0.0
+    for t in range(0, 43200, 60):
+        value = changes.get(t, value)
+        if value is not None:
+            points.append((float(t + 7), value))
+    series = Series({key: points})
+    stat_query = MetricStat(key, stat, period)
+    alarm = replace(
+        _alarm("AWS/SQS", treat_missing),
+        period=period,
+        evaluation_periods=evaluation_periods,
+        datapoints_to_alarm=datapoints_to_alarm,
+        threshold=2,
+        queries=(Query("m", metric=stat_query),),
+    )
+    skipped = _states(alarm, series, 43200)
+    assert skipped == _states(alarm, _marked_on_time(series), 43200)
+    assert len(skipped) >= 3
