@@ -1,7 +1,10 @@
-"""Shared fixtures for infra tests: the whole app is synthesized once per test module.
+"""Shared fixtures for infra tests: each whole app is synthesized once per session (per xdist worker process).
 
 Rules for this folder: synthesize, then assert template properties with ``aws_cdk.assertions``; never a
-whole-template snapshot. A test of the framework synthesizes a context it builds itself (``synthesize(tmp, {...})``,
+whole-template snapshot. A test of one construct's property builds the smallest stack that shows it
+(:func:`standalone_worker`, or a one-worker environment); a test whose point is the whole app (cdk-nag, limits,
+the repository's checks, pinned ids) reads a session's synthesis: ``reference``, ``repository``. What a session
+fixture gives is shared by every module of the process: read it, never change it. A test of the framework synthesizes a context it builds itself (``synthesize(tmp, {...})``,
 or the reference environments of ``tests/reference.py``: the ``reference``, ``dev`` and ``prod`` fixtures), or it
 holds for every environment and worker of the repository's own ``cdk.json``, whatever a team made of it
 (``tests/infra/test_repository.py``); only a test of the shipped example reads ``cdk.json``'s values, says so in
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +25,9 @@ from aws_cdk import CfnElement
 from aws_cdk.assertions import Template
 
 from infra.app import build_app
+from infra.settings import CONTEXT_KEY
 from infra.stack import WorkerStack
-from tests.reference import reference_context
+from tests.reference import reference_context, repository_environments
 
 
 @dataclass
@@ -30,9 +35,14 @@ class Synthesized:
     """One synthesized environment: its stack object and its template as written to disk."""
 
     stack: WorkerStack
-    template: Template
     json: dict[str, Any]
     outdir: Path
+
+    @cached_property
+    def template(self) -> Template:
+        """The template for ``aws_cdk.assertions``, loaded into the jsii process on first use (a test reading only
+        ``json`` never pays for it)."""
+        return Template.from_json(self.json)
 
     def logical_id(self, construct: Any) -> str:
         """The logical id of an L2 construct's resource, or of an L1 resource itself."""
@@ -64,24 +74,44 @@ def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str,
     result = {}
     for stack in stacks:
         data = json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
-        result[stack.settings.name] = Synthesized(stack, Template.from_json(data), data, outdir)
+        result[stack.settings.name] = Synthesized(stack, data, outdir)
     return result
 
 
-@pytest.fixture(scope="module")
+#: What :func:`synthesize_once` synthesized in this process, by context.
+_SYNTHESIZED: dict[str, dict[str, Synthesized]] = {}
+
+
+def synthesize_once(tmp_path_factory: pytest.TempPathFactory, context: dict[str, Any]) -> dict[str, Synthesized]:
+    """:func:`synthesize` of ``context``, once per session: a module asking for a context another module already
+    synthesized (same environments, same order) reads that synthesis, which neither may change."""
+    key = json.dumps(context)
+    if key not in _SYNTHESIZED:
+        _SYNTHESIZED[key] = synthesize(tmp_path_factory.mktemp("cdk.out"), context)
+    return _SYNTHESIZED[key]
+
+
+@pytest.fixture(scope="session")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """The reference environments (``tests/reference.py``: dev, staging, prod and demo as cdk.json shipped them,
-    with framework-owned handlers), synthesized once for the module: never the repository's cdk.json."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), reference_context())
+    with framework-owned handlers), synthesized once for the session: never the repository's cdk.json."""
+    return synthesize_once(tmp_path_factory, reference_context())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    """Every environment of the repository's own cdk.json, whatever a team made of it, synthesized once for the
+    session (cdk-nag included): what tests/infra/test_repository.py checks and the permissions tier evaluates."""
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: repository_environments()})
+
+
+@pytest.fixture(scope="session")
 def dev(reference: dict[str, Synthesized]) -> Synthesized:
     """The reference dev: the notifications example (90 s), one worker, dry run, pages to tickets."""
     return reference["dev"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prod(reference: dict[str, Synthesized]) -> Synthesized:
     """The reference prod: the notifications example, its webhook secret, paging taken at deploy."""
     return reference["prod"]

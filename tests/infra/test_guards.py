@@ -18,7 +18,7 @@ from infra.queues import WorkerQueues
 from infra.service import ConsumerService
 from infra.settings import CONTEXT_KEY, PAGING_ENDPOINT_PATTERN, SettingsError
 from tests.infra.checks import TEMPLATE_CHECKS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize, synthesize_once
 from tests.infra.resolve import resolve_template
 
 HANDLER = "consumer.examples.notifications:handle"
@@ -47,7 +47,7 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
-    return synthesize(tmp_path_factory.mktemp("variants"), VARIANTS)
+    return synthesize_once(tmp_path_factory, VARIANTS)
 
 
 def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:

@@ -22,7 +22,7 @@ from aws_cdk import CfnElement, Stack
 
 from infra.settings import CONTEXT_KEY
 from infra.worker import Worker
-from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize_once
 from tests.infra.permissions import (
     ALLOWED,
     DEFAULT_ENDPOINT_POLICY,
@@ -340,9 +340,11 @@ def evaluate_bound(bound: Mapping[str, Bindings], environments: Mapping[str, Any
 
 
 @pytest.fixture(scope="module")
-def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
-    """Every worker of every environment and variant synthesized once (one app), resolved to concrete ARNs."""
-    return bind(synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ALL_ENVIRONMENTS}))
+def bound(tmp_path_factory: pytest.TempPathFactory, repository: dict[str, Synthesized]) -> dict[str, Bindings]:
+    """Every worker of every environment (the session's synthesis of cdk.json) and variant (synthesized once, one
+    app), resolved to concrete ARNs."""
+    variants = synthesize_once(tmp_path_factory, {CONTEXT_KEY: VARIANTS})
+    return bind({**repository, **variants})
 
 
 @pytest.fixture(scope="module")

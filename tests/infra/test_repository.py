@@ -16,16 +16,10 @@ import pytest
 from consumer.declaration import contract_of, load_handler
 from infra.settings import CONTEXT_KEY, load_environments
 from tests.infra.checks import TEMPLATE_CHECKS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized
 from tests.reference import SHIPPED, repository_environments, shipped_example
 
 ENVIRONMENTS = list(repository_environments())
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
-    """Every environment of the repository's cdk.json, synthesized once (cdk-nag included)."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: repository_environments()})
 
 
 def test_every_environment_of_cdk_json_parses_and_synthesizes(repository: dict[str, Synthesized]) -> None:

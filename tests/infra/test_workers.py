@@ -11,7 +11,7 @@ from consumer.stack_outputs import WORKER_METADATA_KEY
 from infra.dashboard import widget_title
 from infra.limits import MAX_ALARM_RULE, MAX_STACK_RESOURCES, MAX_TEMPLATE_BYTES
 from infra.settings import CONTEXT_KEY, MAX_WORKERS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
 EXPORTS = {"handler": "tests.infra.handlers:five_minutes", "max_tasks": 4, "cpu": 512, "memory_mib": 1024}
@@ -32,7 +32,7 @@ CW_MAX_WIDGETS, CW_MAX_STATUS_ALARMS, CW_MAX_ALARM_RULE_CHARS = 500, 100, MAX_AL
 @pytest.fixture(scope="module")
 def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """Both environments synthesized once, cdk-nag included (an open finding fails the synth)."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: ENVIRONMENTS})
 
 
 def of_type(env: Synthesized, resource_type: str) -> dict[str, dict[str, Any]]:
