@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import CfnElement
+from aws_cdk import App, CfnElement
 from aws_cdk.assertions import Template
 
-from infra.app import build_app
+from infra.app import build_app, cdk_json_context
 from infra.settings import CONTEXT_KEY
 from infra.stack import WorkerStack
 from tests.reference import reference_context, repository_environments
@@ -63,13 +63,27 @@ class Synthesized:
         return definition
 
 
-def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str, Synthesized]:
+def synthesize(
+    outdir: Path, context: dict[str, Any] | None = None, *, cloudformation_validation: bool = False
+) -> dict[str, Synthesized]:
     """Run the real app (nag included) and load each stack's template from the cloud assembly.
 
     ``context`` is merged over ``cdk.json``'s (its feature flags stay): a ``sqs-worker:environments`` key replaces
     cdk.json's environments, and a test of the framework always gives one (without it, the repository's own).
+
+    aws-cdk-lib's built-in CloudFormation validation (``App(builtin_cloud_formation_validation=)``, what
+    ``cdk synth`` runs) takes about 7 CPU seconds to start in each process, and with cdk.json's
+    ``validateAgainstDefaultRules: false`` its findings are warnings in the validation report, which cdk-nag's checks
+    (``tests/infra/checks.py``) count as open findings. It runs where the tests hold a whole app, once a session:
+    the reference environments (``reference``), the repository's cdk.json (``repository``) and each edit of
+    tests/edits; a module's own variants, synthesized for the properties of one construct or setting, leave it off.
     """
-    app, stacks = build_app(outdir=str(outdir), context=context)
+    app = App(
+        outdir=str(outdir),
+        context={**cdk_json_context(), **(context or {})},
+        builtin_cloud_formation_validation=cloudformation_validation,
+    )
+    app, stacks = build_app(app)
     app.synth()
     result = {}
     for stack in stacks:
@@ -95,14 +109,16 @@ def synthesize_once(tmp_path_factory: pytest.TempPathFactory, context: dict[str,
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """The reference environments (``tests/reference.py``: dev, staging, prod and demo as cdk.json shipped them,
     with framework-owned handlers), synthesized once for the session: never the repository's cdk.json."""
-    return synthesize_once(tmp_path_factory, reference_context())
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), reference_context(), cloudformation_validation=True)
 
 
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """Every environment of the repository's own cdk.json, whatever a team made of it, synthesized once for the
     session (cdk-nag included): what tests/infra/test_repository.py checks and the permissions tier evaluates."""
-    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: repository_environments()})
+    return synthesize(
+        tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: repository_environments()}, cloudformation_validation=True
+    )
 
 
 @pytest.fixture(scope="session")
