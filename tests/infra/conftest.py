@@ -1,14 +1,14 @@
 """Shared fixtures for infra tests: each whole app is synthesized once per session (per xdist worker process).
 
 Rules for this folder: synthesize, then assert template properties with ``aws_cdk.assertions``; never a
-whole-template snapshot. A test of one construct's property builds the smallest stack that shows it
-(:func:`standalone_worker`, or a one-worker environment); a test whose point is the whole app (cdk-nag, limits,
-the repository's checks, pinned ids) reads a session's synthesis: ``reference``, ``repository``. What a session
-fixture gives is shared by every module of the process: read it, never change it. A test of the framework synthesizes a context it builds itself (``synthesize(tmp, {...})``,
-or the reference environments of ``tests/reference.py``: the ``reference``, ``dev`` and ``prod`` fixtures), or it
-holds for every environment and worker of the repository's own ``cdk.json``, whatever a team made of it
-(``tests/infra/test_repository.py``); only a test of the shipped example reads ``cdk.json``'s values, says so in
-its name and skips where the example is not deployed (``tests.reference.shipped_example``).
+whole-template snapshot. A test of the framework synthesizes a context it builds itself (a module's own variants,
+``synthesize_once(tmp_path_factory, {...})``, or ``synthesize(tmp_path, {...})`` for a test's own), or the
+reference environments of ``tests/reference.py`` (the ``reference``, ``dev`` and ``prod`` fixtures), or it holds for
+every environment and worker of the repository's own ``cdk.json``, whatever a team made of it (the ``repository``
+fixture, ``tests/infra/test_repository.py``); only a test of the shipped example reads ``cdk.json``'s values, says so
+in its name and skips where the example is not deployed (``tests.reference.shipped_example``). A test of one
+construct's behaviour that needs no environment builds it alone (:func:`standalone_worker`). What a session fixture
+or ``synthesize_once`` gives is shared by every module of the process: read it, never change it.
 """
 
 from __future__ import annotations
