@@ -194,7 +194,7 @@ def synthesize_edited(
     changed = changed_environments(environments)
     assert changed, "the edit changed no environment"
     selection = {ENV_CONTEXT_KEY: changed[0]} if len(changed) == 1 else {}
-    synthesized = synthesize(outdir, {CONTEXT_KEY: environments, **selection})
+    synthesized = synthesize(outdir, {CONTEXT_KEY: environments, **selection}, cloudformation_validation=True)
     return environments, {name: synthesized[name] for name in changed}
 
 

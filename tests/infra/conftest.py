@@ -1,11 +1,14 @@
-"""Shared fixtures for infra tests: the whole app is synthesized once per test module.
+"""Shared fixtures for infra tests: each whole app is synthesized once per session (per xdist worker process).
 
 Rules for this folder: synthesize, then assert template properties with ``aws_cdk.assertions``; never a
-whole-template snapshot. A test of the framework synthesizes a context it builds itself (``synthesize(tmp, {...})``,
-or the reference environments of ``tests/reference.py``: the ``reference``, ``dev`` and ``prod`` fixtures), or it
-holds for every environment and worker of the repository's own ``cdk.json``, whatever a team made of it
-(``tests/infra/test_repository.py``); only a test of the shipped example reads ``cdk.json``'s values, says so in
-its name and skips where the example is not deployed (``tests.reference.shipped_example``).
+whole-template snapshot. A test of the framework synthesizes a context it builds itself (a module's own variants,
+``synthesize_once(tmp_path_factory, {...})``, or ``synthesize(tmp_path, {...})`` for a test's own), or the
+reference environments of ``tests/reference.py`` (the ``reference``, ``dev`` and ``prod`` fixtures), or it holds for
+every environment and worker of the repository's own ``cdk.json``, whatever a team made of it (the ``repository``
+fixture, ``tests/infra/test_repository.py``); only a test of the shipped example reads ``cdk.json``'s values, says so
+in its name and skips where the example is not deployed (``tests.reference.shipped_example``). A test of one
+construct's behaviour that needs no environment builds it alone (:func:`standalone_worker`). What a session fixture
+or ``synthesize_once`` gives is shared by every module of the process: read it, never change it.
 """
 
 from __future__ import annotations
@@ -14,17 +17,19 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import CfnElement
+from aws_cdk import App, CfnElement
 from aws_cdk.assertions import Template
 
-from infra.app import build_app
+from infra.app import build_app, cdk_json_context
 from infra.stack import WorkerStack
 from infra.toolchain import NODE_BIN
-from tests.reference import reference_context
+from infra.worker_settings import CONTEXT_KEY
+from tests.reference import reference_context, repository_environments
 
 
 @dataclass
@@ -32,9 +37,14 @@ class Synthesized:
     """One synthesized environment: its stack object and its template as written to disk."""
 
     stack: WorkerStack
-    template: Template
     json: dict[str, Any]
     outdir: Path
+
+    @cached_property
+    def template(self) -> Template:
+        """The template for ``aws_cdk.assertions``, loaded into the jsii process on first use (a test reading only
+        ``json`` never pays for it)."""
+        return Template.from_json(self.json)
 
     def logical_id(self, construct: Any) -> str:
         """The logical id of an L2 construct's resource, or of an L1 resource itself."""
@@ -55,35 +65,71 @@ class Synthesized:
         return definition
 
 
-def synthesize(outdir: Path, context: dict[str, Any] | None = None) -> dict[str, Synthesized]:
+def synthesize(
+    outdir: Path, context: dict[str, Any] | None = None, *, cloudformation_validation: bool = False
+) -> dict[str, Synthesized]:
     """Run the real app (nag included) and load each stack's template from the cloud assembly.
 
     ``context`` is merged over ``cdk.json``'s (its feature flags stay): a ``sqs-worker:environments`` key replaces
     cdk.json's environments, and a test of the framework always gives one (without it, the repository's own).
+
+    aws-cdk-lib's built-in CloudFormation validation (``App(builtin_cloud_formation_validation=)``, what
+    ``cdk synth`` runs) takes about 7 CPU seconds to start in each process, and with cdk.json's
+    ``validateAgainstDefaultRules: false`` its findings are warnings in the validation report, which cdk-nag's checks
+    (``tests/infra/checks.py``) count as open findings. It runs where the tests hold a whole app, once a session:
+    the reference environments (``reference``), the repository's cdk.json (``repository``) and each edit of
+    tests/edits; a module's own variants, synthesized for the properties of one construct or setting, leave it off.
     """
-    app, stacks = build_app(outdir=str(outdir), context=context)
+    app = App(
+        outdir=str(outdir),
+        context={**cdk_json_context(), **(context or {})},
+        builtin_cloud_formation_validation=cloudformation_validation,
+    )
+    app, stacks = build_app(app)
     app.synth()
     result = {}
     for stack in stacks:
         data = json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
-        result[stack.settings.name] = Synthesized(stack, Template.from_json(data), data, outdir)
+        result[stack.settings.name] = Synthesized(stack, data, outdir)
     return result
 
 
-@pytest.fixture(scope="module")
+#: What :func:`synthesize_once` synthesized in this process, by context.
+_SYNTHESIZED: dict[str, dict[str, Synthesized]] = {}
+
+
+def synthesize_once(tmp_path_factory: pytest.TempPathFactory, context: dict[str, Any]) -> dict[str, Synthesized]:
+    """:func:`synthesize` of ``context``, once per session: a module asking for a context another module already
+    synthesized (same environments, same order) reads that synthesis, which neither may change."""
+    key = json.dumps(context)
+    if key not in _SYNTHESIZED:
+        _SYNTHESIZED[key] = synthesize(tmp_path_factory.mktemp("cdk.out"), context)
+    return _SYNTHESIZED[key]
+
+
+@pytest.fixture(scope="session")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """The reference environments (``tests/reference.py``: dev, staging, prod and demo as cdk.json shipped them,
-    with framework-owned handlers), synthesized once for the module: never the repository's cdk.json."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), reference_context())
+    with framework-owned handlers), synthesized once for the session: never the repository's cdk.json."""
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), reference_context(), cloudformation_validation=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
+    """Every environment of the repository's own cdk.json, whatever a team made of it, synthesized once for the
+    session (cdk-nag included): what tests/infra/test_repository.py checks and the permissions tier evaluates."""
+    return synthesize(
+        tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: repository_environments()}, cloudformation_validation=True
+    )
+
+
+@pytest.fixture(scope="session")
 def dev(reference: dict[str, Synthesized]) -> Synthesized:
     """The reference dev: the notifications example (90 s), one worker, dry run, pages to tickets."""
     return reference["dev"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prod(reference: dict[str, Synthesized]) -> Synthesized:
     """The reference prod: the notifications example, its webhook secret, paging taken at deploy."""
     return reference["prod"]

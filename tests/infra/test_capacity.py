@@ -30,12 +30,12 @@ from infra.capacity_settings import TASK_START_SECONDS, WAKE_UP_SECONDS
 from infra.report import nag_results
 from infra.scaling import WAKE_UP_EXPRESSION
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
+from tests.infra.contexts import TWO_WORKERS
 
-HANDLER = "consumer.examples.notifications:handle"
 STACK = "SqsWorker-qa"
 #: Two workers: "fast" (the first, max 4) and "idle" (min 1, max 2); each variant turns one knob on.
-BASE: dict[str, Any] = {"fast": {"handler": HANDLER, "max_tasks": 4}, "idle": {"handler": HANDLER}}
+BASE = TWO_WORKERS
 SPOT = {"on_demand_base": 1, "on_demand_weight": 1, "spot_weight": 3}
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": BASE,
@@ -49,7 +49,7 @@ ASSOCIATIONS = "AWS::ECS::ClusterCapacityProviderAssociations"
 def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """Each variant as environment ``qa`` (so every name is the same) in a cloud assembly of its own."""
     return {
-        name: synthesize(tmp_path_factory.mktemp(f"cdk.out-{name}"), {CONTEXT_KEY: {"qa": {"workers": workers}}})["qa"]
+        name: synthesize_once(tmp_path_factory, {CONTEXT_KEY: {"qa": {"workers": workers}}})["qa"]
         for name, workers in VARIANTS.items()
     }
 

@@ -31,14 +31,16 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The example's template: the block run as written by this Python, into a scratch cloud assembly.
 
     A process of its own because the CDK reads ``CDK_OUTDIR`` when its Node runtime starts. Its ``app.synth()``
-    runs cdk-nag (``enable_nag``): an open finding exits non-zero and fails every test here.
+    runs cdk-nag (``enable_nag``): an open finding exits non-zero and fails every test here. aws-cdk-lib's built-in
+    CloudFormation validation is left off (``CDK_VALIDATION=false``), as for every test of one construct
+    (tests/infra/conftest.py, ``synthesize``): it takes about 7 CPU seconds to start in a fresh process.
     """
     # The example deploys the shipped team package's report job: without it, there is nothing to run as written.
     pytest.importorskip(
         "workers.reports", reason="docs/construct.md's example runs workers.reports, not in this repository"
     )
     outdir = tmp_path_factory.mktemp("cdk.out")
-    environment = {**os.environ, "CDK_OUTDIR": str(outdir), "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "CDK_OUTDIR": str(outdir), "PYTHONPATH": str(ROOT), "CDK_VALIDATION": "false"}
     done = subprocess.run(
         [sys.executable, "-c", example()], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300
     )

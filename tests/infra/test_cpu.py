@@ -9,7 +9,7 @@ import pytest
 from aws_cdk.assertions import Annotations, Match
 
 from infra.worker_settings import CONTEXT_KEY, ONE_PROCESS_CPU_UNITS, beyond_one_process
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
 from tests.infra.templates import SHARED
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
@@ -19,9 +19,7 @@ NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environm
 def env(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """notify at 1 vCPU, wide at 2 vCPU: synthesized once with cdk-nag."""
     workers = {"notify": {**NOTIFY, "cpu": 1024}, "wide": {**NOTIFY, "cpu": 2048}}
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: {"cores": {**SHARED, "workers": workers}}})[
-        "cores"
-    ]
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: {"cores": {**SHARED, "workers": workers}}})["cores"]
 
 
 def warnings(env: Synthesized, worker: str) -> list[str]:

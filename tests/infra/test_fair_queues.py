@@ -11,7 +11,7 @@ import pytest
 
 from infra.dashboard import widget_title
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
 from tests.infra.templates import SHARED, dashboard_body
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
@@ -30,7 +30,7 @@ RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 def env(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """notify (not fair) first, tenants (fair) second, synthesized once with cdk-nag."""
     context = {CONTEXT_KEY: {"fair": {**SHARED, "workers": {"notify": NOTIFY, "tenants": TENANTS}}}}
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), context)["fair"]
+    return synthesize_once(tmp_path_factory, context)["fair"]
 
 
 def alarm(env: Synthesized, name: str) -> dict[str, Any]:

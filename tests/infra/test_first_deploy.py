@@ -15,7 +15,7 @@ import pytest
 
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import DISPOSABLE, RETAINED, check_data_retention, removal_policies
-from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize_once
 
 WORKERS = {
     "notify": {"handler": "consumer.examples.notifications:handle"},
@@ -34,7 +34,7 @@ ENVIRONMENTS = {
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """This module's own environments, synthesized once (cdk-nag included)."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: ENVIRONMENTS})
 
 
 @pytest.fixture(scope="module")

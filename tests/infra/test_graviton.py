@@ -20,15 +20,15 @@ from consumer.local.task import TaskContainer
 from infra.report import nag_results
 from infra.settings import parse_environment
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
+from tests.infra.contexts import HANDLER, TWO_WORKERS
 from tests.unit.support import refusal  # the one line synth fails with, for environment qa
 
-HANDLER = "consumer.examples.notifications:handle"
 STACK = "SqsWorker-qa"
 AT = f"{CONTEXT_KEY}.qa"
 SPOT_LINK = "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/fargate-capacity-providers.html"
 #: Two workers, "fast" (the first) and "idle"; each variant sets the architecture of some of them.
-BASE: dict[str, Any] = {"fast": {"handler": HANDLER, "max_tasks": 4}, "idle": {"handler": HANDLER}}
+BASE = TWO_WORKERS
 
 
 def with_architecture(architectures: dict[str, str]) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]
     contexts: dict[str, dict[str, Any]] = {name: {"workers": workers} for name, workers in VARIANTS.items()}
     contexts["solo"] = {"handler": HANDLER, "architecture": "arm64"}
     return {
-        name: synthesize(tmp_path_factory.mktemp(f"cdk.out-{name}"), {CONTEXT_KEY: {"qa": context}})["qa"]
+        name: synthesize_once(tmp_path_factory, {CONTEXT_KEY: {"qa": context}})["qa"]
         for name, context in contexts.items()
     }
 

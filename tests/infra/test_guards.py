@@ -20,7 +20,7 @@ from infra.settings import PAGING_ENDPOINT_PATTERN
 from infra.shared import SharedResources
 from infra.worker_settings import CONTEXT_KEY, SecretSource, SettingsError, WorkerSettings
 from tests.infra.checks import TEMPLATE_CHECKS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize, synthesize_once
 from tests.infra.resolve import resolve_template
 
 HANDLER = "consumer.examples.notifications:handle"
@@ -49,7 +49,7 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
-    return synthesize(tmp_path_factory.mktemp("variants"), VARIANTS)
+    return synthesize_once(tmp_path_factory, VARIANTS)
 
 
 def test_prod_takes_its_paging_endpoint_at_deploy(prod: Synthesized) -> None:

@@ -10,7 +10,7 @@ import pytest
 from infra.service import IDEMPOTENCY_TABLE_ACTIONS
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import TEMPLATE_CHECKS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
 from tests.infra.templates import SHARED
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
@@ -21,7 +21,7 @@ UPSERTS = {"handler": "tests.infra.handlers:upserts"}
 def env(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """notify (guarded) first, upserts (idempotent by itself) second, synthesized once with cdk-nag."""
     context = {CONTEXT_KEY: {"upsert": {**SHARED, "workers": {"notify": NOTIFY, "upserts": UPSERTS}}}}
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), context)["upsert"]
+    return synthesize_once(tmp_path_factory, context)["upsert"]
 
 
 def environment(env: Synthesized, worker: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize_once
 from tests.infra.permission_rows import PRODUCERS, Evaluated, bind, evaluate_bound, runtime_rows, worker_labels
 from tests.infra.permissions import (
     DEFAULT_ENDPOINT_POLICY,
@@ -87,9 +87,11 @@ SHARING = [label for label in ENVIRONMENTS if "/" in label]
 
 
 @pytest.fixture(scope="module")
-def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
-    """Every worker of every environment and variant synthesized once (one app), resolved to concrete ARNs."""
-    return bind(synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ALL_ENVIRONMENTS}))
+def bound(tmp_path_factory: pytest.TempPathFactory, repository: dict[str, Synthesized]) -> dict[str, Bindings]:
+    """Every worker of every environment (the session's synthesis of cdk.json) and variant (synthesized once, one
+    app), resolved to concrete ARNs."""
+    variants = synthesize_once(tmp_path_factory, {CONTEXT_KEY: VARIANTS})
+    return bind({**repository, **variants})
 
 
 @pytest.fixture(scope="module")

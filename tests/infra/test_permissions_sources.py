@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import synthesize
+from tests.infra.conftest import synthesize_once
 from tests.infra.permission_rows import PARAMETERS, bind
 from tests.infra.permissions import (
     ALLOWED,
@@ -145,7 +145,7 @@ def declared_topics(settings: dict[str, Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory: pytest.TempPathFactory) -> Evaluated:
-    bound = bind(synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: VARIANTS}))
+    bound = bind(synthesize_once(tmp_path_factory, {CONTEXT_KEY: VARIANTS}))
     scenarios: dict[str, list[Scenario]] = {}
     for label, bindings in bound.items():
         environment, _, worker = label.partition("/")

@@ -5,24 +5,15 @@ through @cloud-copilot/iam-simulate), on this module's own variants, never cdk.j
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import synthesize
+from tests.infra.conftest import synthesize_once
+from tests.infra.contexts import TRACING
 from tests.infra.permission_rows import EXECUTION_ROLE, bind, runtime_rows
 from tests.infra.permissions import ALLOWED, DENIED, Bindings, Row, Scenario, evaluate, mismatches
 
-HANDLER = "consumer.examples.notifications:handle"
-ENVIRONMENTS: dict[str, dict[str, Any]] = {
-    "traced": {"handler": HANDLER, "tracing": {"sample_ratio": 0.05}},
-    "untraced": {"handler": HANDLER},
-    "traced-teams": {
-        "tracing": {"sample_ratio": 1},
-        "workers": {"notifications": {"handler": HANDLER}, "reports": {"handler": "tests.reference:report_job"}},
-    },
-}
+ENVIRONMENTS = TRACING
 TRACED = ["traced", "traced-teams/notifications", "traced-teams/reports"]
 #: Each scenario with its answer, by (worker label, category).
 Evaluated = dict[tuple[str, str], list[tuple[Scenario, str | None]]]
@@ -58,7 +49,7 @@ WITHOUT_TRACING: list[Row] = [
 @pytest.fixture(scope="module")
 def bound(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Bindings]:
     """The variants synthesized once, resolved to concrete ARNs, bound per worker."""
-    synthesized = synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
+    synthesized = synthesize_once(tmp_path_factory, {CONTEXT_KEY: ENVIRONMENTS})
     return bind(synthesized)
 
 

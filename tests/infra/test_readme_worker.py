@@ -17,7 +17,7 @@ import pytest
 from consumer.declaration import contract_of, load_handler
 from consumer.errors import ContractError
 from infra.worker_settings import CONTEXT_KEY, WORKER_KEYS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
 from tests.reference import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     require_readme_handlers()
     settings = {k: v for k, v in SHIPPED[ENVIRONMENT].items() if k not in WORKER_KEYS}
     context = {CONTEXT_KEY: {ENVIRONMENT: {**settings, "workers": readme_workers()}}, "env": ENVIRONMENT}
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), context)[ENVIRONMENT]
+    return synthesize_once(tmp_path_factory, context)[ENVIRONMENT]
 
 
 def test_readme_workers_synthesize_nag_clean_with_a_queue_pair_and_service_each(environment: Synthesized) -> None:

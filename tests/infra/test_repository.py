@@ -17,16 +17,13 @@ from consumer.declaration import contract_of, load_handler
 from infra.settings import load_environments
 from infra.worker_settings import CONTEXT_KEY
 from tests.infra.checks import TEMPLATE_CHECKS
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized
 from tests.reference import SHIPPED, repository_environments, shipped_example
 
 ENVIRONMENTS = list(repository_environments())
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
-    """Every environment of the repository's cdk.json, synthesized once (cdk-nag included)."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: repository_environments()})
+#: The module's tests on one xdist worker (tests/parallel.py), as a module-scoped synthesis would keep them: the
+#: session's synthesis of cdk.json then runs once for them, not once on every worker.
+pytestmark = pytest.mark.xdist_group("tests/infra/test_repository.py")
 
 
 def test_every_environment_of_cdk_json_parses_and_synthesizes(repository: dict[str, Synthesized]) -> None:

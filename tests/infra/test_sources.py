@@ -13,9 +13,8 @@ import pytest
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from infra.worker_settings import CONTEXT_KEY, SettingsError
 from tests.infra.checks import check_nag
-from tests.infra.conftest import Synthesized, standalone_worker, synthesize
+from tests.infra.conftest import Synthesized, standalone_worker, synthesize, synthesize_once
 from tests.infra.resolve import FAKE_ACCOUNT, FAKE_REGION
-from tests.reference import reference_context
 
 HANDLER = "consumer.examples.notifications:handle"
 PRODUCER = f"arn:aws:iam::{FAKE_ACCOUNT}:role/orders-api"
@@ -60,7 +59,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: VARIANTS})
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: VARIANTS})
 
 
 def policy_id(env: Synthesized, *, dead_letter: bool = False) -> str:
@@ -352,9 +351,9 @@ def test_nag_is_clean_with_sources(fed: dict[str, Synthesized]) -> None:
         check_nag(env)
 
 
-def test_without_sources_every_template_is_byte_identical(tmp_path: Path) -> None:
+def test_without_sources_every_template_is_byte_identical(reference: dict[str, Synthesized]) -> None:
     """The reference environments (no sources) synthesize exactly as before: nothing of this feature is written."""
-    for env in synthesize(tmp_path, reference_context()).values():
+    for env in reference.values():
         assert "SourcesTopic" not in json.dumps(env.json) and not env.resources("AWS::Events::Rule")
         assert not [s for s in env.resources("AWS::SNS::Subscription").values() if s["Properties"]["Protocol"] == "sqs"]
         for worker in env.stack.workers:

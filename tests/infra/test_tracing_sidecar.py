@@ -24,25 +24,17 @@ from infra.tracing import (
 )
 from infra.tracing_settings import OTLP_MODE, TRACING_VARIABLES, TracingSettings
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import Synthesized, standalone_worker, synthesize
+from tests.infra.conftest import Synthesized, standalone_worker, synthesize_once
+from tests.infra.contexts import HANDLER, TRACING
 
-HANDLER = "consumer.examples.notifications:handle"
-REPORTS = "tests.reference:report_job"
-ENVIRONMENTS: dict[str, dict[str, Any]] = {
-    "traced": {"handler": HANDLER, "tracing": {"sample_ratio": 0.05}},
-    "untraced": {"handler": HANDLER},
-    "traced-teams": {
-        "tracing": {"sample_ratio": 1},
-        "workers": {"notifications": {"handler": HANDLER}, "reports": {"handler": REPORTS, "memory_mib": 1024}},
-    },
-}
+ENVIRONMENTS = TRACING
 XRAY_STATEMENT = {"Action": "xray:PutTraceSegments", "Effect": "Allow", "Resource": "*"}
 
 
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """The three variants in one app, cdk-nag included (an open finding fails the synth)."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: ENVIRONMENTS})
 
 
 def task_definitions(env: Synthesized) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ from infra.dashboard import widget_title
 from infra.limits import MAX_ALARM_RULE, MAX_STACK_RESOURCES, MAX_TEMPLATE_BYTES
 from infra.settings import MAX_WORKERS
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.conftest import Synthesized, synthesize_once
 from tests.infra.templates import SHARED, dashboard_body, of_type
 
 NOTIFY = {"handler": "consumer.examples.notifications:handle", "handler_environment": {"NOTIFY_DRY_RUN": "true"}}
@@ -33,7 +33,7 @@ CW_MAX_WIDGETS, CW_MAX_STATUS_ALARMS, CW_MAX_ALARM_RULE_CHARS = 500, 100, MAX_AL
 @pytest.fixture(scope="module")
 def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Synthesized]:
     """Both environments synthesized once, cdk-nag included (an open finding fails the synth)."""
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), {CONTEXT_KEY: ENVIRONMENTS})
+    return synthesize_once(tmp_path_factory, {CONTEXT_KEY: ENVIRONMENTS})
 
 
 def test_two_workers_have_a_queue_pair_a_service_and_dlq_alarms_each(envs: dict[str, Synthesized]) -> None:
