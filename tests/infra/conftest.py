@@ -11,7 +11,6 @@ its name and skips where the example is not deployed (``tests.reference.shipped_
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,6 @@ from aws_cdk.assertions import Template
 
 from infra.app import build_app
 from infra.stack import WorkerStack
-from infra.toolchain import NODE_BIN
 from tests.reference import reference_context
 
 
@@ -133,8 +131,3 @@ def standalone_worker(handler: str, construct_id: str = "reports", **arguments: 
         contract=contract_of(load_handler(handler)),
         shared=SharedResources(cluster=cluster, page_topic=topic, ticket_topic=topic, **shared_arguments),
     )
-
-
-def machine_path() -> str:
-    """The PATH without the project's Node: what a shell has before ``make`` or ``app.py`` pins it."""
-    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(NODE_BIN))
