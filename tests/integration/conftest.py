@@ -109,8 +109,12 @@ def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
-#: The environments of the tests' one real synth, beside the reference ones (``tests/reference.py``): the demo as
-#: cdk.json shipped it, under a name of its own (the reference demo is ``demo``), and a team's own stack.
+#: The reference environments (``tests/reference.py``) the tests of a local stack provision: dev (``local up``'s
+#: default, the README's manual run) and demo (the chaos suite's). Staging and prod differ from dev in settings the
+#: synth checks in process (tests/infra), not in what a local stack runs, so the one real synth leaves them out.
+LOCAL_REFERENCE_ENVIRONMENTS = ("dev", "demo")
+#: Beside them in the one real synth: the demo as cdk.json shipped it, under a name of its own (the reference demo is
+#: ``demo``), and a team's own stack.
 SHIPPED_DEMO_STACK = "SqsWorker-shipped-demo"
 #: A stack of a team's own: two workers whose handlers the framework does not know (tests/team_handlers.py), no
 #: example; ``invoices`` declares samples, ``ledger`` (the stack's first worker) none.
@@ -133,8 +137,9 @@ TEAM_ENVIRONMENT: dict[str, Any] = {
 
 
 def synthesized_environments() -> dict[str, Any]:
-    """What :func:`cdk_out` synthesizes: the reference environments, the shipped demo and the team's stack."""
-    environments = reference_context()[CONTEXT_KEY]
+    """What :func:`app_py` synthesizes: the reference dev and demo, the shipped demo and the team's stack."""
+    reference = reference_context()[CONTEXT_KEY]
+    environments = {name: reference[name] for name in LOCAL_REFERENCE_ENVIRONMENTS}
     environments["shipped-demo"] = shipped_demo()[0]
     environments["team"] = TEAM_ENVIRONMENT
     return environments
@@ -197,8 +202,8 @@ def app_py(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
 
 @pytest.fixture(scope="session")
 def cdk_out(app_py: Synthesis) -> Path:
-    """The cloud assembly of :func:`app_py`: a stack per reference environment (dev, staging, prod and demo as
-    cdk.json shipped them, never the team's cdk.json), ``SqsWorker-shipped-demo`` and ``SqsWorker-team``."""
+    """The cloud assembly of :func:`app_py`: a stack per reference environment of :data:`LOCAL_REFERENCE_ENVIRONMENTS`
+    (as cdk.json shipped them, never the team's cdk.json), ``SqsWorker-shipped-demo`` and ``SqsWorker-team``."""
     assert app_py.returncode == 0, app_py.stderr[-3000:]
     return app_py.outdir
 
