@@ -14,7 +14,6 @@ or ``synthesize_once`` gives is shared by every module of the process: read it, 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,7 +26,6 @@ from aws_cdk.assertions import Template
 
 from infra.app import build_app, cdk_json_context
 from infra.stack import WorkerStack
-from infra.toolchain import NODE_BIN
 from infra.worker_settings import CONTEXT_KEY
 from tests.reference import reference_context, repository_environments
 
@@ -179,8 +177,3 @@ def standalone_worker(handler: str, construct_id: str = "reports", **arguments: 
         contract=contract_of(load_handler(handler)),
         shared=SharedResources(cluster=cluster, page_topic=topic, ticket_topic=topic, **shared_arguments),
     )
-
-
-def machine_path() -> str:
-    """The PATH without the project's Node: what a shell has before ``make`` or ``app.py`` pins it."""
-    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(NODE_BIN))

@@ -2,7 +2,8 @@
 Node, quiet on success and one line on a configuration error; ``python -m infra.report``, make run's first step.
 
 Each entry point runs once as a real process (``pytest -m real``): ``python -m infra.report`` here, ``python app.py``
-in test_variants.py (every environment, no boto3, no banner on the machine's PATH), and app.py without the CDK here.
+in tests/integration/test_app_py.py (the session's one synth: no boto3, no banner on the machine's PATH), the pinned
+``cdk synth`` in test_variants.py, and app.py without the CDK here.
 Their logic (refusals, the report's table in a narrow terminal, its notes) runs in process.
 """
 
@@ -22,7 +23,7 @@ import pytest
 from infra.settings import parse_environment
 from infra.toolchain import NODE_BIN
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import machine_path
+from tests.conftest import machine_path
 from tests.reference import REPORT_JOB, reference_context, reference_context_json
 
 ROOT = Path(__file__).resolve().parents[2]

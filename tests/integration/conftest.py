@@ -31,8 +31,10 @@ from moto.server import ThreadedMotoServer
 from consumer.contract import WorkerContract
 from consumer.local.moto_atomic import serialize_moto_sqs
 from consumer.local.stack import LOCAL_LOG_LEVEL
+from infra.worker_settings import CONTEXT_KEY
+from tests.conftest import machine_path
 from tests.integration.recorder import runtime_call_recorder
-from tests.reference import reference_context_json, shipped_demo
+from tests.reference import reference_context, shipped_demo
 
 REGION = "eu-west-1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,57 +109,13 @@ def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="session")
-def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cloud assembly of the reference environments (``tests/reference.py``: dev, staging, prod and demo as cdk.json
-    shipped them, never the team's cdk.json), synthesized once per run by the real entry point (``python app.py``,
-    given them as the CDK CLI gives context: ``CDK_CONTEXT_JSON``): the first xdist worker to need it synthesizes,
-    the others wait for it and read the same directory."""
-    shared = shared_directory(tmp_path_factory)
-    outdir = shared / "cdk.out"
-    with FileLock(shared / "cdk.out.lock"):
-        if not outdir.is_dir():
-            partial = shared / "cdk.out.partial"
-            env = {**os.environ, "CDK_OUTDIR": str(partial), "CDK_CONTEXT_JSON": reference_context_json()}
-            subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=180)
-            partial.rename(outdir)
-    return outdir
-
-
-SYNTHESIZE_CONTEXT = """
-import json, sys
-from infra.app import build_app
-app, _ = build_app(outdir=sys.argv[1], context={"sqs-worker:environments": json.loads(sys.argv[2])})
-app.synth()
-"""
-
-
-def synthesize_context(outdir: Path, environments: dict[str, Any]) -> Path:
-    """A cloud assembly of ``environments`` (the ``sqs-worker:environments`` context a test builds, in place of
-    cdk.json's), synthesized by the real app with cdk-nag in a subprocess; returns ``outdir``."""
-    subprocess.run(
-        [sys.executable, "-c", SYNTHESIZE_CONTEXT, str(outdir), json.dumps(environments)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
-    return outdir
-
-
-@pytest.fixture(scope="session")
-def shipped_demo_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cloud assembly of the demo as cdk.json shipped it (``tests.reference.shipped_demo``: the notifications example,
-    the team package's report job, the async webhooks example and the team package's batch audit handler, whatever
-    cdk.json now holds), synthesized once per run as :func:`cdk_out` is."""
-    shared = shared_directory(tmp_path_factory)
-    outdir = shared / "shipped.cdk.out"
-    with FileLock(shared / "shipped.cdk.out.lock"):
-        if not outdir.is_dir():
-            synthesize_context(shared / "shipped.cdk.out.partial", {"demo": shipped_demo()[0]}).rename(outdir)
-    return outdir
-
-
+#: The reference environments (``tests/reference.py``) the tests of a local stack provision: dev (``local up``'s
+#: default, the README's manual run) and demo (the chaos suite's). Staging and prod differ from dev in settings the
+#: synth checks in process (tests/infra), not in what a local stack runs, so the one real synth leaves them out.
+LOCAL_REFERENCE_ENVIRONMENTS = ("dev", "demo")
+#: Beside them in the one real synth: the demo as cdk.json shipped it, under a name of its own (the reference demo is
+#: ``demo``), and a team's own stack.
+SHIPPED_DEMO_STACK = "SqsWorker-shipped-demo"
 #: A stack of a team's own: two workers whose handlers the framework does not know (tests/team_handlers.py), no
 #: example; ``invoices`` declares samples, ``ledger`` (the stack's first worker) none.
 TEAM_STACK = "SqsWorker-team"
@@ -178,15 +136,90 @@ TEAM_ENVIRONMENT: dict[str, Any] = {
 }
 
 
+def synthesized_environments() -> dict[str, Any]:
+    """What :func:`app_py` synthesizes: the reference dev and demo, the shipped demo and the team's stack."""
+    reference = reference_context()[CONTEXT_KEY]
+    environments = {name: reference[name] for name in LOCAL_REFERENCE_ENVIRONMENTS}
+    environments["shipped-demo"] = shipped_demo()[0]
+    environments["team"] = TEAM_ENVIRONMENT
+    return environments
+
+
+#: ``python app.py`` as a user's shell runs it, reporting whether the consumer's boto3 runtime was imported.
+APP_PY_PROBE = (
+    "import runpy, sys\n"
+    "try:\n"
+    "    runpy.run_path('app.py', run_name='__main__')\n"
+    "except SystemExit as exit:  # app.py exits with main()'s status\n"
+    "    sys.stdout.flush()\n"
+    "    if exit.code:\n"
+    "        raise\n"
+    "print('boto3 loaded' if 'boto3' in sys.modules else 'boto3 absent')"
+)
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """The one real ``python app.py`` run of the session: its cloud assembly, exit code, stdout and stderr."""
+
+    outdir: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @pytest.fixture(scope="session")
-def team_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cloud assembly of :data:`TEAM_ENVIRONMENT` (as ``team``), synthesized once per run as :func:`cdk_out` is."""
+def app_py(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
+    """The session's one real synth: ``python app.py`` (run by :data:`APP_PY_PROBE`, which says whether boto3 was
+    imported) in a shell's environment (the machine's PATH without the pinned Node, no CDK_ or JSII_ setting), given
+    :func:`synthesized_environments` as the CDK CLI gives context (``CDK_CONTEXT_JSON``). The first xdist worker to
+    need it synthesizes, the others wait for it and read the same directory and outcome."""
     shared = shared_directory(tmp_path_factory)
-    outdir = shared / "team.cdk.out"
-    with FileLock(shared / "team.cdk.out.lock"):
-        if not outdir.is_dir():
-            synthesize_context(shared / "team.cdk.out.partial", {"team": TEAM_ENVIRONMENT}).rename(outdir)
-    return outdir
+    outdir, outcome = shared / "cdk.out", shared / "cdk.out.outcome.json"
+    with FileLock(shared / "cdk.out.lock"):
+        if not outcome.is_file():
+            partial = shared / "cdk.out.partial"
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("CDK_", "JSII_"))}
+            env.update(
+                {
+                    "CDK_DISABLE_CLI_TELEMETRY": "true",
+                    "AWS_EC2_METADATA_DISABLED": "true",
+                    "CI": "true",
+                    "PATH": machine_path(),
+                    "CDK_OUTDIR": str(partial),
+                    "CDK_CONTEXT_JSON": json.dumps({CONTEXT_KEY: synthesized_environments()}),
+                }
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", APP_PY_PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+            )
+            if done.returncode == 0:
+                partial.rename(outdir)
+            outcome.write_text(json.dumps([done.returncode, done.stdout, done.stderr]))
+    returncode, stdout, stderr = json.loads(outcome.read_text())
+    return Synthesis(outdir, returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="session")
+def cdk_out(app_py: Synthesis) -> Path:
+    """The cloud assembly of :func:`app_py`: a stack per reference environment of :data:`LOCAL_REFERENCE_ENVIRONMENTS`
+    (as cdk.json shipped them, never the team's cdk.json), ``SqsWorker-shipped-demo`` and ``SqsWorker-team``."""
+    assert app_py.returncode == 0, app_py.stderr[-3000:]
+    return app_py.outdir
+
+
+@pytest.fixture(scope="session")
+def shipped_demo_out(cdk_out: Path) -> Path:
+    """The assembly holding the demo as cdk.json shipped it (``tests.reference.shipped_demo``: the notifications
+    example, the team package's report job, the async webhooks example and the team package's batch audit handler,
+    whatever cdk.json now holds) as :data:`SHIPPED_DEMO_STACK`: :func:`cdk_out`."""
+    return cdk_out
+
+
+@pytest.fixture(scope="session")
+def team_cdk_out(cdk_out: Path) -> Path:
+    """The assembly holding :data:`TEAM_ENVIRONMENT` (as ``team``, :data:`TEAM_STACK`): :func:`cdk_out`."""
+    return cdk_out
 
 
 @pytest.fixture

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from consumer.exit_codes import ExitCode
+from consumer.local import credentials
 from consumer.local.credentials import METADATA_ATTEMPTS, METADATA_TIMEOUT_SECONDS
 from tests.integration.conftest import ROOT
 
@@ -84,10 +86,24 @@ def bare_environment(home: Path, metadata_url: str, **extra: str) -> dict[str, s
     return base | extra
 
 
-def check(environment: dict[str, str], *what: str) -> subprocess.CompletedProcess[str]:
-    """``python -m consumer.local.credentials WHAT...`` in ``environment``."""
-    command = [sys.executable, "-m", "consumer.local.credentials", *what]
-    return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+@pytest.fixture
+def check(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``python -m consumer.local.credentials WHAT...`` (its ``main``) in this process, in exactly ``environment``:
+    every other variable is unset for the call. The make tests run the module as make does, a process of its own."""
+
+    def run(environment: dict[str, str], *what: str) -> subprocess.CompletedProcess[str]:
+        for key in list(os.environ):
+            monkeypatch.delenv(key)
+        for key, value in environment.items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        code = credentials.main(list(what))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["consumer.local.credentials", *what], code, out.out, out.err)
+
+    return run
 
 
 @pytest.mark.real
@@ -116,10 +132,8 @@ def test_make_without_credentials_says_what_is_missing_in_one_line(
     assert seconds < 30, f"{seconds:.1f} s: a synthesis alone takes longer"
 
 
-@pytest.mark.real
-def test_check_passes_with_keys_in_the_environment(tmp_path: Path, refusing_port: int) -> None:
-    """Dummy AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: exit 0, nothing printed.
-    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
+def test_check_passes_with_keys_in_the_environment(tmp_path: Path, refusing_port: int, check: Any) -> None:
+    """Dummy AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: exit 0, nothing printed."""
     environment = bare_environment(
         tmp_path / "home",
         f"http://127.0.0.1:{refusing_port}/",
@@ -130,11 +144,9 @@ def test_check_passes_with_keys_in_the_environment(tmp_path: Path, refusing_port
     assert (done.returncode, done.stdout, done.stderr) == (ExitCode.OK, "", "")
 
 
-@pytest.mark.real
-def test_check_passes_with_a_role_profile_without_calling_sts(tmp_path: Path, refusing_port: int) -> None:
+def test_check_passes_with_a_role_profile_without_calling_sts(tmp_path: Path, refusing_port: int, check: Any) -> None:
     """A profile that assumes a role passes without its credentials being fetched: every AWS endpoint points at a
-    port that refuses, so an STS call would have failed the check.
-    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
+    port that refuses, so an STS call would have failed the check."""
     home = tmp_path / "home"
     (home / ".aws").mkdir(parents=True)
     (home / ".aws" / "config").write_text(
@@ -149,10 +161,8 @@ def test_check_passes_with_a_role_profile_without_calling_sts(tmp_path: Path, re
     assert (done.returncode, done.stderr) == (ExitCode.OK, "")
 
 
-@pytest.mark.real
-def test_check_names_a_profile_that_does_not_exist(tmp_path: Path, refusing_port: int) -> None:
-    """AWS_PROFILE naming no profile: the one line says so (botocore's words), then both ways.
-    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
+def test_check_names_a_profile_that_does_not_exist(tmp_path: Path, refusing_port: int, check: Any) -> None:
+    """AWS_PROFILE naming no profile: the one line says so (botocore's words), then both ways."""
     environment = bare_environment(tmp_path / "home", f"http://127.0.0.1:{refusing_port}/", AWS_PROFILE="nobody")
     done = check(environment, "make", "diff")
     (line,) = done.stderr.splitlines()
@@ -161,11 +171,9 @@ def test_check_names_a_profile_that_does_not_exist(tmp_path: Path, refusing_port
     assert done.returncode == ExitCode.CONFIG
 
 
-@pytest.mark.real
-def test_check_is_bounded_where_the_metadata_address_hangs(tmp_path: Path, hanging_port: int) -> None:
+def test_check_is_bounded_where_the_metadata_address_hangs(tmp_path: Path, hanging_port: int, check: Any) -> None:
     """Instance metadata that never answers costs one try of METADATA_TIMEOUT_SECONDS per request (a token, then
-    the role): about 2 s, even where the environment asks botocore for 30 s and 3 tries.
-    Real: the check's exit code as make sees it, in an environment with no credentials at all."""
+    the role): about 2 s, even where the environment asks botocore for 30 s and 3 tries."""
     environment = bare_environment(
         tmp_path / "home",
         f"http://127.0.0.1:{hanging_port}/",
@@ -176,7 +184,7 @@ def test_check_is_bounded_where_the_metadata_address_hangs(tmp_path: Path, hangi
     done = check(environment, "make", "deploy")
     seconds = time.monotonic() - started
     assert done.returncode == ExitCode.CONFIG and MISSING in done.stderr
-    # Two requests of one attempt each, plus the interpreter's start on a loaded machine.
+    # Two requests of one attempt each, and slack for a loaded machine.
     assert seconds < 2 * METADATA_TIMEOUT_SECONDS * METADATA_ATTEMPTS + 8, f"{seconds:.1f} s"
 
 

@@ -208,20 +208,17 @@ def test_local_up_on_a_taken_port_says_so_in_one_line(cdk_out: Path, tmp_path: P
     assert not (tmp_path / "e").exists()
 
 
-@pytest.mark.real
-def test_local_send_refuses_an_endpoint_that_is_not_local() -> None:
-    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused. Real: a user's
-    terminal environment, with nothing of this session's AWS settings, and the exit code."""
+def test_local_send_refuses_an_endpoint_that_is_not_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`local send` never sends to AWS: a QUEUE_URL without a loopback AWS_ENDPOINT_URL is refused (exit 2), with
+    nothing sent and one line saying why."""
+    from typer.testing import CliRunner
+
+    from consumer.cli import build_app
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     queue_url = "https://sqs.eu-west-1.amazonaws.com/123456789012/SqsWorker-prod-source"
-    done = subprocess.run(
-        [sys.executable, "-m", "consumer", "local", "send"],
-        cwd=ROOT,
-        env=user_environment() | {"QUEUE_URL": queue_url},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert (done.returncode, done.stdout) == (2, "")
+    done = CliRunner().invoke(build_app("local"), ["local", "send"], env={"QUEUE_URL": queue_url})
+    assert (done.exit_code, done.stdout) == (2, "")
     assert done.stderr == (
         'consumer local: "AWS_ENDPOINT_URL" must be a local endpoint (127.0.0.1 or localhost; `local send` never'
         " sends to AWS): ''\n"

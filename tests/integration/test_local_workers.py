@@ -101,12 +101,17 @@ def test_local_send_worker_sends_its_handlers_samples_to_that_workers_queue(serv
 @pytest.mark.real
 def test_local_send_to_an_unknown_worker_names_the_workers(served: tuple[Path, str]) -> None:
     """One line on stderr naming the workers `local up` wrote files for, and only this stack's (the file an earlier
-    stack's "orders" worker left is gone); nothing sent.
-    Real: the `local up` process serving the team stack and the CLI's exit code."""
+    stack's "orders" worker left is gone); nothing sent (exit 2).
+    Real: the files the `local up` process serving the team stack wrote; the refusal runs in process."""
+    from typer.testing import CliRunner
+
+    from consumer.cli import build_app
+
     env_file, _ = served
     assert not env_file.with_name("local.orders.env").exists()
-    done = run("local", "send", "--env-file", str(env_file), "--worker", "orders")
-    assert (done.returncode, done.stdout) == (2, "")
+    arguments = ["local", "send", "--env-file", str(env_file), "--worker", "orders"]
+    done = CliRunner().invoke(build_app("local"), arguments)
+    assert (done.exit_code, done.stdout) == (2, "")
     assert done.stderr == (
         f'consumer local: "--worker" must be one of the workers `local up` wrote an env file for next to {env_file}'
         f" ({', '.join(sorted(TEAM_WORKERS))}): 'orders'\n"
