@@ -36,10 +36,11 @@ run: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m infra.report
 	$(PY) -m consumer demo $(DEMO_ARGS)
 
-# The suite on one pytest-xdist worker per core (-n auto), a test file to a worker so a module's fixtures run once.
+# The suite on one pytest-xdist worker per core (-n auto), a test file to a worker (pyproject.toml's --dist loadfile)
+# so a module's fixtures run once.
 # Not in it: the lab's runs (`pytest -m lab`) and the image builds (make test-images).
 test: $(PY_STAMP) $(CLI_STAMP)
-	$(PY) -m pytest -n auto --dist loadfile -m "not lab" --ignore=tests/container
+	$(PY) -m pytest -n auto -m "not lab" --ignore=tests/container
 
 # The container tier (tests/container): the consumer image built from the synthesized asset as `cdk deploy` builds
 # it, for linux/amd64 and, where qemu is registered, linux/arm64 (minutes of emulation), each run as ECS runs its

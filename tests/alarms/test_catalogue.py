@@ -49,7 +49,6 @@ def outcomes(templates: Path) -> dict[str, list[Outcome]]:
     return {e.name: run_catalogue(templates / f"{e.stack_name}.template.json", e) for e in ENVIRONMENTS}
 
 
-@pytest.mark.slow(40)
 @pytest.mark.parametrize("environment", [e.name for e in ENVIRONMENTS])
 def test_catalogue_meets_the_goals_and_matches_the_docs(
     outcomes: dict[str, list[Outcome]], templates: Path, environment: str

@@ -54,7 +54,6 @@ def pages(outcome: Outcome, alarm: str) -> list[float]:
     return [n["minutes"] for n in outcome.row()["notifications"] if n["alarm"] == alarm and n["to"] == ALARM]
 
 
-@pytest.mark.slow(15)
 def test_dlq_expiring_never_pages_on_a_trickle_drained_every_morning(
     expiry: tuple[Path, EnvironmentSettings],
 ) -> None:
@@ -66,7 +65,6 @@ def test_dlq_expiring_never_pages_on_a_trickle_drained_every_morning(
     assert outcome.problems == []
 
 
-@pytest.mark.slow(20)
 @pytest.mark.parametrize("name", ["dlq-untouched", "dlq-inspected", "backstop-move"])
 def test_dlq_expiring_still_pages_a_day_before_a_held_message_expires(
     expiry: tuple[Path, EnvironmentSettings], name: str
@@ -95,7 +93,6 @@ def leased_every_day(world: World) -> Timeline:
     return Timeline(onset=onset, end=end, expiries=[onset + 2 + retention])
 
 
-@pytest.mark.slow(15)
 def test_dlq_expiring_pages_a_message_the_operator_leases_every_day(expiry: tuple[Path, EnvironmentSettings]) -> None:
     """A daily read that leaves the message in flight across a sample is still a message held: the hourly rule
     counts the most in flight, so each read's hour stays held and the page comes a day before the expiry (the age

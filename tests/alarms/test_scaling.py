@@ -368,7 +368,6 @@ def prod_template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return synthesize(outdir, {CONTEXT_KEY: {"prod": copy.deepcopy(ENVIRONMENTS["prod"])}})["prod"].json
 
 
-@pytest.mark.slow(30)
 def test_prod_drains_a_tenfold_burst_within_max_tasks_without_flapping(prod_template: dict[str, Any]) -> None:
     """Usual load: half of what MinCapacity tasks clear; ten times that for 10 minutes, then usual for an hour."""
     ((policy_id, policy),) = policies_from_template(prod_template).items()

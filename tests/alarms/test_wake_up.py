@@ -290,7 +290,6 @@ def loaded(template: dict[str, Any]) -> list[float]:
     return [5 * 240.0 + (HELD_SHARE_OF_TARGET * policy.target * 5 if m == 0 else 0.0) for m in range(40)]
 
 
-@pytest.mark.slow(30)
 def test_the_new_scenarios_hold_and_fail_with_the_former_wake_up(
     zero: tuple[dict[str, Any], EnvironmentSettings], tmp_path: Path
 ) -> None:

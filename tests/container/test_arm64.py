@@ -6,7 +6,7 @@ qemu-user-static and binfmt-support; ``.ci/container-engine`` installs them wher
 run arm64 programs the module skips with one line naming what is missing (binfmt_misc not mounted, no emulator
 registered); with ``CONTAINER_ARM64_REQUIRED=1`` (``.ci/container-engine`` sets it once emulation works) that is a
 failure instead. Under emulation the base (debootstrap's second stage) and pip's installs take minutes (measured in
-docs/deploy.md), so the module runs as ``solo``: after the parallel pool, not loading it.
+docs/deploy.md), so the container tier runs apart from ``make test``: ``make test-images``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ PLATFORM = "linux/arm64"
 REQUIRED_ENV = "CONTAINER_ARM64_REQUIRED"
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"),
-    pytest.mark.slow(900),
-    pytest.mark.solo,
 ]
 
 

@@ -51,7 +51,7 @@ REQUIREMENTS = [ROOT / "workers" / "requirements.txt", ROOT / "consumer" / "exam
 NOT_SHIPPED = ["consumer.local", "moto", "pytest", "tests", "infra", "bench", "aws_cdk", "workers.tests"]
 #: moto's CloudFormation warns for each resource type it skips (policies, scaling, alarms); consumer.local
 #: creates what matters from the template itself.
-pytestmark = [pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"), pytest.mark.slow(70)]  # the tier in all
+pytestmark = [pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")]
 
 POISON_ID = "poison-000001"
 

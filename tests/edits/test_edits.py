@@ -1,7 +1,7 @@
 """A team's first-day edits of the repository's cdk.json, each held to the framework's checks (tests/edits/tier.py).
 
-Each edit is synthesized once (cdk-nag included) and its tests share an xdist group, so a parallel run spreads
-the four edits over four workers instead of synthesizing one edit on several.
+Each edit is synthesized once (cdk-nag included), the first time one of its tests needs it; a parallel run keeps
+the module on one worker (``--dist loadfile``), so no edit is synthesized twice.
 """
 
 from __future__ import annotations
@@ -47,10 +47,8 @@ _synthesized: dict[str, tuple[Environments, dict[str, Synthesized]]] = {}
 
 
 def each_edit() -> list[Any]:
-    """The edits as parameters, each in an xdist group of its own, the slowest first (tests/parallel.py)."""
-    return [
-        pytest.param(name, marks=[pytest.mark.xdist_group(f"edits: {name}"), pytest.mark.slow(40)]) for name in EDITS
-    ]
+    """The edits as parameters, named by the edit."""
+    return [pytest.param(name) for name in EDITS]
 
 
 def edited(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Environments, dict[str, Synthesized]]:

@@ -124,9 +124,8 @@ def strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
-#: The report off a terminal, run once for the tests that read it (they share an xdist group, so one worker runs both).
+#: The report off a terminal, run once for the tests that read it (a parallel run keeps the module on one worker).
 _off_a_terminal: list[subprocess.CompletedProcess[str]] = []
-OFF_A_TERMINAL = pytest.mark.xdist_group("entry: the report off a terminal")
 
 
 #: What the real run reports: a one-worker environment and demo's two workers (every environment is a synth more, and
@@ -142,7 +141,6 @@ def report_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> subproces
     return _off_a_terminal[0]
 
 
-@OFF_A_TERMINAL
 @pytest.mark.real
 def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
@@ -160,7 +158,6 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempP
     assert "…" not in handler_row and "notifications" in handler_row
 
 
-@OFF_A_TERMINAL
 @pytest.mark.real
 def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A column per worker: a one-worker environment under its name, demo's two workers each under "demo" over

@@ -21,9 +21,6 @@ from tests.infra.conftest import Synthesized
 from tests.reference import SHIPPED, repository_environments, shipped_example
 
 ENVIRONMENTS = list(repository_environments())
-#: The module's tests on one xdist worker (tests/parallel.py), as a module-scoped synthesis would keep them: the
-#: session's synthesis of cdk.json then runs once for them, not once on every worker.
-pytestmark = pytest.mark.xdist_group("tests/infra/test_repository.py")
 
 
 def test_every_environment_of_cdk_json_parses_and_synthesizes(repository: dict[str, Synthesized]) -> None:

@@ -25,7 +25,7 @@ from tests.integration.conftest import run_module
 # The module's one short run, with the assembly it needs. It is the lab's (pytest -m lab): real processes SIGKILLed on
 # timers, whose outcomes hang on how fast the machine runs (two fresh-clone runs ended before the second kill landed).
 # make test leaves it out: the simulated tier (tests/sim) runs the same faults on the virtual clock, every seed.
-pytestmark = [pytest.mark.slow(140), pytest.mark.lab]
+pytestmark = pytest.mark.lab
 
 #: The fleets of the run: the thread handler's (its figures are the results' own) and the other shapes'.
 FLEETS = ("standard", "batch", "async")

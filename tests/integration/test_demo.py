@@ -28,8 +28,6 @@ from consumer.stack_outputs import consumer_container, task_definitions
 from tests.integration.conftest import SHIPPED_DEMO_STACK, run_module
 from tests.reference import shipped_demo
 
-pytestmark = pytest.mark.slow(35)  # the module's one short run, with the assembly it needs
-
 
 @pytest.fixture(scope="module")
 def short_run(

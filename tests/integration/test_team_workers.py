@@ -20,8 +20,6 @@ from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS, run_module
 from tests.integration.local_runs import message_ids, stop_command, user_environment
 
-pytestmark = pytest.mark.slow(45)  # a synth, a short demo and a manual run
-
 WORKERS = TEAM_WORKERS
 #: Messages the demo sends each worker: invoices' three samples cycle (two valid, one poison) to 4 valid, 1 poison.
 SAMPLES = 5

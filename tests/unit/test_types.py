@@ -6,12 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow(75)  # without a cache (a fresh clone); under a second with one
 def test_mypy_is_clean() -> None:
     """`mypy` with the project's config reports no error (the pinned mypy and stubs from requirements-dev.txt)."""
     command = [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml"]
