@@ -22,7 +22,7 @@ from bench.tracing import report as tracing_report
 
 DOC = EVIDENCE / "BENCHMARKS.md"
 PLOTS = {"throughput": "throughput.png", "latency": "latency.png"}
-#: Issue 26's goal: ours' CPU per message with the no-op handler at concurrency 16 (no guard), over the bare loop's.
+#: The goal: ours' CPU per message with the no-op handler at concurrency 16 (no guard), over the bare loop's.
 BARE_RATIO_GOAL = 1.25
 
 

@@ -55,7 +55,7 @@ def environment_vpc(scope: Stack, settings: EnvironmentSettings, removal: Remova
         "Vpc",
         max_azs=MAX_AZS,
         nat_gateways=settings.nat_gateways,
-        # The CDK's default layout where there is NAT: a template with NAT gateways is what it always was.
+        # The CDK's default layout where there is NAT: the subnets a deployed stack with NAT gateways holds.
         subnet_configuration=None if settings.nat_gateways else PUBLIC_ONLY,
     )
     for endpoint_id, service in GATEWAY_ENDPOINTS.items():

@@ -289,7 +289,7 @@ class ConsumerService(Construct):
         # (https://docs.aws.amazon.com/AmazonECS/latest/APIReference/API_UpdateService.html, capacityProviderStrategy).
         # So a Spot service has a construct id of its own: turning spot on or off replaces the service (CloudFormation
         # creates the new one, then deletes the old one, whose tasks drain on SIGTERM as in a deploy) instead of an
-        # update ECS may refuse. Without spot the id, and every logical id, is what it always was.
+        # update ECS may refuse. Without spot the id is "Service": every logical id is the one a deployed stack holds.
         self.service = ecs.FargateService(
             self,
             "Service" if spot is None else "SpotService",
@@ -302,7 +302,7 @@ class ConsumerService(Construct):
             vpc_subnets=ec2.SubnetSelection(
                 subnet_type=ec2.SubnetType.PUBLIC if self.public_ip else ec2.SubnetType.PRIVATE_WITH_EGRESS
             ),
-            # Without spot: the FARGATE launch type, as always (a template without spot is unchanged).
+            # Without spot: the FARGATE launch type, and no capacity provider strategy in the template.
             capacity_provider_strategies=capacity_strategy(spot) if spot is not None else None,
         )
         if spot is not None:

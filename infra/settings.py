@@ -232,10 +232,7 @@ _KNOWN_KEYS = sorted(_FIELDS | {"paging", "tickets", *WORKER_KEYS})
 #:   roles and policies 4, task definition, log group, service, security group, scaling target and policy,
 #:   11 alarms), the shared VPC (its DynamoDB and S3 gateway endpoints, and the custom resource stripping its default
 #:   security group with the CDK's provider for it, function and role, included), cluster, topics, key and dashboard
-#:   37: 17 workers make 479, which leaves 21 for producers, subscriptions and grants; 18 would make 505
-#:   (20 fitted until DownstreamUnavailable, issue 16, gave each worker a ninth alarm; 19 until DlqExpiring became a
-#:   composite over two input alarms, issue 25; the spare was a worker's worth, 26, until the gateway endpoints and
-#:   the default security group's stripping, issue 39, took five of it rather than refuse a seventeenth worker):
+#:   37: 17 workers make 479, which leaves 21 for producers, subscriptions and grants; 18 would make 505:
 #:   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/cloudformation-limits.html
 #:   Sources, wake-ups and tracing add more: infra/limits.py counts what a configuration builds and refuses it past 500.
 #: - CloudWatch: 100 alarms in one alarm status widget (the dashboard's "any worker paging" view holds each

@@ -219,7 +219,7 @@ class WorkerStack(Stack):
             return ecs.Cluster.from_cluster_attributes(
                 self, "Cluster", cluster_name=settings.cluster_name, vpc=vpc, security_groups=[]
             )
-        # FARGATE and FARGATE_SPOT associated only where a worker runs on Spot: every other template is unchanged.
+        # FARGATE and FARGATE_SPOT associated only where a worker runs on Spot: no other template has the association.
         return ecs.Cluster(
             self,
             "Cluster",

@@ -1,7 +1,7 @@
 """The tracing sidecar: an AWS Distro for OpenTelemetry collector beside a worker's consumer, exporting to X-Ray.
 
 Added by :class:`infra.service.ConsumerService` where the environment sets ``tracing`` (:mod:`infra.tracing_settings`);
-without it the task definition, the task role and the container's variables are what they always were.
+without it, nothing of tracing is in the task definition, the task role or the container's variables.
 """
 
 from __future__ import annotations

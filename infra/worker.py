@@ -36,8 +36,8 @@ from infra.worker_settings import (
 
 #: The construct id of the worker holding the stack's unprefixed resources (identity "default", infra/identities.py):
 #: the CDK leaves an id "Default" out of every logical id below it (makeUniqueId's HIDDEN_ID, in aws-cdk-lib
-#: core/lib/private/uniqueid.ts), so ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, as
-#: ``<stack>/Queues/Queue`` always was.
+#: core/lib/private/uniqueid.ts), so ``<stack>/Default/Queues/Queue`` is ``QueuesQueueD811C857``, the
+#: logical id of ``<stack>/Queues/Queue``.
 DEFAULT_WORKER_ID = "Default"
 
 

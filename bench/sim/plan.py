@@ -70,7 +70,7 @@ class Plan:
         fifo = shape != "batch" and rng.random() < 0.4  # a batch handler runs on a standard queue only
         max_duration = rng.choice((3, 5, 10, 30))
         # Now and then handlers that outlast a SIGTERM's drain (ECS stops a task within 120 s): drawn from a generator
-        # of its own, so every other plan stays as it was.
+        # of its own, so they shift none of the other draws: each seed's plan is the same with or without them.
         drain = random.Random(f"drain-{seed}")
         long_handlers = drain.random() < LONG_HANDLERS
         if long_handlers:

@@ -1,5 +1,5 @@
-"""Named regression scenarios of the simulated world: one or more per race issue 38 listed (section 1), each a plan
-written out so that the race, unfixed, breaks an invariant (tests/sim/test_scenarios.py).
+"""Named regression scenarios of the simulated world: one or more per known race (numbered by ``Scenario.race``),
+each a plan written out so that the race, unfixed, breaks an invariant (tests/sim/test_scenarios.py).
 
 ``python -m bench.simulate --scenario NAME --log`` runs one with its event log.
 """
@@ -15,7 +15,7 @@ from bench.sim.plan import Plan
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    race: int  # the item of issue 38's section 1 it pins; 0: found by the seeded tier once those were fixed
+    race: int  # the race it pins, by number (as invariants.py cites races); 0: a seed's (tests/sim/test_seeds.py)
     what: str
     plan: Plan
 
@@ -116,7 +116,7 @@ SCENARIOS = (
     Scenario(
         "claim_answer_lost_fifo",
         4,
-        "the same on FIFO, where each deferral used to spend a receive until the DLQ took the message untried",
+        "the same on FIFO, where a deferral would spend a receive each time, until the DLQ took the message untried",
         _plan(
             1008,
             fifo=True,
@@ -216,7 +216,7 @@ SCENARIOS = (
     ),
 )
 
-#: Scenarios of issue 38's smaller items (section 1, item 10).
+#: Scenarios of the smaller races, numbered 10 together.
 SCENARIOS += (
     Scenario(
         "deferral_waits_for_the_holder",
@@ -287,9 +287,9 @@ SCENARIOS += (
     Scenario(
         "a_dead_acknowledger_leaves_no_delete_behind",
         10,
-        "found by seed 500 once the acknowledger's thread was guarded: it died with a delete waiting for its batch, and"
-        " shutdown waited 10 s for it and dropped the delete, so a finished message ran again; now what waits is sent"
-        " from the closing thread",
+        "seed 500's race: the acknowledger's thread (guarded) dies with a delete waiting for its batch; what waits is"
+        " sent from the closing thread, where waiting 10 s for the dead thread and dropping the delete would run a"
+        " finished message again",
         Plan.draw(500),
     ),
 )
@@ -298,9 +298,10 @@ SCENARIOS += (
     Scenario(
         "a_short_lease_batch_starts",
         0,
-        "found by seed 66: a batch handler on a 4 s lease with a 2 s window (a 1 s heartbeat): collected messages were"
-        " extended only below 2 s left, where a start refuses them as lease_ran_down, so every batch was handed back,"
-        " again and again; a waiting message is now extended while it still has the heartbeat's reach and a beat",
+        "seed 66's race: a batch handler on a 4 s lease with a 2 s window (a 1 s heartbeat): a waiting message is"
+        " extended while it still has the heartbeat's reach and a beat; extended only below 2 s left, collected"
+        " messages would meet a start that refuses them as lease_ran_down, and every batch would be handed back, again"
+        " and again",
         _plan(
             1017,
             shape="batch",
@@ -316,10 +317,10 @@ SCENARIOS += (
     Scenario(
         "an_async_task_crash_ends_the_process",
         0,
-        "found by seed 118: an async handler's settlement raised what nothing expects (a DLQ move, on the loop's"
-        " executor); the task died unseen with its FIFO group's tail (one receive brought all six) neither run nor"
-        " handed back, and the heartbeat held those leases for ever in a live process; now it stops the process"
-        " (exit 1) as a guarded thread's death does",
+        "seed 118's race: an async handler's settlement raises what nothing expects (a DLQ move, on the loop's"
+        " executor); the task's death stops the process (exit 1) as a guarded thread's death does, where a task dying"
+        " unseen would leave its FIFO group's tail (one receive brings all six) neither run nor handed back, and the"
+        " heartbeat would hold those leases for ever in a live process",
         _plan(
             1018,
             shape="async",
@@ -335,9 +336,9 @@ SCENARIOS += (
     Scenario(
         "renewals_never_hold_up_extensions",
         0,
-        "found by seed 517: a batch of ten on a slow table (up to 3 s a DynamoDB call) with an 8 s lease: the heartbeat"
-        " renewed each claim in turn before extending the next message's lease, so leases lapsed and messages ran"
-        " twice; renewals now run on their own threads and the heartbeat waits for none",
+        "seed 517's race: a batch of ten on a slow table (up to 3 s a DynamoDB call) with an 8 s lease: renewals run"
+        " on their own threads and the heartbeat waits for none, where a heartbeat renewing each claim in turn before"
+        " extending the next message's lease would let leases lapse and messages run twice",
         _plan(
             1019,
             shape="batch",
@@ -359,10 +360,10 @@ SCENARIOS += (
     Scenario(
         "a_lapsed_message_is_not_copied",
         0,
-        "found by seed 481: messages received ahead of a one-slot consumer's free handler wait out a slow one (9 s) on"
-        " a 4 s lease; the second consumer receives and runs them meanwhile; when the slot frees, each was handed back"
-        " as lease_ran_down by a copy, and the copy ran it again (no guard: done twice or more); a message whose lease"
-        " already ran out is now left alone (message_lease_lapsed)",
+        "seed 481's race: messages received ahead of a one-slot consumer's free handler wait out a slow one (9 s) on"
+        " a 4 s lease; the second consumer receives and runs them meanwhile; when the slot frees, a message whose"
+        " lease already ran out is left alone (message_lease_lapsed), where handing it back as lease_ran_down by a copy"
+        " would have the copy run it again (no guard: done twice or more)",
         _plan(
             1020,
             guard=False,
@@ -382,11 +383,11 @@ SCENARIOS += (
     Scenario(
         "done_with_keeps_its_lease_on_a_slow_table",
         0,
-        "found by seed 697 (past the tier): async handlers on a 4 s lease and a slow table (up to 3 s a DynamoDB"
-        " call): a poison message's claim release, its DLQ copy and its delete outlasted its lease, and the"
-        " acknowledger's extensions waited behind its own completion writes, so it was received again and moved to"
-        " the DLQ twice; the heartbeat now extends a message done with until its outcome is handed over, and the"
-        " acknowledger writes completions on a thread of its own",
+        "seed 697's race (past the tier): async handlers on a 4 s lease and a slow table (up to 3 s a DynamoDB"
+        " call): a poison message's claim release, its DLQ copy and its delete outlast its lease; the heartbeat"
+        " extends a message done with until its outcome is handed over, and the acknowledger writes completions on a"
+        " thread of its own, where extensions waiting behind its completion writes would let the message be received"
+        " again and moved to the DLQ twice",
         Plan.draw(697),
     ),
 )
@@ -395,10 +396,10 @@ SCENARIOS += (
     Scenario(
         "a_batched_delete_keeps_its_lease_on_a_slow_table",
         0,
-        "found by seed 592 (past the tier): batch handlers on an 8 s lease and a slow, throttled table: a processed"
-        " message's delete waited for its batch, which writes the batch's completions first; the throttled write"
-        " outlasted the lease, the message was received again and its claim, the completion not yet landed, ran it"
-        " twice; a message whose delete waits for its batch is now held and extended until the batch is sent",
+        "seed 592's race (past the tier): batch handlers on an 8 s lease and a slow, throttled table: a processed"
+        " message's delete waits for its batch, which writes the batch's completions first, and the throttled write"
+        " outlasts the lease; the message is held and extended until the batch is sent, where a lapsed lease would"
+        " let it be received again and its claim, the completion not yet landed, run it twice",
         Plan.draw(592),
     ),
 )

@@ -250,7 +250,7 @@ class DemoResult:
         return self.timed_out_phase is None and all(worker.ok for worker in self.workers)
 
     def to_json(self) -> dict[str, Any]:
-        """The first worker's result at the top level (the keys a single-worker demo wrote), every worker's under
+        """The first worker's result at the top level (a single-worker demo's report keys), every worker's under
         ``workers`` by name; ``ok`` is the whole run's, the exit code's."""
         first = self.workers[0].to_json() if self.workers else {}
         return first | {

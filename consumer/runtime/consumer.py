@@ -357,7 +357,8 @@ class Consumer:
         """Process until :meth:`stop`; returns the process exit code."""
         loops = 1 if isinstance(self._runner, AsyncRunner) else self.contract.concurrency  # one event loop
         spawn = self._clock.thread
-        # "worker-<i>": the name operators see in a thread_crashed line (its thread_name field); kept as it was.
+        # "worker-<i>", though they run the handler runner: the name operators see in a thread_crashed line (its
+        # thread_name field), which stays stable.
         threads = [spawn(self._guarded(self._runner.run), name=f"worker-{i}") for i in range(loops)]
         threads += [
             spawn(self._guarded(partial(self._poller.run, i)), name=poller_loop(i))

@@ -354,7 +354,7 @@ def test_without_producers_each_dlq_holds_only_the_tls_deny(reference: dict[str,
 
 @pytest.mark.parametrize("name", ["dev", "staging", "prod", "demo"])
 def test_without_producers_iam_alone_decides_who_sends(reference: dict[str, Synthesized], name: str) -> None:
-    """Unset producers: the source's policy holds only the TLS deny, as before."""
+    """Unset producers: the source's policy holds only the TLS deny, and IAM alone decides who sends."""
     (tls,) = source_policy_statements(reference[name])
     assert {k: tls[k] for k in TLS_DENY} == TLS_DENY
 

@@ -352,7 +352,8 @@ def test_nag_is_clean_with_sources(fed: dict[str, Synthesized]) -> None:
 
 
 def test_without_sources_every_template_is_byte_identical(reference: dict[str, Synthesized]) -> None:
-    """The reference environments (no sources) synthesize exactly as before: nothing of this feature is written."""
+    """The reference environments (no sources) write nothing of this feature: no sources topic, rule or SQS
+    subscription."""
     for env in reference.values():
         assert "SourcesTopic" not in json.dumps(env.json) and not env.resources("AWS::Events::Rule")
         assert not [s for s in env.resources("AWS::SNS::Subscription").values() if s["Properties"]["Protocol"] == "sqs"]

@@ -39,7 +39,7 @@ def test_queue_and_table_logical_ids_are_pinned(reference: dict[str, Synthesized
     assert found == PINNED_LOGICAL_IDS
 
 
-#: Every resource of prod's template before an environment could hold several workers (issue 15), by logical id:
+#: Every resource of prod's template before an environment could hold several workers, by logical id:
 #: a one-worker environment keeps exactly these, so upgrading to the Worker construct replaces nothing.
 PROD_RESOURCES_BEFORE_WORKERS = {
     "QueuesDeadLetterQueue82AA3FB7": "AWS::SQS::Queue",
@@ -105,17 +105,17 @@ PROD_RESOURCES_BEFORE_WORKERS = {
 
 #: Resources prod gained since, each added beside the ones above (none of those changed id or type).
 PROD_RESOURCES_ADDED = {
-    # issue 16: an outage held behind the consumer's circuit reaches no DLQ alarm any more.
+    # DownstreamUnavailable: an outage held behind the consumer's circuit reaches no DLQ alarm, so this one pages.
     "AlarmsDownstreamUnavailable39FBC6CC": "AWS::CloudWatch::Alarm",
-    # issue 25: DlqExpiring pages on the DLQ's oldest message (DlqAge above, kept as its input without actions: an
+    # DlqExpiring pages on the DLQ's oldest message (DlqAge above, kept as its input without actions: an
     # Alarm cannot become a CompositeAlarm under one logical id) or the DLQ holding messages hour after hour.
     "AlarmsDlqExpiringCEA29B4F": "AWS::CloudWatch::CompositeAlarm",
     "AlarmsDlqHeldLong6CCBEF54": "AWS::CloudWatch::Alarm",
-    # issue 39: gateway endpoints, free, so the idempotency table's calls and ECR's image layers skip NAT data. Only
+    # Gateway endpoints, free, so the idempotency table's calls and ECR's image layers skip NAT data. Only
     # routes are added to the route tables: no subnet, route table or NAT gateway is replaced (below).
     "VpcDynamoDbEndpoint564903D1": "AWS::EC2::VPCEndpoint",
     "VpcS3Endpoint4A3DE4B5": "AWS::EC2::VPCEndpoint",
-    # issue 39: restrictDefaultSecurityGroup strips the VPC's default security group (Security Hub EC2.2) through a
+    # restrictDefaultSecurityGroup strips the VPC's default security group (Security Hub EC2.2) through a
     # custom resource, and the stack holds the CDK's provider for it (its function and role).
     "VpcRestrictDefaultSecurityGroupCustomResourceC73DA2BE": "Custom::VpcRestrictDefaultSG",
     "CustomVpcRestrictDefaultSGCustomResourceProviderRole26592FE0": "AWS::IAM::Role",
@@ -124,8 +124,8 @@ PROD_RESOURCES_ADDED = {
 
 
 def test_prod_keeps_every_logical_id_and_type_it_had_before_workers(prod: Synthesized) -> None:
-    """The Worker construct ("Default" for the first worker) leaves every prod resource under its old logical id;
-    the only other resources are the ones added since."""
+    """The Worker construct ("Default" for the first worker) keeps every prod resource under the logical id a stack
+    deployed before it holds; the only other resources are PROD_RESOURCES_ADDED."""
     found = {logical_id: resource["Type"] for logical_id, resource in prod.json["Resources"].items()}
     assert found == PROD_RESOURCES_BEFORE_WORKERS | PROD_RESOURCES_ADDED
 
@@ -140,7 +140,7 @@ PROD_SUBNETS = {
 
 
 def test_prod_subnets_keep_their_addresses_and_zones(prod: Synthesized) -> None:
-    """The VPC's layout with NAT is the CDK's default, as it always was: every subnet keeps its CIDR block and zone."""
+    """The VPC's layout with NAT is the CDK's default, as deployed stacks hold it: each subnet keeps CIDR and zone."""
     found = {
         logical_id: (subnet["Properties"]["CidrBlock"], subnet["Properties"]["AvailabilityZone"]["Fn::Select"][0])
         for logical_id, subnet in prod.resources("AWS::EC2::Subnet").items()
@@ -170,7 +170,8 @@ def test_data_removal_policy_per_environment(reference: dict[str, Synthesized]) 
             assert found == expected, (name, construct.node.path)
 
 
-#: Flags cdk.json set before the feature flags were decided (issue 14); the rest were added then.
+#: Flags cdk.json sets apart from the recommended ones decided together (the rest of its @aws-cdk keys: adopted
+#: silently, FLAGS_LEFT or FLAGS_ADOPTED_WITH_CHANGES).
 FLAGS_BEFORE_THE_DECISION = {
     "@aws-cdk/core:checkSecretUsage",
     "@aws-cdk/aws-iam:minimizePolicies",
@@ -185,14 +186,14 @@ FLAGS_LEFT = {
     "@aws-cdk/core:enableAdditionalMetadataCollection",
     "@aws-cdk/core:validateAgainstDefaultRules",
 }
-#: Recommended flags adopted on purpose though they change templates (issue 39), each with its change
+#: Recommended flags adopted on purpose though they change templates, each with its change
 #: (docs/upgrades.md): the test below allows exactly these differences and nothing else.
 FLAGS_ADOPTED_WITH_CHANGES = {
     # Security Hub EC2.2: a VPC's default security group allows all traffic among its members and all egress. Each
     # VPC the stack creates gets a custom resource removing those rules, and the stack the provider behind it.
     "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup",
-    # The empty DeploymentConfiguration.Alarms block some partitions refuse (aws-cdk#26574) is no longer written;
-    # deployment alarms a service is given are written as before.
+    # It writes no empty DeploymentConfiguration.Alarms block (some partitions refuse one: aws-cdk#26574);
+    # deployment alarms a service is given are written as without it.
     "@aws-cdk/aws-ecs:removeDefaultDeploymentAlarm",
 }
 #: What restrictDefaultSecurityGroup adds to a stack that creates its VPC (the reference environments all do).
@@ -219,8 +220,8 @@ def templates(outdir: Path, context: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def flagged(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
-    """cdk.json's flags over the reference environments (with the CLI's version reporting on), the flags decided
-    since FLAGS_BEFORE_THE_DECISION, and every environment's template synthesized with them."""
+    """cdk.json's flags over the reference environments (with the CLI's version reporting on), the decided flags
+    (every @aws-cdk key but FLAGS_BEFORE_THE_DECISION), and every environment's template synthesized with them."""
     context = {
         **cdk_json_context(),
         **CLI_CONTEXT,
@@ -233,8 +234,8 @@ def flagged(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], s
 def test_feature_flags_in_cdk_json_change_no_template(
     flagged: tuple[dict[str, Any], set[str], dict[str, Any]], tmp_path: Path
 ) -> None:
-    """The recommended flags cdk.json adopted silently leave every environment's template as it was (logical ids,
-    properties, CDKMetadata): adopting them replaced or changed nothing deployed; the five left stay off."""
+    """The recommended flags cdk.json adopted silently leave every environment's template as it is without them (logical
+    ids, properties, CDKMetadata): adopting them replaces or changes nothing deployed; the five left stay off."""
     context, added, with_flags = flagged
     assert {key for key in added if context[key] is False} == FLAGS_LEFT
     assert {key for key in FLAGS_ADOPTED_WITH_CHANGES if context[key] is True} == FLAGS_ADOPTED_WITH_CHANGES

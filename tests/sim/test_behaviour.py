@@ -1,7 +1,7 @@
 """The runtime's timing behaviours on the virtual clock: a lease kept by the heartbeat, a handler given up on past
 max_duration, every slot stuck, the retry backoff and the DLQ, a batch's window, an async handler cancelled at its
-deadline. Each used to wait for real (seconds to a minute each, twice: in process and over HTTP); here minutes of a
-run pass in a fraction of a second, and what each asserts is read from the run (bench/sim/run.py), exactly.
+deadline. On a real clock each waits for real (seconds to a minute each, twice: in process and over HTTP); here a
+run's minutes pass in a fraction of a second, and what each asserts is read from the run (bench/sim/run.py), exactly.
 """
 
 from __future__ import annotations

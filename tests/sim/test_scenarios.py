@@ -1,6 +1,6 @@
-"""Each named scenario of the simulated world holds every invariant: one per race issue 38 found (bench/sim/scenarios.py).
+"""Each named scenario of the simulated world holds every invariant: one or more per race (bench/sim/scenarios.py).
 
-Each scenario is written out so that its race, unfixed, breaks an invariant: its test went red with the fix reverted.
+Each scenario is written out so that its race, unfixed, breaks an invariant: its test fails with the fix reverted.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def test_all_lists_only_names_the_module_defines(path: Path) -> None:
 
 def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
     """No ``from a.b import name`` (anywhere in consumer/, infra/, bench/, tests/, workers/) takes a name that a.b
-    only imports itself: a name moved to another module is imported from there, not through where it used to be.
+    only imports itself: a name is imported from the module that defines it, never through one that re-imports it.
     The public facade (``from consumer import worker``) is the one exception."""
     bindings: dict[str, tuple[set[str], set[str]]] = {}
     through = []

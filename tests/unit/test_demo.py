@@ -213,7 +213,8 @@ def test_demo_result_ok_needs_every_worker_balanced() -> None:
 
 
 def test_demo_result_json_keeps_the_first_worker_on_top_and_every_worker_by_name() -> None:
-    """--report: the first worker's keys at the top (as before), each worker under "workers", the run's "ok"."""
+    """--report: the first worker's keys at the top (as a single-worker demo has them), each worker under "workers",
+    the run's "ok"."""
     good = lane_of(account(plan_of("good"), KINDS, {"evt-0": 1}, {}, 0))
     lost = lane_of(account([Planned("rpt-0", "good", "{}")], KINDS, {}, {}, 0), worker="reports")
     data = DemoResult(workers=[good, lost], elapsed_seconds=1.0).to_json()

@@ -216,7 +216,7 @@ def test_the_key_of_an_unwrapped_message_is_its_sns_message_id_unless_it_carries
 def test_the_key_of_an_event_is_its_id() -> None:
     body = eventbridge_event({"a": 1}, source="s", detail_type="d", event_id="ev-9")
     assert idempotency_key(delivered(body, sources=SOURCES)) == "event:ev-9"
-    # The same body without EventBridge declared: the body's hash, as before.
+    # The same body without EventBridge declared: the body's hash, the last-resort key.
     assert idempotency_key(delivered(body, sources=Sources())).startswith("sha256:")
 
 
