@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -17,12 +18,14 @@ from bench.common import ROOT
 SYNTH_RUNS = 3
 
 
-def make_test_workers() -> int:
-    """The pytest-xdist workers `make test` runs the suite on (the Makefile's TEST_WORKERS default)."""
-    match = re.search(r"^TEST_WORKERS \?= (\d+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+def make_test_command() -> list[str]:
+    """The pytest command `make test` runs (the Makefile's ``test:`` recipe), with this interpreter for ``$(PY)``."""
+    match = re.search(r"^test:.*\n\t\$\(PY\) (-m pytest .*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
     if match is None:
-        raise RuntimeError("the Makefile sets no TEST_WORKERS default: the suite's figure would not be make test's")
-    return int(match[1])
+        raise RuntimeError(
+            "the Makefile's test recipe runs no `$(PY) -m pytest`: the suite's figure would not be make test's"
+        )
+    return [sys.executable, *shlex.split(match[1])]
 
 
 def _timed(command: list[str], env: dict[str, str] | None = None, timeout: float = 900, check: bool = True) -> float:
@@ -56,9 +59,8 @@ def run(suite: bool = True) -> dict[str, Any]:
         print(f"synth {row['median_seconds']:6.1f} s  {row['what']}", flush=True)
     tiers = []
     if suite:
-        workers = make_test_workers()
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers)]
-        seconds = _timed(command, timeout=1800)
-        tiers.append({"tier": f"the whole suite, as `make test` runs it ({workers} workers)", "seconds": seconds})
-        print(f"suite {seconds:6.1f} s  on {workers} workers", flush=True)
+        command = make_test_command()
+        seconds = _timed([*command, "-q", "-p", "no:cacheprovider"], timeout=1800)
+        tiers.append({"tier": f"the whole suite, as `make test` runs it ({' '.join(command[1:])})", "seconds": seconds})
+        print(f"suite {seconds:6.1f} s  as make test runs it", flush=True)
     return {"synth": rows, "suite": tiers}

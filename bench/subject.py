@@ -6,7 +6,7 @@ The naive baseline is the consumer from the usual blog posts: receive up to 10,
 run the handler on each in turn, delete each with its own ``DeleteMessage``,
 and sleep a fixed delay when the queue was empty; no heartbeat, no signal
 handling. At concurrency N it runs N such loops on N threads, the usual way to
-scale it. Ours is :class:`consumer.runtime.Consumer` with a contract built from
+scale it. Ours is :class:`consumer.runtime.consumer.Consumer` with a contract built from
 the options, as the container builds it from the task's environment.
 
 The handler sleeps ``body["sleep"]`` seconds (default ``--sleep``): 0 is a no-op

@@ -81,7 +81,7 @@ if TYPE_CHECKING:  # the stubs are a development dependency: the image does not 
 
 # The timing knobs imported above (LONG_POLL_SECONDS, BATCH_FILL_SECONDS, LOOKAHEAD_WAIT_SECONDS and TICK_SECONDS
 # from .polling, EVENT_LOOP_STALL_SECONDS from consumer.limits) are read from this module's namespace when a Consumer
-# is built: setting one on this module (bench/subject.py's ablation, a test's monkeypatch) tunes every part of a
+# is built (EVENT_LOOP_STALL_SECONDS when it runs): setting one on this module (bench/subject.py's ablation, a test's monkeypatch) tunes every part of a
 # Consumer built afterwards. To read one, import it from the module that defines it.
 
 log = logging.getLogger("consumer")
@@ -172,7 +172,7 @@ class Collaborators:
 class Consumer:
     """Consume ``queue_url`` with ``handler`` under ``contract``.
 
-    ``collaborators`` (:class:`.wiring.Collaborators`): what it works with beyond the SQS client, each defaulting to
+    ``collaborators`` (:class:`Collaborators`): what it works with beyond the SQS client, each defaulting to
     a bare local run's: its clock, randomness, idempotency store, task protection, metrics, progress file and tracer.
     ``intake`` (:class:`.wiring.Intake`): how it takes messages in beyond the contract: the task role whose requeued
     copies are trusted with their spent receives, what its declared sources deliver, and ``max_rate`` (None: the
@@ -234,7 +234,7 @@ class Consumer:
             protection=self.protection,
             liveness=self.liveness,
         )
-        # Read from this module now, so that setting them here tunes every part (see __all__).
+        # Read from this module now, so that setting them here tunes every part (the comment above the logger).
         timings = Timings(
             tick_seconds=TICK_SECONDS,
             long_poll_seconds=LONG_POLL_SECONDS,

@@ -99,7 +99,7 @@ _SYNTHESIZED: dict[str, dict[str, Synthesized]] = {}
 def synthesize_once(tmp_path_factory: pytest.TempPathFactory, context: dict[str, Any]) -> dict[str, Synthesized]:
     """:func:`synthesize` of ``context``, once per session: a module asking for a context another module already
     synthesized (same environments, same order) reads that synthesis, which neither may change."""
-    key = json.dumps(context)
+    key = json.dumps(context, sort_keys=True)
     if key not in _SYNTHESIZED:
         _SYNTHESIZED[key] = synthesize(tmp_path_factory.mktemp("cdk.out"), context)
     return _SYNTHESIZED[key]

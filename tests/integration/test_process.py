@@ -25,6 +25,7 @@ from consumer.testing import depth, wait_until
 from tests.integration.conftest import REGION, RunResult, create_pair
 from tests.integration.handlers import killed_on_first_receive, ordered_slow
 from tests.integration.processes import CONTRACT, create_table, effects, start, wait_for_event, wait_in_flight
+from tests.integration.support import holds_nothing
 
 # --------------------------------------------------------------------------- a real process: signals and exit codes
 
@@ -94,7 +95,7 @@ def test_process_sigkill_mid_work_leaves_the_message_to_come_back_once(
     wait_until(
         lambda: effects(tmp_path / "effects"), timeout=contract.visibility_timeout_seconds + 20, what="redelivery"
     )
-    wait_until(lambda: depth(server_sqs, pair.queue_url) == (0, 0), what="the message deleted")
+    wait_until(lambda: holds_nothing(server_sqs, pair.queue_url), what="the message deleted")
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=20) == 0
     applied = effects(tmp_path / "effects")
