@@ -95,11 +95,15 @@ $(BENCH_STAMP): bench/requirements.txt $(PY_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
 	touch $@
 
-# The image's locked versions first, hashes checked, so tests run on exactly what the image installs.
+# The image's locked versions first, hashes checked, so tests run on exactly what the image installs. uv installs
+# them (pinned, itself installed by pip): the same locks and hashes as pip, in seconds where pip took a minute and a
+# half (most of it compiling every module to bytecode up front; uv leaves that to the first import).
+UV := uv==0.13.9
 $(PY_STAMP): requirements.txt requirements-dev.txt $(LOCKS:.lock=.txt) $(LOCKS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes $(addprefix -r ,$(LOCKS))
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check $(UV)
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --require-hashes $(addprefix -r ,$(LOCKS))
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements-dev.txt
 	touch $@
 
 # Re-resolve after changing a requirements.txt of $(LOCKS) (needs the package index); commit each pair, and

@@ -3,6 +3,8 @@ the project's pinned Node, as ``make`` does, also when pytest is started by hand
 
 import os
 
+import pytest
+
 from infra.toolchain import NODE_BIN, use_pinned_node
 
 use_pinned_node()
@@ -11,3 +13,28 @@ use_pinned_node()
 def machine_path() -> str:
     """The PATH without the project's Node: what a shell has before ``make`` or ``app.py`` pins it."""
     return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(NODE_BIN))
+
+
+#: The modules that run longest, longest first (``pytest -n auto --durations=0`` on a fresh clone sums them): each
+#: worker starts on one of them, so neither ends the run alone on one while the other waits. pyproject.toml turns
+#: pytest-xdist's own order (modules with the most tests first) off for this.
+LONGEST_FIRST = (
+    "tests/unit/test_types.py",
+    "tests/alarms/test_catalogue.py",
+    "tests/alarms/test_wake_up.py",
+    "tests/integration/test_demo.py",
+    "tests/integration/test_bench.py",
+    "tests/integration/test_dlq_cli.py",
+    "tests/edits/test_edits.py",
+    "tests/sim/test_scenarios.py",
+    "tests/integration/test_dlq_redrive_safety.py",
+    "tests/integration/test_consumer.py",
+    "tests/integration/test_tracing.py",
+    "tests/infra/test_permissions.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of :data:`LONGEST_FIRST` first, in its order; every other test keeps its place after them."""
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

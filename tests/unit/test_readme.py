@@ -35,3 +35,12 @@ def test_readme_fits_in_ten_kilobytes() -> None:
     where to go next, at most 10 KB; detail lives in docs/ and the evidence in docs/evidence/."""
     size = len((ROOT / "README.md").read_bytes())
     assert size <= 10 * 1024, f"README.md is {size} bytes, over 10,240: move detail to the docs page it belongs in"
+
+
+def test_the_longest_modules_first_are_modules_of_the_suite() -> None:
+    """tests/conftest.py's LONGEST_FIRST names test modules that exist (a renamed one would silently fall back to
+    pytest-xdist's order), each once."""
+    from tests.conftest import LONGEST_FIRST
+
+    assert [path for path in LONGEST_FIRST if not (ROOT / path).is_file()] == []
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
