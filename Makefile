@@ -79,7 +79,9 @@ deploy: $(PY_STAMP) $(CLI_STAMP)
 image: $(PY_STAMP) $(CLI_STAMP)
 	$(PY) -m consumer.local.image
 
+# The harness's own end-to-end tests first (tests/integration/test_bench.py, the lab tier), then the measurements.
 bench: $(BENCH_STAMP) $(CLI_STAMP)
+	$(PY) -m pytest -q -m lab tests/integration/test_bench.py
 	$(PY) -m bench all $(BENCH_ARGS)
 
 # The peers table: each peer installed into its own environment under .bench/peers/ from bench/peers/*-requirements.txt

@@ -23,7 +23,6 @@ LONGEST_FIRST = (
     "tests/alarms/test_catalogue.py",
     "tests/alarms/test_wake_up.py",
     "tests/integration/test_demo.py",
-    "tests/integration/test_bench.py",
     "tests/integration/test_dlq_cli.py",
     "tests/edits/test_edits.py",
     "tests/sim/test_scenarios.py",

@@ -401,3 +401,12 @@ def consumer_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     root.setLevel(levels[0])
     logging.getLogger("consumer").setLevel(levels[1])
     logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches  # noqa: SLF001
+
+
+@pytest.fixture
+def virtual(aws_credentials: None) -> Any:
+    """A run on the simulated clock for the test's body (tests/integration/virtual.py): the real consumer and moto's
+    SQS, both on virtual time, so a backoff or a lease passes at once."""
+    from tests.integration.virtual import Virtual
+
+    return Virtual()

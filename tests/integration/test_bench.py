@@ -3,8 +3,9 @@ path runs end to end.
 
 Not a benchmark: no timing is asserted. What is asserted are request counts per
 deleted message at saturation, which do not depend on the machine's speed, so each runs on the smallest load that
-shows its ratio (a warm-up of half a second, windows of 2 s). All are real-tier tests: the harness starts moto and
-each subject as processes of their own, as a benchmark run does.
+shows its ratio (a warm-up of half a second, windows of 2 s). The harness starts moto and each subject as processes
+of their own, as a benchmark run does: these are the lab's own end-to-end runs (``pytest -m lab``; ``make bench``
+runs them before it measures), not make test's, which never imports the lab.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from bench.endpoint import local_endpoint
 from bench.peers.harness import Settings
 from bench.throughput import measure
 
+pytestmark = pytest.mark.lab
+
 #: Deep enough that every receive finds 10 visible messages, so only the consumer decides the batch size.
 DEPTH = 150
 
@@ -31,7 +34,6 @@ def endpoint() -> Iterator[str]:
         yield url
 
 
-@pytest.mark.real
 def test_bench_ours_at_saturation_costs_at_most_a_quarter_request_per_message(endpoint: str) -> None:
     """Concurrency 10 on a queue kept full: one receive of 10 and one delete batch per 10 messages (floor 0.2). Real:
     the harness's own count of the requests a `python -m consumer run` process makes to an endpoint process (the
@@ -43,7 +45,6 @@ def test_bench_ours_at_saturation_costs_at_most_a_quarter_request_per_message(en
     assert row["duplicate_starts"] == 0, row
 
 
-@pytest.mark.real
 def test_bench_naive_baseline_pays_a_delete_per_message(endpoint: str) -> None:
     """The baseline receives 10 and deletes each: at least 1.1 requests per message, so the comparison is real.
 
@@ -67,7 +68,6 @@ def counting_endpoint() -> Iterator[str]:
         yield url
 
 
-@pytest.mark.real
 def test_bench_async_measures_threads_and_coroutines_with_and_without_the_guard(counting_endpoint: str) -> None:
     """``python -m bench async``'s code path, tiny (one round, short windows, a shallow queue): the threaded and the
     coroutine cells each run as ``python -m consumer run``, with and without the DynamoDB guard, every figure the

@@ -28,6 +28,7 @@ from consumer.runtime.observability import Metrics
 from consumer.testing import depth, receive_visible, running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.support import MOTO_SENDER_ID, consumer_of, fast_contract, holds_nothing
+from tests.integration.virtual import Virtual
 
 
 def counted(stream: io.StringIO, *names: str) -> tuple[float, ...]:
@@ -52,31 +53,35 @@ def test_consumer_deletes_successful_messages(sqs: Any) -> None:
     assert depth(sqs, pair.dlq_url).total == 0
 
 
-def test_consumer_retries_then_moves_to_dlq_with_reason(sqs: Any) -> None:
+def test_consumer_retries_then_moves_to_dlq_with_reason(virtual: Virtual) -> None:
     """A handler that always fails runs max_receive_count times (2), then the message is in the DLQ with why, counted
-    once as dead-lettered. (The backoff between the attempts: tests/sim/test_behaviour.py, on the virtual clock.)"""
+    once as dead-lettered. (The backoff between the attempts: tests/sim/test_behaviour.py.) On the virtual clock."""
     contract = fast_contract(max_receive_count=2)
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="flaky")
     attempts: list[int] = []
+    stream = io.StringIO()
 
     def fail(message: Message) -> None:
         attempts.append(message.receive_count)
         raise RuntimeError(f"downstream down (receive {message.receive_count})")
 
-    stream = io.StringIO()
-    consumer = consumer_of(sqs, pair, contract, fail, metrics=Metrics(stream=stream))
-    with running(consumer):
-        wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
-        wait_until(lambda: holds_nothing(sqs, pair.queue_url))
-    assert attempts == [1, 2]
-    # The DlqDepth alarm reads dead_lettered: one per move, whatever made it (here the retries ran out).
-    assert counted(stream, "failed", "poisoned", "dead_lettered") == (2, 0, 1)
-    (moved,) = receive_visible(sqs, pair.dlq_url)
-    reason = read_reason(moved["MessageAttributes"])
-    assert moved["Body"] == "flaky"
-    assert reason["kind"] == "exhausted" and reason["receive_count"] == 2
-    assert "RuntimeError: downstream down (receive 2)" in reason["reason"]
+    def body() -> None:
+        sqs = virtual.sqs
+        pair = create_pair(sqs, contract)
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="flaky")
+        consumer = virtual.consumer_of(pair, contract, fail, metrics=Metrics(stream=stream))
+        with virtual.running(consumer):
+            virtual.wait_until(lambda: depth(sqs, pair.dlq_url).total == 1)
+            virtual.wait_until(lambda: holds_nothing(sqs, pair.queue_url))
+        assert attempts == [1, 2]
+        # The DlqDepth alarm reads dead_lettered: one per move, whatever made it (here the retries ran out).
+        assert counted(stream, "failed", "poisoned", "dead_lettered") == (2, 0, 1)
+        (moved,) = receive_visible(sqs, pair.dlq_url)
+        reason = read_reason(moved["MessageAttributes"])
+        assert moved["Body"] == "flaky"
+        assert reason["kind"] == "exhausted" and reason["receive_count"] == 2
+        assert "RuntimeError: downstream down (receive 2)" in reason["reason"]
+
+    virtual.run(body)
 
 
 def test_consumer_moves_poison_to_dlq_at_once_with_attributes(sqs: Any) -> None:
