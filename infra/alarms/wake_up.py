@@ -148,10 +148,12 @@ def woken_fleet(
     The wake-up and the fleet feed each other (a running task ends the alarm; a late RunningTaskCount datapoint or a
     scale-in to zero may start it again), so the fleet is found by fixed point: simulate with the alarm's invocations
     found so far, write the calls into a scratch world (with the world's late Container Insights datapoints), evaluate
-    the alarm on them, and keep its invocations up to the first minute where they differ from the assumed ones,
-    until none does. Every invocation is applied with the policy's own semantics, whatever runs then
+    the alarm on them, and assume its invocations for the next round, until they are the assumed ones. Every
+    invocation is applied with the policy's own semantics, whatever runs then
     (:class:`infra.alarms.step_scaling.StepScaling`). An alarm at a minute's end reads that minute and earlier
-    ones, which depend on invocations before it only, so each round settles at least one more minute.
+    ones, which depend on invocations before it only: the invocations up to the first minute where a round's differ
+    from its assumed ones are settled, so each round settles at least one more minute, and the one sequence
+    consistent with itself is what the rounds end on, whatever they assumed after that minute.
     """
 
     end = len(arrivals) * 60.0
@@ -172,12 +174,11 @@ def woken_fleet(
         fleet_calls(scratch, arrivals, minutes)
         acting = wake_up.acting(scratch, end=end, idle_since=idle_since or {})
         invoked = sorted({t // 60 - 1 for t in acting if t // 60 - 1 < len(arrivals)})
-        differ = next((m for m in range(len(arrivals)) if (m in invoked) != (m in assumed)), None)
-        if differ is None:
+        if invoked == assumed:
             fleet_calls(world, arrivals, minutes)
             woke = [(m.t + 1) * 60.0 for m in minutes if m.stepped > 0]
             return minutes, [(at, at + TASK_START_SECONDS) for at in woke]
-        assumed = [m for m in invoked if m <= differ]
+        assumed = invoked
     raise ValueError(f"wake-up: the fleet and the alarm did not settle in {len(arrivals) + 1} rounds")
 
 
