@@ -1,11 +1,11 @@
 """Idempotency stores: the same behaviour tests against InMemoryStore and DynamoDBStore on moto in-process;
-and the runtime's heartbeat renewing a running handler's lease in DynamoDB."""
+and the runtime with a store (the heartbeat renewing a running handler's lease in DynamoDB, completions written
+before their deletes) on the simulated clock (tests/integration/virtual.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,9 +27,10 @@ from consumer.runtime.idempotency import (
     InMemoryStore,
     idempotency_key,
 )
-from consumer.testing import depth, running, wait_until
+from consumer.testing import depth
 from tests.integration.conftest import REGION, create_pair
 from tests.integration.support import consumer_of, fast_contract, holds_nothing
+from tests.integration.virtual import Virtual
 
 LEASE = 30
 KEEP = 3600
@@ -361,121 +362,152 @@ def test_dynamodb_store_claims_the_key_of_a_huge_attribute(dynamodb: Any) -> Non
     assert store.claim(idempotency_key(msg), owner="a", lease_seconds=LEASE) is Claim.ACQUIRED
 
 
-def test_heartbeat_renews_the_idempotency_lease_of_a_long_handler(dynamodb: Any) -> None:
+def test_heartbeat_renews_the_idempotency_lease_of_a_long_handler(virtual: Virtual) -> None:
     """A handler running past its 4 s lease: the heartbeat pushes the DynamoDB record's lease forward with the
-    message's visibility, so nobody can claim the work while it still runs."""
+    message's visibility, so nobody can claim the work while it still runs. On the virtual clock."""
     contract = fast_contract(max_duration_seconds=8, concurrency=1, max_lease_seconds=4)
     assert contract.visibility_timeout_seconds == 4 and contract.uses_heartbeat_lease
-    table = create_table(dynamodb)
-    sqs = boto3.client("sqs", region_name=REGION)
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
     key = idempotency_key(message("slow"))
     leases: list[float] = []
 
-    def lease_expires_at() -> float:
-        item = dynamodb.get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True)["Item"]
-        return float(item["lease_expires_at"]["N"])
+    def body() -> None:
+        sqs, dynamodb = virtual.sqs, virtual.dynamodb
+        table = create_table(dynamodb)
+        pair = create_pair(sqs, contract)
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
 
-    def slow(_: Message) -> None:
-        claimed = lease_expires_at()
-        pushed = claimed
-        for _ in range(30):  # up to 6 s, within max_duration: the first extension comes about 2 s in
-            if pushed >= claimed + 1:
-                break
-            time.sleep(0.2)
-            pushed = lease_expires_at()
-        leases.extend((claimed, pushed))
+        def lease_expires_at() -> float:
+            item = dynamodb.get_item(TableName=table, Key={"pk": {"S": key}}, ConsistentRead=True)["Item"]
+            return float(item["lease_expires_at"]["N"])
 
-    worker = consumer_of(sqs, pair, contract, slow, idempotency=DynamoDBStore(table, client=dynamodb))
-    with running(worker):
-        wait_until(lambda: len(leases) == 2 and holds_nothing(sqs, pair.queue_url), timeout=20)
-    claimed, pushed = leases
-    assert pushed >= claimed + 1, leases
+        def slow(_: Message) -> None:
+            claimed = lease_expires_at()
+            pushed = claimed
+            for _ in range(30):  # up to 6 s, within max_duration: the first extension comes about 2 s in
+                if pushed >= claimed + 1:
+                    break
+                virtual.sim.sleep(0.2)
+                pushed = lease_expires_at()
+            leases.extend((claimed, pushed))
+
+        worker = virtual.consumer_of(pair, contract, slow, idempotency=virtual.dynamodb_store(table))
+        with virtual.running(worker):
+            virtual.wait_until(lambda: len(leases) == 2 and holds_nothing(sqs, pair.queue_url), timeout=20)
+        claimed, pushed = leases
+        assert pushed >= claimed + 1, leases
+
+    virtual.run(body)
 
 
-def test_heartbeat_logs_a_renewal_the_store_refuses_as_a_lost_lease(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_heartbeat_logs_a_renewal_the_store_refuses_as_a_lost_lease(
+    virtual: Virtual, caplog: pytest.LogCaptureFixture
+) -> None:
     """While the handler runs past its 4 s lease, another attempt completes the key: the heartbeat's next renewal
-    is refused, and the consumer says the work may run twice, naming the key (the chaos suite reads that line)."""
+    is refused, and the consumer says the work may run twice, naming the key (the chaos suite reads that line).
+    On the virtual clock."""
     contract = fast_contract(max_duration_seconds=8, concurrency=1, max_lease_seconds=4)
-    store = InMemoryStore()
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+    store = InMemoryStore(clock=virtual.sim.time)
     key = idempotency_key(message("slow"))
-    done = threading.Event()
 
-    def slow(_: Message) -> None:
-        store.complete(key, owner="another-attempt", keep_seconds=KEEP)
-        done.wait(6)  # past the first extension, about 2 s in
+    def body() -> None:
+        sqs = virtual.sqs
+        pair = create_pair(sqs, contract)
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="slow")
+        done = virtual.sim.event()
 
-    worker = consumer_of(sqs, pair, contract, slow, idempotency=store)
-    with caplog.at_level("WARNING", logger="consumer.runtime.idempotency"), running(worker):
-        wait_until(lambda: "no longer held its lease" in caplog.text, timeout=10)
-        done.set()
-    assert f"no longer held its lease on {key} ;" in caplog.text
+        def slow(_: Message) -> None:
+            store.complete(key, owner="another-attempt", keep_seconds=KEEP)
+            done.wait(6)  # past the first extension, about 2 s in
+
+        worker = virtual.consumer_of(pair, contract, slow, idempotency=store)
+        with caplog.at_level("WARNING", logger="consumer.runtime.idempotency"), virtual.running(worker):
+            virtual.wait_until(lambda: "no longer held its lease" in caplog.text, timeout=10)
+            done.set()
+        assert f"no longer held its lease on {key} ;" in caplog.text
+
+    virtual.run(body)
 
 
-def test_completions_are_batched_and_each_lands_before_its_delete(dynamodb: Any) -> None:
+def test_completions_are_batched_and_each_lands_before_its_delete(virtual: Virtual) -> None:
     """30 messages through the runtime on DynamoDB: a claim (PutItem) each and the completions in BatchWriteItems,
     no UpdateItem, fewer than 2 DynamoDB requests a message; and every message's completion is written before the
-    DeleteMessageBatch holding it is sent (a task killed in between finds the work done on the redelivery)."""
+    DeleteMessageBatch holding it is sent (a task killed in between finds the work done on the redelivery). On the
+    virtual clock."""
     contract = fast_contract(concurrency=10)
-    table = create_table(dynamodb)
-    sqs = boto3.client("sqs", region_name=REGION)
-    pair = create_pair(sqs, contract)
     bodies = [f"order-{n}" for n in range(30)]
-    for start in range(0, 30, 10):
-        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-        sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=entries)
     operations: Counter[str] = Counter()
     completed: set[str] = set()
     key_of: dict[str, str] = {}  # receipt handle -> idempotency key
     deleted_before_completed: list[str] = []
     lock = threading.Lock()
 
-    def on_call(operation: str) -> Callable[..., None]:
-        def record(params: dict[str, Any], **_: Any) -> None:
+    def body() -> None:
+        sqs, dynamodb = virtual.sqs, virtual.dynamodb
+        table = create_table(dynamodb)
+        pair = create_pair(sqs, contract)
+        for start in range(0, 30, 10):
+            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+            sqs.send_message_batch(QueueUrl=pair.queue_url, Entries=entries)
+
+        def on_call(operation: str) -> Callable[..., None]:
+            def record(params: dict[str, Any], **_: Any) -> None:
+                with lock:
+                    operations[operation] += 1
+                    if operation == "BatchWriteItem":
+                        completed.update(r["PutRequest"]["Item"]["pk"]["S"] for r in params["RequestItems"][table])
+                    elif operation == "DeleteMessageBatch":
+                        keys = [key_of[e["ReceiptHandle"]] for e in params["Entries"]]
+                        deleted_before_completed.extend(k for k in keys if k not in completed)
+
+            return record
+
+        def on_receive(parsed: dict[str, Any], **_: Any) -> None:
             with lock:
-                operations[operation] += 1
-                if operation == "BatchWriteItem":
-                    completed.update(r["PutRequest"]["Item"]["pk"]["S"] for r in params["RequestItems"][table])
-                elif operation == "DeleteMessageBatch":
-                    keys = [key_of[e["ReceiptHandle"]] for e in params["Entries"]]
-                    deleted_before_completed.extend(k for k in keys if k not in completed)
+                for raw in parsed.get("Messages", []):
+                    key_of[raw["ReceiptHandle"]] = idempotency_key(Message.from_sqs(raw))
 
-        return record
+        # The consumer's own clients, watched: its DynamoDB requests and its receives and deletes.
+        consumer_ddb = virtual.aws.client("dynamodb", caller="consumer", faults=False)
+        consumer_sqs = virtual.aws.client("sqs", caller="consumer", faults=False)
+        for operation in ("PutItem", "UpdateItem", "BatchWriteItem"):
+            consumer_ddb.meta.events.register(f"before-parameter-build.dynamodb.{operation}", on_call(operation))
+        consumer_sqs.meta.events.register(
+            "before-parameter-build.sqs.DeleteMessageBatch", on_call("DeleteMessageBatch")
+        )
+        consumer_sqs.meta.events.register("after-call.sqs.ReceiveMessage", on_receive)
+        store = virtual.dynamodb_store(table, client=consumer_ddb)
+        worker = consumer_of(consumer_sqs, pair, contract, lambda _: None, clock=virtual.sim, idempotency=store)
+        with virtual.running(worker):
+            virtual.wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
+        assert (operations["PutItem"], operations["UpdateItem"], deleted_before_completed) == (30, 0, [])
+        assert 1 <= operations["BatchWriteItem"] <= 10
+        assert (30 + operations["BatchWriteItem"]) / 30 < 2
+        statuses = [item["status"]["S"] for item in dynamodb.scan(TableName=table)["Items"]]
+        assert statuses == ["COMPLETED"] * 30
 
-    def on_receive(parsed: dict[str, Any], **_: Any) -> None:
-        with lock:
-            for raw in parsed.get("Messages", []):
-                key_of[raw["ReceiptHandle"]] = idempotency_key(Message.from_sqs(raw))
-
-    for operation in ("PutItem", "UpdateItem", "BatchWriteItem"):
-        dynamodb.meta.events.register(f"before-parameter-build.dynamodb.{operation}", on_call(operation))
-    sqs.meta.events.register("before-parameter-build.sqs.DeleteMessageBatch", on_call("DeleteMessageBatch"))
-    sqs.meta.events.register("after-call.sqs.ReceiveMessage", on_receive)
-    worker = consumer_of(sqs, pair, contract, lambda _: None, idempotency=DynamoDBStore(table, client=dynamodb))
-    with running(worker):
-        wait_until(lambda: holds_nothing(sqs, pair.queue_url), timeout=20)
-    assert (operations["PutItem"], operations["UpdateItem"], deleted_before_completed) == (30, 0, [])
-    assert 1 <= operations["BatchWriteItem"] <= 10
-    assert (30 + operations["BatchWriteItem"]) / 30 < 2
-    statuses = [item["status"]["S"] for item in dynamodb.scan(TableName=table)["Items"]]
-    assert statuses == ["COMPLETED"] * 30
+    virtual.run(body)
 
 
-def test_a_completion_does_not_wait_for_its_delete(sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_completion_does_not_wait_for_its_delete(virtual: Virtual, monkeypatch: pytest.MonkeyPatch) -> None:
     """One message, its delete held back (a batch of one waits for nine more, here for 60 s): its completion is
     written anyway, within the completion batch's short wait, so a task killed while the delete waits finds the work
-    done when the message comes back."""
+    done when the message comes back. On the virtual clock."""
     monkeypatch.setattr(acknowledger, "DELETE_FLUSH_SECONDS", 60.0)
     contract = fast_contract(concurrency=1)
-    pair = create_pair(sqs, contract)
-    sqs.send_message(QueueUrl=pair.queue_url, MessageBody="alone")
-    store, ran = InMemoryStore(), threading.Event()
-    worker = consumer_of(sqs, pair, contract, lambda _: ran.set(), idempotency=store)
+    store = InMemoryStore(clock=virtual.sim.time)
     key = idempotency_key(message("alone"))
-    with running(worker):
-        wait_until(ran.is_set, timeout=10)  # claimed and run: a probe's claim can no longer take the key first
-        wait_until(lambda: store.claim(key, owner="probe", lease_seconds=LEASE) is Claim.COMPLETED, timeout=10)
-        assert depth(sqs, pair.queue_url).in_flight == 1  # its delete still waits
+
+    def body() -> None:
+        sqs = virtual.sqs
+        pair = create_pair(sqs, contract)
+        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="alone")
+        ran = virtual.sim.event()
+        worker = virtual.consumer_of(pair, contract, lambda _: ran.set(), idempotency=store)
+        with virtual.running(worker):
+            virtual.wait_until(ran.is_set, timeout=10)  # claimed and run: a probe's claim can no longer take the key
+            virtual.wait_until(
+                lambda: store.claim(key, owner="probe", lease_seconds=LEASE) is Claim.COMPLETED, timeout=10
+            )
+            assert depth(sqs, pair.queue_url).in_flight == 1  # its delete still waits
+
+    virtual.run(body)

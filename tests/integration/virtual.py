@@ -11,6 +11,7 @@ towards what AWS documents); tests/sim/test_aws_contract.py runs the same checks
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from bench.sim.clock import SimClock
 from consumer import Message
 from consumer.contract import WorkerContract
 from consumer.runtime.consumer import Consumer
+from consumer.runtime.idempotency import DynamoDBStore
 from consumer.testing import WaitTimeoutError
 from tests.integration.conftest import QueuePair
 from tests.integration.support import consumer_of
@@ -91,3 +93,15 @@ class Virtual:
             if self.sim.now > deadline:
                 raise WaitTimeoutError(f"not within {timeout:g} virtual s: {what}")
             self.sim.sleep(0.1)
+
+    @functools.cached_property
+    def dynamodb(self) -> Any:
+        """The test's boto3 DynamoDB client (made inside the run, where moto is on the virtual clock)."""
+        return self.aws.client("dynamodb", caller="test", faults=False)
+
+    def dynamodb_store(self, table: str, *, client: Any = None) -> DynamoDBStore:
+        """A :class:`DynamoDBStore` of ``table`` for a consumer, as bench/sim/world.py builds one: ``client`` (one of
+        this run's, when the test watches its calls) or a client of the consumer's own, and the records' times and the
+        backoff before unprocessed items on this run's clock."""
+        ddb = client if client is not None else self.aws.client("dynamodb", caller="consumer", faults=False)
+        return DynamoDBStore(table, client=ddb, clock=self.sim.time, sleep=self.sim.sleep)
