@@ -1,6 +1,7 @@
 """``@worker(error_text=...)`` through the real runtime on moto: by default an exception's text is in the DLQ reason and
 the logs; declared "omit", no reason, attribute or log line holds it, and they hold its type and where the handler's
-code raised it. In-process (every log record formatted as the container writes it) and as `python -m consumer run`."""
+code raised it. In-process on the simulated clock (every log record formatted as the container writes it) and as
+`python -m consumer run` (a real process, on the wall clock)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from consumer.declaration import contract_of
 from consumer.runtime.dead_letter import read_reason
 from consumer.runtime.failures import OMITTED
 from consumer.runtime.observability import JsonFormatter
-from consumer.testing import depth, drain, running, wait_until
+from consumer.testing import depth, drain, wait_until
 from tests.integration import handlers
 from tests.integration.conftest import ROOT, consumer_run_environment, create_pair
 from tests.integration.handlers import CUSTOMER_ERROR, refuses_customer, refuses_customer_quietly
-from tests.integration.support import consumer_of
+from tests.integration.virtual import Virtual
 
 ADDRESS = "alice@example.com"
 HANDLERS = Path(handlers.__file__).read_text().splitlines()
@@ -54,15 +55,24 @@ def dead_lettered(sqs: Any, dlq_url: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def run_until_both_dead_lettered(sqs: Any, handler: Callable[[Message], None], caplog: Any) -> dict[str, Any]:
+def run_until_both_dead_lettered(virtual: Virtual, handler: Callable[[Message], None], caplog: Any) -> dict[str, Any]:
+    """Run ``handler`` on the virtual clock until "retry" (exhausted) and "reject" (non_retryable) are in the DLQ;
+    every DLQ message by its body (:func:`dead_lettered`), the consumer's log at DEBUG in ``caplog``."""
+    moved: dict[str, Any] = {}
     contract = contract_of(handler)
-    pair = create_pair(sqs, contract)
-    for body in ("retry", "reject"):  # exhausted after 2 receives; non_retryable at the first
-        sqs.send_message(QueueUrl=pair.queue_url, MessageBody=body)
     caplog.set_level(logging.DEBUG, logger="consumer")
-    with running(consumer_of(sqs, pair, contract, handler)):
-        wait_until(lambda: depth(sqs, pair.dlq_url).total == 2, timeout=20)
-    return dead_lettered(sqs, pair.dlq_url)
+
+    def body() -> None:
+        sqs = virtual.sqs
+        pair = create_pair(sqs, contract)
+        for text in ("retry", "reject"):  # exhausted after 2 receives; non_retryable at the first
+            sqs.send_message(QueueUrl=pair.queue_url, MessageBody=text)
+        with virtual.running(virtual.consumer_of(pair, contract, handler)):
+            virtual.wait_until(lambda: depth(sqs, pair.dlq_url).total == 2, timeout=20)
+        moved.update(dead_lettered(sqs, pair.dlq_url))
+
+    virtual.run(body)
+    return moved
 
 
 def log_lines(caplog: Any) -> list[str]:
@@ -71,9 +81,11 @@ def log_lines(caplog: Any) -> list[str]:
     return [formatter.format(record) for record in caplog.records]
 
 
-def test_error_text_by_default_is_in_the_dlq_reason_and_the_logs(sqs: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """The default keeps the exception's type and text: operators triage by it."""
-    moved = run_until_both_dead_lettered(sqs, refuses_customer, caplog)
+def test_error_text_by_default_is_in_the_dlq_reason_and_the_logs(
+    virtual: Virtual, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default keeps the exception's type and text: operators triage by it. On the virtual clock."""
+    moved = run_until_both_dead_lettered(virtual, refuses_customer, caplog)
 
     assert moved["retry"]["reason"]["reason"] == f"failed 2 times; last error: ValueError: {CUSTOMER_ERROR}"
     assert moved["reject"]["reason"]["reason"] == f"KeyError: {CUSTOMER_ERROR!r}"
@@ -82,11 +94,11 @@ def test_error_text_by_default_is_in_the_dlq_reason_and_the_logs(sqs: Any, caplo
 
 
 def test_error_text_omitted_leaves_no_trace_of_it_and_says_type_and_place(
-    sqs: Any, caplog: pytest.LogCaptureFixture
+    virtual: Virtual, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Declared "omit": neither reason nor attribute nor log line holds the address; each names the type and the
-    handler's line that raised it."""
-    moved = run_until_both_dead_lettered(sqs, refuses_customer_quietly, caplog)
+    handler's line that raised it. On the virtual clock."""
+    moved = run_until_both_dead_lettered(virtual, refuses_customer_quietly, caplog)
 
     assert moved["retry"]["reason"]["reason"] == EXHAUSTED_OMITTED
     assert moved["reject"]["reason"]["reason"] == REJECTED_OMITTED

@@ -1,12 +1,17 @@
 """Task scale-in protection against a real HTTP server on 127.0.0.1 standing in for the ECS agent endpoint;
-and the runtime's use of it while messages are in flight (SQS on moto)."""
+and the runtime's use of it while messages are in flight, on the simulated clock (SQS on moto, the agent's answers
+given in-process by :class:`VirtualAgent`, which records and answers as the HTTP server does)."""
 
 from __future__ import annotations
 
+import email.message
+import io
 import json
 import logging
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,16 +23,17 @@ import pytest
 from consumer import Message
 from consumer.runtime import consumer as runtime
 from consumer.runtime.protection import ScaleInProtection
-from consumer.testing import running, wait_until
 from tests.integration.conftest import create_pair
 from tests.integration.recorder import runtime_call_recorder
-from tests.integration.support import consumer_of, fast_contract
+from tests.integration.support import fast_contract
+from tests.integration.virtual import Virtual
 
 AGENT_PATH = "/api/0123456789abcdef-1234567890"  # ECS_AGENT_URI carries a per-task path
 STATE_PATH = f"{AGENT_PATH}/task-protection/v1/state"
 ENABLE = {"ProtectionEnabled": True, "ExpiresInMinutes": 60}
 DISABLE = {"ProtectionEnabled": False}
 REFUSED_URI = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
+LINK_LOCAL_URI = f"http://169.254.170.2{AGENT_PATH}"  # where ECS_AGENT_URI points on Fargate
 TASK_ARN = "arn:aws:ecs:eu-west-1:123456789012:task/cluster/0123456789abcdef"
 
 HTTP_500 = (500, {"error": {"Arn": TASK_ARN, "Code": "ServerException", "Message": "agent failed"}})
@@ -388,51 +394,103 @@ def test_close_when_not_protected_sends_nothing(agent: Agent, protection: ScaleI
     assert agent.requests == []
 
 
+class VirtualAgent:
+    """The stand-in agent on the simulated clock, as :class:`ScaleInProtection`'s opener (no socket): like the
+    :func:`agent` fixture's server, it records each request in ``state`` (and for the permissions tier) and answers
+    ``state``'s next reply, an HTTP error status raised as urllib raises it. Each call takes a loopback round trip of
+    virtual time, as bench/sim/world.py's ``_Agent`` (which records nothing and always agrees) takes the world's."""
+
+    def __init__(self, virtual: Virtual, state: Agent) -> None:
+        self.virtual = virtual
+        self.state = state
+
+    def open(self, request: urllib.request.Request, timeout: float | None = None) -> io.BytesIO:
+        method, path = request.get_method(), urllib.parse.urlsplit(request.full_url).path
+        raw = request.data
+        body = json.loads(raw) if isinstance(raw, bytes) and raw else None
+        with self.state.lock:
+            self.state.requests.append(Recorded(method, path, body))
+        runtime_call_recorder.record_agent_request(method, path)
+        status, reply = self.state.reply_to(body)
+        self.virtual.sim.sleep(2 * self.virtual.aws.latency())
+        payload = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
+        if status >= 400:
+            raise urllib.error.HTTPError(
+                request.full_url, status, "agent error", email.message.Message(), io.BytesIO(payload)
+            )
+        return io.BytesIO(payload)
+
+
+def virtual_protection(virtual: Virtual, agent: Agent) -> ScaleInProtection:
+    """Protection through :class:`VirtualAgent`, on the run's clock and with its lock (held across the agent's call,
+    so it must be one the scheduler sees)."""
+    return ScaleInProtection(
+        agent.uri,
+        clock=virtual.sim.monotonic,
+        lock=virtual.sim.lock(),  # type: ignore[arg-type]
+        opener=VirtualAgent(virtual, agent),  # type: ignore[arg-type]
+    )
+
+
 def test_consumer_holds_protection_while_messages_are_in_flight(
-    agent: Agent, sqs: Any, monkeypatch: pytest.MonkeyPatch
+    virtual: Virtual, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runtime PUTs protection on before the first received message starts, once for two in flight, and
     off when the last is done, while it keeps running. The heartbeat's once-a-tick reconciliation is held
-    off (a 30 s tick), so these are the runtime's own calls as messages arrive and finish."""
+    off (a 30 s tick), so these are the runtime's own calls as messages arrive and finish. On the virtual clock."""
     monkeypatch.setattr(runtime, "TICK_SECONDS", 30.0)
     contract = fast_contract(concurrency=2)
-    pair = create_pair(sqs, contract)
-    both_started = threading.Barrier(2, timeout=10)
+    agent = Agent(uri=LINK_LOCAL_URI)
+    both_started = virtual.sim.condition()  # a barrier of two, 10 virtual s at most
     seen_at_start: list[list[Any]] = []
 
     def handle(_: Message) -> None:
-        seen_at_start.append(agent.bodies())
-        both_started.wait()
+        with both_started:
+            seen_at_start.append(agent.bodies())
+            both_started.notify_all()
+            if not both_started.wait_for(lambda: len(seen_at_start) >= 2, timeout=10):
+                raise threading.BrokenBarrierError
 
-    worker = consumer_of(sqs, pair, contract, handle, protection=ScaleInProtection(agent.uri))
-    with running(worker):
-        sqs.send_message_batch(
-            QueueUrl=pair.queue_url, Entries=[{"Id": b, "MessageBody": b} for b in ("first", "second")]
-        )
-        wait_until(lambda: len(agent.requests) >= 2, timeout=10)
-    assert seen_at_start == [[ENABLE], [ENABLE]]
-    assert agent.requests == [Recorded("PUT", STATE_PATH, ENABLE), Recorded("PUT", STATE_PATH, DISABLE)]
+    def body() -> None:
+        sqs = virtual.sqs
+        pair = create_pair(sqs, contract)
+        worker = virtual.consumer_of(pair, contract, handle, protection=virtual_protection(virtual, agent))
+        with virtual.running(worker):
+            sqs.send_message_batch(
+                QueueUrl=pair.queue_url, Entries=[{"Id": b, "MessageBody": b} for b in ("first", "second")]
+            )
+            virtual.wait_until(lambda: len(agent.requests) >= 2, timeout=10)
+        assert seen_at_start == [[ENABLE], [ENABLE]]
+        assert agent.requests == [Recorded("PUT", STATE_PATH, ENABLE), Recorded("PUT", STATE_PATH, DISABLE)]
+
+    virtual.run(body)
 
 
-def test_consumer_renews_a_refused_protection_while_busy(agent: Agent, sqs: Any) -> None:
+def test_consumer_renews_a_refused_protection_while_busy(virtual: Virtual) -> None:
     """The agent refuses the first enable: the heartbeat's reconciliation asks again within a tick or two, while
-    the handler still runs (its refresh, every heartbeat_interval = 60 s here, would come far too late)."""
+    the handler still runs (its refresh, every heartbeat_interval = 60 s here, would come far too late). On the
+    virtual clock."""
     contract = fast_contract(max_duration_seconds=300, concurrency=1)
     assert contract.heartbeat_interval_seconds == 60
-    pair = create_pair(sqs, contract)
+    agent = Agent(uri=LINK_LOCAL_URI)
     agent.replies.append(HTTP_500)
-    enabled_twice = threading.Event()
+    enabled_twice = virtual.sim.event()
 
     def handle(_: Message) -> None:
-        deadline = time.monotonic() + 10
-        while agent.bodies().count(ENABLE) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        deadline = virtual.sim.monotonic() + 10
+        while agent.bodies().count(ENABLE) < 2 and virtual.sim.monotonic() < deadline:
+            virtual.sim.sleep(0.05)
         if agent.bodies().count(ENABLE) == 2:
             enabled_twice.set()
 
-    worker = consumer_of(sqs, pair, contract, handle, protection=ScaleInProtection(agent.uri))
-    with running(worker):
-        sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")
-        wait_until(lambda: agent.bodies()[-1:] == [DISABLE], timeout=20)
-    assert enabled_twice.is_set()
-    assert agent.bodies() == [ENABLE, ENABLE, DISABLE]
+    def body() -> None:
+        sqs = virtual.sqs
+        pair = create_pair(sqs, contract)
+        worker = virtual.consumer_of(pair, contract, handle, protection=virtual_protection(virtual, agent))
+        with virtual.running(worker):
+            sqs.send_message(QueueUrl=pair.queue_url, MessageBody="job")
+            virtual.wait_until(lambda: agent.bodies()[-1:] == [DISABLE], timeout=20)
+        assert enabled_twice.is_set()
+        assert agent.bodies() == [ENABLE, ENABLE, DISABLE]
+
+    virtual.run(body)
