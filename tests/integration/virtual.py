@@ -1,10 +1,10 @@
-"""A test's consumer on the simulated clock: the real :class:`consumer.runtime.consumer.Consumer` and moto's SQS, both
-on the virtual time of bench/sim (the scheduler runs every thread; a wait jumps the clock), so a test of a backoff, a
+"""A test's consumer on the simulated clock: the real :class:`consumer.runtime.consumer.Consumer` and moto's SQS and
+DynamoDB, all on the virtual time of bench/sim (the scheduler runs every thread; a wait jumps the clock), so a test of a backoff, a
 lease or a retry waits for none of them in real time and meets no timing the machine happens to produce.
 
 The test's body runs as the simulation's main thread (:meth:`Virtual.run`): it creates queues and sends with
 :attr:`Virtual.sqs`, starts consumers with :meth:`Virtual.running` and waits with :meth:`Virtual.wait_until`, all on
-the virtual clock. moto answers as in the ``sqs`` fixture, with the five corrections bench/sim/aws.py lists (each
+the virtual clock. moto answers as in the ``sqs`` fixture, with the corrections bench/sim/aws.py lists (each
 towards what AWS documents); tests/sim/test_aws_contract.py runs the same checks here and on plain moto.
 """
 
@@ -47,7 +47,9 @@ class Virtual:
 
     def run(self, body: Callable[[], None]) -> None:
         """Run ``body`` as the simulation's main thread, then end every thread it left; re-raise what ``body``
-        raised (an assertion, a :class:`WaitTimeoutError`), or fail with what the scheduler saw."""
+        raised (an assertion, a :class:`WaitTimeoutError`), or fail with what the scheduler saw. Once only: a closed
+        simulation would run nothing and pass."""
+        assert not self.sim.over, "a Virtual runs once: a second run() of a closed simulation would run nothing"
         raised: list[BaseException] = []
 
         def main() -> None:
