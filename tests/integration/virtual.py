@@ -11,11 +11,17 @@ towards what AWS documents); tests/sim/test_aws_contract.py runs the same checks
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from bench.sim.aws import Aws, Faults
+import boto3
+from botocore import UNSIGNED
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.config import Config
+
+from bench.sim.aws import REGION, Aws, Faults
 from bench.sim.clock import SimClock
 from consumer import Message
 from consumer.contract import WorkerContract
@@ -91,3 +97,43 @@ class Virtual:
             if self.sim.now > deadline:
                 raise WaitTimeoutError(f"not within {timeout:g} virtual s: {what}")
             self.sim.sleep(0.1)
+
+    def source_client(self, service: str) -> Any:
+        """A boto3 client of a service that feeds queues (``"sns"``, ``"events"``), answered by moto on this run's
+        clock; the service starts empty in each run (the run's :class:`Aws` resets every moto backend).
+        bench/sim/aws.py's transport carries SQS and DynamoDB only (SNS speaks the query protocol, which it does not
+        read), and what these services deliver reaches a queue inside moto, past the transport that wakes the long
+        polls: :class:`_MotoAnswers` wakes them."""
+        config = Config(signature_version=UNSIGNED)
+        client = _sources_session().client(service, config=config)  # type: ignore[call-overload]
+        client._endpoint.http_session = _MotoAnswers(self.aws, service)
+        return client
+
+
+@functools.cache
+def _sources_session() -> boto3.Session:
+    """One session for :meth:`Virtual.source_client`: it loads each service's model once."""
+    return boto3.Session(aws_access_key_id="sim", aws_secret_access_key="sim", region_name=REGION)
+
+
+class _MotoAnswers:
+    """botocore's HTTP session for :meth:`Virtual.source_client`: each request takes the world's latency each way
+    and moto answers it; then every long poll waiting on a queue looks again (the call may have delivered there)."""
+
+    def __init__(self, aws: Aws, service: str) -> None:
+        self.aws = aws
+        self.service = service
+
+    def send(self, request: AWSPreparedRequest) -> AWSResponse:
+        from moto.core.botocore_stubber import MockRawResponse
+        from moto.core.models import botocore_stubber
+
+        self.aws.sim.sleep(self.aws.latency(self.service))
+        status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
+        for queue in list(self.aws.pollers):
+            self.aws.notify(queue)
+        self.aws.sim.sleep(self.aws.latency(self.service))
+        return AWSResponse(request.url, status, headers, MockRawResponse(raw))
+
+    def close(self) -> None:
+        pass
