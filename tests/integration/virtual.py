@@ -21,7 +21,7 @@ from botocore import UNSIGNED
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 
-from bench.sim.aws import REGION, Aws, Faults
+from bench.sim.aws import Aws, Faults
 from bench.sim.clock import SimClock
 from consumer import Message
 from consumer.contract import WorkerContract
@@ -99,13 +99,13 @@ class Virtual:
             self.sim.sleep(0.1)
 
     def source_client(self, service: str) -> Any:
-        """A boto3 client of a service that feeds queues (``"sns"``, ``"events"``), answered by moto on this run's
-        clock; the service starts empty in each run (the run's :class:`Aws` resets every moto backend).
-        bench/sim/aws.py's transport carries SQS and DynamoDB only (SNS speaks the query protocol, which it does not
-        read), and what these services deliver reaches a queue inside moto, past the transport that wakes the long
-        polls: :class:`_MotoAnswers` wakes them."""
+        """A boto3 client of a service that feeds queues (``"sns"``, ``"events"``): moto answers it in this process,
+        each request taking the world's latency on the run's clock; the service starts empty in each run (the run's
+        :class:`Aws` resets every moto backend). bench/sim/aws.py's transport carries SQS and DynamoDB only (SNS speaks
+        the query protocol, which it does not read), and what these services deliver reaches a queue inside moto,
+        past the transport that wakes the long polls: :class:`_MotoAnswers` wakes them."""
         config = Config(signature_version=UNSIGNED)
-        client = _sources_session().client(service, config=config)  # type: ignore[call-overload]
+        client = _sources_session().client(service, config=config)
         client._endpoint.http_session = _MotoAnswers(self.aws, service)
         return client
 
@@ -113,6 +113,8 @@ class Virtual:
 @functools.cache
 def _sources_session() -> boto3.Session:
     """One session for :meth:`Virtual.source_client`: it loads each service's model once."""
+    from bench.sim.aws import REGION
+
     return boto3.Session(aws_access_key_id="sim", aws_secret_access_key="sim", region_name=REGION)
 
 
