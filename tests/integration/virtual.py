@@ -1,6 +1,7 @@
 """A test's consumer on the simulated clock: the real :class:`consumer.runtime.consumer.Consumer` and moto's SQS and
-DynamoDB, all on the virtual time of bench/sim (the scheduler runs every thread; a wait jumps the clock), so a test of a backoff, a
-lease or a retry waits for none of them in real time and meets no timing the machine happens to produce.
+DynamoDB, all on the virtual time of bench/sim (the scheduler runs every thread; a wait jumps the clock), so a test
+of a backoff, a lease or a retry waits for none of them in real time and meets no timing the machine happens to
+produce.
 
 The test's body runs as the simulation's main thread (:meth:`Virtual.run`): it creates queues and sends with
 :attr:`Virtual.sqs`, starts consumers with :meth:`Virtual.running` and waits with :meth:`Virtual.wait_until`, all on
@@ -15,6 +16,11 @@ import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import boto3
+from botocore import UNSIGNED
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.config import Config
 
 from bench.sim.aws import Aws, Faults
 from bench.sim.clock import SimClock
@@ -107,3 +113,45 @@ class Virtual:
         backoff before unprocessed items on this run's clock."""
         ddb = client if client is not None else self.aws.client("dynamodb", caller="consumer", faults=False)
         return DynamoDBStore(table, client=ddb, clock=self.sim.time, sleep=self.sim.sleep)
+
+    def source_client(self, service: str) -> Any:
+        """A boto3 client of a service that feeds queues (``"sns"``, ``"events"``): moto answers it in this process,
+        each request taking the world's latency on the run's clock; the service starts empty in each run (the run's
+        :class:`Aws` resets every moto backend). bench/sim/aws.py's transport carries SQS and DynamoDB only (SNS speaks
+        the query protocol, which it does not read), and what these services deliver reaches a queue inside moto,
+        past the transport that wakes the long polls: :class:`_MotoAnswers` wakes them."""
+        config = Config(signature_version=UNSIGNED)
+        client = _sources_session().client(service, config=config)
+        client._endpoint.http_session = _MotoAnswers(self.aws, service)
+        return client
+
+
+@functools.cache
+def _sources_session() -> boto3.Session:
+    """One session for :meth:`Virtual.source_client`: it loads each service's model once."""
+    from bench.sim.aws import REGION
+
+    return boto3.Session(aws_access_key_id="sim", aws_secret_access_key="sim", region_name=REGION)
+
+
+class _MotoAnswers:
+    """botocore's HTTP session for :meth:`Virtual.source_client`: each request takes the world's latency each way
+    and moto answers it; then every long poll waiting on a queue looks again (the call may have delivered there)."""
+
+    def __init__(self, aws: Aws, service: str) -> None:
+        self.aws = aws
+        self.service = service
+
+    def send(self, request: AWSPreparedRequest) -> AWSResponse:
+        from moto.core.botocore_stubber import MockRawResponse
+        from moto.core.models import botocore_stubber
+
+        self.aws.sim.sleep(self.aws.latency(self.service))
+        status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
+        for queue in list(self.aws.pollers):
+            self.aws.notify(queue)
+        self.aws.sim.sleep(self.aws.latency(self.service))
+        return AWSResponse(request.url, status, headers, MockRawResponse(raw))
+
+    def close(self) -> None:
+        pass
