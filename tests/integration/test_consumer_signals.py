@@ -198,5 +198,5 @@ def test_consumer_gives_each_attempt_its_start_plus_the_message_timeout_as_deadl
     timeout = contract.message_timeout_seconds
     # The deadline is the handler's call plus max_duration: just before the handler's first line, on the same clock.
     assert all(called - 0.5 + timeout < deadline <= called + timeout for deadline, _, called in seen.values())
-    assert seen["second"][0] - seen["first"][0] >= 1.5
+    assert seen["second"][0] - seen["first"][0] >= 1.5 - 1e-6  # virtual instants near 1e5 s: a rounding step
     assert all(timeout - 0.5 < remaining <= timeout for _, remaining, _ in seen.values())
