@@ -6,6 +6,7 @@ with a real in-process ``Consumer`` where the behaviour depends on one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -47,9 +48,9 @@ def run_clock_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     """This run's start as a clock an hour ahead of SQS would put it: every message looks older than the run."""
     real = redrive.start_on_sqs_clock
 
-    def ahead(read: Any) -> tuple[dlq_pass.RunStart, dict[str, Any]]:
-        start, response = real(read)
-        return dlq_pass.RunStart(sqs_ms=start.sqs_ms + 3_600_000, monotonic=start.monotonic), response
+    def ahead(read: Any, clock: Any) -> tuple[dlq_pass.RunStart, dict[str, Any]]:
+        start, response = real(read, clock)
+        return dataclasses.replace(start, sqs_ms=start.sqs_ms + 3_600_000), response
 
     monkeypatch.setattr(redrive, "start_on_sqs_clock", ahead)
 
