@@ -5,7 +5,8 @@ and retry quota) and parses as it does against AWS. Only the HTTP session is the
 request takes seeded latency on the virtual clock, may meet a fault, and is answered by moto's backend in this
 process. What the backends do is moto's; the world changes six things, each to what AWS documents:
 
-- **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes);
+- **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes), and
+  so does the Date header of every answer (moto's is this machine's clock);
 - **the long poll** waits on the virtual clock and "returns as soon as a message is available"
   (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-short-and-long-polling.html):
   moto's own loop waits in real time;
@@ -43,6 +44,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any
 
 import boto3
@@ -361,6 +363,11 @@ class Transport:
                 call.answer = json.loads(raw or b"{}")
             else:
                 call.refusal = json.loads(raw or b"{}")
+        # Every answer of SQS carries HTTP's Date header, the server's clock when it answered, to the second (an origin
+        # server "MUST send a Date header field" in its responses, https://www.rfc-editor.org/rfc/rfc9110#name-date),
+        # and the DLQ tool reads SQS's clock from it. moto's is this machine's clock; here it is the virtual one.
+        headers = {name: value for name, value in headers.items() if name.lower() != "date"}
+        headers["Date"] = formatdate(sim.time(), usegmt=True)
         sim.sleep(aws.latency(self.service))  # the answer on its way back
         if fault == "lost_answer":
             # Done, and the answer lost: botocore retries the same request.
