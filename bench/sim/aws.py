@@ -128,6 +128,14 @@ def _throttle(service: str) -> tuple[int, dict[str, str], bytes]:
     return 400, headers, json.dumps(body).encode()
 
 
+def _not_implemented() -> tuple[int, dict[str, str], bytes]:
+    """An action moto lacks (SQS's message move tasks), answered as moto's server answers it: its NotImplementedError
+    becomes werkzeug's HTTP 500 page, which botocore reports as a ClientError with code "500". In process, moto would
+    raise the exception out of the caller's call instead, which no client of an HTTP endpoint ever meets."""
+    page = b"<!doctype html>\n<title>500 Internal Server Error</title>\n<h1>Internal Server Error</h1>\n"
+    return 500, {"Content-Type": "text/html; charset=utf-8"}, page
+
+
 def _server_error(service: str) -> tuple[int, dict[str, str], bytes]:
     code = "InternalError" if service == "sqs" else "InternalServerError"
     body = {"__type": code, "message": "We encountered an internal error (simulated)"}
@@ -289,7 +297,12 @@ class Aws:
         moto drops such a message from its in-flight set only when its receive reaches it, after it computed which
         groups are in flight: the group's next message, in flight too until then, makes it skip the first, then is
         delivered before it."""
-        queue = self.sqs_queue(url)
+        from moto.sqs.exceptions import QueueDoesNotExist
+
+        try:
+            queue = self.sqs_queue(url)
+        except QueueDoesNotExist:
+            return  # no such queue: the receive itself answers so, as SQS does
         for message in [m for m in queue.pending_messages if m.visible]:
             queue.pending_messages.discard(message)
 
@@ -356,8 +369,12 @@ class Transport:
         elif operation == "ReceiveMessage":
             status, headers, raw = self._receive(request, body)
         else:
-            status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
-            self._after(operation, body)
+            try:
+                status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
+            except NotImplementedError:
+                status, headers, raw = _not_implemented()
+            else:
+                self._after(operation, body)
         with contextlib.suppress(ValueError):
             if status < 300:
                 call.answer = json.loads(raw or b"{}")
