@@ -5,7 +5,8 @@ and retry quota) and parses as it does against AWS. Only the HTTP session is the
 request takes seeded latency on the virtual clock, may meet a fault, and is answered by moto's backend in this
 process. What the backends do is moto's; the world changes six things, each to what AWS documents:
 
-- **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes);
+- **time**: moto's SQS reads the virtual clock (visibility, delays, retention, FIFO deduplication's 5 minutes), and
+  so does the Date header of every answer (moto's is this machine's clock);
 - **the long poll** waits on the virtual clock and "returns as soon as a message is available"
   (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-short-and-long-polling.html):
   moto's own loop waits in real time;
@@ -43,6 +44,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any
 
 import boto3
@@ -124,6 +126,14 @@ def _throttle(service: str) -> tuple[int, dict[str, str], bytes]:
         }
         headers = {"Content-Type": "application/x-amz-json-1.0"}
     return 400, headers, json.dumps(body).encode()
+
+
+def _not_implemented() -> tuple[int, dict[str, str], bytes]:
+    """An action moto lacks (SQS's message move tasks), answered as moto's server answers it: its NotImplementedError
+    becomes werkzeug's HTTP 500 page, which botocore reports as a ClientError with code "500". In process, moto would
+    raise the exception out of the caller's call instead, which no client of an HTTP endpoint ever meets."""
+    page = b"<!doctype html>\n<title>500 Internal Server Error</title>\n<h1>Internal Server Error</h1>\n"
+    return 500, {"Content-Type": "text/html; charset=utf-8"}, page
 
 
 def _server_error(service: str) -> tuple[int, dict[str, str], bytes]:
@@ -287,7 +297,12 @@ class Aws:
         moto drops such a message from its in-flight set only when its receive reaches it, after it computed which
         groups are in flight: the group's next message, in flight too until then, makes it skip the first, then is
         delivered before it."""
-        queue = self.sqs_queue(url)
+        from moto.sqs.exceptions import QueueDoesNotExist
+
+        try:
+            queue = self.sqs_queue(url)
+        except QueueDoesNotExist:
+            return  # no such queue: the receive itself answers so, as SQS does
         for message in [m for m in queue.pending_messages if m.visible]:
             queue.pending_messages.discard(message)
 
@@ -354,13 +369,22 @@ class Transport:
         elif operation == "ReceiveMessage":
             status, headers, raw = self._receive(request, body)
         else:
-            status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
-            self._after(operation, body)
+            try:
+                status, headers, raw = botocore_stubber.process_request(request)  # type: ignore[misc]
+            except NotImplementedError:
+                status, headers, raw = _not_implemented()
+            else:
+                self._after(operation, body)
         with contextlib.suppress(ValueError):
             if status < 300:
                 call.answer = json.loads(raw or b"{}")
             else:
                 call.refusal = json.loads(raw or b"{}")
+        # Every answer of SQS carries HTTP's Date header, the server's clock when it answered, to the second (an origin
+        # server "MUST send a Date header field" in its responses, https://www.rfc-editor.org/rfc/rfc9110#name-date),
+        # and the DLQ tool reads SQS's clock from it. moto's is this machine's clock; here it is the virtual one.
+        headers = {name: value for name, value in headers.items() if name.lower() != "date"}
+        headers["Date"] = formatdate(sim.time(), usegmt=True)
         sim.sleep(aws.latency(self.service))  # the answer on its way back
         if fault == "lost_answer":
             # Done, and the answer lost: botocore retries the same request.

@@ -42,16 +42,15 @@ from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.ops import files
 from consumer.ops.files import ExportResult, ImportResult
 from consumer.ops.passes import AwsFailure, Interrupted, UsageError, explain, interrupts
-from consumer.ops.progress import Progress, duration, message_table, output_console, preview, reason_preview
+from consumer.ops.progress import duration, message_table, output_console, preview, progress_on, reason_preview
 from consumer.ops.queues import (
     NO_REASON_KIND,
-    ClientFactory,
+    Tools,
     by_fingerprint,
     depth_of,
     dlq_stats,
     fingerprint,
     is_fifo,
-    make_client,
     resolve_queues,
 )
 from consumer.ops.queues import (
@@ -112,10 +111,13 @@ def _command(function: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-def _clients(ctx: typer.Context) -> ClientFactory:
-    """The factory of the command's clients: :func:`queues.make_client`, or the one a caller passed as the
-    context's ``obj`` (``CliRunner().invoke(app, args, obj=factory)``: how tests hook every client)."""
-    return ctx.obj if callable(ctx.obj) else make_client
+def _tools(ctx: typer.Context) -> Tools:
+    """The command's clients and clock: the machine's (:class:`queues.Tools`' defaults), or what a caller passed as
+    the context's ``obj`` (``CliRunner().invoke(app, args, obj=...)``: how tests hook every client and run on a
+    simulated clock), a :class:`Tools` or a client factory alone."""
+    if isinstance(ctx.obj, Tools):
+        return ctx.obj
+    return Tools(clients=ctx.obj) if callable(ctx.obj) else Tools()
 
 
 def _named(ctx: typer.Context, queue_url: str | None, dlq_url: str | None) -> tuple[str | None, str | None]:
@@ -178,9 +180,9 @@ def stats(
     queue counts from its original enqueue time); one the consumer moved carries
     its own failed_at in the reason.
     """
-    clients = _clients(ctx)
+    clients, clock = _tools(ctx)
     dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
-    report = dlq_stats(clients("sqs", dlq), dlq)
+    report = dlq_stats(clients("sqs", dlq), dlq, clock)
     if json_output:
         typer.echo(json.dumps(report.as_json()))
         return
@@ -226,9 +228,9 @@ def peek(
     fingerprint is the reason's kind and text with numbers, hex ids and uuids
     replaced by placeholders.
     """
-    clients = _clients(ctx)
+    clients, clock = _tools(ctx)
     dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
-    records = peek_records(clients("sqs", dlq), dlq, max_messages=max_messages, visibility=visibility)
+    records = peek_records(clients("sqs", dlq), dlq, max_messages=max_messages, visibility=visibility, clock=clock)
     if json_output:
         for record in records:
             kind, pattern = fingerprint(record["reason"])
@@ -316,11 +318,11 @@ def redrive(
     because the source may still remember its deduplication id and would accept
     and silently drop it; run redrive again after that.
     """
-    clients = _clients(ctx)
+    clients, clock = _tools(ctx)
     queues = resolve_queues(
         *_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=not cancel
     )
-    sqs = clients("sqs", queues.dlq)
+    sqs, progress = clients("sqs", queues.dlq), progress_on(clock)
     if cancel:
         typer.echo(cancel_move_task(sqs, queues.dlq))
         return
@@ -339,12 +341,12 @@ def redrive(
         visibility=visibility,
     )
     summary = RedriveSummary(dry_run=dry_run)
-    start = prepare_redrive(sqs, queues.dlq, queues.source, options, summary, progress=Progress)
+    start = prepare_redrive(sqs, queues.dlq, queues.source, options, summary, progress=progress, clock=clock)
     if start is None:
         typer.echo(summary.native)
         return
     try:
-        copy_redrive(sqs, queues.dlq, queues.source, summary, start=start, options=options, progress=Progress)
+        copy_redrive(sqs, queues.dlq, queues.source, summary, start=start, options=options, progress=progress)
     except KeyboardInterrupt:
         typer.echo(
             f"interrupted after moving {summary.moved} message(s); every other message is still in the DLQ."
@@ -423,7 +425,7 @@ def purge(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete every message in the DLQ (PurgeQueue); asks first unless --yes. Export first to keep a copy."""
-    clients = _clients(ctx)
+    clients = _tools(ctx).clients
     dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
     sqs = clients("sqs", dlq)
     approximate = sum(depth_of(sqs, dlq))
@@ -473,13 +475,14 @@ def export(
     FIFO: SQS hands out no more of a message group while some of it is hidden,
     so without --delete a pass sees at most 10 messages per group.
     """
-    clients = _clients(ctx)
+    clients, clock = _tools(ctx)
     dlq = resolve_queues(*_named(ctx, queue_url, dlq_url), stack, worker=worker, clients=clients, need_source=False).dlq
     files.refuse_to_overwrite(out, append=append)
     sqs = clients("sqs", dlq)
     result = ExportResult(visible=depth_of(sqs, dlq)[0])
+    progress = progress_on(clock)
     try:
-        files.export(sqs, dlq, out, result, delete=delete, visibility=visibility, progress=Progress)
+        files.export(sqs, dlq, out, result, delete=delete, visibility=visibility, progress=progress, clock=clock)
     except BaseException as error:
         stopped = "interrupted" if isinstance(error, KeyboardInterrupt) else "stopped"
         typer.echo(
@@ -546,7 +549,7 @@ def import_(
     names producers, the DLQ takes messages from the consumer alone: import
     with --to source.
     """
-    clients = _clients(ctx)
+    clients, clock = _tools(ctx)
     to_source = to is Target.source
     queues = resolve_queues(
         *_named(ctx, queue_url, dlq_url),
@@ -563,7 +566,7 @@ def import_(
         typer.echo(f"nothing to import: {in_file} has no line at or after line {from_line}")
         return
     try:
-        files.send_lines(clients("sqs", target), target, result, progress=Progress)
+        files.send_lines(clients("sqs", target), target, result, progress=progress_on(clock))
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             stopped, unsure = "interrupted", ""

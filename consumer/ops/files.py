@@ -26,6 +26,7 @@ from consumer.ops.records import (
     size_batches,
     source_attributes,
 )
+from consumer.runtime.clock import SYSTEM, Clock
 from consumer.runtime.dead_letter import attributes_from_json, send_entry
 
 #: An export holds message bodies: its file is created readable and writable by its owner only.
@@ -88,12 +89,13 @@ def export(
     delete: bool,
     visibility: int,
     progress: ProgressFactory,
+    clock: Clock = SYSTEM,
 ) -> None:
     """Append every DLQ message to ``out`` as a line; with ``delete``, delete each batch once its lines are
-    fsynced, the two one step that SIGINT and SIGTERM wait for."""
+    fsynced, the two one step that SIGINT and SIGTERM wait for. ``clock`` times the leases."""
     with (
         _open_private(out) as stream,
-        Lease(sqs, dlq_url, visibility=visibility) as lease,
+        Lease(sqs, dlq_url, visibility=visibility, clock=clock) as lease,
         progress("export", result.visible, unit="message(s) written") as bar,
     ):
         while (batch := lease.receive(SQS_MAX_BATCH)) is not None:

@@ -2,6 +2,10 @@
 the run's start on SQS's own clock, interrupts held back while a step must not be cut, and the protocol a
 pass reports its progress through.
 
+Every reading of the time and every wait goes through a :class:`~consumer.runtime.clock.Clock` (the runtime's),
+the machine's (:data:`~consumer.runtime.clock.SYSTEM`) unless the caller passes another: a test runs the tools on
+the simulated world's clock (``bench/sim``), where a lease or a long poll passes without waiting for it.
+
 None of this is a command and none of it shows anything but a warning line on stderr: typer and rich stay
 in ``consumer/ops/commands.py``, which builds the commands from these parts and draws the progress.
 """
@@ -13,10 +17,9 @@ import re
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 
@@ -24,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.limits import SQS_MAX_BATCH
 from consumer.runtime.aws_errors import error_code, is_missing_queue
+from consumer.runtime.clock import SYSTEM, Clock
 
 T = TypeVar("T")
 
@@ -180,15 +184,16 @@ class Lease:
     message twice; a message seen again anyway (its visibility ran out) is not
     returned again, only its receipt handle is refreshed. Releasing them on the
     way out, also on Ctrl-C or an error, leaves them where they were; if even
-    that fails, they reappear on their own after ``visibility`` seconds.
+    that fails, they reappear on their own after ``visibility`` seconds. ``clock`` times the leases.
     """
 
-    def __init__(self, client: Any, queue_url: str, *, visibility: int) -> None:
+    def __init__(self, client: Any, queue_url: str, *, visibility: int, clock: Clock = SYSTEM) -> None:
         self.client = client
         self.queue_url = queue_url
         self.visibility = visibility
+        self.clock = clock
         self.handles: dict[str, str] = {}
-        #: When each held message's lease ends, on time.monotonic(), counted from before the call that set it.
+        #: When each held message's lease ends, on ``clock.monotonic()``, counted from before the call that set it.
         self.expires: dict[str, float] = {}
         self.seen: set[str] = set()
 
@@ -217,7 +222,7 @@ class Lease:
             # A step too: a signal during the call waits for its answer, so that the messages it hides
             # are known here and released on the way out, not left hidden until their lease ends.
             with interrupts.step():
-                asked = time.monotonic()
+                asked = self.clock.monotonic()
                 response = aws(
                     self.client,
                     "ReceiveMessage",
@@ -266,7 +271,7 @@ class Lease:
             yield [m for m in messages if m["MessageId"] not in gone], refused
 
     def _extend(self, messages: list[dict[str, Any]], seconds: float) -> list[tuple[str, str]]:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         short = [m for m in messages if self.expires[m["MessageId"]] - now < seconds]
         lease = max(self.visibility, math.ceil(seconds))
         refused: list[tuple[str, str]] = []
@@ -274,7 +279,7 @@ class Lease:
             entries = [
                 {"Id": str(i), "ReceiptHandle": self.handle(m), "VisibilityTimeout": lease} for i, m in enumerate(chunk)
             ]
-            asked = time.monotonic()
+            asked = self.clock.monotonic()
             response = aws(
                 self.client, "ChangeMessageVisibilityBatch", self.queue_url, QueueUrl=self.queue_url, Entries=entries
             )
@@ -322,15 +327,17 @@ class Lease:
 
 @dataclass(frozen=True)
 class RunStart:
-    """When a run started, in SQS's time, and the local monotonic reading of that moment."""
+    """When a run started, in SQS's time, and the local monotonic reading of that moment (on ``clock``, which
+    the run goes on reading)."""
 
     sqs_ms: int  #: milliseconds since the epoch, as SQS's SentTimestamp counts
     monotonic: float
     from_sqs: bool = True  #: False: this machine's clock (the endpoint sent no Date header)
+    clock: Clock = field(default=SYSTEM, repr=False, compare=False)
 
     def sqs_now(self) -> float:
         """Now in SQS's time, seconds since the epoch."""
-        return self.sqs_ms / 1000 + (time.monotonic() - self.monotonic)
+        return self.sqs_ms / 1000 + (self.clock.monotonic() - self.monotonic)
 
     def arrived_after(self, message: Mapping[str, Any]) -> bool:
         """Whether SQS took ``message`` in after the start (its SentTimestamp, SQS's clock too)."""
@@ -346,7 +353,9 @@ def _server_time(response: Mapping[str, Any]) -> float | None:
         return None
 
 
-def start_on_sqs_clock(read: Callable[[], Mapping[str, Any]]) -> tuple[RunStart, Mapping[str, Any]]:
+def start_on_sqs_clock(
+    read: Callable[[], Mapping[str, Any]], clock: Clock = SYSTEM
+) -> tuple[RunStart, Mapping[str, Any]]:
     """The run's start on SQS's clock, and what ``read`` (one call to SQS) answered at that moment.
 
     A message's SentTimestamp is SQS's clock. Compared with this machine's, clock skew would let a run
@@ -355,20 +364,21 @@ def start_on_sqs_clock(read: Callable[[], Mapping[str, Any]]) -> tuple[RunStart,
     CLOCK_POLL_SECONDS until that second turns, and the new second is the start: exact to a round trip
     plus the poll interval, for at most about a second spent. Without a Date header (not SQS), this
     machine's clock (``from_sqs`` False); without a turn in CLOCK_TICK_WAIT_SECONDS, the second after
-    the first answer's.
+    the first answer's. ``clock`` is this machine's time and what the polls wait on.
     """
     response = read()
     first = _server_time(response)
     if first is None:
-        return RunStart(sqs_ms=int(time.time() * 1000), monotonic=time.monotonic(), from_sqs=False), response
-    deadline = time.monotonic() + CLOCK_TICK_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        time.sleep(CLOCK_POLL_SECONDS)
+        start = RunStart(sqs_ms=int(clock.time() * 1000), monotonic=clock.monotonic(), from_sqs=False, clock=clock)
+        return start, response
+    deadline = clock.monotonic() + CLOCK_TICK_WAIT_SECONDS
+    while clock.monotonic() < deadline:
+        clock.sleep(CLOCK_POLL_SECONDS)
         response = read()
         now = _server_time(response)
         if now is not None and now > first:
-            return RunStart(sqs_ms=int(now * 1000), monotonic=time.monotonic()), response
-    return RunStart(sqs_ms=int((first + 1) * 1000), monotonic=time.monotonic()), response
+            return RunStart(sqs_ms=int(now * 1000), monotonic=clock.monotonic(), clock=clock), response
+    return RunStart(sqs_ms=int((first + 1) * 1000), monotonic=clock.monotonic(), clock=clock), response
 
 
 # --- progress -----------------------------------------------------------------------------

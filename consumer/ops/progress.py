@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as ProgressBar
 from rich.table import Table
 from rich.text import Text
+
+from consumer.ops.passes import ProgressFactory
+from consumer.runtime.clock import SYSTEM, Clock
 
 #: How much of a body or reason a table shows, on one line.
 BODY_PREVIEW_CHARS = 80
@@ -33,15 +36,25 @@ PROGRESS_LINE_SECONDS = 10
 class Progress:
     """A pass's progress on stderr: rich's bar on a terminal; elsewhere (a pipe,
     CI, a log file) a line every PROGRESS_LINE_SECONDS, ``<label>: <done> of <total> <unit> (<detail>),
-    <elapsed> s``, so that a long run is never silent. The final summary is the command's own."""
+    <elapsed> s``, so that a long run is never silent. The final summary is the command's own. The lines are
+    timed on ``clock``."""
 
-    def __init__(self, label: str, total: int | None, *, unit: str, detail: Callable[[], str] = lambda: "") -> None:
+    def __init__(
+        self,
+        label: str,
+        total: int | None,
+        *,
+        unit: str,
+        detail: Callable[[], str] = lambda: "",
+        clock: Clock = SYSTEM,
+    ) -> None:
         self.label, self.total, self.unit, self.detail = label, total, unit, detail
+        self.clock = clock
         self.completed = 0
         self.console = Console(stderr=True, highlight=False)
         self.bar: ProgressBar | None = None
         self.task: Any = None
-        self.started = self.last_line = time.monotonic()
+        self.started = self.last_line = clock.monotonic()
 
     def __enter__(self) -> Progress:
         if self.console.is_terminal:
@@ -70,14 +83,19 @@ class Progress:
         self.total = self.total if total is None else total
         if self.bar is not None:
             self.bar.update(self.task, completed=completed, total=self.total or None)
-        elif time.monotonic() - self.last_line >= PROGRESS_LINE_SECONDS:
-            self.last_line = time.monotonic()
+        elif self.clock.monotonic() - self.last_line >= PROGRESS_LINE_SECONDS:
+            self.last_line = self.clock.monotonic()
             detail = self.detail()
             typer.echo(
                 f"{self.label}: {completed} of {self.total if self.total else '?'} {self.unit}"
                 f"{f' ({detail})' if detail else ''}, {int(self.last_line - self.started)} s",
                 err=True,
             )
+
+
+def progress_on(clock: Clock) -> ProgressFactory:
+    """The factory of :class:`Progress` timed on ``clock``: what a command hands its pass."""
+    return functools.partial(Progress, clock=clock)
 
 
 # --- what the commands' tables show ---------------------------------------------------------------

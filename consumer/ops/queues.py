@@ -2,17 +2,17 @@
 
 The clients come from a :class:`ClientFactory` the command layer chooses (:func:`make_client` unless a
 caller passes another) and hands to every function here that calls AWS; nothing here reaches for a client
-of its own. No typer, no rich: the commands render what these functions return.
+of its own. So does the clock, with it in :class:`Tools`. No typer, no rich: the commands render what these
+functions return.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from consumer.limits import SQS_MAX_BATCH
 from consumer.ops.passes import (
@@ -24,6 +24,7 @@ from consumer.ops.passes import (
     aws,
 )
 from consumer.ops.records import message_record
+from consumer.runtime.clock import SYSTEM, Clock
 from consumer.stack_outputs import WORKER_NAMES_OUTPUT, output_prefix
 
 _STACK_OUTPUT = {"queue": "QueueUrl", "dlq": "DeadLetterQueueUrl"}
@@ -74,6 +75,15 @@ def make_client(service: str, queue_url: str | None = None) -> Any:
             retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
         ),
     )
+
+
+class Tools(NamedTuple):
+    """What a command works with: the factory of its clients and the clock it reads the time from and waits on
+    (the runtime's :class:`~consumer.runtime.clock.Clock`). The defaults are the machine's; a caller may pass
+    others as the typer context's ``obj`` (tests: hooked clients, a simulated clock)."""
+
+    clients: ClientFactory = make_client
+    clock: Clock = SYSTEM
 
 
 # --- finding the queues ---------------------------------------------------------------
@@ -192,17 +202,18 @@ class DlqStats:
         return asdict(self)
 
 
-def dlq_stats(sqs: Any, dlq_url: str) -> DlqStats:
-    """Depth from the queue's attributes; age from the SentTimestamp of up to 10 peeked (and released) messages."""
+def dlq_stats(sqs: Any, dlq_url: str, clock: Clock = SYSTEM) -> DlqStats:
+    """Depth from the queue's attributes; age from the SentTimestamp of up to 10 peeked (and released) messages,
+    against ``clock``'s time."""
     attributes = queue_attributes(sqs, dlq_url, [*DEPTH_ATTRIBUTES, "MessageRetentionPeriod"])
     visible, in_flight, delayed = depth(attributes)
     retention = int(attributes.get("MessageRetentionPeriod", 0))
     sent: list[int] = []
     if visible:
-        with Lease(sqs, dlq_url, visibility=30) as lease:
+        with Lease(sqs, dlq_url, visibility=30, clock=clock) as lease:
             sample = lease.receive(SQS_MAX_BATCH) or []
         sent = [int(m["Attributes"]["SentTimestamp"]) for m in sample if "SentTimestamp" in m.get("Attributes", {})]
-    age = max(0, int(time.time() - min(sent) / 1000)) if sent else None
+    age = max(0, int(clock.time() - min(sent) / 1000)) if sent else None
     return DlqStats(
         dlq_url=dlq_url,
         visible=visible,
@@ -215,11 +226,11 @@ def dlq_stats(sqs: Any, dlq_url: str) -> DlqStats:
     )
 
 
-def peek(sqs: Any, dlq_url: str, *, max_messages: int, visibility: int) -> list[dict[str, Any]]:
+def peek(sqs: Any, dlq_url: str, *, max_messages: int, visibility: int, clock: Clock = SYSTEM) -> list[dict[str, Any]]:
     """Up to ``max_messages`` DLQ messages as records (``records.message_record``), hidden while read and
     released right after: every message stays."""
     messages: list[dict[str, Any]] = []
-    with Lease(sqs, dlq_url, visibility=visibility) as lease:
+    with Lease(sqs, dlq_url, visibility=visibility, clock=clock) as lease:
         while len(messages) < max_messages:
             batch = lease.receive(max_messages - len(messages))
             if batch is None:

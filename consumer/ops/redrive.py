@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from consumer.ops.records import (
     source_attributes,
 )
 from consumer.runtime.aws_errors import error_code
+from consumer.runtime.clock import SYSTEM, Clock
 from consumer.runtime.dead_letter import read_reason_safely, send_entry
 
 #: A FIFO queue drops (while reporting success) a send whose MessageDeduplicationId it saw this recently.
@@ -177,12 +177,14 @@ def prepare_redrive(
     summary: RedriveSummary,
     *,
     progress: ProgressFactory,
+    clock: Clock = SYSTEM,
 ) -> RunStart | None:
     """Check the pair, run the native move task when ``options`` allow it; the start of the client-side move
     (:func:`copy_redrive`) that must follow, or None when the native task did it (``summary.native``).
 
     :class:`UsageError` when ``queue_url`` sends its failures to another DLQ. An endpoint without move
-    tasks falls back to the client-side move.
+    tasks falls back to the client-side move. ``clock``: what the run reads the time from and waits on; the
+    start carries it to the client-side move.
     """
     dlq_arn = queue_attributes(sqs, dlq_url, ["QueueArn"])["QueueArn"]
     source = queue_attributes(sqs, queue_url, ["QueueArn", "RedrivePolicy"])
@@ -193,14 +195,15 @@ def prepare_redrive(
             " pass the source queue that belongs to this DLQ"
         )
     if options.native:
-        summary.native = _native_redrive(sqs, dlq_url, dlq_arn, source["QueueArn"], options.rate, progress)
+        summary.native = _native_redrive(sqs, dlq_url, dlq_arn, source["QueueArn"], options.rate, progress, clock)
         if summary.native is not None:
             return None
         summary.mode = "client-side move; this endpoint has no message move tasks"
         if options.rate:
             warn("note: --rate applies to the native move task only")
     start, answer = start_on_sqs_clock(
-        lambda: aws(sqs, "GetQueueAttributes", dlq_url, QueueUrl=dlq_url, AttributeNames=list(DEPTH_ATTRIBUTES))
+        lambda: aws(sqs, "GetQueueAttributes", dlq_url, QueueUrl=dlq_url, AttributeNames=list(DEPTH_ATTRIBUTES)),
+        clock,
     )
     if not start.from_sqs:
         warn("note: the endpoint sends no Date header; the run starts on this machine's clock")
@@ -212,7 +215,7 @@ def prepare_redrive(
 
 
 def _native_redrive(
-    sqs: Any, dlq_url: str, dlq_arn: str, source_arn: str, rate: int | None, progress: ProgressFactory
+    sqs: Any, dlq_url: str, dlq_arn: str, source_arn: str, rate: int | None, progress: ProgressFactory, clock: Clock
 ) -> str | None:
     """Run (or follow the already running) native move task; None when the endpoint has none."""
     try:
@@ -233,7 +236,7 @@ def _native_redrive(
             f"StartMessageMoveTask on {dlq_url} failed: {explain(error)} (--client-side moves without it)"
         ) from None
     try:
-        task = _follow_move_task(sqs, dlq_url, dlq_arn, handle, progress)
+        task = _follow_move_task(sqs, dlq_url, dlq_arn, handle, progress, clock)
     except KeyboardInterrupt:
         warn("stopped watching; the move task keeps running on SQS (redrive --cancel stops it)")
         raise
@@ -244,7 +247,9 @@ def _native_redrive(
     return f"redrive (native move task): {status.lower() if status else 'done'}, moved ~{moved} message(s)"
 
 
-def _follow_move_task(sqs: Any, dlq_url: str, dlq_arn: str, handle: str, progress: ProgressFactory) -> dict[str, Any]:
+def _follow_move_task(
+    sqs: Any, dlq_url: str, dlq_arn: str, handle: str, progress: ProgressFactory, clock: Clock
+) -> dict[str, Any]:
     with progress("redrive (native move task)", None, unit="message(s) moved (approximate)") as shown:
         while True:
             tasks = aws(sqs, "ListMessageMoveTasks", dlq_url, SourceArn=dlq_arn, MaxResults=10).get("Results", [])
@@ -252,7 +257,7 @@ def _follow_move_task(sqs: Any, dlq_url: str, dlq_arn: str, handle: str, progres
             shown.update(task.get("ApproximateNumberOfMessagesMoved", 0), task.get("ApproximateNumberOfMessagesToMove"))
             if task.get("Status") not in ("RUNNING", "CANCELLING"):
                 return task
-            time.sleep(MOVE_TASK_POLL_SECONDS)
+            clock.sleep(MOVE_TASK_POLL_SECONDS)
 
 
 def cancel_move_task(sqs: Any, dlq_url: str) -> str:
@@ -330,14 +335,15 @@ def copy_redrive(
 
     Each batch's send and the delete of what it copied are one step (``Lease.step``): a signal waits
     for the delete. The run ends when the DLQ has nothing more it may move: an empty receive, or
-    MAX_STALE_RECEIVES receives in a row that bring only messages that arrived after the start.
+    MAX_STALE_RECEIVES receives in a row that bring only messages that arrived after the start. The
+    leases are timed on the start's clock, the one the run reads.
     """
     fifo = is_fifo(source_url)
     limit = options.limit
     copies: set[str] = set()  # MessageIds of the copies this run sent
     total = min(summary.at_start, limit) if limit else summary.at_start
     shown = progress("redrive", total, unit="message(s) handled", detail=summary.progress)
-    with Lease(sqs, dlq_url, visibility=options.visibility) as lease, shown as bar:
+    with Lease(sqs, dlq_url, visibility=options.visibility, clock=start.clock) as lease, shown as bar:
         only_arrivals = 0
         while (limit is None or summary.counted() < limit) and only_arrivals < MAX_STALE_RECEIVES:
             batch = lease.receive(SQS_MAX_BATCH if limit is None else limit - summary.counted())

@@ -1,4 +1,5 @@
-"""What the DLQ tool's tests share: the CLI run in-process against moto's server, and DLQ helpers.
+"""What the DLQ tool's tests share: the CLI run in-process, on the simulated world (:func:`virtual_cli`) or against
+moto's server (:func:`cli`), and DLQ helpers.
 
 A test module takes the fixtures by naming them at module level (``cli = dlq_support.cli``),
 which is how pytest finds fixtures defined in another module.
@@ -16,9 +17,10 @@ from typer.testing import CliRunner, Result
 
 from consumer.contract import WorkerContract
 from consumer.message import Message
-from consumer.ops.queues import make_client
+from consumer.ops.queues import ClientFactory, Tools, make_client
 from consumer.runtime.dead_letter import send_parameters
 from tests.integration.conftest import REGION, QueuePair
+from tests.integration.virtual import Virtual
 
 CONTRACT = WorkerContract(max_duration_seconds=5)
 FIFO_CONTRACT = WorkerContract(max_duration_seconds=5, fifo=True)
@@ -35,14 +37,15 @@ def server_sqs(moto_server: str) -> Any:
 
 
 class Clients:
-    """The client factory a test runs the CLI with: the tool's own ``make_client``, plus botocore hooks
-    registered on every client a command creates (``on_call``)."""
+    """The client factory a test runs the CLI with: ``make`` (the tool's own ``make_client``, or the simulated
+    world's clients), plus botocore hooks registered on every client a command creates (``on_call``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, make: ClientFactory = make_client) -> None:
+        self.make = make
         self.hooks: list[tuple[str, str, Callable[..., Any]]] = []
 
     def __call__(self, service: str, queue_url: str | None = None) -> Any:
-        client = make_client(service, queue_url)
+        client = self.make(service, queue_url)
         for event, operation, hook in self.hooks:
             client.meta.events.register(f"{event}.{service}.{operation}", hook)
         return client
@@ -67,6 +70,25 @@ def cli(moto_server: str, clients: Clients) -> Callable[..., Result]:
     ) -> Result:
         env = {"AWS_ENDPOINT_URL": endpoint, "COLUMNS": columns, "QUEUE_URL": None, "DLQ_URL": None}
         return runner.invoke(app, list(args), input=input, env=env, obj=clients)
+
+    return invoke
+
+
+@pytest.fixture
+def virtual_cli(virtual: Virtual, clients: Clients) -> Callable[..., Result]:
+    """Run ``python -m consumer <args>`` in-process inside ``virtual.run(body)``, on the simulated world: the
+    commands' clients are ``virtual.aws``'s (caller ``dlq-tool``, no faults), made through ``clients`` so that its
+    hooks (``on_call``) apply, and their clock is ``virtual.sim``, so a long poll, a lease or SQS's clock turning
+    passes in no real time. Both go in as the context's ``obj`` (:class:`consumer.ops.queues.Tools`)."""
+    from consumer.cli import app
+
+    clients.make = lambda service, _queue_url=None: virtual.aws.client(service, caller="dlq-tool", faults=False)
+    tools = Tools(clients=clients, clock=virtual.sim)
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None, columns: str | None = "250") -> Result:
+        env = {"COLUMNS": columns, "QUEUE_URL": None, "DLQ_URL": None}
+        return runner.invoke(app, list(args), input=input, env=env, obj=tools)
 
     return invoke
 

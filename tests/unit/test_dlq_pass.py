@@ -22,9 +22,21 @@ def answers(*dates: str | None) -> tuple[list[int], Any]:
     return calls, read
 
 
-@pytest.fixture(autouse=True)
-def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dlq_pass.time, "sleep", lambda _seconds: None)
+class StepClock:
+    """The part of :class:`consumer.runtime.clock.Clock` the start reads: a sleep only moves the clock on, so the
+    polls take no real time; ``time()`` starts at ``wall``."""
+
+    def __init__(self, wall: float = 1_000.5) -> None:
+        self.now, self.wall = 0.0, wall
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.wall + self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def test_start_on_sqs_clock_is_the_moment_sqs_clock_turns_to_the_next_second() -> None:
@@ -33,30 +45,26 @@ def test_start_on_sqs_clock_is_the_moment_sqs_clock_turns_to_the_next_second() -
         "Mon, 23 Nov 2026 10:00:00 GMT", "Mon, 23 Nov 2026 10:00:00 GMT", "Mon, 23 Nov 2026 10:00:01 GMT"
     )
 
-    start, response = dlq_pass.start_on_sqs_clock(read)
+    start, response = dlq_pass.start_on_sqs_clock(read, StepClock())
 
     assert (start.sqs_ms, start.from_sqs) == (1_795_428_001_000, True)
     assert (len(calls), response["Attributes"]) == (3, {"n": "3"})
 
 
-def test_start_on_sqs_clock_without_a_date_header_uses_this_machines_clock(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_start_on_sqs_clock_without_a_date_header_uses_this_machines_clock() -> None:
     """An endpoint that sends no Date header: one call, this machine's time, and the start says so."""
-    monkeypatch.setattr(dlq_pass.time, "time", lambda: 1_000.5)
     calls, read = answers(None)
 
-    start, _ = dlq_pass.start_on_sqs_clock(read)
+    start, _ = dlq_pass.start_on_sqs_clock(read, StepClock(wall=1_000.5))
 
     assert (start.sqs_ms, start.from_sqs, len(calls)) == (1_000_500, False, 1)
 
 
-def test_start_on_sqs_clock_that_never_turns_takes_the_next_second(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_start_on_sqs_clock_that_never_turns_takes_the_next_second() -> None:
     """A Date that does not change within the wait (a caching proxy) gives the second after it, not a hang."""
-    monkeypatch.setattr(dlq_pass, "CLOCK_TICK_WAIT_SECONDS", 0.05)
     _, read = answers("Mon, 23 Nov 2026 10:00:00 GMT")
 
-    start, _ = dlq_pass.start_on_sqs_clock(read)
+    start, _ = dlq_pass.start_on_sqs_clock(read, StepClock())
 
     assert start.sqs_ms == 1_795_428_001_000
 
