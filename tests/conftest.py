@@ -19,17 +19,20 @@ def machine_path() -> str:
 #: worker starts on one of them, so neither ends the run alone on one while the other waits. pyproject.toml turns
 #: pytest-xdist's own order (modules with the most tests first) off for this.
 LONGEST_FIRST = (
-    "tests/unit/test_types.py",
     "tests/alarms/test_catalogue.py",
-    "tests/alarms/test_wake_up.py",
     "tests/integration/test_demo.py",
-    "tests/integration/test_dlq_cli.py",
+    "tests/alarms/test_wake_up.py",
     "tests/edits/test_edits.py",
     "tests/sim/test_scenarios.py",
-    "tests/integration/test_dlq_redrive_safety.py",
-    "tests/integration/test_consumer.py",
-    "tests/integration/test_tracing.py",
+    "tests/unit/test_types.py",
     "tests/infra/test_permissions.py",
+    "tests/integration/test_team_workers.py",
+    "tests/unit/test_architecture.py",
+    "tests/infra/test_variants.py",
+    "tests/integration/test_process.py",
+    "tests/sim/test_seeds.py",
+    "tests/integration/test_local_run.py",
+    "tests/infra/test_entry.py",
 )
 
 

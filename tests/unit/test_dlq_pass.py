@@ -76,3 +76,31 @@ def test_run_start_counts_a_message_as_arrived_from_the_start_millisecond_on(sen
     message = {"Attributes": {"SentTimestamp": sent} if sent else {}}
 
     assert start.arrived_after(message) is arrived
+
+
+def test_a_lease_is_timed_on_the_clock_it_is_given() -> None:
+    """A held message's lease is extended before a step only once, on the lease's own clock, less than STEP_SECONDS
+    of it is left: not with the whole visibility left, and at once when that clock has moved (here without a real
+    second passing). On moto in process."""
+    import boto3
+    from moto import mock_aws
+
+    clock = StepClock()
+    visibility = dlq_pass.STEP_SECONDS + 30
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="eu-west-1")
+        url = sqs.create_queue(QueueName="held")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="x")
+        extensions: list[str] = []
+        sqs.meta.events.register(
+            "before-call.sqs.ChangeMessageVisibilityBatch", lambda **_: extensions.append("extended")
+        )
+        with dlq_pass.Lease(sqs, url, visibility=visibility, clock=clock) as lease:
+            (message,) = lease.receive(10) or []
+            with lease.step([message]):
+                pass
+            assert extensions == []
+            clock.sleep(31)
+            with lease.step([message]):
+                pass
+            assert extensions == ["extended"]
