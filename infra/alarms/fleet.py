@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from infra.alarms.gc_pause import paused_gc
 from infra.alarms.scaling import Minute
 from infra.alarms.world import PICKUP_SECONDS, World
 
 
+@paused_gc()  # millions of acyclic objects: see infra.alarms.gc_pause
 def fleet_calls(world: World, arrivals: Sequence[float], simulated: Sequence[Minute]) -> None:
     """The sends, receives and deletes of ``arrivals`` (messages a minute, spread evenly over it) as the ``simulated``
     fleet takes them, oldest first, and its running and desired counts at each minute's end."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from infra.alarms.definitions import Series, metric_key
 from infra.alarms.events import CALLER, SqsEvent, sorted_events
+from infra.alarms.gc_pause import paused_gc
 from infra.alarms.publishers import (
     CI_PER_MINUTE,
     CI_ZERO_TASKS,
@@ -436,6 +437,7 @@ class _Model:
         return len(queue.held) - queue.in_flight, queue.in_flight, age
 
 
+@paused_gc()  # millions of acyclic objects: see infra.alarms.gc_pause
 def sqs_series(
     events: Sequence[SqsEvent],
     queues: Sequence[QueueSpec],
