@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from operator import attrgetter
 from typing import Any
 
 #: ``send``: a message enters ``queue`` (``by`` says who moved it: a caller's SendMessage, or SQS's redrive policy
@@ -85,4 +86,4 @@ def scripted_event(
 
 
 def sorted_events(events: Iterable[SqsEvent]) -> list[SqsEvent]:
-    return sorted(events, key=lambda e: e.t)
+    return sorted(events, key=attrgetter("t"))

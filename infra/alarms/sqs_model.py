@@ -376,10 +376,10 @@ class _Model:
         return index
 
     def send(self, queue: _Queue, event: SqsEvent, message_id: str) -> None:
-        retention = queue.spec.retention_seconds
+        retention, t = queue.spec.retention_seconds, event.t
         if event.by == CALLER:
-            queue.counts[SENT][math.floor(event.t / 60)] += 1
-            self.add(queue, _Message(message_id, born=event.t, expires=event.t + retention))
+            queue.counts[SENT][math.floor(t / 60)] += 1
+            self.add(queue, _Message(message_id, t, t + retention))
             return
         # The redrive policy's move: not a caller's send; the message leaves the queue that held it.
         for other in self.queues.values():
