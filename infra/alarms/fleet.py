@@ -7,33 +7,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from infra.alarms.gc_pause import paused_gc
 from infra.alarms.scaling import Minute
 from infra.alarms.world import PICKUP_SECONDS, World
 
 
+@paused_gc()  # millions of acyclic objects: see infra.alarms.gc_pause
 def fleet_calls(world: World, arrivals: Sequence[float], simulated: Sequence[Minute]) -> None:
     """The sends, receives and deletes of ``arrivals`` (messages a minute, spread evenly over it) as the ``simulated``
     fleet takes them, oldest first, and its running and desired counts at each minute's end."""
-    facts = world.facts
+    duration = world.facts.duration
     sends: list[float] = []
     for at, count in enumerate(arrivals):
         whole = int(count)
         sends.extend(at * 60 + i * 60 / whole for i in range(whole))
+    handled = world.handled
     done = 0.0
     index = 0
     for minute in simulated:
         begins = minute.t * 60.0
         world.set_tasks(begins + 60, minute.running, minute.desired)
         done += minute.processed
-        while index < len(sends) and index < int(done + 1e-9):
-            sent = sends[index]
+        stop = min(len(sends), int(done + 1e-9))
+        for sent in sends[index:stop]:
             received = min(max(sent + PICKUP_SECONDS, begins), begins + 59)
-            message_id = world.send(sent)
-            world.receive(received, message_id)
-            finished = max(received, sent) + facts.duration
-            world.delete(finished, message_id)
-            world.count(finished, "processed")
-            world.count(finished, "deleted")
-            index += 1
+            handled(sent, received, max(received, sent) + duration)
+        index = max(index, stop)
     for sent in sends[index:]:  # never processed: they wait in the source
         world.send(sent)

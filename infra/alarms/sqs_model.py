@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from infra.alarms.definitions import Series, metric_key
 from infra.alarms.events import CALLER, SqsEvent, sorted_events
+from infra.alarms.gc_pause import paused_gc
 from infra.alarms.publishers import (
     CI_PER_MINUTE,
     CI_ZERO_TASKS,
@@ -217,7 +218,7 @@ class QueueSpec:
     visibility_timeout: int = 30
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Message:
     """One message in one queue: ``born`` is where its age counts from, ``expires`` when retention deletes it."""
 
@@ -286,15 +287,13 @@ class _Model:
                 self.remove(queue, message, at)
                 self.applied.add(SQS_RETENTION)
 
-    def touch(self, queue: _Queue, t: float) -> None:
-        """A call or an arriving message at ``t``: wakes an inactive queue, then keeps it active."""
-        if queue.inactive_at(t):
-            if queue.open():
-                queue.periods[-1] = (queue.periods[-1][0], queue.last_activity + IDLE_SECONDS)
-            queue.periods.append((t + self.wake_delay, None))
-            if self.wake_delay > 0:
-                self.applied.add(SQS_WAKE_DELAY)
-        queue.last_activity = max(queue.last_activity, t)
+    def wake(self, queue: _Queue, t: float) -> None:
+        """A call or an arriving message at ``t`` on an inactive queue: a new publishing period, after the delay."""
+        if queue.open():
+            queue.periods[-1] = (queue.periods[-1][0], queue.last_activity + IDLE_SECONDS)
+        queue.periods.append((t + self.wake_delay, None))
+        if self.wake_delay > 0:
+            self.applied.add(SQS_WAKE_DELAY)
 
     # --- messages ----------------------------------------------------------------------------------
     def add(self, queue: _Queue, message: _Message) -> None:
@@ -328,40 +327,59 @@ class _Model:
             queue.in_flight += 1
         heapq.heappush(queue.visibility_ends, (message.visible_until, next(self.sequence), message))
 
-    def apply(self, event: SqsEvent) -> None:
-        queue = self.queues.get(event.queue)
-        if queue is None:
-            raise ValueError(f"event at t={event.t} on queue {event.queue!r}, which is not among the queues given")
-        self.expire(event.t)
-        self.touch(queue, event.t)
-        minute = math.floor(event.t / 60)
-        message = queue.held.get(event.message_id) if event.message_id else None
-        if event.op == "send":
-            assert event.message_id is not None
-            self.send(queue, event, event.message_id)
-        elif event.op == "receive":
-            queue.counts[RECEIVED][minute] += 1
-            if message is not None:
-                message.receives += 1
-                assert event.visibility is not None
-                self.hide(queue, message, event.t, event.visibility)
-        elif event.op == "delete":
-            queue.counts[DELETED][minute] += 1
-            if message is not None:
-                self.remove(queue, message, event.t)
-        elif event.op == "change_visibility":
-            if message is not None:
-                assert event.visibility is not None
-                self.hide(queue, message, event.t, event.visibility)
-        elif event.op == "purge":
-            for held in list(queue.held.values()):
-                self.remove(queue, held, event.t)
+    def apply(self, events: Sequence[SqsEvent], index: int, until: float) -> int:
+        """Apply ``events[index:]`` (sorted by t) in order, up to the first at or after ``until``; returns its index.
+
+        Each call or arriving message keeps its queue active (and wakes it if inactive). This loop runs once per
+        event of a scenario (millions), so it binds what it reads to locals and tests before calling: retention
+        only when the earliest expiry is due, the wake only for an inactive queue."""
+        queues, expiries, floor = self.queues, self.expiries, math.floor
+        count = len(events)
+        while index < count:
+            event = events[index]
+            t = event.t
+            if t >= until:
+                break
+            index += 1
+            queue = queues.get(event.queue)
+            if queue is None:
+                raise ValueError(f"event at t={t} on queue {event.queue!r}, which is not among the queues given")
+            if expiries and expiries[0][0] <= t:
+                self.expire(t)
+            if not queue.held and t >= queue.last_activity + IDLE_SECONDS:
+                self.wake(queue, t)
+            if t > queue.last_activity:
+                queue.last_activity = t
+            op, message_id = event.op, event.message_id
+            if op == "send":
+                assert message_id is not None
+                self.send(queue, event, message_id)
+                continue
+            message = queue.held.get(message_id) if message_id else None
+            if op == "receive":
+                queue.counts[RECEIVED][floor(t / 60)] += 1
+                if message is not None:
+                    message.receives += 1
+                    assert event.visibility is not None
+                    self.hide(queue, message, t, event.visibility)
+            elif op == "delete":
+                queue.counts[DELETED][floor(t / 60)] += 1
+                if message is not None:
+                    self.remove(queue, message, t)
+            elif op == "change_visibility":
+                if message is not None:
+                    assert event.visibility is not None
+                    self.hide(queue, message, t, event.visibility)
+            elif op == "purge":
+                for held in list(queue.held.values()):
+                    self.remove(queue, held, t)
+        return index
 
     def send(self, queue: _Queue, event: SqsEvent, message_id: str) -> None:
-        retention = queue.spec.retention_seconds
+        retention, t = queue.spec.retention_seconds, event.t
         if event.by == CALLER:
-            queue.counts[SENT][math.floor(event.t / 60)] += 1
-            self.add(queue, _Message(message_id, born=event.t, expires=event.t + retention))
+            queue.counts[SENT][math.floor(t / 60)] += 1
+            self.add(queue, _Message(message_id, t, t + retention))
             return
         # The redrive policy's move: not a caller's send; the message leaves the queue that held it.
         for other in self.queues.values():
@@ -419,6 +437,7 @@ class _Model:
         return len(queue.held) - queue.in_flight, queue.in_flight, age
 
 
+@paused_gc()  # millions of acyclic objects: see infra.alarms.gc_pause
 def sqs_series(
     events: Sequence[SqsEvent],
     queues: Sequence[QueueSpec],
@@ -444,28 +463,33 @@ def sqs_series(
     model = _Model(queues, start, idle_since or {}, wake_delay_seconds)
     ordered = sorted_events(events)
     points: dict[str, dict[str, list[tuple[float, float]]]] = {name: {m: [] for m in METRICS} for name in model.queues}
+    # Each queue with its output lists, bound once: the loop below runs every minute of every queue.
+    outputs = []
+    for name, queue in model.queues.items():
+        out = points[name]
+        lists = out[VISIBLE], out[NOT_VISIBLE], out[DELAYED], out[AGE], out[SENT], out[RECEIVED], out[DELETED]
+        outputs.append((queue, *lists))
     index = 0
     for minute in minutes(start, end):
         at = minute + 60
-        while index < len(ordered) and ordered[index].t < at:
-            model.apply(ordered[index])
-            index += 1
+        index = model.apply(ordered, index, at)
         model.expire(at)
-        for name, queue in model.queues.items():
+        for queue, visible_out, in_flight_out, delayed_out, age_out, sent_out, received_out, deleted_out in outputs:
             publishing = model.publishing(queue, minute)
             visible, in_flight, age = model.gauges(queue, at, excluded_age, publishing)
             if not publishing:
                 if not model.waking(queue, minute):
                     model.applied.add(SQS_IDLE)
                 continue
-            out, key = points[name], minute // 60
-            out[VISIBLE].append((minute, visible))
-            out[NOT_VISIBLE].append((minute, in_flight))
-            out[DELAYED].append((minute, 0.0))
+            key, counts = minute // 60, queue.counts
+            visible_out.append((minute, visible))
+            in_flight_out.append((minute, in_flight))
+            delayed_out.append((minute, 0.0))
             if age is not None:
-                out[AGE].append((minute, age))
-            for metric in (SENT, RECEIVED, DELETED):
-                out[metric].append((minute, queue.counts[metric][key]))
+                age_out.append((minute, age))
+            sent_out.append((minute, counts[SENT].get(key, 0)))
+            received_out.append((minute, counts[RECEIVED].get(key, 0)))
+            deleted_out.append((minute, counts[DELETED].get(key, 0)))
     for event in ordered[index:]:  # after the last minute: checked, not published
         if event.queue not in model.queues:
             raise ValueError(f"event at t={event.t} on queue {event.queue!r}, which is not among the queues given")

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from consumer.contract import WorkerContract
-from infra.alarms.events import SqsEvent
+from infra.alarms.events import CALLER, SqsEvent, scripted_event
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 #: The alarms of a scenario exist from here on; the world runs from t = 0, so they start with 20 minutes of history.
@@ -76,33 +76,43 @@ class World:
         self._hold = self.facts.contract.visibility_timeout_seconds
 
     # --- calls ---------------------------------------------------------------------------
+    # The events are the helpers' own (an op each writes, an id it issued, a visibility it gives): built unchecked.
     def send(self, t: float, queue: str | None = None, *, by: str = "caller", enqueued: float | None = None) -> str:
         message_id = f"m{next(self._ids)}"
+        event = SqsEvent if by != CALLER else scripted_event  # another ``by`` is the caller's: checked
         self.events.append(
-            SqsEvent(t=t, queue=queue or self.facts.source, op="send", message_id=message_id, by=by, enqueued=enqueued)
+            event(t=t, queue=queue or self.facts.source, op="send", message_id=message_id, by=by, enqueued=enqueued)
         )
         return message_id
 
     def receive(self, t: float, message_id: str, queue: str | None = None, visibility: float | None = None) -> None:
         hold = self._hold if visibility is None else visibility
-        self.events.append(
-            SqsEvent(t=t, queue=queue or self.facts.source, op="receive", message_id=message_id, visibility=hold)
-        )
+        self.events.append(scripted_event(t, queue or self.facts.source, "receive", message_id, hold))
         if queue in (None, self.facts.source):
             self.count(t, "received")
 
     def delete(self, t: float, message_id: str, queue: str | None = None) -> None:
-        self.events.append(SqsEvent(t=t, queue=queue or self.facts.source, op="delete", message_id=message_id))
+        self.events.append(scripted_event(t, queue or self.facts.source, "delete", message_id))
 
     def release(self, t: float, message_id: str, seconds: float, queue: str | None = None) -> None:
-        self.events.append(
-            SqsEvent(
-                t=t, queue=queue or self.facts.source, op="change_visibility", message_id=message_id, visibility=seconds
-            )
-        )
+        self.events.append(scripted_event(t, queue or self.facts.source, "change_visibility", message_id, seconds))
 
     def call(self, t: float, queue: str | None = None) -> None:
-        self.events.append(SqsEvent(t=t, queue=queue or self.facts.source, op="call"))
+        self.events.append(scripted_event(t, queue or self.facts.source, "call"))
+
+    def handled(self, sent: float, received: float, done: float) -> str:
+        """One message of the source: sent, received (its default hold), processed and deleted at ``done``, with
+        the consumer's counts. The calls of :meth:`send`, :meth:`receive`, :meth:`delete` and :meth:`count` in one,
+        for the fleets' hundreds of thousands of messages."""
+        message_id = f"m{next(self._ids)}"
+        source = self.facts.source
+        self.events += (
+            scripted_event(sent, source, "send", message_id),
+            scripted_event(received, source, "receive", message_id, self._hold),
+            scripted_event(done, source, "delete", message_id),
+        )
+        self.counts += ((received, "received", 1), (done, "processed", 1), (done, "deleted", 1))
+        return message_id
 
     def count(self, t: float, metric: str, value: float = 1) -> None:
         self.counts.append((t, metric, value))
@@ -118,14 +128,8 @@ class World:
     # --- one message's path ------------------------------------------------------------------
     def processed(self, t: float, *, wait: float = 0.0) -> str:
         """Sent at ``t``, received after ``wait`` (a backlog), done after the average duration, deleted."""
-        message_id = self.send(t)
         received = t + PICKUP_SECONDS + wait
-        self.receive(received, message_id)
-        done = received + self.facts.duration
-        self.delete(done, message_id)
-        self.count(done, "processed")
-        self.count(done, "deleted")
-        return message_id
+        return self.handled(t, received, received + self.facts.duration)
 
     def poisoned(self, t: float) -> str:
         """A message the handler calls poison: moved to the DLQ with a reason at once (one send, one delete)."""
