@@ -15,24 +15,31 @@ def machine_path() -> str:
     return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != str(NODE_BIN))
 
 
-#: The modules that run longest, longest first (``pytest -n auto --durations=0`` on a fresh clone sums them): each
-#: worker starts on one of them, so neither ends the run alone on one while the other waits. pyproject.toml turns
-#: pytest-xdist's own order (modules with the most tests first) off for this.
+#: The modules that run longest, longest first (``pytest -n auto --durations=0`` on a fresh clone sums them), those
+#: that mostly wait for real processes among them: each worker starts on one of them, waits overlap the other's
+#: work, and the run ends on short modules, so neither worker ends it alone on a long one while the other waits.
+#: pyproject.toml turns pytest-xdist's own order (modules with the most tests first) off for this.
 LONGEST_FIRST = (
     "tests/alarms/test_catalogue.py",
     "tests/integration/test_demo.py",
-    "tests/alarms/test_wake_up.py",
-    "tests/edits/test_edits.py",
     "tests/sim/test_scenarios.py",
+    "tests/edits/test_edits.py",
     "tests/unit/test_types.py",
-    "tests/infra/test_permissions.py",
+    "tests/sim/test_seeds.py",
+    "tests/alarms/test_wake_up.py",
     "tests/integration/test_team_workers.py",
+    "tests/integration/test_process.py",
+    "tests/infra/test_entry.py",
+    "tests/integration/test_local_run.py",
     "tests/unit/test_architecture.py",
     "tests/infra/test_variants.py",
-    "tests/integration/test_process.py",
-    "tests/sim/test_seeds.py",
-    "tests/integration/test_local_run.py",
-    "tests/infra/test_entry.py",
+    "tests/integration/test_chaos_proxy.py",
+    "tests/alarms/test_dlq_expiring.py",
+    "tests/integration/test_example_webhooks.py",
+    "workers/tests/test_audit.py",
+    "tests/infra/test_permissions.py",
+    "tests/integration/test_local_workers.py",
+    "workers/tests/test_reports.py",
 )
 
 
