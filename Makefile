@@ -20,6 +20,11 @@ BENCH_STAMP := $(VENV)/.bench-installed
 # calls end-of-life with a banner on every synth. Any target that synthesizes therefore needs $(CLI_STAMP).
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
+# Bytecode is cached under the venv for every Python process make starts, also where the environment says not to
+# write it beside the sources (PYTHONDONTWRITEBYTECODE, set on some machines): uv installs without compiling, and
+# without a cache each of the suite's processes compiled aws_cdk's generated modules anew (3 s of CPU each).
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 export AWS_EC2_METADATA_DISABLED := true
 
 # pip-tools resolves consumer/requirements.txt into the hashed consumer/requirements.lock (make lock), then the
