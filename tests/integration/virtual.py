@@ -37,7 +37,10 @@ LATENCY_MS = (1.0, 3.0)
 
 
 class Virtual:
-    """One simulated run for a test: its clock (:attr:`sim`), moto on that clock, and a client of the test's own."""
+    """One simulated run for a test: its clock (:attr:`sim`), moto on that clock, and a client of the test's own.
+
+    Entering the run resets every moto backend of the process (bench/sim/aws.py), the in-process moto server's
+    included: what a module-scoped fixture made on moto does not outlive a test on the simulated clock."""
 
     def __init__(self, seed: int = 7) -> None:
         self.sim = SimClock(seed, switch_probability=0.0)
