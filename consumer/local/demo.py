@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,14 +244,21 @@ class Demo:
     def _recover(self, notifications: Lane, deadline: float, refresh: Callable[[], None]) -> str | None:
         """End the outage: the circuits' next probe closes them and the outage events are delivered, no operator
         step. Only a late arrival (a flaky event in the DLQ, see settled_but_the_outage) gets a redrive, as an
-        operator would run one; None once every event is in its place."""
+        operator would run one: once the depths show it is all that is amiss (:meth:`Lane.late_arrivals`), or after
+        a quiet wait with the DLQ over its count. None once every event is in its place."""
         self.phase = "downstream back: circuits probe and close"
         downstream = notifications.downstream
         assert isinstance(downstream, Downstream)
         downstream.outage.clear()
-        stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
+
+        def settled_or_late() -> bool:
+            return notifications.settled() or notifications.late_arrivals() > 0
+
+        stalled = self._wait(settled_or_late, [notifications], deadline, refresh)
         for _ in range(REDRIVE_ROUNDS):
-            if not (stalled and stalled.startswith(QUIET) and notifications.depths[2] > notifications.expected_dlq):
+            late = stalled is None and not notifications.settled()
+            quiet = bool(stalled and stalled.startswith(QUIET))
+            if not (late or (quiet and notifications.depths[2] > notifications.expected_dlq)):
                 break
             self.phase = "operator: redriving a late arrival"
             again = self._redrive(notifications)
@@ -263,6 +271,9 @@ class Demo:
             if not again["moved"]:
                 break  # what is over in the DLQ is not a late arrival (a second copy, say): no redrive will move it
             # Every redrive is waited on: what it moved back is the recovery's to deliver, not the closing report's.
+            stalled = self._wait(settled_or_late, [notifications], deadline, refresh)
+        if stalled is None and not notifications.settled():
+            # What looked like late arrivals outlasted the redrives: the quiet wait names what is short.
             stalled = self._wait(notifications.settled, [notifications], deadline, refresh)
         return stalled
 
@@ -270,9 +281,13 @@ class Demo:
         """ECS's container health check, ``python -m consumer health``, for every running consumer of every lane,
         each with its own environment (its own liveness file); the answers go to the display and the report."""
         self.phase = f"liveness: python -m consumer health ({phase})"
-        for lane in self.lanes:
+
+        def check(lane: Lane) -> None:
             lane.fleet.read_logs()  # a consumer that just logged consumer_started counts as ready
             lane.fleet.check_health(phase)
+
+        with ThreadPoolExecutor(max_workers=len(self.lanes), thread_name_prefix="health") as lanes:
+            list(lanes.map(check, self.lanes))  # side by side, as ECS checks its tasks; an error is raised here
 
     def _start_deploy(self) -> None:
         lane = self.notifications

@@ -421,6 +421,16 @@ class Lane:
             and self.ids(DELIVERED) <= self.delivered()
         )
 
+    def late_arrivals(self) -> int:
+        """How many events to deliver are in the DLQ as late arrivals, as far as the depths show: with the producer
+        done and nothing left in the source (nothing in flight either), an event to deliver that was not delivered
+        can only be in the DLQ, its receives spent (by a dead consumer's long poll, say). Counted only when the DLQ
+        holds exactly that many beyond its expected count; 0 otherwise, and while anything may still move."""
+        missing = len(self.ids(DELIVERED) - self.delivered())
+        if self.producing() or self.depths[:2] != (0, 0) or self.depths[2] - self.expected_dlq != missing:
+            return 0
+        return missing
+
     def shortfall(self) -> str:
         """What :meth:`settled` still waits for, as the depths and the downstream show it (for a wait that ended
         short): the source's depths, the DLQ's against the count expected, and the events not yet delivered."""

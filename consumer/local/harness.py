@@ -260,22 +260,29 @@ class Fleet:
         """Run ``python -m consumer health`` (ECS's container health check) for every running consumer that started
         its loops and was not asked to stop, with that process's environment; returns those that were unhealthy.
 
-        Each answer is kept on its process (``health``), named by ``phase``."""
+        The checks run side by side, each within :data:`HEALTH_TIMEOUT_SECONDS` of the first's start, as ECS checks
+        its tasks independently. Each answer is kept on its process (``health``), named by ``phase``."""
+        checked = [c for c in self.alive() if c.ready and not c.asked_to_stop]  # not started yet, or stopping
+        command = [sys.executable, "-m", "consumer", "health"]
+        running = [
+            (
+                c,
+                subprocess.Popen(
+                    command, env=dict(c.environment), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                ),
+            )
+            for c in checked
+        ]
+        deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
         unhealthy = []
-        for consumer in self.alive():
-            if not consumer.ready or consumer.asked_to_stop:
-                continue  # not started yet (no progress file), or stopping on purpose
+        for consumer, check in running:
             try:
-                done = subprocess.run(
-                    [sys.executable, "-m", "consumer", "health"],
-                    env=dict(consumer.environment),
-                    capture_output=True,
-                    text=True,
-                    timeout=HEALTH_TIMEOUT_SECONDS,
-                )
-                output = (done.stdout + done.stderr).strip().splitlines()
-                healthy, line = done.returncode == 0, output[-1] if output else f"exit {done.returncode}, no output"
+                output = check.communicate(timeout=max(0.0, deadline - time.monotonic()))[0].strip().splitlines()
+                healthy = check.returncode == 0
+                line = output[-1] if output else f"exit {check.returncode}, no output"
             except subprocess.TimeoutExpired:
+                check.kill()
+                check.communicate()
                 healthy, line = False, f"unhealthy: python -m consumer health took over {HEALTH_TIMEOUT_SECONDS:.0f} s"
             consumer.health.append(HealthCheck(phase, healthy, line))
             if not healthy:

@@ -35,8 +35,6 @@ LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "loc
 #: A local consumer logs at DEBUG: one ``message_processed`` line per message, which the walkthrough, the demo's
 #: accounting and the chaos suite read. A deployed one logs at INFO, where that line is left out (docs/runtime.md).
 LOCAL_LOG_LEVEL = {"CONSUMER_LOG_LEVEL": "DEBUG"}
-#: The CDK template's CheckBootstrapVersion rule reads this parameter; any version >= 6 passes.
-BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
 STACK_TIMEOUT_SECONDS = 60
 
 
@@ -162,9 +160,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
     stack_name = stack_name or template_path.name.removesuffix(".template.json")
     skipped = _drop_locally_skipped(template)
     _name_tables(template, stack_name)
-    local_client("ssm", endpoint).put_parameter(
-        Name=BOOTSTRAP_VERSION_PARAMETER, Value="30", Type="String", Overwrite=True
-    )
+    _drop_bootstrap_check(template)
     cloudformation = local_client("cloudformation", endpoint)
     cloudformation.create_stack(
         StackName=stack_name,
@@ -188,10 +184,11 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         outputs=outputs,
         workers=_worker_environments(resources, physical, endpoint),
     )
+    cloudwatch = local_client("cloudwatch", endpoint)
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::CloudWatch::Alarm":
             properties, dropped = _without_scaling_actions(resource["Properties"], resources)
-            local.alarms.append(_create_alarm(endpoint, stack_name, logical_id, properties, physical))
+            local.alarms.append(_create_alarm(cloudwatch, endpoint, stack_name, logical_id, properties, physical))
             skipped += [f"{action} (action of {logical_id}: no Application Auto Scaling locally)" for action in dropped]
     local.skipped = skipped
     return local
@@ -217,6 +214,14 @@ def _drop_locally_skipped(template: dict[str, Any]) -> list[str]:
     for key in [k for k, v in outputs.items() if any(f'"{d}"' in json.dumps(v) for d in dropped)]:
         del outputs[key]
     return [f"{logical_id} ({why})" for logical_id, why in dropped.items()]
+
+
+def _drop_bootstrap_check(template: dict[str, Any]) -> None:
+    """Remove the CDK's bootstrap version check (the ``BootstrapVersion`` parameter, read from SSM, and the
+    ``CheckBootstrapVersion`` rule on it): it checks the account's bootstrap stack, which a local run has none of.
+    Without it moto's CloudFormation reads no SSM parameter."""
+    template.get("Parameters", {}).pop("BootstrapVersion", None)
+    template.get("Rules", {}).pop("CheckBootstrapVersion", None)
 
 
 def _without_scaling_actions(
@@ -343,7 +348,12 @@ def _create_table(endpoint: str, properties: Mapping[str, Any]) -> str:
 
 
 def _create_alarm(
-    endpoint: str, stack_name: str, logical_id: str, properties: Mapping[str, Any], physical: Mapping[str, str]
+    cloudwatch: Any,
+    endpoint: str,
+    stack_name: str,
+    logical_id: str,
+    properties: Mapping[str, Any],
+    physical: Mapping[str, str],
 ) -> str:
     name = f"{stack_name}-{logical_id}"
 
@@ -382,5 +392,5 @@ def _create_alarm(
         }
     if "DatapointsToAlarm" in properties:
         arguments["DatapointsToAlarm"] = properties["DatapointsToAlarm"]
-    local_client("cloudwatch", endpoint).put_metric_alarm(**arguments)
+    cloudwatch.put_metric_alarm(**arguments)
     return name

@@ -235,10 +235,17 @@ class RecoveringLane:
     def settled(self) -> bool:  # what the waits are told to wait for (the fake waits answer for it)
         return self.depths == (0, 0, self.expected_dlq)
 
+    def late_arrivals(self) -> int:  # the DLQ's surplus, every other event delivered (the fake's premise)
+        return self.depths[2] - self.expected_dlq
+
+
+#: A wait's answer in :func:`recovering`: the wait ended (None) on a late arrival, the DLQ still one over.
+LATE = "late"
+
 
 def recovering(waits: list[str | None]) -> tuple[Demo, RecoveringLane, list[str]]:
-    """A demo whose settle waits answer ``waits`` in turn (quiet with the DLQ one over, until None: settled) and
-    whose redrives move one message each; the steps taken, in order."""
+    """A demo whose settle waits answer ``waits`` in turn (quiet with the DLQ one over, :data:`LATE`, until None:
+    settled) and whose redrives move one message each; the steps taken, in order."""
     demo = Demo.__new__(Demo)
     demo.phase = ""
     lane, steps, answers = RecoveringLane(), [], iter(waits)
@@ -246,6 +253,8 @@ def recovering(waits: list[str | None]) -> tuple[Demo, RecoveringLane, list[str]
     def wait(*_: Any) -> str | None:
         steps.append("wait")
         answer = next(answers)
+        if answer is LATE:
+            return None
         if answer is None:
             lane.depths = (0, 0, 4)
         return answer
@@ -279,6 +288,41 @@ def test_recover_stops_redriving_when_a_redrive_moves_nothing() -> None:
     demo._redrive = lambda _: steps.append("redrive") or {"command": "r", "exit_code": 0, "moved": 0, "output": []}  # type: ignore[method-assign]
     assert demo._recover(lane, deadline=0.0, refresh=lambda: None) == QUIET_SHORT  # type: ignore[arg-type]
     assert steps == ["wait", "redrive"]
+
+
+def test_recover_redrives_a_late_arrival_as_soon_as_it_is_all_that_is_amiss() -> None:
+    """The wait ends on a late arrival (the source empty, the DLQ one over, that event undelivered): one redrive at
+    once, then a wait until it is delivered, with no quiet wait first (20 s of the demo's lease and backoff)."""
+    demo, lane, steps = recovering([LATE, None])
+    assert demo._recover(lane, deadline=0.0, refresh=lambda: None) is None  # type: ignore[arg-type]
+    assert steps == ["wait", "redrive", "wait"] and lane.redrive["moved"] == 1
+
+
+def test_recover_waits_quiet_when_late_arrivals_outlast_the_redrives() -> None:
+    """Still a late arrival after every round: a last wait, for the settled places alone, says what is short."""
+    demo, lane, steps = recovering([LATE, LATE, LATE, LATE, QUIET_SHORT])
+    assert demo._recover(lane, deadline=0.0, refresh=lambda: None) == QUIET_SHORT  # type: ignore[arg-type]
+    assert steps == ["wait", "redrive", "wait", "redrive", "wait", "redrive", "wait", "wait"]
+
+
+def test_a_lane_counts_late_arrivals_only_once_nothing_else_can_move(tmp_path: Path) -> None:
+    """An event to deliver, not delivered, with the source empty and the DLQ one over its count: one late arrival.
+    Nothing while the source still holds a message (in flight: it may yet be delivered), nor while the DLQ's surplus
+    is not the undelivered count (a lost event beside a second DLQ copy is no late arrival)."""
+    plan = plan_of("good", "flaky", "malformed")
+    downstream = RecordingDownstream()
+    lane = Lane("notifications", MIX, plan, downstream, TASK, RefusingSqs(set()), tmp_path)
+    downstream.successes["evt-0"] = 1
+    lane.depths = (0, 0, 2)
+    assert lane.late_arrivals() == 1
+    lane.depths = (0, 1, 2)
+    assert lane.late_arrivals() == 0
+    lane.depths = (0, 0, 1)
+    assert lane.late_arrivals() == 0
+    downstream.successes["evt-1"] = 1
+    lane.depths = (0, 0, 2)
+    assert lane.late_arrivals() == 0
+    downstream.stop()
 
 
 def test_recover_redrives_only_a_dlq_over_its_expected_count() -> None:
