@@ -18,6 +18,9 @@ def machine_path() -> str:
 #: The modules that run longest, longest first (``pytest -n auto --durations=0`` on a fresh clone sums them), those
 #: that mostly wait for real processes among them: each worker starts on one of them, waits overlap the other's
 #: work, and the run ends on short modules, so neither worker ends it alone on a long one while the other waits.
+#: Among the real tier's modules (``pytest -m real``) the order also keeps the second worker busy while the first one
+#: runs the session's synth for the demo: the ones that synthesize on their own (test_entry, test_variants) or need
+#: no synth come next, with a short one second, as xdist hands each worker two modules to start with.
 #: pyproject.toml turns pytest-xdist's own order (modules with the most tests first) off for this.
 LONGEST_FIRST = (
     "tests/alarms/test_catalogue.py",
@@ -27,18 +30,19 @@ LONGEST_FIRST = (
     "tests/unit/test_types.py",
     "tests/sim/test_seeds.py",
     "tests/alarms/test_wake_up.py",
-    "tests/integration/test_team_workers.py",
-    "tests/integration/test_process.py",
     "tests/infra/test_entry.py",
+    "tests/integration/test_deploy_credentials.py",
+    "tests/infra/test_variants.py",
+    "tests/integration/test_process.py",
+    "tests/integration/test_team_workers.py",
     "tests/integration/test_local_run.py",
     "tests/unit/test_architecture.py",
-    "tests/infra/test_variants.py",
+    "tests/integration/test_local_workers.py",
     "tests/integration/test_chaos_proxy.py",
     "tests/alarms/test_dlq_expiring.py",
     "tests/integration/test_example_webhooks.py",
     "workers/tests/test_audit.py",
     "tests/infra/test_permissions.py",
-    "tests/integration/test_local_workers.py",
     "workers/tests/test_reports.py",
 )
 

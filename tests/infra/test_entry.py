@@ -1,7 +1,8 @@
 """The entry points a user runs by hand: ``python app.py`` (what ``cdk synth/diff/deploy`` runs) on the pinned
 Node, quiet on success and one line on a configuration error; ``python -m infra.report``, make run's first step.
 
-Each entry point runs once as a real process (``pytest -m real``): ``python -m infra.report`` here, ``python app.py``
+Each entry point runs once as a real process (``pytest -m real``): ``python -m infra.report`` here (on a setting that
+breaks a rule: it stops before the synth), ``python app.py``
 in tests/integration/test_app_py.py (the session's one synth: no boto3, no banner on the machine's PATH), the pinned
 ``cdk synth`` in test_variants.py, and app.py without the CDK here.
 Their logic (refusals, the report's table in a narrow terminal, its notes) runs in process.
@@ -86,10 +87,10 @@ def report(
 
 
 def report_in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context: dict[str, Any], **environ: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, context: dict[str, Any], **environ: str | None
 ) -> tuple[int, str]:
     """``python -m infra.report`` in this process (its typer command under CliRunner) on ``context``, with
-    ``environ`` (COLUMNS, FORCE_COLOR as a terminal sets them): (exit code, stdout)."""
+    ``environ`` (COLUMNS, FORCE_COLOR as a terminal sets them; None unsets one): (exit code, stdout)."""
     from typer.testing import CliRunner
 
     import infra.app
@@ -125,30 +126,31 @@ def strip_ansi(text: str) -> str:
 
 
 #: The report off a terminal, run once for the tests that read it (a parallel run keeps the module on one worker).
-_off_a_terminal: list[subprocess.CompletedProcess[str]] = []
+_off_a_terminal: list[tuple[int, str]] = []
 
 
-#: What the real run reports: a one-worker environment and demo's two workers (every environment is a synth more, and
-#: the report's columns are built the same way for each).
+#: What the run reports: a one-worker environment and demo's two workers (every environment is a synth more, and the
+#: report's columns are built the same way for each).
 REPORTED = {CONTEXT_KEY: {name: reference_context()[CONTEXT_KEY][name] for name in ("dev", "demo")}}
 
 
-def report_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.report > log` (no COLUMNS, FORCE_COLOR or TERM), run once per process."""
+def report_off_a_terminal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """`python -m infra.report > log`, in process, once: stdout is typer's buffer, not a terminal, as a file is to
+    rich, and no COLUMNS, FORCE_COLOR or TERM is set. (exit code, stdout)."""
     if not _off_a_terminal:
-        environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")}
-        _off_a_terminal.append(report(tmp_path_factory.mktemp("report"), environ, REPORTED))
+        unset: dict[str, str | None] = {"COLUMNS": None, "FORCE_COLOR": None, "TERM": None}
+        _off_a_terminal.append(report_in_process(tmp_path_factory.mktemp("report"), monkeypatch, REPORTED, **unset))
     return _off_a_terminal[0]
 
 
-@pytest.mark.real
-def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_the_report_is_whole_lines_off_a_terminal(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`python -m infra.report > log` (make run's first step, in CI) prints each line whole: no cut handler
-    names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise). Real: the
-    entry point's interpreter start and exit code, and rich's view of a stdout that is a file, not a terminal."""
-    out = report_off_a_terminal(tmp_path_factory)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    names, no path broken across lines (rich renders 80 columns off a terminal unless told otherwise)."""
+    code, out = report_off_a_terminal(tmp_path_factory, monkeypatch)
+    assert code == 0, out
+    lines = out.splitlines()
     environments = REPORTED[CONTEXT_KEY]
     ok_lines = [line for line in lines if line.startswith("ok ")]
     assert len(ok_lines) == len(environments)
@@ -158,14 +160,15 @@ def test_the_report_is_whole_lines_off_a_terminal(tmp_path_factory: pytest.TempP
     assert "…" not in handler_row and "notifications" in handler_row
 
 
-@pytest.mark.real
-def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_the_report_shows_every_worker_of_every_environment(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A column per worker: a one-worker environment under its name, demo's two workers each under "demo" over
-    the worker's name, with its own handler, fleet and derived timings (the report job's 10 minutes). Real: it
-    reads the one real run of the test above (shared, so it costs nothing more)."""
-    out = report_off_a_terminal(tmp_path_factory)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    the worker's name, with its own handler, fleet and derived timings (the report job's 10 minutes). It reads the
+    run of the test above (shared, so it costs nothing more)."""
+    code, out = report_off_a_terminal(tmp_path_factory, monkeypatch)
+    assert code == 0, out
+    lines = out.splitlines()
 
     def cells(label: str) -> list[str]:
         row = next(line for line in lines if line.startswith(("│ " + label, "┃ " + label)))
@@ -178,6 +181,20 @@ def test_the_report_shows_every_worker_of_every_environment(tmp_path_factory: py
     assert cells("declared max duration")[1:] == ["30 s", "600 s (10 min)"]
     assert cells("concurrency per task")[1:] == ["8", "2"]
     assert [line for line in lines if line.startswith("note ")] == []  # no worker above one vCPU
+
+
+@pytest.mark.real
+def test_the_report_says_a_configuration_error_in_one_whole_line_off_a_terminal(tmp_path: Path) -> None:
+    """`python -m infra.report > log` on a setting that breaks a rule: exit 2 and the error on one line, however
+    long, no traceback, nothing synthesized. Real: the entry point's interpreter start and exit code, and rich's view
+    of a stdout that is a file, not a terminal (the table off a terminal, in process: the tests above)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TERM")}
+    context = environments_with(source_retention_days=3, dlq_retention_days=1)
+    done = report(tmp_path, environ, context)
+    assert (done.returncode, done.stderr) == (2, ""), done.stderr[-2000:]
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("invalid configuration: ") and "by at least 2 days" in line and len(line) > 80
+    assert not list((tmp_path / "out").glob("*.template.json"))
 
 
 def test_the_report_says_when_a_worker_declares_more_vcpu_than_one_process_uses(

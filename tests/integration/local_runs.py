@@ -1,16 +1,20 @@
 """Helpers for the tests of the manual local run (docs/local.md, the README's commands): a new terminal's
-environment, a command in a POSIX shell, `consumer local up` for a block, and what `local send` printed."""
+environment, a command in a POSIX shell, `consumer local up` for a block, the README's three commands, and what
+`local send` printed."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from click.testing import Result
 
 from tests.integration.conftest import ROOT
 
@@ -27,6 +31,45 @@ def shell(command: str, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         ["sh", "-c", command], cwd=ROOT, env=user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
     )
+
+
+def in_process(*args: str, env: dict[str, str] | None = None) -> Result:
+    """``python -m consumer ARGS`` in this process (typer's runner: its exit code, stdout and stderr), with ``env``
+    as its whole AWS and CONSUMER environment, or none, as in a new terminal (:func:`user_environment`): for a
+    command whose own process shows nothing more, run against a real `local up`."""
+    from typer.testing import CliRunner
+
+    from consumer.cli import build_app
+
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("AWS_", "CONSUMER_"))}
+    return CliRunner().invoke(build_app(args[0]), list(args), env={**unset, **(env or {})})
+
+
+def terminal(workdir: Path, command: str) -> subprocess.Popen[str]:
+    """``command`` in a POSIX shell in ``workdir`` (a checkout's layout), as a new terminal runs it, in a session of
+    its own; stdout and stderr together."""
+    return subprocess.Popen(
+        ["sh", "-c", command],
+        cwd=workdir,
+        env={**user_environment(), "PYTHONPATH": str(ROOT)},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+#: The sentence the README puts right before its manual run's block.
+README_LEAD = "To run the stack by hand after `make run`"
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's sh block after :data:`README_LEAD`, comments stripped: `local up`, `run` from the
+    env file, `local send`."""
+    section = (ROOT / "README.md").read_text().split(README_LEAD, 1)[1]
+    match = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert match, f"no sh block after {README_LEAD!r} in README.md"
+    return [line.split("  #", 1)[0].strip() for line in match.group(1).splitlines() if line.strip()]
 
 
 def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:

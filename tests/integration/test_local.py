@@ -1,13 +1,9 @@
-"""Local provisioning from the synthesized template, and the consumer running against it end to end."""
+"""Local provisioning from the synthesized template (the consumer running against it as a user starts it:
+tests/integration/test_local_run.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,16 +21,6 @@ from consumer.local.stack import (
     provision,
     start_server,
 )
-from consumer.runtime.dead_letter import read_reason
-
-ROOT = Path(__file__).resolve().parents[2]
-EVENT = {
-    "event_id": "evt-local-0001",
-    "type": "notification.requested",
-    "channel": "email",
-    "recipient": "someone@example.com",
-    "template": "welcome",
-}
 
 
 @pytest.fixture(scope="module")
@@ -165,47 +151,6 @@ def test_local_alarms_come_from_the_template(local: LocalStack, dev_template: Pa
     (wake_up,) = [k for k, v in resources.items() if v["Properties"].get("PolicyType") == "StepScaling"]
     assert [s.split(" ")[0] for s in local.skipped] == [*skipped, wake_up]
     assert alarm_named(alarms, "ConsumerWakeUpAlarm")["AlarmActions"] == []
-
-
-@pytest.mark.real
-def test_local_consumer_runs_with_the_stacks_environment(local: LocalStack, tmp_path: Path) -> None:
-    """`python -m consumer run` with the task's environment: a valid event is dry-run (dev declares it) and deleted,
-    a malformed one lands in the DLQ.
-    Real: `python -m consumer run` started with the provisioned task environment, as ECS starts the container."""
-    sqs = client(local, "sqs")
-    queue_url, dlq_url = local.task_environment["QUEUE_URL"], local.task_environment["DLQ_URL"]
-    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(EVENT))
-    sqs.send_message(QueueUrl=queue_url, MessageBody='{"event_id": "broken"')
-    process = subprocess.Popen(
-        [sys.executable, "-m", "consumer", "run"],
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | local.process_environment(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            source = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
-            dlq = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
-            if (
-                source["ApproximateNumberOfMessages"],
-                source["ApproximateNumberOfMessagesNotVisible"],
-                dlq["ApproximateNumberOfMessages"],
-            ) == ("0", "0", "1"):
-                break
-            assert process.poll() is None, process.stderr.read()
-            time.sleep(0.2)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.stdout is not None and '"event":"notification_dry_run"' in process.stdout.read()
-    (moved,) = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"])["Messages"]
-    reason = read_reason(moved["MessageAttributes"])
-    assert reason is not None and reason["kind"] == "poison" and reason["reason"].startswith("body is not JSON")
 
 
 def test_local_provision_without_a_template_says_how_to_make_one(tmp_path: Path) -> None:

@@ -1,41 +1,68 @@
-"""The manual local run as docs/local.md gives it: `local up` in one terminal, `run` in a second, `local send` in a third."""
+"""The manual local run as the README and docs/local.md give it: `local up` in one terminal, `run` in a second,
+`local send` in a third, pasted as written into a scratch directory laid out as a checkout after `make run`: `.venv`
+(this suite's) and `cdk.out/` (the session's real synth), so `.local.env` and the default template path resolve there
+as they would at the repository root."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from consumer.local.harness import event_id_of
-from consumer.local.manual import read_env_file, worker_env_file
+from consumer.local.manual import read_env_file, shell_path, worker_env_file
 from consumer.local.stack import local_client
 from consumer.runtime.dead_letter import read_reason
+from consumer.testing import depth, poll_until
 from tests.integration.conftest import ROOT, run_module
-from tests.integration.local_runs import PYTHON, local_up, message_ids, shell, stop, user_environment
+from tests.integration.local_runs import (
+    PYTHON,
+    in_process,
+    message_ids,
+    readme_commands,
+    shell,
+    stop_command,
+    terminal,
+    user_environment,
+)
+
+
+def test_readme_and_docs_give_the_same_manual_run() -> None:
+    """docs/local.md explains the three commands the README gives; they are the same three."""
+    docs = (ROOT / "docs" / "local.md").read_text()
+    for command in readme_commands():
+        assert command in docs
 
 
 @pytest.fixture(scope="module")
 def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    """`python -m consumer local up` serving the dev stack (any free port) and its env file; yields (env file, output)."""
-    env_file = tmp_path_factory.mktemp("local") / "local.env"
-    # The last worker's send command is the last line printed before serving (a send command per worker).
-    counts = {"workers": 0, "sends": 0}
-
-    def last_send(line: str) -> bool:
+    """The README's first command, `local up` (the dev stack on its fixed port, until Ctrl-C), run as written in a
+    checkout's layout; yields (the env file it wrote, what it printed up to the last worker's send command, the last
+    line before it serves). Ctrl-C stops it with exit 0 when the module is done."""
+    workdir = tmp_path_factory.mktemp("checkout")
+    (workdir / ".venv").symlink_to(ROOT / ".venv")
+    (workdir / "cdk.out").symlink_to(cdk_out)
+    up = terminal(workdir, readme_commands()[0])
+    assert up.stdout is not None
+    printed, counts = [], {"workers": 0, "sends": 0}  # a consumer and a send command per worker, printed last
+    for line in up.stdout:
+        printed.append(line)
         counts["workers"] += line.startswith("worker ")
         counts["sends"] += line.startswith("  ") and "local send" in line
-        return counts["sends"] == counts["workers"] > 0
-
-    with local_up(cdk_out / "SqsWorker-dev.template.json", env_file, last_send) as output:
-        yield env_file, output
+        if counts["sends"] == counts["workers"] > 0:
+            break
+    try:
+        assert (workdir / ".local.env").is_file(), "".join(printed)
+        yield workdir / ".local.env", "".join(printed)
+    finally:
+        assert stop_command(up, signal.SIGINT) == 0
 
 
 @pytest.mark.real
@@ -89,24 +116,22 @@ def printed_workers(output: str) -> list[str]:
 
 
 @pytest.mark.real
-def test_local_up_prints_the_next_two_commands(served: tuple[Path, str]) -> None:
+def test_local_up_prints_the_readmes_next_two_commands(served: tuple[Path, str]) -> None:
     """What `local up` prints last is the consumer command (env file loaded) and the send command, ready to paste:
-    on a one-worker stack with the env file, on a stack of several two per worker, each with that worker's file.
-    Real: the `local up` process and the commands a user's terminal runs."""
-    env_file, output = served
+    on a one-worker stack the README's commands 2 and 3, on a stack of several two per worker, each with that
+    worker's file. Real: the `local up` process as the README runs it."""
+    _, output = served
     workers = printed_workers(output)
     if len(workers) == 1:
-        expected = [
-            f"  set -a; . {env_file}; set +a; {PYTHON} -m consumer run",
-            f"  {PYTHON} -m consumer local send --env-file {env_file}",
-        ]
+        expected = [f"  {command}" for command in readme_commands()[1:]]
     else:
         expected = [
             line
             for worker in workers
             for line in (
-                f"  set -a; . {worker_env_file(env_file, worker)}; set +a; {PYTHON} -m consumer run",
-                f"  {PYTHON} -m consumer local send --env-file {env_file} --worker {worker}",
+                f"  set -a; . {shell_path(worker_env_file(Path('.local.env'), worker))}; set +a;"
+                f" .venv/bin/python -m consumer run",
+                f"  .venv/bin/python -m consumer local send --worker {worker}",
             )
         ]
     assert output.splitlines()[-len(expected) :] == expected
@@ -122,8 +147,8 @@ def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(serv
     environments = {worker: read_env_file(worker_env_file(env_file, worker)) for worker in workers}
     assert environments[workers[0]] == read_env_file(env_file)
     assert len({e["QUEUE_URL"] for e in environments.values()}) == len(workers)
-    sent = run_module("consumer", "local", "send", "--env-file", str(env_file), "--worker", workers[0], timeout=60)
-    assert sent.returncode == 0, sent.stderr
+    sent = in_process("local", "send", "--env-file", str(env_file), "--worker", workers[0])
+    assert sent.exit_code == 0, sent.stderr
     assert f" event(s) to {environments[workers[0]]['QUEUE_URL']} (from {worker_env_file(env_file, workers[0])}):" in (
         sent.stdout
     )
@@ -136,35 +161,47 @@ def test_local_up_writes_every_workers_own_env_file_for_a_chosen_worker_run(serv
 
 
 @pytest.mark.real
-def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tuple[Path, str]) -> None:
-    """The docs' commands: a consumer started from the env file processes what `local send` sends, and a
-    `--poison` event ends in the DLQ with the schema rule it broke as its reason.
-    Real: the `local up` process and the commands a user's terminal runs."""
+def test_readme_manual_run_commands_work_as_written(served: tuple[Path, str]) -> None:
+    """The README's commands 2 and 3 in the checkout `local up` serves: the consumer started from the env file (the
+    task's environment, test_local_up_env_file_is_the_provisioned_task_environment) dry-runs what `local send` sends
+    (the reference dev declares NOTIFY_DRY_RUN), then what the docs' `local send --count 2 --env-file FILE` sends, and
+    a `--poison` event sent from the loaded environment ends in the DLQ with the schema rule it broke as its reason;
+    the consumer exits 0 on SIGTERM (the stack's Ctrl-C: served). Last of the module's tests on the stack: a stopped
+    consumer's long poll still waits on the server and would take what a later test sends.
+    Real: the README's commands in a POSIX shell, as a user pastes them."""
     env_file, _ = served
-    environment = read_env_file(env_file)
-    consumer = shell(f"set -a; . {env_file}; set +a; exec {PYTHON} -m consumer run", stderr=subprocess.STDOUT)
+    workdir, environment = env_file.parent, read_env_file(env_file)
+    _, run_command, send_command = readme_commands()
+    consumer = terminal(workdir, run_command)
     try:
-        sent = run_module("consumer", "local", "send", "--count", "2", "--env-file", str(env_file), timeout=60)
-        assert sent.returncode == 0, sent.stderr
-        poisoned = subprocess.run(
-            [sys.executable, "-m", "consumer", "local", "send", "--poison"],
-            cwd=ROOT,
-            env=user_environment() | environment,  # this time from the environment, as after `set -a; . FILE`
+        sent = subprocess.run(
+            ["sh", "-c", send_command],
+            cwd=workdir,
+            env={**user_environment(), "PYTHONPATH": str(ROOT)},  # the checkout's code, as terminal() runs it
             capture_output=True,
             text=True,
             timeout=60,
         )
-        assert poisoned.returncode == 0, poisoned.stderr
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        two = in_process("local", "send", "--count", "2", "--env-file", str(env_file))
+        assert two.exit_code == 0, two.stderr
+        poisoned = in_process("local", "send", "--poison", env=environment)  # as after `set -a; . FILE`
+        assert poisoned.exit_code == 0, poisoned.stderr
         sqs = local_client("sqs", environment["AWS_ENDPOINT_URL"])
-        dead = wait_for_dlq(sqs, environment["QUEUE_URL"], environment["DLQ_URL"])
+        assert poll_until(
+            lambda: depth(sqs, environment["QUEUE_URL"]).total == 0 and depth(sqs, environment["DLQ_URL"]).visible == 1,
+            timeout=30,
+        ), (depth(sqs, environment["QUEUE_URL"]), depth(sqs, environment["DLQ_URL"]))
+        dead = sqs.receive_message(QueueUrl=environment["DLQ_URL"], MessageAttributeNames=["All"])["Messages"]
     finally:
-        exit_code = stop(consumer)
+        exit_code = stop_command(consumer, signal.SIGTERM)
     assert exit_code == 0
     assert consumer.stdout is not None
     log = [json.loads(line) for line in consumer.stdout.read().splitlines() if line.startswith("{")]
-    processed = {line["message_id"] for line in log if line.get("event") == "message_processed"}
-    assert processed == set(message_ids(sent.stdout))
-    assert sent.stdout.startswith(f"sent 2 valid event(s) to {environment['QUEUE_URL']} (from {env_file}):")
+    processed = [line["message_id"] for line in log if line.get("event") == "message_processed"]
+    assert len(message_ids(sent.stdout)) == 1 and sorted(processed) == sorted(message_ids(sent.stdout + two.stdout))
+    assert sum(line.get("event") == "notification_dry_run" for line in log) == 3  # dev declares NOTIFY_DRY_RUN
+    assert two.stdout.startswith(f"sent 2 valid event(s) to {environment['QUEUE_URL']} (from {env_file}):")
     (moved,) = dead
     reason = read_reason(moved["MessageAttributes"])
     assert [event_id_of(moved)] == event_ids(poisoned.stdout)
@@ -175,19 +212,6 @@ def test_local_send_events_are_processed_and_poison_lands_in_the_dlq(served: tup
 def event_ids(output: str) -> list[str]:
     """The event ids `local send` printed (each also its idempotency-key attribute)."""
     return [line.split()[1] for line in output.splitlines() if line.startswith("  event_id ")]
-
-
-def wait_for_dlq(sqs: Any, queue_url: str, dlq_url: str) -> list[dict[str, Any]]:
-    """The DLQ's messages once the source is empty and the DLQ holds one, within 30 s."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        source = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
-        dlq = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["All"])["Attributes"]
-        counts = (source["ApproximateNumberOfMessages"], source["ApproximateNumberOfMessagesNotVisible"])
-        if counts == ("0", "0") and dlq["ApproximateNumberOfMessages"] == "1":
-            return sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"])["Messages"]
-        time.sleep(0.2)
-    raise AssertionError(f"source not drained into one DLQ message within 30 s: {counts}, DLQ {dlq}")
 
 
 @pytest.mark.real
