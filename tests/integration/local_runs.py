@@ -72,23 +72,21 @@ def readme_commands() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in match.group(1).splitlines() if line.strip()]
 
 
-def stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> int:
-    process.send_signal(signum)
-    try:
-        return process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-
-
 @contextlib.contextmanager
 def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -> Iterator[str]:
-    """`python -m consumer local up` serving ``template`` (any free port), writing ``env_file``; yields what it
-    printed up to the line ``last_line`` accepts (the last one before serving), and stops it with Ctrl-C."""
+    """`python -m consumer local up` serving ``template`` (any free port), writing ``env_file``: :func:`serving`."""
     up = shell(
         f"exec {PYTHON} -m consumer local up --port 0 --template {template} --env-file {env_file}",
         stderr=subprocess.PIPE,
     )
+    with serving(up, env_file, last_line) as output:
+        yield output
+
+
+@contextlib.contextmanager
+def serving(up: subprocess.Popen[str], env_file: Path, last_line: Callable[[str], bool]) -> Iterator[str]:
+    """A started `local up` (``up``, in a shell): yields what it printed up to the line ``last_line`` accepts (the
+    last one before serving), once ``env_file`` is written, and stops it with Ctrl-C, which must exit 0."""
     assert up.stdout is not None
     output = []
     for line in up.stdout:
@@ -99,7 +97,15 @@ def local_up(template: Path, env_file: Path, last_line: Callable[[str], bool]) -
         assert env_file.is_file(), "".join(output) + (up.stderr.read() if up.poll() is not None and up.stderr else "")
         yield "".join(output)
     finally:
-        assert stop(up, signal.SIGINT) == 0
+        assert stop_command(up, signal.SIGINT) == 0
+
+
+def last_send_command(line: str, counts: dict[str, int]) -> bool:
+    """Whether ``line`` is the last line `local up` prints before it serves: the last worker's send command (a
+    consumer and a send command per worker). ``counts`` is the caller's, one per run."""
+    counts["workers"] = counts.get("workers", 0) + line.startswith("worker ")
+    counts["sends"] = counts.get("sends", 0) + (line.startswith("  ") and "local send" in line)
+    return counts["sends"] == counts["workers"] > 0
 
 
 def message_ids(output: str) -> list[str]:

@@ -25,8 +25,10 @@ from tests.integration.conftest import ROOT, run_module
 from tests.integration.local_runs import (
     PYTHON,
     in_process,
+    last_send_command,
     message_ids,
     readme_commands,
+    serving,
     shell,
     stop_command,
     terminal,
@@ -49,20 +51,10 @@ def served(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     workdir = tmp_path_factory.mktemp("checkout")
     (workdir / ".venv").symlink_to(ROOT / ".venv")
     (workdir / "cdk.out").symlink_to(cdk_out)
+    counts: dict[str, int] = {}
     up = terminal(workdir, readme_commands()[0])
-    assert up.stdout is not None
-    printed, counts = [], {"workers": 0, "sends": 0}  # a consumer and a send command per worker, printed last
-    for line in up.stdout:
-        printed.append(line)
-        counts["workers"] += line.startswith("worker ")
-        counts["sends"] += line.startswith("  ") and "local send" in line
-        if counts["sends"] == counts["workers"] > 0:
-            break
-    try:
-        assert (workdir / ".local.env").is_file(), "".join(printed)
-        yield workdir / ".local.env", "".join(printed)
-    finally:
-        assert stop_command(up, signal.SIGINT) == 0
+    with serving(up, workdir / ".local.env", lambda line: last_send_command(line, counts)) as printed:
+        yield workdir / ".local.env", printed
 
 
 @pytest.mark.real

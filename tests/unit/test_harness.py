@@ -254,6 +254,29 @@ def test_check_health_runs_the_real_check_with_each_consumer_s_file(
     assert not stalled.healthy and "poller-0 stalled" in stalled.line
 
 
+def test_check_health_starts_every_check_before_it_reads_an_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]
+) -> None:
+    """The checks run side by side, as ECS checks its tasks: every one is started before the first answer is read,
+    so a round takes the slowest check's time, not the sum of them."""
+    steps: list[str] = []
+
+    class Check:
+        def __init__(self, command: list[str], **_: object) -> None:
+            self.returncode = 0
+            steps.append("start")
+
+        def communicate(self, timeout: float) -> tuple[str, None]:
+            steps.append("read")
+            return "healthy: every loop fresh\n", None
+
+    monkeypatch.setattr(subprocess, "Popen", Check)
+    fleet = Fleet({}, tmp_path)
+    fleet.processes += [ConsumerProcess(n, sleeper, tmp_path / "x.log", {}, ready=True) for n in (1, 2, 3)]
+    assert fleet.check_health("before the stop") == []
+    assert steps == ["start"] * 3 + ["read"] * 3
+
+
 def test_fleet_counts_each_tenant_s_processed_and_dead_lettered_messages_from_the_logs(tmp_path: Path) -> None:
     """The consumers log message_group_id on each message's lines: the fleet counts them per tenant (a duplicate the
     idempotency store skipped is logged as skipped and processed, so processed less skipped is the handler's work)."""
