@@ -74,10 +74,12 @@ def test_process_sigkill_mid_work_leaves_the_message_to_come_back_once(
     moto_server: str, server_sqs: Any, tmp_path: Path, process_guard: list
 ) -> None:
     """Killed during the handler: nothing applied, nothing deleted or handed back, the message in flight; it comes
-    back after its 4 s lease to the next process, which applies it once. Real: SIGKILL runs no code of the process
-    at all, so only a real process shows that nothing it left behind deletes or releases the message. That every
-    killed consumer's messages are applied exactly once, at any moment of the kill, is the simulated world's
-    (tests/sim/test_seeds.py: plans with SIGKILLs, the exactly-once invariant)."""
+    back after its 4 s lease to the next process, which applies it once. The next process starts beside the first
+    (as ECS's replacement task would), so its start overlaps the lease, and its SIGTERM sends the delete at once (the shutdown's flush).
+    Real: SIGKILL runs no code of the process at all, so only a real process shows that nothing it left behind
+    deletes or releases the message. That every killed consumer's messages are applied exactly once, at any moment
+    of the kill, is the simulated world's (tests/sim/test_seeds.py: plans with SIGKILLs, the exactly-once
+    invariant)."""
     contract = contract_of(killed_on_first_receive)
     pair = create_pair(server_sqs, contract)
     server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="once")
@@ -86,18 +88,18 @@ def test_process_sigkill_mid_work_leaves_the_message_to_come_back_once(
     process_guard.append(first)
     started = tmp_path / "effects.started"
     wait_until(started.exists, what="the handler started")
+    second = start(moto_server, pair.queue_url, tmp_path / "effects", **handler)
+    process_guard.append(second)
     first.kill()
     assert first.wait(timeout=10) == -signal.SIGKILL
     assert effects(tmp_path / "effects") == []
     assert depth(server_sqs, pair.queue_url) == (0, 1)  # neither deleted nor handed back: in flight
-    second = start(moto_server, pair.queue_url, tmp_path / "effects", **handler)
-    process_guard.append(second)
     wait_until(
         lambda: effects(tmp_path / "effects"), timeout=contract.visibility_timeout_seconds + 20, what="redelivery"
     )
-    wait_until(lambda: holds_nothing(server_sqs, pair.queue_url), what="the message deleted")
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=20) == 0
+    assert holds_nothing(server_sqs, pair.queue_url), depth(server_sqs, pair.queue_url)  # the message deleted
     applied = effects(tmp_path / "effects")
     assert [(e["pid"], e["receive_count"]) for e in applied] == [(second.pid, 2)]
 

@@ -481,10 +481,11 @@ def test_tracing_batch_call_is_one_span_linking_each_message_with_its_outcome(vi
 @pytest.mark.real
 def test_tracing_off_imports_no_opentelemetry(tmp_path: Any) -> None:
     """CONSUMER_TRACING off, then unset: a consumer runs a message to its delete and never imports opentelemetry
-    (one fresh process for both, the tracing settings read per consumer). Real: a fresh interpreter, the only place
+    (one fresh process for both, the tracing settings read per consumer). The stop sends the delete at once (the
+    shutdown's flush) rather than after the acknowledger's batching second. Real: a fresh interpreter, the only place
     where what a run imports can be seen (this one has imported opentelemetry)."""
     code = """
-import sys, boto3
+import sys, threading, boto3
 from moto import mock_aws
 from consumer.runtime.tracing import tracer_from_env
 from consumer.testing import depth, running, wait_until
@@ -497,8 +498,10 @@ with mock_aws():
         sqs.send_message(QueueUrl=url, MessageBody="m")
         tracer = tracer_from_env({"CONSUMER_TRACING": mode})
         pair = QueuePair(queue_url=url, dlq_url="")
-        with running(consumer_of(sqs, pair, fast_contract(), lambda m: None, tracer=tracer)):
-            wait_until(lambda: depth(sqs, url).total == 0, timeout=20)
+        handled = threading.Event()
+        with running(consumer_of(sqs, pair, fast_contract(), lambda m: handled.set(), tracer=tracer)):
+            wait_until(handled.is_set, timeout=20)
+        assert depth(sqs, url).total == 0, "the message was not deleted"
         print(sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")[:1])
 """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
