@@ -172,8 +172,12 @@ class Synthesis:
 def app_py(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
     """The session's one real synth: ``python app.py`` (run by :data:`APP_PY_PROBE`, which says whether boto3 was
     imported) in a shell's environment (the machine's PATH without the pinned Node, no CDK_ or JSII_ setting), given
-    :func:`synthesized_environments` as the CDK CLI gives context (``CDK_CONTEXT_JSON``). The first xdist worker to
-    need it synthesizes, the others wait for it and read the same directory and outcome."""
+    :func:`synthesized_environments` as the CDK CLI gives context (``CDK_CONTEXT_JSON``). aws-cdk-lib's built-in
+    CloudFormation validation is left off (``CDK_VALIDATION=false``, as ``cdk synth --no-validation``): it is
+    CDK's own plugin, run in process on every whole app the tests hold (``tests/infra/conftest.py``), where any
+    finding fails the test, and here it would add 6 to 10 s of CPU to the synth (9 s without it) for nothing
+    a fresh interpreter shows. The first xdist worker to need it synthesizes, the others wait for it and read the same
+    directory and outcome."""
     shared = shared_directory(tmp_path_factory)
     outdir, outcome = shared / "cdk.out", shared / "cdk.out.outcome.json"
     with FileLock(shared / "cdk.out.lock"):
@@ -187,6 +191,7 @@ def app_py(tmp_path_factory: pytest.TempPathFactory) -> Synthesis:
                     "CI": "true",
                     "PATH": machine_path(),
                     "CDK_OUTDIR": str(partial),
+                    "CDK_VALIDATION": "false",
                     "CDK_CONTEXT_JSON": json.dumps({CONTEXT_KEY: synthesized_environments()}),
                 }
             )

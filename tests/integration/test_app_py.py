@@ -21,7 +21,7 @@ def test_python_app_py_synthesizes_every_environment_quietly_without_boto3(app_p
     cdk.json's context), prints nothing (no jsii banner: on the machine's PATH, without make's pinned Node first and
     no silencing variable, app.py pins the Node itself) and never imports the consumer's boto3 runtime. Real:
     app.py's own start in a fresh interpreter (the Node it pins before jsii starts, the modules it loads) and its exit
-    status."""
+    status. CloudFormation validation, CDK's own plugin, is checked in process (the ``app_py`` fixture says why)."""
     assert app_py.returncode == 0, app_py.stderr[-2000:]
     assert app_py.stderr == ""  # jsii's end-of-life banner for an older Node would be here
     assert app_py.stdout.strip() == "boto3 absent"
