@@ -75,11 +75,11 @@ def test_process_sigkill_mid_work_leaves_the_message_to_come_back_once(
 ) -> None:
     """Killed during the handler: nothing applied, nothing deleted or handed back, the message in flight; it comes
     back after its 4 s lease to the next process, which applies it once. The next process starts beside the first
-    (as ECS's replacement task would), so its start overlaps the lease, and its SIGTERM sends the delete at once (the shutdown's flush).
-    Real: SIGKILL runs no code of the process at all, so only a real process shows that nothing it left behind
-    deletes or releases the message. That every killed consumer's messages are applied exactly once, at any moment
-    of the kill, is the simulated world's (tests/sim/test_seeds.py: plans with SIGKILLs, the exactly-once
-    invariant)."""
+    (as ECS's replacement task would), so its start overlaps the lease, and its SIGTERM sends the delete at once
+    (the shutdown's flush). Real: SIGKILL runs no code of the process at all, so only a real process shows that
+    nothing it left behind deletes or releases the message. That every killed consumer's messages are applied
+    exactly once, at any moment of the kill, is the simulated world's (tests/sim/test_seeds.py: plans with SIGKILLs,
+    the exactly-once invariant)."""
     contract = contract_of(killed_on_first_receive)
     pair = create_pair(server_sqs, contract)
     server_sqs.send_message(QueueUrl=pair.queue_url, MessageBody="once")
