@@ -2,9 +2,9 @@
 Node, quiet on success and one line on a configuration error; ``python -m infra.report``, make run's first step.
 
 Each entry point runs once as a real process (``pytest -m real``): ``python -m infra.report`` here (on a setting that
-breaks a rule: it stops before the synth), ``python app.py``
-in tests/integration/test_app_py.py (the session's one synth: no boto3, no banner on the machine's PATH), the pinned
-``cdk synth`` in test_variants.py, and app.py without the CDK here.
+breaks a rule: it stops before the synth), ``python app.py`` in tests/integration/test_app_py.py (the session's one
+synth: no boto3, no banner on the machine's PATH) and the pinned CDK CLI reading its assembly there, and app.py
+without the CDK here.
 Their logic (refusals, the report's table in a narrow terminal, its notes) runs in process.
 """
 

@@ -26,10 +26,11 @@ def user_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CONSUMER_"))}
 
 
-def shell(command: str, **kwargs: Any) -> subprocess.Popen[str]:
-    """``command`` in a POSIX shell from the repository root, as a user pastes it."""
+def shell(command: str, *, cwd: Path = ROOT, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
+    """``command`` in a POSIX shell from ``cwd`` (the repository root), as a user pastes it, in ``env`` (a new
+    terminal's: :func:`user_environment`)."""
     return subprocess.Popen(
-        ["sh", "-c", command], cwd=ROOT, env=user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
+        ["sh", "-c", command], cwd=cwd, env=env or user_environment(), text=True, stdout=subprocess.PIPE, **kwargs
     )
 
 
@@ -46,14 +47,12 @@ def in_process(*args: str, env: dict[str, str] | None = None) -> Result:
 
 
 def terminal(workdir: Path, command: str) -> subprocess.Popen[str]:
-    """``command`` in a POSIX shell in ``workdir`` (a checkout's layout), as a new terminal runs it, in a session of
-    its own; stdout and stderr together."""
-    return subprocess.Popen(
-        ["sh", "-c", command],
+    """``command`` in a POSIX shell in ``workdir`` (a checkout's layout: this repository's code on its path), as a
+    new terminal runs it, in a session of its own; stdout and stderr together."""
+    return shell(
+        command,
         cwd=workdir,
         env={**user_environment(), "PYTHONPATH": str(ROOT)},
-        text=True,
-        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )

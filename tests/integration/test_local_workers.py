@@ -23,7 +23,15 @@ from consumer.runtime.dead_letter import read_reason
 from consumer.testing import depth, poll_until
 from tests import team_handlers
 from tests.integration.conftest import ROOT, TEAM_STACK, TEAM_WORKERS
-from tests.integration.local_runs import PYTHON, in_process, local_up, message_ids, stop_command, user_environment
+from tests.integration.local_runs import (
+    PYTHON,
+    in_process,
+    local_up,
+    message_ids,
+    shell,
+    stop_command,
+    user_environment,
+)
 
 STACK = TEAM_STACK
 FIRST, SECOND = TEAM_WORKERS  # ledger, invoices
@@ -201,22 +209,14 @@ def test_every_command_local_up_prints_works_as_printed(served: tuple[Path, str]
     env_file, output = served
     commands = [line.strip() for line in output.splitlines()[-4:]]  # a consumer and a send command per worker
 
-    def terminal(command: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            ["sh", "-c", command],
-            cwd=ROOT,
-            env=user_environment(),
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
     environments = {worker: read_env_file(path) for worker, path in worker_files(env_file).items()}
     sqs = local_client("sqs", environments[SECOND]["AWS_ENDPOINT_URL"])
     for environment in environments.values():  # what the tests above left
         sqs.purge_queue(QueueUrl=environment["DLQ_URL"])
-    consumers = {worker: terminal(command) for worker, command in zip(TEAM_WORKERS, commands[::2], strict=True)}
+    consumers = {
+        worker: shell(command, stderr=subprocess.STDOUT, start_new_session=True)
+        for worker, command in zip(TEAM_WORKERS, commands[::2], strict=True)
+    }
     sent = {}
     try:
         for worker, command in zip(TEAM_WORKERS, commands[1::2], strict=True):
