@@ -37,9 +37,10 @@ CONTRACT_MODULES = (
     "consumer.queue_attributes",
     "consumer.stack_outputs",
 )
-#: The public layer both halves import, standard library only: the contract's modules and the variables the message
-#: sources are configured by. All that infra/ (and so the CDK app) may import of consumer/.
-PUBLIC_STDLIB_MODULES = (*CONTRACT_MODULES, "consumer.sources")
+#: The public layer both halves import, standard library only: the contract's modules, the variables the message
+#: sources are configured by and the Lambda target's settings. All that infra/ (and so the CDK app) may import of
+#: consumer/.
+PUBLIC_STDLIB_MODULES = (*CONTRACT_MODULES, "consumer.sources", "consumer.lambda_target")
 #: Modules of consumer/ outside that layer that import the standard library only too: the conversion between Lambda's
 #: SQS event and boto3's messages, which the Lambda target, the local demo's event source mapping loop and the
 #: simulation share, and which needs neither boto3 nor the CDK.
@@ -48,8 +49,8 @@ STDLIB_ONLY_MODULES = (*PUBLIC_STDLIB_MODULES, "consumer.lambda_event")
 
 @pytest.mark.parametrize("module", STDLIB_ONLY_MODULES)
 def test_contract_imports_standard_library_only(module: str) -> None:
-    """consumer/contract.py, its siblings, consumer/sources.py and consumer/lambda_event.py import nothing outside
-    the standard library (and the public layer's modules)."""
+    """consumer/contract.py, its siblings, consumer/sources.py, consumer/lambda_target.py and
+    consumer/lambda_event.py import nothing outside the standard library (and the public layer's modules)."""
     tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
     imported = imported_modules(tree)
     outside = {
