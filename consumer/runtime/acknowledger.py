@@ -89,6 +89,20 @@ class _Flush:
     done: Waitable
 
 
+class Acks(Protocol):
+    """What the settlement asks of whoever ends a receive: a delete, or a visibility change (a backoff, a release).
+
+    :class:`Acknowledger` sends both to SQS, batched; on Lambda, where the event source mapping deletes every record
+    the function does not report failed, a per-invocation report (consumer/runtime/invocation.py) keeps them.
+    """
+
+    def delete(self, ticket: Ticket, at_once: bool = False) -> None: ...
+
+    def change_visibility(
+        self, ticket: Ticket, seconds: int, reason: str, on_sent: Callable[[float], None] | None = None
+    ) -> None: ...
+
+
 class Recorded(Protocol):
     """What is written before some deletes are sent, and on a timer (consumer/runtime/completions.py's
     ``Completions``): a delete must never land before what its message's processing recorded."""

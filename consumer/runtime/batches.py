@@ -29,7 +29,7 @@ from typing import Any
 from consumer.batch import BatchResult, UnreportedMessage
 from consumer.runtime.inflight import InFlight
 from consumer.runtime.polling import TICK_SECONDS, Flow
-from consumer.runtime.processing import HandlerRunner
+from consumer.runtime.processing import HandlerRunner, Lease
 from consumer.runtime.settlement import SUCCEEDED, Outcome, Settlement, Verdict
 from consumer.runtime.wiring import Guard, Shared
 
@@ -51,11 +51,9 @@ class BatchRunner(HandlerRunner):
         settlement: Settlement,
         guard: Guard,
         work: queue.SimpleQueue[list[InFlight]],
-        extend_now: Callable[[InFlight], None],
+        lease: Lease,
     ) -> None:
-        super().__init__(
-            shared, handler=handler, flow=flow, settlement=settlement, guard=guard, work=work, extend_now=extend_now
-        )
+        super().__init__(shared, handler=handler, flow=flow, settlement=settlement, guard=guard, work=work, lease=lease)
         self._slots = flow.slots
         assert self.contract.max_batch is not None
         self._max_batch = self.contract.max_batch
@@ -66,7 +64,7 @@ class BatchRunner(HandlerRunner):
         while True:
             batch = self._collect(self._work.get())
             if batch:
-                self._run_batch(batch)
+                self.run_batch(batch)
 
     def _collect(self, first: list[InFlight]) -> list[InFlight]:
         """``first`` and what arrives until the batch is full or its window has passed; [] (handed back) once
@@ -89,7 +87,9 @@ class BatchRunner(HandlerRunner):
             return []
         return batch
 
-    def _run_batch(self, batch: list[InFlight]) -> None:
+    def run_batch(self, batch: list[InFlight]) -> None:
+        """Start every message of ``batch`` as a one-message handler's would, call the handler once with those that
+        run, and settle each."""
         room = self._max_batch - len(batch)
         self._slots.hold(room)  # until the call returns: see the module docstring
         try:

@@ -66,7 +66,7 @@ from consumer.runtime.polling import (
     Slots,
     Timings,
 )
-from consumer.runtime.processing import HandlerRunner
+from consumer.runtime.processing import HandlerRunner, HeartbeatLease
 from consumer.runtime.protection import ScaleInProtection
 from consumer.runtime.settlement import Settlement
 from consumer.runtime.stopping import Stopping
@@ -318,6 +318,7 @@ class Consumer:
         """The handler runner for the handler's shape: threads of one message each, threads of a batch each
         (``max_batch``), or coroutines on one event loop (``async def``; a task's unexpected error stops the process
         as a guarded thread's death does)."""
+        lease = HeartbeatLease(self.contract, self._heartbeat.extend_now)
         if self.contract.asynchronous:
             return AsyncRunner(
                 shared,
@@ -325,7 +326,7 @@ class Consumer:
                 flow=flow,
                 settlement=self._settlement,
                 guard=guard,
-                extend_now=self._heartbeat.extend_now,
+                lease=lease,
                 on_crash=self._crashed,
             )
         runner = BatchRunner if self.contract.max_batch is not None else HandlerRunner
@@ -336,7 +337,7 @@ class Consumer:
             settlement=self._settlement,
             guard=guard,
             work=self._work,
-            extend_now=self._heartbeat.extend_now,
+            lease=lease,
         )
 
     # --- public -----------------------------------------------------------

@@ -18,8 +18,10 @@ after ``EVENT_LOOP_STALL_SECONDS``, so ECS replaces the task (consumer/runtime/l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -27,7 +29,7 @@ from consumer.limits import ASYNC_EXECUTOR_THREADS
 from consumer.runtime.clock import wait_for_future
 from consumer.runtime.inflight import InFlight
 from consumer.runtime.polling import TICK_SECONDS, Flow
-from consumer.runtime.processing import HandlerRunner
+from consumer.runtime.processing import HandlerRunner, Lease
 from consumer.runtime.settlement import SUCCEEDED, Outcome, Settlement, Verdict
 from consumer.runtime.wiring import Guard, Shared
 
@@ -66,7 +68,7 @@ class AsyncRunner(HandlerRunner):
         flow: Flow,
         settlement: Settlement,
         guard: Guard,
-        extend_now: Callable[[InFlight], None],
+        lease: Lease,
         on_crash: Callable[[], None],
     ) -> None:
         waits = shared.clock  # the consumer's clock, whose event loop and executor these are
@@ -79,7 +81,7 @@ class AsyncRunner(HandlerRunner):
             settlement=settlement,
             guard=guard,
             work=self.feed,
-            extend_now=extend_now,
+            lease=lease,
         )
         self._liveness = shared.liveness
         self._closed = shared.stopping.closed
@@ -92,6 +94,7 @@ class AsyncRunner(HandlerRunner):
         #: Running handlers' tasks by message, and why the watcher cancelled one ("timeout" or "drain").
         self._running: dict[InFlight, asyncio.Task[None]] = {}
         self._cancelled: dict[InFlight, str] = {}
+        self._thread: threading.Thread | None = None  # the loop's, when :meth:`submit` started it
 
     def run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -100,6 +103,19 @@ class AsyncRunner(HandlerRunner):
             self.loop.run_forever()
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, group: list[InFlight]) -> concurrent.futures.Future[None]:
+        """Run ``group`` (a task, as the pollers hand on) on the loop, started on a thread of its own at the first
+        call; the future ends with the task (a Lambda invocation waits on it). :meth:`close` ends the loop."""
+        if self._thread is None:
+            self._thread = self._waits.thread(self.run, name=EVENT_LOOP)
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self._run_group(group), self.loop)
+
+    def close(self) -> None:
+        """End the loop :meth:`submit` started."""
+        self._closed.set()
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
     def cancel_running(self, wait_seconds: float) -> None:
         """At the drain's end (shutdown, from its thread): cancel every running handler, then wait up to
@@ -163,7 +179,7 @@ class AsyncRunner(HandlerRunner):
     async def _run_group(self, group: list[InFlight]) -> None:
         for index, item in enumerate(group):
             if self._stop.is_set():
-                await self._blocking(self._settlement.hand_back_unstarted, group[index:], "shutdown")
+                await self._blocking(self._settlement.hand_back_unstarted, group[index:], self._lease.stop_reason)
                 return
             if not await self._process_async(item) and self.contract.fifo:
                 # Order within a group: nothing after a failed message may run before it.

@@ -242,6 +242,20 @@ class InFlightTable:
             )
         return overrun, stuck
 
+    def give_up(self) -> list[InFlight]:
+        """Every RUNNING one -> TIMED_OUT, however long it has run (its claim still under way included): a Lambda
+        invocation about to end gives up on what it cannot wait for. Returns those."""
+        with self._lock:
+            running = [i for i in self._items.values() if i.state is State.RUNNING]
+            for item in running:
+                item.state = State.TIMED_OUT
+        return running
+
+    def holds(self, items: list[InFlight]) -> bool:
+        """Whether any of ``items`` is still here unsettled: waiting, running, or done with and settling."""
+        with self._lock:
+            return any(id(i) in self._items and i.state is not State.TIMED_OUT for i in items)
+
     def release_running(self, item: InFlight) -> bool:
         """RUNNING -> RELEASED (an async handler cancelled at its deadline or the drain's end); False if the heartbeat
         or shutdown got to it first."""

@@ -129,11 +129,12 @@ def log_level(name: str, parameter: str = "level") -> int:
     return logging.getLevelNamesMapping()[name.upper()]
 
 
-def configure_logging(stream: IO[str] | None = None, level: str | int = "INFO") -> None:
+def configure_logging(stream: IO[str] | None = None, level: str | int = "INFO", *, exclusive: bool = False) -> None:
     """Send the root logger's records to ``stream`` (stdout by default) as JSON lines.
 
     Idempotent: a second call reuses the handler the first one installed,
-    pointing it at the new stream and level. Other handlers are left alone.
+    pointing it at the new stream and level. Other handlers are left alone, unless ``exclusive``: then they are
+    removed (the Lambda Python runtime installs its own on the root logger, which would print every line twice).
     A level name outside :data:`LOG_LEVELS` raises :class:`ConfigurationError`.
 
     ``level`` is the consumer's own loggers' (``consumer`` and below); the libraries' (botocore, urllib3) stay at
@@ -156,6 +157,9 @@ def configure_logging(stream: IO[str] | None = None, level: str | int = "INFO") 
         root.addHandler(handler)
     elif handler.stream is not target:
         handler.setStream(target)
+    if exclusive:
+        for other in [h for h in root.handlers if h is not handler]:
+            root.removeHandler(other)
 
 
 # --------------------------------------------------------------------------- metrics

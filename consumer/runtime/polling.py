@@ -250,13 +250,24 @@ class HandsBack(Protocol):
 @dataclass(frozen=True, kw_only=True)
 class Flow:
     """How much may be received and started: the handler ``slots`` (what the pollers reserve and the settlement
-    frees), the ``lookahead`` beyond them, the downstream ``circuit`` (open: receive and start nothing) and
+    frees), the ``lookahead`` beyond them (None: none, a Lambda invocation's), the downstream ``circuit`` (open: receive and start nothing) and
     ``@worker(max_rate=...)``'s pacing of handler starts (``rate``; None: none)."""
 
     slots: Slots
-    lookahead: Lookahead
+    lookahead: Lookahead | None
     circuit: Circuit
     rate: RateLimit | None = None
+
+
+def tasks_of(received: list[InFlight], *, fifo: bool) -> list[list[InFlight]]:
+    """The handler runners' tasks of a receive: one per message on a standard queue; on FIFO one per message group,
+    its messages in order."""
+    if not fifo:
+        return [[item] for item in received]
+    by_group: OrderedDict[str, list[InFlight]] = OrderedDict()
+    for item in received:
+        by_group.setdefault(item.message.attributes.get("MessageGroupId", ""), []).append(item)
+    return list(by_group.values())
 
 
 class Poller:
@@ -438,16 +449,7 @@ class Poller:
                 return
             if admission is Admission.FIRST:
                 self._protection.busy()
-            for group in self._groups(received):
+            for group in tasks_of(received, fifo=self.contract.fifo):
                 self._work.put(group)
         finally:
             self._table.dispatched()
-
-    def _groups(self, received: list[InFlight]) -> list[list[InFlight]]:
-        """Standard queue: one task per message. FIFO: one task per message group, in order."""
-        if not self.contract.fifo:
-            return [[item] for item in received]
-        by_group: OrderedDict[str, list[InFlight]] = OrderedDict()
-        for item in received:
-            by_group.setdefault(item.message.attributes.get("MessageGroupId", ""), []).append(item)
-        return list(by_group.values())

@@ -10,8 +10,9 @@ import math
 import queue
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from consumer.contract import WorkerContract
 from consumer.declaration import non_retryable_of
 from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
@@ -40,14 +41,58 @@ class Refusal:
     copy: bool = False
 
 
+class Lease(Protocol):
+    """What a message's lease asks of its start: whether too little of it is left to start (a refusal), what to do as
+    it starts, and how long its idempotency claim is leased. The container's is :class:`HeartbeatLease`; a Lambda
+    invocation's lease is its remaining time (consumer/runtime/invocation.py)."""
+
+    #: Why a message is handed back unstarted once the runner's stop is set ("shutdown" in the container).
+    stop_reason: str
+    #: The idempotency claim's lease: as long as the message's own (the heartbeat renews it in the container).
+    claim_seconds: int
+
+    def refusal(self, item: InFlight, now: float) -> Refusal | None: ...
+
+    def started(self, item: InFlight, now: float) -> None: ...
+
+
+class HeartbeatLease:
+    """The container's lease rules: a waiting message starts only with at least the heartbeat's reach of lease left
+    (its next extension lands within it), and is extended at once as it starts with less than the heartbeat's
+    threshold left (``extend_now``, the heartbeat's); its claim is leased for the queue's visibility, renewed with it.
+    """
+
+    stop_reason = "shutdown"
+
+    def __init__(self, contract: WorkerContract, extend_now: Callable[[InFlight], None]) -> None:
+        self.claim_seconds = contract.visibility_timeout_seconds
+        self._reach = heartbeat_reach(contract)
+        self._extend_below = contract.heartbeat_threshold_seconds
+        self._extend_now = extend_now
+
+    def refusal(self, item: InFlight, now: float) -> Refusal | None:
+        if item.visible_until - now <= self._reach:
+            # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
+            # ran far longer than their mean): the lease may lapse before the heartbeat's next extension and another
+            # receive run it too. Hand it back instead of starting it.
+            return Refusal("lease_ran_down")
+        return None
+
+    def started(self, item: InFlight, now: float) -> None:
+        if item.visible_until - now <= self._extend_below:
+            # Less lease left than the heartbeat's threshold (it waited): extend now (queued to the acknowledger),
+            # not up to an interval later.
+            self._extend_now(item)
+
+
 class HandlerRunner:
     """Runs the handler on every handler thread (``contract.concurrency``); each thread runs :meth:`run`.
 
     ``work``: the pollers' tasks. ``flow``: the circuit a start asks, ``@worker(max_rate=...)``'s turn it waits for,
     the lookahead each finished handler's duration goes to. ``settlement``: where each outcome goes (and, if traced,
     the tracer of the attempts). ``guard``: the idempotency store and this consumer's name in it (unique per run);
-    each attempt adds its own suffix. ``extend_now``: a message that starts with little lease left is extended at once
-    (the heartbeat's).
+    each attempt adds its own suffix. ``lease``: how much of a message's lease a start needs, what its start does to
+    it, and its claim's lease (:class:`HeartbeatLease` in the container).
     """
 
     def __init__(
@@ -59,7 +104,7 @@ class HandlerRunner:
         settlement: Settlement,
         guard: Guard,
         work: queue.SimpleQueue[list[InFlight]],
-        extend_now: Callable[[InFlight], None],
+        lease: Lease,
     ) -> None:
         self.handler = handler
         self.contract = contract = shared.contract
@@ -78,26 +123,25 @@ class HandlerRunner:
         self._circuit = flow.circuit
         self._rate = flow.rate
         self._lookahead = flow.lookahead
-        self._extend_now = extend_now
+        self._lease = lease
         self._tracer = settlement.tracer  # None: tracing off (docs/tracing.md), one check per attempt
-        # The contract's derived timings, read once rather than per message: the lease a waiting message must still
-        # have to start (the heartbeat's reach), and below which it is extended as it starts (its threshold).
-        self._heartbeat_reach = heartbeat_reach(contract)
         self._attempt_seconds = contract.attempt_timeout_seconds  # what must fit in SQS's 12 h when it starts
-        self._extend_below = contract.heartbeat_threshold_seconds
 
     def run(self) -> None:
         while True:
-            group = self._work.get()
-            for index, item in enumerate(group):
-                if self._stop.is_set():
-                    self._settlement.hand_back_unstarted(group[index:], "shutdown")
-                    break
-                succeeded = self._process(item)
-                if not succeeded and self.contract.fifo:
-                    # Order within a group: nothing after a failed message may run before it.
-                    self._settlement.hand_back_unstarted(group[index + 1 :], "fifo_group_blocked")
-                    break
+            self.run_group(self._work.get())
+
+    def run_group(self, group: list[InFlight]) -> None:
+        """Run one task: a message, or a FIFO group's messages in order, up to the first that stays in the queue."""
+        for index, item in enumerate(group):
+            if self._stop.is_set():
+                self._settlement.hand_back_unstarted(group[index:], self._lease.stop_reason)
+                break
+            succeeded = self._process(item)
+            if not succeeded and self.contract.fifo:
+                # Order within a group: nothing after a failed message may run before it.
+                self._settlement.hand_back_unstarted(group[index + 1 :], "fifo_group_blocked")
+                break
 
     def cancel_running(self, wait_seconds: float) -> None:
         """At the drain's end: a thread cannot be cancelled, so shutdown hands its message back (AsyncRunner's)."""
@@ -112,7 +156,7 @@ class HandlerRunner:
 
     def _begin(self, item: InFlight) -> bool:
         """Start ``item`` (RUNNING, its lease extended if low); False if it was handed back instead (the circuit is
-        open, its lease ran down while it waited, shutdown) or was no longer waiting. Under max_rate it first waits
+        open, too little of its lease is left, shutdown) or was no longer waiting. Under max_rate it first waits
         its turn (on this thread: an async handler's loop awaits it instead, AsyncRunner)."""
         if self._circuit.may_start(item.message.message_id) and self._rate is not None:
             self._rate.acquire(self._stop)  # the circuit may open, or the consumer stop, meanwhile: _refusal looks
@@ -126,7 +170,7 @@ class HandlerRunner:
         """Why ``item`` is handed back instead of starting now, or None: it starts. Waits for nothing and calls
         nothing that may (an async handler's loop asks it)."""
         if self._stop.is_set():
-            return Refusal("shutdown")
+            return Refusal(self._lease.stop_reason)
         if not self._circuit.may_start(item.message.message_id):
             return Refusal("circuit_open", math.ceil(self._circuit.seconds_paused()), copy=True)
         now = self._clock()
@@ -136,30 +180,24 @@ class HandlerRunner:
             # too. A fresh receive (of a copy, or of the message once visible) brings a fresh 12 hours.
             self._circuit.answered(item.message.message_id, None)
             return Refusal("visibility_budget")
-        if item.visible_until - now <= self._heartbeat_reach:
-            # It waited here until less than a heartbeat interval of lease is left (received ahead of handlers that
-            # ran far longer than their mean): the lease may lapse before the heartbeat's next extension and another
-            # receive run it too. Hand it back instead of starting it.
+        refusal = self._lease.refusal(item, now)
+        if refusal is not None:
             self._circuit.answered(item.message.message_id, None)  # a half-open probe handed back: the next probes
-            return Refusal("lease_ran_down")
-        return None
+        return refusal
 
     def _refuse(self, item: InFlight, refusal: Refusal) -> None:
         """Hand ``item`` back as ``refusal`` says (a send and a delete, or a visibility change: it may wait)."""
         self._settlement.hand_back_unstarted([item], refusal.why, delay=refusal.delay, copy=refusal.copy)
 
     def _start(self, item: InFlight) -> bool:
-        """WAITING -> RUNNING with its key and this attempt's owner, its lease extended now if low; False if it was
-        no longer waiting. Calls nothing that waits (an async handler's loop runs it)."""
+        """WAITING -> RUNNING with its key and this attempt's owner, then what the lease does as it starts; False if it
+        was no longer waiting. Calls nothing that waits (an async handler's loop runs it)."""
         key, owner = None, ""  # no key and no record without a guard (@worker(idempotent=True)): nothing reads them
         if self._idempotency is not None:
             key, owner = idempotency_key(item.message), f"{self._owner}:{next(self._attempts)}"
         if not self._table.start(item, key=key, owner=owner):
             return False
-        if item.visible_until - self._clock() <= self._extend_below:
-            # Less lease left than the heartbeat's threshold (it waited): extend now (queued to the acknowledger),
-            # not up to an interval later.
-            self._extend_now(item)
+        self._lease.started(item, self._clock())
         return True
 
     def _attempt(self, item: InFlight) -> Outcome:
@@ -206,7 +244,7 @@ class HandlerRunner:
         waited = False
         while True:
             try:
-                claim = store.claim(key, owner=item.owner, lease_seconds=self.contract.visibility_timeout_seconds)
+                claim = store.claim(key, owner=item.owner, lease_seconds=self._lease.claim_seconds)
             except Exception as error:  # noqa: BLE001 (a store outage must not lose the message)
                 # The table is down (throttled past botocore's retries, unreachable), not the message: no attempt was
                 # made or spent. As a downstream that is unavailable, the circuit pauses receiving and the message is

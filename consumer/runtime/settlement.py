@@ -38,7 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from consumer.limits import SHUTDOWN_FLUSH_SECONDS, SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
-from consumer.runtime.acknowledger import Acknowledger
+from consumer.runtime.acknowledger import Acks
 from consumer.runtime.completions import Completions
 from consumer.runtime.dead_letter import can_carry_receives, requeue_parameters, send_parameters
 from consumer.runtime.failures import FailureText
@@ -87,7 +87,8 @@ ALREADY_DONE = Outcome(Verdict.ALREADY_DONE)
 class Settlement:
     """Turns outcomes into SQS calls (through the acknowledger, or a send for a copy) and frees the slot.
 
-    ``queues``: where a copy or a DLQ move is sent. ``ack``: the deletes and visibility changes. ``flow``: the slot a
+    ``queues``: where a copy or a DLQ move is sent. ``ack``: the deletes and visibility changes (the acknowledger's, or
+    a Lambda invocation's report). ``flow``: the slot a
     settled message frees, the circuit its outcome answers. ``completions``: the processed messages' idempotency
     completions, batched, and the store its records are released and renewed in. ``rng`` draws the backoff jitter (a
     seeded ``random.Random`` makes it reproducible). ``describe`` writes an exception into a reason or a log line
@@ -102,7 +103,7 @@ class Settlement:
         shared: Shared,
         *,
         queues: Queues,
-        ack: Acknowledger,
+        ack: Acks,
         flow: Flow,
         completions: Completions,
         rng: random.Random,

@@ -341,7 +341,7 @@ def test_consumer_stops_with_exit_1_when_a_thread_crashes(virtual: Virtual, monk
         sqs = virtual.sqs
         pair = create_pair(sqs, contract)
         worker = virtual.consumer_of(pair, contract, lambda m: None)
-        monkeypatch.setattr(worker._poller, "_groups", lambda received: 1 / 0)
+        monkeypatch.setattr(worker._poller, "_received", lambda response: 1 / 0)
         sqs.send_message(QueueUrl=pair.queue_url, MessageBody="x")
         assert worker.run() == 1
 
