@@ -66,7 +66,7 @@ from consumer.runtime.polling import (
     Slots,
     Timings,
 )
-from consumer.runtime.processing import HandlerRunner, HeartbeatLease
+from consumer.runtime.processing import HandlerRunner, HeartbeatLease, Lease
 from consumer.runtime.protection import ScaleInProtection
 from consumer.runtime.settlement import Settlement
 from consumer.runtime.stopping import Stopping
@@ -134,6 +134,28 @@ def count_requests(client: SQSClient, metrics: Metrics) -> None:
     events = getattr(getattr(client, "meta", None), "events", None)
     if events is not None:
         events.register("before-send.sqs.*", lambda **_: metrics.count("sqs_requests"))
+
+
+def runner_for(
+    shared: Shared,
+    *,
+    handler: Callable[..., Any],
+    flow: Flow,
+    settlement: Settlement,
+    guard: Guard,
+    work: queue.SimpleQueue[list[InFlight]],
+    lease: Lease,
+    on_crash: Callable[[], None],
+) -> HandlerRunner:
+    """The handler runner for the contract's handler shape: threads of one message each, threads of a batch each
+    (``max_batch``), or coroutines on one event loop (``async def``; ``work`` unused, ``on_crash`` called when a
+    message's task raises what nothing expected)."""
+    if shared.contract.asynchronous:
+        return AsyncRunner(
+            shared, handler=handler, flow=flow, settlement=settlement, guard=guard, lease=lease, on_crash=on_crash
+        )
+    runner = BatchRunner if shared.contract.max_batch is not None else HandlerRunner
+    return runner(shared, handler=handler, flow=flow, settlement=settlement, guard=guard, work=work, lease=lease)
 
 
 def consumer_name(rng: random.Random) -> str:
@@ -315,22 +337,10 @@ class Consumer:
         count_requests(client, self.metrics)
 
     def _runner_for(self, shared: Shared, flow: Flow, guard: Guard) -> HandlerRunner:
-        """The handler runner for the handler's shape: threads of one message each, threads of a batch each
-        (``max_batch``), or coroutines on one event loop (``async def``; a task's unexpected error stops the process
-        as a guarded thread's death does)."""
+        """The handler runner for the handler's shape (:func:`runner_for`; a task's unexpected error stops the
+        process as a guarded thread's death does)."""
         lease = HeartbeatLease(self.contract, self._heartbeat.extend_now)
-        if self.contract.asynchronous:
-            return AsyncRunner(
-                shared,
-                handler=self.handler,
-                flow=flow,
-                settlement=self._settlement,
-                guard=guard,
-                lease=lease,
-                on_crash=self._crashed,
-            )
-        runner = BatchRunner if self.contract.max_batch is not None else HandlerRunner
-        return runner(
+        return runner_for(
             shared,
             handler=self.handler,
             flow=flow,
@@ -338,6 +348,7 @@ class Consumer:
             guard=guard,
             work=self._work,
             lease=lease,
+            on_crash=self._crashed,
         )
 
     # --- public -----------------------------------------------------------

@@ -1,0 +1,392 @@
+"""The Lambda target's runtime: :class:`consumer.runtime.invocation.LambdaWorker` behind the local event source
+mapping's loop (consumer/local/mapping.py), on moto and the simulated clock, so every backoff, timeout and lease
+passes in virtual time.
+
+Each test plays the mapping as AWS documents it (receive, invoke with the records, delete what the answer does not
+list) and asserts where each message ends: deleted, in the DLQ with its reason, or back in the queue when it should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bench.sim.aws import REGION
+from consumer import BatchResult, DownstreamUnavailable, Message, PoisonMessage
+from consumer.contract import WorkerContract
+from consumer.local.mapping import EventSourceMapping, Invoked
+from consumer.runtime.consumer import Collaborators
+from consumer.runtime.dead_letter import REASON_ATTRIBUTE
+from consumer.runtime.idempotency import InMemoryStore
+from consumer.runtime.invocation import Binding, LambdaWorker
+from consumer.runtime.wiring import Queues
+from tests.integration.conftest import QueuePair, create_pair
+from tests.integration.support import fast_contract
+from tests.integration.virtual import Virtual
+
+#: The source's visibility in these tests: far longer than any backoff, so a message back in the queue within
+#: seconds came back because the function said so.
+VISIBILITY_SECONDS = 120
+#: The function's timeout in these tests (the mapping's context starts with it).
+TIMEOUT_SECONDS = 30.0
+
+
+class Lambda:
+    """One function bound to a fresh queue pair on a :class:`Virtual` run: its worker and the mapping feeding it."""
+
+    def __init__(
+        self,
+        virtual: Virtual,
+        contract: WorkerContract,
+        handler: Callable[..., Any],
+        *,
+        timeout_seconds: float = TIMEOUT_SECONDS,
+        batch_size: int = 10,
+    ) -> None:
+        self.virtual = virtual
+        sqs = virtual.sqs
+        self.pair: QueuePair = create_pair(sqs, contract, VisibilityTimeout=str(VISIBILITY_SECONDS))
+        arn = sqs.get_queue_attributes(QueueUrl=self.pair.queue_url, AttributeNames=["QueueArn"])["Attributes"]
+        queue_arn = arn["QueueArn"]
+        self.store = InMemoryStore(clock=virtual.sim.time)
+        function_sqs = virtual.aws.client("sqs", caller="consumer", faults=False)
+        self.worker = LambdaWorker(
+            Binding(
+                queues=Queues(client=function_sqs, queue_url=self.pair.queue_url, dlq_url=self.pair.dlq_url),
+                queue_arn=queue_arn,
+            ),
+            contract=contract,
+            handler=handler,
+            collaborators=Collaborators(clock=virtual.sim, rng=random.Random(3), idempotency=self.store),
+        )
+        self.mapping = EventSourceMapping(
+            client=virtual.aws.client("sqs", caller="mapping", faults=False),
+            queue_url=self.pair.queue_url,
+            queue_arn=queue_arn,
+            region=REGION,
+            function=self.worker.handle,
+            batch_size=batch_size,
+            timeout_seconds=timeout_seconds,
+            clock=virtual.sim.monotonic,
+            wait_seconds=1,
+        )
+
+    def send(self, *bodies: str, group: str | None = None) -> None:
+        for body in bodies:
+            extra: dict[str, Any] = {}
+            if group is not None:
+                extra = {"MessageGroupId": group, "MessageDeduplicationId": uuid.uuid4().hex}
+            self.virtual.sqs.send_message(QueueUrl=self.pair.queue_url, MessageBody=body, **extra)
+
+    def poll(self) -> Invoked:
+        invoked = self.mapping.poll()
+        assert invoked is not None, "the mapping received nothing"
+        return invoked
+
+    def dead_letters(self) -> dict[str, str]:
+        """The DLQ's messages: body -> reason."""
+        response = self.virtual.sqs.receive_message(
+            QueueUrl=self.pair.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        )
+        return {
+            m["Body"]: json.loads(m["MessageAttributes"][REASON_ATTRIBUTE]["StringValue"])["reason"]
+            for m in response.get("Messages", [])
+        }
+
+    def visible(self) -> list[str]:
+        """The bodies visible in the source now (received with a 1 s lease)."""
+        response = self.virtual.sqs.receive_message(
+            QueueUrl=self.pair.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=1
+        )
+        return [m["Body"] for m in response.get("Messages", [])]
+
+    def depth(self) -> int:
+        """Messages in the source, visible or in flight."""
+        attributes = self.virtual.sqs.get_queue_attributes(
+            QueueUrl=self.pair.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def run(body: Callable[[Virtual], None]) -> None:
+    virtual = Virtual()
+    virtual.run(lambda: body(virtual))
+
+
+def test_invocation_success_lists_nothing_and_the_mapping_deletes_all(aws_credentials: None) -> None:
+    """Every record whose handler returned is left out of batchItemFailures, so the mapping deletes it."""
+    seen: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), lambda m: seen.append(m.body))
+        function.send("a", "b", "c")
+        invoked = function.poll()
+        assert (sorted(invoked.deleted), invoked.failed_whole) == (sorted(invoked.message_ids), None)
+        assert function.depth() == 0
+
+    run(body)
+    assert sorted(seen) == ["a", "b", "c"]
+
+
+def test_invocation_failure_is_listed_and_comes_back_after_its_backoff(aws_credentials: None) -> None:
+    """A handler that raises: its record is listed, and the function set its visibility to the backoff (1 s here),
+    so it is back long before the queue's visibility."""
+
+    def fail(message: Message) -> None:
+        raise RuntimeError("downstream said no")
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), fail)
+        function.send("x")
+        invoked = function.poll()
+        assert invoked.deleted == []
+        virtual.sim.sleep(2.5)
+        assert function.visible() == ["x"]
+
+    run(body)
+
+
+def test_invocation_poison_goes_to_the_dlq_with_its_reason(aws_credentials: None) -> None:
+    """PoisonMessage: moved to the DLQ by the function with the handler's reason, and not listed."""
+
+    def poison(message: Message) -> None:
+        raise PoisonMessage("not an order")
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), poison)
+        function.send("p")
+        invoked = function.poll()
+        assert invoked.deleted == invoked.message_ids
+        assert function.dead_letters() == {"p": "not an order"}
+        assert function.depth() == 0
+
+    run(body)
+
+
+def test_invocation_exhausted_message_goes_to_the_dlq_on_its_last_receive(aws_credentials: None) -> None:
+    """A message failing on each of its max_receive_count receives is moved by the function on the last one."""
+
+    def fail(message: Message) -> None:
+        raise RuntimeError("still broken")
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(max_receive_count=3), fail)
+        function.send("e")
+        for _ in range(3):
+            virtual.wait_until(lambda: function.mapping.poll() is not None, what="a receive")
+        assert function.dead_letters() == {"e": "failed 3 times; last error: RuntimeError: still broken"}
+        assert function.depth() == 0
+
+    run(body)
+
+
+def test_invocation_fifo_failure_stops_its_group_and_the_other_group_goes_on(aws_credentials: None) -> None:
+    """FIFO: after a1 fails, a2 is not attempted (listed, its group blocked) while b1 of another group runs."""
+    seen: list[str] = []
+
+    def handle(message: Message) -> None:
+        seen.append(message.body)
+        if message.body == "a1" and seen.count("a1") == 1:
+            raise RuntimeError("first try fails")
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(fifo=True, concurrency=2), handle)
+        function.send("a1", "a2", group="a")
+        function.send("b1", group="b")
+        invoked = function.poll()
+        assert len(invoked.message_ids) == 3 and len(invoked.deleted) == 1
+        assert sorted(seen) == ["a1", "b1"]
+        virtual.wait_until(lambda: function.mapping.poll() is not None and function.depth() == 0, what="a drained")
+
+    run(body)
+    assert seen[2:] == ["a1", "a2"]
+
+
+def test_invocation_gives_up_on_a_handler_past_max_duration_and_lists_it(aws_credentials: None) -> None:
+    """A handler past max_duration is given up on: the invocation answers without waiting for it, listing its record
+    with no visibility change; its success after the invocation's end is recorded, so the redelivery after the
+    queue's visibility is skipped as done, never run twice."""
+    calls: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        def slow(message: Message) -> None:
+            calls.append(message.body)
+            virtual.sim.sleep(40)  # max_duration is 3 s, the function's timeout 30 s
+
+        function = Lambda(virtual, fast_contract(), slow)
+        function.send("s")
+        started = virtual.sim.monotonic()
+        invoked = function.poll()
+        assert (invoked.deleted, invoked.failed_whole) == ([], None)
+        assert virtual.sim.monotonic() - started < 5  # max_duration and a watch tick, not the handler's 40 s
+        virtual.sim.sleep(45)
+        assert function.visible() == []  # still in flight: the queue's visibility, not a backoff
+        virtual.wait_until(lambda: function.mapping.poll() is not None, timeout=VISIBILITY_SECONDS, what="redelivery")
+        assert function.depth() == 0
+
+    run(body)
+    assert calls == ["s"]
+
+
+def test_invocation_late_success_within_the_invocation_is_deleted_by_the_function(aws_credentials: None) -> None:
+    """A given-up handler that succeeds after the answer but while the record's lease lives: the function records its
+    completion and deletes the message itself (the answer listed it)."""
+
+    def body(virtual: Virtual) -> None:
+        def slow(message: Message) -> None:
+            virtual.sim.sleep(10)
+
+        function = Lambda(virtual, fast_contract(), slow)
+        function.send("s")
+        invoked = function.poll()
+        assert invoked.deleted == []
+        virtual.sim.sleep(15)
+        assert function.depth() == 0
+
+    run(body)
+
+
+def test_invocation_with_too_little_time_starts_nothing(aws_credentials: None) -> None:
+    """An invocation whose remaining time (less the flush) is shorter than max_duration hands every record back
+    (invocation_ending) without calling the handler; the message is back in the queue at once."""
+    calls: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), lambda m: calls.append(m.body), timeout_seconds=7.0)
+        function.send("t")
+        function.poll()
+        assert function.visible() == ["t"]
+
+    run(body)
+    assert calls == []
+
+
+def test_invocation_refuses_a_record_of_another_queue(aws_credentials: None) -> None:
+    """A record whose eventSourceARN is not the bound queue's fails the invocation (nothing deleted)."""
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), lambda m: None)
+        function.mapping.queue_arn = "arn:aws:sqs:us-east-1:123456789012:someone-else"
+        function.send("o")
+        invoked = function.poll()
+        assert (invoked.deleted, (invoked.failed_whole or "").startswith("function error: ValueError")) == ([], True)
+
+    run(body)
+
+
+def test_invocation_batch_handler_lists_only_what_its_result_failed(aws_credentials: None) -> None:
+    """A batch handler's BatchResult: the failed message is listed, the others deleted."""
+
+    def handle(messages: list[Message]) -> BatchResult:
+        result = BatchResult()
+        for message in messages:
+            if message.body == "bad":
+                result.failed(message, RuntimeError("bad row"))
+            else:
+                result.succeeded(message)
+        return result
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(max_batch=5, concurrency=1), handle, batch_size=5)
+        function.send("ok1", "bad", "ok2")
+        invoked = function.poll()
+        assert len(invoked.message_ids) - len(invoked.deleted) == 1
+        assert function.depth() == 1
+
+    run(body)
+
+
+def test_invocation_async_handler_runs_and_lists_its_failure(aws_credentials: None) -> None:
+    """An async def handler runs on the invocation's event loop; a failure is listed as a thread's is."""
+
+    async def handle(message: Message) -> None:
+        await asyncio.sleep(0)
+        if message.body == "bad":
+            raise RuntimeError("async failure")
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(asynchronous=True), handle)
+        function.send("ok", "bad")
+        invoked = function.poll()
+        assert len(invoked.deleted) == 1 and function.depth() == 1
+
+    run(body)
+
+
+def test_invocation_circuit_stays_open_for_the_environments_next_invocation(aws_credentials: None) -> None:
+    """DownstreamUnavailable opens the environment's circuit: the next invocation starts nothing and hands its
+    records back (copies delayed by the pause), not attempts."""
+    calls: list[str] = []
+
+    def handle(message: Message) -> None:
+        calls.append(message.body)
+        raise DownstreamUnavailable("payments API down", retry_after=60)
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(retry_backoff_max_seconds=300), handle)
+        function.send("first")
+        function.poll()
+        function.send("second")
+        function.poll()
+        assert function.visible() == []  # both handed back as copies delayed by the pause
+
+    run(body)
+    assert calls == ["first"]
+
+
+@pytest.mark.parametrize("shape", ["one", "batch"])
+def test_invocation_duplicate_is_skipped_as_done(aws_credentials: None, shape: str) -> None:
+    """A message whose work is recorded done (its idempotency key completed) is deleted without a second run."""
+    calls: list[str] = []
+
+    def one(message: Message) -> None:
+        calls.append(message.body)
+
+    def batch(messages: list[Message]) -> BatchResult:
+        calls.extend(m.body for m in messages)
+        return BatchResult().succeeded(*messages)
+
+    def body(virtual: Virtual) -> None:
+        contract = fast_contract() if shape == "one" else fast_contract(max_batch=5, concurrency=1)
+        function = Lambda(virtual, contract, one if shape == "one" else batch)
+        function.send("same")
+        function.poll()
+        function.send("same")
+        invoked = function.poll()
+        assert invoked.deleted == invoked.message_ids
+
+    run(body)
+    assert calls == ["same"]
+
+
+def test_invocation_hands_back_at_its_end_what_could_not_start(aws_credentials: None) -> None:
+    """The environment's only handler thread is still held by a handler given up on in an earlier invocation: the
+    next invocation's record waits for it until the give-up, then is handed back (a copy, visible at once), not
+    left listed for the queue's visibility."""
+    calls: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        def handle(message: Message) -> None:
+            calls.append(message.body)
+            if message.body == "stuck":
+                virtual.sim.sleep(300)
+
+        function = Lambda(virtual, fast_contract(concurrency=1), handle)
+        function.send("stuck")
+        function.poll()
+        function.send("next")
+        started = virtual.sim.monotonic()
+        invoked = function.poll()
+        assert virtual.sim.monotonic() - started >= TIMEOUT_SECONDS - 5  # it waited for the thread until the give-up
+        assert invoked.deleted == invoked.message_ids  # the copy is in the queue: the original is not listed
+        assert function.visible() == ["next"]
+
+    run(body)
+    assert calls == ["stuck"]
