@@ -52,6 +52,7 @@ from consumer.runtime.processing import Refusal
 from consumer.runtime.protection import ScaleInProtection
 from consumer.runtime.settlement import Settlement
 from consumer.runtime.stopping import Stopping
+from consumer.runtime.tracing import TRACE_FLUSH_SECONDS
 from consumer.runtime.wiring import Guard, Intake, Queues, Shared
 
 if TYPE_CHECKING:
@@ -207,7 +208,11 @@ class Invocation:
         futures = self._submit(items)
         self._wait(items, futures)
         deleted = self.report.close()
-        self.worker.metrics.flush()
+        self.worker.metrics.flush()  # no 60 s heartbeat flush here: after the answer the environment may never run again
+        tracer = self.worker.tracer
+        if tracer is not None:
+            tracer.end_open(items)  # given up on: their spans end with the invocation
+            tracer.export(TRACE_FLUSH_SECONDS)
         return batch_item_failures(i.message.message_id for i in items if i.message.message_id not in deleted)
 
     def _admit(self, records: list[dict[str, Any]]) -> list[InFlight]:

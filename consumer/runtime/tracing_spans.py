@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -120,10 +120,16 @@ class AttemptTracer:
     """
 
     def __init__(
-        self, tracer: trace.Tracer, *, flush: Callable[[float], None] | None = None, xray_service: str | None = None
+        self,
+        tracer: trace.Tracer,
+        *,
+        flush: Callable[[float], None] | None = None,
+        export: Callable[[float], None] | None = None,
+        xray_service: str | None = None,
     ) -> None:
         self._tracer = tracer
         self._flush = flush
+        self._export = export
         # X-Ray's exporter makes a CONSUMER span with a parent a subsegment of the producer's segment, named after the
         # span; marked a local root it also makes the worker's own service segment, named aws.local.service.
         self._xray = {} if xray_service is None else {AWS_SPAN_KIND: LOCAL_ROOT, AWS_LOCAL_SERVICE: xray_service}
@@ -253,13 +259,22 @@ class AttemptTracer:
 
     def close(self, seconds: float) -> None:
         """At shutdown: end every span still open (a handler handed back at the drain's end, or given up on and never
-        returned), then export what is buffered within ``seconds``."""
+        returned), then export what is buffered within ``seconds`` (the ``flush`` given, else :meth:`export`)."""
+        self.end_open()
+        (self._flush or self.export)(seconds)
+
+    def end_open(self, items: Iterable[InFlight] | None = None) -> None:
+        """End the spans still open (of ``items`` only, when given)."""
         with self._lock:
-            still_open = list(self._open)
+            still_open = list(self._open) if items is None else [i for i in items if i in self._open]
         for item in still_open:
             self.settled(item)
-        if self._flush is not None:
-            self._flush(seconds)
+
+    def export(self, seconds: float) -> None:
+        """Export what is buffered within ``seconds``, the tracer staying usable: at the end of a Lambda invocation,
+        after which the environment may be frozen, or never run again."""
+        if self._export is not None:
+            self._export(seconds)
 
 
 class TracedSettlement(Settlement):
@@ -310,9 +325,20 @@ def attempt_tracer(
     provider: trace.TracerProvider, *, flush: Callable[[float], None] | None = None, xray_service: str | None = None
 ) -> AttemptTracer:
     """An attempt tracer whose spans go to ``provider`` (the consumer's instrumentation scope and schema);
-    ``xray_service``: mark each span the local root of that service for X-Ray's exporter (the otlp mode's)."""
+    ``flush``: what shutdown calls (the otlp mode shuts its provider down); ``xray_service``: mark each span the local
+    root of that service for X-Ray's exporter (the otlp mode's). Its :meth:`~AttemptTracer.export` force-flushes the
+    provider, where it can."""
+
+    def export(seconds: float) -> None:
+        force_flush = getattr(provider, "force_flush", None)
+        if force_flush is not None:
+            bounded(lambda: force_flush(int(seconds * 1000)), seconds)
+
     return AttemptTracer(
-        provider.get_tracer(INSTRUMENTATION_NAME, schema_url=SCHEMA_URL), flush=flush, xray_service=xray_service
+        provider.get_tracer(INSTRUMENTATION_NAME, schema_url=SCHEMA_URL),
+        flush=flush,
+        export=export,
+        xray_service=xray_service,
     )
 
 
@@ -342,10 +368,4 @@ def global_tracer() -> AttemptTracer:
         # Spans started now stay no-ops until a provider is installed: say so once, at start-up.
         log.warning("tracing_global_without_provider", extra={"binding": "CONSUMER_TRACING", "value": "global"})
 
-    def flush(seconds: float) -> None:
-        provider = trace.get_tracer_provider()
-        force_flush = getattr(provider, "force_flush", None)
-        if force_flush is not None:
-            bounded(lambda: force_flush(int(seconds * 1000)), seconds)
-
-    return attempt_tracer(trace.get_tracer_provider(), flush=flush)
+    return attempt_tracer(trace.get_tracer_provider())

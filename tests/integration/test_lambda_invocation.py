@@ -48,6 +48,7 @@ class Lambda:
         *,
         timeout_seconds: float = TIMEOUT_SECONDS,
         batch_size: int = 10,
+        tracer: Any = None,
     ) -> None:
         self.virtual = virtual
         sqs = virtual.sqs
@@ -63,7 +64,7 @@ class Lambda:
             ),
             contract=contract,
             handler=handler,
-            collaborators=Collaborators(clock=virtual.sim, rng=random.Random(3), idempotency=self.store),
+            collaborators=Collaborators(clock=virtual.sim, rng=random.Random(3), idempotency=self.store, tracer=tracer),
         )
         self.mapping = EventSourceMapping(
             client=virtual.aws.client("sqs", caller="mapping", faults=False),
@@ -390,3 +391,37 @@ def test_invocation_hands_back_at_its_end_what_could_not_start(aws_credentials: 
 
     run(body)
     assert calls == ["stuck"]
+
+
+def test_invocation_span_per_attempt_parented_on_the_trace_header_and_exported_before_the_answer(
+    aws_credentials: None,
+) -> None:
+    """Traced: one span per attempt, its parent the record's AWSTraceHeader, exported by the time the function answers
+    (a batch processor that would wait an hour: the invocation's export flushes it)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from consumer.runtime.tracing_spans import attempt_tracer
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=3_600_000))
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), lambda m: None, tracer=attempt_tracer(provider))
+        virtual.sqs.send_message(
+            QueueUrl=function.pair.queue_url,
+            MessageBody="traced",
+            MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": header}},
+        )
+        function.poll()
+        (span,) = exporter.get_finished_spans()
+        assert span.parent is not None
+        assert (f"{span.context.trace_id:032x}", f"{span.parent.span_id:016x}") == (
+            "5759e988bd862e3fe1be46a994272793",
+            "53995c3f42cd8ad8",
+        )
+
+    run(body)

@@ -144,6 +144,17 @@ def test_configure_logging_is_idempotent(root_logger: logging.Logger) -> None:
     assert out.getvalue().count('"event":"once"') == 1
 
 
+def test_configure_logging_exclusive_removes_the_handlers_it_did_not_install(root_logger: logging.Logger) -> None:
+    """exclusive=True (the Lambda entry's): a handler already on the root logger (the Lambda runtime's) is removed, so
+    a record is written once, as JSON."""
+    theirs = io.StringIO()
+    root_logger.addHandler(logging.StreamHandler(theirs))
+    ours = io.StringIO()
+    configure_logging(stream=ours, exclusive=True)
+    logging.getLogger("consumer").info("once")
+    assert (theirs.getvalue(), ours.getvalue().count('"event":"once"')) == ("", 1)
+
+
 def test_configure_logging_sets_level(root_logger: logging.Logger) -> None:
     """The level applies to the root logger, so records below it are dropped."""
     out = io.StringIO()
