@@ -117,6 +117,30 @@ def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
     return commands
 
 
+@local_app.command("function")
+def local_function() -> None:
+    """Run one worker as AWS Lambda would, until Ctrl-C: an event source mapping's loop on its queue invoking
+    consumer.lambda_entry.handler with each batch's records (docs/lambda.md).
+
+    Reads the worker's environment as `run` does: `set -a; . ./.local.env; set +a; python -m consumer local function`.
+    """
+    import os
+    import threading
+
+    from consumer.errors import ConfigurationError, ContractError
+    from consumer.local.mapping import serve
+    from consumer.runtime.observability import configure_logging
+
+    configure_logging()
+    stopped = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopped.set())
+    try:
+        serve(os.environ, stopped)
+    except (ConfigurationError, ContractError) as error:
+        _fail(error)
+
+
 @local_app.command("send")
 def local_send(
     count: int = typer.Option(1, min=1, max=100, help="How many events to send."),

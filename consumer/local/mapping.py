@@ -17,6 +17,7 @@ AWS documents, and only that (https://docs.aws.amazon.com/lambda/latest/dg/servi
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -136,3 +137,64 @@ def _listed(answer: object, batch: set[str]) -> tuple[set[str], str | None]:
             return batch, f"invalid batch item failure: {identifier!r}"
         listed.add(identifier)
     return listed, None
+
+
+def serve(environ: Mapping[str, str], stop: threading.Event) -> int:
+    """``python -m consumer local function``: run the worker ``environ`` describes (the env file ``local up`` wrote)
+    as Lambda would, until ``stop``: this loop plays the event source mapping on ``QUEUE_URL`` and invokes
+    ``consumer.lambda_entry.handler`` in this process, one invocation at a time, with the batch size, window and
+    function timeout :class:`~consumer.lambda_target.LambdaTarget` derives. Returns how many invocations it made."""
+    import os
+
+    import boto3
+
+    from consumer import lambda_entry
+    from consumer.contract import ENV_PREFIX, HANDLER_ENV, QUEUE_URL_ENV, WorkerContract
+    from consumer.declaration import contract_of, load_handler, max_rate_of
+    from consumer.errors import ContractError
+    from consumer.lambda_target import LAMBDA_MIN_MEMORY_MIB, LambdaTarget
+
+    queue_url, spec = environ.get(QUEUE_URL_ENV), environ.get(HANDLER_ENV)
+    if not queue_url or not spec:
+        missing = QUEUE_URL_ENV if not queue_url else HANDLER_ENV
+        rule = "must be set (load the env file `local up` wrote: set -a; . ./.local.env; set +a)"
+        raise ContractError(missing, rule, environ.get(missing))
+    handler = load_handler(spec, parameter=HANDLER_ENV)
+    from_stack = f"{ENV_PREFIX}MAX_DURATION_SECONDS" in environ
+    contract = WorkerContract.from_env(environ) if from_stack else contract_of(handler, HANDLER_ENV)
+    target = LambdaTarget(
+        contract=contract, max_tasks=1, memory_mib=LAMBDA_MIN_MEMORY_MIB, max_rate=max_rate_of(handler)
+    )
+    client = boto3.client("sqs")
+    queue_arn = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    os.environ[lambda_entry.QUEUE_ARN_ENV] = queue_arn  # what the stack writes into the function's environment
+    mapping = EventSourceMapping(
+        client=client,
+        queue_url=queue_url,
+        queue_arn=queue_arn,
+        region=client.meta.region_name,
+        function=lambda_entry.handler,
+        batch_size=target.esm_batch_size,
+        window_seconds=target.batching_window_seconds,
+        timeout_seconds=target.function_timeout_seconds,
+        wait_seconds=1,  # a short long poll, so a stop is seen within a second
+    )
+    log.info(
+        "mapping_started",
+        extra={"queue_url": queue_url, "batch_size": mapping.batch_size, "timeout_seconds": mapping.timeout_seconds},
+    )
+    invocations = 0
+    while not stop.is_set():
+        invoked = mapping.poll()
+        if invoked is None:
+            continue
+        invocations += 1
+        log.info(
+            "mapping_invoked",
+            extra={
+                "records": len(invoked.message_ids),
+                "deleted": len(invoked.deleted),
+                "failed_whole": invoked.failed_whole,
+            },
+        )
+    return invocations
