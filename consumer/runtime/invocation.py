@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import math
+import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from consumer.contract import WorkerContract
 from consumer.declaration import max_rate_of
+from consumer.exit_codes import ExitCode
 from consumer.lambda_event import batch_item_failures, records_of
 from consumer.limits import SHUTDOWN_FLUSH_SECONDS
 from consumer.message import Attempt, Message
@@ -44,7 +46,7 @@ from consumer.runtime.consumer import Collaborators, check_shape, consumer_name,
 from consumer.runtime.coroutines import AsyncRunner
 from consumer.runtime.failures import FailureText
 from consumer.runtime.idempotency import InMemoryStore
-from consumer.runtime.inflight import InFlight, InFlightTable, LogContext
+from consumer.runtime.inflight import InFlight, InFlightTable, LogContext, State
 from consumer.runtime.liveness import Liveness
 from consumer.runtime.observability import Metrics
 from consumer.runtime.polling import Flow, Slots, tasks_of
@@ -65,6 +67,12 @@ log = logging.getLogger("consumer")  # one logger name for the whole runtime (se
 INVOCATION_FLUSH_SECONDS = SHUTDOWN_FLUSH_SECONDS
 #: How often an invocation looks at its handlers' durations while it waits for them (the heartbeat's give-up check).
 WATCH_SECONDS = 0.5
+
+
+def exit_stuck() -> None:
+    """End the execution environment's process (ExitCode.STUCK): Lambda starts a new one for the next invocation."""
+    logging.shutdown()  # the handlers_stuck line written out first
+    os._exit(ExitCode.STUCK)
 
 
 class LambdaContext(Protocol):
@@ -121,6 +129,7 @@ class LambdaWorker:
         handler: Callable[..., Any],
         collaborators: Collaborators = Collaborators(),
         intake: Intake = Intake(),
+        on_stuck: Callable[[], None] = exit_stuck,
     ) -> None:
         check_shape(handler, contract)
         self.binding = binding
@@ -143,14 +152,27 @@ class LambdaWorker:
         self.rate = None if rate is None else RateLimit(rate, self.clock.monotonic)
         # The handler threads: a thread still running when an invocation answers goes on in the next one.
         self.threads = None if contract.asynchronous else self.clock.executor(contract.concurrency, "handler")
+        #: Tasks whose handler was given up on and still runs, after their invocation answered: each holds a thread.
+        self.given_up: set[concurrent.futures.Future[Any]] = set()
+        self._on_stuck = on_stuck
 
     def handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, list[dict[str, str]]]:
         """Run ``event``'s records; the answer lists the ones the mapping must not delete. Raises only for an event
         that is not this function's (a record from another queue): Lambda then retries the whole batch."""
         start = self.clock.monotonic()
         end = start + context.get_remaining_time_in_millis() / 1000
+        self._check_stuck()
         records = records_of(event, queue_arn=self.binding.queue_arn)
         return Invocation(self, start=start, end=end).run(records)
+
+    def _check_stuck(self) -> None:
+        """Every handler thread is held by a handler given up on in an earlier invocation: this environment can start
+        nothing more, so it ends (``on_stuck``; the process exits, as a container exits STUCK). Lambda retries this
+        batch after its visibility and starts a new environment."""
+        self.given_up = {task for task in self.given_up if not task.done()}
+        if self.threads is not None and len(self.given_up) >= self.contract.concurrency:
+            log.critical("handlers_stuck", extra={"stuck": len(self.given_up)})
+            self._on_stuck()
 
 
 class Invocation:
@@ -205,8 +227,15 @@ class Invocation:
 
     def run(self, records: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
         items = self._admit(records)
-        futures = self._submit(items)
+        tasks = self._submit(items)
+        futures = list(tasks)
         self._wait(items, futures)
+        if self.worker.threads is not None:
+            self.worker.given_up.update(
+                future
+                for future, task in tasks.items()
+                if not future.done() and any(i.state is State.TIMED_OUT for i in task)
+            )
         deleted = self.report.close()
         self.worker.metrics.flush()  # no 60 s heartbeat flush here: after the answer the environment may never run again
         tracer = self.worker.tracer
@@ -239,15 +268,19 @@ class Invocation:
     def _give_up_at(self) -> float:
         return self.give_up_at
 
-    def _submit(self, items: list[InFlight]) -> list[concurrent.futures.Future[Any]]:
+    def _submit(self, items: list[InFlight]) -> dict[concurrent.futures.Future[Any], list[InFlight]]:
+        """Each task of the event on its way (a message, a FIFO group, or the whole batch of a batch handler), by the
+        future that ends with it."""
         runner = self.runner
+        tasks = (
+            [items] if isinstance(runner, BatchRunner) and items else tasks_of(items, fifo=self.worker.contract.fifo)
+        )
         if isinstance(runner, AsyncRunner):
-            return [runner.submit(task) for task in tasks_of(items, fifo=self.worker.contract.fifo)]
+            return {runner.submit(task): task for task in tasks}
         threads = self.worker.threads
         assert threads is not None
-        if isinstance(runner, BatchRunner):
-            return [threads.submit(runner.run_batch, items)] if items else []
-        return [threads.submit(runner.run_group, task) for task in tasks_of(items, fifo=self.worker.contract.fifo)]
+        run = runner.run_batch if isinstance(runner, BatchRunner) else runner.run_group
+        return {threads.submit(run, task): task for task in tasks}
 
     def _wait(self, items: list[InFlight], futures: list[concurrent.futures.Future[Any]]) -> None:
         """Until every task returned, giving up on handlers past ``max_duration`` each tick; at the give-up, on

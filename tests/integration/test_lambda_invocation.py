@@ -49,6 +49,7 @@ class Lambda:
         timeout_seconds: float = TIMEOUT_SECONDS,
         batch_size: int = 10,
         tracer: Any = None,
+        on_stuck: Callable[[], None] = lambda: None,
     ) -> None:
         self.virtual = virtual
         sqs = virtual.sqs
@@ -65,6 +66,7 @@ class Lambda:
             contract=contract,
             handler=handler,
             collaborators=Collaborators(clock=virtual.sim, rng=random.Random(3), idempotency=self.store, tracer=tracer),
+            on_stuck=on_stuck,
         )
         self.mapping = EventSourceMapping(
             client=virtual.aws.client("sqs", caller="mapping", faults=False),
@@ -423,5 +425,31 @@ def test_invocation_span_per_attempt_parented_on_the_trace_header_and_exported_b
             "5759e988bd862e3fe1be46a994272793",
             "53995c3f42cd8ad8",
         )
+
+    run(body)
+
+
+def test_invocation_of_an_environment_whose_threads_are_all_stuck_ends_the_environment(aws_credentials: None) -> None:
+    """Every handler thread still held by a handler given up on earlier: the next invocation ends the environment
+    (on_stuck; the process exits STUCK) before it starts anything; a thread that returned frees the environment."""
+    stuck: list[float] = []
+
+    def body(virtual: Virtual) -> None:
+        def handle(message: Message) -> None:
+            if message.body == "stuck":
+                virtual.sim.sleep(100)
+
+        function = Lambda(
+            virtual, fast_contract(concurrency=1), handle, on_stuck=lambda: stuck.append(virtual.sim.monotonic())
+        )
+        function.send("stuck")
+        function.poll()
+        function.send("next")
+        function.poll()
+        assert len(stuck) == 1
+        virtual.sim.sleep(120)  # the stuck handler has returned
+        function.send("later")
+        function.poll()
+        assert len(stuck) == 1
 
     run(body)
