@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bench.sim.aws import REGION
-from consumer import BatchResult, DownstreamUnavailable, Message, PoisonMessage
+from consumer import BatchResult, DownstreamUnavailable, Message, PoisonMessage, worker
 from consumer.contract import WorkerContract
 from consumer.local.mapping import EventSourceMapping, Invoked
 from consumer.runtime.consumer import Collaborators
@@ -453,3 +453,50 @@ def test_invocation_of_an_environment_whose_threads_are_all_stuck_ends_the_envir
         assert len(stuck) == 1
 
     run(body)
+
+
+@worker(max_duration=3, concurrency=4, non_retryable=(ValueError,), error_text="omit")
+def refuses_values(message: Message) -> None:
+    raise ValueError(f"card number {message.body}")
+
+
+def test_invocation_non_retryable_goes_to_the_dlq_at_once_without_its_text(aws_credentials: None) -> None:
+    """A declared non_retryable error moves the message to the DLQ on its first receive; error_text="omit" keeps the
+    error's text (a card number here) out of the reason, as in the container."""
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), refuses_values)
+        function.send("4111111111111111")
+        invoked = function.poll()
+        assert invoked.deleted == invoked.message_ids
+        (reason,) = function.dead_letters().values()
+        assert (reason.startswith("ValueError at "), reason.endswith("(error text omitted)"), "4111" in reason) == (
+            True,
+            True,
+            False,
+        )
+
+    run(body)
+
+
+@worker(max_duration=3, concurrency=4, max_rate=2)
+def paced(message: Message) -> None:
+    PACED_STARTS.append(message.attempt.clock())
+
+
+PACED_STARTS: list[float] = []
+
+
+def test_invocation_max_rate_spaces_the_starts_of_one_environment(aws_credentials: None) -> None:
+    """@worker(max_rate=2): four messages of one invocation start half a second apart, though four threads are free."""
+    PACED_STARTS.clear()
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), paced)
+        function.send("1", "2", "3", "4")
+        invoked = function.poll()
+        assert len(invoked.deleted) == len(invoked.message_ids)
+
+    run(body)
+    gaps = [round(b - a, 2) for a, b in zip(sorted(PACED_STARTS), sorted(PACED_STARTS)[1:], strict=False)]
+    assert len(PACED_STARTS) == 4 and all(gap >= 0.5 for gap in gaps), gaps
