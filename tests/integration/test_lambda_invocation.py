@@ -500,3 +500,26 @@ def test_invocation_max_rate_spaces_the_starts_of_one_environment(aws_credential
     run(body)
     gaps = [round(b - a, 2) for a, b in zip(sorted(PACED_STARTS), sorted(PACED_STARTS)[1:], strict=False)]
     assert len(PACED_STARTS) == 4 and all(gap >= 0.5 for gap in gaps), gaps
+
+
+def test_invocation_async_handler_past_max_duration_is_cancelled_and_listed(aws_credentials: None) -> None:
+    """An async def handler past max_duration is cancelled at its deadline (CancelledError at its await): its record
+    is listed and the invocation answers then, not after the handler's own 100 s."""
+    cancelled: list[str] = []
+
+    async def handle(message: Message) -> None:
+        try:
+            await asyncio.sleep(100)
+        except asyncio.CancelledError:
+            cancelled.append(message.body)
+            raise
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(asynchronous=True), handle)
+        function.send("slow")
+        started = virtual.sim.monotonic()
+        invoked = function.poll()
+        assert (invoked.deleted, virtual.sim.monotonic() - started < 5) == ([], True)
+
+    run(body)
+    assert cancelled == ["slow"]
