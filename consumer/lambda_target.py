@@ -155,11 +155,16 @@ class LambdaTarget:
 
     @property
     def rounds(self) -> int:
+        return self.rounds_for(self.esm_batch_size)
+
+    def rounds_for(self, messages: int) -> int:
+        """Handler calls one after another in an invocation of ``messages`` records (``rounds`` at a full batch): 1
+        for a batch handler; ``messages`` on a FIFO queue; else ``ceil(messages / min(concurrency, messages))``."""
         if self.is_batch_handler:
             return 1
         if self.contract.fifo:
-            return self.contract.batch_size
-        return math.ceil(self.contract.batch_size / self.per_invocation_parallelism)
+            return messages
+        return math.ceil(messages / min(self.contract.concurrency, messages))
 
     @property
     def esm_batch_size(self) -> int:
@@ -196,6 +201,11 @@ class LambdaTarget:
             return None
         fleet_calls = self.max_tasks * self.contract.concurrency
         return max(ESM_MIN_MAXIMUM_CONCURRENCY, math.ceil(fleet_calls / self.per_invocation_parallelism))
+
+    @property
+    def longest_max_duration_seconds(self) -> int:
+        """The longest ``max_duration`` this shape (rounds, rate wait) fits in Lambda's 900 s function timeout."""
+        return _longest_max_duration(self)
 
     @property
     def redrive_max_receive_count(self) -> int:
@@ -294,8 +304,7 @@ def _check_function_timeout(target: LambdaTarget) -> None:
     """The invocation fits in Lambda's 900 s; if not, name the longest max_duration that would (or the rate)."""
     if target.function_timeout_seconds <= LAMBDA_MAX_TIMEOUT_SECONDS:
         return
-    fits = range(1, LAMBDA_MAX_TIMEOUT_SECONDS + 1)  # the timeout grows with max_duration: bisect for the last fit
-    largest = bisect.bisect_right(fits, LAMBDA_MAX_TIMEOUT_SECONDS, key=lambda d: _timeout_for(target, d)[0])
+    largest = _longest_max_duration(target)
     if largest < 1:
         raise ContractError(
             "max_rate",
@@ -316,6 +325,12 @@ def _check_function_timeout(target: LambdaTarget) -> None:
         f" a message's visibility as the ECS consumer's heartbeat does{hint}",
         target.contract.max_duration_seconds,
     )
+
+
+def _longest_max_duration(target: LambdaTarget) -> int:
+    """The last max_duration whose function timeout fits in Lambda's (0: not even 1 s does)."""
+    fits = range(1, LAMBDA_MAX_TIMEOUT_SECONDS + 1)  # the timeout grows with max_duration: bisect for the last fit
+    return bisect.bisect_right(fits, LAMBDA_MAX_TIMEOUT_SECONDS, key=lambda d: _timeout_for(target, d)[0])
 
 
 def _timeout_for(target: LambdaTarget, max_duration: int) -> tuple[int, str]:

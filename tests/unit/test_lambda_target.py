@@ -43,6 +43,29 @@ def test_lambda_target_docstring_example_holds() -> None:
 # --- derived values -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("messages", "rounds"), [(1, 1), (3, 1), (4, 2), (6, 2), (7, 3)])
+def test_lambda_target_rounds_for_a_partial_batch_are_its_messages_over_concurrency(messages: int, rounds: int) -> None:
+    """At concurrency 3, an invocation of ``messages`` runs ceil(messages / min(3, messages)) rounds: 3 and 6 fill
+    them, 4 and 7 need one more."""
+    assert make(concurrency=3).rounds_for(messages) == rounds
+
+
+def test_lambda_target_rounds_for_a_full_batch_are_its_rounds() -> None:
+    """rounds is rounds_for(esm_batch_size): the bill's full batch is the function timeout's."""
+    target = make(concurrency=4)
+
+    assert (target.rounds, target.rounds_for(target.esm_batch_size)) == (3, 3)
+
+
+@pytest.mark.parametrize("shape", [{"concurrency": 10}, {"concurrency": 4}, {"concurrency": 1, "batch_size": 3}])
+def test_lambda_target_longest_max_duration_is_accepted_and_one_second_more_is_refused(shape: dict[str, int]) -> None:
+    """longest_max_duration_seconds is the last max_duration the shape fits in 900 s: it is accepted, one more is not."""
+    longest = make(**shape).longest_max_duration_seconds
+
+    assert make(**shape, max_duration_seconds=longest).function_timeout_seconds <= 900
+    assert refusal(**shape, max_duration_seconds=longest + 1).parameter == "max_duration_seconds"
+
+
 @pytest.mark.parametrize(
     ("shape", "rounds", "parallelism"),
     [
