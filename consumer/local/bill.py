@@ -38,7 +38,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from consumer.contract import WorkerContract
 from consumer.limits import SQS_MAX_BATCH, SQS_MAX_WAIT_SECONDS
@@ -54,6 +54,8 @@ GUARD_WRITES_PER_MESSAGE = 2
 #: The producer's sends per message: consumer.producer sends SendMessageBatch calls of 10 (a producer sending one at
 #: a time pays 1). The consumers' own requests are measured (their ``sqs_requests`` metric); the producer's are not.
 PRODUCER_SENDS_PER_MESSAGE = 1 / SQS_MAX_BATCH
+#: The network line of a worker whose tasks reach SQS through a NAT gateway (:attr:`WorkerCost.network`).
+NAT_DATA = "NAT data"
 #: The message size when the run measured none: 1 KiB (one chunk).
 DEFAULT_MESSAGE_BYTES = 1024
 #: The prefix of a stack's name before its environment's (infra.settings.stack_name_of; tests/unit/test_bill.py).
@@ -125,6 +127,8 @@ class WorkerPlan:
     memory_mib: int
     architecture: str
     min_tasks: int
+    #: The service's MaxCapacity: the fleet whose throughput bounds the comparison of targets (consumer.local.targets).
+    max_tasks: int
     #: None: every task on-demand (the FARGATE launch type).
     capacity: Capacity | None
     contract: WorkerContract
@@ -132,6 +136,9 @@ class WorkerPlan:
     public_ip: bool = False
     #: Containers in its task (the consumer, and a tracing collector where the environment traces).
     containers: int = 1
+    #: On Lambda, the event source mapping's ``(minimum, maximum)`` provisioned pollers; None: on-demand polling. No
+    #: stack declares them yet, so the template reader leaves it None; the Lambda estimate prices it where set.
+    provisioned_pollers: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +166,12 @@ class Usage:
     requests_source: str
     message_bytes: float
     size_source: str
+
+
+class Figures(Protocol):
+    """Where a handler's SQS requests per message and message size come from (:class:`Measured`: a demo run)."""
+
+    def usage(self, handler: str) -> Usage: ...
 
 
 @dataclass(frozen=True)
@@ -271,11 +284,36 @@ class Bill:
     prices: PriceTable
 
 
+def chunks_of(usage: Usage) -> int:
+    """The requests SQS bills a call carrying one of ``usage``'s messages: one per 64 KiB chunk of its body."""
+    return max(1, math.ceil(usage.message_bytes / SQS_CHUNK_BYTES))
+
+
 def nat_bytes_per_message(usage: Usage) -> float:
     """What a message puts through a NAT gateway: the consumers' calls per message (:data:`SQS_CALL_BYTES` each), its
     envelope in them (:data:`SQS_MESSAGE_ENVELOPE_BYTES`) and its body, received once. The producer's sends leave from
     wherever the producer runs, and DynamoDB's calls take the gateway endpoint."""
     return usage.requests_per_message * SQS_CALL_BYTES + SQS_MESSAGE_ENVELOPE_BYTES + usage.message_bytes
+
+
+def task_hours(plan: WorkerPlan, prices: PriceTable) -> tuple[float, float]:
+    """``(on-demand, Spot)``: the hour of one of ``plan``'s tasks on each (on-demand twice without a Spot strategy)."""
+    on_demand_hour = prices.fargate_rate(plan.architecture).task_hour(plan.cpu, plan.memory_mib)
+    if plan.capacity is None:
+        return on_demand_hour, on_demand_hour
+    return on_demand_hour, prices.fargate_rate(plan.architecture, spot=True).task_hour(plan.cpu, plan.memory_mib)
+
+
+def fleet_hour(plan: WorkerPlan, prices: PriceTable, tasks: int) -> float:
+    """An hour of ``tasks`` of ``plan``'s tasks, split between on-demand and Spot as its strategy places them."""
+    on_demand, spot = (plan.capacity or Capacity(on_demand_weight=1)).split(tasks)
+    on_demand_hour, spot_hour = task_hours(plan, prices)
+    return on_demand * on_demand_hour + spot * spot_hour
+
+
+def idle_polls_per_task(contract: WorkerContract) -> float:
+    """The receives a month one task's loops make at an empty queue: one long poll each every SQS_MAX_WAIT_SECONDS."""
+    return contract.pollers * HOURS_PER_MONTH * SECONDS_PER_HOUR / SQS_MAX_WAIT_SECONDS
 
 
 def estimate_worker(
@@ -286,20 +324,15 @@ def estimate_worker(
     contract = plan.contract
     capacity = plan.capacity or Capacity(on_demand_weight=1)
     on_demand, spot = capacity.split(plan.min_tasks)
-    on_demand_hour = prices.fargate_rate(plan.architecture).task_hour(plan.cpu, plan.memory_mib)
-    spot_hour = (
-        prices.fargate_rate(plan.architecture, spot=True).task_hour(plan.cpu, plan.memory_mib)
-        if plan.capacity is not None
-        else on_demand_hour
-    )
+    on_demand_hour, spot_hour = task_hours(plan, prices)
     sqs_price = prices.sqs_per_million(fifo=contract.fifo)
     # An empty queue still answers each receive loop's long poll, once every SQS_MAX_WAIT_SECONDS.
-    polls = plan.min_tasks * contract.pollers * HOURS_PER_MONTH * SECONDS_PER_HOUR / SQS_MAX_WAIT_SECONDS
+    polls = plan.min_tasks * idle_polls_per_task(contract)
     assert contract.average_duration_seconds is not None  # resolved by WorkerContract
     per_task_hour = contract.messages_in_flight / contract.average_duration_seconds * SECONDS_PER_HOUR
     # The task a scale-out adds: on Spot in the strategy's weights (beyond its base), else on-demand.
     marginal_hour = on_demand_hour + capacity.spot_share * (spot_hour - on_demand_hour)
-    chunks = max(1, math.ceil(usage.message_bytes / SQS_CHUNK_BYTES))
+    chunks = chunks_of(usage)
     task_hours_per_million = MILLION / per_task_hour
     network, network_month, network_per_million = "", 0.0, 0.0
     if plan.public_ip:
@@ -307,7 +340,7 @@ def estimate_worker(
         network_month = plan.min_tasks * HOURS_PER_MONTH * prices.public_ipv4_hour
         network_per_million = task_hours_per_million * prices.public_ipv4_hour
     elif through_nat:
-        network = "NAT data"
+        network = NAT_DATA
         network_month = polls * SQS_CALL_BYTES / BYTES_PER_GB * prices.nat_gateway_gb
         network_per_million = MILLION * nat_bytes_per_message(usage) / BYTES_PER_GB * prices.nat_gateway_gb
     return WorkerCost(
@@ -315,7 +348,7 @@ def estimate_worker(
         plan=plan,
         on_demand=on_demand,
         spot=spot,
-        fargate_month=HOURS_PER_MONTH * (on_demand * on_demand_hour + spot * spot_hour),
+        fargate_month=HOURS_PER_MONTH * fleet_hour(plan, prices, plan.min_tasks),
         polls_month=polls * sqs_price / MILLION,
         usage=usage,
         chunks=chunks,
@@ -378,14 +411,14 @@ def estimate_fixed(plan: EnvironmentPlan, prices: PriceTable, workers: Sequence[
         without_nat = WithoutNat(
             gateways=HOURS_PER_MONTH
             * (plan.nat_gateways * prices.nat_gateway_hour + plan.public_ipv4 * prices.public_ipv4_hour),
-            idle_data=sum(cost.network_month for cost in private if cost.network == "NAT data"),
+            idle_data=sum(cost.network_month for cost in private if cost.network == NAT_DATA),
             tasks=tasks,
             task_addresses=tasks * HOURS_PER_MONTH * prices.public_ipv4_hour,
         )
     return FixedCost(plan.environment, tuple(fixed), without_nat)
 
 
-def estimate(environments: Iterable[EnvironmentPlan], prices: PriceTable, figures: Measured) -> Bill:
+def estimate(environments: Iterable[EnvironmentPlan], prices: PriceTable, figures: Figures) -> Bill:
     """Every environment's workers and fixed costs, each worker with its handler's figures (:meth:`Measured.usage`)."""
     plans = list(environments)
     workers = {
@@ -427,7 +460,9 @@ def environment_plan(environment: str, template: Mapping[str, Any]) -> Environme
         return [(key, r.get("Properties", {})) for key, r in resources.items() if r["Type"] == kind]
 
     services = {_ref(p.get("TaskDefinition")): (key, p) for key, p in of_type("AWS::ECS::Service")}
-    minimum = {_service_of(p.get("ResourceId")): p.get("MinCapacity") for _, p in of_type(_SCALABLE_TARGET)}
+    targets = [(_service_of(p.get("ResourceId")), p) for _, p in of_type(_SCALABLE_TARGET)]
+    minimum: dict[str, Any] = {service: p.get("MinCapacity") for service, p in targets}
+    maximum: dict[str, Any] = {service: p.get("MaxCapacity") for service, p in targets}
     workers = []
     for key, definition in resources.items():
         if definition["Type"] != "AWS::ECS::TaskDefinition":
@@ -436,6 +471,7 @@ def environment_plan(environment: str, template: Mapping[str, Any]) -> Environme
         service_id, service = services.get(key, ("", {}))
         env = {e["Name"]: e["Value"] for e in consumer_container(definition).get("Environment", [])}
         network = service.get("NetworkConfiguration", {}).get("AwsvpcConfiguration", {})
+        min_tasks = int(minimum.get(service_id, service.get("DesiredCount", 1)))
         workers.append(
             WorkerPlan(
                 worker=name or "default",
@@ -443,7 +479,8 @@ def environment_plan(environment: str, template: Mapping[str, Any]) -> Environme
                 cpu=int(properties["Cpu"]),
                 memory_mib=int(properties["Memory"]),
                 architecture=_ARCHITECTURES[properties.get("RuntimePlatform", {}).get("CpuArchitecture", "X86_64")],
-                min_tasks=int(minimum.get(service_id, service.get("DesiredCount", 1))),
+                min_tasks=min_tasks,
+                max_tasks=int(maximum.get(service_id, min_tasks)),
                 capacity=_capacity(service.get("CapacityProviderStrategy")),
                 contract=WorkerContract.from_env({k: v for k, v in env.items() if isinstance(v, str)}),
                 public_ip=network.get("AssignPublicIp") == "ENABLED",

@@ -5,9 +5,15 @@ prices for :data:`REGION` as last known to whoever typed them: the pricing pages
 machine the table was written on, so nothing here was read off them that day. Open each page and compare before
 relying on a figure; prices change, differ per region and leave out taxes, discounts and savings plans.
 
-What is left out on purpose: every free tier (the first million SQS requests a month, three dashboards, ten alarm
-metrics, ...), so a small account pays less than this says; volume tiers (SQS past 100 billion requests a month,
-custom metrics past 10,000).
+What is left out on purpose: every free tier (the first million SQS requests a month, Lambda's million requests and
+400,000 GB-seconds, three dashboards, ten alarm metrics, ...), so a small account pays less than this says; volume
+tiers (SQS past 100 billion requests a month, Lambda past 6 billion GB-seconds, custom metrics past 10,000).
+
+**Lambda's figures** are the exception: read on :data:`LAMBDA_READ` off a stored copy of the Lambda pricing page, from
+its worked examples for US East (N. Virginia), as its own table renders prices only in a browser: $0.20 per million
+requests, $0.0000166667 per GB-second on x86 and $0.0000133334 on Arm, and $0.00925 per Event Poller Unit hour for an
+SQS mapping in provisioned mode (one EPU per event poller, billed per second with a one-minute minimum). The SQS
+request prices here agree with that day's published summaries of the SQS page.
 
 Operator tooling: it never ships in the image (``consumer/local/``), and it reads no file and calls nothing.
 """
@@ -21,6 +27,8 @@ from types import MappingProxyType
 REGION = "us-east-1"
 #: The day the figures were typed in (not a day they were read off the pages: see the module's docstring).
 ENTERED = "2026-11-28"
+#: The day Lambda's figures were read off its pricing page (see the module's docstring).
+LAMBDA_READ = "2026-11-30"
 #: AWS bills a month of an hourly resource as 730 hours (365 * 24 / 12), the figure its pricing pages use.
 HOURS_PER_MONTH = 730
 #: SQS bills "each 64 KB chunk of a payload" as one request (a 256 KB payload is 4 requests).
@@ -34,6 +42,7 @@ SOURCES: Mapping[str, str] = MappingProxyType(
         "CloudWatch": "https://aws.amazon.com/cloudwatch/pricing/",
         "VPC (NAT gateway hours and data, public IPv4)": "https://aws.amazon.com/vpc/pricing/",
         "KMS": "https://aws.amazon.com/kms/pricing/",
+        "Lambda (requests, GB-seconds per architecture, SQS event poller units)": "https://aws.amazon.com/lambda/pricing/",
     }
 )
 
@@ -56,6 +65,8 @@ class PriceTable:
 
     region: str
     entered: str
+    #: The day Lambda's prices were read off their page.
+    lambda_read: str
     sources: Mapping[str, str]
     #: On-demand Fargate, Linux, by cdk.json's ``architecture`` (x86_64, arm64).
     fargate: Mapping[str, FargateRate]
@@ -84,6 +95,13 @@ class PriceTable:
     logs_ingestion_gb: float
     #: A customer managed KMS key's month (its requests are left out: SQS reuses a data key for 5 minutes).
     kms_key_month: float
+    #: Lambda, on-demand: per million requests (an invocation each: one per batch an SQS mapping delivers), and per
+    #: GB-second of duration by the function's architecture (x86_64, arm64), the first tier (6 billion GB-seconds a
+    #: month): memory in GB (``memory_mib / 1024``, as the page's examples divide) times the billed seconds.
+    lambda_requests_per_million: float
+    lambda_gb_second: Mapping[str, float]
+    #: An Event Poller Unit's hour for an SQS mapping in provisioned mode (one EPU per event poller).
+    sqs_epu_hour: float
 
     def fargate_rate(self, architecture: str, *, spot: bool = False) -> FargateRate:
         """The price of ``architecture``'s resources, on Fargate Spot if ``spot`` (x86_64 only)."""
@@ -104,6 +122,7 @@ class PriceTable:
 PRICES = PriceTable(
     region=REGION,
     entered=ENTERED,
+    lambda_read=LAMBDA_READ,
     sources=SOURCES,
     fargate=MappingProxyType(
         {
@@ -125,4 +144,7 @@ PRICES = PriceTable(
     custom_metric_month=0.30,
     logs_ingestion_gb=0.50,
     kms_key_month=1.00,
+    lambda_requests_per_million=0.20,
+    lambda_gb_second=MappingProxyType({"x86_64": 0.0000166667, "arm64": 0.0000133334}),
+    sqs_epu_hour=0.00925,
 )

@@ -79,6 +79,7 @@ def plan_of(settings: EnvironmentSettings) -> EnvironmentPlan:
             memory_mib=worker.memory_mib,
             architecture=worker.architecture,
             min_tasks=worker.min_tasks,
+            max_tasks=worker.max_tasks,
             capacity=None
             if worker.spot is None
             else Capacity(
