@@ -15,7 +15,9 @@ from consumer.local.bill import (
     Bill,
 )
 from consumer.local.demo_lane import DemoResult, LaneResult, Mix
+from consumer.local.lambda_bill import IDLE_POLLERS, NotOnLambda
 from consumer.local.prices import HOURS_PER_MONTH
+from consumer.local.targets import compare
 
 
 def render_report(result: DemoResult, console: Console, bill: Bill | str | None = None) -> None:
@@ -202,9 +204,11 @@ def render_bill(bill: Bill, console: Console) -> None:
                 " worker's NAT data goes and its task-hours take an address each.",
                 markup=False,
             )
+    render_targets(bill, console)
     prices = bill.prices
     console.print(
-        f"An estimate, not a quote: {prices.region} list prices entered by hand on {prices.entered} (check each on its"
+        f"An estimate, not a quote: {prices.region} list prices entered by hand on {prices.entered}, Lambda's read on"
+        f" {prices.lambda_read} (check each on its"
         f" page before use: {', '.join(prices.sources.values())}). Per month: {HOURS_PER_MONTH} h of the min_tasks"
         " tasks (Spot at"
         " a typical discount) and their long polls of an empty queue. Per million messages: SQS requests (the"
@@ -215,6 +219,51 @@ def render_bill(bill: Bill, console: Console) -> None:
         f" Container Insights: its metrics at min_tasks and {INSIGHTS_EVENT_BYTES} B a performance event (assumed)."
         " Left out: free tiers, the workers' logs, their own metrics, the handlers' own traffic, retries (docs/deploy.md,"
         ' "What it costs (estimate)").',
+        markup=False,
+    )
+
+
+def render_targets(bill: Bill, console: Console) -> None:
+    """Each worker on ECS and on Lambda side by side, and the rate at which the other target becomes cheaper
+    (:mod:`consumer.local.targets`); a worker Lambda cannot run says why, below the table."""
+    table = Table(title="What it costs (estimate), US dollars: each worker on ECS or on Lambda (no target is chosen)")
+    for column in (
+        "environment",
+        "worker",
+        "ECS: per month at min_tasks; per million",
+        "Lambda: per month at rest; per million, full batches / 1 message an invocation",
+        "Lambda, full batches: requests / GB-seconds / SQS / DynamoDB / event pollers",
+        "cheaper, full batches; 1 message an invocation",
+    ):
+        table.add_column(column, justify="left" if column in ("environment", "worker") else "right")
+    refused = []
+    for comparison in compare(bill):
+        ecs, on_lambda = comparison.ecs, comparison.on_lambda
+        cells = [ecs.environment, ecs.plan.worker, f"${ecs.month:,.2f}; ${ecs.per_million:,.2f}"]
+        if isinstance(on_lambda, NotOnLambda):
+            refused.append(f"{ecs.environment} {ecs.plan.worker} cannot run on Lambda: {on_lambda.reason}")
+            table.add_row(*cells, "not on Lambda (below)", "", "")
+            continue
+        full = on_lambda.full
+        table.add_row(
+            *cells,
+            f"${on_lambda.month:,.2f}; ${full.per_million:,.2f} ({full.messages}) / ${on_lambda.single.per_million:,.2f}",
+            f"${full.requests_per_million:,.2f} / ${full.duration_per_million:,.2f} / ${full.sqs_per_million:,.2f} /"
+            f" ${full.dynamodb_per_million:,.2f} / ${full.pollers_per_million:,.2f}",
+            f"{comparison.full}; {comparison.single}",
+        )
+    console.print(table)
+    for line in refused:
+        console.print(line, markup=False)
+    console.print(
+        "On Lambda: the function its contract derives (consumer/lambda_target.py), outside the VPC, so no NAT data,"
+        " address or Fargate. At rest, the mapping's idle long polls (one every 20 s by each of"
+        f" {IDLE_POLLERS} pollers, or the minimum provisioned ones, and their event poller units); per million"
+        " messages, one request per invocation, GB-seconds of the worker's memory_mib for the declared"
+        " average_duration of each round of an invocation, the mapping's receive and delete per 10 messages, the"
+        " producer's send and the guard's writes, for a full batch (BatchSize, an upper bound) and for one message"
+        " per invocation. Cheaper: where the two bills as a month at a steady rate cross, up to max_tasks' throughput"
+        " (docs/targets.md). The environment lines stay on both, but NAT gateways and Container Insights serve ECS only.",
         markup=False,
     )
 
