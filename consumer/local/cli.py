@@ -1,4 +1,4 @@
-"""``python -m consumer local up|send`` and ``python -m consumer demo``: development tooling, not in the image."""
+"""``python -m consumer local up|send|targets`` and ``python -m consumer demo``: development tooling, not in the image."""
 
 from __future__ import annotations
 
@@ -183,6 +183,23 @@ def local_send(
     for note in (samples.built, samples.outcome):
         if note:
             print(note)
+
+
+@local_app.command("targets")
+def local_targets(
+    environment: str = typer.Option("prod", help="The environment of cdk.json whose workers to compare."),
+    cdk_out: Path = typer.Option(
+        Path("cdk.out"), help="The cloud assembly `python -m infra.report` (or `make run`) wrote."
+    ),
+) -> None:
+    """Print docs/targets.md's tables: each worker of ENVIRONMENT on ECS and on Lambda, what a million messages cost
+    at 1 to 1,000 msg/s, where the other target becomes cheaper, and what bounds each."""
+    from consumer.local.targets_docs import markdown
+
+    try:
+        print(markdown(cdk_out, environment), end="")
+    except (OSError, ValueError, KeyError) as error:  # ContractError is a ValueError
+        _fail(error)
 
 
 def _fail(error: Exception) -> NoReturn:

@@ -1,5 +1,6 @@
 """The bill reads what the stack deploys: the template reader (consumer/local/bill.py) gives, for a synthesized
-environment, the plan its cdk.json settings describe (tests/unit/test_bill.py prices that plan by hand)."""
+environment, the plan its cdk.json settings describe (tests/unit/test_bill.py prices that plan by hand); and
+docs/targets.md holds what ``python -m consumer local targets`` prints for the shipped example."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from consumer.local.bill import EnvironmentPlan, load_environments
+from consumer.local.targets_docs import markdown
 from infra.settings import parse_environment
 from infra.worker_settings import CONTEXT_KEY
-from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, synthesize
+from tests.infra.conftest import EXISTING_VPC_AND_CLUSTER, Synthesized, synthesize
 from tests.unit.support import ENVIRONMENT, ORDERED, plan_of
 
 #: The unit test's two workers (arm64 at two tasks; x86_64 with Spot beyond one on-demand task, at three), a FIFO
@@ -22,6 +24,9 @@ ENVIRONMENTS = {
     "nonat": {"handler": ORDERED, "nat_gateways": 0, "tracing": {"sample_ratio": 0.1}},
     "existing": {"handler": ORDERED, **EXISTING_VPC_AND_CLUSTER},
 }
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +89,19 @@ def test_bill_counts_every_alarm_metric_composite_dashboard_and_key(plans: dict[
     assert plan.alarm_metrics > 0
     assert plan.high_resolution_alarm_metrics == 0  # SQS publishes one-minute metrics: no alarm looks closer
     assert (plan.composite_alarms > 0, plan.dashboards, plan.kms_keys) == (True, 1, 1)
+
+
+def test_shipped_example_targets_doc_holds_what_local_targets_prints(reference: dict[str, Synthesized]) -> None:
+    """docs/targets.md holds exactly what `python -m consumer local targets --environment prod` prints for prod as
+    cdk.json shipped it (a test of the shipped example: the reference environments, whatever cdk.json became)."""
+    assert markdown(reference["prod"].outdir, "prod") in (ROOT / "docs" / "targets.md").read_text()
+
+
+def test_local_targets_refuses_an_environment_without_a_stack(reference: dict[str, Synthesized]) -> None:
+    """An environment cdk.out has no stack for is one line naming the parameter, the rule and the value."""
+    outdir = reference["prod"].outdir
+
+    with pytest.raises(ValueError) as raised:
+        markdown(outdir, "qa")
+
+    assert str(raised.value) == f'"environment" must name a stack in {outdir}: qa'
