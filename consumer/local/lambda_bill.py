@@ -160,6 +160,7 @@ def invocations(
     assert contract.average_duration_seconds is not None  # resolved by WorkerContract
     seconds = target.rounds_for(messages) * contract.average_duration_seconds
     invocations_per_million = MILLION / messages
+    gigabytes = target.memory_mib / 1024  # as the pricing page's examples divide
     # One receive and one DeleteMessageBatch per 10 messages of the batch.
     calls = 2 * math.ceil(messages / SQS_MAX_BATCH)
     poller_rate = min(
@@ -172,11 +173,7 @@ def invocations(
         messages=messages,
         seconds=seconds,
         requests_per_million=invocations_per_million * prices.lambda_requests_per_million / MILLION,
-        duration_per_million=invocations_per_million
-        * seconds
-        * target.memory_mib
-        / 1024
-        * prices.lambda_gb_second[architecture],
+        duration_per_million=invocations_per_million * seconds * gigabytes * prices.lambda_gb_second[architecture],
         sqs_per_million=(calls / messages + PRODUCER_SENDS_PER_MESSAGE)
         * chunks_of(usage)
         * prices.sqs_per_million(fifo=contract.fifo),
