@@ -10,8 +10,8 @@ At a steady ``rate`` (messages a second), a month:
   rate above zero keeps at least one task running, ``min_tasks: 0`` or not. The tasks' idle polls are counted whatever
   the rate (an upper bound: a busy loop's receives bring messages, which its measured requests count already);
 * **on Lambda** (:mod:`consumer.local.lambda_bill`), for one assumption of messages per invocation: the mapping's idle
-  polls, the Event Poller Units the rate needs in provisioned mode, ``max(minimum, ceil(rate / poller_rate))``, plus
-  each message's requests, duration, SQS requests and guard writes.
+  polls, the Event Poller Units the rate needs in provisioned mode, ``max(minimum, ceil(rate / poller_rate))`` up to
+  the maximum pollers, plus each message's requests, duration, SQS requests and guard writes.
 
 :func:`crossover` walks the two curves (straight between the rates where a task or a poller is added) from the
 worker's capacity at ``max_tasks`` down, and finds the lowest rate above which the target cheaper at that capacity
@@ -96,16 +96,20 @@ class LambdaCurve:
     prices: PriceTable
 
     def units(self, rate: float) -> int:
-        """The event pollers ``rate`` keeps provisioned (0 on-demand: no Event Poller Unit)."""
+        """The event pollers ``rate`` keeps provisioned, from the minimum to the maximum (0 on-demand: no Event
+        Poller Unit); a rate past the maximum's throughput waits in the queue."""
         pollers = self.cost.plan.provisioned_pollers
-        return max(pollers[0], math.ceil(rate / self.invocations.poller_rate)) if pollers else 0
+        if not pollers:
+            return 0
+        return min(pollers[1], max(pollers[0], math.ceil(rate / self.invocations.poller_rate)))
 
     def steps(self, upto: float) -> list[float]:
-        """The rates below ``upto`` where a provisioned poller is added."""
-        if not self.cost.plan.provisioned_pollers:
+        """The rates below ``upto`` where a provisioned poller is added (none past the maximum)."""
+        pollers = self.cost.plan.provisioned_pollers
+        if not pollers:
             return []
         per_poller = self.invocations.poller_rate
-        return [k * per_poller for k in range(1, math.ceil(upto / per_poller))]
+        return [k * per_poller for k in range(pollers[0], min(pollers[1], math.ceil(upto / per_poller)))]
 
     def month(self, rate: float, units: int | None = None) -> float:
         """A month at ``rate`` with ``units`` provisioned pollers (None: those the rate keeps)."""

@@ -151,14 +151,24 @@ def test_lambda_curve_at_rest_is_the_lambda_bill_at_rest() -> None:
     assert full.cost.pollers_month > 0
 
 
-@pytest.mark.parametrize(("pollers_of_throughput", "pollers"), [(0.0, 2), (2.0, 2), (2.001, 3), (5.0, 5)])
+@pytest.mark.parametrize(
+    ("pollers_of_throughput", "pollers"), [(0.0, 2), (2.0, 2), (2.001, 3), (5.0, 5), (10.0, 10), (10.001, 10)]
+)
 def test_lambda_curve_keeps_the_minimum_pollers_and_adds_one_past_each_poller_s_throughput(
     pollers_of_throughput: float, pollers: int
 ) -> None:
-    """Provisioned (2, 10): two pollers up to two pollers' throughput, a third just past it."""
+    """Provisioned (2, 10): two pollers up to two pollers' throughput, a third just past it, never an eleventh."""
     _, full, _ = curves(replace(upsert(), provisioned_pollers=(2, 10)))
 
     assert full.units(pollers_of_throughput * full.invocations.poller_rate) == pollers
+
+
+def test_lambda_curve_steps_are_where_a_poller_is_added_between_minimum_and_maximum() -> None:
+    """Provisioned (2, 10): the third to the tenth poller are added past 2 to 9 pollers' throughput, none after."""
+    _, full, _ = curves(replace(upsert(), provisioned_pollers=(2, 10)))
+    per_poller = full.invocations.poller_rate
+
+    assert full.steps(100 * per_poller) == [pytest.approx(k * per_poller) for k in range(2, 10)]
 
 
 def test_compare_prices_every_worker_on_both_targets() -> None:
