@@ -144,8 +144,6 @@ def serve(environ: Mapping[str, str], stop: threading.Event) -> int:
     as Lambda would, until ``stop``: this loop plays the event source mapping on ``QUEUE_URL`` and invokes
     ``consumer.lambda_entry.handler`` in this process, one invocation at a time, with the batch size, window and
     function timeout :class:`~consumer.lambda_target.LambdaTarget` derives. Returns how many invocations it made."""
-    import os
-
     import boto3
 
     from consumer import lambda_entry
@@ -166,8 +164,14 @@ def serve(environ: Mapping[str, str], stop: threading.Event) -> int:
         contract=contract, max_tasks=1, memory_mib=LAMBDA_MIN_MEMORY_MIB, max_rate=max_rate_of(handler)
     )
     client = boto3.client("sqs")
-    queue_arn = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    os.environ[lambda_entry.QUEUE_ARN_ENV] = queue_arn  # what the stack writes into the function's environment
+    attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn", "VisibilityTimeout"])
+    queue_arn = attributes["Attributes"]["QueueArn"]
+    if int(attributes["Attributes"]["VisibilityTimeout"]) != target.queue_visibility_seconds:
+        # A queue the stack shaped for the ECS target: give it the visibility a Lambda worker's stack gives it (the
+        # function checks it at its cold start, as the container checks its own at start).
+        visibility = str(target.queue_visibility_seconds)
+        client.set_queue_attributes(QueueUrl=queue_url, Attributes={"VisibilityTimeout": visibility})
+        log.warning("queue_visibility_set", extra={"queue_url": queue_url, "visibility_timeout_seconds": visibility})
     mapping = EventSourceMapping(
         client=client,
         queue_url=queue_url,

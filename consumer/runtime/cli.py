@@ -51,14 +51,11 @@ def run() -> None:
     and the standard AWS variables (region, credentials, AWS_ENDPOINT_URL); CONSUMER_TRACING (and then the
     standard OTEL_* variables) for a span per attempt (docs/tracing.md).
     """
-    import boto3
-
     from consumer.errors import ConfigurationError
-    from consumer.runtime.clients import dynamodb_client, sqs_client
-    from consumer.runtime.config import LOG_LEVEL_ENV, load_config, resolve_region
+    from consumer.runtime.config import LOG_LEVEL_ENV, load_config
+    from consumer.runtime.connect import connect
     from consumer.runtime.consumer import Collaborators, Consumer, task_role_id_from_env
-    from consumer.runtime.drift import StartupError, check_queue, queue_name_from_url
-    from consumer.runtime.idempotency import DynamoDBStore, InMemoryStore
+    from consumer.runtime.drift import StartupError
     from consumer.runtime.liveness import Liveness, liveness_path
     from consumer.runtime.observability import Metrics, configure_logging, log_level
     from consumer.runtime.protection import ScaleInProtection
@@ -77,34 +74,15 @@ def run() -> None:
         config = load_config(os.environ)
         # After the handler's module is imported (load_config): CONSUMER_TRACING=global uses the provider it installed.
         tracer = tracer_from_env(os.environ)
-        region, _ = resolve_region(os.environ, config.queue_url, configured=boto3.Session().region_name)
-        session = boto3.Session(region_name=region)  # every client of the run is made from it, in that region
-        # Bounded timeouts and attempts, the ones the liveness allowances are derived from (clients.py).
-        client = sqs_client(session, config.contract)
-        binding = check_queue(
-            client,
-            queue_url=config.queue_url,
-            dlq_url=config.dlq_url,
-            contract=config.contract,
-            check_retention=config.from_stack,
-        )
-        dlq_url = config.dlq_url
-        if dlq_url is None:  # a local run: find the DLQ through the queue's own redrive policy
-            account, _ = queue_name_from_url(config.queue_url)
-            dlq_name = binding.dead_letter_queue_arn.rsplit(":", 1)[-1]
-            dlq_url = client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account)["QueueUrl"]
-        table = config.idempotency_table
-        store = None  # @worker(idempotent=True): no guard, and the stack made no table
-        if not config.contract.idempotent:
-            store = DynamoDBStore(table, client=dynamodb_client(session, config.contract)) if table else InMemoryStore()
+        connected = connect(config, os.environ)
         on_signal.consumer = consumer = Consumer(
-            client,
+            connected.client,
             queue_url=config.queue_url,
-            dlq_url=dlq_url,
+            dlq_url=connected.dlq_url,
             contract=config.contract,
             handler=config.handler,
             collaborators=Collaborators(
-                idempotency=store,
+                idempotency=connected.store,
                 protection=ScaleInProtection.from_env(os.environ),
                 metrics=Metrics(dimensions={"Queue": config.queue_url.rsplit("/", 1)[-1]}),
                 liveness=Liveness(liveness_path(os.environ)),

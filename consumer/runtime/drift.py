@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from consumer.contract import WorkerContract
+from consumer.queue_attributes import QueueAttributes
 from consumer.runtime.aws_errors import error_code, is_missing_queue
 
 if TYPE_CHECKING:  # the stubs are a development dependency; the image never carries them
@@ -65,13 +66,21 @@ def queue_name_from_url(url: str) -> tuple[str, str]:
 
 
 def check_queue(
-    client: SQSClient, *, queue_url: str, dlq_url: str | None, contract: WorkerContract, check_retention: bool = True
+    client: SQSClient,
+    *,
+    queue_url: str,
+    dlq_url: str | None,
+    contract: WorkerContract,
+    check_retention: bool = True,
+    expected: QueueAttributes | None = None,
 ) -> QueueBinding:
     """Compare the live source queue with ``contract``; raise :class:`QueueDriftError` on any difference.
 
     ``dlq_url`` None (a local run without the stack's environment) skips the DLQ
     identity check; ``check_retention`` False skips retention, which only the
-    stack's environment knows (the handler does not declare it).
+    stack's environment knows (the handler does not declare it). ``expected``: the source queue's attributes the
+    contract derives for the target (the container's, ``contract.queue_attributes().source``, when None; a Lambda
+    worker's are ``LambdaTarget.queue_attributes().source``).
 
     Needs only ``sqs:GetQueueAttributes`` on the source queue. Errors reaching
     the queue (missing, access denied, bad credentials, unreachable endpoint)
@@ -96,7 +105,8 @@ def check_queue(
     except BotoCoreError as error:
         raise StartupError(f"GetQueueAttributes on {queue_url} failed: {error}") from error
 
-    expected = contract.queue_attributes().source
+    if expected is None:
+        expected = contract.queue_attributes().source
     differences = []
     visibility = int(attributes.get("VisibilityTimeout", "-1"))
     if visibility != expected.visibility_timeout_seconds:

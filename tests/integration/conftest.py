@@ -29,6 +29,7 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 from consumer.contract import WorkerContract
+from consumer.lambda_target import LAMBDA_MIN_MEMORY_MIB, LambdaTarget
 from consumer.local.moto_atomic import serialize_moto_sqs
 from consumer.local.stack import LOCAL_LOG_LEVEL
 from infra.worker_settings import CONTEXT_KEY
@@ -326,6 +327,13 @@ def create_pair(sqs: Any, contract: WorkerContract, **source_overrides: str) -> 
     attributes = {k: v for k, v in attributes.items() if v != ""}
     queue_url = sqs.create_queue(QueueName=f"{name}-source{suffix}", Attributes=attributes)["QueueUrl"]
     return QueuePair(queue_url=queue_url, dlq_url=dlq_url)
+
+
+def create_lambda_pair(sqs: Any, contract: WorkerContract) -> QueuePair:
+    """A pair shaped like the stack's for a Lambda worker of ``contract``: the source's visibility the Lambda target
+    derives (consumer/lambda_target.py), which the function checks at its cold start."""
+    target = LambdaTarget(contract=contract, max_tasks=1, memory_mib=LAMBDA_MIN_MEMORY_MIB)
+    return create_pair(sqs, contract, VisibilityTimeout=str(target.queue_visibility_seconds))
 
 
 @dataclass(frozen=True)

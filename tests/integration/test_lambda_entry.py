@@ -13,7 +13,8 @@ from consumer import lambda_entry
 from consumer.declaration import contract_of, load_handler
 from consumer.errors import ContractError
 from consumer.lambda_event import event_of
-from tests.integration.conftest import REGION, create_pair
+from consumer.runtime.drift import QueueDriftError
+from tests.integration.conftest import REGION, create_lambda_pair, create_pair
 
 HANDLER = "tests.integration.handlers:poison_if_bad"
 
@@ -51,7 +52,7 @@ def test_entry_answers_the_failures_of_the_event_from_the_stacks_variables(
 ) -> None:
     """The first invocation builds the worker from QUEUE_URL, DLQ_URL and CONSUMER_HANDLER; a poison message goes to
     the DLQ (not listed), a good one is not listed either, and only a failing one would be."""
-    pair = create_pair(sqs, contract_of(load_handler(HANDLER)))
+    pair = create_lambda_pair(sqs, contract_of(load_handler(HANDLER)))
     queue_arn = sqs.get_queue_attributes(QueueUrl=pair.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     for variable, value in {
         "QUEUE_URL": pair.queue_url,
@@ -75,4 +76,17 @@ def test_entry_without_queue_url_fails_the_invocation(monkeypatch: pytest.Monkey
     monkeypatch.delenv("QUEUE_URL", raising=False)
     monkeypatch.setenv("CONSUMER_HANDLER", HANDLER)
     with pytest.raises(ContractError, match='"QUEUE_URL" must be set'):
+        lambda_entry.handler({"Records": []}, Context())
+
+
+def test_entry_queue_shaped_for_the_container_fails_the_invocation_naming_the_visibility(
+    sqs: Any, monkeypatch: pytest.MonkeyPatch, fresh_environment: None
+) -> None:
+    """The cold start checks the queue against the Lambda target: a queue with the container's visibility fails the
+    invocation, the difference named (as the container refuses to start on a drifted queue)."""
+    contract = contract_of(load_handler(HANDLER))
+    pair = create_pair(sqs, contract)
+    for variable, value in {"QUEUE_URL": pair.queue_url, "DLQ_URL": pair.dlq_url, "CONSUMER_HANDLER": HANDLER}.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(QueueDriftError, match=f"VisibilityTimeout is {contract.visibility_timeout_seconds} s"):
         lambda_entry.handler({"Records": []}, Context())
