@@ -16,6 +16,7 @@ from typing import Any
 from consumer.contract import WorkerContract, check_int
 from consumer.declaration import contract_of, load_handler
 from consumer.errors import ContractError
+from consumer.lambda_target import LambdaTarget
 from consumer.limits import DAY, MIN_RETENTION_GAP_SECONDS
 from infra.capacity_settings import ZERO_NEEDS_INSIGHTS
 from infra.identities import IdentityLock, Record, resolve
@@ -23,11 +24,14 @@ from infra.tracing_settings import TracingSettings, check_tracing_variables, par
 from infra.worker_settings import (
     CONTEXT_KEY,
     DEFAULT_WORKER_NAME,
+    LAMBDA,
+    POLLER_KEYS,
     WORKER_KEYS,
     SecretSource,
     SettingsError,
     WorkerSettings,
     check_worker_name,
+    lambda_target_of,
     parse_worker,
 )
 
@@ -213,6 +217,34 @@ class EnvironmentSettings:
             setting = "source_retention_days" if "source" in error.parameter else "dlq_retention_days"
             raise SettingsError(
                 self._path(setting), f"is rejected by the worker contract ({error})", getattr(self, setting)
+            ) from error
+
+    def lambda_target(self, worker: WorkerSettings) -> LambdaTarget | None:
+        """A lambda worker's :class:`LambdaTarget` (None for an ECS worker); what Lambda cannot honour is one
+        :class:`SettingsError` naming the setting: the worker's own (``max_tasks``, ``memory_mib``,
+        ``provisioned_pollers``), the environment's ``source_retention_days``, or else its ``target``, with the
+        handler's declared value the rule is about."""
+        if worker.target != LAMBDA:
+            return None
+        contract = self.contract(worker)
+        try:
+            return lambda_target_of(worker, contract)
+        except ContractError as error:
+            if error.parameter in ("max_tasks", "memory_mib"):
+                raise SettingsError(f"{worker.path}.{error.parameter}", error.rule, error.value) from error
+            if error.parameter == "provisioned_pollers":
+                pollers = dict(zip(POLLER_KEYS, worker.provisioned_pollers or (), strict=False))
+                raise SettingsError(f"{worker.path}.provisioned_pollers", error.rule, pollers) from error
+            if error.parameter == "source_retention_seconds":
+                raise SettingsError(
+                    self._path("source_retention_days"),
+                    f"is too short for lambda worker {worker.name}: {error.parameter} {error.rule}",
+                    self.source_retention_days,
+                ) from error
+            raise SettingsError(
+                f"{worker.path}.target",
+                f'cannot be "{LAMBDA}" for {worker.handler}: its @worker declaration\'s {error.parameter} {error.rule}',
+                error.value,
             ) from error
 
     def _path(self, key: str) -> str:
@@ -421,6 +453,7 @@ def parse_environment(name: str, raw: object, recorded: Record | None = None) ->
         for key in ("handler_environment", "secrets"):
             check_tracing_variables(settings.tracing, f"{worker.path}.{key}", getattr(worker, key))
         settings.contract(worker)
+        settings.lambda_target(worker)
     return settings
 
 

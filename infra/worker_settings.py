@@ -1,8 +1,16 @@
-"""One worker's settings in ``cdk.json``: its handler, tasks, size, variables and secrets.
+"""One worker's settings in ``cdk.json``: its handler, target, tasks, size, variables and secrets.
 
 An environment lists them either at its top level (one worker, today's form) or under ``workers``
 (``{name: {...}}``, several); both forms go through :func:`parse_worker`, so a rule and its error read the
 same in both, with the setting's full path.
+
+A worker runs where its ``target`` says: ``"ecs"`` (the default: a Fargate service, infra/service.py) or
+``"lambda"`` (a function behind an SQS event source mapping, infra/function.py, its settings derived by
+:class:`consumer.lambda_target.LambdaTarget`). On a lambda worker ``memory_mib`` is the function's memory (Lambda's
+128..10,240 MiB), ``max_tasks`` the ECS fleet whose concurrent handler calls the mapping keeps to (its
+MaximumConcurrency) and ``architecture`` the function's; a setting with no meaning there (:data:`ECS_ONLY_KEYS`:
+``min_tasks``, ``cpu``, ``spot``) or no safe form (``secrets``) is refused in one line when the worker declares it,
+never dropped. ``provisioned_pollers`` is a lambda worker's only.
 """
 
 from __future__ import annotations
@@ -12,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from consumer.contract import BINDING_KEYS, WorkerContract, check_int
+from consumer.declaration import load_handler, max_rate_of
 from consumer.errors import ContractError
+from consumer.lambda_target import LAMBDA_MAX_MEMORY_MIB, LAMBDA_MIN_MEMORY_MIB, LambdaTarget
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from infra.capacity_settings import DEFAULT_ARCHITECTURE, CapacityError, SpotSettings, check_architecture, parse_spot
 from infra.source_settings import Source, SourceError, parse_sources
@@ -117,9 +127,51 @@ SECRET_LIKE_RULE = (
 
 #: Where cdk.json's context holds the environments.
 CONTEXT_KEY = "sqs-worker:environments"
+#: ``target``'s values: an ECS service on Fargate (the default), or a Lambda function fed by an SQS event source mapping.
+ECS, LAMBDA = "ecs", "lambda"
+TARGETS = (ECS, LAMBDA)
+TARGET_RULE = f'must be "{ECS}" (a Fargate service) or "{LAMBDA}" (a function behind an SQS event source mapping)'
+#: The per-worker settings with no meaning on Lambda, each with why: declared on a lambda worker, refused.
+ECS_ONLY_KEYS = {
+    "min_tasks": "Lambda starts and stops execution environments itself, from none when the queue is empty",
+    "cpu": "Lambda gives a function CPU in proportion to its memory_mib",
+    "spot": "Fargate Spot is an ECS capacity provider",
+}
+#: Why ``secrets`` is refused on a lambda worker: ECS reads a secret into the container at task start, where only the
+#: execution role sees it; Lambda has no such injection (a variable's value is stored in the function's configuration,
+#: shown to anyone allowed lambda:GetFunctionConfiguration), and the runtime reads no secret store itself.
+#: https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html
+LAMBDA_SECRETS_RULE = (
+    "must be left out on a lambda worker: Lambda cannot read a secret into a variable as ECS does (a function's"
+    " variables are plain in its configuration, shown by lambda:GetFunctionConfiguration); read it from SSM or"
+    ' Secrets Manager in the handler, or keep the worker on "target": "ecs"'
+)
+#: Variable names Lambda sets itself and refuses in a function's configuration (and any AWS_LAMBDA_ one); its API
+#: also takes only names that start with a letter (Environment, Key Pattern ``[a-zA-Z]([a-zA-Z0-9_])+``).
+#: https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars-runtime.html
+#: https://docs.aws.amazon.com/lambda/latest/api/API_Environment.html
+LAMBDA_RESERVED_VARIABLES = frozenset(
+    {
+        "_HANDLER",
+        "_X_AMZN_TRACE_ID",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+        "AWS_EXECUTION_ENV",
+        "AWS_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "LAMBDA_TASK_ROOT",
+        "LAMBDA_RUNTIME_DIR",
+        "TZ",
+    }
+)
+LAMBDA_RESERVED_PREFIX = "AWS_LAMBDA_"
+POLLER_KEYS = ("minimum", "maximum")
 #: The per-worker keys: at an environment's top level (one worker) or under ``workers.<name>``.
 WORKER_KEYS = (
     "handler",
+    "target",
     "min_tasks",
     "max_tasks",
     "cpu",
@@ -130,6 +182,7 @@ WORKER_KEYS = (
     "secrets",
     "sources",
     "identity",
+    "provisioned_pollers",
 )
 #: The variables the stack writes for a worker's sources (consumer/sources.py): never a handler_environment name.
 SOURCE_ENV_KEYS = frozenset({SNS_ENVELOPE_TOPICS_ENV, EVENTBRIDGE_EVENTS_ENV})
@@ -175,6 +228,8 @@ class WorkerSettings:
 
     name: str
     handler: str
+    #: Where it runs: :data:`ECS` (a Fargate service) or :data:`LAMBDA` (a function behind an event source mapping).
+    target: str = ECS
     min_tasks: int = 1
     max_tasks: int = 2
     cpu: int = 256
@@ -191,6 +246,9 @@ class WorkerSettings:
     #: Whose resources it holds (infra/identities.py): "default" for the stack's unprefixed ones, or a worker's name;
     #: None until resolved where cdk.json does not declare it.
     identity: str | None = None
+    #: A lambda worker's ``(minimum, maximum)`` provisioned event pollers; None: on-demand polling, its concurrency
+    #: kept to MaximumConcurrency.
+    provisioned_pollers: tuple[int, int] | None = None
     #: Where these keys live in cdk.json (``...<env>`` or ``...<env>.workers.<name>``), for errors.
     path: str = ""
 
@@ -231,12 +289,38 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         raise SettingsError(path("handler"), 'must be set to "package.module:function"', None)
     if not isinstance(handler, str) or not handler:
         raise SettingsError(path("handler"), "must be a non-empty string", handler)
+    target = raw.get("target", ECS)
+    if target not in TARGETS:
+        raise SettingsError(path("target"), TARGET_RULE, target)
+    on_lambda = target == LAMBDA
+    if on_lambda:
+        declared = [key for key in ECS_ONLY_KEYS if key in raw]
+        if declared:
+            key = declared[0]
+            raise SettingsError(
+                path(key), f"is an ECS setting, refused on a lambda worker: {ECS_ONLY_KEYS[key]}", raw[key]
+            )
+        secrets = raw.get("secrets")
+        if secrets:  # only the names: a source may say more than its owner wants printed
+            raise SettingsError(
+                path("secrets"), LAMBDA_SECRETS_RULE, sorted(secrets) if isinstance(secrets, Mapping) else secrets
+            )
+    elif "provisioned_pollers" in raw:
+        raise SettingsError(
+            path("provisioned_pollers"),
+            f'is a lambda worker\'s setting (its event source mapping\'s pollers): needs "target": "{LAMBDA}"',
+            raw["provisioned_pollers"],
+        )
     # 0: scale to zero, woken by infra/scaling.py's wake-up policy when messages wait.
     min_tasks = integer("min_tasks", 1, 0, MAX_TASKS_LIMIT)
     max_tasks = integer(
         "max_tasks", max(2, min_tasks), max(1, min_tasks), MAX_TASKS_LIMIT, " (from min_tasks, and at least 1)"
     )
-    cpu, memory = check_task_size(raw.get("cpu", 256), raw.get("memory_mib"), path("cpu"), path("memory_mib"))
+    if on_lambda:
+        cpu = 256  # unused: a function has no task size
+        memory = integer("memory_mib", 512, LAMBDA_MIN_MEMORY_MIB, LAMBDA_MAX_MEMORY_MIB, " (Lambda's function memory)")
+    else:
+        cpu, memory = check_task_size(raw.get("cpu", 256), raw.get("memory_mib"), path("cpu"), path("memory_mib"))
     try:
         architecture = check_architecture(path("architecture"), raw.get("architecture", DEFAULT_ARCHITECTURE))
         spot = (
@@ -251,15 +335,24 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
     secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
     if secret_like:
         raise SettingsError(path("handler_environment"), SECRET_LIKE_RULE, secret_like[0])
+    if on_lambda:
+        check_lambda_variables(path("handler_environment"), handler_environment)
     secrets = _parse_secrets(path("secrets"), raw.get("secrets", {}), reserved, handler_environment)
     try:
         sources = parse_sources(path("sources"), raw["sources"]) if "sources" in raw else ()
     except SourceError as error:
         raise SettingsError(error.parameter, error.rule, error.value) from None
     identity = check_worker_name(path("identity"), raw["identity"]) if "identity" in raw else None
+    pollers = (
+        _parse_pollers(path("provisioned_pollers"), raw["provisioned_pollers"])
+        if on_lambda and "provisioned_pollers" in raw
+        else None
+    )
     return WorkerSettings(
         name=name,
         handler=handler,
+        target=target,
+        provisioned_pollers=pollers,
         identity=identity,
         min_tasks=min_tasks,
         max_tasks=max_tasks,
@@ -271,6 +364,41 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         secrets=secrets,
         sources=sources,
         path=prefix,
+    )
+
+
+def check_lambda_variables(path: str, names: Mapping[str, str]) -> None:
+    """Refuse a variable name Lambda sets itself (:data:`LAMBDA_RESERVED_VARIABLES`, ``AWS_LAMBDA_*``) or that does not
+    start with a letter, as Lambda's API would at deploy."""
+    for name in names:
+        if name in LAMBDA_RESERVED_VARIABLES or name.startswith(LAMBDA_RESERVED_PREFIX):
+            raise SettingsError(path, "must not set a variable Lambda sets itself (reserved on a lambda worker)", name)
+        if not name[:1].isalpha():
+            raise SettingsError(
+                path, "must name variables starting with a letter on a lambda worker (Lambda's rule)", name
+            )
+
+
+def _parse_pollers(path: str, raw: object) -> tuple[int, int]:
+    """``{"minimum": N, "maximum": M}`` as ``(N, M)``; the bounds are :class:`LambdaTarget`'s to check."""
+    if not isinstance(raw, Mapping) or sorted(raw) != sorted(POLLER_KEYS):
+        raise SettingsError(path, 'must be an object {"minimum": N, "maximum": M} of event pollers', raw)
+    for key in POLLER_KEYS:
+        if isinstance(raw[key], bool) or not isinstance(raw[key], int):
+            raise SettingsError(f"{path}.{key}", "must be a whole number of event pollers", raw[key])
+    return raw["minimum"], raw["maximum"]
+
+
+def lambda_target_of(settings: WorkerSettings, contract: WorkerContract) -> LambdaTarget:
+    """A lambda worker's :class:`LambdaTarget`: its contract, ``max_tasks``, ``memory_mib``, ``provisioned_pollers``
+    and its handler's ``max_rate`` (declared beside the contract); the target's :class:`ContractError` if Lambda
+    cannot honour them."""
+    return LambdaTarget(
+        contract=contract,
+        max_tasks=settings.max_tasks,
+        memory_mib=settings.memory_mib,
+        provisioned_pollers=settings.provisioned_pollers,
+        max_rate=max_rate_of(load_handler(settings.handler)),
     )
 
 

@@ -28,3 +28,15 @@ def tenants(message):  # noqa: ANN001, ANN201
 @worker(max_duration=30, concurrency=8, idempotent=True)
 def upserts(message):  # noqa: ANN001, ANN201
     """A handler idempotent by itself (an upsert keyed by the message): no guard, so no table and no DynamoDB grant."""
+
+
+@worker(max_duration=60, concurrency=16, max_batch=10)
+def wide_batch(messages):  # noqa: ANN001, ANN201
+    """A batch handler, 16 calls at a time: on Lambda each invocation is one call, so MaximumConcurrency is
+    max_tasks x 16."""
+
+
+@worker(max_duration=120, concurrency=10, max_receive_count=100)
+def many_receives(message):  # noqa: ANN001, ANN201
+    """100 receives of a 2 min handler: its Lambda retry horizon (six times the function timeout a receive) passes a
+    day, its container's does not."""
