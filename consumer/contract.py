@@ -76,7 +76,8 @@ IDEMPOTENCY_TABLE_ENV = "CONSUMER_IDEMPOTENCY_TABLE"
 #: says a session of this role sent it (consumer.message.Message.from_sqs).
 TASK_ROLE_ID_ENV = "CONSUMER_TASK_ROLE_ID"
 #: A Lambda function's source queue ARN (consumer/lambda_entry.py): every record of an event must come from it. The
-#: stack writes it beside the bindings for a worker with "target": "lambda"; unset, the queue's own is used.
+#: stack writes it beside the bindings for a worker with "target": "lambda" (infra/function.py); unset, the queue's
+#: own is used.
 QUEUE_ARN_ENV = "QUEUE_ARN"
 #: How the runtime traces ("off", "otlp" or "global": consumer.runtime.tracing reads it); the stack sets it, beside
 #: the OpenTelemetry SDK's own variables, where an environment's "tracing" is on (infra/tracing_settings.py).

@@ -36,7 +36,8 @@ class WorkerDashboard(Construct):
     """``<stack>``: alarm status, then per worker: source and DLQ depth and age, deletes and receives, the
     consumer's own metrics (processed, failed, poisoned, duration percentiles, visibility extensions, SQS requests
     per message), the downstream circuit (opens per alarm period against DownstreamUnavailable's threshold, the
-    longest time open), running tasks and backlog per task against the scaling target; for a worker that declares
+    longest time open), running tasks and backlog per task against the scaling target (a lambda worker: its function's
+    invocations, errors, throttles and concurrency against MaximumConcurrency); for a worker that declares
     ``fair_queue``, a row of SQS's fair-queue metrics (noisy groups, the quiet groups' depth and oldest age).
 
     With one section the dashboard is exactly that worker's; with several, the first rows are the "any worker
@@ -175,6 +176,27 @@ def _section_rows(section: DashboardSection, worker: str | None) -> list[list[cl
                     "Fair queue: oldest message age, quiet groups and whole queue (s)",
                     [m.fair.quiet_age, m.source_age],
                     lines=[threshold_line(alarms.backlog_age, "BacklogAge alarm (quiet groups)")],
+                ),
+            ]
+        )
+    if m.function is not None:
+        function = m.function
+        rows.append(
+            [
+                graph(
+                    "Function: invocations, errors and throttles per minute",
+                    [function.invocations, function.errors, function.throttles],
+                    width=HALF,
+                ),
+                graph(
+                    "Function: concurrent executions",
+                    [function.concurrent_executions],
+                    width=HALF,
+                    lines=[
+                        threshold_line(alarm, "MappingAtMaximum alarm (MaximumConcurrency)")
+                        for alarm in alarms.function_alarms
+                        if alarm.node.id == "MappingAtMaximum"
+                    ],
                 ),
             ]
         )

@@ -9,6 +9,8 @@ and ``make run`` print without a traceback), what CloudFormation or the CDK woul
 - each queue policy's size, principals, statements, conditions and actions per statement (SQS's policy quotas): the
   producers and the sources fill the source queue's;
 - each alarm's name and description, a composite alarm's rule, and a metric math alarm's metrics and expressions;
+- a lambda worker's function variables, 4 KB in all (Lambda's quota), tokens counted at their worst length
+  (:func:`check_function_variables`, which the worker's construct runs once its variables are all added);
 - after synthesis (:func:`check_templates`), each template's size against the 1 MB CloudFormation reads.
 
 Where botocore's service model states a limit (alarm names, descriptions, rules), a test compares it. Limits
@@ -38,7 +40,12 @@ ALARM_LIMITS_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitori
 PUT_METRIC_ALARM_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html"
 PUT_COMPOSITE_ALARM_URL = "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutCompositeAlarm.html"
 
+LAMBDA_QUOTAS_URL = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
+
 MAX_STACK_RESOURCES = 500
+#: "Function environment variables: 4 KB, for all environment variables associated with the function, in aggregate";
+#: measured as their JSON object, which counts every name and value and more: a bound, never an understatement.
+MAX_FUNCTION_VARIABLES_BYTES = 4096
 #: A template CloudFormation reads from S3 (the CDK uploads every template it deploys): at most 1 MB.
 MAX_TEMPLATE_BYTES = 1_000_000
 #: The resource the CDK adds at synthesis (``AWS::CDK::Metadata``, version reporting): counted, never built here.
@@ -118,13 +125,34 @@ def alarm_excess(resource_type: str, properties: Mapping[str, Any]) -> Excess | 
     return None
 
 
+def function_variables_excess(variables: Mapping[str, Any]) -> Excess | None:
+    """A function's resolved ``Environment.Variables`` against Lambda's 4 KB, tokens at :data:`TOKEN_CHARS`."""
+    size = len(json.dumps(_sized(dict(variables)), separators=(",", ":")).encode())
+    if size > MAX_FUNCTION_VARIABLES_BYTES:
+        return Excess("function variable bytes", size, MAX_FUNCTION_VARIABLES_BYTES, LAMBDA_QUOTAS_URL)
+    return None
+
+
+def check_function_variables(stack: Stack, variables: Mapping[str, str], setting: str) -> None:
+    """Refuse a function's ``variables`` (tokens and all) past Lambda's 4 KB, naming ``setting`` (the worker's
+    ``handler_environment``): the function's construct checks its own, once every variable is added."""
+    excess = function_variables_excess(stack.resolve(dict(variables)))
+    if excess is not None:
+        refuse(
+            setting,
+            excess,
+            "the contract's and the bindings' variables take about 1.5 KB: move large values out of"
+            " handler_environment (read them from SSM in the handler)",
+        )
+
+
 def check_limits(stack: Stack, environment: str) -> None:
     """Refuse ``stack`` (environment ``environment``) where it passes a limit of this module, in one line."""
     prefix = f"{CONTEXT_KEY}.{environment}"
     resources = [c for c in stack.node.find_all() if isinstance(c, CfnResource)]
     excess = stack_resources(len(resources))
     if excess is not None:
-        _refuse(
+        refuse(
             f"{prefix}.workers",
             excess,
             "split the workers across environments (each is a stack of its own), or declare fewer sources",
@@ -133,7 +161,7 @@ def check_limits(stack: Stack, environment: str) -> None:
         if kind == "AWS::SQS::QueuePolicy":
             excess = policy_excess(properties.get("PolicyDocument", {}))
             if excess is not None:
-                _refuse(
+                refuse(
                     f"{prefix}.producers",
                     excess,
                     f"the policy of {resource.node.path} holds each producer twice and a statement per source:"
@@ -142,7 +170,7 @@ def check_limits(stack: Stack, environment: str) -> None:
         elif kind in ("AWS::CloudWatch::Alarm", "AWS::CloudWatch::CompositeAlarm"):
             excess = alarm_excess(kind, properties)
             if excess is not None:
-                _refuse(
+                refuse(
                     f"{prefix}.runbook_url" if "description" in excess.what else prefix,
                     excess,
                     f"alarm {resource.node.path} (a shorter runbook_url, environment or worker name)",
@@ -156,14 +184,14 @@ def check_templates(assembly: cx_api.CloudAssembly) -> None:
         if size > MAX_TEMPLATE_BYTES:
             excess = Excess("template bytes", size, MAX_TEMPLATE_BYTES, CFN_QUOTAS_URL)
             environment = artifact.stack_name.removeprefix("SqsWorker-")
-            _refuse(
+            refuse(
                 f"{CONTEXT_KEY}.{environment}.workers",
                 excess,
                 f"{artifact.stack_name}: split the workers across environments, or shorten runbook_url and names",
             )
 
 
-def _refuse(parameter: str, excess: Excess, way_out: str) -> None:
+def refuse(parameter: str, excess: Excess, way_out: str) -> None:
     raise SettingsError(
         parameter,
         f"must stay within AWS's limit of {excess.limit} {excess.what} ({excess.url}); this configuration makes"

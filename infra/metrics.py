@@ -14,6 +14,7 @@ from typing import NamedTuple, TypedDict
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_lambda as lambda_
 
 from consumer.contract import METRICS_NAMESPACE, WorkerContract
 from consumer.limits import SQS_MAX_WAIT_SECONDS
@@ -80,8 +81,39 @@ class FairQueueMetrics(NamedTuple):
     quiet_age: cloudwatch.IMetric
 
 
+class FunctionMetrics(NamedTuple):
+    """A lambda worker's function metrics (AWS/Lambda, dimension FunctionName, one-minute periods), and the
+    MaximumConcurrency its mapping keeps to (None with provisioned pollers: the mapping sets none).
+    https://docs.aws.amazon.com/lambda/latest/dg/monitoring-metrics-types.html"""
+
+    invocations: cloudwatch.IMetric
+    #: Invocations that ended in an error of the function itself: the entry raises only for its own faults (a
+    #: configuration it cannot start with, an event from another queue), and Lambda counts timeouts and crashes.
+    errors: cloudwatch.IMetric
+    #: Invocation requests Lambda refused for lack of concurrency (the account's, shared by every function).
+    throttles: cloudwatch.IMetric
+    #: The most execution environments processing events at once, each minute.
+    concurrent_executions: cloudwatch.IMetric
+    maximum_concurrency: int | None
+
+
+def function_metrics(function: lambda_.IFunction, maximum_concurrency: int | None) -> FunctionMetrics:
+    """``function``'s :class:`FunctionMetrics` (no label: the alarms use them)."""
+    total: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.SUM}
+    return FunctionMetrics(
+        invocations=function.metric_invocations(**total),
+        errors=function.metric_errors(**total),
+        throttles=function.metric_throttles(**total),
+        concurrent_executions=function.metric(
+            "ConcurrentExecutions", period=SQS_METRIC_PERIOD, statistic=cloudwatch.Stats.MAXIMUM
+        ),
+        maximum_concurrency=maximum_concurrency,
+    )
+
+
 class WorkerMetrics:
-    """The queue pair's, the service's and the consumer's metrics (attributes are ``cloudwatch.IMetric``).
+    """The queue pair's, the service's (or the function's) and the consumer's metrics (attributes are
+    ``cloudwatch.IMetric``).
 
     Metrics an alarm uses carry no label: a labelled metric turns the alarm into a metric-math
     alarm, and the graph legends name the metric anyway.
@@ -102,8 +134,11 @@ class WorkerMetrics:
         service: ecs.FargateService | None,
         fair_queue: bool = False,
         circuit_period_seconds: int = 60,
+        function: FunctionMetrics | None = None,
     ) -> None:
         self.queues = queues
+        #: A lambda worker's function metrics (None for an ECS worker).
+        self.function = function
         source, dlq = queues.queue, queues.dead_letter_queue
         maximum: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.MAXIMUM}
         total: _Statistic = {"period": SQS_METRIC_PERIOD, "statistic": cloudwatch.Stats.SUM}

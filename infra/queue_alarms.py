@@ -26,6 +26,8 @@ from consumer.contract import WorkerContract
 from consumer.errors import ContractError
 from consumer.stack_outputs import output_prefix
 from infra.capacity_settings import WAKE_UP_SECONDS
+from infra.function import function_name_of
+from infra.function_alarms import function_alarms
 from infra.limits import MAX_ALARM_DESCRIPTION, PUT_METRIC_ALARM_URL
 from infra.metrics import DLQ_HELD_PERIOD, WorkerMetrics
 from infra.shared import SharedResources
@@ -115,7 +117,12 @@ class QueueAlarms(Construct):
                                           latency AND nothing deleted for 5 minutes) OR no task running
     ``downstream_unavailable``   page     the circuit opened in each of 3 periods in a row (a period is the longest
                                           gap between opens while the downstream stays down)
+    ``function_alarms``          page,    a lambda worker's only (infra/function_alarms.py): FunctionErrors (page),
+                                 ticket   FunctionThrottles and MappingAtMaximum (tickets)
     ============================ ======== =================================================================
+
+    A lambda worker (``metrics.function`` set) has no task to count: its ConsumerStalled is the late backlog that
+    nothing deletes, which also catches an event source mapping that stopped polling (no function metric shows it).
 
     ``stalled_inputs`` holds ConsumerStalled's input alarms (``stalled_backlog_late`` the late-backlog one),
     ``dlq_expiring_inputs`` DlqExpiring's (no actions of their own).
@@ -345,41 +352,35 @@ class QueueAlarms(Construct):
             cloudwatch.AlarmRule.from_alarm(late, cloudwatch.AlarmState.ALARM),
             cloudwatch.AlarmRule.from_alarm(idle, cloudwatch.AlarmState.ALARM),
         )
-        if metrics.running_tasks is not None:
-            no_tasks = stalled_input(
-                "StalledNoRunningTasks",
-                "no consumer task running for 3 minutes"
-                + (" (no data counts as none)." if running_tasks_reliable else " (Container Insights unknown)."),
-                metrics.running_tasks,
-                1,
-                below,
-                periods=3,
-                missing=(
-                    cloudwatch.TreatMissingData.BREACHING
-                    if running_tasks_reliable
-                    else cloudwatch.TreatMissingData.NOT_BREACHING
-                ),
-            )
-            inputs.append(no_tasks)
-            no_task = cloudwatch.AlarmRule.from_alarm(no_tasks, cloudwatch.AlarmState.ALARM)
-            if wake_up_seconds:  # at zero, no task with nothing late is the worker asleep, not stalled
-                no_task = cloudwatch.AlarmRule.all_of(
-                    no_task, cloudwatch.AlarmRule.from_alarm(late, cloudwatch.AlarmState.ALARM)
-                )
-            rule = cloudwatch.AlarmRule.any_of(rule, no_task)
+        no_task = _no_task_input(stalled_input, metrics, late, running_tasks_reliable, wake_up_seconds)
+        if no_task is not None:
+            inputs.append(no_task[0])
+            rule = cloudwatch.AlarmRule.any_of(rule, no_task[1])
         self.stalled_inputs = inputs
+        function = metrics.function
+        stalled_text = (
+            _stalled_text(source_name, wake_up_seconds, prefix, worker, stack)
+            if function is None
+            else _stalled_function_text(source_name, function_name_of(prefix))
+        )
         self.consumer_stalled = cloudwatch.CompositeAlarm(
             self,
             "ConsumerStalled",
             composite_alarm_name=alarm_name(prefix, "ConsumerStalled"),
             alarm_rule=rule,
-            alarm_description=describe(
-                PAGE, "consumer-stalled", *_stalled_text(source_name, wake_up_seconds, prefix, worker, stack)
-            ),
+            alarm_description=describe(PAGE, "consumer-stalled", *stalled_text),
         )
         self.consumer_stalled.add_alarm_action(topics[PAGE])
         self.consumer_stalled.add_ok_action(topics[PAGE])
         self.severity["ConsumerStalled"] = PAGE
+        #: A lambda worker's function alarms (infra/function_alarms.py); none for an ECS worker.
+        self.function_alarms: list[cloudwatch.Alarm] = (
+            []
+            if function is None
+            else function_alarms(
+                alarm, describe, function, function_name=function_name_of(prefix), source_name=source_name
+            )
+        )
 
     @property
     def notifying_alarm_names(self) -> list[str]:
@@ -396,7 +397,53 @@ class QueueAlarms(Construct):
             self.backlog_age,
             self.consumer_stalled,
             self.downstream_unavailable,
+            *self.function_alarms,
         ]
+
+
+def _no_task_input(
+    stalled_input: Callable[..., cloudwatch.Alarm],
+    metrics: WorkerMetrics,
+    late: cloudwatch.Alarm,
+    running_tasks_reliable: bool,
+    wake_up_seconds: int,
+) -> tuple[cloudwatch.Alarm, cloudwatch.IAlarmRule] | None:
+    """ConsumerStalled's "no consumer task running" input and its branch of the rule (None without a service: a
+    lambda worker has no task to count)."""
+    if metrics.running_tasks is None:
+        return None
+    no_tasks = stalled_input(
+        "StalledNoRunningTasks",
+        "no consumer task running for 3 minutes"
+        + (" (no data counts as none)." if running_tasks_reliable else " (Container Insights unknown)."),
+        metrics.running_tasks,
+        1,
+        cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        periods=3,
+        missing=(
+            cloudwatch.TreatMissingData.BREACHING
+            if running_tasks_reliable
+            else cloudwatch.TreatMissingData.NOT_BREACHING
+        ),
+    )
+    no_task = cloudwatch.AlarmRule.from_alarm(no_tasks, cloudwatch.AlarmState.ALARM)
+    if wake_up_seconds:  # at zero, no task with nothing late is the worker asleep, not stalled
+        no_task = cloudwatch.AlarmRule.all_of(
+            no_task, cloudwatch.AlarmRule.from_alarm(late, cloudwatch.AlarmState.ALARM)
+        )
+    return no_tasks, no_task
+
+
+def _stalled_function_text(source_name: str, function_name: str) -> tuple[str, str, str]:
+    """A lambda worker's ConsumerStalled description: no task to count, so its late backlog that nothing deletes."""
+    return (
+        f"Nothing is being processed: {source_name} has messages older than the acceptable latency and none was"
+        " deleted for 5 minutes.",
+        "the event source mapping disabled or failing (its role refused, the function deleted), every invocation"
+        " failing (FunctionErrors), every message failing, the downstream down.",
+        f"`aws lambda list-event-source-mappings --function-name {function_name}` (State, StateTransitionReason,"
+        " LastProcessingResult), the function's logs (events function_started, handler_failed).",
+    )
 
 
 def _stalled_text(

@@ -13,7 +13,7 @@ from constructs import Construct, IValidation
 
 from consumer.contract import WorkerContract
 from consumer.limits import SQS_MAX_QUEUE_NAME_CHARS
-from consumer.queue_attributes import QueueAttributes
+from consumer.queue_attributes import QueueAttributes, QueuePairAttributes
 from infra.removal import RETAIN_DATA
 
 #: Also authorises SendMessageBatch: batch calls need no separate action.
@@ -26,7 +26,8 @@ class WorkerQueues(Construct):
     * redrive policy: ``maxReceiveCount`` = the contract's ``redrive_max_receive_count`` (the backstop);
     * redrive allow policy on the DLQ naming only the source (``byQueue``);
     * retention from the contract (the DLQ keeps messages longer, validated);
-    * visibility timeout from the contract; SSE-SQS and TLS enforced on both;
+    * visibility timeout from the contract (a lambda worker's from its ``LambdaTarget``: ``attributes``); SSE-SQS and
+      TLS enforced on both;
     * maximum message size: the DLQ takes SQS's limit, the source keeps ``DLQ_REASON_HEADROOM_BYTES``
       below it, so the consumer can move a message of any accepted size to the DLQ with its reason;
     * a FIFO pair (both FIFO) when the contract says ``fifo``;
@@ -51,10 +52,15 @@ class WorkerQueues(Construct):
         contract: WorkerContract,
         removal_policy: RemovalPolicy = RETAIN_DATA,
         name_prefix: str | None = None,
+        attributes: QueuePairAttributes | None = None,
     ) -> None:
         # name_prefix: what the queue names start with; default the stack's name (one worker per stack).
+        # attributes: the pair's attributes, by default the contract's; a lambda worker's are its LambdaTarget's (the
+        # source's visibility from the function's timeout), everything else the same, so only that changes in place.
         super().__init__(scope, construct_id)
         self.contract = contract
+        #: What the pair is built from: the contract's queue_attributes(), or the Lambda target's.
+        self.attributes = attributes or contract.queue_attributes()
         stack = Stack.of(self)
         prefix = name_prefix or stack.stack_name
         suffix = ".fifo" if contract.fifo else ""
@@ -65,7 +71,7 @@ class WorkerQueues(Construct):
                 f'"{"name_prefix" if name_prefix else "stack_name"}" must be short enough for a queue name of at most'
                 f" {SQS_MAX_QUEUE_NAME_CHARS} characters: {prefix!r}"
             )
-        pair = contract.queue_attributes()
+        pair = self.attributes
         source_arn = stack.format_arn(service="sqs", resource=source_name)
         source_redrive = pair.source.redrive_max_receive_count
         assert source_redrive is not None  # the contract always gives the source a redrive policy
@@ -242,7 +248,7 @@ class _QueueInvariants:
 
     def validate(self) -> list[str]:
         contract = self._queues.contract
-        expected = contract.queue_attributes().source
+        expected = self._queues.attributes.source
         # A Queue's default child is its CfnQueue; jsii types node.default_child as IConstruct | None.
         source = cast(sqs.CfnQueue, self._queues.queue.node.default_child)
         dlq = cast(sqs.CfnQueue, self._queues.dead_letter_queue.node.default_child)

@@ -25,7 +25,7 @@ from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.settings import PAGING_ENDPOINT_PARAMETER, EnvironmentSettings
 from infra.source_settings import TopicSource
 from infra.toolchain import use_pinned_node
-from infra.worker_settings import WorkerSettings, beyond_one_process
+from infra.worker_settings import LAMBDA, WorkerSettings, beyond_one_process, lambda_target_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTDIR = ROOT / "cdk.out"
@@ -117,9 +117,25 @@ def settings_rows(settings: EnvironmentSettings, worker: WorkerSettings | None =
     }
 
 
+#: What a lambda worker's Lambda target replaces in the report: the contract's attribute -> the target's.
+LAMBDA_CELLS = {
+    "visibility_timeout_seconds": "queue_visibility_seconds",
+    "retry_horizon_seconds": "retry_horizon_seconds",
+}
+#: What a lambda worker has none of: ECS stops tasks, Lambda ends invocations at the function's timeout.
+ECS_ONLY_CELLS = frozenset({"stop_timeout_seconds", "drain_timeout_seconds", "scaling_target_backlog_per_task"})
+
+
 def contract_cell(worker: WorkerSettings, contract: WorkerContract, attribute: str) -> str:
     """``contract``'s ``attribute`` as the report shows it; the backlog age alarm at the threshold it compares, which
-    for a worker at ``min_tasks: 0`` allows the wake-up too (infra/queue_alarms.py)."""
+    for a worker at ``min_tasks: 0`` allows the wake-up too (infra/queue_alarms.py); a lambda worker's queue
+    visibility and retry horizon its Lambda target's, and no ECS stop, drain or scaling target."""
+    if worker.target == LAMBDA:
+        if attribute in ECS_ONLY_CELLS:
+            return "- (Lambda)"
+        if attribute in LAMBDA_CELLS:
+            target = lambda_target_of(worker, contract)
+            return human(attribute, getattr(target, LAMBDA_CELLS[attribute])) + " (Lambda)"
     value = getattr(contract, attribute)
     if attribute == "backlog_age_alarm_seconds" and worker.min_tasks == 0:
         return f"{human(attribute, value + WAKE_UP_SECONDS)} ({value} s + {WAKE_UP_SECONDS} s wake-up)"
@@ -127,13 +143,21 @@ def contract_cell(worker: WorkerSettings, contract: WorkerContract, attribute: s
 
 
 def tasks_cell(worker: WorkerSettings) -> str:
-    """``min..max``; at zero, with the longest a wake-up may take."""
+    """``min..max``; at zero, with the longest a wake-up may take; a lambda worker's ``max_tasks``, which its
+    mapping's MaximumConcurrency follows, or its provisioned pollers."""
+    if worker.target == LAMBDA:
+        pollers = worker.provisioned_pollers
+        if pollers is not None:
+            return f"Lambda, {pollers[0]}..{pollers[1]} pollers"
+        return f"Lambda, as {worker.max_tasks} tasks"
     wakes = f" (wakes in <= {WAKE_UP_SECONDS} s)" if worker.min_tasks == 0 else ""
     return f"{worker.min_tasks}..{worker.max_tasks}{wakes}"
 
 
 def runs_on(worker: WorkerSettings) -> str:
-    """The architecture, and the capacity: on-demand, or Spot beyond an on-demand base."""
+    """The architecture, and the capacity: on-demand, or Spot beyond an on-demand base; a function's memory."""
+    if worker.target == LAMBDA:
+        return f"{worker.architecture}, Lambda {worker.memory_mib} MiB"
     if worker.spot is None:
         return f"{worker.architecture}, on-demand"
     spot = worker.spot

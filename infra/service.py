@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import TypedDict, cast
 
-from aws_cdk import Annotations, ArnFormat, Duration, IgnoreMode, Stack
+from aws_cdk import Annotations, ArnFormat, Duration, IgnoreMode, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -143,25 +143,7 @@ class ConsumerService(Construct):
         secrets = container_secrets(Construct(self, "Secrets"), settings.secrets)
         #: The idempotency guard's table; None for a handler declared idempotent by itself (@worker(idempotent=True)),
         #: which runs no guard. Its construct id is a contract (tests/infra/test_upgrades.py).
-        self.idempotency_table: dynamodb.Table | None = None
-        if not contract.idempotent:
-            self.idempotency_table = dynamodb.Table(
-                self,
-                "IdempotencyTable",
-                partition_key=dynamodb.Attribute(name=IDEMPOTENCY_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
-                billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-                time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
-                point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                    point_in_time_recovery_enabled=True
-                ),
-                removal_policy=data_removal_policy,
-                # Off, explicitly, wherever the data is retained: "When enabled, the table cannot be deleted by any
-                # user or process" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-dynamodb-table.html#cfn-dynamodb-table-deletionprotectionenabled),
-                # CloudFormation's rollback included, so a failed first deploy would end in ROLLBACK_FAILED with the
-                # table stuck in it. RETAIN_DATA already keeps the table through stack deletes, replacements and removal
-                # from the template, and the task role may not DeleteTable (tests/infra/test_permissions.py).
-                deletion_protection=False,
-            )
+        self.idempotency_table = idempotency_table(self, contract, data_removal_policy)
         self.task_role = iam.Role(
             self,
             "TaskRole",
@@ -169,50 +151,18 @@ class ConsumerService(Construct):
             assumed_by=ecs_task_principal(self),
             description="SQS consumer: receive/delete/extend/hand back on the source, send poison messages to the DLQ",
         )
-        # In this order (the task definition keeps it), so a worker's task definition stays the same across upgrades.
-        table = {} if self.idempotency_table is None else {IDEMPOTENCY_TABLE_ENV: self.idempotency_table.table_name}
-        bindings = {
-            QUEUE_URL_ENV: queues.queue.queue_url,
-            DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
-            HANDLER_ENV: settings.handler,
-            **table,
-            TASK_ROLE_ID_ENV: self.task_role.role_id,  # whose requeued copies are trusted (SQS's SenderId)
-        }
-        environment = contract.to_env()
         # The collector sidecar's variables (infra/tracing.py), its service named after name_prefix.
         tracing = shared.tracing
         traced = tracing.environment(name_prefix or stack.stack_name) if tracing is not None else {}
-        owned, plain = set(environment) | BINDING_KEYS | set(traced), set(handler_environment)
-        # Each variable has one source; the error says which two an option's names clash between.
-        for option, names, taken, rule in (
-            ("handler_environment", plain, owned, "must not set variables the construct sets"),
-            ("secrets", set(secrets), owned, "must not set variables the construct sets"),
-            (
-                "secrets",
-                set(secrets),
-                plain,
-                "must not repeat a handler_environment variable (one source per variable)",
-            ),
-        ):
-            clashes = sorted(names & taken)
-            if clashes:
-                raise ValueError(f'"{option}" {rule}: {", ".join(clashes)}')
-        environment.update(bindings)
-        environment.update(traced)
-        environment.update(handler_environment)
+        environment = consumer_environment(
+            contract=contract,
+            bindings=bindings_of(queues, settings, self.idempotency_table, self.task_role),
+            construct_variables=traced,
+            handler_environment=handler_environment,
+            secrets=set(secrets),
+        )
 
-        self.task_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=list(SOURCE_QUEUE_ACTIONS), resources=[queues.queue.queue_arn])
-        )
-        self.task_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn])
-        )
-        if self.idempotency_table is not None:
-            self.task_role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    actions=list(IDEMPOTENCY_TABLE_ACTIONS), resources=[self.idempotency_table.table_arn]
-                )
-            )
+        grant_consumer(self.task_role, queues, self.idempotency_table, source_actions=SOURCE_QUEUE_ACTIONS)
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=list(TASK_PROTECTION_ACTIONS),
@@ -337,23 +287,122 @@ def capacity_strategy(spot: SpotSettings) -> list[ecs.CapacityProviderStrategy]:
     ]
 
 
-def consumer_image(context: Path = IMAGE_CONTEXT, architecture: str = DEFAULT_ARCHITECTURE) -> ecs.ContainerImage:
-    """The consumer image as a container asset: ``context`` (the repository root) through its ``.dockerignore``.
+class ImageAssetOptions(TypedDict):
+    """How the consumer image is built as a CDK asset: the options the ECS task's and the function's assets share, so
+    both name the same asset (one hash, one image in the assets repository) for the same architecture."""
 
-    Built for the task's ``architecture`` whatever the deploying machine is (an arm64 laptop would otherwise push
-    an arm64 image that X86_64 Fargate cannot start: "exec format error", and the reverse for arm64 tasks). The CDK reads ``.dockerignore`` at the
-    context root into the asset's exclusions; ``ignore_mode`` says to read it as Docker does (``*`` then ``!``
-    exceptions), whatever the app's feature flags. The CDK re-includes ``Dockerfile`` by its base name only,
-    which matches a Dockerfile at the context root, so ``exclude`` re-includes ours, which .dockerignore keeps
-    out of the image (aws-ecr-assets, DockerImageAsset: ``exclude.push('!' + path.basename(file))``).
+    file: str
+    exclude: list[str]
+    ignore_mode: IgnoreMode
+    platform: ecr_assets.Platform
+
+
+def image_asset_options(architecture: str = DEFAULT_ARCHITECTURE) -> ImageAssetOptions:
+    """The consumer image's asset options: ``consumer/Dockerfile`` for ``architecture``.
+
+    Built for the task's or the function's ``architecture`` whatever the deploying machine is (an arm64 laptop would
+    otherwise push an arm64 image that X86_64 Fargate cannot start: "exec format error", and the reverse for arm64
+    tasks). The CDK reads ``.dockerignore`` at the context root into the asset's exclusions; ``ignore_mode`` says to
+    read it as Docker does (``*`` then ``!`` exceptions), whatever the app's feature flags. The CDK re-includes
+    ``Dockerfile`` by its base name only, which matches a Dockerfile at the context root, so ``exclude`` re-includes
+    ours, which .dockerignore keeps out of the image (aws-ecr-assets, DockerImageAsset: ``exclude.push('!' +
+    path.basename(file))``).
     """
-    return ecs.ContainerImage.from_asset(
-        str(context),
-        file=IMAGE_DOCKERFILE,
-        exclude=[f"!{IMAGE_DOCKERFILE}"],
-        ignore_mode=IgnoreMode.DOCKER,
-        platform=IMAGE_PLATFORMS[architecture],
+    return {
+        "file": IMAGE_DOCKERFILE,
+        "exclude": [f"!{IMAGE_DOCKERFILE}"],
+        "ignore_mode": IgnoreMode.DOCKER,
+        "platform": IMAGE_PLATFORMS[architecture],
+    }
+
+
+def consumer_image(context: Path = IMAGE_CONTEXT, architecture: str = DEFAULT_ARCHITECTURE) -> ecs.ContainerImage:
+    """The consumer image as a container asset: ``context`` (the repository root) through its ``.dockerignore``, built
+    as :func:`image_asset_options` says."""
+    return ecs.ContainerImage.from_asset(str(context), **image_asset_options(architecture))
+
+
+def idempotency_table(
+    scope: Construct, contract: WorkerContract, removal_policy: RemovalPolicy
+) -> dynamodb.Table | None:
+    """The idempotency guard's table, ``IdempotencyTable`` under ``scope`` (its construct id is a contract:
+    tests/infra/test_upgrades.py); None for a handler declared idempotent by itself (``@worker(idempotent=True)``),
+    which runs no guard. On-demand, TTL on ``expires_at``, point-in-time recovery, no deletion protection."""
+    if contract.idempotent:
+        return None
+    return dynamodb.Table(
+        scope,
+        "IdempotencyTable",
+        partition_key=dynamodb.Attribute(name=IDEMPOTENCY_PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        removal_policy=removal_policy,
+        # Off, explicitly, wherever the data is retained: "When enabled, the table cannot be deleted by any
+        # user or process" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-dynamodb-table.html#cfn-dynamodb-table-deletionprotectionenabled),
+        # CloudFormation's rollback included, so a failed first deploy would end in ROLLBACK_FAILED with the
+        # table stuck in it. RETAIN_DATA already keeps the table through stack deletes, replacements and removal
+        # from the template, and the consumer's role may not DeleteTable (tests/infra/test_permissions.py).
+        deletion_protection=False,
     )
+
+
+def grant_consumer(
+    role: iam.IRole, queues: WorkerQueues, table: dynamodb.Table | None, *, source_actions: Sequence[str]
+) -> None:
+    """``role`` may do ``source_actions`` on the source, :data:`DEAD_LETTER_QUEUE_ACTIONS` on the DLQ and
+    :data:`IDEMPOTENCY_TABLE_ACTIONS` on the guard's table (none without one): the consumer's calls, the service's
+    or the function's."""
+    role.add_to_principal_policy(iam.PolicyStatement(actions=list(source_actions), resources=[queues.queue.queue_arn]))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(actions=list(DEAD_LETTER_QUEUE_ACTIONS), resources=[queues.dead_letter_queue.queue_arn])
+    )
+    if table is not None:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=list(IDEMPOTENCY_TABLE_ACTIONS), resources=[table.table_arn])
+        )
+
+
+def bindings_of(
+    queues: WorkerQueues, settings: WorkerSettings, table: dynamodb.Table | None, role: iam.IRole
+) -> dict[str, str]:
+    """The binding variables the construct injects: the queues' URLs, the handler, the guard's table (none without
+    one) and the role whose requeued copies are trusted (SQS's SenderId is its RoleId). In this order (a task
+    definition keeps it), so a worker's task definition stays the same across upgrades."""
+    return {
+        QUEUE_URL_ENV: queues.queue.queue_url,
+        DLQ_URL_ENV: queues.dead_letter_queue.queue_url,
+        HANDLER_ENV: settings.handler,
+        **({} if table is None else {IDEMPOTENCY_TABLE_ENV: table.table_name}),
+        TASK_ROLE_ID_ENV: role.role_id,
+    }
+
+
+def consumer_environment(
+    *,
+    contract: WorkerContract,
+    bindings: Mapping[str, str],
+    construct_variables: Mapping[str, str],
+    handler_environment: Mapping[str, str],
+    secrets: Collection[str] = (),
+) -> dict[str, str]:
+    """The consumer's variables: the contract's ``to_env()``, then ``bindings``, the construct's own variables
+    (tracing's, the Lambda target's), then ``handler_environment``; ``ValueError`` where ``handler_environment`` or
+    ``secrets`` name a variable the construct sets, or each other's (each variable has one source; the error says
+    which two an option's names clash between)."""
+    environment = contract.to_env()
+    owned, plain = set(environment) | BINDING_KEYS | set(construct_variables), set(handler_environment)
+    for option, names, taken, rule in (
+        ("handler_environment", plain, owned, "must not set variables the construct sets"),
+        ("secrets", set(secrets), owned, "must not set variables the construct sets"),
+        ("secrets", set(secrets), plain, "must not repeat a handler_environment variable (one source per variable)"),
+    ):
+        clashes = sorted(names & taken)
+        if clashes:
+            raise ValueError(f'"{option}" {rule}: {", ".join(clashes)}')
+    return {**environment, **bindings, **construct_variables, **handler_environment}
 
 
 def container_secrets(scope: Construct, sources: Mapping[str, SecretSource]) -> dict[str, ecs.Secret]:

@@ -25,6 +25,7 @@ from infra.limits import check_limits
 from infra.network import environment_vpc
 from infra.paging import PagingTopic
 from infra.removal import data_removal_policy
+from infra.service import ConsumerService
 from infra.settings import (
     LOG_RETENTION_DAYS,
     PAGING_ENDPOINT_PARAMETER,
@@ -131,6 +132,12 @@ class WorkerStack(Stack):
 
         def worker_outputs(w: Worker) -> list[tuple[str, str, str]]:
             of = f" of worker {w.name}" if w.output_prefix else ""
+            consumer = w.consumer
+            runs = (
+                ("ServiceName", consumer.service.service_name, "ECS service running the consumer")
+                if isinstance(consumer, ConsumerService)
+                else ("FunctionName", consumer.function.function_name, "Lambda function running the consumer")
+            )
             return [
                 (f"{w.output_prefix}{output_id}", value, description + of)
                 for output_id, value, description in (
@@ -138,7 +145,7 @@ class WorkerStack(Stack):
                     ("DeadLetterQueueUrl", w.queues.dead_letter_queue.queue_url, "Dead-letter queue URL (DLQ_URL)"),
                     ("QueueArn", w.queues.queue.queue_arn, "Source queue ARN"),
                     ("DeadLetterQueueArn", w.queues.dead_letter_queue.queue_arn, "Dead-letter queue ARN"),
-                    ("ServiceName", w.consumer.service.service_name, "ECS service running the consumer"),
+                    runs,
                 )
             ]
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import CfnElement, Stack, Token
+from aws_cdk import CfnElement, CfnResource, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from consumer.contract import WorkerContract, check_int
+from consumer.lambda_target import LambdaTarget
 from consumer.sources import EVENTBRIDGE_EVENTS_ENV, SNS_ENVELOPE_TOPICS_ENV
 from consumer.stack_outputs import WORKER_METADATA_KEY, output_prefix
 from infra.capacity_settings import (
@@ -19,7 +21,9 @@ from infra.capacity_settings import (
     check_architecture,
 )
 from infra.dashboard import DashboardSection
-from infra.metrics import WorkerMetrics, circuit_period_seconds
+from infra.function import ConsumerFunction
+from infra.limits import check_function_variables
+from infra.metrics import WorkerMetrics, circuit_period_seconds, function_metrics
 from infra.nag import acknowledge
 from infra.queue_alarms import QueueAlarms
 from infra.queues import WorkerQueues
@@ -27,11 +31,18 @@ from infra.service import ConsumerService
 from infra.shared import SharedResources
 from infra.sources import WorkerSources
 from infra.worker_settings import (
+    ECS,
+    ECS_ONLY_KEYS,
+    LAMBDA,
+    LAMBDA_SECRETS_RULE,
     MAX_TASKS_LIMIT,
     SOURCE_ENV_KEYS,
+    TARGET_RULE,
+    SettingsError,
     WorkerSettings,
     check_task_size,
     check_worker_name,
+    lambda_target_of,
 )
 
 #: The construct id of the worker holding the stack's unprefixed resources (identity "default", infra/identities.py):
@@ -102,19 +113,8 @@ class Worker(Construct):
             check_worker_name("construct_id", construct_id)
         worker_name = check_worker_name("name", settings.name)
         # What cdk.json's parser checks, checked here too: a team's own app calls this construct directly.
-        check_task_size(settings.cpu, settings.memory_mib)
-        reliable = shared.running_tasks_reliable
-        min_tasks, max_tasks = settings.min_tasks, settings.max_tasks
-        why_not_zero = "" if reliable else ZERO_NEEDS_INSIGHTS
-        check_int("min_tasks", min_tasks, 0 if reliable else 1, MAX_TASKS_LIMIT, why_not_zero)
-        check_int("max_tasks", max_tasks, max(1, min_tasks), MAX_TASKS_LIMIT, " (from min_tasks, and at least 1)")
+        target = _checked_target(settings, contract, shared)
         check_architecture("architecture", settings.architecture)  # ContractError quotes the parameter itself
-        if settings.spot is not None:
-            if settings.architecture not in SPOT_ARCHITECTURES:
-                raise CapacityError(
-                    "spot", "needs architecture x86_64: Fargate Spot runs no ARM64 task", settings.architecture
-                )
-            check_int("spot.on_demand_base", settings.spot.on_demand_base, 0, max_tasks, " (up to max_tasks)")
         for option, names in (("handler_environment", settings.handler_environment), ("secrets", settings.secrets)):
             owned = sorted(set(names) & SOURCE_ENV_KEYS)  # written below from the sources, as service.py's own
             if owned:
@@ -128,21 +128,34 @@ class Worker(Construct):
         #: What its resource names start with (its identity's), and its stack outputs (its name's; "" under "Default").
         self.name_prefix = stack if unprefixed else f"{stack}-{construct_id}"
         self.output_prefix = "" if unprefixed else output_prefix(worker_name)
+        #: A lambda worker's Lambda settings (None on ECS).
+        self.target = target
         self.queues = WorkerQueues(
-            self, "Queues", contract=contract, removal_policy=shared.data_removal_policy, name_prefix=self.name_prefix
-        )
-        self.consumer = ConsumerService(
             self,
-            "Consumer",
-            queues=self.queues,
+            "Queues",
             contract=contract,
-            settings=settings,
-            shared=shared,
+            removal_policy=shared.data_removal_policy,
             name_prefix=self.name_prefix,
+            attributes=None if target is None else target.queue_attributes(),
         )
-        cast(ecs.CfnTaskDefinition, self.consumer.task_definition.node.default_child).add_metadata(
-            WORKER_METADATA_KEY, self.name
-        )
+        #: The ECS service (``target`` None) or the Lambda function, under the same construct id: the idempotency
+        #: table and the log group keep their logical ids when a worker changes target.
+        self.consumer: ConsumerService | ConsumerFunction
+        runs: Construct  # what runs the consumer: the task definition, or the function
+        if target is None:
+            service = ConsumerService(
+                self, "Consumer", queues=self.queues, contract=contract, settings=settings, shared=shared,
+                name_prefix=self.name_prefix,
+            )  # fmt: skip
+            self.consumer, runs = service, service.task_definition
+        else:
+            function = ConsumerFunction(
+                self, "Consumer", queues=self.queues, target=target, settings=settings, shared=shared,
+                name_prefix=self.name_prefix,
+            )  # fmt: skip
+            self.consumer, runs = function, function.function
+        # Which worker the task definition (or function) runs: the local tools read it (consumer/stack_outputs.py).
+        cast(CfnResource, runs.node.default_child).add_metadata(WORKER_METADATA_KEY, self.name)
         #: The SNS subscriptions and EventBridge rules feeding the queue (None without sources: nothing is added).
         self.sources = (
             WorkerSources(
@@ -157,22 +170,32 @@ class Worker(Construct):
             else None
         )
         if self.sources is not None:
+            variables = {}
             if self.sources.envelope_topics:
-                self.consumer.container.add_environment(SNS_ENVELOPE_TOPICS_ENV, ",".join(self.sources.envelope_topics))
+                variables[SNS_ENVELOPE_TOPICS_ENV] = ",".join(self.sources.envelope_topics)
             if self.sources.has_rules:
-                self.consumer.container.add_environment(EVENTBRIDGE_EVENTS_ENV, "true")
+                variables[EVENTBRIDGE_EVENTS_ENV] = "true"
+            for variable, value in variables.items():
+                self.consumer_environment(variable, value)
         if shared.producers:
             self.queues.restrict_senders(
                 shared.producers,
-                consumer=self.consumer.task_role,
+                consumer=self.role,
                 sources=self.sources.source_arns if self.sources is not None else (),
                 dead_letter_sources=self.sources.dead_letter_arns if self.sources is not None else (),
             )
+        consumer = self.consumer
+        if isinstance(consumer, ConsumerFunction):
+            setting = f"{settings.path}.handler_environment" if settings.path else "handler_environment"
+            check_function_variables(Stack.of(self), consumer.environment, setting)
         self.metrics = WorkerMetrics(
             queues=self.queues,
-            service=self.consumer.service,
+            service=consumer.service if isinstance(consumer, ConsumerService) else None,
             fair_queue=contract.fair_queue,
             circuit_period_seconds=circuit_period_seconds(contract),
+            function=None
+            if isinstance(consumer, ConsumerService)
+            else function_metrics(consumer.function, consumer.target.maximum_concurrency),
         )
         self.alarms = QueueAlarms(
             self,
@@ -186,26 +209,41 @@ class Worker(Construct):
         self.dashboard_section = DashboardSection(
             title=self.name, metrics=self.metrics, alarms=self.alarms, contract=contract
         )
-        if unprefixed:
-            self._keep_security_group_description()
-        self._acknowledge(shared.cluster)
+        if isinstance(self.consumer, ConsumerService):
+            if unprefixed:
+                self._keep_security_group_description(self.consumer)
+            self._acknowledge(self.consumer, shared.cluster)
 
-    def _keep_security_group_description(self) -> None:
+    @property
+    def role(self) -> iam.IRole:
+        """The role the consumer calls AWS with: the service's task role, or the function's."""
+        consumer = self.consumer
+        return consumer.task_role if isinstance(consumer, ConsumerService) else consumer.role
+
+    def consumer_environment(self, variable: str, value: str) -> None:
+        """Add ``variable`` to the consumer's environment: the container's, or the function's."""
+        consumer = self.consumer
+        if isinstance(consumer, ConsumerService):
+            consumer.container.add_environment(variable, value)
+        else:
+            consumer.add_environment(variable, value)
+
+    def _keep_security_group_description(self, consumer: ConsumerService) -> None:
         """The service's security group keeps the description it had before workers existed.
 
         CDK describes a security group by its construct path, which under the id "Default" holds "Default", and
         a changed GroupDescription makes CloudFormation replace the group (and update the service onto the new one).
         """
-        for group in self.consumer.service.connections.security_groups:
+        for group in consumer.service.connections.security_groups:
             resource = cast(ec2.CfnSecurityGroup, group.node.default_child)
             if resource is not None:
                 resource.group_description = group.node.path.replace(f"/{DEFAULT_WORKER_ID}/", "/", 1)
 
-    def _acknowledge(self, cluster: ecs.ICluster) -> None:
+    def _acknowledge(self, consumer: ConsumerService, cluster: ecs.ICluster) -> None:
         """The cdk-nag findings a worker's service always has, each with why it is acceptable."""
         stack = Stack.of(self)
         acknowledge(
-            self.consumer.task_definition,
+            consumer.task_definition,
             "AwsSolutions-ECS2",
             "The environment holds only non-secret values: queue URLs, the handler path, the worker"
             " contract's timings and handler_environment, which refuses secret-like names (SECRET, PASSWORD,"
@@ -214,7 +252,7 @@ class Worker(Construct):
             " which may read exactly those and nothing else.",
         )
         acknowledge(
-            self.consumer.task_role,
+            consumer.task_role,
             f"AwsSolutions-IAM5[Resource::arn:{_in_finding(stack.partition, 'AWS::Partition')}:ecs:"
             f"{_in_finding(stack.region, 'AWS::Region')}:"
             f"{_in_finding(stack.account, 'AWS::AccountId')}:task/{_cluster_name_in_finding(cluster)}/*]",
@@ -222,11 +260,47 @@ class Worker(Construct):
             " time, so the resource is every task of this cluster only.",
         )
         acknowledge(
-            self.consumer.task_definition.obtain_execution_role(),
+            consumer.task_definition.obtain_execution_role(),
             "AwsSolutions-IAM5[Resource::*]",
             "ecr:GetAuthorizationToken has no resource-level permissions; the ECR pull actions"
             " themselves are scoped to the asset repository by CDK.",
         )
+
+
+def _checked_target(settings: WorkerSettings, contract: WorkerContract, shared: SharedResources) -> LambdaTarget | None:
+    """What cdk.json's parser checks of a worker's fleet, checked again for a team's own app; a lambda worker's
+    :class:`LambdaTarget` (None for an ECS worker), refusing an ECS-only setting given a value of its own."""
+    if settings.target == LAMBDA:
+        defaults = WorkerSettings(name=settings.name, handler=settings.handler)
+        for key, why in ECS_ONLY_KEYS.items():
+            if getattr(settings, key) != getattr(defaults, key):
+                raise SettingsError(
+                    key, f"is an ECS setting, refused on a lambda worker: {why}", getattr(settings, key)
+                )
+        if settings.secrets:
+            raise SettingsError("secrets", LAMBDA_SECRETS_RULE, sorted(settings.secrets))
+        return lambda_target_of(settings, contract)
+    if settings.target != ECS:
+        raise SettingsError("target", TARGET_RULE, settings.target)
+    if settings.provisioned_pollers is not None:
+        raise SettingsError(
+            "provisioned_pollers",
+            f'is a lambda worker\'s setting: needs target "{LAMBDA}"',
+            settings.provisioned_pollers,
+        )
+    check_task_size(settings.cpu, settings.memory_mib)
+    reliable = shared.running_tasks_reliable
+    min_tasks, max_tasks = settings.min_tasks, settings.max_tasks
+    why_not_zero = "" if reliable else ZERO_NEEDS_INSIGHTS
+    check_int("min_tasks", min_tasks, 0 if reliable else 1, MAX_TASKS_LIMIT, why_not_zero)
+    check_int("max_tasks", max_tasks, max(1, min_tasks), MAX_TASKS_LIMIT, " (from min_tasks, and at least 1)")
+    if settings.spot is not None:
+        if settings.architecture not in SPOT_ARCHITECTURES:
+            raise CapacityError(
+                "spot", "needs architecture x86_64: Fargate Spot runs no ARM64 task", settings.architecture
+            )
+        check_int("spot.on_demand_base", settings.spot.on_demand_base, 0, max_tasks, " (up to max_tasks)")
+    return None
 
 
 def _in_finding(value: str, pseudo_parameter: str) -> str:

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from consumer.contract import BINDING_KEYS, WorkerContract, check_int
+from consumer.contract import BINDING_KEYS, QUEUE_ARN_ENV, WorkerContract, check_int
 from consumer.declaration import load_handler, max_rate_of
 from consumer.errors import ContractError
 from consumer.lambda_target import LAMBDA_MAX_MEMORY_MIB, LAMBDA_MIN_MEMORY_MIB, LambdaTarget
@@ -330,7 +330,7 @@ def parse_worker(name: str, prefix: str, raw: Mapping[str, object]) -> WorkerSet
         )
     except CapacityError as error:
         raise SettingsError(error.parameter, error.rule, error.value) from None
-    reserved = WorkerContract.env_keys() | BINDING_KEYS | SOURCE_ENV_KEYS
+    reserved = WorkerContract.env_keys() | BINDING_KEYS | SOURCE_ENV_KEYS | ({QUEUE_ARN_ENV} if on_lambda else set())
     handler_environment = _variables(path("handler_environment"), raw.get("handler_environment", {}), reserved)
     secret_like = [key for key in handler_environment if any(m in key for m in SECRET_NAME_MARKERS)]
     if secret_like:

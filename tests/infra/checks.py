@@ -25,6 +25,7 @@ from consumer.stack_outputs import WORKER_METADATA_KEY, WORKER_NAMES_OUTPUT, out
 from infra.alarms.scaling_template import check_step_policy
 from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.dashboard import widget_title
+from infra.function import ConsumerFunction
 from infra.identities import DEFAULT_IDENTITY
 from infra.limits import MAX_ALARM_DESCRIPTION
 from infra.queue_alarms import DOWNSTREAM_EVALUATION_PERIODS
@@ -41,8 +42,16 @@ from infra.source_settings import TopicSource
 from infra.sources import EVENTS_PRINCIPAL, SNS_PRINCIPAL
 from infra.tracing import XRAY_ACTIONS
 from infra.worker import Worker
-from infra.worker_settings import WorkerSettings
+from infra.worker_settings import LAMBDA, WorkerSettings
 from tests.infra.conftest import Synthesized
+from tests.infra.function_checks import (
+    check_function,
+    check_function_alarms,
+    check_function_role,
+    function_reference_lines,
+    role_grants,
+    target_of,
+)
 from tests.infra.network_checks import check_network
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,8 +110,12 @@ def check_queues(env: Synthesized) -> None:
     its contract, the DLQ's redrive allow policy naming only its source, SSE and TLS-only on both."""
     problems: list[str] = []
     settings = env.stack.settings
-    for label, built, _, contract in workers(env):
-        queues, pair = built.queues, contract.queue_attributes()
+    for label, built, worker, contract in workers(env):
+        queues = built.queues
+        # A lambda worker's source visibility is its Lambda target's (infra/function.py); everything else the contract's.
+        pair = (
+            target_of(worker, contract).queue_attributes() if worker.target == LAMBDA else contract.queue_attributes()
+        )
         source, dlq = props(env, queues.queue), props(env, queues.dead_letter_queue)
         suffix = ".fifo" if contract.fifo else ""
         expect(problems, label, "source name", source["QueueName"], f"{built.name_prefix}-source{suffix}")
@@ -150,7 +163,7 @@ def _check_senders(env: Synthesized, label: str, built: Worker, problems: list[s
     and the DLQ every sender but the task role and the sources it admits. Each source's allow is its service
     principal, SendMessage, and ``aws:SourceArn`` equal to its topic or rule, nothing broader."""
     producers = list(env.stack.settings.producers)
-    task_role = get_att(env, built.consumer.task_role, "Arn")
+    task_role = get_att(env, built.role, "Arn")  # the service's task role, or the function's role
     admitted = _admitted_sources(env, built)
     # EventBridge takes a standard queue only as a target's DLQ: a FIFO worker's rules have none.
     dead_lettered = [(s, a) for s, a in admitted if s == SNS_PRINCIPAL or not built.queues.contract.fifo]
@@ -224,6 +237,10 @@ def check_services(env: Synthesized) -> None:
     problems: list[str] = []
     settings = env.stack.settings
     for label, built, worker, contract in workers(env):
+        if isinstance(built.consumer, ConsumerFunction):  # no task: its function (tracing is the ECS workers')
+            expected = contract.to_env() | dict(worker.handler_environment) | _sourced(worker)
+            check_function(env, label, built, worker, contract, expected, problems)
+            continue
         container = env.container(worker.name)
         variables = {e["Name"]: e["Value"] for e in container["Environment"]}
         expected = contract.to_env() | dict(worker.handler_environment) | _traced(env, built) | _sourced(worker)
@@ -317,19 +334,14 @@ def check_task_roles(env: Synthesized) -> None:
     cluster's tasks: nothing managed, nothing inline, nothing on another worker's resources."""
     problems: list[str] = []
     for label, built, _, _ in workers(env):
+        if isinstance(built.consumer, ConsumerFunction):
+            check_function_role(env, label, built, problems)
+            continue
         role = built.consumer.task_role
         role_props = props(env, role)
         if "ManagedPolicyArns" in role_props or "Policies" in role_props:
             problems.append(f"{label}: the task role has managed or inline policies")
-        granted: dict[str, list[str]] = {}
-        for policy in env.resources("AWS::IAM::Policy").values():
-            if ref(env, role) not in policy["Properties"]["Roles"]:
-                continue
-            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-                actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-                if statement["Effect"] != "Allow":
-                    problems.append(f"{label}: the task role's policy has a {statement['Effect']} statement")
-                granted[json.dumps(statement["Resource"], sort_keys=True)] = sorted(actions)
+        granted = role_grants(env, role, label, problems)
         grants = [
             (built.queues.queue, SOURCE_QUEUE_ACTIONS),
             (built.queues.dead_letter_queue, DEAD_LETTER_QUEUE_ACTIONS),
@@ -367,8 +379,13 @@ def check_alarms(env: Synthesized) -> None:
     for label, built, worker, contract in workers(env):
         alarms = built.alarms
         wake = WAKE_UP_SECONDS if worker.min_tasks == 0 else 0  # the latency thresholds allow a wake-up from zero
+        function_alarms = {alarm.node.id: alarm for alarm in alarms.function_alarms}
+        if isinstance(built.consumer, ConsumerFunction):
+            check_function_alarms(env, label, built, worker, problems)
         for construct_id, severity in alarms.severity.items():
-            alarm = getattr(alarms, re.sub(r"(?<!^)(?=[A-Z])", "_", construct_id).lower())
+            alarm = function_alarms.get(construct_id) or getattr(
+                alarms, re.sub(r"(?<!^)(?=[A-Z])", "_", construct_id).lower()
+            )
             properties = _alarm_props(env, alarm)
             name = properties.get("AlarmName") or properties.get("CompositeAlarmName")
             expect(problems, label, f"{construct_id} name", name, f"{built.name_prefix}-{construct_id}")
@@ -563,7 +580,11 @@ def reference_lines(env: Synthesized, built: Worker) -> dict[tuple[str, str], fl
             "Downstream circuit: opens per alarm period",
             f"DownstreamUnavailable alarm ({DOWNSTREAM_EVALUATION_PERIODS} periods in a row)",
         ): threshold(alarms.downstream_unavailable),
-        ("Service: backlog per task", "scaling target"): contract.scaling_target_backlog_per_task,
+        **(
+            {("Service: backlog per task", "scaling target"): contract.scaling_target_backlog_per_task}
+            if built.target is None
+            else function_reference_lines(env, built)
+        ),
     }
     if fair:
         lines[
@@ -599,8 +620,9 @@ def check_outputs(env: Synthesized) -> None:
                 outputs.get(f"{prefix}{output}", {}).get("Value"),
                 ref(env, construct),
             )
-        if f"{prefix}ServiceName" not in outputs:
-            problems.append(f"{label}: no {prefix}ServiceName output")
+        runs = "ServiceName" if worker.target != LAMBDA else "FunctionName"  # what runs the worker's consumer
+        if f"{prefix}{runs}" not in outputs:
+            problems.append(f"{label}: no {prefix}{runs} output")
     for shared in ("PagingTopicArn", "TicketTopicArn", "DashboardName", "ClusterName"):
         if shared not in outputs:
             problems.append(f"{env.stack.settings.name}: no {shared} output")

@@ -40,3 +40,8 @@ def wide_batch(messages):  # noqa: ANN001, ANN201
 def many_receives(message):  # noqa: ANN001, ANN201
     """100 receives of a 2 min handler: its Lambda retry horizon (six times the function timeout a receive) passes a
     day, its container's does not."""
+
+
+@worker(max_duration=60, concurrency=4, max_batch=50, batch_window=5)
+def windowed_batch(messages):  # noqa: ANN001, ANN201
+    """A batch handler of up to 50 messages collected for 5 s: on Lambda, BatchSize 50 and a 5 s batching window."""

@@ -124,6 +124,14 @@ def test_the_rest_of_the_defaults_are_the_documented_behaviour(template: dict[st
     assert [c["Name"] for c in task["Properties"]["ContainerDefinitions"]] == ["Consumer"]
 
 
+def test_the_default_target_is_a_service_not_a_function(template: dict[str, Any]) -> None:
+    """docs/construct.md's settings.target row: left out, the worker runs as an ECS service, with no function or
+    event source mapping."""
+    services = of_type(template, "AWS::ECS::Service")
+    functions = {k for k in of_type(template, "AWS::Lambda::Function") if k.startswith("reports")}
+    assert (1, set(), {}) == (len(services), functions, of_type(template, "AWS::Lambda::EventSourceMapping"))
+
+
 def test_example_keeps_nothing_its_failed_first_deploy_made(template: dict[str, Any]) -> None:
     """No resource of the example is plain Retain (the flow log's group included, which the CDK retains by
     default): a rolled-back first deploy deletes everything it made (docs/deploy.md, "When a deploy fails")."""

@@ -19,12 +19,14 @@ from infra.limits import (
     MAX_ALARM_METRICS,
     MAX_ALARM_NAME,
     MAX_ALARM_RULE,
+    MAX_FUNCTION_VARIABLES_BYTES,
     MAX_STACK_RESOURCES,
     MAX_TEMPLATE_BYTES,
     SQS_POLICY_LIMITS,
     TOKEN_CHARS,
     alarm_excess,
     check_templates,
+    function_variables_excess,
     policy_excess,
     stack_resources,
 )
@@ -202,3 +204,36 @@ def test_a_template_past_1_mb_is_refused_after_synthesis(tmp_path: Path) -> None
     assert str(refused.value).startswith(
         '"sqs-worker:environments.prod.workers" must stay within AWS\'s limit of 1000000 template bytes'
     )
+
+
+def test_function_variables_at_and_past_4_kb_tokens_counted_at_their_worst() -> None:
+    """A function's variables, as their JSON object with each token at its worst length, against Lambda's 4 KB."""
+    token = {"Ref": "QueuesQueueD811C857"}
+    fixed = len('{"QUEUE_URL":"","PAD":""}') + TOKEN_CHARS
+    padding = MAX_FUNCTION_VARIABLES_BYTES - fixed
+    assert function_variables_excess({"QUEUE_URL": token, "PAD": "p" * padding}) is None
+    excess = function_variables_excess({"QUEUE_URL": token, "PAD": "p" * (padding + 1)})
+    assert excess is not None and (excess.what, excess.value, excess.limit) == (
+        "function variable bytes",
+        MAX_FUNCTION_VARIABLES_BYTES + 1,
+        MAX_FUNCTION_VARIABLES_BYTES,
+    )
+
+
+def test_a_lambda_worker_past_4_kb_of_variables_is_refused_naming_its_handler_environment() -> None:
+    """The contract's, the bindings' and the handler's variables together past Lambda's 4 KB: one line, the worker's
+    handler_environment."""
+    variables = {f"SETTING_{i}": "v" * 200 for i in range(12)}
+    message = refusal({**SHARED, "workers": {"fn": {**WORKER, "target": "lambda", "handler_environment": variables}}})
+    assert message.startswith(
+        '"sqs-worker:environments.limits.workers.fn.handler_environment" must stay within AWS\'s limit of 4096'
+        " function variable bytes (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)"
+    )
+
+
+def test_a_stack_of_lambda_workers_past_500_resources_is_refused() -> None:
+    """Lambda workers' functions, mappings, roles and alarms count as the services' do: 17 with five topics each pass
+    CloudFormation's 500."""
+    workers = {f"w{i}": {**WORKER, "target": "lambda", "sources": topics(i, 5)} for i in range(MAX_WORKERS)}
+    message = refusal({**SHARED, "workers": workers})
+    assert message.startswith('"sqs-worker:environments.limits.workers" must stay within AWS\'s limit of 500 resources')

@@ -32,6 +32,7 @@ FIVE_MINUTES = "tests.infra.handlers:five_minutes"
 #: A batch handler at concurrency 16: MaximumConcurrency is max_tasks x 16.
 WIDE_BATCH = "tests.infra.handlers:wide_batch"
 AT = f"{CONTEXT_KEY}.qa"
+POLLERS_RAW = {"minimum": 2, "maximum": 6}
 
 
 def lambda_worker(**overrides: Any) -> dict[str, Any]:
@@ -215,3 +216,18 @@ def test_lambda_settings_retry_horizon_past_retention_names_source_retention_day
         " the Lambda target's retry horizon"
     )
     assert message.endswith(": 1")
+
+
+def test_lambda_settings_report_shows_the_lambda_targets_values() -> None:
+    """make run's report shows a lambda worker's memory, its fleet or pollers and the Lambda target's visibility, and
+    no ECS stop timeout."""
+    from infra.report import contract_cell, runs_on, tasks_cell
+
+    environment = parse_environment("qa", lambda_worker(max_tasks=3, provisioned_pollers=POLLERS_RAW))
+    (worker,) = environment.workers
+    contract = environment.contract(worker)
+    target = environment.lambda_target(worker)
+    assert target is not None
+    assert ("Lambda, 2..6 pollers", "x86_64, Lambda 512 MiB") == (tasks_cell(worker), runs_on(worker))
+    assert f"{target.queue_visibility_seconds} s" in contract_cell(worker, contract, "visibility_timeout_seconds")
+    assert "- (Lambda)" == contract_cell(worker, contract, "stop_timeout_seconds")
