@@ -11,6 +11,7 @@ from typing import Any
 
 from aws_cdk import CfnElement, Stack
 
+from infra.function import MAPPING_SOURCE_ACTIONS
 from infra.worker import Worker
 from tests.infra.conftest import Synthesized
 from tests.infra.permissions import (
@@ -249,6 +250,24 @@ def other_worker_rows() -> list[Row]:
     ]
 
 
+#: A lambda worker's role (the rows' ``task-role``): its event source mapping's calls on the source
+#: (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html) and its own log group's streams, and
+#: nothing the CDK's SqsEventSource grant would add (GetQueueUrl), a managed policy would give, or a task needs.
+FUNCTION_ROLE: list[Row] = [
+    *[
+        Row("task-role", action, "source", {}, ALLOWED, "the event source mapping receives, deletes and returns")
+        for action in MAPPING_SOURCE_ACTIONS
+    ],
+    Row("task-role", "logs:CreateLogStream", "log-stream", {}, ALLOWED, "Lambda opens an environment's stream"),
+    Row("task-role", "logs:PutLogEvents", "log-stream", {}, ALLOWED, "the function's logs and EMF metrics"),
+    Row("task-role", "logs:PutLogEvents", "other-log-stream", {}, DENIED, "only its own log group"),
+    Row("task-role", "logs:CreateLogStream", "other-log-stream", {}, DENIED, "only its own log group"),
+    Row("task-role", "sqs:GetQueueUrl", "source", {}, DENIED, "the mapping is given the queue's ARN"),
+    Row("task-role", "ecs:UpdateTaskProtection", "task", {}, DENIED, "a function has no task"),
+    Row("task-role", "ecr:BatchGetImage", "asset-repository", {}, DENIED, "Lambda pulls the image, not the function"),
+    Row("task-role", "sqs:SendMessage", "other-queue", {}, DENIED, "no other queue"),
+]
+
 CATEGORIES = {"paging": PAGING, "refused": REFUSED, "execution-role": EXECUTION_ROLE}
 
 
@@ -288,6 +307,9 @@ def evaluate_bound(bound: Mapping[str, Bindings], environments: Mapping[str, Any
         templates[environment] = bindings.template
         senders = sender_rows(environments[environment].get("producers", []))
         categories = {**CATEGORIES, "runtime": runtime_rows(), "senders": senders, "other-workers": other_worker_rows()}
+        if bindings.function is not None:  # no execution role: the function role's own rows instead
+            del categories["execution-role"]
+            categories["function-role"] = FUNCTION_ROLE
         for category, rows in categories.items():
             scenarios += bindings.scenarios(category, rows)
     for environment, template in templates.items():  # roles per stack: the flow log role is no worker's

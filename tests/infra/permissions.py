@@ -118,21 +118,24 @@ class Bindings:
         self.template = template
         self.owned = frozenset(template.resources if owned is None else owned)
         self.siblings: list[Bindings] = []
-        definition = _single(self._owned("AWS::ECS::TaskDefinition"), "AWS::ECS::TaskDefinition")
-        # The consumer is the task's one essential container; a tracing sidecar (infra/tracing.py) is not essential.
-        self.container = _single(
-            [c for c in definition.properties["ContainerDefinitions"] if c.get("Essential", True)],
-            "essential container in the task definition",
-        )
-        self.task_role = self._role_with_arn(definition.properties["TaskRoleArn"])
-        self.execution_role = self._role_with_arn(definition.properties["ExecutionRoleArn"])
-        service = _single(self._owned("AWS::ECS::Service"), "AWS::ECS::Service")
-        self.cluster_name = str(service.properties.get("Cluster", "default")).rsplit("/", 1)[-1]
+        functions = self._owned("AWS::Lambda::Function")
+        #: A lambda worker's function (infra/function.py; None for an ECS worker): its role is the consumer's role
+        #: (``task-role`` in the rows), it has no execution role, no container and no task.
+        self.function: Resource | None = _single(functions, "AWS::Lambda::Function") if functions else None
+        self.container: dict[str, Any] = {}
         #: The gateway endpoints on the route tables of the task's subnets, by the service they reach (``dynamodb``,
         #: ``s3``): AWS evaluates such an endpoint's policy on every call of the task to that service, with the
-        #: caller's own. None in an existing VPC, whose routes are not in the template.
-        self.endpoints = self._gateway_endpoints(service)
-        environment_variables = {e["Name"]: e["Value"] for e in self.container.get("Environment", [])}
+        #: caller's own. None in an existing VPC, whose routes are not in the template, and for a function, which
+        #: runs in no VPC.
+        self.endpoints: dict[str, Resource] = {}
+        if self.function is None:
+            self._bind_task()
+            environment_variables = {e["Name"]: e["Value"] for e in self.container.get("Environment", [])}
+        else:
+            self.task_role = self._role_with_arn(self.function.properties["Role"])
+            self.execution_role = None
+            self.cluster_name = _cluster_of(template)
+            environment_variables = dict(self.function.properties["Environment"]["Variables"])
         table = environment_variables.get("CONSUMER_IDEMPOTENCY_TABLE")
         #: False for a handler idempotent by itself: no guard, no table; the guard's calls bind to a table of this
         #: account the worker does not have, and must be refused (:meth:`scenarios`).
@@ -145,7 +148,7 @@ class Bindings:
             else template.arn("dynamodb", f"table/{template.stack_name}-no-guard-has-no-table"),
             "task": template.arn("ecs", f"task/{self.cluster_name}/{TASK_ID}"),
             "asset-repository": template.arn("ecr", f"repository/{self._image_repository()}"),
-            "log-stream": self._log_stream(),
+            "log-stream": self._log_stream() if self.function is None else self._function_log_stream(),
             "*": "*",
             "other-queue": template.arn("sqs", "someone-elses-queue"),
             "other-account-queue": template.arn("sqs", "someone-elses-queue", account=OTHER_ACCOUNT),
@@ -168,6 +171,20 @@ class Bindings:
                 # IAM matches the grant against that, so nothing may be appended here.
                 arn = ":".join(arn.split(":")[:7])
             self.secrets[service].append(arn)
+
+    def _bind_task(self) -> None:
+        """An ECS worker's task: its consumer container, task and execution roles, cluster and gateway endpoints."""
+        definition = _single(self._owned("AWS::ECS::TaskDefinition"), "AWS::ECS::TaskDefinition")
+        # The consumer is the task's one essential container; a tracing sidecar (infra/tracing.py) is not essential.
+        self.container = _single(
+            [c for c in definition.properties["ContainerDefinitions"] if c.get("Essential", True)],
+            "essential container in the task definition",
+        )
+        self.task_role = self._role_with_arn(definition.properties["TaskRoleArn"])
+        self.execution_role: Resource | None = self._role_with_arn(definition.properties["ExecutionRoleArn"])
+        service = _single(self._owned("AWS::ECS::Service"), "AWS::ECS::Service")
+        self.cluster_name = str(service.properties.get("Cluster", "default")).rsplit("/", 1)[-1]
+        self.endpoints = self._gateway_endpoints(service)
 
     # -- lookups in the resolved template -------------------------------------------------------------
 
@@ -211,7 +228,9 @@ class Bindings:
         ]
 
     def _image_repository(self) -> str:
-        image = str(self.container["Image"])  # <account>.dkr.ecr.<region>.<suffix>/<repository>:<tag>
+        image = str(  # <account>.dkr.ecr.<region>.<suffix>/<repository>:<tag>
+            self.container["Image"] if self.function is None else self.function.properties["Code"]["ImageUri"]
+        )
         return image.split("/", 1)[1].split(":", 1)[0].split("@", 1)[0]
 
     def _log_stream(self) -> str:
@@ -219,6 +238,13 @@ class Bindings:
         # awslogs names each stream <prefix>/<container name>/<task id>.
         stream = f"{options['awslogs-stream-prefix']}/{self.container['Name']}/{TASK_ID}"
         return self.template.arn("logs", f"log-group:{options['awslogs-group']}:log-stream:{stream}")
+
+    def _function_log_stream(self) -> str:
+        assert self.function is not None
+        group = self.function.properties["LoggingConfig"]["LogGroup"]
+        # Lambda names each execution environment's stream <date>/[<version>]<id>.
+        # https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs.html
+        return self.template.arn("logs", f"log-group:{group}:log-stream:2026/11/30/[$LATEST]{TASK_ID}")
 
     def alarm_actions(self) -> list[tuple[str, str, str | None]]:
         """(alarm ARN, topic ARN, the topic's key ARN or None) for every ALARM and OK action of the worker's alarms.
@@ -313,6 +339,8 @@ class Bindings:
         account = self.template.account
         if label in ("task-role", "execution-role"):
             role = self.task_role if label == "task-role" else self.execution_role
+            if role is None:
+                raise ResolveError(f"{self.environment}: a function has no {label}; its rows are not bound")
             session = f"arn:aws:sts::{account}:assumed-role/{role.name}/{TASK_ID}"
             context = {
                 "aws:PrincipalArn": role.attributes["Arn"],
@@ -320,7 +348,8 @@ class Bindings:
                 "aws:PrincipalType": "AssumedRole",
                 "aws:userid": f"{role.attributes['RoleId']}:{TASK_ID}",
             }
-            return session, f"{label} {role.name}", self.identity_policies(role), context
+            kind = "function-role" if self.function is not None and label == "task-role" else label
+            return session, f"{kind} {role.name}", self.identity_policies(role), context
         return principal(label, account)
 
     # -- rows to scenarios -----------------------------------------------------------------------------
@@ -331,9 +360,14 @@ class Bindings:
         ``sibling:`` resource for that resource of every other worker (none: no scenario)."""
         bound = []
         for row in rows:
+            if self.function is not None and row.principal == "execution-role":
+                continue  # a function has no execution role: Lambda pulls its image and writes its logs itself
             if not self.guarded and row.resource == "idempotency-table" and row.expected == ALLOWED:
                 # A worker without the guard calls no table; a DynamoDB grant would be one it never needed.
                 row = row._replace(expected=DENIED, why="no idempotency guard: no table, no DynamoDB action")
+            if self.function is not None and row.resource == "task" and row.expected == ALLOWED:
+                # A function runs in no task: an ECS grant would be one it never needed.
+                row = row._replace(expected=DENIED, why="a function has no task: no ECS action")
             if row.resource.startswith(SIBLING):
                 # This worker's principal on each other worker's resource: bound there, requested from here.
                 bound += [

@@ -497,6 +497,8 @@ RESOURCE_TYPES: dict[str, Callable[[_Resolver, str, Mapping[str, Any]], Resource
     # The CDK's provider for @aws-cdk/aws-ec2:restrictDefaultSecurityGroup (a custom resource stripping the VPC's
     # default security group's rules, its Lambda function and the function's role).
     "AWS::Lambda::Function": _named_resource("FunctionName", "lambda", "function:{name}", max_length=64),
+    # A lambda worker's event source mapping: its Ref is the mapping's UUID.
+    "AWS::Lambda::EventSourceMapping": _physical_id,
     "Custom::VpcRestrictDefaultSG": _physical_id,
 }
 

@@ -35,9 +35,10 @@ from tests.reference import REPORT_JOB, repository_environments
 
 #: Variants whose policies a cdk.json may not have: one worker with an SSM secret paging to tickets, a FIFO pair, tasks
 #: in public subnets (no NAT: the gateway endpoints on the public route tables), a handler idempotent by itself (no
-#: table: every DynamoDB call refused), an existing VPC and cluster, named producers with Secrets Manager secrets, and
-#: two workers each with secrets of its own, so each execution role is refused the other's. The tests that pin
-#: bindings read these, never cdk.json.
+#: table: every DynamoDB call refused), an existing VPC and cluster, named producers with Secrets Manager secrets, a
+#: worker on Lambda alone and beside an ECS worker with named producers (the function's role sends, the other worker's
+#: roles are refused its queues and logs), and two workers each with secrets of its own, so each execution role is
+#: refused the other's. The tests that pin bindings read these, never cdk.json.
 VARIANTS: dict[str, dict[str, Any]] = {
     "solo": {
         "handler": "consumer.examples.notifications:handle",
@@ -54,6 +55,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "secrets": {
             "NOTIFY_WEBHOOK_URL": "secretsmanager:team/notify-Ab12Cd#url",
             "PARTNER_KEY": f"secretsmanager:arn:aws:secretsmanager:eu-west-1:{FAKE_ACCOUNT}:secret:team/partner-Xy34Zw",
+        },
+    },
+    "function": {"handler": "consumer.examples.notifications:handle", "target": "lambda"},
+    "functions": {
+        "producers": PRODUCERS,
+        "workers": {
+            "notifications": {
+                "handler": "consumer.examples.notifications:handle",
+                "secrets": {"NOTIFY_WEBHOOK_URL": "ssm:/sqs-worker/functions/notify-webhook-url"},
+            },
+            "invoices": {"handler": "tests.team_handlers:invoices", "target": "lambda"},
         },
     },
     "teams": {
@@ -84,6 +96,17 @@ ALL_ENVIRONMENTS: dict[str, Any] = {**REPOSITORY, **VARIANTS}
 ENVIRONMENTS = [label for env, s in ALL_ENVIRONMENTS.items() for label in worker_labels(env, s.get("workers", {}))]
 #: The workers that share their stack with another worker.
 SHARING = [label for label in ENVIRONMENTS if "/" in label]
+
+
+def _on_lambda(label: str) -> bool:
+    environment, _, worker = label.partition("/")
+    raw = ALL_ENVIRONMENTS[environment]
+    return bool((raw["workers"][worker] if worker else raw).get("target") == "lambda")
+
+
+#: The workers with "target": "lambda" (a function: no execution role, the function role's own rows) and the others.
+FUNCTIONS = [label for label in ENVIRONMENTS if _on_lambda(label)]
+TASKS = [label for label in ENVIRONMENTS if not _on_lambda(label)]
 
 
 @pytest.fixture(scope="module")
@@ -132,10 +155,17 @@ def test_no_worker_reaches_another_workers_queues_table_secrets_or_logs(evaluate
     check(evaluated, environment, "other-workers")
 
 
-@pytest.mark.parametrize("environment", ENVIRONMENTS)
+@pytest.mark.parametrize("environment", TASKS)
 def test_execution_role_pulls_the_image_and_writes_logs_only(evaluated: dict, environment: str) -> None:
     """The execution role pulls the asset image and writes its log stream; nothing broader."""
     check(evaluated, environment, "execution-role")
+
+
+@pytest.mark.parametrize("environment", FUNCTIONS)
+def test_function_role_serves_its_mapping_and_writes_its_logs_only(evaluated: dict, environment: str) -> None:
+    """A lambda worker's role lets its event source mapping receive, delete and return messages and its function
+    write its own log group; no GetQueueUrl, no task, no image pull, no other queue or log group."""
+    check(evaluated, environment, "function-role")
 
 
 @pytest.mark.parametrize("environment", ENVIRONMENTS)
