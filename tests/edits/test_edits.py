@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from consumer.local.task import TaskContainer
+from infra.function import ConsumerFunction
+from infra.worker_settings import CONTEXT_KEY
 from tests.edits.tier import (
     EXAMPLES,
     TEAM_HANDLER,
@@ -22,6 +24,7 @@ from tests.edits.tier import (
     cut_costs,
     feed_from_sources,
     handlers_of,
+    move_a_worker_to_lambda,
     permission_mismatches,
     remove_the_example,
     rename_a_worker,
@@ -31,7 +34,7 @@ from tests.edits.tier import (
     trace_production,
 )
 from tests.infra.checks import TEMPLATE_CHECKS
-from tests.infra.conftest import Synthesized
+from tests.infra.conftest import Synthesized, synthesize
 from tests.reference import repository_environments
 
 EDITS: dict[str, Callable[[Environments], Environments]] = {
@@ -42,6 +45,7 @@ EDITS: dict[str, Callable[[Environments], Environments]] = {
     "prod traced": trace_production,
     "prod fed by sources": feed_from_sources,
     "costs cut everywhere": cut_costs,
+    "worker moved to lambda": move_a_worker_to_lambda,
 }
 _synthesized: dict[str, tuple[Environments, dict[str, Synthesized]]] = {}
 
@@ -103,6 +107,9 @@ def test_the_edit_is_made(name: str, tmp_path_factory: pytest.TempPathFactory) -
                     s["Properties"]["NetworkConfiguration"] for s in env.resources("AWS::ECS::Service").values()
                 ]
                 assert {n["AwsvpcConfiguration"]["AssignPublicIp"] for n in networks} == {"ENABLED"}
+    elif name == "worker moved to lambda":
+        functions = [w for env in synthesized.values() for w in env.stack.workers.values() if w.target is not None]
+        assert len(functions) == 1 and isinstance(functions[0].consumer, ConsumerFunction)
     elif name == "prod fed by sources":
         assert all(
             s.resources("AWS::SNS::Subscription") and s.resources("AWS::Events::Rule") for s in synthesized.values()
@@ -130,3 +137,32 @@ def test_permissions_hold(name: str, tmp_path_factory: pytest.TempPathFactory) -
     """Every permission scenario of every worker of the changed environments is answered as AWS must (paging, runtime calls, refusals, senders,
     the execution role, no worker reaching another's)."""
     assert permission_mismatches(*edited(name, tmp_path_factory)) == []
+
+
+def test_moving_a_worker_to_lambda_replaces_no_queue_table_or_log_group(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The moved worker's queues, idempotency table and log group keep their logical ids, so CloudFormation updates
+    them in place: of the source only the visibility timeout changes, the DLQ not at all."""
+    _, synthesized = edited("worker moved to lambda", tmp_path_factory)
+    ((name, after),) = synthesized.items()
+    (moved,) = [w for w in after.stack.workers.values() if w.target is not None]
+    if moved.name not in _names(repository_environments()[name]):
+        pytest.skip("no worker of cdk.json can run on Lambda: the edit added the team's, which replaces nothing")
+    context = {CONTEXT_KEY: repository_environments(), "env": name}
+    before = synthesize(tmp_path_factory.mktemp("cdk.out"), context)[name]
+    was = before.stack.workers[moved.name]
+    pairs = [
+        (was.queues.queue, moved.queues.queue),
+        (was.queues.dead_letter_queue, moved.queues.dead_letter_queue),
+        (was.consumer.idempotency_table, moved.consumer.idempotency_table),
+        (was.consumer.log_group, moved.consumer.log_group),
+    ]
+    ids = [(before.logical_id(old), after.logical_id(new)) for old, new in pairs if old is not None]
+    assert [old for old, _ in ids] == [new for _, new in ids]
+    resources = [(before.json["Resources"][old], after.json["Resources"][new]) for old, new in ids]
+    changed = [
+        sorted(k for k in {*o["Properties"], *n["Properties"]} if o["Properties"].get(k) != n["Properties"].get(k))
+        for o, n in resources
+    ]
+    assert [["VisibilityTimeout"], []] == changed[:2]

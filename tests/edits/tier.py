@@ -2,7 +2,7 @@
 
 A team clones this repository and makes it its own: it adds a worker of its own to every environment (README,
 "Adding a worker"), replaces prod's handler with its own, removes the example from an environment, renames a
-worker. Each module of this folder makes one of those edits to the repository's cdk.json as it is now (so the
+worker, moves a worker to Lambda. Each module of this folder makes one of those edits to the repository's cdk.json as it is now (so the
 tier keeps holding after the team's real edits too), synthesizes the result with cdk-nag, and runs on it the
 same template checks (``tests/infra/checks.py``) and permission scenarios (``tests/infra/test_permissions.py``)
 the repository's own environments pass. An edit that a framework test does not survive is a framework bug.
@@ -23,9 +23,10 @@ from typing import Any
 from infra.app import ENV_CONTEXT_KEY
 from infra.identities import DEFAULT_IDENTITY
 from infra.settings import MAX_WORKERS
-from infra.worker_settings import CONTEXT_KEY, WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
+from infra.worker_settings import CONTEXT_KEY, LAMBDA, WORKER_KEYS, WORKER_NAME_MAX_CHARS, check_worker_name
 from tests.infra.checks import TEMPLATE_CHECKS
 from tests.infra.conftest import Synthesized, synthesize
+from tests.infra.function_checks import lambda_ready, move_to_lambda
 from tests.infra.permission_rows import bind, evaluate_bound
 from tests.infra.permissions import mismatches
 from tests.reference import repository_environments
@@ -161,6 +162,20 @@ def cut_costs(environments: Environments) -> Environments:
                 worker["architecture"] = "arm64"
             if not existing:
                 worker["min_tasks"] = 0
+    return environments
+
+
+def move_a_worker_to_lambda(environments: Environments) -> Environments:
+    """The first worker, in cdk.json's order, whose handler Lambda can run moves to ``"target": "lambda"``
+    (docs/configuration.md, "A worker on Lambda"): its ECS-only settings and its secrets go, the rest stays. Where no
+    worker can, the team's worker joins the first environment on Lambda."""
+    ready = lambda_ready(environments)
+    if ready is not None:
+        move_to_lambda(environments[ready[0]], ready[1])
+        return environments
+    workers = workers_of(next(iter(environments.values())))
+    name, worker = _team_worker(set(workers))
+    workers[name] = {**worker, "target": LAMBDA}
     return environments
 
 
