@@ -66,7 +66,7 @@ class ConsumerFunction(Construct):
     * the image: the ECS task's asset (``consumer/Dockerfile``, same build options and platform, so the same asset and
       image), run as ``python -m awslambdaric consumer.lambda_entry.handler`` (:data:`LAMBDA_ENTRYPOINT`,
       :data:`LAMBDA_COMMAND`);
-    * memory ``settings.memory_mib``, architecture ``settings.architecture``, timeout
+    * memory ``target.memory_mib`` (the worker's ``memory_mib``), architecture ``settings.architecture``, timeout
       ``target.function_timeout_seconds``; no reserved concurrency: it throttles the mapping's invocations, whose
       messages then spend receives until the DLQ takes them (https://github.com/aws/aws-cdk/issues/24180); the
       mapping's MaximumConcurrency is the limit instead;
@@ -76,10 +76,10 @@ class ConsumerFunction(Construct):
     * the idempotency table as for ECS (none for a handler idempotent by itself);
     * an event source mapping on the source: ``ReportBatchItemFailures``, BatchSize ``target.esm_batch_size``, a
       batching window where ``target.batching_window_seconds`` is above 0, and MaximumConcurrency
-      ``target.maximum_concurrency``, or the provisioned pollers ``settings.provisioned_pollers``;
+      ``target.maximum_concurrency``, or the provisioned pollers ``target.provisioned_pollers``;
     * a role trusting Lambda for this account only (infra/trust.py) with exactly :data:`SOURCE_QUEUE_ACTIONS` on the
-      source, ``infra.service.DEAD_LETTER_QUEUE_ACTIONS`` on the DLQ, the guard's actions on its table and :data:`LOG_ACTIONS`
-      on its log group; the queues' SSE-SQS needs no KMS grant.
+      source, ``infra.service.DEAD_LETTER_QUEUE_ACTIONS`` on the DLQ, the guard's actions on its table and
+      :data:`LOG_ACTIONS` on its log group; the queues' SSE-SQS needs no KMS grant.
 
     The function runs outside any VPC: it reaches SQS, DynamoDB and CloudWatch Logs at their public endpoints, and no
     resource of the environment's VPC. ``name_prefix`` (default the stack's name) names it ``<name_prefix>-consumer``.

@@ -63,10 +63,13 @@ class Worker(Construct):
     * ``queues``: a :class:`WorkerQueues` pair (source + DLQ) timed from the contract;
     * ``consumer``: a :class:`ConsumerService` running ``settings.handler`` between ``settings.min_tasks`` and
       ``settings.max_tasks`` (backlog-per-task scaling), with its idempotency table and a task role that reaches only
-      this pair and table;
+      this pair and table; with ``settings.target`` ``"lambda"``, a :class:`infra.function.ConsumerFunction` instead
+      (a function behind an SQS event source mapping, every setting from ``target``, the worker's
+      :class:`consumer.lambda_target.LambdaTarget`), and ``role`` either's role;
     * ``sources``: the SNS subscriptions and EventBridge rules of ``settings.sources`` (None without any);
     * ``metrics`` and ``alarms``: DLQ depth, new arrivals and age, backlog age and this worker's own
-      consumer-stalled composite, paging ``shared.page_topic`` and ticketing ``shared.ticket_topic``;
+      consumer-stalled composite (and a function's errors, throttles and concurrency at its maximum), paging
+      ``shared.page_topic`` and ticketing ``shared.ticket_topic``;
     * ``dashboard_section``: what :class:`infra.dashboard.WorkerDashboard` draws for it.
 
     Names and ids follow the construct id, the worker's identity (infra/identities.py): with ``"Default"``
