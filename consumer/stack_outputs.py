@@ -3,8 +3,8 @@ template) and the local and DLQ tooling (which read it). Standard library only.
 
 The worker holding a stack's unprefixed resources (identity "default", infra/identities.py) keeps the outputs a
 one-worker stack has always had (``QueueUrl``, ...); every other worker's outputs start with its name in PascalCase
-(``ReportsQueueUrl``). The ``WorkerNames`` output lists the workers, that one first, and each task definition names
-its worker in its metadata.
+(``ReportsQueueUrl``). The ``WorkerNames`` output lists the workers, that one first, and each task definition (or a
+Lambda worker's function) names its worker in its metadata.
 """
 
 from __future__ import annotations
@@ -31,6 +31,17 @@ def task_definitions(resources: Mapping[str, Any]) -> list[tuple[str | None, Map
         (resource.get("Metadata", {}).get(WORKER_METADATA_KEY), resource)
         for resource in resources.values()
         if resource["Type"] == "AWS::ECS::TaskDefinition"
+    ]
+
+
+def worker_functions(resources: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Each ``AWS::Lambda::Function`` of a template's ``Resources`` that runs a worker (``"target": "lambda"``), in
+    order, with the worker its metadata names; a function without that metadata (the CDK's custom resource
+    providers) is none of them."""
+    return [
+        (resource["Metadata"][WORKER_METADATA_KEY], resource)
+        for resource in resources.values()
+        if resource["Type"] == "AWS::Lambda::Function" and WORKER_METADATA_KEY in resource.get("Metadata", {})
     ]
 
 

@@ -109,6 +109,7 @@ SHIPPED: dict[str, dict[str, Any]] = {
             },
             "webhooks": {
                 "handler": "consumer.examples.webhooks:handle",
+                "target": "lambda",
                 "max_tasks": 2,
                 "handler_environment": {"SUBSCRIBER_DRY_RUN": "true"},
             },

@@ -99,7 +99,8 @@ def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
             write_env_file(
                 path,
                 environment,
-                header=f"the environment the ECS task of worker {worker} of {local.stack_name} receives, resolved to"
+                header=f"the environment the {'Lambda function' if worker in local.functions else 'ECS task'} of worker"
+                f" {worker} of {local.stack_name} receives, resolved to"
                 f" the local stack on {local.endpoint},\nplus what a local process needs; written by"
                 f" `python -m consumer local up`.\nload it: set -a; . {shell_path(path)}; set +a",
             )
@@ -113,7 +114,7 @@ def _write_worker_env_files(local: LocalStack, env_file: Path) -> list[str]:
         if several:
             send += f" --worker {worker}"
         loaded = paths[-1] if several else env_file
-        commands += [f"set -a; . {shell_path(loaded)}; set +a; {python} -m consumer run", send]
+        commands += [f"set -a; . {shell_path(loaded)}; set +a; {python} -m consumer {local.command(worker)}", send]
     return commands
 
 

@@ -125,8 +125,8 @@ class Demo:
                 f"local stack [bold]{local.stack_name}[/bold] on {endpoint} (from {options.template});"
                 f" alarms: {len(local.alarms)}; workers: "
                 + "; ".join(
-                    f"{lane.worker} ({lane.handler}: visibility {lane.env['CONSUMER_VISIBILITY_TIMEOUT_SECONDS']} s,"
-                    f" max receives {lane.env['CONSUMER_MAX_RECEIVE_COUNT']})"
+                    f"{lane.worker} ({lane.handler}{' on Lambda' if lane.fleet.function else ''}: visibility"
+                    f" {_visibility(sqs, lane.queue_url)} s, max receives {lane.env['CONSUMER_MAX_RECEIVE_COUNT']})"
                     for lane in self.lanes
                 )
             )
@@ -400,6 +400,15 @@ def _triple(events: Mapping[str, int]) -> str:
 
 def _circuit(events: Mapping[str, int], open_seconds: Sequence[float]) -> str:
     return f"{events.get('circuit_opened', 0)} / {sum(open_seconds):.1f} s ({len(open_seconds)})"
+
+
+def _visibility(sqs: Any, queue_url: str) -> str:
+    """The source queue's visibility timeout as the stack made it (a Lambda worker's is the Lambda target's)."""
+    return str(
+        sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["VisibilityTimeout"])["Attributes"][
+            "VisibilityTimeout"
+        ]
+    )
 
 
 def _health(consumers: Sequence[ConsumerProcess]) -> str:

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from consumer.contract import WorkerContract
+from consumer.contract import QUEUE_ARN_ENV, WorkerContract
 from consumer.declaration import contract_of
 from consumer.limits import SQS_MAX_BATCH
 from consumer.producer import Outgoing, entries
@@ -211,12 +211,19 @@ class ConsumerProcess:
 
 
 class Fleet:
-    """``python -m consumer run`` processes, each logging to its own file (JSON lines and EMF)."""
+    """``python -m consumer run`` processes, each logging to its own file (JSON lines and EMF); for a Lambda worker
+    (its environment has ``QUEUE_ARN``, which the stack writes for a function only) ``python -m consumer local
+    function`` processes, each an execution environment fed by a mapping of its own, with no health check (Lambda has
+    none)."""
 
     def __init__(
         self, environment: Mapping[str, str], log_dir: Path, *, task_volume: Mapping[str, str] | None = None
     ) -> None:
         self.environment = dict(environment)
+        self.function = QUEUE_ARN_ENV in self.environment
+        self.command = ["local", "function"] if self.function else ["run"]
+        #: What a process logs once it consumes: its loops started, or its mapping's.
+        self.ready_event = "mapping_started" if self.function else "consumer_started"
         self.log_dir = log_dir
         #: The task environment's paths on its /tmp volume (:func:`task_volume_paths`): in ECS each task has its own
         #: /tmp, here every consumer shares the machine's, so each process gets them in a directory of its own, empty
@@ -247,7 +254,7 @@ class Fleet:
             environment |= on_own_volume(self.task_volume, volume)
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "consumer", "run"],
+                [sys.executable, "-m", "consumer", *self.command],
                 env=environment,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -262,6 +269,8 @@ class Fleet:
 
         The checks run side by side, each within :data:`HEALTH_TIMEOUT_SECONDS` of the first's start, as ECS checks
         its tasks independently. Each answer is kept on its process (``health``), named by ``phase``."""
+        if self.function:
+            return []  # a Lambda function has no container health check
         checked = [c for c in self.alive() if c.ready and not c.asked_to_stop]  # not started yet, or stopping
         command = [sys.executable, "-m", "consumer", "health"]
         running = [
@@ -332,7 +341,7 @@ class Fleet:
                     self.metrics[metric["Name"]] += value
         elif "event" in line:
             self.events[line["event"]] += 1
-            consumer.ready = consumer.ready or line["event"] == "consumer_started"
+            consumer.ready = consumer.ready or line["event"] == self.ready_event
             if line["event"] == "circuit_closed":
                 self.circuit_open_seconds.append(float(line.get("open_seconds", 0)))
             if line["event"] == "message_moved_to_dlq":

@@ -28,7 +28,13 @@ from typing import Any
 import boto3
 
 from consumer.contract import TRACING_ENV
-from consumer.stack_outputs import WORKER_METADATA_KEY, consumer_container, task_definitions
+from consumer.stack_outputs import (
+    WORKER_METADATA_KEY,
+    WORKER_NAMES_OUTPUT,
+    consumer_container,
+    task_definitions,
+    worker_functions,
+)
 
 LOCAL_REGION = "eu-west-1"
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
@@ -56,6 +62,13 @@ class LocalStack:
     workers: dict[str, dict[str, str]]
     alarms: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: The workers that run as a Lambda function (``"target": "lambda"``): ``python -m consumer local function`` runs
+    #: them, where the others run ``python -m consumer run``.
+    functions: frozenset[str] = frozenset()
+
+    def command(self, worker: str) -> str:
+        """What runs ``worker`` locally: ``run`` (its ECS task's command) or ``local function`` (as Lambda runs it)."""
+        return "local function" if worker in self.functions else "run"
 
     @property
     def task_environment(self) -> dict[str, str]:
@@ -158,6 +171,8 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         )
     template = json.loads(template_path.read_text())
     stack_name = stack_name or template_path.name.removesuffix(".template.json")
+    template_resources = dict(template["Resources"])
+    functions = worker_functions(template_resources)  # before they go: their environments are the workers'
     skipped = _drop_locally_skipped(template)
     _name_tables(template, stack_name)
     _drop_bootstrap_check(template)
@@ -174,6 +189,10 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         for r in cloudformation.describe_stack_resources(StackName=stack_name)["StackResources"]
         if "LogicalResourceId" in r
     }
+    # A Lambda worker's function is not created, but its alarms name it (FunctionName): by the name it would have.
+    for name, function in functions:
+        logical_id = next(k for k, v in template_resources.items() if v is function)
+        physical[logical_id] = str(function["Properties"].get("FunctionName") or f"{stack_name}-{name}-consumer")
     resources = template["Resources"]
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::DynamoDB::Table" and not physical.get(logical_id):
@@ -182,7 +201,8 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         endpoint=endpoint,
         stack_name=stack_name,
         outputs=outputs,
-        workers=_worker_environments(resources, physical, endpoint),
+        workers=_in_stack_order(_worker_environments(resources, functions, physical, endpoint), outputs),
+        functions=frozenset(name for name, _ in functions),
     )
     cloudwatch = local_client("cloudwatch", endpoint)
     for logical_id, resource in resources.items():
@@ -198,8 +218,11 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
 LOCAL_SKIPPED_TYPES = {
     "AWS::CloudWatch::CompositeAlarm": "moto has no composite alarms",
     "AWS::CloudWatch::Dashboard": "its alarm widget references alarms moto's CloudFormation skips",
-    # The CDK's provider for restrictDefaultSecurityGroup: it strips the rules of the VPC's default security group.
-    "AWS::Lambda::Function": "the CDK's custom resource provider: its code is an asset in the bootstrap bucket",
+    # The CDK's provider for restrictDefaultSecurityGroup (it strips the rules of the VPC's default security group), and
+    # a Lambda worker's function: `python -m consumer local function` runs its entry point with its environment.
+    "AWS::Lambda::Function": "a function's code is an asset in the bootstrap bucket; a Lambda worker's runs as"
+    " `python -m consumer local function`",
+    "AWS::Lambda::EventSourceMapping": "a Lambda worker's mapping: `python -m consumer local function` plays it",
     "Custom::VpcRestrictDefaultSG": "strips the VPC's default security group rules, which nothing local uses",
 }
 
@@ -290,6 +313,12 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
             return resolved.rsplit("/", 1)[-1]
         if attribute == "Arn" and resolved.startswith("arn:"):
             return resolved
+        if attribute == "Arn" and resolved.startswith("https://sqs."):
+            # A queue's ARN (a Lambda worker's QUEUE_ARN): its physical id is its URL, https://sqs.<region>.<domain>/
+            # <account>/<name>, the ARN moto's records carry as their eventSourceARN.
+            region = resolved.split(".")[1]
+            account, name = resolved.rsplit("/", 2)[-2:]
+            return f"arn:aws:sqs:{region}:{account}:{name}"
         if attribute == "Name" and resolved:
             return resolved.rsplit("/", 1)[-1]
         if attribute == "RoleId" and resolved:
@@ -303,17 +332,22 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
 
 
 def _worker_environments(
-    resources: Mapping[str, Any], physical: Mapping[str, str], endpoint: str
+    resources: Mapping[str, Any],
+    functions: list[tuple[str, Mapping[str, Any]]],
+    physical: Mapping[str, str],
+    endpoint: str,
 ) -> dict[str, dict[str, str]]:
-    """Each task definition's container environment, references resolved, by the worker it runs.
+    """Each worker's environment, references resolved, by name, in the template's order: a task definition's
+    container environment, or a Lambda worker's function's variables (``functions``, read before the functions were
+    dropped).
 
-    The worker's name is the task definition's ``sqs-worker:worker`` metadata; a template with one task
-    definition and no such metadata (a stack built before workers, or by hand) names it ``default``.
+    The worker's name is the ``sqs-worker:worker`` metadata; a template with one task definition and no such metadata
+    (a stack built before workers, or by hand) names it ``default``.
     """
     definitions = task_definitions(resources)
-    if not definitions:
+    if not definitions and not functions:
         raise LocalProvisioningError("expected an AWS::ECS::TaskDefinition in the template, found none")
-    workers: dict[str, dict[str, str]] = {}
+    raw: dict[str, Mapping[str, Any]] = {}
     for name, definition in definitions:
         if name is None:
             if len(definitions) > 1:
@@ -323,13 +357,25 @@ def _worker_environments(
                 )
             name = "default"
         container = consumer_container(definition)  # not a tracing collector sidecar
-        environment = {e["Name"]: _resolve(e["Value"], physical, endpoint) for e in container.get("Environment", [])}
+        raw[name] = {e["Name"]: e["Value"] for e in container.get("Environment", [])}
+    for name, function in functions:
+        raw[name] = function["Properties"].get("Environment", {}).get("Variables", {})
+    workers: dict[str, dict[str, str]] = {}
+    for name, variables in raw.items():
+        environment = {key: _resolve(value, physical, endpoint) for key, value in variables.items()}
         if environment.get(TRACING_ENV) == "otlp":
             # An environment traced on AWS (cdk.json "tracing") exports to its task's collector sidecar, which no local
             # run has: its spans would only fail to export. A local run traces with CONSUMER_TRACING=global instead.
             environment[TRACING_ENV] = "off"
         workers[name] = environment
     return workers
+
+
+def _in_stack_order(workers: dict[str, dict[str, str]], outputs: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``workers`` in the order the stack's ``WorkerNames`` output lists them (its first worker first), whatever each
+    one's target; as found where the output names none of them (a stack built before workers)."""
+    listed = [name for name in outputs.get(WORKER_NAMES_OUTPUT, "").split(",") if name in workers]
+    return {name: workers[name] for name in listed + [n for n in workers if n not in listed]}
 
 
 def _create_table(endpoint: str, properties: Mapping[str, Any]) -> str:

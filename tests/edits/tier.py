@@ -150,12 +150,16 @@ def cut_costs(environments: Environments) -> Environments:
     """The cost knobs in every environment (docs/configuration.md, "What it costs to run"): no NAT gateway where the
     stack creates the VPC (its tasks in public subnets), and each worker scales to zero, and alternately runs on
     Fargate Spot behind one on-demand task or on Graviton (Spot runs no ARM64). An environment on an existing cluster
-    (``cluster_name``) takes Graviton only: synth refuses the other two there."""
+    (``cluster_name``) takes Graviton only: synth refuses the other two there. A worker on Lambda takes Graviton only:
+    Spot and min_tasks are ECS settings (a Lambda worker scales to zero by itself)."""
     for environment in environments.values():
         if "vpc" not in environment:
             environment["nat_gateways"] = 0
         existing = "cluster_name" in environment
         for index, worker in enumerate(workers_of(environment).values()):
+            if worker.get("target") == LAMBDA:
+                worker["architecture"] = "arm64"
+                continue
             if index % 2 == 0 and not existing:
                 worker["spot"] = {"on_demand_base": 1}
             else:

@@ -24,13 +24,16 @@ ENVIRONMENTS = list(repository_environments())
 
 
 def test_every_environment_of_cdk_json_parses_and_synthesizes(repository: dict[str, Synthesized]) -> None:
-    """Each environment of cdk.json gives one stack, with a queue pair and a service for each of its workers."""
+    """Each environment of cdk.json gives one stack, with a queue pair for each of its workers, and a service for
+    each ECS worker or a function and its mapping for each Lambda one."""
     assert list(repository) == ENVIRONMENTS
     for name, env in repository.items():
         workers = len(env.stack.settings.workers)
+        functions = sum(w.target == "lambda" for w in env.stack.settings.workers)
         assert list(env.stack.workers) == [w.name for w in env.stack.settings.workers], name
         env.template.resource_count_is("AWS::SQS::Queue", 2 * workers)
-        env.template.resource_count_is("AWS::ECS::Service", workers)
+        env.template.resource_count_is("AWS::ECS::Service", workers - functions)
+        env.template.resource_count_is("AWS::Lambda::EventSourceMapping", functions)
 
 
 def test_every_worker_runs_the_contract_its_handler_declares() -> None:

@@ -24,7 +24,7 @@ from consumer.examples.notifications import WebhookUnavailable, deliver
 from consumer.local.demo_notifications import OUTAGE_RETRY_AFTER, Downstream
 from consumer.local.harness import Planned
 from consumer.message import PoisonMessage
-from consumer.stack_outputs import consumer_container, task_definitions
+from consumer.stack_outputs import WORKER_NAMES_OUTPUT, consumer_container, task_definitions, worker_functions
 from tests.integration.conftest import SHIPPED_DEMO_STACK, run_module
 from tests.reference import shipped_demo
 
@@ -88,13 +88,22 @@ def report_job() -> Any:
 
 
 def stack_workers(cdk_out: Path) -> dict[str, str]:
-    """The demo template's workers and their handlers, in the stack's order."""
+    """The demo template's workers and their handlers, ECS tasks' and Lambda functions', in the stack's order."""
     template = json.loads((cdk_out / f"{SHIPPED_DEMO_STACK}.template.json").read_text())
-    workers = {}
+    handlers = {}
     for name, definition in task_definitions(template["Resources"]):
         container = consumer_container(definition)
-        workers[name] = {e["Name"]: e["Value"] for e in container["Environment"]}["CONSUMER_HANDLER"]
-    return workers
+        handlers[name] = {e["Name"]: e["Value"] for e in container["Environment"]}["CONSUMER_HANDLER"]
+    for name, function in worker_functions(template["Resources"]):
+        handlers[name] = function["Properties"]["Environment"]["Variables"]["CONSUMER_HANDLER"]
+    order = template["Outputs"][WORKER_NAMES_OUTPUT]["Value"].split(",")
+    return {name: handlers[name] for name in order if name in handlers}
+
+
+def lambda_workers(cdk_out: Path) -> set[str]:
+    """The demo template's workers deployed as Lambda functions."""
+    template = json.loads((cdk_out / f"{SHIPPED_DEMO_STACK}.template.json").read_text())
+    return {name for name, _ in worker_functions(template["Resources"])}
 
 
 @pytest.mark.real
@@ -298,7 +307,7 @@ def test_demo_short_form_counts_each_tenant_from_the_consumers_logs(
 
 @pytest.mark.real
 def test_demo_short_form_checks_each_consumer_s_liveness_with_its_own_file(
-    short_run: tuple[subprocess.CompletedProcess, dict],
+    short_run: tuple[subprocess.CompletedProcess, dict], shipped_demo_out: Path
 ) -> None:
     """python -m consumer health ran for the running consumers of every worker, after producing (with the
     notifications example in the stack: once its circuits opened) and before the stop, each against its own
@@ -307,7 +316,11 @@ def test_demo_short_form_checks_each_consumer_s_liveness_with_its_own_file(
     _, report = short_run
     example = any(w["handler"] == NOTIFICATIONS_HANDLER for w in report["workers"].values())
     first = "after producing, circuit open" if example else "after producing"
-    for worker in report["workers"].values():
+    functions = lambda_workers(shipped_demo_out)
+    for name, worker in report["workers"].items():
+        if name in functions:  # a Lambda function has no container health check
+            assert [c["health"] for c in worker["consumers"]] == [[]] * len(worker["consumers"])
+            continue
         checks = [(c["number"], h["phase"], h["healthy"]) for c in worker["consumers"] for h in c["health"]]
         assert {phase for _, phase, _ in checks} == {first, "before the stop"}, checks
         assert all(healthy for _, _, healthy in checks) and worker["unhealthy"] == []
@@ -409,3 +422,25 @@ def test_report_store_refuses_an_unplanned_report_as_permanent(store: Any) -> No
     with pytest.raises(PoisonMessage, match="HTTP 404"):
         report_job().upload("rpt-stranger-0", "<p>page</p>", store.url)
     assert (store.delivered(), dict(store.refusals)) == (set(), {404: 1})
+
+
+@pytest.mark.real
+def test_demo_short_form_runs_a_lambda_worker_as_lambda_would(
+    short_run: tuple[subprocess.CompletedProcess, dict], shipped_demo_out: Path
+) -> None:
+    """The shipped demo's worker deployed as a Lambda function (webhooks) runs as `python -m consumer local function`
+    processes beside the ECS workers' consumers: each played a mapping and invoked the function's entry point (its
+    mapping_invoked lines), never started a container consumer, and exited 0 on SIGTERM; its lane balances (the
+    balance tests above). A test of the shipped example: it skips where cdk.json deploys no worker on Lambda. Real:
+    read from the one short run."""
+    _, report = short_run
+    functions = lambda_workers(shipped_demo_out)
+    if not functions:
+        pytest.skip("the shipped demo deploys no worker as a Lambda function")
+    for name in functions:
+        worker = report["workers"][name]
+        logs = [Path(c["log"]).read_text().splitlines() for c in worker["consumers"]]
+        events = [json.loads(line).get("event") for log in logs for line in log if line.startswith("{")]
+        assert (events.count("mapping_invoked") > 0, "consumer_started" in events) == (True, False)
+        assert [c["exit_code"] for c in worker["consumers"]] == [0] * len(worker["consumers"])
+        assert worker["ok"]
