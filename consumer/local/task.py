@@ -98,7 +98,7 @@ class TaskContainer:
     def from_assembly(cls, outdir: Path, stack_name: str, worker: str | None = None) -> TaskContainer:
         """The container of ``worker``'s task definition in ``stack_name`` (picked by its ``sqs-worker:worker``
         metadata); ``worker`` may be left out when the stack has one task definition."""
-        template = _read_json(outdir / f"{stack_name}.template.json")
+        template = read_json(outdir / f"{stack_name}.template.json")
         properties = _task_definition(template, stack_name, worker)["Properties"]
         # The consumer's container: a tracing collector sidecar (not essential) is not run here; without its
         # collector the consumer's spans go nowhere, which the consumer logs and survives.
@@ -114,8 +114,8 @@ class TaskContainer:
         _refuse_unknown(stack_name, "LinuxParameters", container.get("LinuxParameters", {}), RUN_LINUX_PARAMETERS)
         for volume in properties.get("Volumes", []):
             _refuse_unknown(stack_name, f"Volumes[{volume.get('Name')!r}]", volume, RUN_VOLUME_KEYS)
-        asset_hash = _image_asset_hash(container.get("Image"), stack_name)
-        images = _read_json(outdir / f"{stack_name}.assets.json").get("dockerImages", {})
+        asset_hash = image_asset_hash(container.get("Image"), stack_name)
+        images = read_json(outdir / f"{stack_name}.assets.json").get("dockerImages", {})
         if asset_hash not in images:
             raise TaskDefinitionError(f"{stack_name}: the image tag {asset_hash} is not a container asset of the stack")
         source = images[asset_hash]["source"]
@@ -245,16 +245,21 @@ class TaskContainer:
         arguments += ["--stop-timeout", str(self.stop_timeout)]
         for key, value in {**environment, **secrets}.items():
             arguments += ["--env", f"{key}={value}"]
-        entry_point = list(definition.get("EntryPoint", []))
-        arguments_after_image = list(definition.get("Command", []) if command is None else command)
-        if entry_point and engine.name == "docker":
-            # Docker's --entrypoint is one executable (docker/cli: Entrypoint = []string{value}): the rest of
-            # ECS's EntryPoint goes first among the arguments, which Docker appends to it, as ECS's Command is.
-            arguments += ["--entrypoint", entry_point[0]]
-            arguments_after_image = [*entry_point[1:], *arguments_after_image]
-        elif entry_point:
-            arguments += ["--entrypoint", json.dumps(entry_point)]  # podman takes the whole list as a JSON array
-        return [*arguments, image or self.image_tag, *arguments_after_image]
+        command = list(definition.get("Command", []) if command is None else command)
+        options, after_image = entry_point_arguments(engine, list(definition.get("EntryPoint", [])), command)
+        return [*arguments, *options, image or self.image_tag, *after_image]
+
+
+def entry_point_arguments(engine: Engine, entry_point: list[str], command: list[str]) -> tuple[list[str], list[str]]:
+    """The engine's options replacing the image's ENTRYPOINT with ``entry_point`` (none when it is empty: the image's
+    own), and the arguments after the image (``command``, replacing its CMD), as ECS's and Lambda's overrides do."""
+    if entry_point and engine.name == "docker":
+        # Docker's --entrypoint is one executable (docker/cli: Entrypoint = []string{value}): the rest of the
+        # EntryPoint goes first among the arguments, which Docker appends to it, as the Command is.
+        return ["--entrypoint", entry_point[0]], [*entry_point[1:], *command]
+    if entry_point:
+        return ["--entrypoint", json.dumps(entry_point)], command  # podman takes the whole list as a JSON array
+    return [], command
 
 
 def _health_arguments(check: Mapping[str, Any] | None, engine: Engine, stack_name: str) -> list[str]:
@@ -326,7 +331,7 @@ def _copy_image_path(engine: Engine, image: str, path: str, directory: Path) -> 
     )  # fmt: skip
 
 
-def _image_asset_hash(image: Any, stack_name: str) -> str:
+def image_asset_hash(image: Any, stack_name: str) -> str:
     """The tag of a CDK container asset's image reference: ``{"Fn::Sub": "...container-assets-...:<hash>"}``."""
     reference = image.get("Fn::Sub") if isinstance(image, dict) else image
     if not isinstance(reference, str) or "container-assets" not in reference:
@@ -334,7 +339,7 @@ def _image_asset_hash(image: Any, stack_name: str) -> str:
     return reference.rsplit(":", 1)[-1]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise TaskDefinitionError(f"{path} does not exist; synthesize first (python app.py)")
     document: dict[str, Any] = json.loads(path.read_text())
