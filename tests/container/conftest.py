@@ -1,4 +1,5 @@
-"""The container tier: the consumer image, built as ``cdk deploy`` builds it, run as ECS runs the task.
+"""The container tier: the consumer image, built as ``cdk deploy`` builds it, run as ECS runs the task (and as Lambda
+runs a lambda worker's function: test_function.py).
 
 The image is built from the synthesized container asset (``cdk.out/asset.<hash>``, the directory
 ``cdk deploy`` would build) and started with the synthesized task definition's own settings
@@ -26,6 +27,7 @@ from consumer.local.image import BuiltImage, ContainerToolingUnavailable, Engine
 from consumer.local.stack import LocalStack, local_client, provision_fresh, start_server
 from consumer.local.task import TaskContainer, TaskRun
 from consumer.testing import QueueDepth, depth
+from infra.worker_settings import CONTEXT_KEY
 from tests.reference import reference_context
 
 #: The environment whose task definition the tier runs: the one `make run` deploys locally.
@@ -33,6 +35,9 @@ ENVIRONMENT = "demo"
 STACK = f"SqsWorker-{ENVIRONMENT}"
 #: The worker whose task the tier runs: the demo stack's first, the notifications example (its samples, its webhook).
 WORKER = "notifications"
+#: The environment the tier's lambda worker runs in (tests/container/test_function.py): see :func:`assembly`.
+FUNCTION_ENVIRONMENT = "function"
+FUNCTION_STACK = f"SqsWorker-{FUNCTION_ENVIRONMENT}"
 
 
 #: Set by .ci/run where it has installed an engine: then the tier must run, never skip.
@@ -54,16 +59,37 @@ def engine() -> Engine:
         raise
 
 
-@pytest.fixture(scope="session")
-def task(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> TaskContainer:
-    """The reference demo environment (tests/reference.py), synthesized by the real app (nag included); its task's
-    container (after the engine: without one the tier skips before synthesizing)."""
-    from infra.app import build_app
+def lambda_worker() -> tuple[str, str]:
+    """The first reference environment with a worker Lambda can run, and that worker."""
+    from tests.infra.function_checks import lambda_ready
 
+    ready = lambda_ready(reference_context()[CONTEXT_KEY])
+    assert ready is not None, "no reference worker can run on Lambda"
+    return ready
+
+
+@pytest.fixture(scope="session")
+def assembly(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One app synthesized by the real app code (nag included), after the engine (without one the tier skips before
+    synthesizing): the reference demo environment (tests/reference.py), and ``FUNCTION_ENVIRONMENT``, a copy of
+    :func:`lambda_worker`'s environment with that worker switched to ``"target": "lambda"``."""
+    from infra.app import build_app
+    from tests.infra.function_checks import move_to_lambda
+
+    environments = reference_context()[CONTEXT_KEY]
+    original, worker = lambda_worker()
+    switched = move_to_lambda(environments[original], worker)
+    context = {CONTEXT_KEY: {ENVIRONMENT: environments[ENVIRONMENT], FUNCTION_ENVIRONMENT: switched}}
     outdir = tmp_path_factory.mktemp("cdk.out")
-    app, _ = build_app(outdir=str(outdir), context={**reference_context(), "env": ENVIRONMENT})
+    app, _ = build_app(outdir=str(outdir), context=context)
     app.synth()
-    return TaskContainer.from_assembly(outdir, STACK, WORKER)
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def task(assembly: Path) -> TaskContainer:
+    """The demo environment's task's container."""
+    return TaskContainer.from_assembly(assembly, STACK, WORKER)
 
 
 @pytest.fixture(scope="session")
