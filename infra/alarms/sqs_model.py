@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from infra.alarms.definitions import Series, metric_key
 from infra.alarms.events import CALLER, SqsEvent, sorted_events
 from infra.alarms.gc_pause import paused_gc
+from infra.alarms.lambda_model import LAMBDA_RULES
 from infra.alarms.publishers import (
     CI_PER_MINUTE,
     CI_ZERO_TASKS,
@@ -179,8 +180,8 @@ SQS_RULES: tuple[Rule, ...] = (
     ),
 )
 
-#: Every rule of the model (SQS, Container Insights, EMF), in the order docs print them.
-RULES: tuple[Rule, ...] = SQS_RULES + PUBLISHER_RULES
+#: Every rule of the model (SQS, Container Insights, EMF, Lambda and its mapping), in the order docs print them.
+RULES: tuple[Rule, ...] = SQS_RULES + PUBLISHER_RULES + LAMBDA_RULES
 #: The rules that shape every published minute (the others are added to ``applied`` only when they fire).
 ALWAYS_APPLIED = frozenset(
     {SQS_PER_MINUTE, SQS_VISIBILITY, SQS_DELAYED_ZERO, SQS_AGE_HELD, SQS_SENT, SQS_RECEIVED_DELETED, SQS_SAMPLE_INSTANT}

@@ -43,6 +43,7 @@ NAME_PROPERTY = {
     "AWS::SNS::Topic": "TopicName",
     "AWS::ECS::Cluster": "ClusterName",
     "AWS::ECS::Service": "ServiceName",
+    "AWS::Lambda::Function": "FunctionName",
     "AWS::CloudWatch::Alarm": "AlarmName",
     "AWS::CloudWatch::CompositeAlarm": "AlarmName",
 }
