@@ -3,6 +3,7 @@
     python -m infra.alarms evaluate cdk.out/SqsWorker-prod.template.json series.json
     python -m infra.alarms metrics cdk.out/SqsWorker-prod.template.json
     python -m infra.alarms scenarios --env prod [--plot DIR]
+    python -m infra.alarms scenarios --cdk-json my-cdk.json   # another cdk.json's environments (a lambda worker's)
     python -m infra.alarms scenarios --write-docs
 
 Bad input (a template or series that is not what it should be, something the evaluator does not implement) exits 2
@@ -139,40 +140,63 @@ def runbook_with_times(document: str, outcomes: Mapping[str, Sequence[Any]]) -> 
     )
 
 
-def synthesize(outdir: Path) -> Path:
-    """``python app.py`` into ``outdir`` (every environment, cdk-nag included): the templates as they deploy."""
+def synthesize(outdir: Path, cdk_json: Path | None = None) -> Path:
+    """``python app.py`` into ``outdir`` (every environment, cdk-nag included): the templates as they deploy; with
+    ``cdk_json``, that file's environments instead of the repository's (the CDK's ``CDK_CONTEXT_JSON``, which
+    workers.lock.json never records)."""
     import os
     import subprocess
 
+    from infra.worker_settings import CONTEXT_KEY
+
     environment = {**os.environ, "CDK_OUTDIR": str(outdir)}
+    if cdk_json is not None:
+        environment["CDK_CONTEXT_JSON"] = json.dumps({CONTEXT_KEY: _read_environments(cdk_json)})
     result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=environment, capture_output=True, text=True)
     if result.returncode != 0:
         raise ValueError(f"python app.py failed: {result.stderr.strip().splitlines()[-1:]}")
     return outdir
 
 
-def _environments() -> list[Any]:
+def _read_environments(cdk_json: Path) -> Any:
+    """The ``sqs-worker:environments`` mapping of a cdk.json-shaped file; one without it is refused naming it."""
+    from infra.worker_settings import CONTEXT_KEY
+
+    try:
+        return json.loads(cdk_json.read_text())["context"][CONTEXT_KEY]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"--cdk-json {cdk_json}: must be a cdk.json with context.{CONTEXT_KEY} ({error!r})") from None
+
+
+def _environments(cdk_json: Path | None = None) -> list[Any]:
     """The environments of the repository's cdk.json, validated, its workers' identities as its synth resolves them
-    (with workers.lock.json, infra/identities.py)."""
+    (with workers.lock.json, infra/identities.py); or of ``cdk_json``, resolved without the lock (as its synth)."""
     from infra.identities import IdentityLock
     from infra.settings import load_environments
     from infra.worker_settings import CONTEXT_KEY
 
+    if cdk_json is not None:
+        return list(load_environments({CONTEXT_KEY: _read_environments(cdk_json)}))
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     return list(load_environments({CONTEXT_KEY: context[CONTEXT_KEY]}, lock=IdentityLock(ROOT / "workers.lock.json")))
 
 
 def scenario_report(
-    templates: Path, environments: list[str] | None, plot_dir: Path | None, plot_only: str | None = None
+    templates: Path,
+    environments: list[str] | None,
+    plot_dir: Path | None,
+    plot_only: str | None = None,
+    cdk_json: Path | None = None,
 ) -> tuple[str, str, bool, dict[str, Any]]:
     """The time to page per alarm (the reference's part), the catalogue and scaling tables of every (or each named)
-    environment (the evidence's part), as markdown; whether all held; and each environment's outcomes."""
+    environment of the repository's cdk.json (or ``cdk_json``) (the evidence's part), as markdown; whether all held;
+    and each environment's outcomes."""
     from infra.alarms.catalogue import run_catalogue, skipped_scenarios, worker_facts
     from infra.alarms.report import catalogue_markdown, plot, scaling_markdown, skipped_markdown, time_to_page_markdown
     from infra.alarms.scaling import policies_from_template
     from infra.alarms.wake_up import wake_up_from_template
 
-    selected = _environments()
+    selected = _environments(cdk_json)
     unknown = set(environments or []) - {e.name for e in selected}
     if unknown:
         raise ValueError(
@@ -225,6 +249,14 @@ def scenarios_command(
     templates: Annotated[
         Path | None, typer.Option(help="Synthesized templates (default: python app.py into a temporary directory)")
     ] = None,
+    cdk_json: Annotated[
+        Path | None,
+        typer.Option(
+            "--cdk-json",
+            help='Another cdk.json\'s environments (e.g. a copy with a worker on "target": "lambda"; default the'
+            " repository's); not with --write-docs",
+        ),
+    ] = None,
     write_docs: Annotated[
         bool,
         typer.Option(
@@ -237,16 +269,20 @@ def scenarios_command(
     whether that is the intended outcome; then the burst on the scaling policy. Exit 1 if any outcome is not."""
     import tempfile
 
-    if write_docs and env:
-        raise _fail(ValueError("--write-docs: the docs carry every environment; run it without --env"))
+    if write_docs and (env or cdk_json):
+        raise _fail(
+            ValueError(
+                "--write-docs: the docs carry the repository's every environment; run it without --env and --cdk-json"
+            )
+        )
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            source = templates or synthesize(Path(scratch))
+            source = templates or synthesize(Path(scratch), cdk_json)
             plot_only = None
             if write_docs and plot_dir is None:  # the docs carry one environment's timelines: prod's, or the first's
                 names = [e.name for e in _environments()]
                 plot_dir, plot_only = EVIDENCE_DOCS.parent / "alarms", "prod" if "prod" in names else names[0]
-            reference, evidence, held, outcomes = scenario_report(source, env, plot_dir, plot_only)
+            reference, evidence, held, outcomes = scenario_report(source, env, plot_dir, plot_only, cdk_json)
     except (OSError, ValueError) as error:
         raise _fail(error) from None
     if write_docs:

@@ -16,6 +16,8 @@ from typing import Any
 from infra.alarms.definitions import ALARM, OK, CompositeAlarm, MetricAlarm, Series
 from infra.alarms.engine import Transition, evaluate
 from infra.alarms.events import SqsEvent
+from infra.alarms.lambda_model import invocation_emf_series, lambda_series
+from infra.alarms.lambda_scenarios import LAMBDA_CATALOGUE, lambda_skipped
 from infra.alarms.publishers import container_insights_series, emf_series
 from infra.alarms.scaling import policies_from_template
 from infra.alarms.scenarios import CATALOGUE, USUAL_PER_MINUTE, WAKE_DELAYED, Scenario
@@ -26,6 +28,7 @@ from infra.alarms.world import CREATED_SECONDS, DAY, Timeline, WorkerFacts, Worl
 from infra.capacity_settings import WAKE_UP_SECONDS
 from infra.identities import DEFAULT_IDENTITY
 from infra.settings import EnvironmentSettings
+from infra.worker_settings import LAMBDA, lambda_target_of
 
 #: The recorded runs the recorded scenarios read (``NAME.json``), as the lab's recorder writes them
 #: (``python -m bench.alarm_recording``): data, read here; nothing of the recorder is imported.
@@ -42,6 +45,7 @@ def worker_facts(environment: EnvironmentSettings) -> list[WorkerFacts]:
         # A worker's resources follow its identity (infra/identities.py); "default" holds the unprefixed ones.
         identity = worker.identity or worker.name
         prefix = stack if identity == DEFAULT_IDENTITY else f"{stack}-{identity}"
+        on_lambda = worker.target == LAMBDA
         facts.append(
             WorkerFacts(
                 source=f"{prefix}-source" + (".fifo" if environment.contract(worker).fifo else ""),
@@ -51,9 +55,18 @@ def worker_facts(environment: EnvironmentSettings) -> list[WorkerFacts]:
                 contract=environment.contract(worker),
                 min_tasks=worker.min_tasks,
                 max_tasks=worker.max_tasks,
+                function=_function_name(prefix) if on_lambda else None,
+                target=lambda_target_of(worker, environment.contract(worker)) if on_lambda else None,
+                prefix=prefix,
             )
         )
     return facts
+
+
+def _function_name(prefix: str) -> str:
+    """A lambda worker's function name, as infra/function.py's ``function_name_of`` gives it (not imported: that
+    module loads the CDK, which the evaluator never does; tests/alarms/test_lambda_catalogue.py keeps them equal)."""
+    return f"{prefix}-consumer"
 
 
 def _service_dimensions(alarms: Sequence[MetricAlarm]) -> list[tuple[str, str]]:
@@ -211,23 +224,32 @@ def judge(outcome: Outcome) -> list[str]:
 def _series_of(
     world: World, timeline: Timeline, facts: Sequence[WorkerFacts], services: Sequence[tuple[str, str]]
 ) -> Series:
+    """Every published datapoint of the scenario: the queues', each ECS worker's task counts (the subject's from the
+    world, the others' steady), the subject's function metrics if it is on Lambda, and its EMF counts."""
     specs = []
     for worker in facts:
         contract = worker.contract
         specs.append(
-            QueueSpec(
-                worker.source, contract.fifo, contract.source_retention_seconds, contract.visibility_timeout_seconds
-            )
+            QueueSpec(worker.source, contract.fifo, contract.source_retention_seconds, worker.visibility_seconds)
         )
         specs.append(QueueSpec(worker.dlq, contract.fifo, contract.dlq_retention_seconds, 30))
     series = sqs_series(world.events, specs, start=0, end=timeline.end, idle_since=timeline.idle_since)
-    for index, (cluster, service) in enumerate(services):
-        counts = world.tasks if index == 0 else [(0.0, facts[index].awake_tasks, facts[index].awake_tasks)]
-        late = world.late_task_counts if index == 0 else None
+    # The template's services in template order are its ECS workers' in cdk.json's order.
+    for worker, (cluster, service) in zip([f for f in facts if f.function is None], services, strict=False):
+        is_subject = worker is facts[0]
+        counts = world.tasks if is_subject else [(0.0, worker.awake_tasks, worker.awake_tasks)]
+        late = world.late_task_counts if is_subject else None
         series.merge(
             container_insights_series(counts, cluster=cluster, service=service, start=0, end=timeline.end, late=late)
         )
-    series.merge(emf_series(world.counts, queue=facts[0].source))
+    subject = facts[0]
+    if subject.function is not None:
+        series.merge(
+            lambda_series(world.invocations, world.throttles, function=subject.function, start=0, end=timeline.end)
+        )
+        series.merge(invocation_emf_series(world.counts, queue=subject.source))
+    else:
+        series.merge(emf_series(world.counts, queue=subject.source))
     return series
 
 
@@ -305,30 +327,51 @@ def topic_routes(template: Mapping[str, Any]) -> dict[str, str]:
     return routes
 
 
+def subjects(facts: Sequence[WorkerFacts]) -> list[list[WorkerFacts]]:
+    """The workers the catalogue runs on, each with the environment's others after it: the first worker, and the
+    first of the other target if there is one (an ECS worker runs :data:`CATALOGUE`, a lambda worker
+    :data:`LAMBDA_CATALOGUE`)."""
+    found = [list(facts)]
+    other = next((f for f in facts if (f.function is None) != (facts[0].function is None)), None)
+    if other is not None:
+        found.append([other, *(f for f in facts if f is not other)])
+    return found
+
+
 def run_catalogue(
-    template_path: Path, environment: EnvironmentSettings, scenarios: Sequence[Scenario] = CATALOGUE
+    template_path: Path, environment: EnvironmentSettings, scenarios: Sequence[Scenario] | None = None
 ) -> list[Outcome]:
+    """Every scenario of each subject worker (:func:`subjects`): :data:`CATALOGUE` on an ECS worker,
+    :data:`LAMBDA_CATALOGUE` on a lambda worker, or ``scenarios`` on every subject."""
     template = load_template(template_path)
     alarms, composites = read_alarms(template, environment.stack_name)
-    facts = worker_facts(environment)
-    prefix = f"{environment.stack_name}-"
-    names = [a.name for a in alarms] + [c.name for c in composites]
-    short = {name: name.removeprefix(prefix) for name in names}
     routes = topic_routes(template)
     policies = list(policies_from_template(template).values())
-    policy = policies[0] if policies else None
-    wake_up = wake_up_from_template(template, alarms)
     scaling = frozenset(w.alarm.name for w in wake_ups_from_template(template, alarms))
-    return [
-        run_scenario(s, alarms, composites, facts, routes, short, policy, wake_up, scaling)
-        for s in scenarios
-        if s.skipped(wake_up is not None) is None
-    ]
+    outcomes = []
+    for facts in subjects(worker_facts(environment)):
+        subject = facts[0]
+        names = [a.name for a in alarms] + [c.name for c in composites]
+        short = {name: name.removeprefix(f"{subject.prefix}-") for name in names}
+        if subject.function is not None:
+            chosen, policy, wake_up = scenarios or LAMBDA_CATALOGUE, None, None
+            run = [s for s in chosen if lambda_skipped(s, subject) is None]
+        else:
+            chosen = scenarios or CATALOGUE
+            policy, wake_up = policies[0] if policies else None, wake_up_from_template(template, alarms)
+            run = [s for s in chosen if s.skipped(wake_up is not None) is None]
+        outcomes += [run_scenario(s, alarms, composites, facts, routes, short, policy, wake_up, scaling) for s in run]
+    return outcomes
 
 
 def skipped_scenarios(template_path: Path, scenarios: Sequence[Scenario] = CATALOGUE) -> list[tuple[Scenario, str]]:
-    """The scenarios the catalogue does not run on this template, each with its rule (:meth:`Scenario.skipped`)."""
+    """The scenarios the catalogue does not run on this template's first ECS worker, each with its rule
+    (:meth:`Scenario.skipped`); none on a template without one."""
     template = load_template(template_path)
     alarms, _ = read_alarms(template, "")
+    if not policies_from_template(template) and not any(
+        key[1] == "RunningTaskCount" for a in alarms for key in a.metric_keys()
+    ):
+        return []
     zero = wake_up_from_template(template, alarms) is not None
     return [(s, reason) for s in scenarios if (reason := s.skipped(zero)) is not None]

@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 from consumer.contract import WorkerContract
+from consumer.lambda_target import LambdaTarget
 from infra.alarms.events import CALLER, SqsEvent, scripted_event
+from infra.alarms.lambda_model import Invocation
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 #: The alarms of a scenario exist from here on; the world runs from t = 0, so they start with 20 minutes of history.
@@ -34,6 +36,18 @@ class WorkerFacts:
     contract: WorkerContract
     min_tasks: int
     max_tasks: int
+    #: A lambda worker's function name and target (None for an ECS worker).
+    function: str | None = None
+    target: LambdaTarget | None = None
+    #: The worker's alarm name prefix (``<stack>`` for the stack's default worker, else ``<stack>-<identity>``).
+    prefix: str = ""
+
+    @property
+    def visibility_seconds(self) -> int:
+        """The source's visibility timeout: the contract's, or the Lambda target's (six function timeouts)."""
+        if self.target is not None:
+            return self.target.queue_visibility_seconds
+        return self.contract.visibility_timeout_seconds
 
     @property
     def duration(self) -> float:
@@ -69,11 +83,14 @@ class World:
     #: The first worker's Container Insights datapoints that reach CloudWatch late: minute start (s) -> seconds after
     #: the minute's end (math.inf: never), the ``ci-late`` rule (infra.alarms.publishers).
     late_task_counts: dict[float, float] = field(default_factory=dict)
-    #: The contract's visibility timeout, read once: a receive's default hold, written for every scripted message.
+    #: A lambda worker's invocations and throttled invocation requests (their times), :mod:`infra.alarms.lambda_model`.
+    invocations: list[Invocation] = field(default_factory=list)
+    throttles: list[float] = field(default_factory=list)
+    #: The source's visibility timeout, read once: a receive's default hold, written for every scripted message.
     _hold: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self._hold = self.facts.contract.visibility_timeout_seconds
+        self._hold = self.facts.visibility_seconds
 
     # --- calls ---------------------------------------------------------------------------
     # The events are the helpers' own (an op each writes, an id it issued, a visibility it gives): built unchecked.
