@@ -92,7 +92,8 @@ class FunctionMetrics(NamedTuple):
     errors: cloudwatch.IMetric
     #: Invocation requests Lambda refused for lack of concurrency (the account's, shared by every function).
     throttles: cloudwatch.IMetric
-    #: The most execution environments processing events at once, each minute.
+    #: The most execution environments processing events at once, each minute: Lambda emits it for every function,
+    #: reserved concurrency or not. https://docs.aws.amazon.com/lambda/latest/dg/monitoring-concurrency.html
     concurrent_executions: cloudwatch.IMetric
     maximum_concurrency: int | None
 

@@ -32,6 +32,8 @@ INIT_ERROR_SECONDS = 1.0
 #: Times the usual rate of the backlog that holds the mapping at its MaximumConcurrency (for 30 minutes).
 BACKLOG_FACTOR = 50
 BACKLOG_MINUTES = 30
+#: The mapping's long poll: an empty receive returns after this many seconds (SQS's longest wait).
+LONG_POLL_SECONDS = 20
 #: StalledNothingDeleted's evaluation: 5 one-minute periods (infra/queue_alarms.py STALLED_EVALUATION_MINUTES; not
 #: imported, that module loads the CDK: tests/alarms/test_lambda_catalogue.py keeps them equal).
 NOTHING_DELETED_MINUTES = 5
@@ -130,9 +132,15 @@ def lambda_steady(world: World) -> Timeline:
 
 
 def lambda_idle(world: World) -> Timeline:
-    """Nothing sent for three hours, both queues idle for eight before: no invocation, so no Lambda datapoint."""
+    """Nothing sent for three hours, the DLQ idle for eight before: no invocation, so no Lambda datapoint. The
+    mapping's pollers keep long-polling the source (an empty receive is an action that keeps a queue active, so SQS
+    publishes its zeros: rule ``sqs-idle``)."""
     facts = world.facts
-    return Timeline(onset=0, end=3 * HOUR, idle_since={facts.source: -8 * HOUR, facts.dlq: -8 * HOUR})
+    at = 0.0
+    while at < 3 * HOUR:
+        world.call(at)
+        at += LONG_POLL_SECONDS
+    return Timeline(onset=0, end=3 * HOUR, idle_since={facts.dlq: -8 * HOUR})
 
 
 def lambda_fails_all(world: World) -> Timeline:
@@ -235,7 +243,7 @@ STALLED_MAY = ("ConsumerStalled", "BacklogAge")
 LAMBDA_CATALOGUE: tuple[Scenario, ...] = (
     Scenario("lambda-steady", "steady traffic through the mapping, nothing wrong (2 h)", "modeled", False, lambda_steady),
     Scenario(
-        "lambda-idle", "both queues idle for hours, the function never invoked (3 h)", "modeled", False, lambda_idle,
+        "lambda-idle", "nothing sent for 3 h, the mapping polling an empty source, the DLQ idle", "modeled", False, lambda_idle,
     ),
     Scenario(
         "lambda-fails-all", "the handler fails every message (each listed in batchItemFailures)", "modeled", True,

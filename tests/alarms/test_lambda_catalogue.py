@@ -69,9 +69,11 @@ def test_lambda_handler_failures_never_page_function_errors(outcomes: dict[str, 
     assert ("DlqDepth" in notified, "FunctionErrors" in notified) == (True, False)
 
 
-def test_lambda_idle_queue_notifies_nothing(outcomes: dict[str, Outcome]) -> None:
-    """An idle queue publishes no Lambda datapoint and no SQS one: no alarm notifies (missing is not breaching)."""
-    assert [] == _notified(outcomes["lambda-idle"])
+def test_lambda_idle_queue_notifies_nothing_on_missing_function_data(outcomes: dict[str, Outcome]) -> None:
+    """An idle queue invokes nothing: every function alarm reads only missing data, and none notifies."""
+    outcome = outcomes["lambda-idle"]
+    lambda_points = [key[1] for key, points in outcome.series.points.items() if key[0] == "AWS/Lambda" and points]
+    assert ([], []) == (lambda_points, _notified(outcome))
 
 
 def test_lambda_throttling_raises_a_ticket_not_a_function_error(outcomes: dict[str, Outcome]) -> None:
