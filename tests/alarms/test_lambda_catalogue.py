@@ -18,7 +18,7 @@ from infra.alarms.__main__ import ROOT
 from infra.alarms.catalogue import Outcome, _function_name, run_catalogue, subjects, worker_facts
 from infra.alarms.lambda_scenarios import LAMBDA_CATALOGUE, NOTHING_DELETED_MINUTES, lambda_skipped
 from infra.settings import load_environments
-from infra.worker_settings import CONTEXT_KEY
+from infra.worker_settings import CONTEXT_KEY, WORKER_KEYS
 from tests.infra.conftest import synthesize_once
 from tests.infra.function_checks import lambda_ready, move_to_lambda
 from tests.reference import ENVIRONMENTS
@@ -116,6 +116,33 @@ def test_subjects_add_the_first_worker_of_the_other_target() -> None:
     assert [[ecs, on_lambda], [on_lambda, ecs]] == subjects([ecs, on_lambda])
     assert [[on_lambda, ecs], [ecs, on_lambda]] == subjects([on_lambda, ecs])
     assert [[ecs]] == subjects([ecs])
+
+
+def _mixed() -> dict[str, object]:
+    """``ORIGINAL`` as two workers: its own on ECS (the default identity, first) and a copy named ``mail`` on
+    Lambda (second), its environment-wide settings kept."""
+    environment = copy.deepcopy(ENVIRONMENTS[ORIGINAL])
+    if "workers" in environment:
+        workers = environment.pop("workers")
+        own = copy.deepcopy(workers[WORKER])
+    else:
+        own = {k: environment.pop(k) for k in list(environment) if k in WORKER_KEYS}
+    switched = move_to_lambda({"workers": {"mail": copy.deepcopy(own)}}, "mail")["workers"]["mail"]
+    return {**environment, "workers": {WORKER: {**own, "identity": "default"}, "mail": switched}}
+
+
+def test_lambda_catalogue_runs_beside_the_containers_on_a_second_worker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """An environment whose first worker is on ECS and second on Lambda runs both catalogues, each meeting its goals
+    on its own worker's alarms (the second worker's alarm names carry its prefix)."""
+    context = {CONTEXT_KEY: {"mixed": _mixed()}}
+    (environment,) = load_environments(context)
+    synthesized = synthesize_once(tmp_path_factory, context)["mixed"]
+    found = run_catalogue(synthesized.outdir / f"{environment.stack_name}.template.json", environment)
+    names = {o.scenario.name for o in found}
+    assert ({s.name for s in LAMBDA_CATALOGUE} <= names, "steady" in names) == (True, True)
+    assert [] == [(o.scenario.name, o.problems) for o in found if not o.intended]
 
 
 def test_scenarios_command_runs_a_cdk_json_with_a_lambda_worker(template: Path, tmp_path: Path) -> None:
