@@ -250,17 +250,25 @@ def time_to_page_markdown(outcomes: Mapping[str, Sequence[Outcome]]) -> str:
     where it notifies, and those scenarios."""
     by_env = {environment: first_pages(found) for environment, found in outcomes.items()}
     alarms = sorted({alarm for pages in by_env.values() for alarm in pages})
+    # The alarms each environment's template has: "-" where it has none of that name (a lambda worker's alarms in an
+    # environment without one), "never" where it has it and no scenario paged it.
+    present = {
+        e: {short for outcome in found for short in outcome.short_names.values()} for e, found in outcomes.items()
+    }
     lines = [
         "The first notification of each alarm after the onset, least to most over the scenarios where something is"
         " wrong (a notification before the onset, a negative time in the per-scenario tables"
         " ([evidence](evidence/alarms.md#time-to-page-per-scenario)), is an alarm already in ALARM when the scenario"
-        " starts, as in recorded-operator, which begins on a paged DLQ: not counted here).",
+        " starts, as in recorded-operator, which begins on a paged DLQ: not counted here); - where the environment has"
+        " no such alarm (a lambda worker's, in an environment without one).",
         "",
         "| alarm | " + " | ".join(by_env) + " | scenarios |",
         "|---|" + "---|" * len(by_env) + "---|",
     ]
     for alarm in alarms:
-        cells = [_span(by_env[e][alarm]) if alarm in by_env[e] else "never" for e in by_env]
+        cells = [
+            _span(by_env[e][alarm]) if alarm in by_env[e] else "never" if alarm in present[e] else "-" for e in by_env
+        ]
         scenarios = sorted({name for pages in by_env.values() for _, name in pages.get(alarm, [])})
         lines.append(f"| {alarm} | " + " | ".join(cells) + " | " + ", ".join(scenarios) + " |")
     return "\n".join(lines) + "\n"
