@@ -308,8 +308,11 @@ class Invocation:
                 break
             done.wait(min(WATCH_SECONDS, self.give_up_at - now))
             self._time_out_overruns(clock.monotonic())
-        # What is settling (a DLQ send, a copy) gets until the flush's last second.
-        while self.table.holds(items) and clock.monotonic() < self.end - 1:
+        # What is settling (a DLQ send, a copy) gets until the flush's last second; so does a hand-back under way on a
+        # handler thread (a record too late to start: out of the table, its copy or DLQ move and its delete not yet
+        # reported). Answered without it, the record would be listed, and its delete wait, frozen with the
+        # environment, for its next invocation.
+        while (self.table.holds(items) or self.settlement.handing_back) and clock.monotonic() < self.end - 1:
             clock.sleep(0.01)
         if isinstance(self.runner, AsyncRunner):
             self.runner.close()

@@ -25,11 +25,12 @@ message on its last allowed receive is moved to the DLQ with the reason. See
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -84,6 +85,18 @@ SUCCEEDED = Outcome(Verdict.SUCCEEDED)
 ALREADY_DONE = Outcome(Verdict.ALREADY_DONE)
 
 
+@contextlib.contextmanager
+def underway(handing_back: set[int], item: InFlight) -> Iterator[None]:
+    """``item`` in ``handing_back`` while its hand-back runs: released unstarted, out of the in-flight table, and its
+    copy or DLQ move and its delete (or its visibility change) not yet at the acks. Added before the release, so no
+    instant sees it in neither place."""
+    handing_back.add(id(item))
+    try:
+        yield
+    finally:
+        handing_back.discard(id(item))
+
+
 class Settlement:
     """Turns outcomes into SQS calls (through the acknowledger, or a send for a copy) and frees the slot.
 
@@ -127,6 +140,7 @@ class Settlement:
         self._describe = describe
         # Processed messages' completions and message_processed lines, batched (the acknowledger's hooks write them).
         self._completions = completions
+        self.handing_back: set[int] = set()  # underway(): a Lambda invocation waits for them (invocation.py)
 
     def settle(self, item: InFlight, outcome: Outcome) -> bool:
         """Act on a started message's outcome and free its slot; True if it left the queue (deleted or moved).
@@ -167,14 +181,13 @@ class Settlement:
                 self._let_go(item)
 
     def hand_back_unstarted(self, items: list[InFlight], why: str, delay: int = 0, copy: bool = False) -> None:
-        """Hand messages that will not start here back to the queue at once, freeing their slots.
-
-        ``delay`` and ``copy``: as :meth:`hand_back` (the circuit's hand-backs use both).
-        """
+        """Hand messages that will not start here back to the queue at once, freeing their slots (each
+        :func:`underway` meanwhile). ``delay`` and ``copy``: as :meth:`hand_back` (the circuit's hand-backs use both)."""
         for item in items:
-            if not self._table.release_waiting(item):
-                continue
-            self.hand_back(item, why, delay, copy=copy)
+            with underway(self.handing_back, item):
+                if not self._table.release_waiting(item):
+                    continue
+                self.hand_back(item, why, delay, copy=copy)
             self._slots.release(1)
             log.info("message_released", extra={"message_id": item.message.message_id, "why": why})
         if self._table.is_idle():

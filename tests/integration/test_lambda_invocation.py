@@ -523,3 +523,24 @@ def test_invocation_async_handler_past_max_duration_is_cancelled_and_listed(aws_
 
     run(body)
     assert cancelled == ["slow"]
+
+
+def test_invocation_answers_only_once_a_hand_back_under_way_is_done(aws_credentials: None) -> None:
+    """A record handed back on a handler thread (too little time left to start it: a copy sent, then the original
+    deleted) is not listed: the answer waits for that hand-back, since Lambda freezes the environment once the function
+    answers, and the original, listed, would come back beside its copy (run twice without the guard)."""
+    calls: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        def handle(message: Message) -> None:
+            calls.append(message.body)
+            virtual.sim.sleep(2.5)  # the next record's turn comes with 2.5 s left before the give-up (max_duration 3 s)
+
+        function = Lambda(virtual, fast_contract(concurrency=1), handle, timeout_seconds=10.0)
+        function.send("first", "second")
+        virtual.aws.slow = {"sqs": (400.0, 400.0)}  # the copy's send spans the invocation's watch ticks
+        invoked = function.poll()
+        assert (sorted(invoked.deleted), invoked.failed_whole) == (sorted(invoked.message_ids), None)
+
+    run(body)
+    assert calls == ["first"]
