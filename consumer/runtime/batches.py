@@ -121,10 +121,13 @@ class BatchRunner(HandlerRunner):
             # The claims above run one after another (a DynamoDB call each): the call's max_duration, and the
             # heartbeat's give-up, count from when the handler is called, as a one-message handler's do.
             now = self._clock()
+            called = [item for item in to_run if self._table.calling(item, now)]
             for item in to_run:
-                item.started_at = now
-            for item, outcome in zip(to_run, self._call(to_run), strict=True):
-                self._settlement.settle(item, outcome)
+                if item not in called:  # handed back while the claims were under way
+                    self._settlement.settle(item, self.not_called(item))
+            if called:
+                for item, outcome in zip(called, self._call(called), strict=True):
+                    self._settlement.settle(item, outcome)
 
     def _call(self, items: list[InFlight]) -> list[Outcome]:
         """Call the handler once with ``items``' messages; each one's outcome, in order."""

@@ -218,7 +218,9 @@ class AsyncRunner(HandlerRunner):
     async def _attempt_async(self, item: InFlight) -> Outcome:
         # The claim may have waited its turn on the executor behind many others: the attempt, its max_duration and
         # the heartbeat's give-up count from now, when the handler is called.
-        item.started_at = started = self._clock()
+        started = self._clock()
+        if not self._table.calling(item, started):  # handed back while its claim was under way
+            return await self._blocking(self.not_called, item)  # type: ignore[no-any-return]
         task = asyncio.current_task()
         assert task is not None
         self._running[item] = task

@@ -242,14 +242,25 @@ class InFlightTable:
             )
         return overrun, stuck
 
-    def give_up(self) -> list[InFlight]:
-        """Every RUNNING one -> TIMED_OUT, however long it has run (its claim still under way included): a Lambda
-        invocation about to end gives up on what it cannot wait for. Returns those."""
+    def give_up(self) -> tuple[list[InFlight], list[InFlight]]:
+        """A Lambda invocation about to end gives up on what it cannot wait for: every RUNNING one whose handler was
+        called -> TIMED_OUT, however long it has run, and every one still claiming -> RELEASED (:meth:`calling` then
+        refuses its call). Returns both."""
         with self._lock:
             running = [i for i in self._items.values() if i.state is State.RUNNING]
             for item in running:
-                item.state = State.TIMED_OUT
-        return running
+                item.state = State.TIMED_OUT if item.started_at is not None else State.RELEASED
+        return [i for i in running if i.state is State.TIMED_OUT], [i for i in running if i.state is State.RELEASED]
+
+    def calling(self, item: InFlight, now: float) -> bool:
+        """Its handler is called now (``started_at``, from which max_duration counts); False if it is no longer
+        RUNNING: handed back while its claim was under way (a drain's end, a Lambda invocation's give-up), never to be
+        called."""
+        with self._lock:
+            if item.state is not State.RUNNING:
+                return False
+            item.started_at = now
+            return True
 
     def holds(self, items: list[InFlight]) -> bool:
         """Whether any of ``items`` is still here unsettled: waiting, running, or done with and settling."""

@@ -332,8 +332,14 @@ class Invocation:
         self.stopping.stop()  # nothing more starts: what a runner takes next is handed back (invocation_ending)
         if isinstance(self.runner, AsyncRunner):
             self.runner.cancel_running(1.0)
-        for item in self.table.give_up():
+        timed_out, claiming = self.table.give_up()
+        for item in timed_out:
             self._timed_out(item)
+        for item in claiming:  # never to be called: back at once, as what waits
+            self.settlement.hand_back(item, InvocationLease.stop_reason)
+            log.info(
+                "message_released", extra={"message_id": item.message.message_id, "why": InvocationLease.stop_reason}
+            )
         self.settlement.hand_back_unstarted(self.table.waiting(), InvocationLease.stop_reason)
 
     def _timed_out(self, item: InFlight) -> None:

@@ -18,7 +18,7 @@ from consumer.limits import SQS_MAX_VISIBILITY_SECONDS
 from consumer.message import DownstreamUnavailable, Message, PoisonMessage
 from consumer.runtime.heartbeat import heartbeat_reach
 from consumer.runtime.idempotency import Claim, idempotency_key
-from consumer.runtime.inflight import InFlight
+from consumer.runtime.inflight import InFlight, update_record
 from consumer.runtime.polling import Flow
 from consumer.runtime.settlement import ALREADY_DONE, SUCCEEDED, Outcome, Settlement, Verdict
 from consumer.runtime.wiring import Guard, Shared
@@ -30,6 +30,10 @@ log = logging.getLogger("consumer")  # one logger name for the whole runtime (se
 DEFER_IN_PLACE_SECONDS = 5.0
 #: Beyond the holder's lease end, before claiming again: the holder's clock and ours may differ a little.
 DEFER_SLACK_SECONDS = 0.5
+
+
+#: The outcome of an attempt handed back while its claim was under way (HandlerRunner.not_called).
+NOT_CALLED = Outcome(Verdict.DEFERRED)
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,9 @@ class HandlerRunner:
             guarded = self._guard(item)
             if guarded is not None:
                 return guarded
-        item.started_at = started = self._clock()  # max_duration counts from the call, not from the claim
+        started = self._clock()
+        if not self._table.calling(item, started):  # max_duration counts from the call, not from the claim
+            return self.not_called(item)
         try:
             self.handler(self._view(item))
             outcome = SUCCEEDED
@@ -220,6 +226,12 @@ class HandlerRunner:
         if self._lookahead is not None:
             self._lookahead.finished(seconds)
         return outcome
+
+    def not_called(self, item: InFlight) -> Outcome:
+        """``item`` was handed back while its claim was under way: its handler is not called, its claim is released,
+        and its outcome, a deferral's (nothing reached the handler), no longer counts (it is not running)."""
+        update_record(self._idempotency, "release", item)
+        return NOT_CALLED
 
     def classify(self, error: BaseException) -> Outcome:
         """The outcome of an attempt that raised ``error`` (or that a batch handler reported failed with it)."""

@@ -4,6 +4,7 @@ send, and moto's one sender id."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -71,3 +72,16 @@ def holds_nothing(sqs: Any, url: str) -> bool:
     hundred). Its next lease lasts a second at least, so it cannot slip between the counts of the read right after.
     """
     return depth(sqs, url).total == 0 and depth(sqs, url).total == 0
+
+
+def create_table(client: Any) -> str:
+    """An idempotency table shaped like the stack's: string partition key ``pk``, TTL on ``expires_at``."""
+    name = f"idem-{uuid.uuid4().hex[:12]}"
+    client.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"})
+    return name

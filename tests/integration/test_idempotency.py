@@ -29,7 +29,7 @@ from consumer.runtime.idempotency import (
 )
 from consumer.testing import depth
 from tests.integration.conftest import REGION, create_pair
-from tests.integration.support import consumer_of, fast_contract, holds_nothing
+from tests.integration.support import consumer_of, create_table, fast_contract, holds_nothing
 from tests.integration.virtual import Virtual
 
 LEASE = 30
@@ -48,19 +48,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-def create_table(client: Any) -> str:
-    """A table shaped like the stack's: string partition key ``pk``, TTL on ``expires_at``."""
-    name = f"idem-{uuid.uuid4().hex[:12]}"
-    client.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"})
-    return name
 
 
 @pytest.fixture

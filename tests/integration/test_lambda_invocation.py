@@ -27,7 +27,7 @@ from consumer.runtime.idempotency import InMemoryStore
 from consumer.runtime.invocation import Binding, LambdaWorker
 from consumer.runtime.wiring import Queues
 from tests.integration.conftest import QueuePair, create_pair
-from tests.integration.support import fast_contract
+from tests.integration.support import create_table, fast_contract
 from tests.integration.virtual import Virtual
 
 #: The source's visibility in these tests: far longer than any backoff, so a message back in the queue within
@@ -544,3 +544,22 @@ def test_invocation_answers_only_once_a_hand_back_under_way_is_done(aws_credenti
 
     run(body)
     assert calls == ["first"]
+
+
+def test_invocation_never_calls_a_handler_whose_claim_outlasts_the_give_up(aws_credentials: None) -> None:
+    """A claim still under way at the give-up (a table answering in 6 s, the give-up 5 s in): the record is handed
+    back at once (a copy), never given up on, and its handler is never called: called after the answer, it would run
+    in the frozen environment's next invocation, beside the record's next receive."""
+    calls: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(concurrency=1), lambda m: calls.append(m.body), timeout_seconds=10.0)
+        function.worker.idempotency = virtual.dynamodb_store(create_table(virtual.dynamodb))
+        function.send("late")
+        virtual.aws.slow = {"dynamodb": (3000.0, 3000.0)}
+        invoked = function.poll()
+        virtual.sim.sleep(15.0)  # the claim has long returned
+        assert (invoked.deleted, function.visible()) == (invoked.message_ids, ["late"])
+
+    run(body)
+    assert calls == []
