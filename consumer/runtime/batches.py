@@ -121,6 +121,10 @@ class BatchRunner(HandlerRunner):
             # The claims above run one after another (a DynamoDB call each): the call's max_duration, and the
             # heartbeat's give-up, count from when the handler is called, as a one-message handler's do.
             now = self._clock()
+            for item in to_run:
+                refusal = self._lease.at_call(item, now)
+                if refusal is not None and self._table.release_running(item):
+                    self.hand_back_at_call(item, refusal)
             called = [item for item in to_run if self._table.calling(item, now)]
             for item in to_run:
                 if item not in called:  # handed back while the claims were under way

@@ -219,7 +219,10 @@ class AsyncRunner(HandlerRunner):
         # The claim may have waited its turn on the executor behind many others: the attempt, its max_duration and
         # the heartbeat's give-up count from now, when the handler is called.
         started = self._clock()
-        if not self._table.calling(item, started):  # handed back while its claim was under way
+        refusal = self._lease.at_call(item, started)
+        if refusal is not None and self._table.release_running(item):
+            await self._blocking(self.hand_back_at_call, item, refusal)
+        if not self._table.calling(item, started):  # handed back while its claim was under way, or now
             return await self._blocking(self.not_called, item)  # type: ignore[no-any-return]
         task = asyncio.current_task()
         assert task is not None

@@ -9,11 +9,11 @@ receive (a :class:`.BatchReport` instead of the acknowledger: "deleted" means "n
 last: the invocation's remaining time, not a lease a heartbeat extends.
 
 Time: an invocation gives up ``INVOCATION_FLUSH_SECONDS`` before Lambda would stop it (the time its DLQ sends, copies,
-completions, visibility changes and metrics need). A message starts only with at least ``max_duration`` left before
-then (else it is handed back, ``invocation_ending``); a handler past ``max_duration`` is given up on as the heartbeat
-gives up on one; at the give-up every handler still running is given up on (listed failed, no visibility change: it
-returns after the queue's visibility, as a container's given-up message returns after its lease) and every message
-still waiting is handed back. A thread cannot be stopped: one still running when the function answers resumes with the
+completions, visibility changes and metrics need). A message starts, and once its idempotency claim is done its
+handler is called, only with at least ``max_duration`` left before then (else it is handed back, ``invocation_ending``);
+a handler past ``max_duration`` is given up on as the heartbeat gives up on one; at the give-up every handler still
+running is given up on (listed failed, no visibility change: it returns after the queue's visibility, as a container's
+given-up message returns after its lease) and every message still waiting or claiming is handed back. A thread cannot be stopped: one still running when the function answers resumes with the
 environment's next invocation, and its late success is settled then (completion, then a delete of its own).
 
 One :class:`LambdaWorker` per execution environment (consumer/lambda_entry.py builds it at the first invocation):
@@ -82,8 +82,8 @@ class LambdaContext(Protocol):
 
 
 class InvocationLease:
-    """An invocation's lease rules (processing.Lease): a message starts only with its whole ``max_duration`` left
-    before the give-up, nothing extends a lease, and a claim is leased for the rest of the invocation (nothing renews
+    """An invocation's lease rules (processing.Lease): a message starts, and its handler is called, only with its
+    whole ``max_duration`` left before the give-up, nothing extends a lease, and a claim is leased for the rest of the invocation (nothing renews
     it either)."""
 
     stop_reason = "invocation_ending"
@@ -101,6 +101,10 @@ class InvocationLease:
     def started(self, item: InFlight, now: float) -> None:
         """Nothing: the function cannot extend what the mapping received, and needs not (the queue's visibility is at
         least six times the function's timeout)."""
+
+    def at_call(self, item: InFlight, now: float) -> Refusal | None:
+        """As at the start, once its claim is done: max_duration counts from the call, which a slow claim delays."""
+        return self.refusal(item, now)
 
 
 @dataclass(frozen=True, kw_only=True)

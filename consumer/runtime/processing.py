@@ -59,6 +59,9 @@ class Lease(Protocol):
 
     def started(self, item: InFlight, now: float) -> None: ...
 
+    def at_call(self, item: InFlight, now: float) -> Refusal | None:
+        """Why a started message is handed back instead of calling its handler now, its claim done, or None."""
+
 
 class HeartbeatLease:
     """The container's lease rules: a waiting message starts only with at least the heartbeat's reach of lease left
@@ -87,6 +90,10 @@ class HeartbeatLease:
             # Less lease left than the heartbeat's threshold (it waited): extend now (queued to the acknowledger),
             # not up to an interval later.
             self._extend_now(item)
+
+    def at_call(self, item: InFlight, now: float) -> Refusal | None:
+        """None: the heartbeat extends a running message's lease however long its claim took."""
+        return None
 
 
 class HandlerRunner:
@@ -209,8 +216,11 @@ class HandlerRunner:
             guarded = self._guard(item)
             if guarded is not None:
                 return guarded
-        started = self._clock()
-        if not self._table.calling(item, started):  # max_duration counts from the call, not from the claim
+        started = self._clock()  # max_duration counts from the call, not from the claim
+        refusal = self._lease.at_call(item, started)
+        if refusal is not None and self._table.release_running(item):
+            self.hand_back_at_call(item, refusal)
+        if not self._table.calling(item, started):
             return self.not_called(item)
         try:
             self.handler(self._view(item))
@@ -227,9 +237,14 @@ class HandlerRunner:
             self._lookahead.finished(seconds)
         return outcome
 
+    def hand_back_at_call(self, item: InFlight, refusal: Refusal) -> None:
+        """Hand back a message its lease refuses to call (its claim took too long), released from running."""
+        self._settlement.hand_back(item, refusal.why)
+        log.info("message_released", extra={"message_id": item.message.message_id, "why": refusal.why})
+
     def not_called(self, item: InFlight) -> Outcome:
-        """``item`` was handed back while its claim was under way: its handler is not called, its claim is released,
-        and its outcome, a deferral's (nothing reached the handler), no longer counts (it is not running)."""
+        """``item`` was handed back while its claim was under way, or as it ended: its handler is not called, its claim
+        is released, and its outcome, a deferral's (nothing reached the handler), no longer counts (not running)."""
         update_record(self._idempotency, "release", item)
         return NOT_CALLED
 

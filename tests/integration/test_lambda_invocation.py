@@ -563,3 +563,21 @@ def test_invocation_never_calls_a_handler_whose_claim_outlasts_the_give_up(aws_c
 
     run(body)
     assert calls == []
+
+
+def test_invocation_hands_back_a_record_whose_claim_leaves_too_little_time_for_its_call(aws_credentials: None) -> None:
+    """A claim that takes 2.4 s (a slow table) of the 5 s before the give-up: the handler would be called with less
+    than its max_duration (3 s) left and given up on sooner; the record is handed back at once (a copy) instead, its
+    handler never called."""
+    calls: list[str] = []
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(concurrency=1), lambda m: calls.append(m.body), timeout_seconds=10.0)
+        function.worker.idempotency = virtual.dynamodb_store(create_table(virtual.dynamodb))
+        function.send("short")
+        virtual.aws.slow = {"dynamodb": (1200.0, 1200.0)}
+        invoked = function.poll()
+        assert (invoked.deleted, function.visible()) == (invoked.message_ids, ["short"])
+
+    run(body)
+    assert calls == []
