@@ -67,6 +67,7 @@ class SimThread:
         self.blocked_on: Any = None
         self.blocked_what = ""
         self.killed = False
+        self.suspended = False  # its group is frozen (a Lambda execution environment between invocations)
         self.signals: list[Callable[[], None]] = []
         self.go = threading.Lock()
         self.go.acquire()
@@ -389,14 +390,13 @@ class Simulation:
 
     def _pick(self) -> SimThread | None:
         while not self.errors:
-            runnable = [t for t in self.threads if t.state is RUNNABLE]
+            live = [t for t in self.threads if not t.suspended]
+            runnable = [t for t in live if t.state is RUNNABLE]
             if runnable:
                 return runnable[0] if len(runnable) == 1 else self.rng.choice(runnable)
-            timed = [t for t in self.threads if t.state is BLOCKED and t.deadline is not None]
+            timed = [t for t in live if t.state is BLOCKED and t.deadline is not None]
             if not timed:
-                waiting = ", ".join(
-                    f"{t.group}/{t.name} in {t.blocked_what}" for t in self.threads if t.state is BLOCKED
-                )
+                waiting = ", ".join(f"{t.group}/{t.name} in {t.blocked_what}" for t in live if t.state is BLOCKED)
                 self.error(f"deadlock: no thread can run and none waits with a deadline ({waiting})")
                 break
             soonest = min(t.deadline for t in timed if t.deadline is not None)
@@ -416,3 +416,12 @@ def _stack(thread: SimThread | None) -> str:
         return ""
     frame = sys._current_frames().get(thread._os.ident or -1)
     return "".join(traceback.format_stack(frame, limit=20)) if frame is not None else "(no frame)"
+
+
+def freeze(sim: Simulation, group: str, frozen: bool = True) -> None:
+    """Freeze every thread of ``group`` where it is (``frozen``), as Lambda freezes an execution environment between
+    invocations: none runs, and none wakes at its deadline, until it is thawed (``frozen`` False): then they run
+    again, and those whose deadline passed meanwhile wake at once. Never the running thread's own group."""
+    for thread in sim.threads:
+        if thread.group == group:
+            thread.suspended = frozen
