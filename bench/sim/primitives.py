@@ -232,8 +232,11 @@ class SimExecutor(concurrent.futures.ThreadPoolExecutor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._closed = True
         if cancel_futures:
-            while not self._work.empty():
-                work = self._work.get_nowait()
+            while True:  # as CPython's: a worker may take the last item between a look and a get
+                try:
+                    work = self._work.get_nowait()
+                except queue.Empty:
+                    break
                 if work is not None:
                     work[0].cancel()
         for _ in self._workers:
