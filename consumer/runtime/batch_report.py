@@ -84,7 +84,14 @@ class BatchReport:
             deleted, changes = dict(self._deleted), self._changes
             self._changes = []
         self._completions.record(list(deleted.values()))
-        self._send_changes(changes)
+        try:
+            self._send_changes(changes)
+        except Exception:  # noqa: BLE001 (what nothing expects, a library's bug: logged, and the answer still goes)
+            # The deletes ride on the answer: raised from here, it would fail the whole batch, and what was moved to
+            # the DLQ or requeued come back to be moved again (as the container sends its deletes when its
+            # acknowledger's thread dies). The records whose changes were not sent stay listed: back after the
+            # queue's visibility, not their backoff.
+            log.critical("thread_crashed", exc_info=True, extra={"thread_name": "batch_report"})
         return frozenset(deleted)
 
     def _send_changes(self, changes: list[tuple[Ticket, int, Callable[[float], None] | None]]) -> None:

@@ -581,3 +581,28 @@ def test_invocation_hands_back_a_record_whose_claim_leaves_too_little_time_for_i
 
     run(body)
     assert calls == []
+
+
+def test_invocation_answers_when_its_visibility_changes_raise_what_nothing_expects(aws_credentials: None) -> None:
+    """Sending the visibility changes raises what no caller expects (a library's bug): the answer still goes back, so
+    the poison record moved to the DLQ is deleted, not returned to be moved again; the failed one stays listed."""
+    bodies: dict[str, str] = {}
+
+    def handle(message: Message) -> None:
+        bodies[message.message_id] = message.body
+        raise PoisonMessage("bad") if message.body == "poison" else RuntimeError("try again")
+
+    def crash(**_: Any) -> None:
+        raise RuntimeError("a bug in a library")
+
+    def body(virtual: Virtual) -> None:
+        function = Lambda(virtual, fast_contract(), handle)
+        function.worker.binding.queues.client.meta.events.register(
+            "before-call.sqs.ChangeMessageVisibilityBatch", crash
+        )
+        function.send("poison", "fail")
+        invoked = function.poll()
+        assert (invoked.failed_whole, [bodies[i] for i in invoked.deleted]) == (None, ["poison"])
+        assert function.dead_letters() == {"poison": "bad"}
+
+    run(body)
