@@ -55,10 +55,12 @@ test-images: $(PY_STAMP) $(CLI_STAMP)
 
 # The simulated world's whole sweep (docs/testing.md): SEEDS seeds from SEEDS_START, each drawing its own plan; make test
 # runs a fixed sample of them (tests/sim/test_seeds.py). A failing seed prints the command that replays it.
+# TARGET=lambda: the worker as a Lambda function behind an event source mapping (tests/sim/test_lambda_seeds.py).
 SEEDS ?= 520
 SEEDS_START ?= 0
+TARGET ?= container
 seeds: $(PY_STAMP)
-	$(PY) -m bench.simulate --seeds $(SEEDS) --start $(SEEDS_START)
+	$(PY) -m bench.simulate --seeds $(SEEDS) --start $(SEEDS_START) --target $(TARGET)
 
 # The pinned CDK CLI (node_modules/.bin is on PATH). cdk.json's app is `python3 app.py`: the venv's bin goes
 # first so it finds the installed CDK, as an activated venv would. ENV picks one environment of cdk.json

@@ -8,6 +8,10 @@ with its event log::
     python -m bench.simulate --seeds 100000          # a night's exploration
     python -m bench.simulate --seed 4711 --log       # one seed, its event log
     python -m bench.simulate --scenario twelve_hour_budget --log   # a named scenario (bench/sim/scenarios.py)
+    python -m bench.simulate --target lambda --seeds 1000   # Lambda plans: the worker behind an event source mapping
+
+``--target lambda`` draws each seed's plan with :meth:`Plan.draw_lambda` (bench/sim/functions.py runs it): the same
+invariants over Lambda's execution environments, throttles, timeouts and cold starts.
 
 Exit 0 when every seed held, 1 otherwise.
 """
@@ -20,8 +24,9 @@ from collections import Counter
 
 import typer
 
+from bench.sim.functions import simulate as simulate_lambda
 from bench.sim.invariants import Violation, check
-from bench.sim.plan import Plan
+from bench.sim.plan import TARGETS, Plan
 from bench.sim.run import Run
 from bench.sim.scenarios import BY_NAME
 from bench.sim.world import simulate
@@ -29,13 +34,24 @@ from bench.sim.world import simulate
 app = typer.Typer(add_completion=False)
 
 
-def replay_command(seed: int) -> str:
-    return f"python -m bench.simulate --seed {seed} --log"
+def replay_command(seed: int, target: str = "container") -> str:
+    flag = "" if target == "container" else f" --target {target}"
+    return f"python -m bench.simulate{flag} --seed {seed} --log"
 
 
-def run_seed(seed: int) -> tuple[Run, list[Violation]]:
+def draw(seed: int, target: str = "container") -> Plan:
+    """Seed ``seed``'s plan on ``target`` (one of TARGETS)."""
+    return Plan.draw_lambda(seed) if target == "lambda" else Plan.draw(seed)
+
+
+def simulate_plan(plan: Plan) -> Run:
+    """``plan`` run on its target's world (bench/sim/world.py, or bench/sim/functions.py for Lambda)."""
+    return simulate_lambda(plan) if plan.target == "lambda" else simulate(plan)
+
+
+def run_seed(seed: int, target: str = "container") -> tuple[Run, list[Violation]]:
     """One seed's run and what it broke."""
-    run = simulate(Plan.draw(seed))
+    run = simulate_plan(draw(seed, target))
     return run, check(run)
 
 
@@ -43,7 +59,7 @@ def report(seed: int, run: Run, violations: list[Violation], *, log: bool) -> st
     """What a failing seed says: its plan, each violation, the replay command and (``log``) the event log."""
     lines = [f"seed {seed}: {run.plan.describe()}"]
     lines += [f"  {violation}" for violation in violations]
-    lines.append(f"  replay: {replay_command(seed)}")
+    lines.append(f"  replay: {replay_command(seed, run.plan.target)}")
     if log:
         lines += ["  event log:", *(f"    {line}" for line in run.events)]
     return "\n".join(lines)
@@ -55,7 +71,7 @@ def run_scenario(name: str, *, log: bool) -> int:
         print(f"--scenario: no scenario named {name!r}; one of: {', '.join(sorted(BY_NAME))}", file=sys.stderr)
         return 2
     chosen = BY_NAME[name]
-    run = simulate(chosen.plan)
+    run = simulate_plan(chosen.plan)
     violations = check(run)
     print(f"scenario {name}: {chosen.what}")
     print(f"  {chosen.plan.describe()}")
@@ -73,8 +89,15 @@ def main(
     log: bool = typer.Option(False, help="Print the event log of each seed run (of a failing one without --seed)."),
     stop_at: int = typer.Option(0, help="Stop after this many failing seeds (0: run them all)."),
     scenario: str | None = typer.Option(None, help="Run this named scenario only (bench/sim/scenarios.py)."),
+    target: str = typer.Option(
+        "container",
+        help="Where each seed's worker runs: container (ECS processes) or lambda (an event source mapping).",
+    ),
 ) -> None:
     """Run seeds of the simulated world; print each failing one with its replay command."""
+    if target not in TARGETS:
+        print(f'"--target" must be one of {", ".join(TARGETS)}: {target}', file=sys.stderr)
+        sys.exit(2)
     if scenario is not None:
         sys.exit(run_scenario(scenario, log=log))
     chosen = [seed] if seed is not None else list(range(start, start + seeds))
@@ -82,7 +105,7 @@ def main(
     rules: Counter[str] = Counter()
     began = time.monotonic()
     for number in chosen:
-        run, violations = run_seed(number)
+        run, violations = run_seed(number, target)
         if violations or seed is not None:
             print(report(number, run, violations, log=log or seed is None and bool(violations) and len(chosen) == 1))
         if violations:

@@ -25,10 +25,14 @@
 
 What the world itself did is an excuse for some of them, never for the rest: a SIGKILL of a process holding the event
 (its work may be done again: at least once, as SQS promises), a handler that ran past ``max_duration`` (given up on,
-its work may be done twice; a success before its lease ran out must count once), and faults the consumer cannot see past (a lost answer to a receive; with the guard
-off, any fault on the event's SQS calls; with it on, faults on both its SQS and its DynamoDB calls). A throttle or a
-5xx the consumer sees, a brownout of the table, a slow call: these it must handle without spending an attempt or
-doing work twice.
+its work may be done twice; a success before its lease ran out must count once), and faults the consumer cannot see
+past (a lost answer to a receive, a throttled Lambda invocation's batch; with the guard off, any fault on the event's
+SQS calls; with it on, faults on both its SQS and its DynamoDB calls). A throttle or a 5xx the consumer sees, a
+brownout of the table, a slow call: these it must handle without spending an attempt or doing work twice.
+
+A Lambda run (bench/sim/functions.py) is held to the same: its execution environments are the processes (Lambda
+stopping one at the function's timeout, or discarding one with a handler running in it, is a SIGKILL), and a record
+too late to start in an invocation (``invocation_ending``) is handed back as one unstarted at a shutdown is.
 """
 
 from __future__ import annotations
@@ -125,7 +129,7 @@ def _given_up_early(run: Run) -> Iterable[Violation]:
         called = [a.started for a in running or ours]
         if not called:
             yield Violation("deadline", f"{event} given up on at {at:.1f} by {process} before its handler was called")
-        elif at - max(called) < limit - 1e-6:
+        elif at - max(called) < limit - LOG_STAMP_ROUNDING:
             ran = at - max(called)
             yield Violation(
                 "deadline", f"{event} given up on at {at:.1f} by {process} {ran:.1f} s into its call (<{limit})"
@@ -264,10 +268,10 @@ def _placement(run: Run, touches: dict[str, _Touches]) -> Iterable[Violation]:
 
 #: FIFO's documented cost (docs/runtime.md, "FIFO", "hand-back" and "The circuit"): a hand-back there is a visibility
 #: change, a receive, since a copy would jump its group: the rest of a group after a failure, what the consumer holds
-#: while the circuit is open, a deferral to another holder, what is unstarted at shutdown or running at the drain's
-#: end, a start past the 12 hours; on the last allowed receive such a message goes to the DLQ with the reason. The
-#: consumer logs each (message_released and the like, with its why). A message waiting its turn is never among them:
-#: it keeps its lease (lease_ran_down is no excuse), and nothing else excuses an untried move.
+#: while the circuit is open, a deferral to another holder, what is unstarted at shutdown (or at a Lambda invocation's
+#: end) or running at the drain's end, a start past the 12 hours; on the last allowed receive such a message goes to
+#: the DLQ with the reason. The consumer logs each (message_released and the like, with its why). A message waiting its
+#: turn is never among them: it keeps its lease (lease_ran_down is no excuse), and nothing else excuses an untried move.
 FIFO_HAND_BACKS = (
     "fifo_group_blocked",
     "circuit_open",
@@ -276,6 +280,7 @@ FIFO_HAND_BACKS = (
     "received_after_shutdown",
     "drain_timeout",
     "visibility_budget",
+    "invocation_ending",  # a Lambda invocation's shutdown: too little of its time left to start the message
 )
 
 
@@ -377,6 +382,7 @@ def _requests(run: Run) -> Iterable[Violation]:
 def _touches(run: Run) -> dict[str, _Touches]:
     touches = {event: _Touches() for event in run.sent}
     handles: dict[str, str] = {}
+    seen: dict[str, int] = defaultdict(int)  # event -> receives whose answer reached a consumer
     killed = {p.name: p.killed for p in run.processes if p.killed is not None}
     for call in run.ledger.calls:
         if call.service != "sqs" or call.operation != "ReceiveMessage":
@@ -389,12 +395,20 @@ def _touches(run: Run) -> dict[str, _Touches]:
                 if at is not None and call.at <= at:
                     touches[event].killed = True
                 if call.fault != "lost_answer":
-                    touches[event].seen = True
+                    seen[event] += 1
                 if call.fault is not None:
                     touches[event].sqs_fault = True
                     # On FIFO a receive's retry gets the same messages (ReceiveRequestAttemptId): a lost answer
                     # spends nothing there.
                     touches[event].lost_receive = not run.plan.fifo
+    # A receive whose batch no consumer saw (a throttled Lambda invocation's): spent unseen, as a lost answer's is.
+    for event in run.unseen:
+        if event in touches:
+            seen[event] -= 1
+            touches[event].lost_receive = True
+    for event, receives in seen.items():
+        if event in touches:
+            touches[event].seen = receives > 0
     for call in run.ledger.calls:
         if call.fault is None or call.caller == "world":
             continue
@@ -405,10 +419,14 @@ def _touches(run: Run) -> dict[str, _Touches]:
                 else:
                     touches[event].ddb_fault = True
     # Past max_duration a handler is given up on; past its attempt's end (max_duration and the margin) its lease may
-    # have lapsed and another receive run it too. A success between the two must still count once (race 3).
+    # have lapsed and another receive run it too. A success between the two must still count once (race 3). On Lambda
+    # nothing holds it past max_duration: the invocation gives up and answers without it, and its success, the
+    # environment frozen with it, is settled only at the next invocation (consumer/runtime/invocation.py).
+    lambda_run = run.plan.target == "lambda"
+    lease = run.contract.max_duration_seconds if lambda_run else run.contract.attempt_timeout_seconds
     for attempt in run.attempts:
         end = attempt.ended
-        if end is None or end - attempt.started > run.contract.attempt_timeout_seconds:
+        if end is None or end - attempt.started > lease:
             touches[attempt.event].overran = True
         if end is None or end - attempt.started > run.contract.max_duration_seconds:
             touches[attempt.event].given_up = True
@@ -477,6 +495,9 @@ def _lapsed(run: Run, touches: dict[str, _Touches]) -> None:
                 touches[event].lapsed = True
 
 
+#: How far an event log line's time may be from the instant it stamps: printed to the millisecond, so a give-up at
+#: exactly max_duration (a Lambda invocation's event loop ticks from the handler's start) may read a little short.
+LOG_STAMP_ROUNDING = 0.0005 + 1e-6
 #: How soon after its claim's request a deferral is logged: the claim's round trip (a slow table's, up to 3 s).
 CLAIM_ANSWER_SECONDS = 4.0
 _DEFERRED = re.compile(r"log message_in_progress_elsewhere message_id=(?P<id>\S+)")

@@ -404,4 +404,52 @@ SCENARIOS += (
     ),
 )
 
+#: Races of the Lambda runtime (consumer/runtime/invocation.py), found by the Lambda seeds (``--target lambda``).
+SCENARIOS += (
+    Scenario(
+        "lambda_answer_waits_for_a_hand_back",
+        0,
+        "a race a Lambda seed found: an environment stalls 43 s into a 75 s invocation, and the record left has too"
+        " little time to start: its handler thread hands it back (a copy, then the original's delete) while the"
+        " invocation answers; listed, the original came back after the queue's visibility beside its copy (no guard:"
+        " done twice), the delete frozen with the environment",
+        _plan(
+            51,
+            target="lambda",
+            guard=False,
+            concurrency=1,
+            batch_size=2,
+            messages=2,
+            max_duration=30,
+            consumers_from=1.0,
+            stalled=1.0,
+            recycled=1.0,
+            chaos_until=30.0,
+            switch_probability=None,
+            cycle_kinds=False,
+        ),
+    ),
+    Scenario(
+        "lambda_claim_under_way_at_the_give_up",
+        0,
+        "Lambda seed 64's race: an environment stalls while a FIFO record's claim is under way, past the give-up: the"
+        " record is handed back, never reported timed out, and its handler is never called after the answer",
+        Plan.draw_lambda(64),
+    ),
+    Scenario(
+        "lambda_call_needs_max_duration_left",
+        0,
+        "Lambda seed 494's race: a batch's claims on a slow table take the time its call needed: the records are"
+        " handed back rather than called with less than max_duration left and given up on sooner",
+        Plan.draw_lambda(494),
+    ),
+    Scenario(
+        "lambda_answer_outlives_a_crash_of_its_visibility_changes",
+        0,
+        "Lambda seed 920's race: sending an invocation's visibility changes raises what nothing expects; the answer"
+        " still goes back, so a poison record moved to the DLQ is deleted, not moved a second time",
+        Plan.draw_lambda(920),
+    ),
+)
+
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -20,6 +20,8 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from bench.sim.aws import ACCOUNT, REGION, Aws, Faults
@@ -29,11 +31,12 @@ from bench.sim.plan import Plan
 from bench.sim.run import Process, Run
 from bench.sim.scheduler import SimThread, Simulation
 from consumer.limits import DYNAMODB_CLIENT, SQS_CLIENT
+from consumer.queue_attributes import QueuePairAttributes
 from consumer.runtime.cli import StopOnSignal
 from consumer.runtime.clients import client_config, dynamodb_connections, sqs_connections
 from consumer.runtime.consumer import Collaborators, Consumer
 from consumer.runtime.idempotency import IDEMPOTENCY_KEY_ATTRIBUTE, DynamoDBStore
-from consumer.runtime.inflight import State
+from consumer.runtime.inflight import InFlight, State
 from consumer.runtime.liveness import Liveness
 from consumer.runtime.observability import Metrics
 from consumer.runtime.protection import ScaleInProtection
@@ -69,7 +72,7 @@ class World:
         try:
             with self.aws:
                 self.sim.run(self._main)
-                self._read_back()
+                _read_back(self.aws, self.run)
                 self.sim.close()
         finally:
             logger.removeHandler(capture)
@@ -107,8 +110,12 @@ class World:
             process.thread.join(self.contract.stop_timeout_seconds + 30)
         sim.record("world stopped")
 
+    def _queue_attributes(self) -> QueuePairAttributes:
+        """The queue pair as the stack creates it for the plan's worker."""
+        return self.contract.queue_attributes()
+
     def _create_queues(self) -> None:
-        sqs, pair = self._admin, self.contract.queue_attributes()
+        sqs, pair = self._admin, self._queue_attributes()
         suffix = ".fifo" if self.plan.fifo else ""
         self.run.dlq_url = sqs.create_queue(QueueName=f"sim-dlq{suffix}", Attributes=pair.dead_letter.to_sqs())[
             "QueueUrl"
@@ -162,14 +169,7 @@ class World:
 
     def _consumer(self, name: str) -> Consumer:
         """The process's consumer, built on its own main thread (so its threads are the process's)."""
-        # The consumer's own botocore configuration: timeouts, three attempts, a fixed User-Agent (clients.py).
-        sqs_config = client_config(SQS_CLIENT, sqs_connections(self.contract))
-        sqs = self.aws.client("sqs", caller=name, config=sqs_config)
-        store = None
-        if self.plan.guard:
-            ddb_config = client_config(DYNAMODB_CLIENT, dynamodb_connections(self.contract))
-            ddb = self.aws.client("dynamodb", caller=name, config=ddb_config)
-            store = DynamoDBStore(TABLE, client=ddb, clock=self.sim.time, sleep=self.sim.sleep)
+        sqs, collaborators = self._wiring(name)
         protection = ScaleInProtection(None)
         if self.plan.protection:
             protection = ScaleInProtection(
@@ -178,24 +178,40 @@ class World:
                 lock=self.sim.lock(),  # type: ignore[arg-type]
                 opener=_Agent(self.sim, self.aws),  # type: ignore[arg-type]
             )
-        from moto.sqs.models import DEFAULT_SENDER_ID
-
         return Consumer(
             sqs,
             queue_url=self.run.queue_url,
             dlq_url=self.run.dlq_url,
             contract=self.contract,
             handler=self.handlers.for_process(name),
-            collaborators=Collaborators(
-                clock=self.sim,  # type: ignore[arg-type]
-                rng=random.Random(f"{self.plan.seed}-{name}"),
-                idempotency=store,
-                protection=protection,
-                metrics=Metrics(dimensions={"Queue": "sim-source"}, stream=io.StringIO(), clock=self.sim.time),
-                liveness=Liveness(None),
-            ),
-            intake=Intake(task_role_id=DEFAULT_SENDER_ID),
+            collaborators=replace(collaborators, protection=protection, liveness=Liveness(None)),
+            intake=self.intake,
         )
+
+    @property
+    def intake(self) -> Intake:
+        """Whose copies are trusted with their spent receives: the role moto's SQS records as every sender."""
+        from moto.sqs.models import DEFAULT_SENDER_ID
+
+        return Intake(task_role_id=DEFAULT_SENDER_ID)
+
+    def _wiring(self, name: str) -> tuple[Any, Collaborators]:
+        """The SQS client of ``name`` (labelled so in the ledger) and its collaborators: the run's clock, a seeded
+        rng, the guard's store (none without a guard), metrics to a buffer. Its clients have the consumer's own botocore
+        configuration (timeouts, three attempts, a fixed User-Agent: clients.py)."""
+        sqs = self.aws.client("sqs", caller=name, config=client_config(SQS_CLIENT, sqs_connections(self.contract)))
+        store = None
+        if self.plan.guard:
+            ddb_config = client_config(DYNAMODB_CLIENT, dynamodb_connections(self.contract))
+            ddb = self.aws.client("dynamodb", caller=name, config=ddb_config)
+            store = DynamoDBStore(TABLE, client=ddb, clock=self.sim.time, sleep=self.sim.sleep)
+        collaborators = Collaborators(
+            clock=self.sim,  # type: ignore[arg-type]
+            rng=random.Random(f"{self.plan.seed}-{name}"),
+            idempotency=store,
+            metrics=Metrics(dimensions={"Queue": "sim-source"}, stream=io.StringIO(), clock=self.sim.time),
+        )
+        return sqs, collaborators
 
     def _run_process(self, process: Process) -> None:
         """A process's main thread: as ``python -m consumer run`` (its SIGTERM handler first, then the consumer)."""
@@ -278,13 +294,8 @@ class World:
         """None invisible past its lease without a live holder: a message the source holds in flight longer than any
         lease or backoff the contract gives must be held by a live consumer."""
         now_ms = self.sim.time() * 1000
-        longest = max(self.contract.visibility_timeout_seconds, self.contract.retry_backoff_max_seconds) + 5
-        held = {
-            item.message.message_id
-            for p in self._alive()
-            if p.consumer is not None
-            for item in list(p.consumer._table._items.values())  # noqa: SLF001 (the world sees everything)
-        }
+        longest = max(self._source_visibility(), self.contract.retry_backoff_max_seconds) + 5
+        held = {item.message.message_id for _, items in self._holdings() for item in items}
         for message in self.aws.sqs_queue(self.run.queue_url)._messages:
             invisible_for = (message.visible_at - now_ms) / 1000
             if invisible_for > longest and message.id not in held:
@@ -297,16 +308,23 @@ class World:
         its turn, or settled with its delete not yet sent): that holder's lease ran out under it (the invariants
         excuse a lease SQS refused to extend)."""
         ids = {message["MessageId"]: message["Body"] for message in messages}
-        for process in self._alive():
-            if process.consumer is None:
-                continue
-            items = list(process.consumer._table._items.values())  # noqa: SLF001 (the world sees everything)
+        for process, items in self._holdings():
             given_up = {i.context.message_group_id for i in items if i.state is State.TIMED_OUT}
             for item in items:
                 if item.message.message_id in ids and self._holds(item, given_up):
                     self.run.held_again.append(
                         (ids[item.message.message_id], process.name, self.sim.now, item.state.value)
                     )
+
+    def _source_visibility(self) -> int:
+        """The source queue's visibility timeout: a receive's lease."""
+        return self.contract.visibility_timeout_seconds
+
+    def _holdings(self) -> Iterator[tuple[Process, list[InFlight]]]:
+        """Each live process with what its consumer holds in flight (the world sees everything)."""
+        for process in self._alive():
+            if process.consumer is not None:
+                yield process, list(process.consumer._table._items.values())  # noqa: SLF001
 
     def _holds(self, item: Any, given_up: set[str | None]) -> bool:
         """Whether the consumer keeps ``item``'s lease by design (docs/runtime.md): running and not given up on, or
@@ -321,20 +339,21 @@ class World:
             return item.context.message_group_id not in given_up
         return self.contract.max_batch is not None
 
-    def _read_back(self) -> None:
-        """After the run: what is left in each queue (the omniscient view, no request)."""
-        for attribute, url in (("source", self.run.queue_url), ("dlq", self.run.dlq_url)):
-            messages = []
-            for message in self.aws.sqs_queue(url)._messages:
-                reason = message.message_attributes.get("x-dlq-reason", {}).get("StringValue")
-                messages.append(
-                    {
-                        "body": message.body,
-                        "reason": json.loads(reason) if reason else None,
-                        "receive_count": message.approximate_receive_count,
-                    }
-                )
-            setattr(self.run, attribute, messages)
+
+def _read_back(aws: Aws, run: Run) -> None:
+    """After the run: what is left in each queue (the omniscient view, no request)."""
+    for attribute, url in (("source", run.queue_url), ("dlq", run.dlq_url)):
+        messages = []
+        for message in aws.sqs_queue(url)._messages:
+            reason = message.message_attributes.get("x-dlq-reason", {}).get("StringValue")
+            messages.append(
+                {
+                    "body": message.body,
+                    "reason": json.loads(reason) if reason else None,
+                    "receive_count": message.approximate_receive_count,
+                }
+            )
+        setattr(run, attribute, messages)
 
 
 class _Agent:
@@ -377,7 +396,10 @@ class _LogCapture(logging.Handler):
 
 
 def simulate(plan: Plan) -> Run:
-    """Run ``plan`` once; the :class:`Run` it left."""
+    """Run a container plan once; the :class:`Run` it left (bench/sim/functions.py's LambdaWorld runs a Lambda
+    plan)."""
+    if plan.target != "container":
+        raise ValueError(f'"target" must be container here (bench/sim/functions.py runs the others): {plan.target}')
     return World(plan).simulate()
 
 

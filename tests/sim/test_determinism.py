@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.sim.functions import simulate as simulate_lambda
 from bench.sim.plan import Plan
 from bench.sim.world import simulate
 
@@ -44,3 +45,11 @@ def test_a_seed_replays_event_for_event_in_another_process() -> None:
             [sys.executable, "-c", code, str(seed)], cwd=ROOT, env=env, capture_output=True, text=True, check=True
         )
         assert done.stdout.strip() == digest(simulate(Plan.draw(seed)).events), f"seed {seed} in another process"
+
+
+def test_a_lambda_seed_replays_event_for_event() -> None:
+    """A Lambda seed (41: a batch handler without the guard, its environment discarded and started cold again) run
+    twice: identical event logs, frozen environments, cold starts and Lambda's drawn faults included."""
+    first, second = simulate_lambda(Plan.draw_lambda(41)), simulate_lambda(Plan.draw_lambda(41))
+    assert first.events == second.events
+    assert sum("cold start" in line for line in first.events) > 1

@@ -9,7 +9,7 @@ import pytest
 
 from bench.sim.invariants import check
 from bench.sim.scenarios import SCENARIOS, Scenario
-from bench.sim.world import simulate
+from bench.simulate import simulate_plan
 
 #: Scenarios whose race is not fixed yet: each must fail (strict), until its fix lands and takes it off.
 UNFIXED = {}
@@ -27,5 +27,5 @@ UNFIXED = {}
 )
 def test_scenario_holds_every_invariant(scenario: Scenario) -> None:
     """The scenario's run breaks no invariant (its docstring: bench/sim/scenarios.py)."""
-    run = simulate(scenario.plan)
+    run = simulate_plan(scenario.plan)
     assert [str(v) for v in check(run)] == [], scenario.what
