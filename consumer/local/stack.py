@@ -20,7 +20,7 @@ import socket
 import time
 import urllib.request
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,7 +201,7 @@ def provision(endpoint: str, template_path: Path, stack_name: str | None = None)
         endpoint=endpoint,
         stack_name=stack_name,
         outputs=outputs,
-        workers=_in_stack_order(_worker_environments(resources, functions, physical, endpoint), outputs),
+        workers=_in_stack_order(_worker_environments(resources, physical, endpoint, functions), outputs),
         functions=frozenset(name for name, _ in functions),
     )
     cloudwatch = local_client("cloudwatch", endpoint)
@@ -333,9 +333,9 @@ def _resolve(value: Any, physical: Mapping[str, str], endpoint: str) -> str:
 
 def _worker_environments(
     resources: Mapping[str, Any],
-    functions: list[tuple[str, Mapping[str, Any]]],
     physical: Mapping[str, str],
     endpoint: str,
+    functions: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> dict[str, dict[str, str]]:
     """Each worker's environment, references resolved, by name, in the template's order: a task definition's
     container environment, or a Lambda worker's function's variables (``functions``, read before the functions were
